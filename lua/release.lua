@@ -1,0 +1,26 @@
+-- release: hand leased notifications back, due at once, without counting an attempt
+-- (used at shutdown for deliveries that did not finish within the grace period).
+-- KEYS: 1 due, 2 inflight, 3 dead, 4 jobs, 5 state, 6 history, 7 done
+-- ARGV: 1 wake channel, then per notification: id, lease
+-- A notification whose lease is no longer the caller's is left alone.
+-- Returns the number released.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local released = 0
+for i = 2, #ARGV, 2 do
+  local id = ARGV[i]
+  local raw = redis.call('HGET', KEYS[5], id)
+  if raw then
+    local st = cjson.decode(raw)
+    if st.state == 'in_flight' and st.lease == tonumber(ARGV[i + 1]) then
+      st.state = 'scheduled'
+      st.next_at = now
+      redis.call('HSET', KEYS[5], id, cjson.encode(st))
+      redis.call('ZREM', KEYS[2], id)
+      redis.call('ZADD', KEYS[1], now, id)
+      released = released + 1
+    end
+  end
+end
+if released > 0 then redis.call('PUBLISH', ARGV[1], now) end
+return released

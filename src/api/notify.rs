@@ -1,0 +1,236 @@
+//! `POST /notify`: parse and validate a registration, store it, answer `202`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::ApiError;
+use super::view::rfc3339;
+use super::AppState;
+use crate::domain::{parse_duration, CallbackUrl, ExtraHeaders, FieldError, JobId, Notification, Payload, Schedule};
+use crate::store::Idempotency;
+
+const MAX_LABEL: usize = 256;
+const MAX_EXPECT_BODY: usize = 1024;
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// What `POST /notify` accepts, before validation. Every field is optional here so that
+/// a missing one is reported by name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NotifyRequest {
+    url: Option<String>,
+    body: Option<Value>,
+    headers: Option<BTreeMap<String, String>>,
+    schedule: Option<Value>,
+    delay: Option<String>,
+    timeout: Option<String>,
+    expect_body: Option<String>,
+    topic: Option<String>,
+    rate_key: Option<String>,
+}
+
+/// The limits a registration is checked against, from configuration.
+#[derive(Debug, Clone)]
+pub struct NotifyPolicy {
+    pub schedules: BTreeMap<String, Schedule>,
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+    pub max_delay: Duration,
+    pub idempotency_ttl: Duration,
+}
+
+pub async fn notify(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| ApiError::new(r.status(), "invalid_body", r.body_text()))?;
+    let idempotency = idempotency_key(&headers, state.policy.idempotency_ttl)?;
+    let request = parse_json(&body)?;
+    let shard = state.store_shard(idempotency.as_ref().map(|i| i.key.as_str()));
+    let notification = validate(request, JobId::new(shard), &state.policy)?;
+    let enqueued = state.store.enqueue(&notification, idempotency.as_ref()).await?;
+    if enqueued.earliest {
+        state.wake.notify_one();
+    }
+    if !enqueued.duplicate {
+        tracing::info!(id = %enqueued.id, url = %notification.url.host(), "notification registered");
+    }
+    let mut response = (
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "id": enqueued.id.to_string(),
+            "state": enqueued.status.state,
+            "next_attempt_at": enqueued.status.next_at.map(rfc3339),
+        })),
+    )
+        .into_response();
+    if enqueued.duplicate {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+fn idempotency_key(headers: &HeaderMap, ttl: Duration) -> Result<Option<Idempotency>, ApiError> {
+    let Some(raw) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = || FieldError::new("Idempotency-Key", format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"));
+    let key = raw.to_str().map_err(|_| bad())?.trim();
+    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad().into());
+    }
+    Ok(Some(Idempotency { key: key.to_string(), ttl }))
+}
+
+fn parse_json(body: &[u8]) -> Result<NotifyRequest, ApiError> {
+    let invalid = |e: &serde_json::Error| {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", format!("the body is not valid JSON: {e}"))
+    };
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let inner = e.inner();
+        if inner.is_syntax() || inner.is_eof() {
+            return invalid(inner);
+        }
+        let path = e.path().to_string();
+        let message = inner.to_string();
+        let field = if path == "." { unknown_field_name(&message).unwrap_or_default() } else { path };
+        ApiError::from(FieldError::new(field, strip_position(&message)))
+    })?;
+    de.end().map_err(|e| invalid(&e))?;
+    Ok(request)
+}
+
+/// `unknown field `shedule`, expected …` → `shedule`.
+fn unknown_field_name(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    Some(rest.split('`').next()?.to_string())
+}
+
+fn strip_position(message: &str) -> String {
+    message.split(" at line ").next().unwrap_or(message).to_string()
+}
+
+fn validate(r: NotifyRequest, id: JobId, policy: &NotifyPolicy) -> Result<Notification, FieldError> {
+    let url = CallbackUrl::parse(r.url.as_deref().ok_or_else(|| FieldError::new("url", "required"))?)?;
+    let payload = Payload::from_json(r.body.unwrap_or(Value::Null))?;
+    let headers = ExtraHeaders::parse(r.headers.unwrap_or_default().into_iter().collect())?;
+    let schedule = schedule(r.schedule, &policy.schedules)?;
+    let delay = bounded_duration("delay", r.delay.as_deref(), Duration::ZERO, Duration::ZERO, policy.max_delay)?;
+    let timeout = bounded_duration("timeout", r.timeout.as_deref(), policy.default_timeout, Duration::from_millis(1), policy.max_timeout)?;
+    let expect_body = label("expect_body", r.expect_body, MAX_EXPECT_BODY)?;
+    let topic = label("topic", r.topic, MAX_LABEL)?;
+    let rate_key = label("rate_key", r.rate_key, MAX_LABEL)?.unwrap_or_else(|| url.host().to_string());
+    Ok(Notification {
+        id,
+        url,
+        payload,
+        headers,
+        schedule,
+        delay,
+        timeout,
+        expect_body,
+        topic,
+        rate_key,
+    })
+}
+
+fn schedule(raw: Option<Value>, named: &BTreeMap<String, Schedule>) -> Result<Schedule, FieldError> {
+    let lookup = |name: &str| {
+        named.get(name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = named.keys().map(String::as_str).collect();
+            FieldError::new("schedule", format!("no schedule named `{name}` (configured: {})", known.join(", ")))
+        })
+    };
+    match raw {
+        None | Some(Value::Null) => lookup("default"),
+        Some(Value::String(name)) => lookup(&name),
+        Some(Value::Array(items)) => {
+            let strings = items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v.as_str().ok_or_else(|| FieldError::new(format!("schedule[{i}]"), "must be a duration string like \"15s\"")))
+                .collect::<Result<Vec<_>, _>>()?;
+            Schedule::parse(&strings).map_err(|e| e.within("schedule"))
+        }
+        Some(_) => Err(FieldError::new("schedule", "must be a list of durations or the name of a configured schedule")),
+    }
+}
+
+fn bounded_duration(field: &str, raw: Option<&str>, default: Duration, min: Duration, max: Duration) -> Result<Duration, FieldError> {
+    let Some(raw) = raw else { return Ok(default) };
+    let d = parse_duration(raw).map_err(|e| e.within(field))?;
+    if d < min || d > max {
+        let f = humantime::format_duration;
+        return Err(FieldError::new(field, format!("must be between {} and {}", f(min), f(max))));
+    }
+    Ok(d)
+}
+
+fn label(field: &str, raw: Option<String>, max: usize) -> Result<Option<String>, FieldError> {
+    match raw {
+        Some(s) if s.is_empty() || s.len() > max || s.chars().any(char::is_control) => Err(FieldError::new(
+            field,
+            format!("must be 1 to {max} bytes without control characters"),
+        )),
+        other => Ok(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> NotifyPolicy {
+        NotifyPolicy {
+            schedules: BTreeMap::from([("default".into(), Schedule::parse(&["1s"]).unwrap())]),
+            default_timeout: Duration::from_secs(10),
+            max_timeout: Duration::from_secs(30),
+            max_delay: Duration::from_secs(3600),
+            idempotency_ttl: Duration::from_secs(60),
+        }
+    }
+
+    fn field_of(body: &str) -> String {
+        let parsed = parse_json(body.as_bytes());
+        match parsed {
+            Err(e) => format!("{e:?}"),
+            Ok(r) => validate(r, JobId::new(0), &policy()).unwrap_err().field,
+        }
+    }
+
+    #[test]
+    fn names_the_offending_field() {
+        assert_eq!(field_of(r#"{"body":{}}"#), "url");
+        assert_eq!(field_of(r#"{"url":"http://a.b"}"#), "body");
+        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"schedule":["1s","x"]}"#), "schedule[1]");
+        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"schedule":"nope"}"#), "schedule");
+        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"timeout":"1h"}"#), "timeout");
+        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"delay":"-1s"}"#), "delay");
+        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"topic":""}"#), "topic");
+        assert!(field_of(r#"{"url":5,"body":1}"#).contains("field: Some(\"url\")"));
+        assert!(field_of(r#"{"url":"http://a.b","body":1,"shedule":[]}"#).contains("shedule"));
+        assert!(field_of(r#"{"url":"#).contains("invalid_json"));
+    }
+
+    #[test]
+    fn fills_defaults() {
+        let r = parse_json(br#"{"url":"https://pay.example.com/cb","body":{"a":1}}"#).unwrap();
+        let n = validate(r, JobId::new(0), &policy()).unwrap();
+        assert_eq!(n.rate_key, "pay.example.com");
+        assert_eq!(n.timeout, Duration::from_secs(10));
+        assert_eq!(n.schedule.max_attempts(), 2);
+    }
+}

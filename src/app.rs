@@ -1,0 +1,92 @@
+//! `postback serve`: connects the store, starts the dispatcher and the API in one
+//! process, and shuts them down in order on SIGTERM or Ctrl-C.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState, NotifyPolicy, Tokens};
+use crate::config::Config;
+use crate::scheduler::Dispatcher;
+use crate::sender::Sender;
+use crate::store::{RedisStore, Store};
+
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let s = &config.settings;
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&config.redis_url, &s.store).await?);
+    tracing::info!(store = "redis", url = %redacted(&config.redis_url), shards = s.store.shards, "store connected");
+    let listener = tokio::net::TcpListener::bind(s.server.listen)
+        .await
+        .with_context(|| format!("server.listen (POSTBACK_SERVER_LISTEN): cannot listen on {}", s.server.listen))?;
+    if s.server.api_tokens.is_empty() {
+        tracing::warn!("API authentication is off (--insecure-no-auth)");
+    }
+
+    let wake = Arc::new(Notify::new());
+    let stop = CancellationToken::new();
+    let sender = Sender::new(&s.delivery, config.secrets.clone())?;
+    let dispatcher = Dispatcher::new(store.clone(), sender, wake.clone(), s.delivery.clone());
+    let dispatching = tokio::spawn(dispatcher.run(stop.child_token()));
+    let watching = {
+        let (store, wake, stop) = (store.clone(), wake.clone(), stop.child_token());
+        tokio::spawn(async move { store.watch_wakeups(wake, stop).await })
+    };
+
+    let state = AppState { store, wake, policy: Arc::new(policy(&config)) };
+    let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
+    let app = api::router(state, tokens, s.server.max_body_bytes);
+    tracing::info!(addr = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving the API")?;
+
+    tracing::info!("stopping: no new claims; finishing deliveries in flight");
+    stop.cancel();
+    dispatching.await.context("dispatcher")?;
+    watching.await.context("wake-up watcher")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn policy(config: &Config) -> NotifyPolicy {
+    let d = &config.settings.delivery;
+    NotifyPolicy {
+        schedules: config.schedules.clone(),
+        default_timeout: d.timeout,
+        max_timeout: d.max_timeout,
+        max_delay: d.max_delay,
+        idempotency_ttl: config.settings.server.idempotency_ttl,
+    }
+}
+
+/// The URL without its password, for logs.
+fn redacted(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("****"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

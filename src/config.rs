@@ -1,0 +1,316 @@
+//! Configuration: defaults, then the TOML file (`--config PATH`), then environment
+//! variables `POSTBACK_<SECTION>_<KEY>`. Everything is validated at start-up; an error
+//! names the key and the problem.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+use crate::domain::Schedule;
+use crate::signing::Secret;
+
+mod string_list;
+
+pub use string_list::StringList;
+
+/// Sections that environment variables may address (`POSTBACK_<SECTION>_<KEY>`).
+const SECTIONS: &[&str] = &["server", "store", "delivery", "signing", "log", "schedules"];
+
+/// The Redis URL used while no embedded store exists and none is configured.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub store: StoreSettings,
+    pub delivery: DeliverySettings,
+    pub signing: SigningSettings,
+    pub log: LogSettings,
+    pub schedules: BTreeMap<String, StringList>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub api_tokens: StringList,
+    pub max_body_bytes: usize,
+    #[serde(with = "humantime_serde")]
+    pub idempotency_ttl: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    pub redis_url: Option<String>,
+    pub shards: u16,
+    pub key_prefix: String,
+    #[serde(with = "humantime_serde")]
+    pub connect_wait: Duration,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub response_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliverySettings {
+    pub concurrency: usize,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    pub claim_batch: usize,
+    #[serde(with = "humantime_serde")]
+    pub max_idle_sleep: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    pub response_bytes: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SigningSettings {
+    pub secrets: StringList,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    /// A `tracing` filter; `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            server: ServerSettings::default(),
+            store: StoreSettings::default(),
+            delivery: DeliverySettings::default(),
+            signing: SigningSettings::default(),
+            log: LogSettings::default(),
+            schedules: default_schedules(),
+        }
+    }
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".parse().expect("valid address"),
+            api_tokens: StringList::default(),
+            max_body_bytes: 256 * 1024,
+            idempotency_ttl: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            redis_url: None,
+            shards: 1,
+            key_prefix: "postback".into(),
+            connect_wait: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Default for DeliverySettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 256,
+            timeout: Duration::from_secs(10),
+            max_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            lease: Duration::from_secs(60),
+            claim_batch: 200,
+            max_idle_sleep: Duration::from_secs(2),
+            max_delay: Duration::from_secs(30 * 24 * 3600),
+            shutdown_grace: Duration::from_secs(20),
+            response_bytes: 1024,
+        }
+    }
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+fn default_schedules() -> BTreeMap<String, StringList> {
+    let list = |s: &str| StringList::from_csv(s);
+    BTreeMap::from([
+        ("default".into(), list("15s,3m,10m,30m,30m,1h,2h,6h,15h")),
+        ("alipay".into(), list("4m,10m,10m,1h,2h,6h,15h")),
+        (
+            "wechatpay".into(),
+            list("15s,15s,30s,3m,10m,20m,30m,30m,30m,60m,3h,3h,3h,6h,6h"),
+        ),
+    ])
+}
+
+/// Validated configuration, ready to run with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub settings: Settings,
+    pub redis_url: String,
+    pub schedules: BTreeMap<String, Schedule>,
+    pub secrets: Vec<Secret>,
+}
+
+impl Config {
+    /// Defaults, then the TOML file if given, then `POSTBACK_*` environment variables.
+    pub fn load(path: Option<&Path>, insecure_no_auth: bool) -> anyhow::Result<Self> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(path) = path {
+            if !path.exists() {
+                bail!("config file {} does not exist", path.display());
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        let settings: Settings = figment
+            .merge(env_provider())
+            .extract()
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        Self::validate(settings, insecure_no_auth)
+    }
+
+    /// Checks what types alone cannot, naming the key of each problem.
+    pub fn validate(settings: Settings, insecure_no_auth: bool) -> anyhow::Result<Self> {
+        let s = &settings;
+        if s.server.api_tokens.is_empty() && !insecure_no_auth {
+            bail!("server.api_tokens (POSTBACK_SERVER_API_TOKENS): no API token configured; set one, or start with --insecure-no-auth");
+        }
+        check(s.store.shards >= 1, "store.shards", "must be at least 1")?;
+        check(!s.store.key_prefix.is_empty() && !s.store.key_prefix.contains(['{', '}']), "store.key_prefix", "must be non-empty, without braces")?;
+        check(s.delivery.concurrency >= 1, "delivery.concurrency", "must be at least 1")?;
+        check(s.delivery.claim_batch >= 1 && s.delivery.claim_batch <= 1000, "delivery.claim_batch", "must be between 1 and 1000")?;
+        check(!s.delivery.max_timeout.is_zero(), "delivery.max_timeout", "must be more than 0s")?;
+        check(!s.delivery.timeout.is_zero() && s.delivery.timeout <= s.delivery.max_timeout, "delivery.timeout", "must be more than 0s and at most delivery.max_timeout")?;
+        check(s.delivery.lease >= s.delivery.max_timeout + Duration::from_secs(5), "delivery.lease", "must outlast delivery.max_timeout by at least 5s")?;
+        check(!s.delivery.max_idle_sleep.is_zero(), "delivery.max_idle_sleep", "must be more than 0s")?;
+        check(s.server.max_body_bytes >= 1024, "server.max_body_bytes", "must be at least 1024")?;
+        let redis_url = s.store.redis_url.clone().unwrap_or_else(|| DEFAULT_REDIS_URL.into());
+        redis::IntoConnectionInfo::into_connection_info(redis_url.as_str())
+            .with_context(|| format!("store.redis_url (POSTBACK_STORE_REDIS_URL): `{redis_url}` is not a Redis URL"))?;
+        let schedules = parse_schedules(&s.schedules)?;
+        let secrets = s
+            .signing
+            .secrets
+            .iter()
+            .map(|raw| Secret::parse(raw).map_err(|e| anyhow::anyhow!("signing.secrets (POSTBACK_SIGNING_SECRETS): {e}")))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self {
+            settings,
+            redis_url,
+            schedules,
+            secrets,
+        })
+    }
+}
+
+fn env_provider() -> Env {
+    Env::prefixed("POSTBACK_")
+        .filter(|key| SECTIONS.iter().any(|s| key.as_str().starts_with(&format!("{s}_"))))
+        .map(|key| key.as_str().replacen('_', ".", 1).into())
+}
+
+fn parse_schedules(raw: &BTreeMap<String, StringList>) -> anyhow::Result<BTreeMap<String, Schedule>> {
+    if !raw.contains_key("default") {
+        bail!("schedules.default: a default schedule is required");
+    }
+    raw.iter()
+        .map(|(name, items)| {
+            Schedule::parse(items.as_slice())
+                .map(|s| (name.clone(), s))
+                .map_err(|e| anyhow::anyhow!("{}", e.within(&format!("schedules.{name}"))))
+        })
+        .collect()
+}
+
+fn check(ok: bool, key: &str, problem: &str) -> anyhow::Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        bail!("{key}: {problem}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_token() -> Settings {
+        let mut s = Settings::default();
+        s.server.api_tokens = StringList::from_csv("t");
+        s
+    }
+
+    #[test]
+    fn defaults_are_valid_with_a_token() {
+        let c = Config::validate(with_token(), false).unwrap();
+        assert_eq!(c.schedules["default"].max_attempts(), 10);
+        assert_eq!(c.schedules["wechatpay"].max_attempts(), 16);
+        assert_eq!(c.redis_url, DEFAULT_REDIS_URL);
+    }
+
+    #[test]
+    fn refuses_to_run_without_a_token_unless_told() {
+        let err = Config::validate(Settings::default(), false).unwrap_err();
+        assert!(err.to_string().contains("server.api_tokens"));
+        assert!(Config::validate(Settings::default(), true).is_ok());
+    }
+
+    #[test]
+    fn names_the_bad_key() {
+        let mut s = with_token();
+        s.delivery.lease = Duration::from_secs(1);
+        assert!(Config::validate(s, false).unwrap_err().to_string().starts_with("delivery.lease"));
+        let mut s = with_token();
+        s.schedules.insert("odd".into(), StringList::from_csv("1s,nope"));
+        assert!(Config::validate(s, false).unwrap_err().to_string().contains("schedules.odd[1]"));
+        let mut s = with_token();
+        s.signing.secrets = StringList::from_csv("not-a-secret");
+        assert!(Config::validate(s, false).unwrap_err().to_string().contains("signing.secrets"));
+    }
+
+    #[test]
+    fn the_example_file_matches_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/postback.toml");
+        let from_file: Settings = Figment::from(Serialized::defaults(Settings::default()))
+            .merge(Toml::file(path))
+            .extract()
+            .unwrap();
+        assert_eq!(from_file, Settings::default());
+    }
+}

@@ -1,0 +1,94 @@
+//! `ExtraHeaders`: request headers a producer asks to send with a notification. Names and
+//! values must be valid HTTP; hop-by-hop headers and the headers postback sets itself
+//! (signature, id, timestamp, user agent) are refused.
+
+use http::{HeaderName, HeaderValue};
+
+use super::FieldError;
+
+const MAX_HEADERS: usize = 32;
+const MAX_VALUE_LEN: usize = 4096;
+
+/// Headers postback owns or that only make sense for one hop.
+const REFUSED: &[&str] = &[
+    "connection",
+    "content-length",
+    "host",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "user-agent",
+    "webhook-id",
+    "webhook-signature",
+    "webhook-timestamp",
+];
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExtraHeaders(Vec<(String, String)>);
+
+impl ExtraHeaders {
+    /// Validates name/value pairs; errors name the field `headers.<name>`.
+    pub fn parse(pairs: Vec<(String, String)>) -> Result<Self, FieldError> {
+        if pairs.len() > MAX_HEADERS {
+            return Err(FieldError::new("headers", format!("at most {MAX_HEADERS} headers")));
+        }
+        let mut out = Vec::with_capacity(pairs.len());
+        for (name, value) in pairs {
+            let field = || format!("headers.{name}");
+            let parsed = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| FieldError::new(field(), "not a valid header name"))?;
+            if REFUSED.contains(&parsed.as_str()) {
+                return Err(FieldError::new(field(), "this header is set by postback or is hop-by-hop"));
+            }
+            if value.len() > MAX_VALUE_LEN || HeaderValue::from_str(&value).is_err() {
+                return Err(FieldError::new(
+                    field(),
+                    format!("value must be visible ASCII, at most {MAX_VALUE_LEN} bytes"),
+                ));
+            }
+            out.push((parsed.as_str().to_string(), value));
+        }
+        Ok(Self(out))
+    }
+
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.0
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
+    }
+
+    pub fn into_pairs(self) -> Vec<(String, String)> {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(name: &str, value: &str) -> Result<ExtraHeaders, FieldError> {
+        ExtraHeaders::parse(vec![(name.into(), value.into())])
+    }
+
+    #[test]
+    fn accepts_ordinary_headers_lowercased() {
+        let h = one("X-Merchant", "42").unwrap();
+        assert_eq!(h.pairs(), &[("x-merchant".to_string(), "42".to_string())]);
+    }
+
+    #[test]
+    fn refuses_reserved_and_invalid_headers() {
+        for (n, v) in [("Webhook-Signature", "x"), ("Transfer-Encoding", "chunked"), ("Host", "a"), ("bad name", "x"), ("x-a", "line\nbreak")] {
+            let err = one(n, v).unwrap_err();
+            assert!(err.field.starts_with("headers."), "{n}");
+        }
+        assert!(ExtraHeaders::parse(vec![("x-a".into(), "b".into()); MAX_HEADERS + 1]).is_err());
+    }
+}

@@ -1,0 +1,21 @@
+//! Domain types that validate on construction, so that an invalid notification cannot
+//! exist past the API boundary: ids, callback URLs, schedules, request headers, payloads
+//! and the record of one attempt.
+
+mod attempt;
+mod callback_url;
+mod error;
+mod headers;
+mod job_id;
+mod notification;
+mod payload;
+mod schedule;
+
+pub use attempt::{Attempt, Outcome};
+pub use callback_url::CallbackUrl;
+pub use error::FieldError;
+pub use headers::ExtraHeaders;
+pub use job_id::JobId;
+pub use notification::{JobSpec, Notification};
+pub use payload::Payload;
+pub use schedule::{parse_duration, Schedule};

@@ -1,0 +1,56 @@
+//! `Notification`: a validated request to deliver one webhook, and `JobSpec`, the form
+//! in which the store keeps it and hands it to the sender.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{CallbackUrl, ExtraHeaders, JobId, Payload, Schedule};
+
+/// A notification ready to be stored: every field already validated.
+#[derive(Debug, Clone)]
+pub struct Notification {
+    pub id: JobId,
+    pub url: CallbackUrl,
+    pub payload: Payload,
+    pub headers: ExtraHeaders,
+    pub schedule: Schedule,
+    pub delay: Duration,
+    pub timeout: Duration,
+    pub expect_body: Option<String>,
+    pub topic: Option<String>,
+    pub rate_key: String,
+}
+
+impl Notification {
+    /// What the sender needs to make an attempt.
+    pub fn spec(&self) -> JobSpec {
+        let (body, content_type) = self.payload.clone().into_parts();
+        JobSpec {
+            url: self.url.to_string(),
+            body,
+            content_type: content_type.to_string(),
+            headers: self.headers.pairs().to_vec(),
+            timeout_ms: self.timeout.as_millis() as u64,
+            expect_body: self.expect_body.clone(),
+            topic: self.topic.clone(),
+            rate_key: self.rate_key.clone(),
+        }
+    }
+}
+
+/// The stored, immutable part of a notification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub url: String,
+    pub body: String,
+    pub content_type: String,
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    pub timeout_ms: u64,
+    #[serde(default)]
+    pub expect_body: Option<String>,
+    #[serde(default)]
+    pub topic: Option<String>,
+    pub rate_key: String,
+}

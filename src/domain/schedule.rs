@@ -1,0 +1,91 @@
+//! `Schedule`: the intervals between attempts. Attempt k+1 is due `schedule[k-1]` after
+//! attempt k failed; after `1 + len` failed attempts the notification is dead.
+
+use std::time::Duration;
+
+use super::FieldError;
+
+/// At most this many retry tiers (the longest shipped schedule has 15).
+pub const MAX_TIERS: usize = 50;
+/// Each interval is at least this long, so that a schedule cannot hammer a callback.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// Each interval is at most this long.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule(Vec<Duration>);
+
+impl Schedule {
+    /// Validates a list of intervals written as humantime strings (`"15s"`, `"3m"`).
+    pub fn parse<S: AsRef<str>>(items: &[S]) -> Result<Self, FieldError> {
+        if items.len() > MAX_TIERS {
+            return Err(FieldError::new(
+                "",
+                format!("at most {MAX_TIERS} intervals, got {}", items.len()),
+            ));
+        }
+        let intervals = items
+            .iter()
+            .enumerate()
+            .map(|(i, s)| parse_interval(s.as_ref()).map_err(|e| e.within(&format!("[{i}]"))))
+            .collect::<Result<_, _>>()?;
+        Ok(Self(intervals))
+    }
+
+    pub fn intervals(&self) -> &[Duration] {
+        &self.0
+    }
+
+    /// Attempts in all: the first one plus one per interval.
+    pub fn max_attempts(&self) -> u32 {
+        1 + self.0.len() as u32
+    }
+}
+
+fn parse_interval(s: &str) -> Result<Duration, FieldError> {
+    let d = parse_duration(s)?;
+    if d < MIN_INTERVAL || d > MAX_INTERVAL {
+        return Err(FieldError::new(
+            "",
+            format!(
+                "interval `{s}` out of range ({} to {})",
+                humantime::format_duration(MIN_INTERVAL),
+                humantime::format_duration(MAX_INTERVAL)
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+/// Parses one humantime duration (`250ms`, `15s`, `3m`, `1h 30m`).
+pub fn parse_duration(s: &str) -> Result<Duration, FieldError> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| FieldError::new("", format!("`{s}` is not a duration ({e})")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_default_schedule() {
+        let s = Schedule::parse(&["15s", "3m", "10m", "30m", "30m", "1h", "2h", "6h", "15h"]).unwrap();
+        assert_eq!(s.max_attempts(), 10);
+        assert_eq!(s.intervals()[1], Duration::from_secs(180));
+    }
+
+    #[test]
+    fn an_empty_schedule_means_one_attempt() {
+        assert_eq!(Schedule::parse::<&str>(&[]).unwrap().max_attempts(), 1);
+    }
+
+    #[test]
+    fn names_the_bad_interval() {
+        let err = Schedule::parse(&["1s", "soon"]).unwrap_err().within("schedule");
+        assert_eq!(err.field, "schedule[1]");
+        let err = Schedule::parse(&["1ms"]).unwrap_err();
+        assert_eq!(err.field, "[0]");
+        assert!(Schedule::parse(&["30d"]).is_err());
+        assert!(Schedule::parse(&vec!["1s"; MAX_TIERS + 1]).is_err());
+    }
+}

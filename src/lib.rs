@@ -1,0 +1,17 @@
+//! postback: a webhook notification dispatcher with tiered retries and dead-lettering.
+//!
+//! A notification is registered through the API (`api`), kept by a store (`store`,
+//! Redis with one Lua script per transition), claimed when due by the scheduler
+//! (`scheduler`), posted by the sender (`sender`, signed by `signing`), and its outcome
+//! recorded by the settler (`settler`). `app` wires them together for `postback serve`.
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod domain;
+pub mod scheduler;
+pub mod sender;
+pub mod settler;
+pub mod signing;
+pub mod store;
+pub mod telemetry;

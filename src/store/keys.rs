@@ -1,0 +1,71 @@
+//! Redis key names. Every key of a shard carries the hash tag `{<prefix>:<shard>}`, so
+//! that one script touches one cluster slot, on a standalone Redis or a Redis Cluster.
+
+/// The keys of one shard, in the order every script receives them as `KEYS`.
+#[derive(Debug, Clone)]
+pub struct ShardKeys {
+    tag: String,
+    all: [String; 7],
+}
+
+impl ShardKeys {
+    pub fn new(prefix: &str, shard: u16) -> Self {
+        let tag = format!("{{{prefix}:{shard}}}");
+        let key = |name: &str| format!("{tag}:{name}");
+        Self {
+            all: [
+                key("due"),
+                key("inflight"),
+                key("dead"),
+                key("jobs"),
+                key("state"),
+                key("history"),
+                key("done"),
+            ],
+            tag,
+        }
+    }
+
+    /// `due`, `inflight`, `dead`, `jobs`, `state`, `history`, `done`.
+    pub fn all(&self) -> &[String; 7] {
+        &self.all
+    }
+
+    pub fn dead(&self) -> &str {
+        &self.all[2]
+    }
+
+    pub fn jobs(&self) -> &str {
+        &self.all[3]
+    }
+
+    pub fn state(&self) -> &str {
+        &self.all[4]
+    }
+
+    pub fn history(&self) -> &str {
+        &self.all[5]
+    }
+
+    /// The key remembering which notification an idempotency key created.
+    pub fn idempotency(&self, key: &str) -> String {
+        format!("{}:idem:{key}", self.tag)
+    }
+}
+
+/// The pub/sub channel on which enqueues and retries announce a new earliest due time.
+pub fn wake_channel(prefix: &str) -> String {
+    format!("{prefix}:wake")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_shard_shares_its_hash_tag() {
+        let k = ShardKeys::new("postback", 3);
+        assert!(k.all().iter().all(|key| key.starts_with("{postback:3}:")));
+        assert!(k.idempotency("abc").starts_with("{postback:3}:"));
+    }
+}

@@ -1,0 +1,170 @@
+//! The storage port: every state transition of a notification, as one trait, so that the
+//! pipeline does not depend on which backend keeps the data. `redis` is the reference
+//! implementation; each transition is atomic.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{Attempt, JobId, JobSpec, Notification, Outcome};
+
+mod cursor;
+mod keys;
+mod redis;
+
+pub use self::redis::RedisStore;
+pub use cursor::Cursor;
+
+/// The store could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend is unreachable or timed out; the caller may try again later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The backend answered with data this version cannot read.
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Where a notification is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Scheduled,
+    InFlight,
+    Delivered,
+    Dead,
+    Cancelled,
+}
+
+/// The mutable part of a notification, as the store keeps it. Times are ms since the
+/// epoch, taken from the store's clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub state: JobState,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub created_at: i64,
+    #[serde(default)]
+    pub next_at: Option<i64>,
+    #[serde(default)]
+    pub finished_at: Option<i64>,
+}
+
+/// A notification as a reader sees it: what it is, where it is, what happened so far.
+#[derive(Debug, Clone)]
+pub struct JobView {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub status: JobStatus,
+    pub history: Vec<Attempt>,
+}
+
+/// The answer to an enqueue.
+#[derive(Debug, Clone)]
+pub struct Enqueued {
+    pub id: JobId,
+    pub status: JobStatus,
+    /// The idempotency key was seen before; nothing new was stored.
+    pub duplicate: bool,
+    /// It is now the earliest due notification of its shard: schedulers should wake.
+    pub earliest: bool,
+}
+
+/// An idempotency key with how long it is remembered.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    pub key: String,
+    pub ttl: Duration,
+}
+
+/// A notification leased to this instance for one attempt.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    pub id: JobId,
+    pub lease: u64,
+    /// The number of this attempt (1 for the first).
+    pub attempt: u32,
+    /// When it was due and when it was claimed, ms since the epoch (store clock).
+    pub due_at: i64,
+    pub claimed_at: i64,
+    pub spec: JobSpec,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, Default)]
+pub struct Claim {
+    pub jobs: Vec<ClaimedJob>,
+    /// How long until the next notification falls due or a lease expires, if any.
+    pub next_wake: Option<Duration>,
+}
+
+/// What one attempt came to, to be recorded by `settle`.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    pub id: JobId,
+    pub lease: u64,
+    pub outcome: Outcome,
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    pub response: String,
+}
+
+/// The answer to a settle.
+#[derive(Debug, Clone, Default)]
+pub struct Settled {
+    /// Per settlement, in order: whether it was applied (false: its lease was lost).
+    pub applied: Vec<bool>,
+    /// A retry became the earliest due notification: schedulers should wake.
+    pub earliest: bool,
+}
+
+/// A page of dead letters, newest first.
+#[derive(Debug, Clone)]
+pub struct DeadPage {
+    pub items: Vec<JobView>,
+    pub next_cursor: Option<Cursor>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The shard for a new notification: by hash of its idempotency key, so that a
+    /// repeated key always meets itself, otherwise in turn.
+    fn shard_for(&self, idempotency_key: Option<&str>) -> u16;
+
+    /// Stores a notification and schedules its first attempt.
+    async fn enqueue(
+        &self,
+        notification: &Notification,
+        idempotency: Option<&Idempotency>,
+    ) -> StoreResult<Enqueued>;
+
+    /// Leases up to `limit` due notifications for `lease`.
+    async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim>;
+
+    /// Records attempts and moves each notification to its next state.
+    async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled>;
+
+    /// Hands leased notifications back, due at once, without counting an attempt.
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize>;
+
+    /// One notification with its history.
+    async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>>;
+
+    /// Dead letters, newest first, `limit` at a time, after `cursor`.
+    async fn dead_letters(&self, limit: usize, after: Option<&Cursor>) -> StoreResult<DeadPage>;
+
+    /// Succeeds when the store answers.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Calls `wake.notify_one()` whenever another instance makes a notification due
+    /// earlier than before, until `cancel` fires.
+    async fn watch_wakeups(&self, wake: Arc<Notify>, cancel: CancellationToken);
+}

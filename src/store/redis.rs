@@ -1,0 +1,377 @@
+//! The Redis store: notifications sharded over hash-tagged keys, every transition one Lua
+//! script from `lua/` (EVALSHA with a NOSCRIPT fallback), time from Redis `TIME`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::keys::{wake_channel, ShardKeys};
+use super::{
+    Claim, ClaimedJob, Cursor, DeadPage, Enqueued, Idempotency, JobStatus, JobView, Settled, Settlement,
+    Store, StoreError, StoreResult,
+};
+use crate::config::StoreSettings;
+use crate::domain::{Attempt, JobId, JobSpec, Notification};
+
+mod page;
+mod reply;
+
+use reply::{int_at, text_at};
+
+struct Scripts {
+    enqueue: Script,
+    claim: Script,
+    settle: Script,
+    release: Script,
+}
+
+impl Scripts {
+    fn load() -> Self {
+        Self {
+            enqueue: Script::new(include_str!("../../lua/enqueue.lua")),
+            claim: Script::new(include_str!("../../lua/claim.lua")),
+            settle: Script::new(include_str!("../../lua/settle.lua")),
+            release: Script::new(include_str!("../../lua/release.lua")),
+        }
+    }
+}
+
+pub struct RedisStore {
+    client: redis::Client,
+    conn: ConnectionManager,
+    shards: Vec<ShardKeys>,
+    wake_channel: String,
+    connect_timeout: Duration,
+    next_shard: AtomicUsize,
+    scripts: Scripts,
+}
+
+impl RedisStore {
+    /// Connects, retrying until `settings.connect_wait` has passed.
+    pub async fn connect(url: &str, settings: &StoreSettings) -> anyhow::Result<Self> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(settings.connect_timeout))
+            .set_response_timeout(Some(settings.response_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        let deadline = tokio::time::Instant::now() + settings.connect_wait;
+        let conn = loop {
+            match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+                Ok(conn) => break conn,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    anyhow::bail!(
+                        "store.redis_url: Redis at {url} is unreachable after {}: {e}",
+                        humantime::format_duration(settings.connect_wait)
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for Redis");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        };
+        Ok(Self {
+            client,
+            conn,
+            shards: (0..settings.shards)
+                .map(|s| ShardKeys::new(&settings.key_prefix, s))
+                .collect(),
+            wake_channel: wake_channel(&settings.key_prefix),
+            connect_timeout: settings.connect_timeout,
+            next_shard: AtomicUsize::new(0),
+            scripts: Scripts::load(),
+        })
+    }
+
+    fn keys(&self, id: &JobId) -> StoreResult<&ShardKeys> {
+        self.shards
+            .get(id.shard() as usize)
+            .ok_or_else(|| StoreError::Corrupt(format!("{id} names a shard this instance does not have")))
+    }
+
+    async fn claim_shard(&self, keys: &ShardKeys, limit: usize, lease: Duration) -> StoreResult<(Vec<ClaimedJob>, Option<i64>)> {
+        let reply: Vec<Value> = self
+            .scripts
+            .claim
+            .key(keys.all().as_slice())
+            .arg(limit)
+            .arg(lease.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let now = int_at(&reply, 0)?;
+        let wake = int_at(&reply, 1)?;
+        let jobs = reply[2..]
+            .chunks(5)
+            .map(|c| claimed_job(c, now))
+            .collect::<StoreResult<_>>()?;
+        Ok((jobs, (wake >= 0).then(|| (wake - now).max(0))))
+    }
+
+    async fn settle_shard(&self, keys: &ShardKeys, batch: &[&Settlement]) -> StoreResult<(Vec<bool>, bool)> {
+        let mut call = self.scripts.settle.key(keys.all().as_slice());
+        call.arg(&self.wake_channel);
+        for s in batch {
+            call.arg(s.id.to_string())
+                .arg(s.lease)
+                .arg(s.outcome.as_str())
+                .arg(s.status.map(|c| c.to_string()).unwrap_or_default())
+                .arg(s.error.as_deref().unwrap_or_default())
+                .arg(s.duration_ms)
+                .arg(&s.response);
+        }
+        let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(store_error)?;
+        let earliest = reply.first().is_some_and(|&e| e == 1);
+        Ok((reply.iter().skip(1).map(|&a| a == 1).collect(), earliest))
+    }
+
+    async fn views(&self, keys: &ShardKeys, ids: &[String]) -> StoreResult<Vec<JobView>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (specs, states, histories): (Vec<Option<String>>, Vec<Option<String>>, Vec<Option<String>>) = redis::pipe()
+            .cmd("HMGET")
+            .arg(keys.jobs())
+            .arg(ids)
+            .cmd("HMGET")
+            .arg(keys.state())
+            .arg(ids)
+            .cmd("HMGET")
+            .arg(keys.history())
+            .arg(ids)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            if let (Some(spec), Some(state)) = (&specs[i], &states[i]) {
+                out.push(job_view(id, spec, state, histories[i].as_deref())?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn shard_for(&self, idempotency_key: Option<&str>) -> u16 {
+        let n = self.shards.len();
+        let i = match idempotency_key {
+            Some(key) => {
+                let digest = Sha256::digest(key.as_bytes());
+                u64::from_be_bytes(digest[..8].try_into().expect("8 bytes")) as usize % n
+            }
+            None => self.next_shard.fetch_add(1, Ordering::Relaxed) % n,
+        };
+        i as u16
+    }
+
+    async fn enqueue(&self, n: &Notification, idempotency: Option<&Idempotency>) -> StoreResult<Enqueued> {
+        let keys = self.keys(&n.id)?;
+        let spec = serde_json::to_string(&n.spec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let schedule: Vec<u64> = n.schedule.intervals().iter().map(|d| d.as_millis() as u64).collect();
+        let mut call = self.scripts.enqueue.key(keys.all().as_slice());
+        if let Some(idem) = idempotency {
+            call.key(keys.idempotency(&idem.key));
+        }
+        call.arg(n.id.to_string())
+            .arg(spec)
+            .arg(serde_json::to_string(&schedule).expect("a list of numbers serializes"))
+            .arg(n.delay.as_millis() as u64)
+            .arg(&self.wake_channel)
+            .arg(idempotency.map_or(0, |i| i.ttl.as_millis() as u64).max(1));
+        let reply: Vec<Value> = call.invoke_async(&mut self.conn.clone()).await.map_err(store_error)?;
+        let id: JobId = text_at(&reply, 0)?
+            .parse()
+            .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
+        let status = match reply.get(1) {
+            Some(Value::Nil) | None => return Err(StoreError::Corrupt(format!("{id} has no state"))),
+            _ => parse_status(&text_at(&reply, 1)?)?,
+        };
+        Ok(Enqueued {
+            id,
+            status,
+            duplicate: int_at(&reply, 2)? == 1,
+            earliest: int_at(&reply, 3)? == 1,
+        })
+    }
+
+    async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
+        let n = self.shards.len();
+        let start = self.next_shard.fetch_add(1, Ordering::Relaxed);
+        let mut claim = Claim::default();
+        let mut next_wake: Option<i64> = None;
+        for i in 0..n {
+            let remaining = limit.saturating_sub(claim.jobs.len());
+            if remaining == 0 {
+                next_wake = Some(0);
+                break;
+            }
+            let (jobs, wake) = self.claim_shard(&self.shards[(start + i) % n], remaining, lease).await?;
+            claim.jobs.extend(jobs);
+            next_wake = match (next_wake, wake) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        claim.next_wake = next_wake.map(|ms| Duration::from_millis(ms as u64));
+        Ok(claim)
+    }
+
+    async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
+        let mut applied = vec![false; batch.len()];
+        let mut earliest = false;
+        for (shard, keys) in self.shards.iter().enumerate() {
+            let (idx, items): (Vec<usize>, Vec<&Settlement>) = batch
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.id.shard() as usize == shard)
+                .unzip();
+            if items.is_empty() {
+                continue;
+            }
+            let (done, wake) = self.settle_shard(keys, &items).await?;
+            earliest |= wake;
+            for (i, a) in idx.into_iter().zip(done) {
+                applied[i] = a;
+            }
+        }
+        Ok(Settled { applied, earliest })
+    }
+
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
+        let mut released = 0;
+        for (shard, keys) in self.shards.iter().enumerate() {
+            let mine: Vec<_> = leases.iter().filter(|(id, _)| id.shard() as usize == shard).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let mut call = self.scripts.release.key(keys.all().as_slice());
+            call.arg(&self.wake_channel);
+            for (id, lease) in mine {
+                call.arg(id.to_string()).arg(*lease);
+            }
+            let n: usize = call.invoke_async(&mut self.conn.clone()).await.map_err(store_error)?;
+            released += n;
+        }
+        Ok(released)
+    }
+
+    async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>> {
+        let Ok(keys) = self.keys(id) else {
+            return Ok(None);
+        };
+        Ok(self.views(keys, &[id.to_string()]).await?.pop())
+    }
+
+    async fn dead_letters(&self, limit: usize, after: Option<&Cursor>) -> StoreResult<DeadPage> {
+        let keys = &self.shards[0];
+        let (entries, more) = page::newest_first(&mut self.conn.clone(), keys.dead(), limit, after)
+            .await
+            .map_err(store_error)?;
+        let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+        let items = self.views(keys, &ids).await?;
+        let next_cursor = if more {
+            entries.last().and_then(|(id, at)| Some(Cursor { at: *at, id: id.parse().ok()? }))
+        } else {
+            None
+        };
+        Ok(DeadPage { items, next_cursor })
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        redis::cmd("PING")
+            .query_async::<String>(&mut self.conn.clone())
+            .await
+            .map(drop)
+            .map_err(store_error)
+    }
+
+    async fn watch_wakeups(&self, wake: Arc<Notify>, cancel: CancellationToken) {
+        let mut failures = 0u32;
+        while !cancel.is_cancelled() {
+            match self.listen(&wake, &cancel).await {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    if failures == 0 {
+                        tracing::warn!(error = %e, "wake-up subscription lost; resubscribing");
+                    }
+                    failures += 1;
+                }
+            }
+            let backoff = Duration::from_millis(100 * 2u64.pow(failures.min(5)));
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+        }
+    }
+}
+
+impl RedisStore {
+    /// Subscribes to the wake channel and forwards messages until it drops or `cancel`.
+    async fn listen(&self, wake: &Notify, cancel: &CancellationToken) -> redis::RedisResult<()> {
+        let mut pubsub = tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub())
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting for pub/sub"))??;
+        pubsub.subscribe(&self.wake_channel).await?;
+        // Anything published while unsubscribed was missed: look once.
+        wake.notify_one();
+        let mut messages = pubsub.on_message();
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                msg = messages.next() => match msg {
+                    Some(_) => wake.notify_one(),
+                    None => return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "pub/sub connection closed").into()),
+                },
+            }
+        }
+    }
+}
+
+fn claimed_job(c: &[Value], claimed_at: i64) -> StoreResult<ClaimedJob> {
+    let id = text_at(c, 0)?;
+    Ok(ClaimedJob {
+        id: id.parse().map_err(|_| StoreError::Corrupt(format!("bad id `{id}` in due set")))?,
+        lease: int_at(c, 1)? as u64,
+        attempt: int_at(c, 2)? as u32 + 1,
+        due_at: int_at(c, 3)?,
+        claimed_at,
+        spec: serde_json::from_str(&text_at(c, 4)?).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+    })
+}
+
+fn job_view(id: &str, spec: &str, state: &str, history: Option<&str>) -> StoreResult<JobView> {
+    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
+    Ok(JobView {
+        id: id.parse().map_err(|_| StoreError::Corrupt(format!("bad id `{id}`")))?,
+        spec: serde_json::from_str::<JobSpec>(spec).map_err(|e| corrupt("spec", e))?,
+        status: parse_status(state)?,
+        history: match history {
+            Some(h) => serde_json::from_str::<Vec<Attempt>>(h).map_err(|e| corrupt("history", e))?,
+            None => Vec::new(),
+        },
+    })
+}
+
+fn parse_status(state: &str) -> StoreResult<JobStatus> {
+    serde_json::from_str(state).map_err(|e| StoreError::Corrupt(format!("state record: {e}")))
+}
+
+fn store_error(e: redis::RedisError) -> StoreError {
+    use redis::ErrorKind;
+    match e.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Corrupt(e.to_string()),
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}
