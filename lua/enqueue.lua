@@ -5,7 +5,8 @@
 -- Returns {id, state JSON, duplicate 0|1, new earliest 0|1}. With an idempotency key that
 -- was seen before, nothing is stored and the first notification is returned.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Rounded up, so that a time computed from it is never early.
+local now = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 local id = ARGV[1]
 
 if KEYS[8] then

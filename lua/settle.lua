@@ -8,7 +8,8 @@
 -- was claimed again, or it already finished) changes nothing.
 -- Returns {new earliest 0|1, then per attempt 1 if applied, 0 if ignored}.
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Rounded up, so that a time computed from it is never early.
+local now = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
 local out = {0}
 
 local function append_history(id, entry)

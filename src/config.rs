@@ -241,7 +241,10 @@ impl Config {
 
 fn env_provider() -> Env {
     Env::prefixed("POSTBACK_")
-        .filter(|key| SECTIONS.iter().any(|s| key.as_str().starts_with(&format!("{s}_"))))
+        .filter(|key| {
+            let key = key.as_str().to_ascii_lowercase();
+            SECTIONS.iter().any(|s| key.starts_with(&format!("{s}_")))
+        })
         .map(|key| key.as_str().replacen('_', ".", 1).into())
 }
 

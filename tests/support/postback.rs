@@ -1,0 +1,134 @@
+//! `postback serve` as a child process, and a small API client for it.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::RedisServer;
+
+pub const TOKEN: &str = "test-token";
+
+pub struct Postback {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+    pub http: reqwest::Client,
+}
+
+impl Postback {
+    /// Starts an instance on `redis` with test-friendly settings plus `env`, and waits
+    /// until its API answers.
+    pub async fn start(redis: &RedisServer, env: &[(&str, &str)]) -> Self {
+        postback::sender::install_crypto_provider();
+        let port = super::free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("postback.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_postback"));
+        cmd.arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "postback=debug,info")
+            .env("POSTBACK_SERVER_LISTEN", format!("127.0.0.1:{port}"))
+            .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
+            .env("POSTBACK_STORE_REDIS_URL", redis.url())
+            .env("POSTBACK_DELIVERY_MAX_IDLE_SLEEP", "500ms")
+            .env("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "5s")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        let pb = Self { child, port, log, _dir: dir, http: reqwest::Client::new() };
+        let up = super::eventually(Duration::from_secs(15), || async {
+            pb.http.get(pb.url("/healthz")).send().await.is_ok()
+        })
+        .await;
+        assert!(up, "postback did not start:\n{}", pb.logs());
+        pb
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path)
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `POST /notify` with the test token; returns the status and the JSON answer.
+    pub async fn notify(&self, body: Value) -> (u16, Value) {
+        self.notify_with(body, &[]).await
+    }
+
+    pub async fn notify_with(&self, body: Value, headers: &[(&str, &str)]) -> (u16, Value) {
+        let mut req = self.http.post(self.url("/notify")).bearer_auth(TOKEN).json(&body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Registers and asserts `202`; returns the id.
+    pub async fn register(&self, body: Value) -> String {
+        let (status, answer) = self.notify(body).await;
+        assert_eq!(status, 202, "{answer}");
+        answer["id"].as_str().unwrap().to_string()
+    }
+
+    /// `GET path` with the test token.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self.http.get(self.url(path)).bearer_auth(TOKEN).send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn notification(&self, id: &str) -> Value {
+        let (status, body) = self.get(&format!("/notifications/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Waits until the notification reaches `state`; returns it.
+    pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let seen = self.notification(id).await;
+            if seen["state"] == state {
+                return seen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{id} never reached {state}; last seen {seen}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        self.child.wait().unwrap()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Postback {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("--- postback log (port {}) ---\n{}", self.port, self.logs());
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! A real HTTP receiver that records every request and answers as the query string of
+//! the callback URL says:
+//! `fail=N` answers `status` (default 500) to the first N requests of each webhook-id;
+//! `reply=TEXT` is the body of a success; `redirect=1` always answers 302;
+//! `sleep_ms=N` waits before answering.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub at: Instant,
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).map(|v| v.to_str().unwrap().to_string())
+    }
+
+    pub fn id(&self) -> String {
+        self.header("webhook-id").unwrap_or_default()
+    }
+}
+
+#[derive(Default)]
+struct Log {
+    requests: Vec<Received>,
+    per_id: HashMap<String, usize>,
+}
+
+#[derive(Clone)]
+pub struct Receiver {
+    pub port: u16,
+    log: Arc<Mutex<Log>>,
+}
+
+impl Receiver {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let log = Arc::new(Mutex::new(Log::default()));
+        let app = Router::new().fallback(answer).with_state(log.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Self { port, log }
+    }
+
+    /// The callback URL for `path_and_query` (e.g. `/cb?fail=2`).
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path_and_query)
+    }
+
+    pub fn requests(&self) -> Vec<Received> {
+        self.log.lock().unwrap().requests.clone()
+    }
+
+    pub fn requests_for(&self, id: &str) -> Vec<Received> {
+        self.requests().into_iter().filter(|r| r.id() == id).collect()
+    }
+
+    pub fn count(&self) -> usize {
+        self.log.lock().unwrap().requests.len()
+    }
+
+    /// Waits until at least `n` requests arrived.
+    pub async fn wait_for(&self, n: usize, timeout: Duration) -> bool {
+        super::eventually(timeout, || async { self.count() >= n }).await
+    }
+}
+
+async fn answer(
+    State(log): State<Arc<Mutex<Log>>>,
+    Query(q): Query<HashMap<String, String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let received = Received { at: Instant::now(), path: uri.path().to_string(), headers, body };
+    let nth = {
+        let mut log = log.lock().unwrap();
+        let n = log.per_id.entry(received.id()).or_default();
+        *n += 1;
+        let nth = *n;
+        log.requests.push(received);
+        nth
+    };
+    if let Some(ms) = q.get("sleep_ms") {
+        tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+    }
+    if q.contains_key("redirect") {
+        return (StatusCode::FOUND, [("location", "/elsewhere")], "moved").into_response();
+    }
+    let fail: usize = q.get("fail").map_or(0, |f| f.parse().unwrap());
+    if nth <= fail {
+        let status = q.get("status").map_or(500, |s| s.parse().unwrap());
+        return (StatusCode::from_u16(status).unwrap(), "failure").into_response();
+    }
+    (StatusCode::OK, q.get("reply").cloned().unwrap_or_else(|| "ok".into())).into_response()
+}
