@@ -19,7 +19,12 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(store = "redis", url = %redacted(&config.redis_url), shards = s.store.shards, "store connected");
     let listener = tokio::net::TcpListener::bind(s.server.listen)
         .await
-        .with_context(|| format!("server.listen (POSTBACK_SERVER_LISTEN): cannot listen on {}", s.server.listen))?;
+        .with_context(|| {
+            format!(
+                "server.listen (POSTBACK_SERVER_LISTEN): cannot listen on {}",
+                s.server.listen
+            )
+        })?;
     if s.server.api_tokens.is_empty() {
         tracing::warn!("API authentication is off (--insecure-no-auth)");
     }
@@ -34,7 +39,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         tokio::spawn(async move { store.watch_wakeups(wake, stop).await })
     };
 
-    let state = AppState { store, wake, policy: Arc::new(policy(&config)) };
+    let state = AppState {
+        store,
+        wake,
+        policy: Arc::new(policy(&config)),
+    };
     let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
     let app = api::router(state, tokens, s.server.max_body_bytes);
     tracing::info!(addr = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");

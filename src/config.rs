@@ -212,23 +212,63 @@ impl Config {
             bail!("server.api_tokens (POSTBACK_SERVER_API_TOKENS): no API token configured; set one, or start with --insecure-no-auth");
         }
         check(s.store.shards >= 1, "store.shards", "must be at least 1")?;
-        check(!s.store.key_prefix.is_empty() && !s.store.key_prefix.contains(['{', '}']), "store.key_prefix", "must be non-empty, without braces")?;
-        check(s.delivery.concurrency >= 1, "delivery.concurrency", "must be at least 1")?;
-        check(s.delivery.claim_batch >= 1 && s.delivery.claim_batch <= 1000, "delivery.claim_batch", "must be between 1 and 1000")?;
-        check(!s.delivery.max_timeout.is_zero(), "delivery.max_timeout", "must be more than 0s")?;
-        check(!s.delivery.timeout.is_zero() && s.delivery.timeout <= s.delivery.max_timeout, "delivery.timeout", "must be more than 0s and at most delivery.max_timeout")?;
-        check(s.delivery.lease >= s.delivery.max_timeout + Duration::from_secs(5), "delivery.lease", "must outlast delivery.max_timeout by at least 5s")?;
-        check(!s.delivery.max_idle_sleep.is_zero(), "delivery.max_idle_sleep", "must be more than 0s")?;
-        check(s.server.max_body_bytes >= 1024, "server.max_body_bytes", "must be at least 1024")?;
-        let redis_url = s.store.redis_url.clone().unwrap_or_else(|| DEFAULT_REDIS_URL.into());
-        redis::IntoConnectionInfo::into_connection_info(redis_url.as_str())
-            .with_context(|| format!("store.redis_url (POSTBACK_STORE_REDIS_URL): `{redis_url}` is not a Redis URL"))?;
+        check(
+            !s.store.key_prefix.is_empty() && !s.store.key_prefix.contains(['{', '}']),
+            "store.key_prefix",
+            "must be non-empty, without braces",
+        )?;
+        check(
+            s.delivery.concurrency >= 1,
+            "delivery.concurrency",
+            "must be at least 1",
+        )?;
+        check(
+            s.delivery.claim_batch >= 1 && s.delivery.claim_batch <= 1000,
+            "delivery.claim_batch",
+            "must be between 1 and 1000",
+        )?;
+        check(
+            !s.delivery.max_timeout.is_zero(),
+            "delivery.max_timeout",
+            "must be more than 0s",
+        )?;
+        check(
+            !s.delivery.timeout.is_zero() && s.delivery.timeout <= s.delivery.max_timeout,
+            "delivery.timeout",
+            "must be more than 0s and at most delivery.max_timeout",
+        )?;
+        check(
+            s.delivery.lease >= s.delivery.max_timeout + Duration::from_secs(5),
+            "delivery.lease",
+            "must outlast delivery.max_timeout by at least 5s",
+        )?;
+        check(
+            !s.delivery.max_idle_sleep.is_zero(),
+            "delivery.max_idle_sleep",
+            "must be more than 0s",
+        )?;
+        check(
+            s.server.max_body_bytes >= 1024,
+            "server.max_body_bytes",
+            "must be at least 1024",
+        )?;
+        let redis_url = s
+            .store
+            .redis_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_REDIS_URL.into());
+        redis::IntoConnectionInfo::into_connection_info(redis_url.as_str()).with_context(|| {
+            format!("store.redis_url (POSTBACK_STORE_REDIS_URL): `{redis_url}` is not a Redis URL")
+        })?;
         let schedules = parse_schedules(&s.schedules)?;
         let secrets = s
             .signing
             .secrets
             .iter()
-            .map(|raw| Secret::parse(raw).map_err(|e| anyhow::anyhow!("signing.secrets (POSTBACK_SIGNING_SECRETS): {e}")))
+            .map(|raw| {
+                Secret::parse(raw)
+                    .map_err(|e| anyhow::anyhow!("signing.secrets (POSTBACK_SIGNING_SECRETS): {e}"))
+            })
             .collect::<anyhow::Result<_>>()?;
         Ok(Self {
             settings,
@@ -248,7 +288,9 @@ fn env_provider() -> Env {
         .map(|key| key.as_str().replacen('_', ".", 1).into())
 }
 
-fn parse_schedules(raw: &BTreeMap<String, StringList>) -> anyhow::Result<BTreeMap<String, Schedule>> {
+fn parse_schedules(
+    raw: &BTreeMap<String, StringList>,
+) -> anyhow::Result<BTreeMap<String, Schedule>> {
     if !raw.contains_key("default") {
         bail!("schedules.default: a default schedule is required");
     }
@@ -298,13 +340,23 @@ mod tests {
     fn names_the_bad_key() {
         let mut s = with_token();
         s.delivery.lease = Duration::from_secs(1);
-        assert!(Config::validate(s, false).unwrap_err().to_string().starts_with("delivery.lease"));
+        assert!(Config::validate(s, false)
+            .unwrap_err()
+            .to_string()
+            .starts_with("delivery.lease"));
         let mut s = with_token();
-        s.schedules.insert("odd".into(), StringList::from_csv("1s,nope"));
-        assert!(Config::validate(s, false).unwrap_err().to_string().contains("schedules.odd[1]"));
+        s.schedules
+            .insert("odd".into(), StringList::from_csv("1s,nope"));
+        assert!(Config::validate(s, false)
+            .unwrap_err()
+            .to_string()
+            .contains("schedules.odd[1]"));
         let mut s = with_token();
         s.signing.secrets = StringList::from_csv("not-a-secret");
-        assert!(Config::validate(s, false).unwrap_err().to_string().contains("signing.secrets"));
+        assert!(Config::validate(s, false)
+            .unwrap_err()
+            .to_string()
+            .contains("signing.secrets"));
     }
 
     #[test]

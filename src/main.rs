@@ -8,7 +8,11 @@ use clap::{Parser, Subcommand};
 use postback::config::Config;
 
 #[derive(Parser)]
-#[command(name = "postback", version, about = "Webhook notification dispatcher with tiered retries")]
+#[command(
+    name = "postback",
+    version,
+    about = "Webhook notification dispatcher with tiered retries"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,7 +34,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve { config, insecure_no_auth } => serve(config, insecure_no_auth),
+        Command::Serve {
+            config,
+            insecure_no_auth,
+        } => serve(config, insecure_no_auth),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

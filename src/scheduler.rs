@@ -25,7 +25,12 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(store: Arc<dyn Store>, sender: Sender, wake: Arc<Notify>, settings: DeliverySettings) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        sender: Sender,
+        wake: Arc<Notify>,
+        settings: DeliverySettings,
+    ) -> Self {
         Self {
             store,
             sender: Arc::new(sender),
@@ -43,9 +48,20 @@ impl Dispatcher {
         let abort = CancellationToken::new();
         let give_up = CancellationToken::new();
         let tasks = TaskTracker::new();
-        let settler = tokio::spawn(settler::run(self.store.clone(), rx, leases.clone(), self.wake.clone(), give_up.clone()));
+        let settler = tokio::spawn(settler::run(
+            self.store.clone(),
+            rx,
+            leases.clone(),
+            self.wake.clone(),
+            give_up.clone(),
+        ));
 
-        let ctx = AttemptContext { sender: self.sender.clone(), settle: tx, leases: leases.clone(), abort: abort.clone() };
+        let ctx = AttemptContext {
+            sender: self.sender.clone(),
+            settle: tx,
+            leases: leases.clone(),
+            abort: abort.clone(),
+        };
         self.claim_loop(&slots, &ctx, &tasks, &stop).await;
         drop(ctx);
 
@@ -64,10 +80,18 @@ impl Dispatcher {
         self.release(leases.take_all()).await;
     }
 
-    async fn claim_loop(&self, slots: &Arc<Semaphore>, ctx: &AttemptContext, tasks: &TaskTracker, stop: &CancellationToken) {
+    async fn claim_loop(
+        &self,
+        slots: &Arc<Semaphore>,
+        ctx: &AttemptContext,
+        tasks: &TaskTracker,
+        stop: &CancellationToken,
+    ) {
         let mut failures = 0u32;
         loop {
-            let Some(permits) = self.free_slots(slots, stop).await else { return };
+            let Some(permits) = self.free_slots(slots, stop).await else {
+                return;
+            };
             match self.store.claim(permits.len(), self.settings.lease).await {
                 Ok(claim) => {
                     if failures > 0 {
@@ -79,7 +103,9 @@ impl Dispatcher {
                         tasks.spawn(ctx.clone().attempt(job, permit));
                     }
                     if !full {
-                        let nap = claim.next_wake.map_or(self.settings.max_idle_sleep, |d| d.min(self.settings.max_idle_sleep));
+                        let nap = claim.next_wake.map_or(self.settings.max_idle_sleep, |d| {
+                            d.min(self.settings.max_idle_sleep)
+                        });
                         if !self.nap(nap, stop).await {
                             return;
                         }
@@ -101,7 +127,11 @@ impl Dispatcher {
 
     /// Waits for at least one free delivery slot, then takes as many as are free, up to
     /// the claim batch. `None` when told to stop.
-    async fn free_slots(&self, slots: &Arc<Semaphore>, stop: &CancellationToken) -> Option<Vec<OwnedSemaphorePermit>> {
+    async fn free_slots(
+        &self,
+        slots: &Arc<Semaphore>,
+        stop: &CancellationToken,
+    ) -> Option<Vec<OwnedSemaphorePermit>> {
         let first = tokio::select! {
             _ = stop.cancelled() => return None,
             p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
@@ -130,8 +160,13 @@ impl Dispatcher {
             return;
         }
         match self.store.release(&leases).await {
-            Ok(n) => tracing::info!(released = n, "released unfinished deliveries; they are due again now"),
-            Err(e) => tracing::error!(error = %e, count = leases.len(), "cannot release deliveries; they will be retried when their lease expires"),
+            Ok(n) => tracing::info!(
+                released = n,
+                "released unfinished deliveries; they are due again now"
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, count = leases.len(), "cannot release deliveries; they will be retried when their lease expires")
+            }
         }
     }
 }
@@ -148,7 +183,10 @@ struct AttemptContext {
 impl AttemptContext {
     async fn attempt(self, job: ClaimedJob, permit: OwnedSemaphorePermit) {
         self.leases.hold(job.id, job.lease);
-        let host = url::Url::parse(&job.spec.url).ok().and_then(|u| u.host_str().map(str::to_string)).unwrap_or_default();
+        let host = url::Url::parse(&job.spec.url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_default();
         let span = tracing::info_span!("attempt", id = %job.id, attempt = job.attempt, host = %host, lateness_ms = job.claimed_at - job.due_at);
         async move {
             let report = tokio::select! {
@@ -156,8 +194,15 @@ impl AttemptContext {
                 _ = self.abort.cancelled() => return,
             };
             match report.outcome {
-                Outcome::Delivered => tracing::debug!(status = report.status, ms = report.duration_ms, "delivered"),
-                Outcome::Failed => tracing::info!(status = report.status, error = report.error.as_deref(), ms = report.duration_ms, "attempt failed"),
+                Outcome::Delivered => {
+                    tracing::debug!(status = report.status, ms = report.duration_ms, "delivered")
+                }
+                Outcome::Failed => tracing::info!(
+                    status = report.status,
+                    error = report.error.as_deref(),
+                    ms = report.duration_ms,
+                    "attempt failed"
+                ),
             }
             let settlement = Settlement {
                 id: job.id,

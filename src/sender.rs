@@ -80,7 +80,9 @@ impl Sender {
 
     fn headers(&self, id: &JobId, spec: &JobSpec) -> HeaderMap {
         let id = id.to_string();
-        let timestamp = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let timestamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
         let mut h = HeaderMap::with_capacity(spec.headers.len() + 5);
         let mut put = |name: HeaderName, value: &str| {
             if let Ok(v) = HeaderValue::from_str(value) {
@@ -90,7 +92,10 @@ impl Sender {
         put(CONTENT_TYPE, &spec.content_type);
         put(USER_AGENT, USER_AGENT_VALUE);
         put(HeaderName::from_static("webhook-id"), &id);
-        put(HeaderName::from_static("webhook-timestamp"), &timestamp.to_string());
+        put(
+            HeaderName::from_static("webhook-timestamp"),
+            &timestamp.to_string(),
+        );
         if !self.secrets.is_empty() {
             let sig = signature_header(&self.secrets, &id, timestamp, spec.body.as_bytes());
             put(HeaderName::from_static("webhook-signature"), &sig);
@@ -107,7 +112,11 @@ impl Sender {
         let status = response.status();
         let mut body = Vec::new();
         let mut read_error = None;
-        while body.len() < self.response_bytes.max(spec.expect_body.as_ref().map_or(0, |e| e.len() + 64)) {
+        while body.len()
+            < self
+                .response_bytes
+                .max(spec.expect_body.as_ref().map_or(0, |e| e.len() + 64))
+        {
             match response.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
                 Ok(None) => break,

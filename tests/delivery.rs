@@ -25,12 +25,21 @@ async fn first_try_success_carries_the_body_and_the_webhook_headers() {
     assert_eq!(got.len(), 1);
     let r = &got[0];
     assert_eq!(r.path, "/paid");
-    assert_eq!(serde_json::from_slice::<serde_json::Value>(&r.body).unwrap(), json!({"order": 42, "paid": true}));
-    assert_eq!(r.header("content-type").as_deref(), Some("application/json"));
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&r.body).unwrap(),
+        json!({"order": 42, "paid": true})
+    );
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("application/json")
+    );
     assert!(r.header("user-agent").unwrap().starts_with("postback/"));
     assert_eq!(r.header("x-merchant").as_deref(), Some("m-1"));
     let ts: i64 = r.header("webhook-timestamp").unwrap().parse().unwrap();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     assert!((now - ts).abs() < 30);
     assert_eq!(r.header("webhook-signature"), None, "no secret configured");
 
@@ -45,14 +54,26 @@ async fn first_try_success_carries_the_body_and_the_webhook_headers() {
 async fn a_string_body_is_sent_verbatim_and_signed_when_a_secret_is_set() {
     let redis = RedisServer::start();
     let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[("POSTBACK_SIGNING_SECRETS", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")]).await;
+    let pb = Postback::start(
+        &redis,
+        &[(
+            "POSTBACK_SIGNING_SECRETS",
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        )],
+    )
+    .await;
 
-    let id = pb.register(json!({"url": receiver.url("/form"), "body": "trade_no=1&status=PAID"})).await;
+    let id = pb
+        .register(json!({"url": receiver.url("/form"), "body": "trade_no=1&status=PAID"}))
+        .await;
     pb.wait_state(&id, "delivered", WAIT).await;
 
     let r = &receiver.requests_for(&id)[0];
     assert_eq!(&r.body[..], b"trade_no=1&status=PAID");
-    assert_eq!(r.header("content-type").as_deref(), Some("text/plain; charset=utf-8"));
+    assert_eq!(
+        r.header("content-type").as_deref(),
+        Some("text/plain; charset=utf-8")
+    );
     let sig = r.header("webhook-signature").unwrap();
     let ts = r.header("webhook-timestamp").unwrap();
     let expected = postback::signing::signature_header(
@@ -77,14 +98,33 @@ async fn failures_are_retried_at_each_interval_never_early() {
 
     let got = receiver.requests_for(&id);
     assert_eq!(got.len(), 3, "two failures then success");
-    for (i, interval) in [Duration::from_millis(100), Duration::from_millis(300)].into_iter().enumerate() {
+    for (i, interval) in [Duration::from_millis(100), Duration::from_millis(300)]
+        .into_iter()
+        .enumerate()
+    {
         let gap = got[i + 1].at - got[i].at;
-        assert!(gap >= interval, "retry {} came {gap:?} after the failure, before its {interval:?}", i + 1);
-        assert!(gap < interval + Duration::from_millis(250), "retry {} late: {gap:?} for {interval:?}", i + 1);
+        assert!(
+            gap >= interval,
+            "retry {} came {gap:?} after the failure, before its {interval:?}",
+            i + 1
+        );
+        assert!(
+            gap < interval + Duration::from_millis(250),
+            "retry {} late: {gap:?} for {interval:?}",
+            i + 1
+        );
     }
-    assert!(got.iter().all(|r| r.id() == id), "the same webhook-id on every retry");
+    assert!(
+        got.iter().all(|r| r.id() == id),
+        "the same webhook-id on every retry"
+    );
     assert_eq!(done["attempts"], 3);
-    let statuses: Vec<_> = done["history"].as_array().unwrap().iter().map(|a| a["status"].clone()).collect();
+    let statuses: Vec<_> = done["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["status"].clone())
+        .collect();
     assert_eq!(statuses, vec![json!(500), json!(500), json!(200)]);
     assert_eq!(done["history"][0]["error"], "HTTP 500");
 }
@@ -101,7 +141,11 @@ async fn an_exhausted_schedule_lands_in_dead_letters() {
     let dead = pb.wait_state(&id, "dead", WAIT).await;
 
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(receiver.requests_for(&id).len(), 3, "1 + len(schedule) attempts, then no more");
+    assert_eq!(
+        receiver.requests_for(&id).len(),
+        3,
+        "1 + len(schedule) attempts, then no more"
+    );
     assert_eq!(dead["attempts"], 3);
     assert_eq!(dead["max_attempts"], 3);
     assert_eq!(dead["history"].as_array().unwrap().len(), 3);
@@ -121,7 +165,11 @@ async fn expect_body_must_match_the_trimmed_response() {
     let receiver = Receiver::start().await;
     let pb = Postback::start(&redis, &[]).await;
 
-    let ok = pb.register(json!({"url": receiver.url("/a?reply=SUCCESS"), "body": {}, "expect_body": "SUCCESS"})).await;
+    let ok = pb
+        .register(
+            json!({"url": receiver.url("/a?reply=SUCCESS"), "body": {}, "expect_body": "SUCCESS"}),
+        )
+        .await;
     let wrong = pb
         .register(json!({"url": receiver.url("/b?reply=fail"), "body": {}, "expect_body": "SUCCESS", "schedule": []}))
         .await;
@@ -130,7 +178,10 @@ async fn expect_body_must_match_the_trimmed_response() {
     let dead = pb.wait_state(&wrong, "dead", WAIT).await;
     assert_eq!(dead["history"][0]["status"], 200);
     assert_eq!(dead["history"][0]["response"], "fail");
-    assert!(dead["history"][0]["error"].as_str().unwrap().contains("SUCCESS"));
+    assert!(dead["history"][0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("SUCCESS"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,7 +190,9 @@ async fn a_redirect_is_a_failure_and_is_not_followed() {
     let receiver = Receiver::start().await;
     let pb = Postback::start(&redis, &[]).await;
 
-    let id = pb.register(json!({"url": receiver.url("/moved?redirect=1"), "body": {}, "schedule": []})).await;
+    let id = pb
+        .register(json!({"url": receiver.url("/moved?redirect=1"), "body": {}, "schedule": []}))
+        .await;
     let dead = pb.wait_state(&id, "dead", WAIT).await;
 
     assert_eq!(dead["history"][0]["status"], 302);
@@ -153,10 +206,18 @@ async fn an_unreachable_callback_records_the_error() {
     let pb = Postback::start(&redis, &[]).await;
     let closed = format!("http://127.0.0.1:{}/cb", support::free_port());
 
-    let id = pb.register(json!({"url": closed, "body": {}, "schedule": []})).await;
+    let id = pb
+        .register(json!({"url": closed, "body": {}, "schedule": []}))
+        .await;
     let dead = pb.wait_state(&id, "dead", WAIT).await;
     assert_eq!(dead["history"][0]["status"], serde_json::Value::Null);
-    assert!(dead["history"][0]["error"].as_str().unwrap().starts_with("connect"), "{dead}");
+    assert!(
+        dead["history"][0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("connect"),
+        "{dead}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +228,13 @@ async fn a_slow_callback_times_out() {
 
     let id = pb.register(json!({"url": receiver.url("/slow?sleep_ms=2000"), "body": {}, "schedule": [], "timeout": "200ms"})).await;
     let dead = pb.wait_state(&id, "dead", WAIT).await;
-    assert!(dead["history"][0]["error"].as_str().unwrap().starts_with("timeout"), "{dead}");
+    assert!(
+        dead["history"][0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("timeout"),
+        "{dead}"
+    );
     assert!(dead["history"][0]["duration_ms"].as_u64().unwrap() < 1000);
 }
 
@@ -178,15 +245,23 @@ async fn delay_holds_the_first_attempt_back() {
     let pb = Postback::start(&redis, &[]).await;
 
     let registered = std::time::Instant::now();
-    let (status, answer) = pb.notify(json!({"url": receiver.url("/later"), "body": {}, "delay": "700ms"})).await;
+    let (status, answer) = pb
+        .notify(json!({"url": receiver.url("/later"), "body": {}, "delay": "700ms"}))
+        .await;
     assert_eq!(status, 202);
     assert_eq!(answer["state"], "scheduled");
     let id = answer["id"].as_str().unwrap();
     pb.wait_state(id, "delivered", WAIT).await;
 
     let arrived = receiver.requests_for(id)[0].at - registered;
-    assert!(arrived >= Duration::from_millis(700), "sent after {arrived:?}");
-    assert!(arrived < Duration::from_millis(700 + 300), "late: {arrived:?}");
+    assert!(
+        arrived >= Duration::from_millis(700),
+        "sent after {arrived:?}"
+    );
+    assert!(
+        arrived < Duration::from_millis(700 + 300),
+        "late: {arrived:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +271,11 @@ async fn a_burst_of_1000_is_delivered_exactly_once() {
     let pb = Postback::start(&redis, &[]).await;
 
     let ids = register_many(&pb, &receiver, 1000).await;
-    assert!(receiver.wait_for(1000, Duration::from_secs(60)).await, "only {} arrived", receiver.count());
+    assert!(
+        receiver.wait_for(1000, Duration::from_secs(60)).await,
+        "only {} arrived",
+        receiver.count()
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_exactly_once(&receiver, &ids);
     for id in ids.iter().step_by(97) {
@@ -211,9 +290,16 @@ async fn two_instances_on_one_redis_deliver_each_notification_once() {
     let a = Postback::start(&redis, &[]).await;
     let b = Postback::start(&redis, &[]).await;
 
-    let (mut ids, more) = tokio::join!(register_many(&a, &receiver, 300), register_many(&b, &receiver, 300));
+    let (mut ids, more) = tokio::join!(
+        register_many(&a, &receiver, 300),
+        register_many(&b, &receiver, 300)
+    );
     ids.extend(more);
-    assert!(receiver.wait_for(600, Duration::from_secs(60)).await, "only {} arrived", receiver.count());
+    assert!(
+        receiver.wait_for(600, Duration::from_secs(60)).await,
+        "only {} arrived",
+        receiver.count()
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_exactly_once(&receiver, &ids);
 }
@@ -221,7 +307,9 @@ async fn two_instances_on_one_redis_deliver_each_notification_once() {
 async fn register_many(pb: &Postback, receiver: &Receiver, n: usize) -> Vec<String> {
     let mut ids = Vec::with_capacity(n);
     for chunk in (0..n).collect::<Vec<_>>().chunks(50) {
-        let batch = chunk.iter().map(|i| pb.register(json!({"url": receiver.url("/burst"), "body": {"n": i}})));
+        let batch = chunk
+            .iter()
+            .map(|i| pb.register(json!({"url": receiver.url("/burst"), "body": {"n": i}})));
         ids.extend(futures_util::future::join_all(batch).await);
     }
     ids
@@ -234,5 +322,9 @@ fn assert_exactly_once(receiver: &Receiver, ids: &[String]) {
     }
     let missing = ids.iter().filter(|id| !seen.contains_key(*id)).count();
     let doubled = seen.values().filter(|n| **n > 1).count();
-    assert_eq!((missing, doubled, seen.len()), (0, 0, ids.len()), "missing, duplicated, distinct");
+    assert_eq!(
+        (missing, doubled, seen.len()),
+        (0, 0, ids.len()),
+        "missing, duplicated, distinct"
+    );
 }

@@ -6,7 +6,9 @@ mod support;
 use std::time::Duration;
 
 use postback::config::StoreSettings;
-use postback::domain::{CallbackUrl, ExtraHeaders, JobId, Notification, Outcome, Payload, Schedule};
+use postback::domain::{
+    CallbackUrl, ExtraHeaders, JobId, Notification, Outcome, Payload, Schedule,
+};
 use postback::store::{RedisStore, Settlement, Store};
 use support::RedisServer;
 
@@ -26,19 +28,38 @@ fn notification() -> Notification {
 }
 
 fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
-    Settlement { id, lease, outcome, status: Some(500), error: None, duration_ms: 3, response: String::new() }
+    Settlement {
+        id,
+        lease,
+        outcome,
+        status: Some(500),
+        error: None,
+        duration_ms: 3,
+        response: String::new(),
+    }
 }
 
 #[tokio::test]
 async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignored() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), &StoreSettings::default()).await.unwrap();
+    let store = RedisStore::connect(&redis.url(), &StoreSettings::default())
+        .await
+        .unwrap();
     let n = notification();
     store.enqueue(&n, None).await.unwrap();
 
     let first = store.claim(10, Duration::from_millis(100)).await.unwrap();
     assert_eq!(first.jobs.len(), 1);
-    assert_eq!(store.claim(10, Duration::from_millis(100)).await.unwrap().jobs.len(), 0, "leased, not claimable");
+    assert_eq!(
+        store
+            .claim(10, Duration::from_millis(100))
+            .await
+            .unwrap()
+            .jobs
+            .len(),
+        0,
+        "leased, not claimable"
+    );
 
     tokio::time::sleep(Duration::from_millis(150)).await;
     let second = store.claim(10, Duration::from_secs(60)).await.unwrap();
@@ -47,31 +68,74 @@ async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignore
     assert_eq!(new.attempt, 1, "a lost attempt is not counted");
     assert!(new.lease > old.lease);
 
-    let stale = store.settle(&[settlement(n.id, old.lease, Outcome::Delivered)]).await.unwrap();
+    let stale = store
+        .settle(&[settlement(n.id, old.lease, Outcome::Delivered)])
+        .await
+        .unwrap();
     assert_eq!(stale.applied, vec![false]);
     let view = store.get(&n.id).await.unwrap().unwrap();
-    assert_eq!((format!("{:?}", view.status.state), view.status.attempts, view.history.len()), ("InFlight".into(), 0, 0));
+    assert_eq!(
+        (
+            format!("{:?}", view.status.state),
+            view.status.attempts,
+            view.history.len()
+        ),
+        ("InFlight".into(), 0, 0)
+    );
 
-    let current = store.settle(&[settlement(n.id, new.lease, Outcome::Failed)]).await.unwrap();
+    let current = store
+        .settle(&[settlement(n.id, new.lease, Outcome::Failed)])
+        .await
+        .unwrap();
     assert_eq!(current.applied, vec![true]);
-    let again = store.settle(&[settlement(n.id, new.lease, Outcome::Failed)]).await.unwrap();
+    let again = store
+        .settle(&[settlement(n.id, new.lease, Outcome::Failed)])
+        .await
+        .unwrap();
     assert_eq!(again.applied, vec![false], "a settle is applied once");
     let view = store.get(&n.id).await.unwrap().unwrap();
-    assert_eq!((format!("{:?}", view.status.state), view.status.attempts), ("Scheduled".into(), 1));
+    assert_eq!(
+        (format!("{:?}", view.status.state), view.status.attempts),
+        ("Scheduled".into(), 1)
+    );
 }
 
 #[tokio::test]
 async fn a_settle_cannot_resurrect_a_finished_notification() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), &StoreSettings::default()).await.unwrap();
+    let store = RedisStore::connect(&redis.url(), &StoreSettings::default())
+        .await
+        .unwrap();
     let n = notification();
     store.enqueue(&n, None).await.unwrap();
-    let job = store.claim(10, Duration::from_secs(60)).await.unwrap().jobs.remove(0);
+    let job = store
+        .claim(10, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .jobs
+        .remove(0);
 
-    store.settle(&[settlement(n.id, job.lease, Outcome::Delivered)]).await.unwrap();
-    let late = store.settle(&[settlement(n.id, job.lease, Outcome::Failed)]).await.unwrap();
+    store
+        .settle(&[settlement(n.id, job.lease, Outcome::Delivered)])
+        .await
+        .unwrap();
+    let late = store
+        .settle(&[settlement(n.id, job.lease, Outcome::Failed)])
+        .await
+        .unwrap();
     assert_eq!(late.applied, vec![false]);
     let view = store.get(&n.id).await.unwrap().unwrap();
-    assert_eq!((format!("{:?}", view.status.state), view.status.attempts), ("Delivered".into(), 1));
-    assert_eq!(store.claim(10, Duration::from_secs(60)).await.unwrap().jobs.len(), 0);
+    assert_eq!(
+        (format!("{:?}", view.status.state), view.status.attempts),
+        ("Delivered".into(), 1)
+    );
+    assert_eq!(
+        store
+            .claim(10, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .jobs
+            .len(),
+        0
+    );
 }

@@ -14,7 +14,9 @@ async fn sigterm_finishes_the_delivery_in_flight_and_exits_zero() {
     let receiver = Receiver::start().await;
     let mut pb = Postback::start(&redis, &[]).await;
 
-    let id = pb.register(json!({"url": receiver.url("/slow?sleep_ms=800"), "body": {}})).await;
+    let id = pb
+        .register(json!({"url": receiver.url("/slow?sleep_ms=800"), "body": {}}))
+        .await;
     assert!(receiver.wait_for(1, Duration::from_secs(5)).await);
     let status = pb.terminate();
     assert!(status.success(), "exit status {status:?}\n{}", pb.logs());
@@ -32,12 +34,20 @@ async fn a_delivery_outlasting_the_grace_period_is_released_due_at_once() {
     let receiver = Receiver::start().await;
     let mut pb = Postback::start(&redis, &[("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "200ms")]).await;
 
-    let id = pb.register(json!({"url": receiver.url("/slow?sleep_ms=3000"), "body": {}})).await;
+    let id = pb
+        .register(json!({"url": receiver.url("/slow?sleep_ms=3000"), "body": {}}))
+        .await;
     assert!(receiver.wait_for(1, Duration::from_secs(5)).await);
     assert!(pb.terminate().success(), "{}", pb.logs());
 
     let again = Postback::start(&redis, &[]).await;
-    let seen = again.wait_state(&id, "delivered", Duration::from_secs(10)).await;
+    let seen = again
+        .wait_state(&id, "delivered", Duration::from_secs(10))
+        .await;
     assert_eq!(seen["attempts"], 1, "the released attempt was not counted");
-    assert_eq!(receiver.requests_for(&id).len(), 2, "sent again at once, not after the lease");
+    assert_eq!(
+        receiver.requests_for(&id).len(),
+        2,
+        "sent again at once, not after the lease"
+    );
 }

@@ -13,7 +13,11 @@ use super::error::ApiError;
 #[derive(Clone)]
 pub struct Tokens(pub Arc<Vec<String>>);
 
-pub async fn require_token(State(tokens): State<Tokens>, request: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn require_token(
+    State(tokens): State<Tokens>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     if tokens.0.is_empty() {
         return Ok(next.run(request).await);
     }
@@ -24,7 +28,14 @@ pub async fn require_token(State(tokens): State<Tokens>, request: Request, next:
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
     match presented {
-        Some(p) if tokens.0.iter().any(|t| constant_time_eq(t.as_bytes(), p.as_bytes())) => Ok(next.run(request).await),
+        Some(p)
+            if tokens
+                .0
+                .iter()
+                .any(|t| constant_time_eq(t.as_bytes(), p.as_bytes())) =>
+        {
+            Ok(next.run(request).await)
+        }
         _ => Err(ApiError::unauthorized()),
     }
 }

@@ -22,14 +22,21 @@ pub struct ListQuery {
     cursor: Option<String>,
 }
 
-pub async fn list(State(state): State<AppState>, query: Result<Query<ListQuery>, QueryRejection>) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|r| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text()))?;
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query
+        .map_err(|r| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text()))?;
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(FieldError::new("limit", format!("must be between 1 and {MAX_LIMIT}")).into());
     }
     let cursor = match q.cursor.as_deref() {
-        Some(raw) => Some(Cursor::decode(raw).ok_or_else(|| FieldError::new("cursor", "not a cursor from this API"))?),
+        Some(raw) => Some(
+            Cursor::decode(raw)
+                .ok_or_else(|| FieldError::new("cursor", "not a cursor from this API"))?,
+        ),
         None => None,
     };
     let page = state.store.dead_letters(limit, cursor.as_ref()).await?;

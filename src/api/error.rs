@@ -27,11 +27,19 @@ impl ApiError {
     }
 
     pub fn not_found(what: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found"))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} not found"),
+        )
     }
 
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "a valid `Authorization: Bearer <token>` header is required")
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid `Authorization: Bearer <token>` header is required",
+        )
     }
 }
 
@@ -51,11 +59,19 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Unavailable(_) => {
                 tracing::warn!(error = %e, "store unavailable");
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "store_unavailable", "the store is unreachable; try again shortly")
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    "the store is unreachable; try again shortly",
+                )
             }
             StoreError::Corrupt(_) => {
                 tracing::error!(error = %e, "store error");
-                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error",
+                )
             }
         }
     }
@@ -69,9 +85,10 @@ impl IntoResponse for ApiError {
         }
         let mut response = (self.status, Json(json!({ "error": error }))).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
-            response
-                .headers_mut()
-                .insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
+            response.headers_mut().insert(
+                "www-authenticate",
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
         }
         response
     }

@@ -49,7 +49,11 @@ pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router 
         .merge(protected)
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "method not allowed on this route",
+            )
         })
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)

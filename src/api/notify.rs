@@ -15,7 +15,9 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::view::rfc3339;
 use super::AppState;
-use crate::domain::{parse_duration, CallbackUrl, ExtraHeaders, FieldError, JobId, Notification, Payload, Schedule};
+use crate::domain::{
+    parse_duration, CallbackUrl, ExtraHeaders, FieldError, JobId, Notification, Payload, Schedule,
+};
 use crate::store::Idempotency;
 
 const MAX_LABEL: usize = 256;
@@ -58,7 +60,10 @@ pub async fn notify(
     let request = parse_json(&body)?;
     let shard = state.store_shard(idempotency.as_ref().map(|i| i.key.as_str()));
     let notification = validate(request, JobId::new(shard), &state.policy)?;
-    let enqueued = state.store.enqueue(&notification, idempotency.as_ref()).await?;
+    let enqueued = state
+        .store
+        .enqueue(&notification, idempotency.as_ref())
+        .await?;
     if enqueued.earliest {
         state.wake.notify_one();
     }
@@ -75,9 +80,10 @@ pub async fn notify(
     )
         .into_response();
     if enqueued.duplicate {
-        response
-            .headers_mut()
-            .insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+        response.headers_mut().insert(
+            "idempotent-replayed",
+            axum::http::HeaderValue::from_static("true"),
+        );
     }
     Ok(response)
 }
@@ -86,17 +92,32 @@ fn idempotency_key(headers: &HeaderMap, ttl: Duration) -> Result<Option<Idempote
     let Some(raw) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let bad = || FieldError::new("Idempotency-Key", format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"));
+    let bad = || {
+        FieldError::new(
+            "Idempotency-Key",
+            format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+        )
+    };
     let key = raw.to_str().map_err(|_| bad())?.trim();
-    if key.is_empty() || key.len() > MAX_IDEMPOTENCY_KEY || !key.bytes().all(|b| b.is_ascii_graphic()) {
+    if key.is_empty()
+        || key.len() > MAX_IDEMPOTENCY_KEY
+        || !key.bytes().all(|b| b.is_ascii_graphic())
+    {
         return Err(bad().into());
     }
-    Ok(Some(Idempotency { key: key.to_string(), ttl }))
+    Ok(Some(Idempotency {
+        key: key.to_string(),
+        ttl,
+    }))
 }
 
 fn parse_json(body: &[u8]) -> Result<NotifyRequest, ApiError> {
     let invalid = |e: &serde_json::Error| {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", format!("the body is not valid JSON: {e}"))
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            format!("the body is not valid JSON: {e}"),
+        )
     };
     let mut de = serde_json::Deserializer::from_slice(body);
     let request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -106,7 +127,11 @@ fn parse_json(body: &[u8]) -> Result<NotifyRequest, ApiError> {
         }
         let path = e.path().to_string();
         let message = inner.to_string();
-        let field = if path == "." { unknown_field_name(&message).unwrap_or_default() } else { path };
+        let field = if path == "." {
+            unknown_field_name(&message).unwrap_or_default()
+        } else {
+            path
+        };
         ApiError::from(FieldError::new(field, strip_position(&message)))
     })?;
     de.end().map_err(|e| invalid(&e))?;
@@ -120,19 +145,44 @@ fn unknown_field_name(message: &str) -> Option<String> {
 }
 
 fn strip_position(message: &str) -> String {
-    message.split(" at line ").next().unwrap_or(message).to_string()
+    message
+        .split(" at line ")
+        .next()
+        .unwrap_or(message)
+        .to_string()
 }
 
-fn validate(r: NotifyRequest, id: JobId, policy: &NotifyPolicy) -> Result<Notification, FieldError> {
-    let url = CallbackUrl::parse(r.url.as_deref().ok_or_else(|| FieldError::new("url", "required"))?)?;
+fn validate(
+    r: NotifyRequest,
+    id: JobId,
+    policy: &NotifyPolicy,
+) -> Result<Notification, FieldError> {
+    let url = CallbackUrl::parse(
+        r.url
+            .as_deref()
+            .ok_or_else(|| FieldError::new("url", "required"))?,
+    )?;
     let payload = Payload::from_json(r.body.unwrap_or(Value::Null))?;
     let headers = ExtraHeaders::parse(r.headers.unwrap_or_default().into_iter().collect())?;
     let schedule = schedule(r.schedule, &policy.schedules)?;
-    let delay = bounded_duration("delay", r.delay.as_deref(), Duration::ZERO, Duration::ZERO, policy.max_delay)?;
-    let timeout = bounded_duration("timeout", r.timeout.as_deref(), policy.default_timeout, Duration::from_millis(1), policy.max_timeout)?;
+    let delay = bounded_duration(
+        "delay",
+        r.delay.as_deref(),
+        Duration::ZERO,
+        Duration::ZERO,
+        policy.max_delay,
+    )?;
+    let timeout = bounded_duration(
+        "timeout",
+        r.timeout.as_deref(),
+        policy.default_timeout,
+        Duration::from_millis(1),
+        policy.max_timeout,
+    )?;
     let expect_body = label("expect_body", r.expect_body, MAX_EXPECT_BODY)?;
     let topic = label("topic", r.topic, MAX_LABEL)?;
-    let rate_key = label("rate_key", r.rate_key, MAX_LABEL)?.unwrap_or_else(|| url.host().to_string());
+    let rate_key =
+        label("rate_key", r.rate_key, MAX_LABEL)?.unwrap_or_else(|| url.host().to_string());
     Ok(Notification {
         id,
         url,
@@ -147,11 +197,20 @@ fn validate(r: NotifyRequest, id: JobId, policy: &NotifyPolicy) -> Result<Notifi
     })
 }
 
-fn schedule(raw: Option<Value>, named: &BTreeMap<String, Schedule>) -> Result<Schedule, FieldError> {
+fn schedule(
+    raw: Option<Value>,
+    named: &BTreeMap<String, Schedule>,
+) -> Result<Schedule, FieldError> {
     let lookup = |name: &str| {
         named.get(name).cloned().ok_or_else(|| {
             let known: Vec<&str> = named.keys().map(String::as_str).collect();
-            FieldError::new("schedule", format!("no schedule named `{name}` (configured: {})", known.join(", ")))
+            FieldError::new(
+                "schedule",
+                format!(
+                    "no schedule named `{name}` (configured: {})",
+                    known.join(", ")
+                ),
+            )
         })
     };
     match raw {
@@ -161,30 +220,51 @@ fn schedule(raw: Option<Value>, named: &BTreeMap<String, Schedule>) -> Result<Sc
             let strings = items
                 .iter()
                 .enumerate()
-                .map(|(i, v)| v.as_str().ok_or_else(|| FieldError::new(format!("schedule[{i}]"), "must be a duration string like \"15s\"")))
+                .map(|(i, v)| {
+                    v.as_str().ok_or_else(|| {
+                        FieldError::new(
+                            format!("schedule[{i}]"),
+                            "must be a duration string like \"15s\"",
+                        )
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             Schedule::parse(&strings).map_err(|e| e.within("schedule"))
         }
-        Some(_) => Err(FieldError::new("schedule", "must be a list of durations or the name of a configured schedule")),
+        Some(_) => Err(FieldError::new(
+            "schedule",
+            "must be a list of durations or the name of a configured schedule",
+        )),
     }
 }
 
-fn bounded_duration(field: &str, raw: Option<&str>, default: Duration, min: Duration, max: Duration) -> Result<Duration, FieldError> {
+fn bounded_duration(
+    field: &str,
+    raw: Option<&str>,
+    default: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, FieldError> {
     let Some(raw) = raw else { return Ok(default) };
     let d = parse_duration(raw).map_err(|e| e.within(field))?;
     if d < min || d > max {
         let f = humantime::format_duration;
-        return Err(FieldError::new(field, format!("must be between {} and {}", f(min), f(max))));
+        return Err(FieldError::new(
+            field,
+            format!("must be between {} and {}", f(min), f(max)),
+        ));
     }
     Ok(d)
 }
 
 fn label(field: &str, raw: Option<String>, max: usize) -> Result<Option<String>, FieldError> {
     match raw {
-        Some(s) if s.is_empty() || s.len() > max || s.chars().any(char::is_control) => Err(FieldError::new(
-            field,
-            format!("must be 1 to {max} bytes without control characters"),
-        )),
+        Some(s) if s.is_empty() || s.len() > max || s.chars().any(char::is_control) => {
+            Err(FieldError::new(
+                field,
+                format!("must be 1 to {max} bytes without control characters"),
+            ))
+        }
         other => Ok(other),
     }
 }
@@ -215,11 +295,26 @@ mod tests {
     fn names_the_offending_field() {
         assert_eq!(field_of(r#"{"body":{}}"#), "url");
         assert_eq!(field_of(r#"{"url":"http://a.b"}"#), "body");
-        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"schedule":["1s","x"]}"#), "schedule[1]");
-        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"schedule":"nope"}"#), "schedule");
-        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"timeout":"1h"}"#), "timeout");
-        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"delay":"-1s"}"#), "delay");
-        assert_eq!(field_of(r#"{"url":"http://a.b","body":1,"topic":""}"#), "topic");
+        assert_eq!(
+            field_of(r#"{"url":"http://a.b","body":1,"schedule":["1s","x"]}"#),
+            "schedule[1]"
+        );
+        assert_eq!(
+            field_of(r#"{"url":"http://a.b","body":1,"schedule":"nope"}"#),
+            "schedule"
+        );
+        assert_eq!(
+            field_of(r#"{"url":"http://a.b","body":1,"timeout":"1h"}"#),
+            "timeout"
+        );
+        assert_eq!(
+            field_of(r#"{"url":"http://a.b","body":1,"delay":"-1s"}"#),
+            "delay"
+        );
+        assert_eq!(
+            field_of(r#"{"url":"http://a.b","body":1,"topic":""}"#),
+            "topic"
+        );
         assert!(field_of(r#"{"url":5,"body":1}"#).contains("field: Some(\"url\")"));
         assert!(field_of(r#"{"url":"http://a.b","body":1,"shedule":[]}"#).contains("shedule"));
         assert!(field_of(r#"{"url":"#).contains("invalid_json"));

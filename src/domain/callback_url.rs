@@ -51,14 +51,24 @@ mod tests {
 
     #[test]
     fn accepts_http_and_https() {
-        for ok in ["http://example.com/cb", "https://pay.example.com:8443/n?x=1"] {
+        for ok in [
+            "http://example.com/cb",
+            "https://pay.example.com:8443/n?x=1",
+        ] {
             assert!(CallbackUrl::parse(ok).is_ok(), "{ok}");
         }
     }
 
     #[test]
     fn rejects_other_schemes_and_garbage() {
-        for bad in ["ftp://example.com", "file:///etc/passwd", "example.com", "", "http://", "mailto:a@b.c"] {
+        for bad in [
+            "ftp://example.com",
+            "file:///etc/passwd",
+            "example.com",
+            "",
+            "http://",
+            "mailto:a@b.c",
+        ] {
             let err = CallbackUrl::parse(bad).unwrap_err();
             assert_eq!(err.field, "url", "{bad}");
         }

@@ -35,7 +35,10 @@ impl ExtraHeaders {
     /// Validates name/value pairs; errors name the field `headers.<name>`.
     pub fn parse(pairs: Vec<(String, String)>) -> Result<Self, FieldError> {
         if pairs.len() > MAX_HEADERS {
-            return Err(FieldError::new("headers", format!("at most {MAX_HEADERS} headers")));
+            return Err(FieldError::new(
+                "headers",
+                format!("at most {MAX_HEADERS} headers"),
+            ));
         }
         let mut out = Vec::with_capacity(pairs.len());
         for (name, value) in pairs {
@@ -43,7 +46,10 @@ impl ExtraHeaders {
             let parsed = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| FieldError::new(field(), "not a valid header name"))?;
             if REFUSED.contains(&parsed.as_str()) {
-                return Err(FieldError::new(field(), "this header is set by postback or is hop-by-hop"));
+                return Err(FieldError::new(
+                    field(),
+                    "this header is set by postback or is hop-by-hop",
+                ));
             }
             if value.len() > MAX_VALUE_LEN || HeaderValue::from_str(&value).is_err() {
                 return Err(FieldError::new(
@@ -85,7 +91,13 @@ mod tests {
 
     #[test]
     fn refuses_reserved_and_invalid_headers() {
-        for (n, v) in [("Webhook-Signature", "x"), ("Transfer-Encoding", "chunked"), ("Host", "a"), ("bad name", "x"), ("x-a", "line\nbreak")] {
+        for (n, v) in [
+            ("Webhook-Signature", "x"),
+            ("Transfer-Encoding", "chunked"),
+            ("Host", "a"),
+            ("bad name", "x"),
+            ("x-a", "line\nbreak"),
+        ] {
             let err = one(n, v).unwrap_err();
             assert!(err.field.starts_with("headers."), "{n}");
         }

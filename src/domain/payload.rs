@@ -18,7 +18,10 @@ impl Payload {
     /// From the `body` field of a request: any JSON value but `null`.
     pub fn from_json(value: Value) -> Result<Self, FieldError> {
         match value {
-            Value::Null => Err(FieldError::new("body", "required: a JSON value or a string")),
+            Value::Null => Err(FieldError::new(
+                "body",
+                "required: a JSON value or a string",
+            )),
             Value::String(text) => Ok(Self {
                 body: text,
                 content_type: TEXT,

@@ -69,7 +69,8 @@ mod tests {
 
     #[test]
     fn parses_the_default_schedule() {
-        let s = Schedule::parse(&["15s", "3m", "10m", "30m", "30m", "1h", "2h", "6h", "15h"]).unwrap();
+        let s =
+            Schedule::parse(&["15s", "3m", "10m", "30m", "30m", "1h", "2h", "6h", "15h"]).unwrap();
         assert_eq!(s.max_attempts(), 10);
         assert_eq!(s.intervals()[1], Duration::from_secs(180));
     }
@@ -81,7 +82,9 @@ mod tests {
 
     #[test]
     fn names_the_bad_interval() {
-        let err = Schedule::parse(&["1s", "soon"]).unwrap_err().within("schedule");
+        let err = Schedule::parse(&["1s", "soon"])
+            .unwrap_err()
+            .within("schedule");
         assert_eq!(err.field, "schedule[1]");
         let err = Schedule::parse(&["1ms"]).unwrap_err();
         assert_eq!(err.field, "[0]");

@@ -35,7 +35,10 @@ mod tests {
 
     #[test]
     fn round_trips_and_rejects_garbage() {
-        let c = Cursor { at: 1_700_000_000_123, id: JobId::new(0) };
+        let c = Cursor {
+            at: 1_700_000_000_123,
+            id: JobId::new(0),
+        };
         assert_eq!(Cursor::decode(&c.encode()), Some(c));
         for bad in ["", "!!", "MTIz", "eDpudGZfMF94"] {
             assert_eq!(Cursor::decode(bad), None, "{bad}");

@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    Claim, ClaimedJob, Cursor, DeadPage, Enqueued, Idempotency, JobStatus, JobView, Settled, Settlement,
-    Store, StoreError, StoreResult,
+    Claim, ClaimedJob, Cursor, DeadPage, Enqueued, Idempotency, JobStatus, JobView, Settled,
+    Settlement, Store, StoreError, StoreResult,
 };
 use crate::config::StoreSettings;
 use crate::domain::{Attempt, JobId, JobSpec, Notification};
@@ -25,6 +25,9 @@ mod page;
 mod reply;
 
 use reply::{int_at, text_at};
+
+/// One HMGET answer: a value or nothing per requested field.
+type Fields = Vec<Option<String>>;
 
 struct Scripts {
     enqueue: Script,
@@ -93,12 +96,17 @@ impl RedisStore {
     }
 
     fn keys(&self, id: &JobId) -> StoreResult<&ShardKeys> {
-        self.shards
-            .get(id.shard() as usize)
-            .ok_or_else(|| StoreError::Corrupt(format!("{id} names a shard this instance does not have")))
+        self.shards.get(id.shard() as usize).ok_or_else(|| {
+            StoreError::Corrupt(format!("{id} names a shard this instance does not have"))
+        })
     }
 
-    async fn claim_shard(&self, keys: &ShardKeys, limit: usize, lease: Duration) -> StoreResult<(Vec<ClaimedJob>, Option<i64>)> {
+    async fn claim_shard(
+        &self,
+        keys: &ShardKeys,
+        limit: usize,
+        lease: Duration,
+    ) -> StoreResult<(Vec<ClaimedJob>, Option<i64>)> {
         let reply: Vec<Value> = self
             .scripts
             .claim
@@ -117,7 +125,11 @@ impl RedisStore {
         Ok((jobs, (wake >= 0).then(|| (wake - now).max(0))))
     }
 
-    async fn settle_shard(&self, keys: &ShardKeys, batch: &[&Settlement]) -> StoreResult<(Vec<bool>, bool)> {
+    async fn settle_shard(
+        &self,
+        keys: &ShardKeys,
+        batch: &[&Settlement],
+    ) -> StoreResult<(Vec<bool>, bool)> {
         let mut call = self.scripts.settle.key(keys.all().as_slice());
         call.arg(&self.wake_channel);
         for s in batch {
@@ -129,7 +141,10 @@ impl RedisStore {
                 .arg(s.duration_ms)
                 .arg(&s.response);
         }
-        let reply: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(store_error)?;
+        let reply: Vec<i64> = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
         let earliest = reply.first().is_some_and(|&e| e == 1);
         Ok((reply.iter().skip(1).map(|&a| a == 1).collect(), earliest))
     }
@@ -138,7 +153,7 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let (specs, states, histories): (Vec<Option<String>>, Vec<Option<String>>, Vec<Option<String>>) = redis::pipe()
+        let (specs, states, histories): (Fields, Fields, Fields) = redis::pipe()
             .cmd("HMGET")
             .arg(keys.jobs())
             .arg(ids)
@@ -175,10 +190,20 @@ impl Store for RedisStore {
         i as u16
     }
 
-    async fn enqueue(&self, n: &Notification, idempotency: Option<&Idempotency>) -> StoreResult<Enqueued> {
+    async fn enqueue(
+        &self,
+        n: &Notification,
+        idempotency: Option<&Idempotency>,
+    ) -> StoreResult<Enqueued> {
         let keys = self.keys(&n.id)?;
-        let spec = serde_json::to_string(&n.spec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let schedule: Vec<u64> = n.schedule.intervals().iter().map(|d| d.as_millis() as u64).collect();
+        let spec =
+            serde_json::to_string(&n.spec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let schedule: Vec<u64> = n
+            .schedule
+            .intervals()
+            .iter()
+            .map(|d| d.as_millis() as u64)
+            .collect();
         let mut call = self.scripts.enqueue.key(keys.all().as_slice());
         if let Some(idem) = idempotency {
             call.key(keys.idempotency(&idem.key));
@@ -189,12 +214,17 @@ impl Store for RedisStore {
             .arg(n.delay.as_millis() as u64)
             .arg(&self.wake_channel)
             .arg(idempotency.map_or(0, |i| i.ttl.as_millis() as u64).max(1));
-        let reply: Vec<Value> = call.invoke_async(&mut self.conn.clone()).await.map_err(store_error)?;
+        let reply: Vec<Value> = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
         let id: JobId = text_at(&reply, 0)?
             .parse()
             .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
         let status = match reply.get(1) {
-            Some(Value::Nil) | None => return Err(StoreError::Corrupt(format!("{id} has no state"))),
+            Some(Value::Nil) | None => {
+                return Err(StoreError::Corrupt(format!("{id} has no state")))
+            }
             _ => parse_status(&text_at(&reply, 1)?)?,
         };
         Ok(Enqueued {
@@ -216,7 +246,9 @@ impl Store for RedisStore {
                 next_wake = Some(0);
                 break;
             }
-            let (jobs, wake) = self.claim_shard(&self.shards[(start + i) % n], remaining, lease).await?;
+            let (jobs, wake) = self
+                .claim_shard(&self.shards[(start + i) % n], remaining, lease)
+                .await?;
             claim.jobs.extend(jobs);
             next_wake = match (next_wake, wake) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -251,7 +283,10 @@ impl Store for RedisStore {
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
         let mut released = 0;
         for (shard, keys) in self.shards.iter().enumerate() {
-            let mine: Vec<_> = leases.iter().filter(|(id, _)| id.shard() as usize == shard).collect();
+            let mine: Vec<_> = leases
+                .iter()
+                .filter(|(id, _)| id.shard() as usize == shard)
+                .collect();
             if mine.is_empty() {
                 continue;
             }
@@ -260,7 +295,10 @@ impl Store for RedisStore {
             for (id, lease) in mine {
                 call.arg(id.to_string()).arg(*lease);
             }
-            let n: usize = call.invoke_async(&mut self.conn.clone()).await.map_err(store_error)?;
+            let n: usize = call
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)?;
             released += n;
         }
         Ok(released)
@@ -281,7 +319,12 @@ impl Store for RedisStore {
         let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
         let items = self.views(keys, &ids).await?;
         let next_cursor = if more {
-            entries.last().and_then(|(id, at)| Some(Cursor { at: *at, id: id.parse().ok()? }))
+            entries.last().and_then(|(id, at)| {
+                Some(Cursor {
+                    at: *at,
+                    id: id.parse().ok()?,
+                })
+            })
         } else {
             None
         };
@@ -322,7 +365,9 @@ impl RedisStore {
     async fn listen(&self, wake: &Notify, cancel: &CancellationToken) -> redis::RedisResult<()> {
         let mut pubsub = tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub())
             .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting for pub/sub"))??;
+            .map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting for pub/sub")
+            })??;
         pubsub.subscribe(&self.wake_channel).await?;
         // Anything published while unsubscribed was missed: look once.
         wake.notify_one();
@@ -342,23 +387,31 @@ impl RedisStore {
 fn claimed_job(c: &[Value], claimed_at: i64) -> StoreResult<ClaimedJob> {
     let id = text_at(c, 0)?;
     Ok(ClaimedJob {
-        id: id.parse().map_err(|_| StoreError::Corrupt(format!("bad id `{id}` in due set")))?,
+        id: id
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("bad id `{id}` in due set")))?,
         lease: int_at(c, 1)? as u64,
         attempt: int_at(c, 2)? as u32 + 1,
         due_at: int_at(c, 3)?,
         claimed_at,
-        spec: serde_json::from_str(&text_at(c, 4)?).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        spec: serde_json::from_str(&text_at(c, 4)?)
+            .map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
     })
 }
 
 fn job_view(id: &str, spec: &str, state: &str, history: Option<&str>) -> StoreResult<JobView> {
-    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
+    let corrupt =
+        |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
     Ok(JobView {
-        id: id.parse().map_err(|_| StoreError::Corrupt(format!("bad id `{id}`")))?,
+        id: id
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("bad id `{id}`")))?,
         spec: serde_json::from_str::<JobSpec>(spec).map_err(|e| corrupt("spec", e))?,
         status: parse_status(state)?,
         history: match history {
-            Some(h) => serde_json::from_str::<Vec<Attempt>>(h).map_err(|e| corrupt("history", e))?,
+            Some(h) => {
+                serde_json::from_str::<Vec<Attempt>>(h).map_err(|e| corrupt("history", e))?
+            }
             None => Vec::new(),
         },
     })

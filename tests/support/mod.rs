@@ -1,7 +1,8 @@
 //! Test support: a real `redis-server` on a free port in a temporary directory, a real
 //! HTTP receiver that records what it gets, and `postback serve` as a child process.
 
-#![allow(dead_code)]
+// Each test binary uses a different part of this module.
+#![allow(dead_code, unused_imports)]
 
 pub mod postback;
 pub mod receiver;
@@ -16,7 +17,11 @@ use std::time::Duration;
 
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Polls `check` every 20 ms until it is true or `timeout` passes.

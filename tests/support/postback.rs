@@ -43,7 +43,13 @@ impl Postback {
             cmd.env(k, v);
         }
         let child = cmd.spawn().unwrap();
-        let pb = Self { child, port, log, _dir: dir, http: reqwest::Client::new() };
+        let pb = Self {
+            child,
+            port,
+            log,
+            _dir: dir,
+            http: reqwest::Client::new(),
+        };
         let up = super::eventually(Duration::from_secs(15), || async {
             pb.http.get(pb.url("/healthz")).send().await.is_ok()
         })
@@ -66,7 +72,11 @@ impl Postback {
     }
 
     pub async fn notify_with(&self, body: Value, headers: &[(&str, &str)]) -> (u16, Value) {
-        let mut req = self.http.post(self.url("/notify")).bearer_auth(TOKEN).json(&body);
+        let mut req = self
+            .http
+            .post(self.url("/notify"))
+            .bearer_auth(TOKEN)
+            .json(&body);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -84,7 +94,13 @@ impl Postback {
 
     /// `GET path` with the test token.
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let resp = self.http.get(self.url(path)).bearer_auth(TOKEN).send().await.unwrap();
+        let resp = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
     }
@@ -114,7 +130,10 @@ impl Postback {
 
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> ExitStatus {
-        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
         self.child.wait().unwrap()
     }
 

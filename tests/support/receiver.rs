@@ -24,7 +24,9 @@ pub struct Received {
 
 impl Received {
     pub fn header(&self, name: &str) -> Option<String> {
-        self.headers.get(name).map(|v| v.to_str().unwrap().to_string())
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
     }
 
     pub fn id(&self) -> String {
@@ -64,7 +66,10 @@ impl Receiver {
     }
 
     pub fn requests_for(&self, id: &str) -> Vec<Received> {
-        self.requests().into_iter().filter(|r| r.id() == id).collect()
+        self.requests()
+            .into_iter()
+            .filter(|r| r.id() == id)
+            .collect()
     }
 
     pub fn count(&self) -> usize {
@@ -84,7 +89,12 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let received = Received { at: Instant::now(), path: uri.path().to_string(), headers, body };
+    let received = Received {
+        at: Instant::now(),
+        path: uri.path().to_string(),
+        headers,
+        body,
+    };
     let nth = {
         let mut log = log.lock().unwrap();
         let n = log.per_id.entry(received.id()).or_default();
@@ -104,5 +114,9 @@ async fn answer(
         let status = q.get("status").map_or(500, |s| s.parse().unwrap());
         return (StatusCode::from_u16(status).unwrap(), "failure").into_response();
     }
-    (StatusCode::OK, q.get("reply").cloned().unwrap_or_else(|| "ok".into())).into_response()
+    (
+        StatusCode::OK,
+        q.get("reply").cloned().unwrap_or_else(|| "ok".into()),
+    )
+        .into_response()
 }

@@ -14,7 +14,16 @@ pub struct RedisServer {
 
 fn spawn(port: u16, dir: &Path) -> Child {
     Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .arg("--dir")
         .arg(dir)
         .stdout(Stdio::null())
@@ -51,7 +60,10 @@ impl RedisServer {
     }
 
     fn signal(&self, sig: &str) {
-        Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap();
+        Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap();
     }
 
     /// Starts it again on the same port.

@@ -17,7 +17,9 @@ pub fn int_at(reply: &[Value], i: usize) -> StoreResult<i64> {
 
 pub fn text_at(reply: &[Value], i: usize) -> StoreResult<String> {
     match reply.get(i) {
-        Some(Value::BulkString(b)) => String::from_utf8(b.clone()).map_err(|_| bad(i, "UTF-8 text")),
+        Some(Value::BulkString(b)) => {
+            String::from_utf8(b.clone()).map_err(|_| bad(i, "UTF-8 text"))
+        }
         Some(Value::SimpleString(s)) => Ok(s.clone()),
         _ => Err(bad(i, "text")),
     }
