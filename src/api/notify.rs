@@ -68,7 +68,7 @@ pub async fn notify(
         state.wake.notify_one();
     }
     if !enqueued.duplicate {
-        tracing::info!(id = %enqueued.id, url = %notification.url.host(), "notification registered");
+        tracing::info!(id = %enqueued.id, host = %notification.url.host(), "notification registered");
     }
     let mut response = (
         StatusCode::ACCEPTED,
@@ -119,6 +119,13 @@ fn parse_json(body: &[u8]) -> Result<NotifyRequest, ApiError> {
             format!("the body is not valid JSON: {e}"),
         )
     };
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "the body must be a JSON object",
+        ));
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     let request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let inner = e.inner();
@@ -318,6 +325,7 @@ mod tests {
         assert!(field_of(r#"{"url":5,"body":1}"#).contains("field: Some(\"url\")"));
         assert!(field_of(r#"{"url":"http://a.b","body":1,"shedule":[]}"#).contains("shedule"));
         assert!(field_of(r#"{"url":"#).contains("invalid_json"));
+        assert!(field_of("[1]").contains("must be a JSON object"));
     }
 
     #[test]
