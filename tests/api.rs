@@ -31,24 +31,8 @@ async fn every_route_but_health_requires_a_token() {
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["error"]["code"], "unauthorized");
     }
-    assert_eq!(
-        pb.http
-            .get(pb.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
-    assert_eq!(
-        pb.http
-            .get(pb.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(pb.status_without_token("/healthz").await, 200);
+    assert_eq!(pb.status_without_token("/readyz").await, 200);
     assert_eq!(redis.dbsize(), 0);
 }
 
@@ -162,9 +146,7 @@ async fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_returns_the_same_notification_and_sends_once() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
     let body = json!({"url": receiver.url("/idem"), "body": {"order": 7}, "delay": "300ms"});
 
     let (s1, first) = pb
@@ -204,9 +186,7 @@ async fn an_idempotency_key_returns_the_same_notification_and_sends_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_answers_with_id_state_and_next_attempt() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let (status, answer) = pb
         .notify(json!({"url": receiver.url("/x"), "body": {}, "delay": "1h", "schedule": "alipay"}))
@@ -238,9 +218,7 @@ async fn registration_answers_with_id_state_and_next_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_page_newest_first_without_repeats() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
     let mut ids = Vec::new();
     for i in 0..7 {
         let id = pb
@@ -306,15 +284,7 @@ async fn while_redis_is_unresponsive_the_api_answers_503_and_nothing_is_lost() {
         started.elapsed()
     );
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        pb.http
-            .get(pb.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        503
-    );
+    assert_eq!(pb.status_without_token("/readyz").await, 503);
 
     redis.thaw();
     let back = support::eventually(Duration::from_secs(15), || async {
@@ -343,9 +313,7 @@ async fn while_redis_is_unresponsive_the_api_answers_503_and_nothing_is_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_is_stopped_the_api_answers_503_and_recovers() {
-    let mut redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (mut redis, receiver, pb) = support::start(&[]).await;
 
     let port = redis.port;
     redis.stop();

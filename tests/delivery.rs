@@ -12,9 +12,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_try_success_carries_the_body_and_the_webhook_headers() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/paid"), "body": {"order": 42, "paid": true}, "headers": {"X-Merchant": "m-1"}, "topic": "payment.succeeded"}))
@@ -87,9 +85,7 @@ async fn a_string_body_is_sent_verbatim_and_signed_when_a_secret_is_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_retried_at_each_interval_never_early() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/cb?fail=2"), "body": {}, "schedule": ["100ms", "300ms", "1s"]}))
@@ -131,9 +127,7 @@ async fn failures_are_retried_at_each_interval_never_early() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_schedule_lands_in_dead_letters() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/down?fail=99&status=503"), "body": {}, "schedule": ["100ms", "100ms"], "topic": "refund"}))
@@ -161,9 +155,7 @@ async fn an_exhausted_schedule_lands_in_dead_letters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_body_must_match_the_trimmed_response() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let ok = pb
         .register(
@@ -186,9 +178,7 @@ async fn expect_body_must_match_the_trimmed_response() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redirect_is_a_failure_and_is_not_followed() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/moved?redirect=1"), "body": {}, "schedule": []}))
@@ -222,9 +212,7 @@ async fn an_unreachable_callback_records_the_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_callback_times_out() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let id = pb.register(json!({"url": receiver.url("/slow?sleep_ms=2000"), "body": {}, "schedule": [], "timeout": "200ms"})).await;
     let dead = pb.wait_state(&id, "dead", WAIT).await;
@@ -240,9 +228,7 @@ async fn a_slow_callback_times_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delay_holds_the_first_attempt_back() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let registered = std::time::Instant::now();
     let (status, answer) = pb
@@ -266,9 +252,7 @@ async fn delay_holds_the_first_attempt_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_1000_is_delivered_exactly_once() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let pb = Postback::start(&redis, &[]).await;
+    let (_redis, receiver, pb) = support::start(&[]).await;
 
     let ids = register_many(&pb, &receiver, 1000).await;
     assert!(

@@ -27,6 +27,17 @@ fn notification() -> Notification {
     }
 }
 
+/// A store on a fresh Redis holding one registered notification.
+async fn one_registered() -> (RedisServer, RedisStore, Notification) {
+    let redis = RedisServer::start();
+    let store = RedisStore::connect(&redis.url(), &StoreSettings::default())
+        .await
+        .unwrap();
+    let n = notification();
+    store.enqueue(&n, None).await.unwrap();
+    (redis, store, n)
+}
+
 /// Claims until something is due (a registration is due from the next millisecond).
 async fn claim_some(store: &RedisStore, lease: Duration) -> Vec<ClaimedJob> {
     for _ in 0..100 {
@@ -53,12 +64,7 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
 
 #[tokio::test]
 async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignored() {
-    let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), &StoreSettings::default())
-        .await
-        .unwrap();
-    let n = notification();
-    store.enqueue(&n, None).await.unwrap();
+    let (_redis, store, n) = one_registered().await;
 
     let first = claim_some(&store, Duration::from_millis(100)).await;
     assert_eq!(first.len(), 1);
@@ -114,12 +120,7 @@ async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignore
 
 #[tokio::test]
 async fn a_settle_cannot_resurrect_a_finished_notification() {
-    let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), &StoreSettings::default())
-        .await
-        .unwrap();
-    let n = notification();
-    store.enqueue(&n, None).await.unwrap();
+    let (_redis, store, n) = one_registered().await;
     let job = claim_some(&store, Duration::from_secs(60)).await.remove(0);
 
     store

@@ -6,13 +6,11 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Postback, Receiver, RedisServer};
+use support::Postback;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_delivery_in_flight_and_exits_zero() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let mut pb = Postback::start(&redis, &[]).await;
+    let (redis, receiver, mut pb) = support::start(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/slow?sleep_ms=800"), "body": {}}))
@@ -30,9 +28,8 @@ async fn sigterm_finishes_the_delivery_in_flight_and_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_outlasting_the_grace_period_is_released_due_at_once() {
-    let redis = RedisServer::start();
-    let receiver = Receiver::start().await;
-    let mut pb = Postback::start(&redis, &[("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "200ms")]).await;
+    let (redis, receiver, mut pb) =
+        support::start(&[("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "200ms")]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/slow?sleep_ms=3000"), "body": {}}))

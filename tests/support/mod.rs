@@ -15,6 +15,14 @@ pub use redis_server::RedisServer;
 use std::net::TcpListener;
 use std::time::Duration;
 
+/// A fresh Redis, a receiver, and one postback instance on them with `env`.
+pub async fn start(env: &[(&str, &str)]) -> (RedisServer, Receiver, Postback) {
+    let redis = RedisServer::start();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start(&redis, env).await;
+    (redis, receiver, pb)
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

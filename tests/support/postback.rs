@@ -92,6 +92,14 @@ impl Postback {
         answer["id"].as_str().unwrap().to_string()
     }
 
+    /// The status of `GET path` without a token (health routes).
+    pub async fn status_without_token(&self, path: &str) -> u16 {
+        match self.http.get(self.url(path)).send().await {
+            Ok(r) => r.status().as_u16(),
+            Err(_) => 0,
+        }
+    }
+
     /// `GET path` with the test token.
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let resp = self
