@@ -1,9 +1,11 @@
 -- claim: lease up to N due notifications to the caller, atomically.
--- KEYS: 1 due, 2 inflight, 3 dead, 4 jobs, 5 state, 6 history, 7 done
+-- KEYS: 1 due, 2 inflight, 3 dead, 4 jobs, 5 state, 6 history, 7 done, 8 claim record
 -- ARGV: 1 limit (at most 1000), 2 lease ms
 -- First returns up to `limit` expired leases (their worker died) to due, then moves up to
 -- `limit` due notifications to in-flight with a lease deadline, bumping each one's lease
--- number so that a settle from an older lease is ignored.
+-- number so that a settle from an older lease is ignored. The claimed "id lease" pairs
+-- are kept in the claim record for the lease's length, so that a caller that never got
+-- this reply (a timeout) can hand them back with release.lua instead of waiting.
 -- Returns {now, next wake ms or -1, then per job: id, lease, attempts so far, due at, spec}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -42,6 +44,14 @@ for i = 1, #due, 2 do
     table.insert(out, tonumber(due[i + 1]))
     table.insert(out, spec)
   end
+end
+
+if #out > 2 then
+  local claimed = {}
+  for i = 3, #out, 5 do
+    table.insert(claimed, out[i] .. ' ' .. out[i + 1])
+  end
+  redis.call('SET', KEYS[8], table.concat(claimed, ' '), 'PX', lease_ms)
 end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

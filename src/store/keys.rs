@@ -47,6 +47,11 @@ impl ShardKeys {
         &self.all[5]
     }
 
+    /// The record of what one claim call leased, named by its token.
+    pub fn claim_record(&self, token: &str) -> String {
+        format!("{}:claim:{token}", self.tag)
+    }
+
     /// The key remembering which notification an idempotency key created.
     pub fn idempotency(&self, key: &str) -> String {
         format!("{}:idem:{key}", self.tag)

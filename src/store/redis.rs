@@ -2,7 +2,7 @@
 //! script from `lua/` (EVALSHA with a NOSCRIPT fallback), time from Redis `TIME`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,6 +12,7 @@ use redis::{Script, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
@@ -54,6 +55,8 @@ pub struct RedisStore {
     wake_channel: String,
     connect_timeout: Duration,
     next_shard: AtomicUsize,
+    /// Claim records of claims that failed without a reply: (shard, record key).
+    unsure_claims: Mutex<Vec<(usize, String)>>,
     scripts: Scripts,
 }
 
@@ -91,6 +94,7 @@ impl RedisStore {
             wake_channel: wake_channel(&settings.key_prefix),
             connect_timeout: settings.connect_timeout,
             next_shard: AtomicUsize::new(0),
+            unsure_claims: Mutex::new(Vec::new()),
             scripts: Scripts::load(),
         })
     }
@@ -103,19 +107,32 @@ impl RedisStore {
 
     async fn claim_shard(
         &self,
-        keys: &ShardKeys,
+        shard: usize,
         limit: usize,
         lease: Duration,
     ) -> StoreResult<(Vec<ClaimedJob>, Option<i64>)> {
-        let reply: Vec<Value> = self
+        let keys = &self.shards[shard];
+        let record = keys.claim_record(&Uuid::now_v7().simple().to_string());
+        let reply: Vec<Value> = match self
             .scripts
             .claim
             .key(keys.all().as_slice())
+            .key(&record)
             .arg(limit)
             .arg(lease.as_millis() as u64)
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(store_error)?;
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                // The claim may have run without its reply reaching us.
+                self.unsure_claims
+                    .lock()
+                    .expect("claim list")
+                    .push((shard, record));
+                return Err(store_error(e));
+            }
+        };
         let now = int_at(&reply, 0)?;
         let wake = int_at(&reply, 1)?;
         let jobs = reply[2..]
@@ -123,6 +140,37 @@ impl RedisStore {
             .map(|c| claimed_job(c, now))
             .collect::<StoreResult<_>>()?;
         Ok((jobs, (wake >= 0).then(|| (wake - now).max(0))))
+    }
+
+    /// Hands back what claims whose reply was lost had leased, so that it is due again
+    /// at once rather than when the lease ends.
+    async fn release_unsure_claims(&self) -> StoreResult<()> {
+        let unsure = std::mem::take(&mut *self.unsure_claims.lock().expect("claim list"));
+        for (i, (shard, record)) in unsure.iter().enumerate() {
+            let result: redis::RedisResult<usize> = self
+                .scripts
+                .release
+                .key(self.shards[*shard].all().as_slice())
+                .key(record)
+                .arg(&self.wake_channel)
+                .invoke_async(&mut self.conn.clone())
+                .await;
+            match result {
+                Ok(n) if n > 0 => tracing::info!(
+                    released = n,
+                    "released notifications of a claim whose reply was lost"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    self.unsure_claims
+                        .lock()
+                        .expect("claim list")
+                        .extend(unsure[i..].iter().cloned());
+                    return Err(store_error(e));
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn settle_shard(
@@ -236,6 +284,7 @@ impl Store for RedisStore {
     }
 
     async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
+        self.release_unsure_claims().await?;
         let n = self.shards.len();
         let start = self.next_shard.fetch_add(1, Ordering::Relaxed);
         let mut claim = Claim::default();
@@ -246,9 +295,7 @@ impl Store for RedisStore {
                 next_wake = Some(0);
                 break;
             }
-            let (jobs, wake) = self
-                .claim_shard(&self.shards[(start + i) % n], remaining, lease)
-                .await?;
+            let (jobs, wake) = self.claim_shard((start + i) % n, remaining, lease).await?;
             claim.jobs.extend(jobs);
             next_wake = match (next_wake, wake) {
                 (Some(a), Some(b)) => Some(a.min(b)),
