@@ -31,12 +31,6 @@ pub struct AppState {
     pub policy: Arc<NotifyPolicy>,
 }
 
-impl AppState {
-    fn store_shard(&self, idempotency_key: Option<&str>) -> u16 {
-        self.store.shard_for(idempotency_key)
-    }
-}
-
 pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router {
     let protected = Router::new()
         .route("/notify", post(notify::notify))

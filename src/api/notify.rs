@@ -58,7 +58,9 @@ pub async fn notify(
     let body = body.map_err(|r| ApiError::new(r.status(), "invalid_body", r.body_text()))?;
     let idempotency = idempotency_key(&headers, state.policy.idempotency_ttl)?;
     let request = parse_json(&body)?;
-    let shard = state.store_shard(idempotency.as_ref().map(|i| i.key.as_str()));
+    let shard = state
+        .store
+        .shard_for(idempotency.as_ref().map(|i| i.key.as_str()));
     let notification = validate(request, JobId::new(shard), &state.policy)?;
     let enqueued = state
         .store

@@ -29,10 +29,6 @@ impl CallbackUrl {
         Ok(Self(url))
     }
 
-    pub fn as_url(&self) -> &Url {
-        &self.0
-    }
-
     /// The host, used as the default rate-limit key.
     pub fn host(&self) -> &str {
         self.0.host_str().unwrap_or_default()

@@ -65,14 +65,6 @@ impl ExtraHeaders {
     pub fn pairs(&self) -> &[(String, String)] {
         &self.0
     }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.0.iter().any(|(n, _)| n.eq_ignore_ascii_case(name))
-    }
-
-    pub fn into_pairs(self) -> Vec<(String, String)> {
-        self.0
-    }
 }
 
 #[cfg(test)]
