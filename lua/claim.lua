@@ -1,7 +1,8 @@
 -- claim: lease up to N due notifications to the caller, atomically.
 -- KEYS: 1 due, 2 inflight, 3 dead, 4 jobs, 5 state, 6 history, 7 done, 8 claim record
 -- ARGV: 1 limit (at most 1000), 2 lease ms
--- First returns up to `limit` expired leases (their worker died) to due, then moves up to
+-- First returns up to `limit` expired leases (their worker died) to due (or cancels them,
+-- when a cancel was asked for meanwhile), then moves up to
 -- `limit` due notifications to in-flight with a lease deadline, bumping each one's lease
 -- number so that a settle from an older lease is ignored. The claimed "id lease" pairs
 -- are kept in the claim record for the lease's length, so that a caller that never got
@@ -18,10 +19,16 @@ for _, id in ipairs(expired) do
   local raw = redis.call('HGET', KEYS[5], id)
   if raw then
     local st = cjson.decode(raw)
-    st.state = 'scheduled'
-    st.next_at = now
+    if st.cancel_requested then
+      st.state = 'cancelled'
+      st.finished_at = now
+      redis.call('ZADD', KEYS[7], now, id)
+    else
+      st.state = 'scheduled'
+      st.next_at = now
+      redis.call('ZADD', KEYS[1], now, id)
+    end
     redis.call('HSET', KEYS[5], id, cjson.encode(st))
-    redis.call('ZADD', KEYS[1], now, id)
   end
 end
 

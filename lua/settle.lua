@@ -1,5 +1,6 @@
 -- settle: record the outcome of attempts and move each notification on: delivered,
--- scheduled at its next tier, or dead when the schedule is exhausted.
+-- cancelled when a cancel was asked for during the attempt, scheduled at its next tier,
+-- or dead when the schedule is exhausted.
 -- KEYS: 1 due, 2 inflight, 3 dead, 4 jobs, 5 state, 6 history, 7 done
 -- ARGV: 1 wake channel, then per attempt 7 values: id, lease, outcome ('delivered' or
 --       'failed'), status ('' when no response), error ('' when none), duration ms,
@@ -40,6 +41,11 @@ local function settle_one(id, lease, outcome, status, err, duration, response)
   redis.call('ZREM', KEYS[2], id)
   if outcome == 'delivered' then
     st.state = 'delivered'
+    st.next_at = nil
+    st.finished_at = now
+    redis.call('ZADD', KEYS[7], now, id)
+  elseif st.cancel_requested then
+    st.state = 'cancelled'
     st.next_at = nil
     st.finished_at = now
     redis.call('ZADD', KEYS[7], now, id)

@@ -34,7 +34,10 @@ pub struct AppState {
 pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router {
     let protected = Router::new()
         .route("/notify", post(notify::notify))
-        .route("/notifications/{id}", get(notifications::show))
+        .route(
+            "/notifications/{id}",
+            get(notifications::show).delete(notifications::cancel),
+        )
         .route("/dead-letters", get(dead_letters::list))
         .route_layer(middleware::from_fn_with_state(tokens, auth::require_token));
     Router::new()

@@ -26,6 +26,7 @@ pub fn notification(v: &JobView) -> Value {
         "next_attempt_at": matches!(s.state, JobState::Scheduled | JobState::InFlight).then_some(s.next_at).flatten().map(rfc3339),
         "created_at": rfc3339(s.created_at),
         "finished_at": s.finished_at.map(rfc3339),
+        "cancel_requested": s.cancel_requested,
         "history": v.history.iter().map(|a| json!({
             "at": rfc3339(a.at),
             "status": a.status,

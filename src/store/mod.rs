@@ -43,6 +43,18 @@ pub enum JobState {
     Cancelled,
 }
 
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::InFlight => "in_flight",
+            JobState::Delivered => "delivered",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// The mutable part of a notification, as the store keeps it. Times are ms since the
 /// epoch, taken from the store's clock.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +67,21 @@ pub struct JobStatus {
     pub next_at: Option<i64>,
     #[serde(default)]
     pub finished_at: Option<i64>,
+    /// A cancel arrived during an attempt: no retry after it.
+    #[serde(default)]
+    pub cancel_requested: bool,
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone)]
+pub enum Cancelled {
+    /// It is cancelled (now, or it already was) and will not be sent.
+    Done,
+    /// An attempt is in flight; the notification is cancelled after it.
+    AfterAttempt,
+    /// It was already delivered or dead.
+    Finished(JobState),
+    NotFound,
 }
 
 /// A notification as a reader sees it: what it is, where it is, what happened so far.
@@ -151,6 +178,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records attempts and moves each notification to its next state.
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled>;
+
+    /// Cancels a notification that has not finished.
+    async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled>;
 
     /// Hands leased notifications back, due at once, without counting an attempt.
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize>;

@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    Claim, ClaimedJob, Cursor, DeadPage, Enqueued, Idempotency, JobStatus, JobView, Settled,
-    Settlement, Store, StoreError, StoreResult,
+    Cancelled, Claim, ClaimedJob, Cursor, DeadPage, Enqueued, Idempotency, JobStatus, JobView,
+    Settled, Settlement, Store, StoreError, StoreResult,
 };
 use crate::config::StoreSettings;
 use crate::domain::{Attempt, JobId, JobSpec, Notification};
@@ -35,6 +35,7 @@ struct Scripts {
     claim: Script,
     settle: Script,
     release: Script,
+    cancel: Script,
 }
 
 impl Scripts {
@@ -44,6 +45,7 @@ impl Scripts {
             claim: Script::new(include_str!("../../lua/claim.lua")),
             settle: Script::new(include_str!("../../lua/settle.lua")),
             release: Script::new(include_str!("../../lua/release.lua")),
+            cancel: Script::new(include_str!("../../lua/cancel.lua")),
         }
     }
 }
@@ -325,6 +327,26 @@ impl Store for RedisStore {
             }
         }
         Ok(Settled { applied, earliest })
+    }
+
+    async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
+        let Ok(keys) = self.keys(id) else {
+            return Ok(Cancelled::NotFound);
+        };
+        let reply: Vec<Value> = self
+            .scripts
+            .cancel
+            .key(keys.all().as_slice())
+            .arg(id.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(match text_at(&reply, 0)?.as_str() {
+            "cancelled" => Cancelled::Done,
+            "requested" => Cancelled::AfterAttempt,
+            "finished" => Cancelled::Finished(parse_status(&text_at(&reply, 1)?)?.state),
+            _ => Cancelled::NotFound,
+        })
     }
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
