@@ -1,16 +1,21 @@
-//! `GET /dead-letters`: dead letters, newest first, cursor-paged.
+//! The dead-letter review: list (newest first, cursor-paged), show one with its body and
+//! history, replay one (optionally to a new URL or schedule), discard one.
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
+use super::notify::{bounded_duration, parse_json, schedule};
 use super::{view, AppState};
-use crate::domain::FieldError;
-use crate::store::Cursor;
+use crate::domain::{CallbackUrl, FieldError, JobId};
+use crate::store::{Cursor, JobState, JobView};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
@@ -44,4 +49,100 @@ pub async fn list(
         "items": page.items.iter().map(view::dead_letter_item).collect::<Vec<_>>(),
         "next_cursor": page.next_cursor.map(|c| c.encode()),
     })))
+}
+
+/// What `POST /dead-letters/{id}/replay` may change; an empty body changes nothing.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayRequest {
+    url: Option<String>,
+    schedule: Option<Value>,
+    delay: Option<String>,
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let found = dead_letter(&state, &id).await?;
+    Ok(Json(view::dead_letter(&found)))
+}
+
+pub async fn replay(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let body = body.map_err(|r| ApiError::new(r.status(), "invalid_body", r.body_text()))?;
+    let request: ReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        ReplayRequest::default()
+    } else {
+        parse_json(&body)?
+    };
+    let found = dead_letter(&state, &id).await?;
+    let mut spec = None;
+    if let Some(raw) = &request.url {
+        let url = CallbackUrl::parse(raw)?;
+        let mut new = found.spec.clone();
+        if url::Url::parse(&new.url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .as_deref()
+            == Some(new.rate_key.as_str())
+        {
+            new.rate_key = url.host().to_string();
+        }
+        new.url = url.to_string();
+        spec = Some(new);
+    }
+    let schedule = match request.schedule {
+        Some(v) => Some(schedule(Some(v), &state.policy.schedules)?),
+        None => None,
+    };
+    let delay = bounded_duration(
+        "delay",
+        request.delay.as_deref(),
+        Duration::ZERO,
+        Duration::ZERO,
+        state.policy.max_delay,
+    )?;
+    let status = state
+        .store
+        .replay(&found.id, spec.as_ref(), schedule.as_ref(), delay)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dead letter"))?;
+    tracing::info!(id = %found.id, new_url = spec.is_some(), "dead letter replayed");
+    state.wake.notify_one();
+    Ok(Json(json!({
+        "id": found.id.to_string(),
+        "state": status.state,
+        "attempts": status.attempts,
+        "max_attempts": status.max_attempts,
+        "url": spec.map_or(found.spec.url, |s| s.url),
+        "next_attempt_at": status.next_at.map(view::rfc3339),
+    })))
+}
+
+pub async fn discard(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id: JobId = id.parse().map_err(|_| ApiError::not_found("dead letter"))?;
+    if state.store.discard(&id).await? {
+        tracing::info!(%id, "dead letter discarded");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found("dead letter"))
+    }
+}
+
+/// The notification `raw` names, if it is dead.
+async fn dead_letter(state: &AppState, raw: &str) -> Result<JobView, ApiError> {
+    let id: JobId = raw
+        .parse()
+        .map_err(|_| ApiError::not_found("dead letter"))?;
+    match state.store.get(&id).await? {
+        Some(v) if v.status.state == JobState::Dead => Ok(v),
+        _ => Err(ApiError::not_found("dead letter")),
+    }
 }

@@ -39,6 +39,11 @@ pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router 
             get(notifications::show).delete(notifications::cancel),
         )
         .route("/dead-letters", get(dead_letters::list))
+        .route(
+            "/dead-letters/{id}",
+            get(dead_letters::show).delete(dead_letters::discard),
+        )
+        .route("/dead-letters/{id}/replay", post(dead_letters::replay))
         .route_layer(middleware::from_fn_with_state(tokens, auth::require_token));
     Router::new()
         .route("/healthz", get(healthz))

@@ -57,7 +57,7 @@ pub async fn notify(
 ) -> Result<Response, ApiError> {
     let body = body.map_err(|r| ApiError::new(r.status(), "invalid_body", r.body_text()))?;
     let idempotency = idempotency_key(&headers, state.policy.idempotency_ttl)?;
-    let request = parse_json(&body)?;
+    let request: NotifyRequest = parse_json(&body)?;
     let shard = state
         .store
         .shard_for(idempotency.as_ref().map(|i| i.key.as_str()));
@@ -113,7 +113,8 @@ fn idempotency_key(headers: &HeaderMap, ttl: Duration) -> Result<Option<Idempote
     }))
 }
 
-fn parse_json(body: &[u8]) -> Result<NotifyRequest, ApiError> {
+/// Parses a JSON object into `T`, naming the offending field on error.
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let invalid = |e: &serde_json::Error| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -206,7 +207,7 @@ fn validate(
     })
 }
 
-fn schedule(
+pub(super) fn schedule(
     raw: Option<Value>,
     named: &BTreeMap<String, Schedule>,
 ) -> Result<Schedule, FieldError> {
@@ -247,7 +248,7 @@ fn schedule(
     }
 }
 
-fn bounded_duration(
+pub(super) fn bounded_duration(
     field: &str,
     raw: Option<&str>,
     default: Duration,
@@ -293,7 +294,7 @@ mod tests {
     }
 
     fn field_of(body: &str) -> String {
-        let parsed = parse_json(body.as_bytes());
+        let parsed = parse_json::<NotifyRequest>(body.as_bytes());
         match parsed {
             Err(e) => format!("{e:?}"),
             Ok(r) => validate(r, JobId::new(0), &policy()).unwrap_err().field,
@@ -332,7 +333,8 @@ mod tests {
 
     #[test]
     fn fills_defaults() {
-        let r = parse_json(br#"{"url":"https://pay.example.com/cb","body":{"a":1}}"#).unwrap();
+        let r: NotifyRequest =
+            parse_json(br#"{"url":"https://pay.example.com/cb","body":{"a":1}}"#).unwrap();
         let n = validate(r, JobId::new(0), &policy()).unwrap();
         assert_eq!(n.rate_key, "pay.example.com");
         assert_eq!(n.timeout, Duration::from_secs(10));

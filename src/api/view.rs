@@ -27,6 +27,7 @@ pub fn notification(v: &JobView) -> Value {
         "created_at": rfc3339(s.created_at),
         "finished_at": s.finished_at.map(rfc3339),
         "cancel_requested": s.cancel_requested,
+        "replays": s.replays,
         "history": v.history.iter().map(|a| json!({
             "at": rfc3339(a.at),
             "status": a.status,
@@ -35,6 +36,15 @@ pub fn notification(v: &JobView) -> Value {
             "response": a.response,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// `GET /dead-letters/{id}`: the notification with its body and when it died.
+pub fn dead_letter(v: &JobView) -> Value {
+    let mut out = notification(v);
+    out["body"] = v.spec.body.clone().into();
+    out["content_type"] = v.spec.content_type.clone().into();
+    out["dead_at"] = v.status.finished_at.map(rfc3339).into();
+    out
 }
 
 /// One line of `GET /dead-letters`: what it was, when it died, and the last failure.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Attempt, JobId, JobSpec, Notification, Outcome};
+use crate::domain::{Attempt, JobId, JobSpec, Notification, Outcome, Schedule};
 
 mod cursor;
 mod keys;
@@ -67,6 +67,9 @@ pub struct JobStatus {
     pub next_at: Option<i64>,
     #[serde(default)]
     pub finished_at: Option<i64>,
+    /// How often it was replayed from the dead letters.
+    #[serde(default)]
+    pub replays: u32,
     /// A cancel arrived during an attempt: no retry after it.
     #[serde(default)]
     pub cancel_requested: bool,
@@ -181,6 +184,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// Cancels a notification that has not finished.
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled>;
+
+    /// Schedules a dead letter again from a fresh attempt count, with a new spec or
+    /// schedule when given. Its new status, or `None` when there is no such dead letter.
+    async fn replay(
+        &self,
+        id: &JobId,
+        spec: Option<&JobSpec>,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<Option<JobStatus>>;
+
+    /// Deletes a dead letter. `false` when there is no such dead letter.
+    async fn discard(&self, id: &JobId) -> StoreResult<bool>;
 
     /// Hands leased notifications back, due at once, without counting an attempt.
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize>;

@@ -20,7 +20,7 @@ use super::{
     Settled, Settlement, Store, StoreError, StoreResult,
 };
 use crate::config::StoreSettings;
-use crate::domain::{Attempt, JobId, JobSpec, Notification};
+use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
 
 mod page;
 mod reply;
@@ -36,6 +36,8 @@ struct Scripts {
     settle: Script,
     release: Script,
     cancel: Script,
+    replay: Script,
+    discard: Script,
 }
 
 impl Scripts {
@@ -46,6 +48,8 @@ impl Scripts {
             settle: Script::new(include_str!("../../lua/settle.lua")),
             release: Script::new(include_str!("../../lua/release.lua")),
             cancel: Script::new(include_str!("../../lua/cancel.lua")),
+            replay: Script::new(include_str!("../../lua/replay.lua")),
+            discard: Script::new(include_str!("../../lua/discard.lua")),
         }
     }
 }
@@ -248,19 +252,14 @@ impl Store for RedisStore {
         let keys = self.keys(&n.id)?;
         let spec =
             serde_json::to_string(&n.spec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let schedule: Vec<u64> = n
-            .schedule
-            .intervals()
-            .iter()
-            .map(|d| d.as_millis() as u64)
-            .collect();
+
         let mut call = self.scripts.enqueue.key(keys.all().as_slice());
         if let Some(idem) = idempotency {
             call.key(keys.idempotency(&idem.key));
         }
         call.arg(n.id.to_string())
             .arg(spec)
-            .arg(serde_json::to_string(&schedule).expect("a list of numbers serializes"))
+            .arg(schedule_json(&n.schedule))
             .arg(n.delay.as_millis() as u64)
             .arg(&self.wake_channel)
             .arg(idempotency.map_or(0, |i| i.ttl.as_millis() as u64).max(1));
@@ -347,6 +346,54 @@ impl Store for RedisStore {
             "finished" => Cancelled::Finished(parse_status(&text_at(&reply, 1)?)?.state),
             _ => Cancelled::NotFound,
         })
+    }
+
+    async fn replay(
+        &self,
+        id: &JobId,
+        spec: Option<&JobSpec>,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<Option<JobStatus>> {
+        let Ok(keys) = self.keys(id) else {
+            return Ok(None);
+        };
+        let spec = match spec {
+            Some(s) => serde_json::to_string(s).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            None => String::new(),
+        };
+        let schedule = schedule.map_or(String::new(), schedule_json);
+        let reply: Vec<Value> = self
+            .scripts
+            .replay
+            .key(keys.all().as_slice())
+            .arg(id.to_string())
+            .arg(spec)
+            .arg(schedule)
+            .arg(delay.as_millis() as u64)
+            .arg(&self.wake_channel)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        if text_at(&reply, 0)? != "replayed" {
+            return Ok(None);
+        }
+        Ok(Some(parse_status(&text_at(&reply, 1)?)?))
+    }
+
+    async fn discard(&self, id: &JobId) -> StoreResult<bool> {
+        let Ok(keys) = self.keys(id) else {
+            return Ok(false);
+        };
+        let n: i64 = self
+            .scripts
+            .discard
+            .key(keys.all().as_slice())
+            .arg(id.to_string())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(n == 1)
     }
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
@@ -484,6 +531,16 @@ fn job_view(id: &str, spec: &str, state: &str, history: Option<&str>) -> StoreRe
             None => Vec::new(),
         },
     })
+}
+
+/// A schedule as the scripts keep it: a JSON array of milliseconds.
+fn schedule_json(schedule: &Schedule) -> String {
+    let ms: Vec<u64> = schedule
+        .intervals()
+        .iter()
+        .map(|d| d.as_millis() as u64)
+        .collect();
+    serde_json::to_string(&ms).expect("a list of numbers serializes")
 }
 
 fn parse_status(state: &str) -> StoreResult<JobStatus> {
