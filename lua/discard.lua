@@ -1,5 +1,5 @@
 -- discard: delete a dead letter for good.
--- KEYS: 1 due, 2 inflight, 3 dead, 4 jobs, 5 state, 6 history, 7 done
+-- KEYS: the shard's keys (see common.lua)
 -- ARGV: 1 id
 -- Returns 1 when discarded, 0 when there is no such dead letter.
 local id = ARGV[1]

@@ -1,16 +1,14 @@
 -- settle: record the outcome of attempts and move each notification on: delivered,
 -- cancelled when a cancel was asked for during the attempt, scheduled at its next tier,
 -- or dead when the schedule is exhausted.
--- KEYS: 1 due, 2 inflight, 3 dead, 4 jobs, 5 state, 6 history, 7 done
+-- KEYS: the shard's keys (see common.lua)
 -- ARGV: 1 wake channel, then per attempt 7 values: id, lease, outcome ('delivered' or
 --       'failed'), status ('' when no response), error ('' when none), duration ms,
 --       first bytes of the response
 -- An attempt whose lease is not the current one (the lease expired and the notification
 -- was claimed again, or it already finished) changes nothing.
 -- Returns {new earliest 0|1, then per attempt 1 if applied, 0 if ignored}.
-local t = redis.call('TIME')
--- Rounded up, so that a time computed from it is never early.
-local now = tonumber(t[1]) * 1000 + math.ceil(tonumber(t[2]) / 1000)
+local now = now_ms(true)
 local out = {0}
 
 local function append_history(id, entry)
@@ -25,10 +23,8 @@ local function append_history(id, entry)
 end
 
 local function settle_one(id, lease, outcome, status, err, duration, response)
-  local raw = redis.call('HGET', KEYS[5], id)
-  if not raw then return 0 end
-  local st = cjson.decode(raw)
-  if st.state ~= 'in_flight' or st.lease ~= lease then return 0 end
+  local st = load_state(id)
+  if not st or st.state ~= 'in_flight' or st.lease ~= lease then return 0 end
 
   st.attempts = st.attempts + 1
   append_history(id, {
@@ -40,30 +36,18 @@ local function settle_one(id, lease, outcome, status, err, duration, response)
   })
   redis.call('ZREM', KEYS[2], id)
   if outcome == 'delivered' then
-    st.state = 'delivered'
-    st.next_at = nil
-    st.finished_at = now
-    redis.call('ZADD', KEYS[7], now, id)
+    finish(id, st, 'delivered', KEYS[7], now)
   elseif st.cancel_requested then
-    st.state = 'cancelled'
-    st.next_at = nil
-    st.finished_at = now
-    redis.call('ZADD', KEYS[7], now, id)
+    finish(id, st, 'cancelled', KEYS[7], now)
   elseif st.attempts >= st.max_attempts then
-    st.state = 'dead'
-    st.next_at = nil
-    st.finished_at = now
-    redis.call('ZADD', KEYS[3], now, id)
+    finish(id, st, 'dead', KEYS[3], now)
   else
-    st.state = 'scheduled'
-    st.next_at = now + st.schedule[st.attempts]
-    redis.call('ZADD', KEYS[1], st.next_at, id)
-    if out[1] == 0 and redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
+    schedule_at(id, st, now + st.schedule[st.attempts])
+    if out[1] == 0 and announce_if_earliest(id, ARGV[1], st.next_at) then
       out[1] = 1
-      redis.call('PUBLISH', ARGV[1], st.next_at)
     end
   end
-  redis.call('HSET', KEYS[5], id, cjson.encode(st))
+  save_state(id, st)
   return 1
 end
 

@@ -27,6 +27,16 @@ mod reply;
 
 use reply::{int_at, text_at};
 
+/// A script from `lua/`, with the shared helpers of `lua/common.lua` in front.
+macro_rules! script {
+    ($name:literal) => {
+        Script::new(concat!(
+            include_str!("../../lua/common.lua"),
+            include_str!(concat!("../../lua/", $name, ".lua"))
+        ))
+    };
+}
+
 /// One HMGET answer: a value or nothing per requested field.
 type Fields = Vec<Option<String>>;
 
@@ -43,13 +53,13 @@ struct Scripts {
 impl Scripts {
     fn load() -> Self {
         Self {
-            enqueue: Script::new(include_str!("../../lua/enqueue.lua")),
-            claim: Script::new(include_str!("../../lua/claim.lua")),
-            settle: Script::new(include_str!("../../lua/settle.lua")),
-            release: Script::new(include_str!("../../lua/release.lua")),
-            cancel: Script::new(include_str!("../../lua/cancel.lua")),
-            replay: Script::new(include_str!("../../lua/replay.lua")),
-            discard: Script::new(include_str!("../../lua/discard.lua")),
+            enqueue: script!("enqueue"),
+            claim: script!("claim"),
+            settle: script!("settle"),
+            release: script!("release"),
+            cancel: script!("cancel"),
+            replay: script!("replay"),
+            discard: script!("discard"),
         }
     }
 }

@@ -1,0 +1,61 @@
+-- Helpers put in front of every script by src/store/redis.rs. Every script receives the
+-- shard's keys in this order: KEYS 1 due, 2 inflight, 3 dead, 4 jobs, 5 state,
+-- 6 history, 7 done (then its own extra keys).
+
+-- Redis time in ms. Rounded up where a due time is computed from it, so that nothing
+-- is early; rounded down where it is compared with due times.
+local function now_ms(round_up)
+  local t = redis.call('TIME')
+  local ms = tonumber(t[2]) / 1000
+  if round_up then ms = math.ceil(ms) else ms = math.floor(ms) end
+  return tonumber(t[1]) * 1000 + ms
+end
+
+-- The state record of `id` (decoded, and as stored), or nil.
+local function load_state(id)
+  local raw = redis.call('HGET', KEYS[5], id)
+  if raw then return cjson.decode(raw), raw end
+  return nil, nil
+end
+
+local function save_state(id, st)
+  local encoded = cjson.encode(st)
+  redis.call('HSET', KEYS[5], id, encoded)
+  return encoded
+end
+
+-- Ends the notification's life in `state`, indexed by finish time in `index_key`.
+local function finish(id, st, state, index_key, now)
+  st.state = state
+  st.next_at = nil
+  st.finished_at = now
+  redis.call('ZADD', index_key, now, id)
+end
+
+-- Makes the notification due at `at`.
+local function schedule_at(id, st, at)
+  st.state = 'scheduled'
+  st.next_at = at
+  redis.call('ZADD', KEYS[1], at, id)
+end
+
+-- Takes back an attempt that never completed, without counting it: cancelled when a
+-- cancel was asked for meanwhile, otherwise due at once. True when it is due again.
+local function hand_back(id, st, now)
+  redis.call('ZREM', KEYS[2], id)
+  if st.cancel_requested then
+    finish(id, st, 'cancelled', KEYS[7], now)
+    return false
+  end
+  schedule_at(id, st, now)
+  return true
+end
+
+-- Announces a new earliest due time when `id` heads the due set. True when it does.
+local function announce_if_earliest(id, channel, at)
+  if redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
+    redis.call('PUBLISH', channel, at)
+    return true
+  end
+  return false
+end
