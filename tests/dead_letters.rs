@@ -148,3 +148,83 @@ async fn a_discarded_dead_letter_is_gone() {
         404
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_list_filters_by_topic_host_and_time_and_pages_while_letters_arrive() {
+    let (_redis, receiver, pb) = support::start(&[]).await;
+    let other_host = format!("http://localhost:{}/down?fail=99", receiver.port);
+    let mut refunds = Vec::new();
+    for i in 0..7 {
+        let (topic, url) = if i % 2 == 0 {
+            ("refund", receiver.url("/down?fail=99"))
+        } else {
+            ("payment", other_host.clone())
+        };
+        let id = pb
+            .register(json!({"url": url, "body": {"i": i}, "schedule": [], "topic": topic}))
+            .await;
+        pb.wait_state(&id, "dead", WAIT).await;
+        if topic == "refund" {
+            refunds.push(id);
+        }
+    }
+    let middle = pb.notification(&refunds[1]).await["finished_at"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let ids = |page: &Value| -> Vec<String> {
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, page) = pb.get("/dead-letters?topic=refund&limit=100").await;
+    assert_eq!(
+        ids(&page),
+        refunds.iter().rev().cloned().collect::<Vec<_>>()
+    );
+    let (_, page) = pb.get("/dead-letters?host=localhost").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 3);
+    let (_, page) = pb
+        .get(&format!("/dead-letters?topic=refund&until={middle}"))
+        .await;
+    assert_eq!(ids(&page), vec![refunds[1].clone(), refunds[0].clone()]);
+    let (_, page) = pb
+        .get(&format!("/dead-letters?topic=refund&since={middle}"))
+        .await;
+    assert_eq!(
+        ids(&page),
+        vec![refunds[3].clone(), refunds[2].clone(), refunds[1].clone()]
+    );
+    let (status, page) = pb.get("/dead-letters?since=yesterday").await;
+    assert_eq!(
+        (status, page["error"]["field"].as_str()),
+        (422, Some("since"))
+    );
+
+    // Page one at a time (four pages) while newer refunds die in between.
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    for page_no in 0.. {
+        let (_, page) = pb
+            .get(&format!("/dead-letters?topic=refund&limit=1{cursor}"))
+            .await;
+        seen.extend(ids(&page));
+        let Some(next) = page["next_cursor"].as_str() else {
+            break;
+        };
+        cursor = format!("&cursor={next}");
+        if page_no < 2 {
+            let id = pb.register(json!({"url": receiver.url("/down?fail=99"), "body": {}, "schedule": [], "topic": "refund"})).await;
+            pb.wait_state(&id, "dead", WAIT).await;
+        }
+    }
+    assert_eq!(
+        seen,
+        refunds.iter().rev().cloned().collect::<Vec<_>>(),
+        "no repeats, no gaps"
+    );
+}

@@ -15,7 +15,7 @@ use super::error::ApiError;
 use super::notify::{bounded_duration, parse_json, schedule};
 use super::{view, AppState};
 use crate::domain::{CallbackUrl, FieldError, JobId};
-use crate::store::{Cursor, JobState, JobView};
+use crate::store::{Cursor, DeadFilter, JobState, JobView};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
@@ -25,6 +25,10 @@ const MAX_LIMIT: usize = 500;
 pub struct ListQuery {
     limit: Option<usize>,
     cursor: Option<String>,
+    topic: Option<String>,
+    host: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
 }
 
 pub async fn list(
@@ -44,7 +48,24 @@ pub async fn list(
         ),
         None => None,
     };
-    let page = state.store.dead_letters(limit, cursor.as_ref()).await?;
+    let filter = DeadFilter {
+        since: q
+            .since
+            .as_deref()
+            .map(|s| timestamp("since", s))
+            .transpose()?,
+        until: q
+            .until
+            .as_deref()
+            .map(|s| timestamp("until", s))
+            .transpose()?,
+        topic: q.topic,
+        host: q.host,
+    };
+    let page = state
+        .store
+        .dead_letters(&filter, limit, cursor.as_ref())
+        .await?;
     Ok(Json(json!({
         "items": page.items.iter().map(view::dead_letter_item).collect::<Vec<_>>(),
         "next_cursor": page.next_cursor.map(|c| c.encode()),
@@ -145,4 +166,15 @@ async fn dead_letter(state: &AppState, raw: &str) -> Result<JobView, ApiError> {
         Some(v) if v.status.state == JobState::Dead => Ok(v),
         _ => Err(ApiError::not_found("dead letter")),
     }
+}
+
+/// An RFC 3339 time (`2026-01-01T00:00:00Z`) as ms since the epoch.
+fn timestamp(field: &str, raw: &str) -> Result<i64, FieldError> {
+    let t = humantime::parse_rfc3339_weak(raw).map_err(|_| {
+        FieldError::new(field, "must be an RFC 3339 time like 2026-01-01T00:00:00Z")
+    })?;
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    Ok(ms as i64)
 }

@@ -156,6 +156,35 @@ pub struct Settled {
     pub earliest: bool,
 }
 
+/// Which dead letters a listing shows; every condition given must hold.
+#[derive(Debug, Clone, Default)]
+pub struct DeadFilter {
+    pub topic: Option<String>,
+    /// The callback URL's host.
+    pub host: Option<String>,
+    /// Dead-lettered at or after, ms since the epoch.
+    pub since: Option<i64>,
+    /// Dead-lettered at or before, ms since the epoch.
+    pub until: Option<i64>,
+}
+
+impl DeadFilter {
+    /// Whether `v` passes the topic and host conditions (times are the store's range).
+    pub fn matches(&self, v: &JobView) -> bool {
+        let topic_ok = self
+            .topic
+            .as_ref()
+            .is_none_or(|t| v.spec.topic.as_ref() == Some(t));
+        let host_ok = self.host.as_ref().is_none_or(|h| {
+            url::Url::parse(&v.spec.url)
+                .ok()
+                .and_then(|u| u.host_str().map(|x| x.eq_ignore_ascii_case(h)))
+                .unwrap_or(false)
+        });
+        topic_ok && host_ok
+    }
+}
+
 /// A page of dead letters, newest first.
 #[derive(Debug, Clone)]
 pub struct DeadPage {
@@ -205,7 +234,12 @@ pub trait Store: Send + Sync + 'static {
     async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>>;
 
     /// Dead letters, newest first, `limit` at a time, after `cursor`.
-    async fn dead_letters(&self, limit: usize, after: Option<&Cursor>) -> StoreResult<DeadPage>;
+    async fn dead_letters(
+        &self,
+        filter: &DeadFilter,
+        limit: usize,
+        after: Option<&Cursor>,
+    ) -> StoreResult<DeadPage>;
 
     /// Succeeds when the store answers.
     async fn ping(&self) -> StoreResult<()>;

@@ -1,6 +1,7 @@
 //! The Redis store: notifications sharded over hash-tagged keys, every transition one Lua
 //! script from `lua/` (EVALSHA with a NOSCRIPT fallback), time from Redis `TIME`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,8 +17,8 @@ use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    Cancelled, Claim, ClaimedJob, Cursor, DeadPage, Enqueued, Idempotency, JobStatus, JobView,
-    Settled, Settlement, Store, StoreError, StoreResult,
+    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Enqueued, Idempotency, JobStatus,
+    JobView, Settled, Settlement, Store, StoreError, StoreResult,
 };
 use crate::config::StoreSettings;
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -36,6 +37,12 @@ macro_rules! script {
         ))
     };
 }
+
+/// Dead letters read per round trip while filtering a page.
+const SCAN_WINDOW: usize = 200;
+/// Dead letters examined for one page at most; past it the page ends early with a
+/// cursor, so that a filter matching nothing cannot keep Redis busy.
+const MAX_SCAN: usize = 5_000;
 
 /// One HMGET answer: a value or nothing per requested field.
 type Fields = Vec<Option<String>>;
@@ -437,24 +444,52 @@ impl Store for RedisStore {
         Ok(self.views(keys, &[id.to_string()]).await?.pop())
     }
 
-    async fn dead_letters(&self, limit: usize, after: Option<&Cursor>) -> StoreResult<DeadPage> {
+    async fn dead_letters(
+        &self,
+        filter: &DeadFilter,
+        limit: usize,
+        after: Option<&Cursor>,
+    ) -> StoreResult<DeadPage> {
         let keys = &self.shards[0];
-        let (entries, more) = page::newest_first(&mut self.conn.clone(), keys.dead(), limit, after)
+        let mut items = Vec::with_capacity(limit);
+        let mut position = after.cloned();
+        let mut scanned = 0;
+        loop {
+            let (entries, more) = page::newest_first(
+                &mut self.conn.clone(),
+                keys.dead(),
+                SCAN_WINDOW,
+                position.as_ref(),
+                (filter.since, filter.until),
+            )
             .await
             .map_err(store_error)?;
-        let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
-        let items = self.views(keys, &ids).await?;
-        let next_cursor = if more {
-            entries.last().and_then(|(id, at)| {
-                Some(Cursor {
-                    at: *at,
-                    id: id.parse().ok()?,
-                })
-            })
-        } else {
-            None
-        };
-        Ok(DeadPage { items, next_cursor })
+            let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+            let mut views: HashMap<String, JobView> = self
+                .views(keys, &ids)
+                .await?
+                .into_iter()
+                .map(|v| (v.id.to_string(), v))
+                .collect();
+            for (i, (id, at)) in entries.iter().enumerate() {
+                position = id.parse().ok().map(|id| Cursor { at: *at, id });
+                if let Some(v) = views.remove(id).filter(|v| filter.matches(v)) {
+                    items.push(v);
+                }
+                if items.len() == limit {
+                    let rest = more || i + 1 < entries.len();
+                    return Ok(DeadPage {
+                        items,
+                        next_cursor: position.filter(|_| rest),
+                    });
+                }
+            }
+            scanned += entries.len();
+            if !more || scanned >= MAX_SCAN {
+                let next_cursor = position.filter(|_| more);
+                return Ok(DeadPage { items, next_cursor });
+            }
+        }
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -5,21 +5,28 @@ use redis::RedisResult;
 
 use crate::store::Cursor;
 
-/// Up to `limit` (member, score) pairs after `after`, and whether more follow.
+/// Up to `limit` (member, score) pairs after `after` with scores in `[since, until]`,
+/// and whether more follow.
 pub async fn newest_first<C: ConnectionLike + Send>(
     conn: &mut C,
     key: &str,
     limit: usize,
     after: Option<&Cursor>,
+    (since, until): (Option<i64>, Option<i64>),
 ) -> RedisResult<(Vec<(String, i64)>, bool)> {
-    let max = after.map_or("+inf".to_string(), |c| c.at.to_string());
+    let top = match (after.map(|c| c.at), until) {
+        (Some(a), Some(u)) => Some(a.min(u)),
+        (a, u) => a.or(u),
+    };
+    let max = top.map_or("+inf".to_string(), |t| t.to_string());
+    let min = since.map_or("-inf".to_string(), |s| s.to_string());
     let after_id = after.map(|c| c.id.to_string());
     let mut window = limit + 1 + 16;
     loop {
         let raw: Vec<(String, i64)> = redis::cmd("ZREVRANGEBYSCORE")
             .arg(key)
             .arg(&max)
-            .arg("-inf")
+            .arg(&min)
             .arg("WITHSCORES")
             .arg("LIMIT")
             .arg(0)
