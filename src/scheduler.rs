@@ -183,10 +183,7 @@ struct AttemptContext {
 impl AttemptContext {
     async fn attempt(self, job: ClaimedJob, permit: OwnedSemaphorePermit) {
         self.leases.hold(job.id, job.lease);
-        let host = url::Url::parse(&job.spec.url)
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_string))
-            .unwrap_or_default();
+        let host = job.spec.host();
         let span = tracing::info_span!("attempt", id = %job.id, attempt = job.attempt, host = %host, lateness_ms = job.claimed_at - job.due_at);
         async move {
             let report = tokio::select! {

@@ -94,7 +94,7 @@ pub async fn replay(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let body = body.map_err(|r| ApiError::new(r.status(), "invalid_body", r.body_text()))?;
+    let body = body?;
     let request: ReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
         ReplayRequest::default()
     } else {
@@ -105,12 +105,7 @@ pub async fn replay(
     if let Some(raw) = &request.url {
         let url = CallbackUrl::parse(raw)?;
         let mut new = found.spec.clone();
-        if url::Url::parse(&new.url)
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_string))
-            .as_deref()
-            == Some(new.rate_key.as_str())
-        {
+        if new.host() == new.rate_key {
             new.rate_key = url.host().to_string();
         }
         new.url = url.to_string();

@@ -1,5 +1,6 @@
 //! API errors: a status and `{"error": {"code", "message", "field"}}`.
 
+use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -40,6 +41,13 @@ impl ApiError {
             "unauthorized",
             "a valid `Authorization: Bearer <token>` header is required",
         )
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    /// A body that could not be read: too large (413) or broken.
+    fn from(r: BytesRejection) -> Self {
+        Self::new(r.status(), "invalid_body", r.body_text())
     }
 }
 

@@ -55,7 +55,7 @@ pub async fn notify(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|r| ApiError::new(r.status(), "invalid_body", r.body_text()))?;
+    let body = body?;
     let idempotency = idempotency_key(&headers, state.policy.idempotency_ttl)?;
     let request: NotifyRequest = parse_json(&body)?;
     let shard = state

@@ -54,3 +54,13 @@ pub struct JobSpec {
     pub topic: Option<String>,
     pub rate_key: String,
 }
+
+impl JobSpec {
+    /// The callback URL's host (empty if the stored URL cannot be read).
+    pub fn host(&self) -> String {
+        url::Url::parse(&self.url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}

@@ -175,12 +175,10 @@ impl DeadFilter {
             .topic
             .as_ref()
             .is_none_or(|t| v.spec.topic.as_ref() == Some(t));
-        let host_ok = self.host.as_ref().is_none_or(|h| {
-            url::Url::parse(&v.spec.url)
-                .ok()
-                .and_then(|u| u.host_str().map(|x| x.eq_ignore_ascii_case(h)))
-                .unwrap_or(false)
-        });
+        let host_ok = self
+            .host
+            .as_ref()
+            .is_none_or(|h| v.spec.host().eq_ignore_ascii_case(h));
         topic_ok && host_ok
     }
 }
