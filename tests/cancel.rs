@@ -7,15 +7,8 @@ use std::time::Duration;
 use serde_json::json;
 
 async fn delete(pb: &support::Postback, id: &str) -> (u16, serde_json::Value) {
-    let resp = pb
-        .http
-        .delete(pb.url(&format!("/notifications/{id}")))
-        .bearer_auth(support::postback::TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
+    let path = format!("/notifications/{id}");
+    pb.request(reqwest::Method::DELETE, &path, None, &[]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,6 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::postback::TOKEN;
 use support::{Postback, Receiver};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -16,21 +15,6 @@ async fn dead_one(pb: &Postback, receiver: &Receiver) -> String {
         .await;
     pb.wait_state(&id, "dead", WAIT).await;
     id
-}
-
-async fn send(
-    pb: &Postback,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = pb.http.request(method, pb.url(path)).bearer_auth(TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or_default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,13 +46,14 @@ async fn replay_with_a_new_url_delivers_it_with_a_fresh_attempt_count() {
     let id = dead_one(&pb, &receiver).await;
 
     let fixed = receiver.url("/fixed");
-    let (status, answer) = send(
-        &pb,
-        reqwest::Method::POST,
-        &format!("/dead-letters/{id}/replay"),
-        Some(json!({"url": fixed, "schedule": ["100ms"]})),
-    )
-    .await;
+    let (status, answer) = pb
+        .request(
+            reqwest::Method::POST,
+            &format!("/dead-letters/{id}/replay"),
+            Some(json!({"url": fixed, "schedule": ["100ms"]})),
+            &[],
+        )
+        .await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["state"], "scheduled");
     assert_eq!(answer["attempts"], 0);
@@ -85,13 +70,14 @@ async fn replay_with_a_new_url_delivers_it_with_a_fresh_attempt_count() {
     let (_, list) = pb.get("/dead-letters").await;
     assert_eq!(list["items"], json!([]));
 
-    let (status, again) = send(
-        &pb,
-        reqwest::Method::POST,
-        &format!("/dead-letters/{id}/replay"),
-        None,
-    )
-    .await;
+    let (status, again) = pb
+        .request(
+            reqwest::Method::POST,
+            &format!("/dead-letters/{id}/replay"),
+            None,
+            &[],
+        )
+        .await;
     assert_eq!(
         (status, again["error"]["code"].as_str()),
         (404, Some("not_found")),
@@ -111,7 +97,9 @@ async fn replay_validates_like_notify_and_changes_nothing_when_rejected() {
         (json!({"delay": "x"}), "delay"),
         (json!({"body": {}}), "body"),
     ] {
-        let (status, answer) = send(&pb, reqwest::Method::POST, &path, Some(body.clone())).await;
+        let (status, answer) = pb
+            .request(reqwest::Method::POST, &path, Some(body.clone()), &[])
+            .await;
         assert_eq!(
             (status, answer["error"]["field"].as_str()),
             (422, Some(field)),
@@ -126,22 +114,23 @@ async fn a_discarded_dead_letter_is_gone() {
     let (_redis, receiver, pb) = support::start(&[]).await;
     let id = dead_one(&pb, &receiver).await;
 
-    let (status, _) = send(
-        &pb,
-        reqwest::Method::DELETE,
-        &format!("/dead-letters/{id}"),
-        None,
-    )
-    .await;
+    let (status, _) = pb
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/dead-letters/{id}"),
+            None,
+            &[],
+        )
+        .await;
     assert_eq!(status, 204);
     assert_eq!(pb.get(&format!("/notifications/{id}")).await.0, 404);
     assert_eq!(pb.get("/dead-letters").await.1["items"], json!([]));
     assert_eq!(
-        send(
-            &pb,
+        pb.request(
             reqwest::Method::DELETE,
             &format!("/dead-letters/{id}"),
-            None
+            None,
+            &[]
         )
         .await
         .0,

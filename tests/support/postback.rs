@@ -72,11 +72,23 @@ impl Postback {
     }
 
     pub async fn notify_with(&self, body: Value, headers: &[(&str, &str)]) -> (u16, Value) {
-        let mut req = self
-            .http
-            .post(self.url("/notify"))
-            .bearer_auth(TOKEN)
-            .json(&body);
+        self.request(reqwest::Method::POST, "/notify", Some(body), headers)
+            .await
+    }
+
+    /// Any request with the test token; returns the status and the JSON answer (null
+    /// when there is none).
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(TOKEN);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -102,15 +114,7 @@ impl Postback {
 
     /// `GET path` with the test token.
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let resp = self
-            .http
-            .get(self.url(path))
-            .bearer_auth(TOKEN)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
+        self.request(reqwest::Method::GET, path, None, &[]).await
     }
 
     pub async fn notification(&self, id: &str) -> Value {
