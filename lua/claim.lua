@@ -1,5 +1,5 @@
 -- claim: lease up to N due notifications to the caller, atomically.
--- KEYS: the shard's keys (see common.lua), 8 claim record
+-- KEYS: the shard's keys (see common.lua), 9 claim record
 -- ARGV: 1 limit (at most 1000), 2 lease ms
 -- First hands back up to `limit` expired leases (their worker died), then moves up to
 -- `limit` due notifications to in-flight with a lease deadline, bumping each one's lease
@@ -42,7 +42,7 @@ for i = 1, #due, 2 do
   end
 end
 if #claimed > 0 then
-  redis.call('SET', KEYS[8], table.concat(claimed, ' '), 'PX', lease_ms)
+  redis.call('SET', KEYS[9], table.concat(claimed, ' '), 'PX', lease_ms)
 end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

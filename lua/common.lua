@@ -1,6 +1,6 @@
 -- Helpers put in front of every script by src/store/redis.rs. Every script receives the
 -- shard's keys in this order: KEYS 1 due, 2 inflight, 3 dead, 4 jobs, 5 state,
--- 6 history, 7 done (then its own extra keys).
+-- 6 history, 7 done, 8 counters (then its own extra keys).
 
 -- Redis time in ms. Rounded up where a due time is computed from it, so that nothing
 -- is early; rounded down where it is compared with due times.
@@ -58,4 +58,46 @@ local function announce_if_earliest(id, channel, at)
     return true
   end
   return false
+end
+
+-- Deletes every record of a notification that is in no index any more.
+local function forget(id)
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id)
+  redis.call('HDEL', KEYS[6], id)
+end
+
+-- Deletes `ids` from the finished index `key` with their records, counting them under
+-- `counter` in the counters hash.
+local function drop_all(key, ids, counter)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', key, id)
+    forget(id)
+  end
+  if #ids > 0 then redis.call('HINCRBY', KEYS[8], counter, #ids) end
+  return #ids
+end
+
+-- Retention of a finished index (dead or done, scored by finish time): deletes up to
+-- `budget` members finished at or before `cutoff`, then, when `max_count` is given, the
+-- oldest beyond it, within the same budget. Returns how many it deleted.
+local function trim(key, name, cutoff, max_count, budget)
+  local old = redis.call('ZRANGEBYSCORE', key, '-inf', cutoff, 'LIMIT', 0, budget)
+  local n = drop_all(key, old, name .. '_by_age')
+  if max_count and budget > n then
+    local excess = math.min(redis.call('ZCARD', key) - max_count, budget - n)
+    if excess > 0 then
+      n = n + drop_all(key, redis.call('ZRANGE', key, 0, excess - 1), name .. '_by_count')
+    end
+  end
+  return n
+end
+
+-- Applies the retention policy given as ARGV[first .. first + 2] (dead max age ms, dead
+-- max count, finished max age ms) to both finished indexes. Returns how many it deleted.
+local function apply_retention(now, first, budget)
+  local dead_age, dead_count, done_age =
+    tonumber(ARGV[first]), tonumber(ARGV[first + 1]), tonumber(ARGV[first + 2])
+  return trim(KEYS[3], 'dead', now - dead_age, dead_count, budget)
+    + trim(KEYS[7], 'finished', now - done_age, nil, budget)
 end

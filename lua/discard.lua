@@ -1,11 +1,14 @@
--- discard: delete a dead letter for good.
+-- discard: delete dead letters for good.
 -- KEYS: the shard's keys (see common.lua)
--- ARGV: 1 id
--- Returns 1 when discarded, 0 when there is no such dead letter.
-local id = ARGV[1]
-if not redis.call('ZSCORE', KEYS[3], id) then return 0 end
-redis.call('ZREM', KEYS[3], id)
-redis.call('HDEL', KEYS[4], id)
-redis.call('HDEL', KEYS[5], id)
-redis.call('HDEL', KEYS[6], id)
-return 1
+-- ARGV: the ids (a bounded batch)
+-- An id that is not dead (any more) is left alone.
+-- Returns the number discarded.
+local n = 0
+for _, id in ipairs(ARGV) do
+  if redis.call('ZSCORE', KEYS[3], id) then
+    redis.call('ZREM', KEYS[3], id)
+    forget(id)
+    n = n + 1
+  end
+end
+return n

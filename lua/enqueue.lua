@@ -1,5 +1,5 @@
 -- enqueue: register a notification and schedule its first attempt.
--- KEYS: the shard's keys (see common.lua), 8 idempotency key (optional)
+-- KEYS: the shard's keys (see common.lua), 9 idempotency key (optional)
 -- ARGV: 1 id, 2 spec (JSON), 3 schedule (JSON array of ms), 4 delay ms, 5 wake channel,
 --       6 idempotency ttl ms
 -- Returns {id, state JSON, duplicate 0|1, new earliest 0|1}. With an idempotency key that
@@ -7,12 +7,12 @@
 local now = now_ms(true)
 local id = ARGV[1]
 
-if KEYS[8] then
-  local existing = redis.call('GET', KEYS[8])
+if KEYS[9] then
+  local existing = redis.call('GET', KEYS[9])
   if existing then
     return {existing, redis.call('HGET', KEYS[5], existing) or false, 1, 0}
   end
-  redis.call('SET', KEYS[8], id, 'PX', ARGV[6])
+  redis.call('SET', KEYS[9], id, 'PX', ARGV[6])
 end
 
 local schedule = cjson.decode(ARGV[3])

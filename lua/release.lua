@@ -1,7 +1,7 @@
 -- release: hand leased notifications back, due at once, without counting an attempt:
 -- at shutdown, deliveries that did not finish within the grace period; after a claim
 -- whose reply was lost, the notifications that claim leased.
--- KEYS: the shard's keys (see common.lua), 8 claim record (optional; its "id lease"
+-- KEYS: the shard's keys (see common.lua), 9 claim record (optional; its "id lease"
 --       pairs are released and it is deleted)
 -- ARGV: 1 wake channel, then per notification: id, lease
 -- A notification whose lease is no longer the caller's is left alone; one whose cancel
@@ -13,13 +13,13 @@ local leases = {}
 for i = 2, #ARGV do
   table.insert(leases, ARGV[i])
 end
-if KEYS[8] then
-  local saved = redis.call('GET', KEYS[8])
+if KEYS[9] then
+  local saved = redis.call('GET', KEYS[9])
   if saved then
     for word in string.gmatch(saved, '%S+') do
       table.insert(leases, word)
     end
-    redis.call('DEL', KEYS[8])
+    redis.call('DEL', KEYS[9])
   end
 end
 

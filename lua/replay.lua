@@ -1,22 +1,33 @@
--- replay: send a dead letter again, from a fresh attempt count.
+-- replay: send dead letters again, each from a fresh attempt count.
 -- KEYS: the shard's keys (see common.lua)
--- ARGV: 1 id, 2 new spec JSON ('' keeps the spec), 3 new schedule JSON array of ms
---       ('' keeps the schedule), 4 delay ms, 5 wake channel
--- The attempt history is kept; `replays` counts how often it was replayed.
--- Returns {'replayed' | 'not_dead' | 'missing', state JSON}.
-local id = ARGV[1]
-local st, raw = load_state(id)
-if not st then return {'missing', false} end
-if st.state ~= 'dead' then return {'not_dead', raw} end
+-- ARGV: 1 new spec JSON ('' keeps the spec; only with one id), 2 new schedule JSON array
+--       of ms ('' keeps the schedule), 3 delay ms, 4 wake channel, then the ids (a
+--       bounded batch)
+-- An id that is not dead (any more) is left alone, so that replaying twice changes
+-- nothing. The attempt history is kept; `replays` counts how often it was replayed.
+-- Returns {number replayed, then per id its new state JSON, or false when left alone}.
+local now = now_ms(true)
+local out = {0}
+local earliest = false
 
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[4], id, ARGV[2]) end
-if ARGV[3] ~= '' then st.schedule = cjson.decode(ARGV[3]) end
-st.max_attempts = #st.schedule + 1
-st.attempts = 0
-st.replays = (st.replays or 0) + 1
-st.finished_at = nil
-redis.call('ZREM', KEYS[3], id)
-schedule_at(id, st, now_ms(true) + tonumber(ARGV[4]))
-local encoded = save_state(id, st)
-announce_if_earliest(id, ARGV[5], st.next_at)
-return {'replayed', encoded}
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  local st = load_state(id)
+  if st and st.state == 'dead' then
+    if ARGV[1] ~= '' then redis.call('HSET', KEYS[4], id, ARGV[1]) end
+    if ARGV[2] ~= '' then st.schedule = cjson.decode(ARGV[2]) end
+    st.max_attempts = #st.schedule + 1
+    st.attempts = 0
+    st.replays = (st.replays or 0) + 1
+    st.finished_at = nil
+    redis.call('ZREM', KEYS[3], id)
+    schedule_at(id, st, now + tonumber(ARGV[3]))
+    table.insert(out, save_state(id, st))
+    out[1] = out[1] + 1
+    earliest = earliest or redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id
+  else
+    table.insert(out, false)
+  end
+end
+if earliest then redis.call('PUBLISH', ARGV[4], now) end
+return out

@@ -2,14 +2,17 @@
 -- cancelled when a cancel was asked for during the attempt, scheduled at its next tier,
 -- or dead when the schedule is exhausted.
 -- KEYS: the shard's keys (see common.lua)
--- ARGV: 1 wake channel, then per attempt 7 values: id, lease, outcome ('delivered' or
---       'failed'), status ('' when no response), error ('' when none), duration ms,
---       first bytes of the response
+-- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms, then
+--       per attempt 7 values: id, lease, outcome ('delivered' or 'failed'), status (''
+--       when no response), error ('' when none), duration ms, first bytes of the response
 -- An attempt whose lease is not the current one (the lease expired and the notification
--- was claimed again, or it already finished) changes nothing.
--- Returns {new earliest 0|1, then per attempt 1 if applied, 0 if ignored}.
+-- was claimed again, or it already finished) changes nothing. Then retention: dead
+-- letters past their age or beyond their count, and finished notifications past their
+-- age, are deleted and counted, a bounded number per call (enough to keep up).
+-- Returns {new earliest 0|1, number trimmed, then per attempt 1 if applied, 0 if ignored}.
+local FIRST = 5
 local now = now_ms(true)
-local out = {0}
+local out = {0, 0}
 
 local function append_history(id, entry)
   local encoded = cjson.encode(entry)
@@ -51,8 +54,9 @@ local function settle_one(id, lease, outcome, status, err, duration, response)
   return 1
 end
 
-for i = 2, #ARGV, 7 do
+for i = FIRST, #ARGV, 7 do
   table.insert(out, settle_one(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3],
     ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6]))
 end
+out[2] = apply_retention(now, 2, math.floor(2 * (#ARGV - FIRST + 1) / 7) + 16)
 return out

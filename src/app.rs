@@ -9,13 +9,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, NotifyPolicy, Tokens};
 use crate::config::Config;
+use crate::retention;
 use crate::scheduler::Dispatcher;
 use crate::sender::Sender;
 use crate::store::{RedisStore, Store};
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let s = &config.settings;
-    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&config.redis_url, &s.store).await?);
+    let store: Arc<dyn Store> =
+        Arc::new(RedisStore::connect(&config.redis_url, &s.store, &s.retention).await?);
     tracing::info!(store = "redis", url = %redacted(&config.redis_url), shards = s.store.shards, "store connected");
     let listener = tokio::net::TcpListener::bind(s.server.listen)
         .await
@@ -38,6 +40,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         let (store, wake, stop) = (store.clone(), wake.clone(), stop.child_token());
         tokio::spawn(async move { store.watch_wakeups(wake, stop).await })
     };
+    let sweeping = tokio::spawn(retention::sweep(
+        store.clone(),
+        s.retention.sweep_interval,
+        stop.child_token(),
+    ));
 
     let state = AppState {
         store,
@@ -56,6 +63,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     stop.cancel();
     dispatching.await.context("dispatcher")?;
     watching.await.context("wake-up watcher")?;
+    sweeping.await.context("retention sweep")?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -20,7 +20,15 @@ mod string_list;
 pub use string_list::StringList;
 
 /// Sections that environment variables may address (`POSTBACK_<SECTION>_<KEY>`).
-const SECTIONS: &[&str] = &["server", "store", "delivery", "signing", "log", "schedules"];
+const SECTIONS: &[&str] = &[
+    "server",
+    "store",
+    "delivery",
+    "retention",
+    "signing",
+    "log",
+    "schedules",
+];
 
 /// The Redis URL used while no embedded store exists and none is configured.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -31,6 +39,7 @@ pub struct Settings {
     pub server: ServerSettings,
     pub store: StoreSettings,
     pub delivery: DeliverySettings,
+    pub retention: RetentionSettings,
     pub signing: SigningSettings,
     pub log: LogSettings,
     pub schedules: BTreeMap<String, StringList>,
@@ -82,6 +91,22 @@ pub struct DeliverySettings {
     pub response_bytes: usize,
 }
 
+/// How long finished notifications are kept before they are deleted (and counted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionSettings {
+    #[serde(with = "humantime_serde")]
+    pub dead_max_age: Duration,
+    /// Most dead letters kept over all shards; the oldest beyond it are deleted.
+    pub dead_max_count: u64,
+    /// Delivered and cancelled notifications.
+    #[serde(with = "humantime_serde")]
+    pub finished_max_age: Duration,
+    /// How often each instance sweeps when no settle has trimmed.
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SigningSettings {
@@ -110,6 +135,7 @@ impl Default for Settings {
             server: ServerSettings::default(),
             store: StoreSettings::default(),
             delivery: DeliverySettings::default(),
+            retention: RetentionSettings::default(),
             signing: SigningSettings::default(),
             log: LogSettings::default(),
             schedules: default_schedules(),
@@ -154,6 +180,17 @@ impl Default for DeliverySettings {
             max_delay: Duration::from_secs(30 * 24 * 3600),
             shutdown_grace: Duration::from_secs(20),
             response_bytes: 1024,
+        }
+    }
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            dead_max_age: Duration::from_secs(30 * 24 * 3600),
+            dead_max_count: 1_000_000,
+            finished_max_age: Duration::from_secs(7 * 24 * 3600),
+            sweep_interval: Duration::from_secs(60),
         }
     }
 }
@@ -247,6 +284,7 @@ impl Config {
             "delivery.max_idle_sleep",
             "must be more than 0s",
         )?;
+        check_retention(&s.retention)?;
         check(
             s.server.max_body_bytes >= 1024,
             "server.max_body_bytes",
@@ -301,6 +339,30 @@ fn parse_schedules(
                 .map_err(|e| anyhow::anyhow!("{}", e.within(&format!("schedules.{name}"))))
         })
         .collect()
+}
+
+fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {
+    let positive = "must be more than 0s";
+    check(
+        !r.dead_max_age.is_zero(),
+        "retention.dead_max_age",
+        positive,
+    )?;
+    check(
+        !r.finished_max_age.is_zero(),
+        "retention.finished_max_age",
+        positive,
+    )?;
+    check(
+        !r.sweep_interval.is_zero(),
+        "retention.sweep_interval",
+        positive,
+    )?;
+    check(
+        r.dead_max_count >= 1,
+        "retention.dead_max_count",
+        "must be at least 1",
+    )
 }
 
 fn check(ok: bool, key: &str, problem: &str) -> anyhow::Result<()> {

@@ -75,6 +75,12 @@ async fn settle_with_retry(
                 if settled.earliest {
                     wake.notify_one();
                 }
+                if settled.trimmed > 0 {
+                    tracing::info!(
+                        deleted = settled.trimmed,
+                        "retention deleted expired notifications"
+                    );
+                }
                 return true;
             }
             Err(e) => {

@@ -217,3 +217,145 @@ async fn the_list_filters_by_topic_host_and_time_and_pages_while_letters_arrive(
         "no repeats, no gaps"
     );
 }
+
+async fn post(pb: &Postback, path: &str, body: Value) -> (u16, Value) {
+    pb.request(reqwest::Method::POST, path, Some(body), &[])
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_replay_by_topic_sends_each_once_and_twice_changes_nothing() {
+    let (_redis, receiver, pb) = support::start(&[]).await;
+    let mut refunds = Vec::new();
+    let mut others = Vec::new();
+    for i in 0..6 {
+        // Fails its first attempt only: a replay delivers it.
+        let topic = if i % 3 == 0 { "other" } else { "refund" };
+        let id = pb
+            .register(json!({"url": receiver.url("/flaky?fail=1"), "body": {"i": i}, "schedule": [], "topic": topic}))
+            .await;
+        pb.wait_state(&id, "dead", WAIT).await;
+        if topic == "refund" {
+            refunds.push(id)
+        } else {
+            others.push(id)
+        }
+    }
+
+    let (status, answer) = post(
+        &pb,
+        "/dead-letters/replay",
+        json!({"topic": "refund", "schedule": ["100ms"]}),
+    )
+    .await;
+    assert_eq!((status, &answer["count"]), (200, &json!(4)), "{answer}");
+    for id in &refunds {
+        let done = pb.wait_state(id, "delivered", WAIT).await;
+        assert_eq!(
+            (done["attempts"].as_u64(), done["replays"].as_u64()),
+            (Some(1), Some(1))
+        );
+    }
+    for id in &others {
+        assert_eq!(pb.notification(id).await["state"], "dead");
+    }
+    let (status, again) = post(&pb, "/dead-letters/replay", json!({"topic": "refund"})).await;
+    assert_eq!((status, &again["count"]), (200, &json!(0)), "{again}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for id in &refunds {
+        assert_eq!(
+            receiver.requests_for(id).len(),
+            2,
+            "one failure, one delivery"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_discards_what_the_filter_matches_and_refuses_an_empty_filter() {
+    let (_redis, receiver, pb) = support::start(&[]).await;
+    let keep = dead_one(&pb, &receiver).await;
+    let other_host = format!("http://localhost:{}/down?fail=99", receiver.port);
+    let mut gone = Vec::new();
+    for _ in 0..3 {
+        let id = pb
+            .register(json!({"url": other_host, "body": {}, "schedule": []}))
+            .await;
+        pb.wait_state(&id, "dead", WAIT).await;
+        gone.push(id);
+    }
+
+    for (path, body) in [
+        ("/dead-letters/purge", json!({})),
+        ("/dead-letters/replay", json!({"all": false})),
+    ] {
+        let (status, answer) = post(&pb, path, body).await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (422, Some("all")),
+            "{answer}"
+        );
+    }
+    let (status, answer) = post(
+        &pb,
+        "/dead-letters/purge",
+        json!({"host": "localhost", "delay": "1s"}),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (422, Some("delay"))
+    );
+    assert_eq!(
+        pb.get("/stats").await.1["dead"],
+        4,
+        "nothing purged by a rejected request"
+    );
+
+    let (status, answer) = post(&pb, "/dead-letters/purge", json!({"host": "localhost"})).await;
+    assert_eq!((status, &answer["count"]), (200, &json!(3)), "{answer}");
+    for id in &gone {
+        assert_eq!(pb.get(&format!("/notifications/{id}")).await.0, 404);
+    }
+    assert_eq!(pb.notification(&keep).await["state"], "dead");
+    let (_, answer) = post(&pb, "/dead-letters/purge", json!({"all": true})).await;
+    assert_eq!(answer["count"], 1);
+    assert_eq!(pb.get("/dead-letters").await.1["items"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_several_shards_the_list_is_one_newest_first_sequence() {
+    let (_redis, receiver, pb) = support::start(&[("POSTBACK_STORE_SHARDS", "3")]).await;
+    let mut ids = Vec::new();
+    for _ in 0..7 {
+        ids.push(dead_one(&pb, &receiver).await);
+    }
+    let shards: std::collections::BTreeSet<&str> =
+        ids.iter().map(|id| id.split('_').nth(1).unwrap()).collect();
+    assert_eq!(shards.len(), 3, "spread over every shard: {ids:?}");
+
+    let mut seen = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let (_, page) = pb.get(&format!("/dead-letters?limit=2{cursor}")).await;
+        for item in page["items"].as_array().unwrap() {
+            seen.push(item["id"].as_str().unwrap().to_string());
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => break,
+        }
+    }
+    ids.reverse();
+    assert_eq!(
+        seen, ids,
+        "newest first over all shards, no repeats, no gaps"
+    );
+    let (_, answer) = post(
+        &pb,
+        "/dead-letters/replay",
+        json!({"all": true, "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(answer["count"], 7);
+}

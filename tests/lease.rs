@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use postback::config::StoreSettings;
+use postback::config::{RetentionSettings, StoreSettings};
 use postback::domain::{
     CallbackUrl, ExtraHeaders, JobId, Notification, Outcome, Payload, Schedule,
 };
@@ -30,9 +30,13 @@ fn notification() -> Notification {
 /// A store on a fresh Redis holding one registered notification.
 async fn one_registered() -> (RedisServer, RedisStore, Notification) {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url(), &StoreSettings::default())
-        .await
-        .unwrap();
+    let store = RedisStore::connect(
+        &redis.url(),
+        &StoreSettings::default(),
+        &RetentionSettings::default(),
+    )
+    .await
+    .unwrap();
     let n = notification();
     store.enqueue(&n, None).await.unwrap();
     (redis, store, n)

@@ -1,5 +1,6 @@
 //! The dead-letter review: list (newest first, cursor-paged), show one with its body and
-//! history, replay one (optionally to a new URL or schedule), discard one.
+//! history, replay one (optionally to a new URL or schedule), discard one, and replay or
+//! purge every dead letter a filter matches.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use super::error::ApiError;
 use super::notify::{bounded_duration, parse_json, schedule};
 use super::{view, AppState};
 use crate::domain::{CallbackUrl, FieldError, JobId};
-use crate::store::{Cursor, DeadFilter, JobState, JobView};
+use crate::store::{bulk, Cursor, DeadFilter, JobState, JobView};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
@@ -48,20 +49,7 @@ pub async fn list(
         ),
         None => None,
     };
-    let filter = DeadFilter {
-        since: q
-            .since
-            .as_deref()
-            .map(|s| timestamp("since", s))
-            .transpose()?,
-        until: q
-            .until
-            .as_deref()
-            .map(|s| timestamp("until", s))
-            .transpose()?,
-        topic: q.topic,
-        host: q.host,
-    };
+    let filter = dead_filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     let page = state
         .store
         .dead_letters(&filter, limit, cursor.as_ref())
@@ -144,12 +132,90 @@ pub async fn discard(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id: JobId = id.parse().map_err(|_| ApiError::not_found("dead letter"))?;
-    if state.store.discard(&id).await? {
+    if state.store.discard(&[id]).await? == 1 {
         tracing::info!(%id, "dead letter discarded");
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("dead letter"))
     }
+}
+
+/// What `POST /dead-letters/replay` and `POST /dead-letters/purge` act on: the filters of
+/// the list, or `all`; replay may also set a new schedule and delay.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    topic: Option<String>,
+    host: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    #[serde(default)]
+    all: bool,
+    schedule: Option<Value>,
+    delay: Option<String>,
+}
+
+impl BulkRequest {
+    /// The filter, refusing an empty one unless `all` says so.
+    fn filter(&self) -> Result<DeadFilter, FieldError> {
+        let f = dead_filter(
+            self.topic.clone(),
+            self.host.clone(),
+            self.since.as_deref(),
+            self.until.as_deref(),
+        )?;
+        let empty = f.topic.is_none() && f.host.is_none() && f.since.is_none() && f.until.is_none();
+        if empty && !self.all {
+            return Err(FieldError::new(
+                "all",
+                "no filter given: pass `topic`, `host`, `since` or `until`, or `\"all\": true` to act on every dead letter",
+            ));
+        }
+        Ok(f)
+    }
+}
+
+pub async fn replay_matching(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let request: BulkRequest = parse_json(&body?)?;
+    let filter = request.filter()?;
+    let schedule = match request.schedule {
+        Some(v) => Some(schedule(Some(v), &state.policy.schedules)?),
+        None => None,
+    };
+    let delay = bounded_duration(
+        "delay",
+        request.delay.as_deref(),
+        Duration::ZERO,
+        Duration::ZERO,
+        state.policy.max_delay,
+    )?;
+    let count =
+        bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
+    tracing::info!(count, ?filter, "dead letters replayed in bulk");
+    state.wake.notify_one();
+    Ok(Json(json!({ "count": count })))
+}
+
+pub async fn purge(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let request: BulkRequest = parse_json(&body?)?;
+    for (field, given) in [
+        ("schedule", request.schedule.is_some()),
+        ("delay", request.delay.is_some()),
+    ] {
+        if given {
+            return Err(FieldError::new(field, "applies to replay only").into());
+        }
+    }
+    let filter = request.filter()?;
+    let count = bulk::discard_matching(state.store.as_ref(), &filter).await?;
+    tracing::info!(count, ?filter, "dead letters purged");
+    Ok(Json(json!({ "count": count })))
 }
 
 /// The notification `raw` names, if it is dead.
@@ -161,6 +227,20 @@ async fn dead_letter(state: &AppState, raw: &str) -> Result<JobView, ApiError> {
         Some(v) if v.status.state == JobState::Dead => Ok(v),
         _ => Err(ApiError::not_found("dead letter")),
     }
+}
+
+fn dead_filter(
+    topic: Option<String>,
+    host: Option<String>,
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<DeadFilter, FieldError> {
+    Ok(DeadFilter {
+        since: since.map(|s| timestamp("since", s)).transpose()?,
+        until: until.map(|s| timestamp("until", s)).transpose()?,
+        topic,
+        host,
+    })
 }
 
 /// An RFC 3339 time (`2026-01-01T00:00:00Z`) as ms since the epoch.

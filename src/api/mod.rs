@@ -20,7 +20,7 @@ pub use auth::Tokens;
 pub use error::ApiError;
 pub use notify::NotifyPolicy;
 
-use crate::store::Store;
+use crate::store::{Stats, Store};
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -44,6 +44,9 @@ pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router 
             get(dead_letters::show).delete(dead_letters::discard),
         )
         .route("/dead-letters/{id}/replay", post(dead_letters::replay))
+        .route("/dead-letters/replay", post(dead_letters::replay_matching))
+        .route("/dead-letters/purge", post(dead_letters::purge))
+        .route("/stats", get(stats))
         .route_layer(middleware::from_fn_with_state(tokens, auth::require_token));
     Router::new()
         .route("/healthz", get(healthz))
@@ -63,6 +66,11 @@ pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router 
 
 async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
+}
+
+/// Counts by state and of what retention deleted.
+async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiError> {
+    Ok(Json(state.store.stats().await?))
 }
 
 async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {

@@ -72,12 +72,22 @@ pub async fn notify(
     if !enqueued.duplicate {
         tracing::info!(id = %enqueued.id, host = %notification.url.host(), "notification registered");
     }
+    let Some(status) = enqueued.status else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_reused",
+            format!(
+                "this Idempotency-Key registered {}, which has finished and been deleted by retention; use a new key to register again",
+                enqueued.id
+            ),
+        ));
+    };
     let mut response = (
         StatusCode::ACCEPTED,
         Json(json!({
             "id": enqueued.id.to_string(),
-            "state": enqueued.status.state,
-            "next_attempt_at": enqueued.status.next_at.map(rfc3339),
+            "state": status.state,
+            "next_attempt_at": status.next_at.map(rfc3339),
         })),
     )
         .into_response();

@@ -5,7 +5,7 @@
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
     tag: String,
-    all: [String; 7],
+    all: [String; 8],
 }
 
 impl ShardKeys {
@@ -21,14 +21,23 @@ impl ShardKeys {
                 key("state"),
                 key("history"),
                 key("done"),
+                key("counters"),
             ],
             tag,
         }
     }
 
-    /// `due`, `inflight`, `dead`, `jobs`, `state`, `history`, `done`.
-    pub fn all(&self) -> &[String; 7] {
+    /// `due`, `inflight`, `dead`, `jobs`, `state`, `history`, `done`, `counters`.
+    pub fn all(&self) -> &[String; 8] {
         &self.all
+    }
+
+    pub fn due(&self) -> &str {
+        &self.all[0]
+    }
+
+    pub fn inflight(&self) -> &str {
+        &self.all[1]
     }
 
     pub fn dead(&self) -> &str {
@@ -45,6 +54,15 @@ impl ShardKeys {
 
     pub fn history(&self) -> &str {
         &self.all[5]
+    }
+
+    pub fn done(&self) -> &str {
+        &self.all[6]
+    }
+
+    /// What retention deleted, by reason.
+    pub fn counters(&self) -> &str {
+        &self.all[7]
     }
 
     /// The record of what one claim call leased, named by its token.

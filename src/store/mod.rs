@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Outcome, Schedule};
 
+pub mod bulk;
 mod cursor;
 mod keys;
 mod redis;
@@ -100,7 +101,8 @@ pub struct JobView {
 #[derive(Debug, Clone)]
 pub struct Enqueued {
     pub id: JobId,
-    pub status: JobStatus,
+    /// `None` only for a duplicate whose notification retention has since deleted.
+    pub status: Option<JobStatus>,
     /// The idempotency key was seen before; nothing new was stored.
     pub duplicate: bool,
     /// It is now the earliest due notification of its shard: schedulers should wake.
@@ -154,6 +156,36 @@ pub struct Settled {
     pub applied: Vec<bool>,
     /// A retry became the earliest due notification: schedulers should wake.
     pub earliest: bool,
+    /// Finished notifications that retention deleted meanwhile.
+    pub trimmed: usize,
+}
+
+/// How many notifications are in each state, and how many retention deleted, over all
+/// shards.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub scheduled: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+    /// Delivered or cancelled, not yet deleted by retention.
+    pub finished: u64,
+    pub trimmed: Trimmed,
+}
+
+/// Notifications deleted by retention since the store was created, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Trimmed {
+    pub dead_by_age: u64,
+    pub dead_by_count: u64,
+    pub finished_by_age: u64,
+}
+
+impl Trimmed {
+    pub fn add(&mut self, other: &Trimmed) {
+        self.dead_by_age += other.dead_by_age;
+        self.dead_by_count += other.dead_by_count;
+        self.finished_by_age += other.finished_by_age;
+    }
 }
 
 /// Which dead letters a listing shows; every condition given must hold.
@@ -222,8 +254,24 @@ pub trait Store: Send + Sync + 'static {
         delay: Duration,
     ) -> StoreResult<Option<JobStatus>>;
 
-    /// Deletes a dead letter. `false` when there is no such dead letter.
-    async fn discard(&self, id: &JobId) -> StoreResult<bool>;
+    /// Schedules each of `ids` that is still dead again from a fresh attempt count, with
+    /// a new schedule when given. How many were replayed.
+    async fn replay_many(
+        &self,
+        ids: &[JobId],
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<usize>;
+
+    /// Deletes the dead letters among `ids`. How many were deleted.
+    async fn discard(&self, ids: &[JobId]) -> StoreResult<usize>;
+
+    /// Applies retention once over every shard (bounded work per call). How many
+    /// notifications were deleted.
+    async fn trim(&self) -> StoreResult<usize>;
+
+    /// Counts by state and of what retention deleted.
+    async fn stats(&self) -> StoreResult<Stats>;
 
     /// Hands leased notifications back, due at once, without counting an attempt.
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize>;

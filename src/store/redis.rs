@@ -18,14 +18,15 @@ use uuid::Uuid;
 use super::keys::{wake_channel, ShardKeys};
 use super::{
     Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Enqueued, Idempotency, JobStatus,
-    JobView, Settled, Settlement, Store, StoreError, StoreResult,
+    JobView, Settled, Settlement, Stats, Store, StoreError, StoreResult, Trimmed,
 };
-use crate::config::StoreSettings;
+use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
 
 mod page;
 mod reply;
 
+use page::ShardPage;
 use reply::{int_at, text_at};
 
 /// A script from `lua/`, with the shared helpers of `lua/common.lua` in front.
@@ -44,6 +45,9 @@ const SCAN_WINDOW: usize = 200;
 /// cursor, so that a filter matching nothing cannot keep Redis busy.
 const MAX_SCAN: usize = 5_000;
 
+/// Most notifications one sweep call deletes from each finished index of a shard.
+const TRIM_BUDGET: usize = 500;
+
 /// One HMGET answer: a value or nothing per requested field.
 type Fields = Vec<Option<String>>;
 
@@ -55,6 +59,7 @@ struct Scripts {
     cancel: Script,
     replay: Script,
     discard: Script,
+    trim: Script,
 }
 
 impl Scripts {
@@ -67,6 +72,7 @@ impl Scripts {
             cancel: script!("cancel"),
             replay: script!("replay"),
             discard: script!("discard"),
+            trim: script!("trim"),
         }
     }
 }
@@ -77,15 +83,25 @@ pub struct RedisStore {
     shards: Vec<ShardKeys>,
     wake_channel: String,
     connect_timeout: Duration,
-    next_shard: AtomicUsize,
+    /// The shard of the next registration without an idempotency key (in turn).
+    next_enqueue_shard: AtomicUsize,
+    /// The shard the next claim starts with (in turn, so that none starves).
+    next_claim_shard: AtomicUsize,
     /// Claim records of claims that failed without a reply: (shard, record key).
     unsure_claims: Mutex<Vec<(usize, String)>>,
+    /// The retention policy as script arguments: dead max age ms, dead max count per
+    /// shard, finished max age ms.
+    retention: [u64; 3],
     scripts: Scripts,
 }
 
 impl RedisStore {
     /// Connects, retrying until `settings.connect_wait` has passed.
-    pub async fn connect(url: &str, settings: &StoreSettings) -> anyhow::Result<Self> {
+    pub async fn connect(
+        url: &str,
+        settings: &StoreSettings,
+        retention: &RetentionSettings,
+    ) -> anyhow::Result<Self> {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
@@ -116,8 +132,16 @@ impl RedisStore {
                 .collect(),
             wake_channel: wake_channel(&settings.key_prefix),
             connect_timeout: settings.connect_timeout,
-            next_shard: AtomicUsize::new(0),
+            next_enqueue_shard: AtomicUsize::new(0),
+            next_claim_shard: AtomicUsize::new(0),
             unsure_claims: Mutex::new(Vec::new()),
+            retention: [
+                retention.dead_max_age.as_millis() as u64,
+                retention
+                    .dead_max_count
+                    .div_ceil(u64::from(settings.shards)),
+                retention.finished_max_age.as_millis() as u64,
+            ],
             scripts: Scripts::load(),
         })
     }
@@ -200,9 +224,9 @@ impl RedisStore {
         &self,
         keys: &ShardKeys,
         batch: &[&Settlement],
-    ) -> StoreResult<(Vec<bool>, bool)> {
+    ) -> StoreResult<(Vec<bool>, bool, usize)> {
         let mut call = self.scripts.settle.key(keys.all().as_slice());
-        call.arg(&self.wake_channel);
+        call.arg(&self.wake_channel).arg(&self.retention[..]);
         for s in batch {
             call.arg(s.id.to_string())
                 .arg(s.lease)
@@ -217,7 +241,50 @@ impl RedisStore {
             .await
             .map_err(store_error)?;
         let earliest = reply.first().is_some_and(|&e| e == 1);
-        Ok((reply.iter().skip(1).map(|&a| a == 1).collect(), earliest))
+        let trimmed = reply.get(1).copied().unwrap_or(0) as usize;
+        let applied = reply.iter().skip(2).map(|&a| a == 1).collect();
+        Ok((applied, earliest, trimmed))
+    }
+
+    /// `items` grouped by the shard of their id, leaving out shards with none.
+    fn by_shard<'a, T>(
+        &self,
+        items: &'a [T],
+        id: impl Fn(&T) -> &JobId,
+    ) -> Vec<(&ShardKeys, Vec<&'a T>)> {
+        self.shards
+            .iter()
+            .enumerate()
+            .map(|(shard, keys)| {
+                let mine = items
+                    .iter()
+                    .filter(|item| id(item).shard() as usize == shard)
+                    .collect::<Vec<_>>();
+                (keys, mine)
+            })
+            .filter(|(_, mine)| !mine.is_empty())
+            .collect()
+    }
+
+    async fn run_replay(
+        &self,
+        keys: &ShardKeys,
+        spec: &str,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+        ids: &[&JobId],
+    ) -> StoreResult<Vec<Value>> {
+        let mut call = self.scripts.replay.key(keys.all().as_slice());
+        call.arg(spec)
+            .arg(schedule.map_or(String::new(), schedule_json))
+            .arg(delay.as_millis() as u64)
+            .arg(&self.wake_channel);
+        for id in ids {
+            call.arg(id.to_string());
+        }
+        call.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)
     }
 
     async fn views(&self, keys: &ShardKeys, ids: &[String]) -> StoreResult<Vec<JobView>> {
@@ -256,7 +323,7 @@ impl Store for RedisStore {
                 let digest = Sha256::digest(key.as_bytes());
                 u64::from_be_bytes(digest[..8].try_into().expect("8 bytes")) as usize % n
             }
-            None => self.next_shard.fetch_add(1, Ordering::Relaxed) % n,
+            None => self.next_enqueue_shard.fetch_add(1, Ordering::Relaxed) % n,
         };
         i as u16
     }
@@ -280,6 +347,7 @@ impl Store for RedisStore {
             .arg(n.delay.as_millis() as u64)
             .arg(&self.wake_channel)
             .arg(idempotency.map_or(0, |i| i.ttl.as_millis() as u64).max(1));
+        // A repeated idempotency key of a notification that retention deleted has no state.
         let reply: Vec<Value> = call
             .invoke_async(&mut self.conn.clone())
             .await
@@ -288,10 +356,8 @@ impl Store for RedisStore {
             .parse()
             .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
         let status = match reply.get(1) {
-            Some(Value::Nil) | None => {
-                return Err(StoreError::Corrupt(format!("{id} has no state")))
-            }
-            _ => parse_status(&text_at(&reply, 1)?)?,
+            Some(Value::Nil) | None => None,
+            _ => Some(parse_status(&text_at(&reply, 1)?)?),
         };
         Ok(Enqueued {
             id,
@@ -304,7 +370,7 @@ impl Store for RedisStore {
     async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
         self.release_unsure_claims().await?;
         let n = self.shards.len();
-        let start = self.next_shard.fetch_add(1, Ordering::Relaxed);
+        let start = self.next_claim_shard.fetch_add(1, Ordering::Relaxed);
         let mut claim = Claim::default();
         let mut next_wake: Option<i64> = None;
         for i in 0..n {
@@ -327,6 +393,7 @@ impl Store for RedisStore {
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
         let mut applied = vec![false; batch.len()];
         let mut earliest = false;
+        let mut trimmed = 0;
         for (shard, keys) in self.shards.iter().enumerate() {
             let (idx, items): (Vec<usize>, Vec<&Settlement>) = batch
                 .iter()
@@ -336,13 +403,18 @@ impl Store for RedisStore {
             if items.is_empty() {
                 continue;
             }
-            let (done, wake) = self.settle_shard(keys, &items).await?;
+            let (done, wake, trim) = self.settle_shard(keys, &items).await?;
             earliest |= wake;
+            trimmed += trim;
             for (i, a) in idx.into_iter().zip(done) {
                 applied[i] = a;
             }
         }
-        Ok(Settled { applied, earliest })
+        Ok(Settled {
+            applied,
+            earliest,
+            trimmed,
+        })
     }
 
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
@@ -379,50 +451,100 @@ impl Store for RedisStore {
             Some(s) => serde_json::to_string(s).map_err(|e| StoreError::Corrupt(e.to_string()))?,
             None => String::new(),
         };
-        let schedule = schedule.map_or(String::new(), schedule_json);
-        let reply: Vec<Value> = self
-            .scripts
-            .replay
-            .key(keys.all().as_slice())
-            .arg(id.to_string())
-            .arg(spec)
-            .arg(schedule)
-            .arg(delay.as_millis() as u64)
-            .arg(&self.wake_channel)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        if text_at(&reply, 0)? != "replayed" {
-            return Ok(None);
+        let reply = self.run_replay(keys, &spec, schedule, delay, &[id]).await?;
+        match reply.get(1) {
+            Some(Value::BulkString(_)) => Ok(Some(parse_status(&text_at(&reply, 1)?)?)),
+            _ => Ok(None),
         }
-        Ok(Some(parse_status(&text_at(&reply, 1)?)?))
     }
 
-    async fn discard(&self, id: &JobId) -> StoreResult<bool> {
-        let Ok(keys) = self.keys(id) else {
-            return Ok(false);
-        };
-        let n: i64 = self
-            .scripts
-            .discard
-            .key(keys.all().as_slice())
-            .arg(id.to_string())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        Ok(n == 1)
+    async fn replay_many(
+        &self,
+        ids: &[JobId],
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<usize> {
+        let mut replayed = 0;
+        for (keys, mine) in self.by_shard(ids, |id| id) {
+            let reply = self.run_replay(keys, "", schedule, delay, &mine).await?;
+            replayed += int_at(&reply, 0)? as usize;
+        }
+        Ok(replayed)
+    }
+
+    async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
+        let mut discarded = 0;
+        for (keys, mine) in self.by_shard(ids, |id| id) {
+            let mut call = self.scripts.discard.key(keys.all().as_slice());
+            for id in mine {
+                call.arg(id.to_string());
+            }
+            let n: usize = call
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)?;
+            discarded += n;
+        }
+        Ok(discarded)
+    }
+
+    async fn trim(&self) -> StoreResult<usize> {
+        let mut trimmed = 0;
+        for keys in &self.shards {
+            loop {
+                let n: usize = self
+                    .scripts
+                    .trim
+                    .key(keys.all().as_slice())
+                    .arg(&self.retention[..])
+                    .arg(TRIM_BUDGET)
+                    .invoke_async(&mut self.conn.clone())
+                    .await
+                    .map_err(store_error)?;
+                trimmed += n;
+                if n < TRIM_BUDGET {
+                    break;
+                }
+            }
+        }
+        Ok(trimmed)
+    }
+
+    async fn stats(&self) -> StoreResult<Stats> {
+        let mut stats = Stats::default();
+        for keys in &self.shards {
+            let (scheduled, in_flight, dead, finished, counters): (
+                u64,
+                u64,
+                u64,
+                u64,
+                HashMap<String, u64>,
+            ) = redis::pipe()
+                .zcard(keys.due())
+                .zcard(keys.inflight())
+                .zcard(keys.dead())
+                .zcard(keys.done())
+                .hgetall(keys.counters())
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)?;
+            let count = |name: &str| counters.get(name).copied().unwrap_or(0);
+            stats.scheduled += scheduled;
+            stats.in_flight += in_flight;
+            stats.dead += dead;
+            stats.finished += finished;
+            stats.trimmed.add(&Trimmed {
+                dead_by_age: count("dead_by_age"),
+                dead_by_count: count("dead_by_count"),
+                finished_by_age: count("finished_by_age"),
+            });
+        }
+        Ok(stats)
     }
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
         let mut released = 0;
-        for (shard, keys) in self.shards.iter().enumerate() {
-            let mine: Vec<_> = leases
-                .iter()
-                .filter(|(id, _)| id.shard() as usize == shard)
-                .collect();
-            if mine.is_empty() {
-                continue;
-            }
+        for (keys, mine) in self.by_shard(leases, |(id, _)| id) {
             let mut call = self.scripts.release.key(keys.all().as_slice());
             call.arg(&self.wake_channel);
             for (id, lease) in mine {
@@ -450,46 +572,11 @@ impl Store for RedisStore {
         limit: usize,
         after: Option<&Cursor>,
     ) -> StoreResult<DeadPage> {
-        let keys = &self.shards[0];
-        let mut items = Vec::with_capacity(limit);
-        let mut position = after.cloned();
-        let mut scanned = 0;
-        loop {
-            let (entries, more) = page::newest_first(
-                &mut self.conn.clone(),
-                keys.dead(),
-                SCAN_WINDOW,
-                position.as_ref(),
-                (filter.since, filter.until),
-            )
-            .await
-            .map_err(store_error)?;
-            let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
-            let mut views: HashMap<String, JobView> = self
-                .views(keys, &ids)
-                .await?
-                .into_iter()
-                .map(|v| (v.id.to_string(), v))
-                .collect();
-            for (i, (id, at)) in entries.iter().enumerate() {
-                position = id.parse().ok().map(|id| Cursor { at: *at, id });
-                if let Some(v) = views.remove(id).filter(|v| filter.matches(v)) {
-                    items.push(v);
-                }
-                if items.len() == limit {
-                    let rest = more || i + 1 < entries.len();
-                    return Ok(DeadPage {
-                        items,
-                        next_cursor: position.filter(|_| rest),
-                    });
-                }
-            }
-            scanned += entries.len();
-            if !more || scanned >= MAX_SCAN {
-                let next_cursor = position.filter(|_| more);
-                return Ok(DeadPage { items, next_cursor });
-            }
+        let mut pages = Vec::with_capacity(self.shards.len());
+        for keys in &self.shards {
+            pages.push(self.shard_dead_letters(keys, filter, limit, after).await?);
         }
+        Ok(page::merge(pages, limit))
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -522,6 +609,55 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// Up to `limit` dead letters of one shard that match `filter`, newest first after
+    /// `after`, examining at most `MAX_SCAN`.
+    async fn shard_dead_letters(
+        &self,
+        keys: &ShardKeys,
+        filter: &DeadFilter,
+        limit: usize,
+        after: Option<&Cursor>,
+    ) -> StoreResult<ShardPage> {
+        let mut page = ShardPage::default();
+        let mut position = after.cloned();
+        let mut scanned = 0;
+        loop {
+            let (entries, more) = page::newest_first(
+                &mut self.conn.clone(),
+                keys.dead(),
+                SCAN_WINDOW,
+                position.as_ref(),
+                (filter.since, filter.until),
+            )
+            .await
+            .map_err(store_error)?;
+            let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+            let mut views: HashMap<String, JobView> = self
+                .views(keys, &ids)
+                .await?
+                .into_iter()
+                .map(|v| (v.id.to_string(), v))
+                .collect();
+            for (i, (id, at)) in entries.iter().enumerate() {
+                position = id.parse().ok().map(|id| Cursor { at: *at, id });
+                let found = views.remove(id).filter(|v| filter.matches(v));
+                if let (Some(at), Some(v)) = (&position, found) {
+                    page.items.push((at.clone(), v));
+                }
+                if page.items.len() == limit {
+                    let rest = more || i + 1 < entries.len();
+                    page.scanned_to = position.filter(|_| rest);
+                    return Ok(page);
+                }
+            }
+            scanned += entries.len();
+            if !more || scanned >= MAX_SCAN {
+                page.scanned_to = position.filter(|_| more);
+                return Ok(page);
+            }
+        }
+    }
+
     /// Subscribes to the wake channel and forwards messages until it drops or `cancel`.
     async fn listen(&self, wake: &Notify, cancel: &CancellationToken) -> redis::RedisResult<()> {
         let mut pubsub = tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub())

@@ -1,0 +1,8 @@
+-- trim: the periodic retention sweep, for when no settle has trimmed lately.
+-- KEYS: the shard's keys (see common.lua)
+-- ARGV: 1 dead max age ms, 2 dead max count, 3 finished max age ms, 4 budget (most
+--       notifications deleted from each index by this call)
+-- Deletes dead letters past their age or beyond their count and finished (delivered or
+-- cancelled) notifications past their age, with their records, counting each.
+-- Returns the number deleted; a caller that gets a full budget back calls again.
+return apply_retention(now_ms(false), 1, tonumber(ARGV[4]))
