@@ -10,32 +10,57 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
-use super::error::ApiError;
+use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::notify::{bounded_duration, parse_json, schedule};
-use super::{view, AppState};
+use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
+use super::AppState;
 use crate::domain::{CallbackUrl, FieldError, JobId};
 use crate::store::{bulk, Cursor, DeadFilter, JobState, JobView};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
 
-#[derive(Debug, Deserialize)]
+/// The filters and paging of `GET /dead-letters`; every filter given must hold.
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Items per page, 1 to 500; default 50.
     limit: Option<usize>,
+    /// `next_cursor` of the previous page.
     cursor: Option<String>,
+    /// Only this topic.
     topic: Option<String>,
+    /// Only callbacks to this host.
     host: Option<String>,
+    /// Dead-lettered at or after this RFC 3339 time.
     since: Option<String>,
+    /// Dead-lettered at or before this RFC 3339 time.
     until: Option<String>,
 }
 
+/// Dead letters, newest first, cursor-paged. Paging neither repeats nor skips one while
+/// new ones arrive; a page may come back short when a filter matches little.
+#[utoipa::path(
+    get,
+    path = "/dead-letters",
+    tag = "dead letters",
+    params(ListQuery),
+    responses(
+        (status = 200, body = DeadLetterPage),
+        (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        (status = 422, description = "A bad filter, limit or cursor; `field` names it", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeadLetterPage>, ApiError> {
     let Query(q) = query
         .map_err(|r| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text()))?;
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
@@ -54,34 +79,67 @@ pub async fn list(
         .store
         .dead_letters(&filter, limit, cursor.as_ref())
         .await?;
-    Ok(Json(json!({
-        "items": page.items.iter().map(view::dead_letter_item).collect::<Vec<_>>(),
-        "next_cursor": page.next_cursor.map(|c| c.encode()),
-    })))
+    Ok(Json(DeadLetterPage {
+        items: page.items.iter().map(DeadLetterItem::from).collect(),
+        next_cursor: page.next_cursor.map(|c| c.encode()),
+    }))
 }
 
 /// What `POST /dead-letters/{id}/replay` may change; an empty body changes nothing.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ReplayRequest {
+pub struct ReplayRequest {
+    /// A new callback URL.
     url: Option<String>,
+    /// A new schedule: a list of durations or a configured schedule's name.
+    #[schema(required = false, value_type = Object, example = json!(["1m", "10m"]))]
     schedule: Option<Value>,
+    /// Before the first new attempt; default `0s`.
     delay: Option<String>,
 }
 
+/// One dead letter with its body and whole attempt history.
+#[utoipa::path(
+    get,
+    path = "/dead-letters/{id}",
+    tag = "dead letters",
+    params(("id" = String, Path, description = "The notification id")),
+    responses(
+        (status = 200, body = DeadLetterView),
+        (status = 404, description = "No such dead letter", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeadLetterView>, ApiError> {
     let found = dead_letter(&state, &id).await?;
-    Ok(Json(view::dead_letter(&found)))
+    Ok(Json(DeadLetterView::from(&found)))
 }
 
+/// Schedule a dead letter again from a fresh attempt count, optionally with a new URL,
+/// schedule or delay. The history is kept and `replays` counts the replays.
+#[utoipa::path(
+    post,
+    path = "/dead-letters/{id}/replay",
+    tag = "dead letters",
+    params(("id" = String, Path, description = "The notification id")),
+    request_body(content = Option<ReplayRequest>, description = "What to change; may be empty"),
+    responses(
+        (status = 200, body = Replayed),
+        (status = 404, description = "No such dead letter", body = ErrorBody),
+        BadInput,
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn replay(
     State(state): State<AppState>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Replayed>, ApiError> {
     let body = body?;
     let request: ReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
         ReplayRequest::default()
@@ -117,16 +175,29 @@ pub async fn replay(
         .ok_or_else(|| ApiError::not_found("dead letter"))?;
     tracing::info!(id = %found.id, new_url = spec.is_some(), "dead letter replayed");
     state.wake.notify_one();
-    Ok(Json(json!({
-        "id": found.id.to_string(),
-        "state": status.state,
-        "attempts": status.attempts,
-        "max_attempts": status.max_attempts,
-        "url": spec.map_or(found.spec.url, |s| s.url),
-        "next_attempt_at": status.next_at.map(view::rfc3339),
-    })))
+    Ok(Json(Replayed {
+        id: found.id.to_string(),
+        state: status.state,
+        attempts: status.attempts,
+        max_attempts: status.max_attempts,
+        url: spec.map_or(found.spec.url, |s| s.url),
+        next_attempt_at: status.next_at.map(super::view::rfc3339),
+    }))
 }
 
+/// Discard a dead letter for good.
+#[utoipa::path(
+    delete,
+    path = "/dead-letters/{id}",
+    tag = "dead letters",
+    params(("id" = String, Path, description = "The notification id")),
+    responses(
+        (status = 204, description = "Discarded"),
+        (status = 404, description = "No such dead letter", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn discard(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -142,16 +213,24 @@ pub async fn discard(
 
 /// What `POST /dead-letters/replay` and `POST /dead-letters/purge` act on: the filters of
 /// the list, or `all`; replay may also set a new schedule and delay.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
+    /// Only this topic.
     topic: Option<String>,
+    /// Only callbacks to this host.
     host: Option<String>,
+    /// Dead-lettered at or after this RFC 3339 time.
     since: Option<String>,
+    /// Dead-lettered at or before this RFC 3339 time.
     until: Option<String>,
+    /// Required, as `true`, to act on every dead letter when no filter is given.
     #[serde(default)]
     all: bool,
+    /// Replay only: a new schedule, a list of durations or a configured schedule's name.
+    #[schema(required = false, value_type = Object, example = json!(["1m", "10m"]))]
     schedule: Option<Value>,
+    /// Replay only: before the first new attempt; default `0s`.
     delay: Option<String>,
 }
 
@@ -175,10 +254,24 @@ impl BulkRequest {
     }
 }
 
+/// Replay every dead letter a filter matches, in bounded batches. Running it twice
+/// replays nothing twice.
+#[utoipa::path(
+    post,
+    path = "/dead-letters/replay",
+    tag = "dead letters",
+    request_body = BulkRequest,
+    responses(
+        (status = 200, description = "How many were replayed", body = Count),
+        BadInput,
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn replay_matching(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Count>, ApiError> {
     let request: BulkRequest = parse_json(&body?)?;
     let filter = request.filter()?;
     let schedule = match request.schedule {
@@ -196,13 +289,26 @@ pub async fn replay_matching(
         bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
     tracing::info!(count, ?filter, "dead letters replayed in bulk");
     state.wake.notify_one();
-    Ok(Json(json!({ "count": count })))
+    Ok(Json(Count { count }))
 }
 
+/// Discard every dead letter a filter matches, in bounded batches.
+#[utoipa::path(
+    post,
+    path = "/dead-letters/purge",
+    tag = "dead letters",
+    request_body = BulkRequest,
+    responses(
+        (status = 200, description = "How many were discarded", body = Count),
+        BadInput,
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn purge(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Count>, ApiError> {
     let request: BulkRequest = parse_json(&body?)?;
     for (field, given) in [
         ("schedule", request.schedule.is_some()),
@@ -215,7 +321,7 @@ pub async fn purge(
     let filter = request.filter()?;
     let count = bulk::discard_matching(state.store.as_ref(), &filter).await?;
     tracing::info!(count, ?filter, "dead letters purged");
-    Ok(Json(json!({ "count": count })))
+    Ok(Json(Count { count }))
 }
 
 /// The notification `raw` names, if it is dead.

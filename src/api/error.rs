@@ -1,10 +1,15 @@
-//! API errors: a status and `{"error": {"code", "message", "field"}}`.
+//! API errors: a status and `{"error": {"code", "message", "field"}}`, and the error
+//! answers every protected route can give, for the OpenAPI document.
 
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use utoipa::openapi::{self, ContentBuilder, Ref, RefOr, ResponseBuilder};
+use utoipa::{IntoResponses, ToSchema};
 
 use crate::domain::FieldError;
 use crate::store::StoreError;
@@ -15,6 +20,70 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     field: Option<String>,
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, for scripts: `invalid_field`, `invalid_json`, `not_found`, `conflict`,
+    /// `unauthorized`, `store_unavailable`, …
+    #[schema(example = "invalid_field")]
+    pub code: &'static str,
+    pub message: String,
+    /// The offending field of the request, for `invalid_field`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// What any authenticated route may answer besides its own results (for the document).
+pub struct CommonErrors;
+
+impl IntoResponses for CommonErrors {
+    fn responses() -> BTreeMap<String, RefOr<openapi::Response>> {
+        error_responses(&[
+            ("401", "No valid `Authorization: Bearer <token>` header"),
+            (
+                "503",
+                "The store is unreachable; nothing was changed, try again shortly",
+            ),
+        ])
+    }
+}
+
+/// What a route that reads a request body may answer besides its own results.
+pub struct BadInput;
+
+impl IntoResponses for BadInput {
+    fn responses() -> BTreeMap<String, RefOr<openapi::Response>> {
+        error_responses(&[
+            ("400", "The body is not a JSON object"),
+            ("413", "The body is larger than `server.max_body_bytes`"),
+            (
+                "422",
+                "A field is invalid (`field` names it); nothing was stored",
+            ),
+        ])
+    }
+}
+
+fn error_responses(list: &[(&str, &str)]) -> BTreeMap<String, RefOr<openapi::Response>> {
+    list.iter()
+        .map(|(status, description)| {
+            let content = ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("ErrorBody")))
+                .build();
+            let response = ResponseBuilder::new()
+                .description(*description)
+                .content("application/json", content)
+                .build();
+            (status.to_string(), RefOr::T(response))
+        })
+        .collect()
 }
 
 impl ApiError {
@@ -87,11 +156,14 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(field) = self.field {
-            error["field"] = field.into();
-        }
-        let mut response = (self.status, Json(json!({ "error": error }))).into_response();
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+                field: self.field,
+            },
+        };
+        let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 "www-authenticate",

@@ -1,13 +1,18 @@
-//! The HTTP API: routes, shared state, authentication and the body size limit.
+//! The HTTP API: routes, shared state, authentication, the body size limit, and the
+//! OpenAPI document generated from the handlers' annotations (`/openapi.json`, browsed at
+//! `/docs`). A route is registered and documented in one step, so none goes undocumented.
 
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 use axum::{middleware, Json, Router};
-use serde_json::{json, Value};
 use tokio::sync::Notify;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use utoipa_swagger_ui::SwaggerUi;
 
 mod auth;
 mod dead_letters;
@@ -21,6 +26,8 @@ pub use error::ApiError;
 pub use notify::NotifyPolicy;
 
 use crate::store::{Stats, Store};
+use error::{CommonErrors, ErrorBody};
+use view::Health;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -31,27 +38,41 @@ pub struct AppState {
     pub policy: Arc<NotifyPolicy>,
 }
 
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "postback",
+        description = "Webhook notification dispatcher with tiered retries and dead-lettering. \
+            Every route but the health checks needs `Authorization: Bearer <token>`."
+    ),
+    modifiers(&BearerAuth),
+    components(schemas(ErrorBody))
+)]
+struct ApiDoc;
+
+/// Declares the bearer-token scheme the protected routes name.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let scheme = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build();
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("bearer", SecurityScheme::Http(scheme));
+    }
+}
+
 pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router {
-    let protected = Router::new()
-        .route("/notify", post(notify::notify))
-        .route(
-            "/notifications/{id}",
-            get(notifications::show).delete(notifications::cancel),
-        )
-        .route("/dead-letters", get(dead_letters::list))
-        .route(
-            "/dead-letters/{id}",
-            get(dead_letters::show).delete(dead_letters::discard),
-        )
-        .route("/dead-letters/{id}/replay", post(dead_letters::replay))
-        .route("/dead-letters/replay", post(dead_letters::replay_matching))
-        .route("/dead-letters/purge", post(dead_letters::purge))
-        .route("/stats", get(stats))
-        .route_layer(middleware::from_fn_with_state(tokens, auth::require_token));
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    let protected =
+        protected_routes().route_layer(middleware::from_fn_with_state(tokens, auth::require_token));
+    let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(protected)
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .split_for_parts();
+    routes
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -64,16 +85,48 @@ pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router 
         .with_state(state)
 }
 
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// The routes that need a bearer token, with their documentation.
+fn protected_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(notify::notify))
+        .routes(routes!(notifications::show, notifications::cancel))
+        .routes(routes!(dead_letters::list))
+        .routes(routes!(dead_letters::show, dead_letters::discard))
+        .routes(routes!(dead_letters::replay))
+        .routes(routes!(dead_letters::replay_matching))
+        .routes(routes!(dead_letters::purge))
+        .routes(routes!(stats))
 }
 
-/// Counts by state and of what retention deleted.
+/// Counts by state, and of what retention deleted, over all shards.
+#[utoipa::path(
+    get,
+    path = "/stats",
+    tag = "operations",
+    responses((status = 200, body = Stats), CommonErrors),
+    security(("bearer" = []))
+)]
 async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiError> {
     Ok(Json(state.store.stats().await?))
 }
 
-async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// Liveness: the process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+/// Readiness: the store answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, body = Health),
+        (status = 503, description = "The store is unreachable", body = ErrorBody)
+    )
+)]
+async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     state.store.ping().await?;
-    Ok(Json(json!({"status": "ready"})))
+    Ok(Json(Health { status: "ready" }))
 }

@@ -4,25 +4,53 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde_json::Value;
 
-use super::error::ApiError;
-use super::{view, AppState};
+use super::error::{ApiError, CommonErrors, ErrorBody};
+use super::view::NotificationView;
+use super::AppState;
 use crate::domain::JobId;
 use crate::store::Cancelled;
 
+/// One notification: state, attempts so far, next attempt, attempt history.
+#[utoipa::path(
+    get,
+    path = "/notifications/{id}",
+    tag = "notifications",
+    params(("id" = String, Path, description = "The notification id")),
+    responses(
+        (status = 200, body = NotificationView),
+        (status = 404, description = "No such notification", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<NotificationView>, ApiError> {
     let id = parse_id(&id)?;
     current(&state, &id).await
 }
 
+/// Cancel a notification that has not finished. A scheduled one is never sent; one in
+/// flight is not retried after its current attempt (`cancel_requested` until then).
+#[utoipa::path(
+    delete,
+    path = "/notifications/{id}",
+    tag = "notifications",
+    params(("id" = String, Path, description = "The notification id")),
+    responses(
+        (status = 200, description = "Cancelled, or to be cancelled after the attempt in flight", body = NotificationView),
+        (status = 404, description = "No such notification", body = ErrorBody),
+        (status = 409, description = "Already delivered or dead", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn cancel(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<NotificationView>, ApiError> {
     let id = parse_id(&id)?;
     match state.store.cancel(&id).await? {
         Cancelled::Done | Cancelled::AfterAttempt => {
@@ -48,11 +76,11 @@ fn parse_id(raw: &str) -> Result<JobId, ApiError> {
     raw.parse().map_err(|_| ApiError::not_found("notification"))
 }
 
-async fn current(state: &AppState, id: &JobId) -> Result<Json<Value>, ApiError> {
+async fn current(state: &AppState, id: &JobId) -> Result<Json<NotificationView>, ApiError> {
     let found = state
         .store
         .get(id)
         .await?
         .ok_or_else(|| ApiError::not_found("notification"))?;
-    Ok(Json(view::notification(&found)))
+    Ok(Json(NotificationView::from(&found)))
 }

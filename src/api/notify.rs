@@ -10,10 +10,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+use utoipa::ToSchema;
 
-use super::error::ApiError;
-use super::view::rfc3339;
+use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
+use super::view::Registered;
 use super::AppState;
 use crate::domain::{
     parse_duration, CallbackUrl, ExtraHeaders, FieldError, JobId, Notification, Payload, Schedule,
@@ -26,17 +27,34 @@ const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 /// What `POST /notify` accepts, before validation. Every field is optional here so that
 /// a missing one is reported by name.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct NotifyRequest {
+pub struct NotifyRequest {
+    /// The callback, `http` or `https`.
+    #[schema(required = true, example = "https://merchant.example.com/paid")]
     url: Option<String>,
+    /// A JSON value (sent as `application/json`) or a string (sent as is).
+    #[schema(required = true, value_type = Object, example = json!({"order": 42, "status": "paid"}))]
     body: Option<Value>,
+    /// Extra request headers; hop-by-hop, `webhook-*` and `User-Agent` are refused.
     headers: Option<BTreeMap<String, String>>,
+    /// Intervals between attempts (`["15s", "3m"]`, each 100ms to 7 days, at most 50) or
+    /// the name of a configured schedule; default `default`.
+    #[schema(required = false, value_type = Object, example = json!(["15s", "3m", "10m"]))]
     schedule: Option<Value>,
+    /// Before the first attempt; default `0s`.
+    #[schema(example = "0s")]
     delay: Option<String>,
+    /// Per attempt; default `delivery.timeout`, at most `delivery.max_timeout`.
+    #[schema(example = "10s")]
     timeout: Option<String>,
+    /// Success also needs the trimmed response body to equal this.
+    #[schema(example = "SUCCESS")]
     expect_body: Option<String>,
+    /// A free label for filtering.
+    #[schema(example = "payment.succeeded")]
     topic: Option<String>,
+    /// The rate-limit key; default the URL's host.
     rate_key: Option<String>,
 }
 
@@ -50,6 +68,22 @@ pub struct NotifyPolicy {
     pub idempotency_ttl: Duration,
 }
 
+/// Register a notification.
+#[utoipa::path(
+    post,
+    path = "/notify",
+    tag = "notifications",
+    request_body = NotifyRequest,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Makes the request safe to repeat: the same key returns the same notification")),
+    responses(
+        (status = 202, description = "Registered (or, with a known Idempotency-Key, the earlier registration; then `Idempotent-Replayed: true`)", body = Registered),
+        (status = 409, description = "The Idempotency-Key's notification was deleted by retention", body = ErrorBody),
+        BadInput,
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
 pub async fn notify(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -84,11 +118,7 @@ pub async fn notify(
     };
     let mut response = (
         StatusCode::ACCEPTED,
-        Json(json!({
-            "id": enqueued.id.to_string(),
-            "state": status.state,
-            "next_attempt_at": status.next_at.map(rfc3339),
-        })),
+        Json(Registered::new(&enqueued.id, &status)),
     )
         .into_response();
     if enqueued.duplicate {

@@ -1,10 +1,13 @@
-//! The JSON shapes of notifications and dead letters in API answers.
+//! The JSON shapes of API answers, typed so that the OpenAPI document describes exactly
+//! what the handlers send. Times are RFC 3339 UTC with milliseconds.
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use crate::store::{JobState, JobView};
+use crate::domain::Attempt;
+use crate::store::{JobState, JobStatus, JobView};
 
 /// Milliseconds since the epoch as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(ms: i64) -> String {
@@ -12,53 +15,174 @@ pub fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-/// `GET /notifications/{id}`: state, attempts, next attempt, history.
-pub fn notification(v: &JobView) -> Value {
-    let s = &v.status;
-    json!({
-        "id": v.id.to_string(),
-        "state": s.state,
-        "url": v.spec.url,
-        "topic": v.spec.topic,
-        "rate_key": v.spec.rate_key,
-        "attempts": s.attempts,
-        "max_attempts": s.max_attempts,
-        "next_attempt_at": matches!(s.state, JobState::Scheduled | JobState::InFlight).then_some(s.next_at).flatten().map(rfc3339),
-        "created_at": rfc3339(s.created_at),
-        "finished_at": s.finished_at.map(rfc3339),
-        "cancel_requested": s.cancel_requested,
-        "replays": s.replays,
-        "history": v.history.iter().map(|a| json!({
-            "at": rfc3339(a.at),
-            "status": a.status,
-            "error": a.error,
-            "duration_ms": a.duration_ms,
-            "response": a.response,
-        })).collect::<Vec<_>>(),
-    })
+/// The answer to `POST /notify`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Registered {
+    #[schema(example = "ntf_0_019a2b3c4d5e7f708192a3b4c5d6e7f8")]
+    pub id: String,
+    pub state: JobState,
+    pub next_attempt_at: Option<String>,
+}
+
+impl Registered {
+    pub fn new(id: &crate::domain::JobId, status: &JobStatus) -> Self {
+        Self {
+            id: id.to_string(),
+            state: status.state,
+            next_attempt_at: next_attempt_at(status),
+        }
+    }
+}
+
+/// One attempt: when it started, the response status (null when none came back) or the
+/// error, how long it took, and the first bytes of the response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptView {
+    pub at: String,
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    pub response: String,
+}
+
+impl From<&Attempt> for AttemptView {
+    fn from(a: &Attempt) -> Self {
+        Self {
+            at: rfc3339(a.at),
+            status: a.status,
+            error: a.error.clone(),
+            duration_ms: a.duration_ms,
+            response: a.response.clone(),
+        }
+    }
+}
+
+/// `GET /notifications/{id}`: state, attempts, next attempt, history (oldest first).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NotificationView {
+    pub id: String,
+    pub state: JobState,
+    pub url: String,
+    pub topic: Option<String>,
+    pub rate_key: String,
+    /// Attempts made so far (since the last replay).
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub next_attempt_at: Option<String>,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+    /// A cancel arrived during an attempt; it is cancelled once that attempt ends.
+    pub cancel_requested: bool,
+    /// How often it was replayed from the dead letters.
+    pub replays: u32,
+    pub history: Vec<AttemptView>,
+}
+
+impl From<&JobView> for NotificationView {
+    fn from(v: &JobView) -> Self {
+        let s = &v.status;
+        Self {
+            id: v.id.to_string(),
+            state: s.state,
+            url: v.spec.url.clone(),
+            topic: v.spec.topic.clone(),
+            rate_key: v.spec.rate_key.clone(),
+            attempts: s.attempts,
+            max_attempts: s.max_attempts,
+            next_attempt_at: next_attempt_at(s),
+            created_at: rfc3339(s.created_at),
+            finished_at: s.finished_at.map(rfc3339),
+            cancel_requested: s.cancel_requested,
+            replays: s.replays,
+            history: v.history.iter().map(AttemptView::from).collect(),
+        }
+    }
 }
 
 /// `GET /dead-letters/{id}`: the notification with its body and when it died.
-pub fn dead_letter(v: &JobView) -> Value {
-    let mut out = notification(v);
-    out["body"] = v.spec.body.clone().into();
-    out["content_type"] = v.spec.content_type.clone().into();
-    out["dead_at"] = v.status.finished_at.map(rfc3339).into();
-    out
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterView {
+    #[serde(flatten)]
+    pub notification: NotificationView,
+    /// The body as it is sent.
+    pub body: String,
+    pub content_type: String,
+    pub dead_at: Option<String>,
+}
+
+impl From<&JobView> for DeadLetterView {
+    fn from(v: &JobView) -> Self {
+        Self {
+            notification: v.into(),
+            body: v.spec.body.clone(),
+            content_type: v.spec.content_type.clone(),
+            dead_at: v.status.finished_at.map(rfc3339),
+        }
+    }
 }
 
 /// One line of `GET /dead-letters`: what it was, when it died, and the last failure.
-pub fn dead_letter_item(v: &JobView) -> Value {
-    let last = v.history.last();
-    json!({
-        "id": v.id.to_string(),
-        "url": v.spec.url,
-        "topic": v.spec.topic,
-        "attempts": v.status.attempts,
-        "dead_at": v.status.finished_at.map(rfc3339),
-        "last_status": last.and_then(|a| a.status),
-        "last_error": last.and_then(|a| a.error.clone()),
-    })
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterItem {
+    pub id: String,
+    pub url: String,
+    pub topic: Option<String>,
+    pub attempts: u32,
+    pub dead_at: Option<String>,
+    pub last_status: Option<u16>,
+    pub last_error: Option<String>,
+}
+
+impl From<&JobView> for DeadLetterItem {
+    fn from(v: &JobView) -> Self {
+        let last = v.history.last();
+        Self {
+            id: v.id.to_string(),
+            url: v.spec.url.clone(),
+            topic: v.spec.topic.clone(),
+            attempts: v.status.attempts,
+            dead_at: v.status.finished_at.map(rfc3339),
+            last_status: last.and_then(|a| a.status),
+            last_error: last.and_then(|a| a.error.clone()),
+        }
+    }
+}
+
+/// A page of dead letters, newest first; pass `next_cursor` back as `cursor`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterPage {
+    pub items: Vec<DeadLetterItem>,
+    pub next_cursor: Option<String>,
+}
+
+/// The answer to a replay of one dead letter.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Replayed {
+    pub id: String,
+    pub state: JobState,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub url: String,
+    pub next_attempt_at: Option<String>,
+}
+
+/// How many dead letters a bulk action changed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Count {
+    pub count: usize,
+}
+
+/// The answer of the health routes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    #[schema(example = "ok")]
+    pub status: &'static str,
+}
+
+/// When the next attempt is due, while one is pending.
+fn next_attempt_at(s: &JobStatus) -> Option<String> {
+    let pending = matches!(s.state, JobState::Scheduled | JobState::InFlight);
+    s.next_at.filter(|_| pending).map(rfc3339)
 }
 
 #[cfg(test)]

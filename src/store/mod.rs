@@ -34,7 +34,7 @@ pub enum StoreError {
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// Where a notification is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     Scheduled,
@@ -162,7 +162,7 @@ pub struct Settled {
 
 /// How many notifications are in each state, and how many retention deleted, over all
 /// shards.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Stats {
     pub scheduled: u64,
     pub in_flight: u64,
@@ -173,7 +173,7 @@ pub struct Stats {
 }
 
 /// Notifications deleted by retention since the store was created, by reason.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Trimmed {
     pub dead_by_age: u64,
     pub dead_by_count: u64,
