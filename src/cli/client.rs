@@ -1,0 +1,103 @@
+//! The operator commands' HTTP client of the API: the base URL, the bearer token, and
+//! API errors turned into one readable line (`404 not_found: notification not found`).
+
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use reqwest::{Method, RequestBuilder};
+use serde_json::Value;
+
+use super::ApiArgs;
+
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Client {
+    pub fn new(args: &ApiArgs) -> anyhow::Result<Self> {
+        crate::sender::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .user_agent(crate::sender::USER_AGENT_VALUE)
+            .build()?;
+        Ok(Self {
+            http,
+            base: args.api_url.trim_end_matches('/').to_string(),
+            token: args.token.clone(),
+        })
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.send(self.request(Method::GET, path)).await
+    }
+
+    pub async fn get_query(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+        self.send(self.request(Method::GET, path).query(query))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Value> {
+        self.send(self.request(Method::DELETE, path)).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.post_with_key(path, body, None).await
+    }
+
+    /// A POST with an `Idempotency-Key` header when one is given.
+    pub async fn post_with_key(
+        &self,
+        path: &str,
+        body: &Value,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<Value> {
+        let mut request = self.request(Method::POST, path).json(body);
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
+        }
+        self.send(request).await
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// The JSON answer of a 2xx (null when there is none), or the API's error as one line.
+    async fn send(&self, request: RequestBuilder) -> anyhow::Result<Value> {
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the postback API at {}", self.base))?;
+        let status = response.status();
+        let text = response.text().await.context("reading the API's answer")?;
+        let body: Value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text)
+                .with_context(|| format!("the API answered {status} with something not JSON"))?
+        };
+        if status.is_success() {
+            return Ok(body);
+        }
+        let error = &body["error"];
+        let mut line = format!(
+            "{} {}: {}",
+            status.as_u16(),
+            error["code"].as_str().unwrap_or("error"),
+            error["message"].as_str().unwrap_or(&text)
+        );
+        if let Some(field) = error["field"].as_str() {
+            line.push_str(&format!(" (field `{field}`)"));
+        }
+        if status == reqwest::StatusCode::UNAUTHORIZED {
+            line.push_str("; pass --token or set POSTBACK_API_TOKEN");
+        }
+        Err(anyhow!(line))
+    }
+}

@@ -1,0 +1,432 @@
+//! The `postback` command line: `serve` runs the service; the other commands are the
+//! operator's client of a running instance's API (`notify`, `status`, `cancel`, `stats`,
+//! `dlq list|show|replay|discard|purge`), printing readable tables or, with `--json`,
+//! the API's JSON answer.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Map, Value};
+
+use crate::config::Config;
+
+mod client;
+mod print;
+
+use client::Client;
+
+#[derive(Parser)]
+#[command(
+    name = "postback",
+    version,
+    about = "Webhook notification dispatcher with tiered retries"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API, the scheduler and the sender pool.
+    Serve {
+        /// TOML configuration file; `POSTBACK_<SECTION>_<KEY>` variables override it.
+        #[arg(long, env = "POSTBACK_CONFIG")]
+        config: Option<PathBuf>,
+        /// Serve the API without bearer tokens (development only).
+        #[arg(long)]
+        insecure_no_auth: bool,
+    },
+    /// Register a notification.
+    Notify(NotifyArgs),
+    /// Show a notification: state, attempts, next attempt and history.
+    Status {
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Cancel a notification that has not finished.
+    Cancel {
+        id: String,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Notifications per state, and what retention deleted.
+    Stats {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Review the dead letters: list, show, replay, discard, purge.
+    Dlq {
+        #[command(subcommand)]
+        command: Dlq,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+}
+
+/// Where the API is and how to talk to it.
+#[derive(Args)]
+struct ApiArgs {
+    /// Base URL of a running postback.
+    #[arg(
+        long,
+        env = "POSTBACK_API_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    api_url: String,
+    /// Bearer token of the API.
+    #[arg(
+        long,
+        env = "POSTBACK_API_TOKEN",
+        hide_env_values = true,
+        global = true
+    )]
+    token: Option<String>,
+    /// Print the API's JSON answer instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct NotifyArgs {
+    /// Callback URL.
+    #[arg(long)]
+    url: String,
+    /// The body as JSON, or @FILE to read it from a file.
+    #[arg(long, group = "payload", required_unless_present = "body_text")]
+    body: Option<String>,
+    /// The body as plain text, sent as is, or @FILE.
+    #[arg(long, group = "payload")]
+    body_text: Option<String>,
+    /// Intervals between attempts (`15s,3m,10m`) or a configured schedule's name.
+    #[arg(long)]
+    schedule: Option<String>,
+    /// Before the first attempt (`30s`).
+    #[arg(long)]
+    delay: Option<String>,
+    /// Per-attempt timeout (`10s`).
+    #[arg(long)]
+    timeout: Option<String>,
+    /// Success also needs the trimmed response body to equal this.
+    #[arg(long)]
+    expect_body: Option<String>,
+    /// A label to filter by (`payment.succeeded`).
+    #[arg(long)]
+    topic: Option<String>,
+    /// Rate-limit key; default the URL's host.
+    #[arg(long)]
+    rate_key: Option<String>,
+    /// An extra request header, `Name: value`; repeatable.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+    /// Makes the registration safe to repeat.
+    #[arg(long)]
+    idempotency_key: Option<String>,
+    #[command(flatten)]
+    api: ApiArgs,
+}
+
+/// Which dead letters a list or bulk action covers.
+#[derive(Args, Default)]
+struct Filter {
+    /// Only this topic.
+    #[arg(long)]
+    topic: Option<String>,
+    /// The callback URL's host.
+    #[arg(long)]
+    host: Option<String>,
+    /// Dead-lettered at or after (RFC 3339).
+    #[arg(long)]
+    since: Option<String>,
+    /// Dead-lettered at or before (RFC 3339).
+    #[arg(long)]
+    until: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Dlq {
+    /// Dead letters, newest first.
+    List {
+        #[command(flatten)]
+        filter: Filter,
+        /// Items per page (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed under the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One dead letter with its body and attempt history.
+    Show { id: String },
+    /// Send one dead letter again (ID), or every one a filter matches (no ID).
+    Replay {
+        /// The dead letter; without it, the filter (or --all) chooses.
+        id: Option<String>,
+        #[command(flatten)]
+        filter: Filter,
+        /// Every dead letter, when no filter is given.
+        #[arg(long)]
+        all: bool,
+        /// A new callback URL (one dead letter only).
+        #[arg(long, requires = "id")]
+        url: Option<String>,
+        /// A new schedule (`1m,10m`) or a configured schedule's name.
+        #[arg(long)]
+        schedule: Option<String>,
+        /// Before the first new attempt.
+        #[arg(long)]
+        delay: Option<String>,
+    },
+    /// Delete one dead letter for good.
+    Discard { id: String },
+    /// Delete every dead letter a filter matches.
+    Purge {
+        #[command(flatten)]
+        filter: Filter,
+        /// Every dead letter, when no filter is given.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// Parses the command line and runs it; the process's exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve {
+            config,
+            insecure_no_auth,
+        } => serve(config, insecure_no_auth),
+        client_command => run_client(client_command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("postback: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
+    let config = Config::load(path.as_deref(), insecure_no_auth)?;
+    crate::telemetry::init(&config.settings.log)?;
+    crate::sender::install_crypto_provider();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(crate::app::serve(config))
+}
+
+fn run_client(command: Command) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(client_command(command))
+}
+
+async fn client_command(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve { .. } => unreachable!("serve is not a client command"),
+        Command::Notify(args) => notify(args).await,
+        Command::Status { id, api } => {
+            let answer = Client::new(&api)?
+                .get(&format!("/notifications/{id}"))
+                .await?;
+            print::answer(&api, &answer, print::notification)
+        }
+        Command::Cancel { id, api } => {
+            let answer = Client::new(&api)?
+                .delete(&format!("/notifications/{id}"))
+                .await?;
+            print::answer(&api, &answer, print::notification)
+        }
+        Command::Stats { api } => {
+            let answer = Client::new(&api)?.get("/stats").await?;
+            print::answer(&api, &answer, print::stats)
+        }
+        Command::Dlq { command, api } => dlq(command, &api).await,
+    }
+}
+
+async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
+    let body = match (&args.body, &args.body_text) {
+        (Some(raw), _) => {
+            let text = read_arg(raw)?;
+            serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!("--body is not JSON ({e}); use --body-text for text")
+            })?
+        }
+        (None, Some(raw)) => Value::String(read_arg(raw)?),
+        (None, None) => unreachable!("clap requires a body"),
+    };
+    let mut request = json!({"url": args.url, "body": body});
+    let fields = [
+        ("delay", &args.delay),
+        ("timeout", &args.timeout),
+        ("expect_body", &args.expect_body),
+        ("topic", &args.topic),
+        ("rate_key", &args.rate_key),
+    ];
+    for (field, value) in fields {
+        if let Some(v) = value {
+            request[field] = v.clone().into();
+        }
+    }
+    if let Some(s) = &args.schedule {
+        request["schedule"] = schedule(s);
+    }
+    if !args.headers.is_empty() {
+        request["headers"] = Value::Object(headers(&args.headers)?);
+    }
+    let client = Client::new(&args.api)?;
+    let answer = client
+        .post_with_key("/notify", &request, args.idempotency_key.as_deref())
+        .await?;
+    print::answer(&args.api, &answer, print::registered)
+}
+
+async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
+    let client = Client::new(api)?;
+    match command {
+        Dlq::List {
+            filter,
+            limit,
+            cursor,
+        } => {
+            let mut query = filter.pairs();
+            query.push(("limit", limit.to_string()));
+            query.extend(cursor.map(|c| ("cursor", c)));
+            let answer = client.get_query("/dead-letters", &query).await?;
+            print::answer(api, &answer, print::dead_letters)
+        }
+        Dlq::Show { id } => {
+            let answer = client.get(&format!("/dead-letters/{id}")).await?;
+            print::answer(api, &answer, print::dead_letter)
+        }
+        Dlq::Replay {
+            id,
+            filter,
+            all,
+            url,
+            schedule: new_schedule,
+            delay,
+        } => {
+            let mut body = Map::new();
+            if let Some(s) = &new_schedule {
+                body.insert("schedule".into(), schedule(s));
+            }
+            body.extend(delay.map(|d| ("delay".to_string(), d.into())));
+            match id {
+                Some(id) => {
+                    body.extend(url.map(|u| ("url".to_string(), u.into())));
+                    let path = format!("/dead-letters/{id}/replay");
+                    let answer = client.post(&path, &Value::Object(body)).await?;
+                    print::answer(api, &answer, print::registered)
+                }
+                None => {
+                    body.extend(filter.json(all));
+                    let answer = client
+                        .post("/dead-letters/replay", &Value::Object(body))
+                        .await?;
+                    print::answer(api, &answer, |a| print::count("replayed", a))
+                }
+            }
+        }
+        Dlq::Discard { id } => {
+            client.delete(&format!("/dead-letters/{id}")).await?;
+            print::answer(api, &json!({"discarded": id}), |_| {
+                println!("discarded {id}")
+            })
+        }
+        Dlq::Purge { filter, all } => {
+            let body = Value::Object(filter.json(all).collect());
+            let answer = client.post("/dead-letters/purge", &body).await?;
+            print::answer(api, &answer, |a| print::count("purged", a))
+        }
+    }
+}
+
+impl Filter {
+    fn given(&self) -> impl Iterator<Item = (&'static str, &String)> {
+        [
+            ("topic", &self.topic),
+            ("host", &self.host),
+            ("since", &self.since),
+            ("until", &self.until),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+    }
+
+    /// As query parameters.
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        self.given().map(|(k, v)| (k, v.clone())).collect()
+    }
+
+    /// As the fields of a bulk request, with `all` when asked for.
+    fn json(&self, all: bool) -> impl Iterator<Item = (String, Value)> + '_ {
+        let all = all.then(|| ("all".to_string(), Value::Bool(true)));
+        self.given()
+            .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
+            .chain(all)
+    }
+}
+
+/// `15s,3m` is a list of durations; anything else names a configured schedule.
+fn schedule(raw: &str) -> Value {
+    let items: Vec<&str> = raw.split(',').map(str::trim).collect();
+    if items.iter().all(|i| humantime::parse_duration(i).is_ok()) {
+        json!(items)
+    } else {
+        Value::String(raw.to_string())
+    }
+}
+
+fn headers(raw: &[String]) -> anyhow::Result<Map<String, Value>> {
+    raw.iter()
+        .map(|h| {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| anyhow::anyhow!("--header `{h}` is not `Name: value`"))?;
+            Ok((name.trim().to_string(), value.trim().into()))
+        })
+        .collect()
+}
+
+/// The argument itself, or the contents of the file it names as `@PATH`.
+fn read_arg(raw: &str) -> anyhow::Result<String> {
+    match raw.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {path}: {e}"))
+        }
+        None => Ok(raw.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schedule_is_a_list_of_durations_or_a_name() {
+        assert_eq!(schedule("15s, 3m"), json!(["15s", "3m"]));
+        assert_eq!(schedule("alipay"), json!("alipay"));
+    }
+
+    #[test]
+    fn headers_are_name_colon_value() {
+        let h = headers(&["X-Shop: 42".into()]).unwrap();
+        assert_eq!(h["X-Shop"], "42");
+        assert!(headers(&["nocolon".into()]).is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,172 @@
+//! How the operator commands print API answers: aligned tables and `key: value` lines
+//! for people, or the JSON answer itself with `--json`.
+
+use comfy_table::{presets, Table};
+use serde_json::Value;
+
+use super::ApiArgs;
+
+/// Prints `answer` as JSON with `--json`, otherwise with `human`.
+pub fn answer(api: &ApiArgs, answer: &Value, human: impl FnOnce(&Value)) -> anyhow::Result<()> {
+    if api.json {
+        println!("{}", serde_json::to_string_pretty(answer)?);
+    } else {
+        human(answer);
+    }
+    Ok(())
+}
+
+/// The answer to a registration or a replay.
+pub fn registered(a: &Value) {
+    fields(a, &["id", "state", "attempts", "url", "next_attempt_at"]);
+}
+
+/// A notification and its attempt history.
+pub fn notification(a: &Value) {
+    fields(
+        a,
+        &[
+            "id",
+            "state",
+            "url",
+            "topic",
+            "attempts",
+            "max_attempts",
+            "next_attempt_at",
+            "created_at",
+            "finished_at",
+            "cancel_requested",
+            "replays",
+        ],
+    );
+    history(a);
+}
+
+/// A dead letter: the notification, when it died, its body, its history.
+pub fn dead_letter(a: &Value) {
+    fields(
+        a,
+        &[
+            "id",
+            "state",
+            "url",
+            "topic",
+            "attempts",
+            "dead_at",
+            "created_at",
+            "replays",
+            "content_type",
+            "body",
+        ],
+    );
+    history(a);
+}
+
+/// A page of dead letters, and how to get the next one.
+pub fn dead_letters(a: &Value) {
+    let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        println!("no dead letters");
+    } else {
+        let mut t = table(&["ID", "DEAD AT", "ATTEMPTS", "TOPIC", "URL", "LAST FAILURE"]);
+        for i in items {
+            let last = match (&i["last_status"], &i["last_error"]) {
+                (Value::Number(n), _) => format!("HTTP {n}"),
+                (_, e) => text(e),
+            };
+            t.add_row([
+                text(&i["id"]),
+                text(&i["dead_at"]),
+                text(&i["attempts"]),
+                text(&i["topic"]),
+                text(&i["url"]),
+                last,
+            ]);
+        }
+        println!("{t}");
+    }
+    if let Some(next) = a["next_cursor"].as_str() {
+        println!("\nmore: --cursor {next}");
+    }
+}
+
+pub fn stats(a: &Value) {
+    let mut t = table(&["STATE", "NOTIFICATIONS"]);
+    for state in ["scheduled", "in_flight", "dead", "finished"] {
+        t.add_row([state.to_string(), text(&a[state])]);
+    }
+    println!("{t}\n");
+    let mut t = table(&["DELETED BY RETENTION", "NOTIFICATIONS"]);
+    for (reason, key) in [
+        ("dead letters past max age", "dead_by_age"),
+        ("dead letters beyond max count", "dead_by_count"),
+        ("finished past max age", "finished_by_age"),
+    ] {
+        t.add_row([reason.to_string(), text(&a["trimmed"][key])]);
+    }
+    println!("{t}");
+}
+
+/// `replayed 12 dead letters`.
+pub fn count(verb: &str, a: &Value) {
+    println!("{verb} {} dead letters", text(&a["count"]));
+}
+
+fn history(a: &Value) {
+    let attempts = a["history"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if attempts.is_empty() {
+        return;
+    }
+    let mut t = table(&["#", "AT", "STATUS", "ERROR", "MS", "RESPONSE"]);
+    for (n, h) in attempts.iter().enumerate() {
+        t.add_row([
+            (n + 1).to_string(),
+            text(&h["at"]),
+            text(&h["status"]),
+            text(&h["error"]),
+            text(&h["duration_ms"]),
+            excerpt(&text(&h["response"])),
+        ]);
+    }
+    println!("\n{t}");
+}
+
+/// `key: value` lines for the fields present, aligned.
+fn fields(a: &Value, keys: &[&str]) {
+    let width = keys.iter().map(|k| k.len()).max().unwrap_or(0) + 1;
+    for key in keys {
+        if let Some(v) = a.get(*key).filter(|v| !v.is_null()) {
+            println!("{:width$} {}", format!("{key}:"), text(v));
+        }
+    }
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING).set_header(header.to_vec());
+    t
+}
+
+/// A value as a cell: strings without quotes, null as `-`.
+fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The first 40 characters on one line.
+fn excerpt(s: &str) -> String {
+    let one_line: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match one_line.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &one_line[..i]),
+        None => one_line,
+    }
+}

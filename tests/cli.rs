@@ -1,0 +1,187 @@
+//! The operator CLI against a running postback: register, look up, review the dead
+//! letters, replay one with a new URL, purge by filter; tables by default, JSON with
+//! `--json`, and one clear line with exit code 1 when something is wrong.
+
+mod support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::postback::TOKEN;
+use support::Postback;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn cli(pb: &Postback, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(args)
+        .env_clear()
+        .env("POSTBACK_API_URL", pb.url(""))
+        .env("POSTBACK_API_TOKEN", TOKEN)
+        .output()
+        .unwrap()
+}
+
+/// Runs and asserts success; returns stdout.
+fn ok(pb: &Postback, args: &[&str]) -> String {
+    let out = cli(pb, args);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
+    stdout
+}
+
+fn json(pb: &Postback, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    serde_json::from_str(&ok(pb, &args)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_finds_a_dead_letter_fixes_its_url_and_resends_it() {
+    let (_redis, receiver, pb) = support::start(&[]).await;
+    let down = receiver.url("/down?fail=99");
+    let registered = json(
+        &pb,
+        &[
+            "notify",
+            "--url",
+            &down,
+            "--body",
+            r#"{"order": 7}"#,
+            "--schedule",
+            "100ms",
+            "--topic",
+            "payment.succeeded",
+            "--header",
+            "X-Shop: 42",
+        ],
+    );
+    let id = registered["id"].as_str().unwrap().to_string();
+    pb.wait_state(&id, "dead", WAIT).await;
+    let first = &receiver.requests_for(&id)[0];
+    assert_eq!(first.body.as_ref(), br#"{"order":7}"#);
+    assert_eq!(first.header("x-shop").as_deref(), Some("42"));
+
+    let table = ok(&pb, &["dlq", "list", "--topic", "payment.succeeded"]);
+    let row = table.lines().find(|l| l.contains(&id)).expect(&table);
+    assert!(
+        row.contains("HTTP 500") && row.contains("payment.succeeded"),
+        "{table}"
+    );
+    assert!(
+        table.lines().next().unwrap().contains("LAST FAILURE"),
+        "{table}"
+    );
+    assert_eq!(
+        ok(&pb, &["dlq", "list", "--topic", "other"]).trim(),
+        "no dead letters"
+    );
+
+    let shown = ok(&pb, &["dlq", "show", &id]);
+    assert!(shown.contains(r#"body:         {"order":7}"#), "{shown}");
+    let attempts = shown
+        .lines()
+        .filter(|l| l.trim_start().starts_with(['1', '2', '3']) && l.contains(" 500 "))
+        .count();
+    assert_eq!(attempts, 2, "two attempts in the history:\n{shown}");
+
+    let fixed = receiver.url("/fixed");
+    let replayed = ok(&pb, &["dlq", "replay", &id, "--url", &fixed]);
+    assert!(
+        replayed.contains("state:") && replayed.contains(&fixed),
+        "{replayed}"
+    );
+    pb.wait_state(&id, "delivered", WAIT).await;
+    let status = json(&pb, &["status", &id]);
+    assert_eq!(
+        (status["state"].as_str(), status["replays"].as_u64()),
+        (Some("delivered"), Some(1))
+    );
+    assert!(ok(&pb, &["status", &id]).contains("state:            delivered"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_replay_and_purge_by_filter_report_their_counts() {
+    let (_redis, receiver, pb) = support::start(&[]).await;
+    let mut ids = Vec::new();
+    for topic in ["a", "a", "b"] {
+        let url = receiver.url("/down?fail=99");
+        let answer = json(
+            &pb,
+            &[
+                "notify",
+                "--url",
+                &url,
+                "--body-text",
+                "hi",
+                "--schedule",
+                "100ms",
+                "--topic",
+                topic,
+            ],
+        );
+        ids.push(answer["id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        pb.wait_state(id, "dead", WAIT).await;
+    }
+
+    let out = ok(&pb, &["dlq", "replay", "--topic", "b", "--delay", "1h"]);
+    assert_eq!(out.trim(), "replayed 1 dead letters");
+    assert_eq!(pb.notification(&ids[2]).await["state"], "scheduled");
+    assert_eq!(json(&pb, &["dlq", "purge", "--topic", "a"])["count"], 2);
+    assert_eq!(json(&pb, &["stats"])["dead"], 0);
+    assert!(ok(&pb, &["stats"]).contains("scheduled  1"));
+    assert_eq!(pb.get(&format!("/notifications/{}", ids[0])).await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_one_clear_line_and_exit_code_one() {
+    let (_redis, _receiver, pb) = support::start(&[]).await;
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["status", "ntf_0_00000000000000000000000000000000"],
+            "404 not_found",
+        ),
+        (&["dlq", "purge"], "(field `all`)"),
+        (
+            &["notify", "--url", "ftp://x", "--body", "{}"],
+            "422 invalid_field",
+        ),
+        (
+            &["notify", "--url", "http://x", "--body", "not json"],
+            "--body is not JSON",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = cli(&pb, args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr.starts_with("postback: ") && stderr.contains(expected),
+            "{args:?}: {stderr}"
+        );
+    }
+
+    let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["stats", "--token", "wrong"])
+        .env("POSTBACK_API_URL", pb.url(""))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("401 unauthorized") && stderr.contains("POSTBACK_API_TOKEN"),
+        "{stderr}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["stats", "--api-url", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("cannot reach the postback API at http://127.0.0.1:1"),
+        "{stderr}"
+    );
+}
