@@ -151,3 +151,48 @@ async fn a_settle_cannot_resurrect_a_finished_notification() {
         0
     );
 }
+
+#[tokio::test]
+async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released() {
+    let (_redis, store, n) = one_registered().await;
+    let job = claim_some(&store, Duration::from_millis(100))
+        .await
+        .remove(0);
+    assert!(matches!(
+        store.cancel(&n.id).await.unwrap(),
+        postback::store::Cancelled::AfterAttempt
+    ));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(store
+        .claim(10, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .jobs
+        .is_empty());
+    let view = store.get(&n.id).await.unwrap().unwrap();
+    assert_eq!(
+        (format!("{:?}", view.status.state), view.status.attempts),
+        ("Cancelled".into(), 0),
+        "the expired lease ends it instead of sending it again"
+    );
+    assert_eq!(
+        store
+            .settle(&[settlement(n.id, job.lease, Outcome::Delivered)])
+            .await
+            .unwrap()
+            .applied,
+        vec![false]
+    );
+
+    let second = notification();
+    store.enqueue(&second, None).await.unwrap();
+    let job = claim_some(&store, Duration::from_secs(60)).await.remove(0);
+    store.cancel(&second.id).await.unwrap();
+    assert_eq!(store.release(&[(second.id, job.lease)]).await.unwrap(), 0);
+    let view = store.get(&second.id).await.unwrap().unwrap();
+    assert_eq!(
+        format!("{:?}", view.status.state),
+        "Cancelled",
+        "released at shutdown"
+    );
+}
