@@ -15,7 +15,7 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, li
 for _, id in ipairs(expired) do
   local st = load_state(id)
   if st then
-    hand_back(id, st, now)
+    hand_back(id, st, now, now)
     save_state(id, st)
   else
     redis.call('ZREM', KEYS[2], id)

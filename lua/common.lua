@@ -39,15 +39,16 @@ local function schedule_at(id, st, at)
   redis.call('ZADD', KEYS[1], at, id)
 end
 
--- Takes back an attempt that never completed, without counting it: cancelled when a
--- cancel was asked for meanwhile, otherwise due at once. True when it is due again.
-local function hand_back(id, st, now)
+-- Takes back an attempt that was never made or never completed, without counting it:
+-- cancelled when a cancel was asked for meanwhile, otherwise due at `at`. True when it
+-- is due again.
+local function hand_back(id, st, now, at)
   redis.call('ZREM', KEYS[2], id)
   if st.cancel_requested then
     finish(id, st, 'cancelled', KEYS[7], now)
     return false
   end
-  schedule_at(id, st, now)
+  schedule_at(id, st, at)
   return true
 end
 

@@ -28,7 +28,7 @@ for i = 1, #leases, 2 do
   local id = leases[i]
   local st = load_state(id)
   if st and st.state == 'in_flight' and st.lease == tonumber(leases[i + 1]) then
-    if hand_back(id, st, now) then released = released + 1 end
+    if hand_back(id, st, now, now) then released = released + 1 end
     save_state(id, st)
   end
 end

@@ -3,8 +3,11 @@
 -- or dead when the schedule is exhausted.
 -- KEYS: the shard's keys (see common.lua)
 -- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms, then
---       per attempt 7 values: id, lease, outcome ('delivered' or 'failed'), status (''
---       when no response), error ('' when none), duration ms, first bytes of the response
+--       per attempt 9 values: id, lease, outcome ('delivered', 'failed' or 'gone'),
+--       status ('' when no response), error ('' when none), duration ms, first bytes of
+--       the response, retry-after ms (0: none), jitter in thousandths of the interval
+-- A failure is retried `schedule[attempts]` later, stretched by the jitter and at least
+-- the retry-after; 'gone', or a failure of the last attempt, is dead at once.
 -- An attempt whose lease is not the current one (the lease expired and the notification
 -- was claimed again, or it already finished) changes nothing. Then retention: dead
 -- letters past their age or beyond their count, and finished notifications past their
@@ -25,7 +28,15 @@ local function append_history(id, entry)
   redis.call('HSET', KEYS[6], id, h)
 end
 
-local function settle_one(id, lease, outcome, status, err, duration, response)
+-- The wait before the next attempt after failed attempt number `n`.
+local function next_wait(st, n, retry_after, jitter)
+  local wait = st.schedule[n]
+  if jitter ~= 0 then wait = math.ceil(wait * (1000 + jitter) / 1000) end
+  return math.max(wait, retry_after)
+end
+
+local function settle_one(id, lease, outcome, status, err, duration, response, retry_after,
+                          jitter)
   local st = load_state(id)
   if not st or st.state ~= 'in_flight' or st.lease ~= lease then return 0 end
 
@@ -42,10 +53,10 @@ local function settle_one(id, lease, outcome, status, err, duration, response)
     finish(id, st, 'delivered', KEYS[7], now)
   elseif st.cancel_requested then
     finish(id, st, 'cancelled', KEYS[7], now)
-  elseif st.attempts >= st.max_attempts then
+  elseif outcome == 'gone' or st.attempts >= st.max_attempts then
     finish(id, st, 'dead', KEYS[3], now)
   else
-    schedule_at(id, st, now + st.schedule[st.attempts])
+    schedule_at(id, st, now + next_wait(st, st.attempts, retry_after, jitter))
     if out[1] == 0 and announce_if_earliest(id, ARGV[1], st.next_at) then
       out[1] = 1
     end
@@ -54,9 +65,10 @@ local function settle_one(id, lease, outcome, status, err, duration, response)
   return 1
 end
 
-for i = FIRST, #ARGV, 7 do
+for i = FIRST, #ARGV, 9 do
   table.insert(out, settle_one(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3],
-    ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6]))
+    ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6], tonumber(ARGV[i + 7]),
+    tonumber(ARGV[i + 8])))
 end
-out[2] = apply_retention(now, 2, math.floor(2 * (#ARGV - FIRST + 1) / 7) + 16)
+out[2] = apply_retention(now, 2, math.floor(2 * (#ARGV - FIRST + 1) / 9) + 16)
 return out

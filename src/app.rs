@@ -9,9 +9,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, NotifyPolicy, Tokens};
 use crate::config::Config;
+use crate::domain::Destinations;
+use crate::policy::Policy;
 use crate::retention;
 use crate::scheduler::Dispatcher;
 use crate::sender::Sender;
+use crate::signing::Signer;
 use crate::store::{RedisStore, Store};
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -33,8 +36,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let wake = Arc::new(Notify::new());
     let stop = CancellationToken::new();
-    let sender = Sender::new(&s.delivery, config.secrets.clone())?;
-    let dispatcher = Dispatcher::new(store.clone(), sender, wake.clone(), s.delivery.clone());
+    let signer = Signer::new(config.secrets.clone(), config.key_secrets.clone());
+    let sender = Sender::new(&s.delivery, signer)?;
+    let delivery_policy = Policy::new(&s.delivery, &config.quotas);
+    let dispatcher = Dispatcher::new(
+        store.clone(),
+        sender,
+        delivery_policy,
+        wake.clone(),
+        s.delivery.clone(),
+        config.jitter_percent,
+    );
     let dispatching = tokio::spawn(dispatcher.run(stop.child_token()));
     let watching = {
         let (store, wake, stop) = (store.clone(), wake.clone(), stop.child_token());
@@ -49,7 +61,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let state = AppState {
         store,
         wake,
-        policy: Arc::new(policy(&config)),
+        policy: Arc::new(notify_policy(&config)),
     };
     let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
     let app = api::router(state, tokens, s.server.max_body_bytes);
@@ -68,7 +80,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn policy(config: &Config) -> NotifyPolicy {
+fn notify_policy(config: &Config) -> NotifyPolicy {
     let d = &config.settings.delivery;
     NotifyPolicy {
         schedules: config.schedules.clone(),
@@ -76,6 +88,11 @@ fn policy(config: &Config) -> NotifyPolicy {
         max_timeout: d.max_timeout,
         max_delay: d.max_delay,
         idempotency_ttl: config.settings.server.idempotency_ttl,
+        destinations: if d.allow_private_networks {
+            Destinations::Any
+        } else {
+            Destinations::PublicOnly
+        },
     }
 }
 

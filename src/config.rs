@@ -13,6 +13,7 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::Schedule;
+use crate::policy::Quota;
 use crate::signing::Secret;
 
 mod string_list;
@@ -28,6 +29,8 @@ const SECTIONS: &[&str] = &[
     "signing",
     "log",
     "schedules",
+    "quotas",
+    "secrets",
 ];
 
 /// The Redis URL used while no embedded store exists and none is configured.
@@ -43,6 +46,10 @@ pub struct Settings {
     pub signing: SigningSettings,
     pub log: LogSettings,
     pub schedules: BTreeMap<String, StringList>,
+    /// Rate-limit quotas per `rate_key`, overriding `delivery.rate_limit`.
+    pub quotas: BTreeMap<String, String>,
+    /// Signing secrets per `rate_key`, used instead of `signing.secrets`.
+    pub secrets: BTreeMap<String, StringList>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -89,6 +96,22 @@ pub struct DeliverySettings {
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
     pub response_bytes: usize,
+    /// Allow callbacks to loopback, private, link-local and other internal addresses.
+    pub allow_private_networks: bool,
+    /// The quota of a `rate_key` without its own (`50/s`, `600/m`, `unlimited`).
+    pub rate_limit: String,
+    /// Deliveries in flight at once to one host, in this instance.
+    pub host_concurrency: usize,
+    /// The longest wait a `Retry-After` header can impose.
+    #[serde(with = "humantime_serde")]
+    pub max_retry_after: Duration,
+    /// Consecutive failures that open a host's circuit; 0 switches the breaker off.
+    pub breaker_failures: u32,
+    /// How long an open circuit fails fast before it lets one probe through.
+    #[serde(with = "humantime_serde")]
+    pub breaker_cooldown: Duration,
+    /// Retry intervals vary by up to ± this percentage (`0%` keeps them exact).
+    pub jitter: String,
 }
 
 /// How long finished notifications are kept before they are deleted (and counted).
@@ -139,6 +162,8 @@ impl Default for Settings {
             signing: SigningSettings::default(),
             log: LogSettings::default(),
             schedules: default_schedules(),
+            quotas: BTreeMap::new(),
+            secrets: BTreeMap::new(),
         }
     }
 }
@@ -180,6 +205,13 @@ impl Default for DeliverySettings {
             max_delay: Duration::from_secs(30 * 24 * 3600),
             shutdown_grace: Duration::from_secs(20),
             response_bytes: 1024,
+            allow_private_networks: false,
+            rate_limit: "1000/s".into(),
+            host_concurrency: 32,
+            max_retry_after: Duration::from_secs(3600),
+            breaker_failures: 10,
+            breaker_cooldown: Duration::from_secs(30),
+            jitter: "0%".into(),
         }
     }
 }
@@ -223,6 +255,18 @@ pub struct Config {
     pub redis_url: String,
     pub schedules: BTreeMap<String, Schedule>,
     pub secrets: Vec<Secret>,
+    /// Signing secrets per `rate_key`.
+    pub key_secrets: BTreeMap<String, Vec<Secret>>,
+    pub quotas: Quotas,
+    /// ± percentage of jitter on retry intervals.
+    pub jitter_percent: u32,
+}
+
+/// The rate-limit quota of every `rate_key`: its own, or the default.
+#[derive(Debug, Clone)]
+pub struct Quotas {
+    pub default: Quota,
+    pub per_key: BTreeMap<String, Quota>,
 }
 
 impl Config {
@@ -286,6 +330,16 @@ impl Config {
         )?;
         check_retention(&s.retention)?;
         check(
+            s.delivery.host_concurrency >= 1,
+            "delivery.host_concurrency",
+            "must be at least 1",
+        )?;
+        check(
+            !s.delivery.breaker_cooldown.is_zero(),
+            "delivery.breaker_cooldown",
+            "must be more than 0s",
+        )?;
+        check(
             s.server.max_body_bytes >= 1024,
             "server.max_body_bytes",
             "must be at least 1024",
@@ -299,20 +353,27 @@ impl Config {
             format!("store.redis_url (POSTBACK_STORE_REDIS_URL): `{redis_url}` is not a Redis URL")
         })?;
         let schedules = parse_schedules(&s.schedules)?;
-        let secrets = s
-            .signing
+        let secrets = parse_secrets(&s.signing.secrets, "signing.secrets")?;
+        let key_secrets = s
             .secrets
             .iter()
-            .map(|raw| {
-                Secret::parse(raw)
-                    .map_err(|e| anyhow::anyhow!("signing.secrets (POSTBACK_SIGNING_SECRETS): {e}"))
-            })
+            .map(|(key, list)| Ok((key.clone(), parse_secrets(list, &format!("secrets.{key}"))?)))
             .collect::<anyhow::Result<_>>()?;
+        let quotas = parse_quotas(s)?;
+        let jitter_percent = parse_percent(&s.delivery.jitter).ok_or_else(|| {
+            anyhow::anyhow!(
+                "delivery.jitter: `{}` is not a percentage from 0% to 90%",
+                s.delivery.jitter
+            )
+        })?;
         Ok(Self {
             settings,
             redis_url,
             schedules,
             secrets,
+            key_secrets,
+            quotas,
+            jitter_percent,
         })
     }
 }
@@ -339,6 +400,37 @@ fn parse_schedules(
                 .map_err(|e| anyhow::anyhow!("{}", e.within(&format!("schedules.{name}"))))
         })
         .collect()
+}
+
+fn parse_secrets(raw: &StringList, key: &str) -> anyhow::Result<Vec<Secret>> {
+    raw.iter()
+        .map(|s| Secret::parse(s).map_err(|e| anyhow::anyhow!("{key}: {e}")))
+        .collect()
+}
+
+fn parse_quotas(s: &Settings) -> anyhow::Result<Quotas> {
+    let default = s
+        .delivery
+        .rate_limit
+        .parse()
+        .map_err(|e| anyhow::anyhow!("delivery.rate_limit: {e}"))?;
+    let per_key = s
+        .quotas
+        .iter()
+        .map(|(key, raw)| {
+            let quota = raw
+                .parse()
+                .map_err(|e| anyhow::anyhow!("quotas.{key}: {e}"))?;
+            Ok((key.clone(), quota))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Quotas { default, per_key })
+}
+
+/// `25%` or `25` as 25, up to 90.
+fn parse_percent(raw: &str) -> Option<u32> {
+    let n: u32 = raw.trim().trim_end_matches('%').trim().parse().ok()?;
+    (n <= 90).then_some(n)
 }
 
 fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {
@@ -419,6 +511,18 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("signing.secrets"));
+        let mut s = with_token();
+        s.quotas.insert("shop".into(), "fast".into());
+        assert!(Config::validate(s, false)
+            .unwrap_err()
+            .to_string()
+            .starts_with("quotas.shop: `fast` is not a quota"));
+        let mut s = with_token();
+        s.delivery.jitter = "95%".into();
+        assert!(Config::validate(s, false)
+            .unwrap_err()
+            .to_string()
+            .starts_with("delivery.jitter"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The scheduler: claims due notifications in batches, hands each to the sender on its
-//! own task, and queues the outcome for the settler. It sleeps exactly until the next due
-//! time (capped), and wakes at once when a new earliest notification is announced.
+//! The scheduler: claims due notifications in batches, asks the delivery policy whether
+//! each may go now, hands those that may to the sender on their own task, and queues
+//! every outcome (attempt or deferral) for the settler. It sleeps exactly until the next
+//! due time (capped), and wakes at once when a new earliest notification is announced.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,30 +13,38 @@ use tracing::Instrument;
 
 use crate::config::DeliverySettings;
 use crate::domain::Outcome;
-use crate::sender::Sender;
-use crate::settler::{self, backoff, Leases};
-use crate::store::{ClaimedJob, Settlement, Store};
+use crate::policy::{Admission, HostSlot, Policy};
+use crate::sender::{AttemptReport, Sender};
+use crate::settler::{self, backoff, Leases, Report};
+use crate::store::{ClaimedJob, Deferral, Settlement, Store};
 
 /// The delivery pipeline of one instance: scheduler, sender tasks and settler.
 pub struct Dispatcher {
     store: Arc<dyn Store>,
     sender: Arc<Sender>,
+    policy: Arc<Policy>,
     wake: Arc<Notify>,
     settings: DeliverySettings,
+    /// ± jitter of retry intervals, in percent.
+    jitter_percent: u32,
 }
 
 impl Dispatcher {
     pub fn new(
         store: Arc<dyn Store>,
         sender: Sender,
+        policy: Policy,
         wake: Arc<Notify>,
         settings: DeliverySettings,
+        jitter_percent: u32,
     ) -> Self {
         Self {
             store,
             sender: Arc::new(sender),
+            policy: Arc::new(policy),
             wake,
             settings,
+            jitter_percent,
         }
     }
 
@@ -58,9 +67,11 @@ impl Dispatcher {
 
         let ctx = AttemptContext {
             sender: self.sender.clone(),
+            policy: self.policy.clone(),
             settle: tx,
             leases: leases.clone(),
             abort: abort.clone(),
+            jitter_percent: self.jitter_percent,
         };
         self.claim_loop(&slots, &ctx, &tasks, &stop).await;
         drop(ctx);
@@ -100,7 +111,7 @@ impl Dispatcher {
                     }
                     let full = claim.jobs.len() == permits.len();
                     for (job, permit) in claim.jobs.into_iter().zip(permits) {
-                        tasks.spawn(ctx.clone().attempt(job, permit));
+                        ctx.dispatch(job, permit, tasks).await;
                     }
                     if !full {
                         let nap = claim.next_wake.map_or(self.settings.max_idle_sleep, |d| {
@@ -175,49 +186,105 @@ impl Dispatcher {
 #[derive(Clone)]
 struct AttemptContext {
     sender: Arc<Sender>,
-    settle: mpsc::Sender<Settlement>,
+    policy: Arc<Policy>,
+    settle: mpsc::Sender<Report>,
     leases: Leases,
     abort: CancellationToken,
+    jitter_percent: u32,
 }
 
 impl AttemptContext {
-    async fn attempt(self, job: ClaimedJob, permit: OwnedSemaphorePermit) {
+    /// Sends a claimed notification on its own task if the policy admits it; otherwise
+    /// defers it, or records a fail-fast attempt, without holding a delivery slot.
+    async fn dispatch(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
         self.leases.hold(job.id, job.lease);
         let host = job.spec.host();
+        match self.policy.admit(&host, &job.spec.rate_key) {
+            Admission::Send(slot) => {
+                tasks.spawn(self.clone().attempt(job, host, permit, slot));
+            }
+            Admission::Defer(delay) => {
+                drop(permit);
+                tracing::debug!(id = %job.id, %host, wait_ms = delay.as_millis() as u64, "deferred");
+                let deferral = Deferral {
+                    id: job.id,
+                    lease: job.lease,
+                    delay,
+                };
+                self.report(Report::Deferred(deferral)).await;
+            }
+            Admission::CircuitOpen => {
+                drop(permit);
+                tracing::info!(id = %job.id, attempt = job.attempt, %host, "attempt failed fast: circuit open");
+                let settlement = self.settlement(&job, AttemptReport::circuit_open());
+                self.report(Report::Attempted(settlement)).await;
+            }
+        }
+    }
+
+    async fn attempt(
+        self,
+        job: ClaimedJob,
+        host: String,
+        permit: OwnedSemaphorePermit,
+        slot: HostSlot,
+    ) {
         let span = tracing::info_span!("attempt", id = %job.id, attempt = job.attempt, host = %host, lateness_ms = job.claimed_at - job.due_at);
         async move {
             let report = tokio::select! {
                 r = self.sender.send(&job.id, &job.spec) => r,
                 _ = self.abort.cancelled() => return,
             };
-            match report.outcome {
-                Outcome::Delivered => {
-                    tracing::debug!(status = report.status, ms = report.duration_ms, "delivered")
-                }
-                Outcome::Failed => tracing::info!(
-                    status = report.status,
-                    error = report.error.as_deref(),
-                    ms = report.duration_ms,
-                    "attempt failed"
-                ),
-            }
-            let settlement = Settlement {
-                id: job.id,
-                lease: job.lease,
-                outcome: report.outcome,
-                status: report.status,
-                error: report.error,
-                duration_ms: report.duration_ms,
-                response: report.response,
-            };
-            // Past the grace period the lease is released instead.
-            tokio::select! {
-                _ = self.settle.send(settlement) => {}
-                _ = self.abort.cancelled() => {}
-            }
+            drop(slot);
+            self.policy.record(&host, &job.spec.rate_key, &report);
+            log_outcome(&report);
+            self.report(Report::Attempted(self.settlement(&job, report)))
+                .await;
             drop(permit);
         }
         .instrument(span)
         .await
+    }
+
+    fn settlement(&self, job: &ClaimedJob, report: AttemptReport) -> Settlement {
+        let spread = self.jitter_percent as i32 * 10;
+        Settlement {
+            id: job.id,
+            lease: job.lease,
+            outcome: report.outcome,
+            status: report.status,
+            error: report.error,
+            duration_ms: report.duration_ms,
+            response: report.response,
+            retry_after: report.retry_after,
+            jitter_permille: if spread == 0 {
+                0
+            } else {
+                fastrand::i32(-spread..=spread)
+            },
+        }
+    }
+
+    /// Queues a report for the settler; past the grace period the lease is released
+    /// instead.
+    async fn report(&self, report: Report) {
+        tokio::select! {
+            _ = self.settle.send(report) => {}
+            _ = self.abort.cancelled() => {}
+        }
+    }
+}
+
+fn log_outcome(report: &AttemptReport) {
+    match report.outcome {
+        Outcome::Delivered => {
+            tracing::debug!(status = report.status, ms = report.duration_ms, "delivered")
+        }
+        Outcome::Failed | Outcome::Gone => tracing::info!(
+            status = report.status,
+            error = report.error.as_deref(),
+            ms = report.duration_ms,
+            "attempt failed"
+        ),
     }
 }

@@ -1,15 +1,20 @@
 //! The sender: makes one HTTP attempt for a claimed notification and says how it went.
-//! One pooled client; redirects are not followed; the response is read up to a small
-//! cap; success is a 2xx status (and the expected body, when one is asked for).
+//! One pooled client; no proxy; redirects are not followed; unless private networks are
+//! allowed, it connects only to public addresses (`ssrf`); the response is read up to a
+//! small cap; success is a 2xx status (and the expected body, when one is asked for);
+//! `410 Gone` gives up at once, and `Retry-After` on 429 or 503 is reported.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use reqwest::redirect::Policy;
+use reqwest::StatusCode;
 
 use crate::config::DeliverySettings;
 use crate::domain::{JobId, JobSpec, Outcome};
-use crate::signing::{signature_header, Secret};
+use crate::signing::{signature_header, Signer};
+use crate::ssrf::{self, Blocked};
 
 /// `postback/<version>`, sent as the `User-Agent` of every delivery.
 pub const USER_AGENT_VALUE: &str = concat!("postback/", env!("CARGO_PKG_VERSION"));
@@ -22,12 +27,33 @@ pub struct AttemptReport {
     pub error: Option<String>,
     pub duration_ms: u64,
     pub response: String,
+    /// How long the receiver asked to be left alone (429 or 503 with `Retry-After`).
+    pub retry_after: Option<Duration>,
+    /// Whether the host answered like a healthy one (for the breaker); `None` when the
+    /// attempt never reached it.
+    pub healthy: Option<bool>,
+}
+
+impl AttemptReport {
+    /// An attempt not made because the host's circuit is open.
+    pub fn circuit_open() -> Self {
+        Self {
+            healthy: None,
+            ..failure(None, "circuit_open".into(), String::new())
+        }
+    }
+
+    pub fn host_health(&self) -> Option<bool> {
+        self.healthy
+    }
 }
 
 pub struct Sender {
     client: reqwest::Client,
-    secrets: Vec<Secret>,
+    signer: Signer,
+    public_only: bool,
     max_timeout: Duration,
+    max_retry_after: Duration,
     response_bytes: usize,
 }
 
@@ -38,9 +64,14 @@ pub fn install_crypto_provider() {
 }
 
 impl Sender {
-    pub fn new(settings: &DeliverySettings, secrets: Vec<Secret>) -> anyhow::Result<Self> {
+    pub fn new(settings: &DeliverySettings, signer: Signer) -> anyhow::Result<Self> {
         install_crypto_provider();
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if !settings.allow_private_networks {
+            builder = builder.dns_resolver(ssrf::PublicOnlyResolver);
+        }
+        let client = builder
+            .no_proxy()
             .redirect(Policy::none())
             .connect_timeout(settings.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(60))
@@ -50,8 +81,10 @@ impl Sender {
             .build()?;
         Ok(Self {
             client,
-            secrets,
+            signer,
+            public_only: !settings.allow_private_networks,
             max_timeout: settings.max_timeout,
+            max_retry_after: settings.max_retry_after,
             response_bytes: settings.response_bytes,
         })
     }
@@ -59,6 +92,12 @@ impl Sender {
     /// Makes one attempt. Never fails: every problem is an outcome to record.
     pub async fn send(&self, id: &JobId, spec: &JobSpec) -> AttemptReport {
         let started = Instant::now();
+        if let Some(blocked) = self.blocked_literal(spec) {
+            return AttemptReport {
+                healthy: None,
+                ..failure(None, blocked.to_string(), String::new())
+            };
+        }
         let timeout = Duration::from_millis(spec.timeout_ms).min(self.max_timeout);
         let result = self
             .client
@@ -70,12 +109,27 @@ impl Sender {
             .await;
         let report = match result {
             Ok(response) => self.judge(response, spec).await,
-            Err(e) => failure(None, describe(&e, timeout), String::new()),
+            Err(e) => transport_failure(&e, timeout),
         };
         AttemptReport {
             duration_ms: started.elapsed().as_millis() as u64,
             ..report
         }
+    }
+
+    /// A callback whose host is a literal internal address, while the guard is on. (Host
+    /// names are checked by the resolver.)
+    fn blocked_literal(&self, spec: &JobSpec) -> Option<Blocked> {
+        if !self.public_only {
+            return None;
+        }
+        let url = url::Url::parse(&spec.url).ok()?;
+        let ip: IpAddr = match url.host()? {
+            url::Host::Ipv4(ip) => ip.into(),
+            url::Host::Ipv6(ip) => ip.into(),
+            url::Host::Domain(_) => return None,
+        };
+        (!ssrf::is_public(ip)).then(|| Blocked::new(&ip.to_string(), &[ip]))
     }
 
     fn headers(&self, id: &JobId, spec: &JobSpec) -> HeaderMap {
@@ -96,8 +150,9 @@ impl Sender {
             HeaderName::from_static("webhook-timestamp"),
             &timestamp.to_string(),
         );
-        if !self.secrets.is_empty() {
-            let sig = signature_header(&self.secrets, &id, timestamp, spec.body.as_bytes());
+        let secrets = self.signer.secrets_for(&spec.rate_key);
+        if !secrets.is_empty() {
+            let sig = signature_header(secrets, &id, timestamp, spec.body.as_bytes());
             put(HeaderName::from_static("webhook-signature"), &sig);
         }
         for (name, value) in &spec.headers {
@@ -109,6 +164,41 @@ impl Sender {
     }
 
     async fn judge(&self, mut response: reqwest::Response, spec: &JobSpec) -> AttemptReport {
+        let status = response.status();
+        let healthy = Some(!(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()));
+        let retry_after = self.retry_after(&response);
+        let report = self.read_and_judge(&mut response, spec).await;
+        AttemptReport {
+            healthy,
+            retry_after,
+            ..report
+        }
+    }
+
+    /// The wait a 429 or 503 asks for, in seconds or as an HTTP date, capped.
+    fn retry_after(&self, response: &reqwest::Response) -> Option<Duration> {
+        if !matches!(
+            response.status(),
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+        ) {
+            return None;
+        }
+        let raw = response.headers().get(RETRY_AFTER)?.to_str().ok()?.trim();
+        let wait = match raw.parse::<u64>() {
+            Ok(secs) => Duration::from_secs(secs),
+            Err(_) => httpdate::parse_http_date(raw)
+                .ok()?
+                .duration_since(SystemTime::now())
+                .unwrap_or_default(),
+        };
+        Some(wait.min(self.max_retry_after))
+    }
+
+    async fn read_and_judge(
+        &self,
+        response: &mut reqwest::Response,
+        spec: &JobSpec,
+    ) -> AttemptReport {
         let status = response.status();
         let mut body = Vec::new();
         let mut read_error = None;
@@ -135,6 +225,12 @@ impl Sender {
         if status.is_redirection() {
             return failure(code, "redirect not followed".into(), snippet);
         }
+        if status == StatusCode::GONE {
+            return AttemptReport {
+                outcome: Outcome::Gone,
+                ..failure(code, "HTTP 410: gone for good".into(), snippet)
+            };
+        }
         if !status.is_success() {
             return failure(code, format!("HTTP {}", status.as_u16()), snippet);
         }
@@ -145,10 +241,8 @@ impl Sender {
         }
         AttemptReport {
             outcome: Outcome::Delivered,
-            status: code,
             error: None,
-            duration_ms: 0,
-            response: snippet,
+            ..failure(code, String::new(), snippet)
         }
     }
 }
@@ -160,7 +254,34 @@ fn failure(status: Option<u16>, error: String, response: String) -> AttemptRepor
         error: Some(error),
         duration_ms: 0,
         response,
+        retry_after: None,
+        healthy: Some(false),
     }
+}
+
+/// No response: refused by the SSRF guard (the host is not to blame), or a connection
+/// error or timeout (it is).
+fn transport_failure(e: &reqwest::Error, timeout: Duration) -> AttemptReport {
+    if let Some(blocked) = find_cause::<Blocked>(e) {
+        return AttemptReport {
+            healthy: None,
+            ..failure(None, blocked.to_string(), String::new())
+        };
+    }
+    failure(None, describe(e, timeout), String::new())
+}
+
+fn find_cause<'a, T: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(found) = c.downcast_ref::<T>() {
+            return Some(found);
+        }
+        cause = c.source();
+    }
+    None
 }
 
 fn describe(e: &reqwest::Error, timeout: Duration) -> String {

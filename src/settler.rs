@@ -1,18 +1,39 @@
-//! The settler: records attempt outcomes in the store in batches, so that a busy
-//! instance settles many attempts with one script call. It keeps retrying a batch while
-//! the store is unreachable; meanwhile the bounded queue stops new claims.
+//! The settler: records what became of claimed notifications in the store in batches
+//! (attempts made, and deferrals of those that could not go yet), so that a busy
+//! instance settles many with one script call. It keeps retrying a batch while the store
+//! is unreachable; meanwhile the bounded queue stops new claims.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
 
 use crate::domain::JobId;
-use crate::store::{Settlement, Store, StoreError};
+use crate::store::{Deferral, Settlement, Store, StoreError, StoreResult};
 
-/// Most settlements recorded by one script call.
+/// Most reports recorded by one batch.
 const MAX_BATCH: usize = 256;
+
+/// What became of one claimed notification.
+#[derive(Debug, Clone)]
+pub enum Report {
+    /// An attempt was made (or failed fast): record it.
+    Attempted(Settlement),
+    /// It may not go yet: due again later, not an attempt.
+    Deferred(Deferral),
+}
+
+impl Report {
+    fn lease(&self) -> (JobId, u64) {
+        match self {
+            Report::Attempted(s) => (s.id, s.lease),
+            Report::Deferred(d) => (d.id, d.lease),
+        }
+    }
+}
 
 /// Leases this instance holds and has not settled: what to release at shutdown.
 #[derive(Clone, Default)]
@@ -23,11 +44,11 @@ impl Leases {
         self.0.lock().expect("lease map").insert(id, lease);
     }
 
-    fn drop_settled(&self, batch: &[Settlement]) {
+    fn drop_settled(&self, batch: &[Report]) {
         let mut map = self.0.lock().expect("lease map");
-        for s in batch {
-            if map.get(&s.id) == Some(&s.lease) {
-                map.remove(&s.id);
+        for (id, lease) in batch.iter().map(Report::lease) {
+            if map.get(&id) == Some(&lease) {
+                map.remove(&id);
             }
         }
     }
@@ -37,59 +58,94 @@ impl Leases {
     }
 }
 
-/// Runs until every sender of `rx` is gone and the queue is empty, or until `deadline`
-/// passes while the store is down (leases then expire and the work is done again).
+/// Runs until every sender of `rx` is gone and the queue is empty, or until `give_up`
+/// fires while the store is down (leases then expire and the work is done again).
 pub async fn run(
     store: Arc<dyn Store>,
-    mut rx: mpsc::Receiver<Settlement>,
+    mut rx: mpsc::Receiver<Report>,
     leases: Leases,
     wake: Arc<Notify>,
-    give_up: tokio_util::sync::CancellationToken,
+    give_up: CancellationToken,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        if settle_with_retry(store.as_ref(), &batch, &wake, &give_up).await {
+        if record(store.as_ref(), &batch, &wake, &give_up).await {
             leases.drop_settled(&batch);
         }
         batch.clear();
     }
 }
 
-async fn settle_with_retry(
+/// Records one batch; false when it gave up.
+async fn record(
     store: &dyn Store,
-    batch: &[Settlement],
+    batch: &[Report],
     wake: &Notify,
-    give_up: &tokio_util::sync::CancellationToken,
+    give_up: &CancellationToken,
 ) -> bool {
+    let (mut settlements, mut deferrals) = (Vec::new(), Vec::new());
+    for report in batch {
+        match report {
+            Report::Attempted(s) => settlements.push(s.clone()),
+            Report::Deferred(d) => deferrals.push(d.clone()),
+        }
+    }
+    if !settlements.is_empty() {
+        let Some(settled) =
+            with_retry("settle attempts", give_up, || store.settle(&settlements)).await
+        else {
+            return false;
+        };
+        let ignored = settled.applied.iter().filter(|a| !**a).count();
+        if ignored > 0 {
+            tracing::warn!(ignored, "settlements ignored: their lease had been lost");
+        }
+        if settled.trimmed > 0 {
+            tracing::info!(
+                deleted = settled.trimmed,
+                "retention deleted expired notifications"
+            );
+        }
+        if settled.earliest {
+            wake.notify_one();
+        }
+    }
+    if !deferrals.is_empty() {
+        let Some(earliest) =
+            with_retry("defer notifications", give_up, || store.defer(&deferrals)).await
+        else {
+            return false;
+        };
+        if earliest {
+            wake.notify_one();
+        }
+    }
+    true
+}
+
+/// Runs `op` until it succeeds, backing off while the store is unreachable. `None` when
+/// the data is corrupt or `give_up` fired.
+async fn with_retry<T, F, Fut>(what: &str, give_up: &CancellationToken, mut op: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = StoreResult<T>>,
+{
     let mut failures = 0u32;
     loop {
-        match store.settle(batch).await {
-            Ok(settled) => {
+        match op().await {
+            Ok(value) => {
                 if failures > 0 {
-                    tracing::info!(failures, "settling resumed");
+                    tracing::info!(failures, "store reachable again: {what} resumed");
                 }
-                let ignored = settled.applied.iter().filter(|a| !**a).count();
-                if ignored > 0 {
-                    tracing::warn!(ignored, "settlements ignored: their lease had been lost");
-                }
-                if settled.earliest {
-                    wake.notify_one();
-                }
-                if settled.trimmed > 0 {
-                    tracing::info!(
-                        deleted = settled.trimmed,
-                        "retention deleted expired notifications"
-                    );
-                }
-                return true;
+                return Some(value);
             }
             Err(e) => {
                 if failures == 0 {
-                    tracing::error!(error = %e, count = batch.len(), "cannot settle attempts; retrying");
+                    tracing::error!(error = %e, "cannot {what}; retrying");
                 }
                 if matches!(e, StoreError::Corrupt(_)) || give_up.is_cancelled() {
-                    tracing::error!(error = %e, count = batch.len(), "gave up settling; the leases will expire and the attempts be made again");
-                    return false;
+                    tracing::error!(error = %e, "gave up trying to {what}; the leases will expire and the notifications come back");
+                    return None;
                 }
                 failures += 1;
                 tokio::select! {

@@ -1,7 +1,8 @@
 //! Standard Webhooks signatures: `webhook-signature: v1,<base64 HMAC-SHA256>` over
 //! `{id}.{timestamp}.{body}`, one signature per configured secret so that receivers can
-//! rotate keys without missing a notification.
+//! rotate keys without missing a notification; a `rate_key` may have secrets of its own.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use base64::engine::general_purpose::STANDARD as B64;
@@ -43,6 +44,24 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// Which secrets sign a delivery: those of its `rate_key`, or else the global ones.
+#[derive(Debug, Clone, Default)]
+pub struct Signer {
+    global: Vec<Secret>,
+    per_key: BTreeMap<String, Vec<Secret>>,
+}
+
+impl Signer {
+    pub fn new(global: Vec<Secret>, per_key: BTreeMap<String, Vec<Secret>>) -> Self {
+        Self { global, per_key }
+    }
+
+    /// Empty: no signature header.
+    pub fn secrets_for(&self, rate_key: &str) -> &[Secret] {
+        self.per_key.get(rate_key).unwrap_or(&self.global)
+    }
+}
+
 /// The `webhook-signature` header value: one `v1,` signature per secret, space-separated.
 pub fn signature_header(secrets: &[Secret], id: &str, timestamp: i64, body: &[u8]) -> String {
     let mut content = Vec::with_capacity(id.len() + body.len() + 24);
@@ -78,6 +97,16 @@ mod tests {
         let sig = signature_header(&[a, b], "id", 1, b"{}");
         assert_eq!(sig.split(' ').count(), 2);
         assert!(sig.split(' ').all(|s| s.starts_with("v1,")));
+    }
+
+    #[test]
+    fn a_rate_key_with_its_own_secrets_uses_them() {
+        let a = Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let b = Secret::parse(&format!("whsec_{}", B64.encode([7u8; 32]))).unwrap();
+        let signer = Signer::new(vec![a], BTreeMap::from([("shop".into(), vec![b])]));
+        let sign = |key| signature_header(signer.secrets_for(key), "id", 1, b"{}");
+        assert_ne!(sign("shop"), sign("other"));
+        assert_eq!(sign("other"), sign("another"));
     }
 
     #[test]

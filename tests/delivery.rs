@@ -312,3 +312,49 @@ fn assert_exactly_once(receiver: &Receiver, ids: &[String]) {
         "missing, duplicated, distinct"
     );
 }
+
+/// A Standard Webhooks receiver's check, written independently of postback's signer:
+/// base64(HMAC-SHA256(base64-decoded secret, "{id}.{timestamp}.{body}")).
+fn verifies(secret: &str, r: &support::receiver::Received) -> bool {
+    use base64::Engine;
+    use hmac::Mac;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    let signed = format!("{}.{}.", r.id(), r.header("webhook-timestamp").unwrap());
+    mac.update(signed.as_bytes());
+    mac.update(&r.body);
+    let expected = format!("v1,{}", b64.encode(mac.finalize().into_bytes()));
+    r.header("webhook-signature")
+        .unwrap_or_default()
+        .split(' ')
+        .any(|s| s == expected)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_secrets_during_rotation_and_a_rate_keys_own_secret_all_verify() {
+    let old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let new = "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+    let own = "whsec_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+    let (_redis, receiver, pb) = support::start(&[
+        ("POSTBACK_SIGNING_SECRETS", &format!("{old},{new}")),
+        ("POSTBACK_SECRETS_SHOP_7", own),
+    ])
+    .await;
+    let rotating = pb
+        .register(json!({"url": receiver.url("/r"), "body": {"n": 1}}))
+        .await;
+    let shop = pb
+        .register(json!({"url": receiver.url("/s"), "body": {"n": 2}, "rate_key": "shop_7"}))
+        .await;
+    pb.wait_state(&rotating, "delivered", WAIT).await;
+    pb.wait_state(&shop, "delivered", WAIT).await;
+
+    let r = &receiver.requests_for(&rotating)[0];
+    assert_eq!(r.header("webhook-signature").unwrap().split(' ').count(), 2);
+    assert!(verifies(old, r) && verifies(new, r), "both secrets verify");
+    let s = &receiver.requests_for(&shop)[0];
+    assert!(verifies(own, s), "the rate key's own secret verifies");
+    assert!(!verifies(old, s) && !verifies(new, s), "and only it");
+    assert!(!pb.logs().contains("whsec_"), "secrets never logged");
+}

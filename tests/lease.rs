@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use postback::config::{RetentionSettings, StoreSettings};
 use postback::domain::{
-    CallbackUrl, ExtraHeaders, JobId, Notification, Outcome, Payload, Schedule,
+    CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Outcome, Payload, Schedule,
 };
 use postback::store::{ClaimedJob, RedisStore, Settlement, Store};
 use support::RedisServer;
@@ -15,7 +15,8 @@ use support::RedisServer;
 fn notification() -> Notification {
     Notification {
         id: JobId::new(0),
-        url: CallbackUrl::parse("http://merchant.example.com/cb").unwrap(),
+        url: CallbackUrl::parse("http://merchant.example.com/cb", Destinations::PublicOnly)
+            .unwrap(),
         payload: Payload::from_json(serde_json::json!({"a": 1})).unwrap(),
         headers: ExtraHeaders::default(),
         schedule: Schedule::parse(&["100ms"]).unwrap(),
@@ -63,6 +64,8 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
         error: None,
         duration_ms: 3,
         response: String::new(),
+        retry_after: None,
+        jitter_permille: 0,
     }
 }
 

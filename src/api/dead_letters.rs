@@ -149,7 +149,7 @@ pub async fn replay(
     let found = dead_letter(&state, &id).await?;
     let mut spec = None;
     if let Some(raw) = &request.url {
-        let url = CallbackUrl::parse(raw)?;
+        let url = CallbackUrl::parse(raw, state.policy.destinations)?;
         let mut new = found.spec.clone();
         if new.host() == new.rate_key {
             new.rate_key = url.host().to_string();

@@ -17,7 +17,8 @@ use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::view::Registered;
 use super::AppState;
 use crate::domain::{
-    parse_duration, CallbackUrl, ExtraHeaders, FieldError, JobId, Notification, Payload, Schedule,
+    parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, JobId, Notification,
+    Payload, Schedule,
 };
 use crate::store::Idempotency;
 
@@ -66,6 +67,8 @@ pub struct NotifyPolicy {
     pub max_timeout: Duration,
     pub max_delay: Duration,
     pub idempotency_ttl: Duration,
+    /// Which callback addresses are accepted (the SSRF guard).
+    pub destinations: Destinations,
 }
 
 /// Register a notification.
@@ -211,6 +214,7 @@ fn validate(
         r.url
             .as_deref()
             .ok_or_else(|| FieldError::new("url", "required"))?,
+        policy.destinations,
     )?;
     let payload = Payload::from_json(r.body.unwrap_or(Value::Null))?;
     let headers = ExtraHeaders::parse(r.headers.unwrap_or_default().into_iter().collect())?;
@@ -330,6 +334,7 @@ mod tests {
             max_timeout: Duration::from_secs(30),
             max_delay: Duration::from_secs(3600),
             idempotency_ttl: Duration::from_secs(60),
+            destinations: Destinations::PublicOnly,
         }
     }
 

@@ -9,6 +9,8 @@ pub enum Outcome {
     Delivered,
     /// The callback failed; retry at the next tier, or dead-letter when none is left.
     Failed,
+    /// The callback said it is gone for good (410): dead-letter at once.
+    Gone,
 }
 
 impl Outcome {
@@ -16,6 +18,7 @@ impl Outcome {
         match self {
             Outcome::Delivered => "delivered",
             Outcome::Failed => "failed",
+            Outcome::Gone => "gone",
         }
     }
 }

@@ -1,11 +1,22 @@
 //! `CallbackUrl`: where a notification is delivered. Only absolute `http` and `https`
-//! URLs with a host are accepted.
+//! URLs with a host are accepted, and, unless private networks are allowed, no literal
+//! internal address (a host name is checked when it is resolved, at send time).
 
 use std::fmt;
 
-use url::Url;
+use url::{Host, Url};
 
 use super::FieldError;
+use crate::ssrf;
+
+/// Which destinations a callback may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destinations {
+    /// Public addresses only (the SSRF guard is on).
+    PublicOnly,
+    /// Any address, internal ones included (`delivery.allow_private_networks`).
+    Any,
+}
 
 const MAX_LEN: usize = 2048;
 
@@ -14,7 +25,7 @@ pub struct CallbackUrl(Url);
 
 impl CallbackUrl {
     /// Validates `raw`; errors are reported against the field `url`.
-    pub fn parse(raw: &str) -> Result<Self, FieldError> {
+    pub fn parse(raw: &str, allowed: Destinations) -> Result<Self, FieldError> {
         let fail = |msg: &str| FieldError::new("url", msg);
         if raw.len() > MAX_LEN {
             return Err(fail(&format!("must be at most {MAX_LEN} characters")));
@@ -25,6 +36,18 @@ impl CallbackUrl {
         }
         if url.host_str().is_none_or(str::is_empty) {
             return Err(fail("must name a host"));
+        }
+        let literal = match url.host() {
+            Some(Host::Ipv4(ip)) => Some(ip.into()),
+            Some(Host::Ipv6(ip)) => Some(ip.into()),
+            _ => None,
+        };
+        if let Some(ip) = literal.filter(|ip| !ssrf::is_public(*ip)) {
+            if allowed == Destinations::PublicOnly {
+                return Err(fail(&format!(
+                    "{ip} is a private or internal address; callbacks go to public addresses only"
+                )));
+            }
         }
         Ok(Self(url))
     }
@@ -51,7 +74,10 @@ mod tests {
             "http://example.com/cb",
             "https://pay.example.com:8443/n?x=1",
         ] {
-            assert!(CallbackUrl::parse(ok).is_ok(), "{ok}");
+            assert!(
+                CallbackUrl::parse(ok, Destinations::PublicOnly).is_ok(),
+                "{ok}"
+            );
         }
     }
 
@@ -65,9 +91,25 @@ mod tests {
             "http://",
             "mailto:a@b.c",
         ] {
-            let err = CallbackUrl::parse(bad).unwrap_err();
+            let err = CallbackUrl::parse(bad, Destinations::Any).unwrap_err();
             assert_eq!(err.field, "url", "{bad}");
         }
-        assert!(CallbackUrl::parse(&format!("http://e.com/{}", "a".repeat(3000))).is_err());
+        let long = format!("http://e.com/{}", "a".repeat(3000));
+        assert!(CallbackUrl::parse(&long, Destinations::Any).is_err());
+    }
+
+    #[test]
+    fn literal_internal_addresses_need_private_networks_allowed() {
+        for internal in [
+            "http://127.0.0.1/cb",
+            "http://0x7f.1/cb",
+            "http://[::ffff:169.254.169.254]/",
+            "http://10.0.0.1:8080/",
+        ] {
+            let err = CallbackUrl::parse(internal, Destinations::PublicOnly).unwrap_err();
+            assert!(err.to_string().contains("private"), "{internal}: {err}");
+            assert!(CallbackUrl::parse(internal, Destinations::Any).is_ok());
+        }
+        assert!(CallbackUrl::parse("http://localhost/", Destinations::PublicOnly).is_ok());
     }
 }

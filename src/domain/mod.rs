@@ -12,7 +12,7 @@ mod payload;
 mod schedule;
 
 pub use attempt::{Attempt, Outcome};
-pub use callback_url::CallbackUrl;
+pub use callback_url::{CallbackUrl, Destinations};
 pub use error::FieldError;
 pub use headers::ExtraHeaders;
 pub use job_id::JobId;

@@ -147,6 +147,19 @@ pub struct Settlement {
     pub error: Option<String>,
     pub duration_ms: u64,
     pub response: String,
+    /// The next attempt is not due before this (the receiver's `Retry-After`).
+    pub retry_after: Option<Duration>,
+    /// The next interval is stretched or shrunk by this many thousandths (jitter).
+    pub jitter_permille: i32,
+}
+
+/// A leased notification that may not be sent yet (rate limit, busy host): due again
+/// after `delay`, without counting an attempt.
+#[derive(Debug, Clone)]
+pub struct Deferral {
+    pub id: JobId,
+    pub lease: u64,
+    pub delay: Duration,
 }
 
 /// The answer to a settle.
@@ -240,6 +253,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Records attempts and moves each notification to its next state.
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled>;
+
+    /// Hands leased notifications back to the due set for later, without counting an
+    /// attempt. Whether one became the earliest due (schedulers should wake).
+    async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool>;
 
     /// Cancels a notification that has not finished.
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled>;

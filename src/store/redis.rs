@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Enqueued, Idempotency, JobStatus,
-    JobView, Settled, Settlement, Stats, Store, StoreError, StoreResult, Trimmed,
+    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency,
+    JobStatus, JobView, Settled, Settlement, Stats, Store, StoreError, StoreResult, Trimmed,
 };
 use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -60,6 +60,7 @@ struct Scripts {
     replay: Script,
     discard: Script,
     trim: Script,
+    defer: Script,
 }
 
 impl Scripts {
@@ -73,6 +74,7 @@ impl Scripts {
             replay: script!("replay"),
             discard: script!("discard"),
             trim: script!("trim"),
+            defer: script!("defer"),
         }
     }
 }
@@ -234,7 +236,9 @@ impl RedisStore {
                 .arg(s.status.map(|c| c.to_string()).unwrap_or_default())
                 .arg(s.error.as_deref().unwrap_or_default())
                 .arg(s.duration_ms)
-                .arg(&s.response);
+                .arg(&s.response)
+                .arg(s.retry_after.map_or(0, |d| d.as_millis() as u64))
+                .arg(s.jitter_permille);
         }
         let reply: Vec<i64> = call
             .invoke_async(&mut self.conn.clone())
@@ -415,6 +419,25 @@ impl Store for RedisStore {
             earliest,
             trimmed,
         })
+    }
+
+    async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool> {
+        let mut earliest = false;
+        for (keys, mine) in self.by_shard(batch, |d| &d.id) {
+            let mut call = self.scripts.defer.key(keys.all().as_slice());
+            call.arg(&self.wake_channel);
+            for d in mine {
+                call.arg(d.id.to_string())
+                    .arg(d.lease)
+                    .arg(d.delay.as_millis() as u64);
+            }
+            let reply: Vec<i64> = call
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)?;
+            earliest |= reply.first() == Some(&1);
+        }
+        Ok(earliest)
     }
 
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {

@@ -36,6 +36,8 @@ impl Postback {
             .env("POSTBACK_STORE_REDIS_URL", redis.url())
             .env("POSTBACK_DELIVERY_MAX_IDLE_SLEEP", "500ms")
             .env("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "5s")
+            // Receivers listen on loopback; the SSRF tests turn this off again.
+            .env("POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS", "true")
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::options().append(true).open(&log).unwrap())
             .stdin(Stdio::null());

@@ -1,8 +1,8 @@
 //! A real HTTP receiver that records every request and answers as the query string of
 //! the callback URL says:
-//! `fail=N` answers `status` (default 500) to the first N requests of each webhook-id;
-//! `reply=TEXT` is the body of a success; `redirect=1` always answers 302;
-//! `sleep_ms=N` waits before answering.
+//! `fail=N` answers `status` (default 500) to the first N requests of each webhook-id,
+//! with a `Retry-After: V` header when `retry_after=V`; `reply=TEXT` is the body of a
+//! success; `redirect=1` always answers 302; `sleep_ms=N` waits before answering.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,22 +43,29 @@ struct Log {
 #[derive(Clone)]
 pub struct Receiver {
     pub port: u16,
+    addr: std::net::SocketAddr,
     log: Arc<Mutex<Log>>,
 }
 
 impl Receiver {
     pub async fn start() -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
+        Self::start_on("127.0.0.1").await
+    }
+
+    /// A receiver on another loopback address (`127.0.0.2`), i.e. another host.
+    pub async fn start_on(ip: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let port = addr.port();
         let log = Arc::new(Mutex::new(Log::default()));
         let app = Router::new().fallback(answer).with_state(log.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        Self { port, log }
+        Self { port, addr, log }
     }
 
     /// The callback URL for `path_and_query` (e.g. `/cb?fail=2`).
     pub fn url(&self, path_and_query: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.port, path_and_query)
+        format!("http://{}{}", self.addr, path_and_query)
     }
 
     pub fn requests(&self) -> Vec<Received> {
@@ -111,8 +118,14 @@ async fn answer(
     }
     let fail: usize = q.get("fail").map_or(0, |f| f.parse().unwrap());
     if nth <= fail {
-        let status = q.get("status").map_or(500, |s| s.parse().unwrap());
-        return (StatusCode::from_u16(status).unwrap(), "failure").into_response();
+        let status = StatusCode::from_u16(q.get("status").map_or(500, |s| s.parse().unwrap()));
+        let mut response = (status.unwrap(), "failure").into_response();
+        if let Some(v) = q.get("retry_after") {
+            response
+                .headers_mut()
+                .insert("retry-after", v.parse().unwrap());
+        }
+        return response;
     }
     (
         StatusCode::OK,

@@ -1,0 +1,76 @@
+//! The delivery policy: whether a claimed notification may be sent now. Each host gets
+//! at most `host_concurrency` deliveries at once, each `rate_key` its quota (and any
+//! `Retry-After` pause a receiver asked for), and a host whose circuit is open fails
+//! fast. What may not go yet is deferred, which is not an attempt and holds no slot.
+
+use std::time::Duration;
+
+mod breaker;
+mod host_slots;
+mod quota;
+mod rate_limit;
+
+pub use breaker::{Breaker, Verdict};
+pub use host_slots::{HostSlot, HostSlots};
+pub use quota::Quota;
+pub use rate_limit::RateLimits;
+
+use crate::config::{DeliverySettings, Quotas};
+use crate::sender::AttemptReport;
+
+/// How long a notification whose host is at its concurrency cap waits, on average
+/// (±50%, so that a host's backlog does not come back all at once).
+const HOST_BUSY_WAIT: Duration = Duration::from_millis(500);
+
+pub struct Policy {
+    host_slots: HostSlots,
+    rate_limits: RateLimits,
+    breaker: Breaker,
+}
+
+/// What to do with a claimed notification.
+pub enum Admission {
+    /// Send it now, holding `slot` at its host for the attempt.
+    Send(HostSlot),
+    /// Not now: due again after this long, without counting an attempt.
+    Defer(Duration),
+    /// The host's circuit is open: record a failed attempt without sending.
+    CircuitOpen,
+}
+
+impl Policy {
+    pub fn new(settings: &DeliverySettings, quotas: &Quotas) -> Self {
+        Self {
+            host_slots: HostSlots::new(settings.host_concurrency),
+            rate_limits: RateLimits::new(quotas),
+            breaker: Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
+        }
+    }
+
+    pub fn admit(&self, host: &str, rate_key: &str) -> Admission {
+        let Some(slot) = self.host_slots.try_acquire(host) else {
+            let ms = HOST_BUSY_WAIT.as_millis() as u64;
+            return Admission::Defer(Duration::from_millis(fastrand::u64(ms / 2..=ms * 3 / 2)));
+        };
+        if let Err(wait) = self.rate_limits.check(rate_key) {
+            return Admission::Defer(wait);
+        }
+        match self.breaker.check(host) {
+            Verdict::Open => Admission::CircuitOpen,
+            Verdict::Closed | Verdict::Probe => Admission::Send(slot),
+        }
+    }
+
+    /// Learns from an attempt that was sent: a `Retry-After` pauses its rate key, and its
+    /// host's health feeds the breaker.
+    pub fn record(&self, host: &str, rate_key: &str, report: &AttemptReport) {
+        if let Some(wait) = report.retry_after {
+            self.rate_limits.pause(rate_key, wait);
+        }
+        if let Some(healthy) = report.host_health() {
+            if self.breaker.record(host, healthy) {
+                tracing::warn!(%host, "circuit opened: attempts to this host fail fast until a probe succeeds");
+            }
+        }
+    }
+}

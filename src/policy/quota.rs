@@ -1,0 +1,89 @@
+//! `Quota`: how many deliveries a rate key may have per unit of time, written `50/s`,
+//! `600/m`, `1000/h`, or `unlimited`. Deliveries are spaced evenly (`5/s`: one every
+//! 200 ms), so that no second ever holds more than the quota: receivers that state a
+//! limit mean it for every second, not on average.
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quota {
+    Unlimited,
+    Rate { count: NonZeroU32, per: Duration },
+}
+
+impl Quota {
+    /// The `governor` quota, or `None` when unlimited.
+    pub fn to_governor(self) -> Option<governor::Quota> {
+        match self {
+            Quota::Unlimited => None,
+            Quota::Rate { count, per } => Some(
+                governor::Quota::with_period(per / count.get())
+                    .expect("a quota's period is more than zero"),
+            ),
+        }
+    }
+}
+
+impl FromStr for Quota {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("unlimited") {
+            return Ok(Quota::Unlimited);
+        }
+        let bad = || format!("`{s}` is not a quota like 50/s, 600/m, 1000/h or unlimited");
+        let (count, unit) = s.split_once('/').ok_or_else(bad)?;
+        let count: NonZeroU32 = count.trim().parse().map_err(|_| bad())?;
+        let per = match unit.trim() {
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        if count.get() > 1_000_000 {
+            return Err(format!("`{s}`: at most 1000000 per unit; use unlimited"));
+        }
+        Ok(Quota::Rate { count, per })
+    }
+}
+
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Quota::Unlimited => f.write_str("unlimited"),
+            Quota::Rate { count, per } => {
+                let unit = match per.as_secs() {
+                    1 => "s",
+                    60 => "m",
+                    _ => "h",
+                };
+                write!(f, "{count}/{unit}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_rates_and_unlimited() {
+        for ok in ["50/s", "600/m", "1000/h", "unlimited", " 5 / s "] {
+            let q: Quota = ok.parse().unwrap();
+            assert_eq!(q.to_string().replace(' ', ""), ok.replace(' ', ""), "{ok}");
+        }
+        assert_eq!("unlimited".parse::<Quota>().unwrap().to_governor(), None);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        for bad in ["", "50", "0/s", "-1/s", "5/d", "x/s", "5/", "2000000/s"] {
+            assert!(bad.parse::<Quota>().is_err(), "{bad}");
+        }
+    }
+}
