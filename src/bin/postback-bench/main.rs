@@ -1,0 +1,113 @@
+//! `postback-bench`: the benchmark harness. Each scenario starts a fresh `redis-server`,
+//! a fast in-process receiver and `postback serve`, drives traffic, and prints one
+//! `RESULT` line per figure, then the median of each figure over the runs.
+//!
+//! `cargo run --release --bin postback-bench -- SCENARIO [--runs 3] [--n 20000]`
+//! Scenarios: `burst`, `retry`, `delayed`, `isolation`, `backlog`, `idle`, `all`.
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+mod processes;
+mod producer;
+mod receiver;
+mod report;
+mod scenarios;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Burst,
+    Retry,
+    Delayed,
+    Isolation,
+    Backlog,
+    Idle,
+    All,
+}
+
+/// Benchmark postback against a real Redis and a fast local receiver.
+#[derive(Parser)]
+pub struct Opts {
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Runs of each scenario; figures are reported per run and as medians.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Notifications per scenario (retry uses at most 5,000).
+    #[arg(long, default_value_t = 20_000)]
+    pub n: usize,
+    /// Registrations in flight at once from the producer.
+    #[arg(long, default_value_t = 64)]
+    pub producers: usize,
+    /// postback's `delivery.concurrency`.
+    #[arg(long, default_value_t = 256)]
+    pub concurrency: usize,
+    /// postback's `delivery.host_concurrency`.
+    #[arg(long, default_value_t = 32)]
+    pub host_concurrency: usize,
+    /// delayed: the delays are spread uniformly over this.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub spread: Duration,
+    /// isolation: healthy registrations per second.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// isolation: seconds of healthy traffic per phase.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// isolation: notifications to the hanging merchant.
+    #[arg(long, default_value_t = 1_000)]
+    pub hanging: usize,
+    /// backlog: the numbers of notifications pending far in the future.
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    pub backlog: Vec<usize>,
+}
+
+impl Opts {
+    /// The settings every scenario gives postback.
+    pub fn postback_env(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "POSTBACK_DELIVERY_CONCURRENCY".into(),
+                self.concurrency.to_string(),
+            ),
+            (
+                "POSTBACK_DELIVERY_HOST_CONCURRENCY".into(),
+                self.host_concurrency.to_string(),
+            ),
+        ]
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let opts = Opts::parse();
+    postback::sender::install_crypto_provider();
+    let mut results = report::Results::default();
+    for run in 1..=opts.runs {
+        for scenario in [
+            Scenario::Burst,
+            Scenario::Retry,
+            Scenario::Delayed,
+            Scenario::Isolation,
+            Scenario::Backlog,
+            Scenario::Idle,
+        ] {
+            if opts.scenario != scenario && opts.scenario != Scenario::All {
+                continue;
+            }
+            let r = &mut results;
+            match scenario {
+                Scenario::Burst => scenarios::burst(&opts, r, run).await?,
+                Scenario::Retry => scenarios::retry(&opts, r, run).await?,
+                Scenario::Delayed => scenarios::delayed(&opts, r, run).await?,
+                Scenario::Isolation => scenarios::isolation(&opts, r, run).await?,
+                Scenario::Backlog => scenarios::backlog(&opts, r, run).await?,
+                Scenario::Idle => scenarios::idle(&opts, r, run).await?,
+                Scenario::All => unreachable!("expanded above"),
+            }
+        }
+    }
+    results.print_medians();
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! The processes a benchmark runs against: a fresh `redis-server` on a free port in a
+//! temporary directory, and `postback serve` as a child process; and what they cost,
+//! read from `/proc` and Redis `INFO`.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+pub const TOKEN: &str = "bench-token";
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// CPU seconds (user + system) a process has used so far.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`, nearly always 100).
+fn clock_ticks() -> f64 {
+    static HZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// The peak resident set of a process, in MiB.
+pub fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+pub struct Redis {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub fn start() -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--maxmemory-policy", "noeviction"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("redis-server must be installed (scripts/ensure-redis.sh)")?;
+        let redis = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while redis.info("server").is_err() {
+            if Instant::now() > deadline {
+                bail!("redis-server on port {port} did not start");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(redis)
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn connection(&self) -> anyhow::Result<redis::Connection> {
+        Ok(redis::Client::open(self.url())?.get_connection()?)
+    }
+
+    /// One `INFO` section as key → value.
+    pub fn info(&self, section: &str) -> anyhow::Result<HashMap<String, String>> {
+        let text: String = redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.connection()?)?;
+        Ok(text
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+            .collect())
+    }
+
+    /// Redis's CPU seconds so far (user + system, main thread and children).
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        let info = self.info("cpu")?;
+        let get = |k: &str| {
+            info.get(k)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Ok(get("used_cpu_user") + get("used_cpu_sys"))
+    }
+
+    /// Commands processed since start (or since the last `CONFIG RESETSTAT`).
+    pub fn commands(&self) -> anyhow::Result<u64> {
+        let info = self.info("commandstats")?;
+        Ok(info
+            .values()
+            .filter_map(|v| v.strip_prefix("calls="))
+            .filter_map(|v| v.split(',').next()?.parse::<u64>().ok())
+            .sum())
+    }
+
+    pub fn used_memory(&self) -> anyhow::Result<u64> {
+        let info = self.info("memory")?;
+        Ok(info
+            .get("used_memory")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0))
+    }
+
+    pub fn reset_stats(&self) -> anyhow::Result<()> {
+        redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query::<()>(&mut self.connection()?)?;
+        Ok(())
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `postback serve` as a child process.
+pub struct Postback {
+    child: Child,
+    pub url: String,
+}
+
+impl Postback {
+    pub async fn start(redis: &Redis, env: &[(String, String)]) -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let mut cmd = Command::new(binary()?);
+        cmd.arg("serve")
+            .env("POSTBACK_SERVER_LISTEN", format!("127.0.0.1:{port}"))
+            .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
+            .env("POSTBACK_STORE_REDIS_URL", redis.url())
+            .env("POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS", "true")
+            .env("POSTBACK_DELIVERY_RATE_LIMIT", "unlimited")
+            .env("POSTBACK_LOG_LEVEL", "warn")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().context("starting postback")?;
+        let pb = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while client
+            .get(format!("{}/readyz", pb.url))
+            .send()
+            .await
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                bail!("postback did not start");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(pb)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Postback {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `postback` binary beside this one, built first when run through cargo.
+fn binary() -> anyhow::Result<PathBuf> {
+    let path = std::env::current_exe()?.with_file_name("postback");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let release = path.parent().is_some_and(|d| d.ends_with("release"));
+        let mut build = Command::new(cargo);
+        build.args(["build", "--bin", "postback"]);
+        if release {
+            build.arg("--release");
+        }
+        if !build.status()?.success() || !path.exists() {
+            bail!("cannot find or build {}", path.display());
+        }
+    }
+    Ok(path)
+}

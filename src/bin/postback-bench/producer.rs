@@ -1,0 +1,80 @@
+//! The benchmark's producer: registers notifications through `POST /notify` with many
+//! requests in flight, and keeps, per notification, when it was sent and when it is due.
+
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context};
+use futures_util::stream::{self, StreamExt};
+use serde_json::Value;
+
+use crate::processes::TOKEN;
+
+/// One registration: its id, when the request was sent, and its first due time.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub id: String,
+    pub sent: SystemTime,
+    pub due: SystemTime,
+}
+
+#[derive(Clone)]
+pub struct Producer {
+    client: reqwest::Client,
+    url: String,
+}
+
+impl Producer {
+    pub fn new(postback_url: &str) -> anyhow::Result<Self> {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .tcp_nodelay(true)
+            .build()?;
+        Ok(Self {
+            client,
+            url: format!("{postback_url}/notify"),
+        })
+    }
+
+    pub async fn register(&self, body: &Value) -> anyhow::Result<Registered> {
+        let sent = SystemTime::now();
+        let response = self
+            .client
+            .post(&self.url)
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await?;
+        let status = response.status();
+        let answer: Value = response.json().await?;
+        if status.as_u16() != 202 {
+            bail!("POST /notify answered {status}: {answer}");
+        }
+        let due = answer["next_attempt_at"]
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .context("no next_attempt_at")?;
+        Ok(Registered {
+            id: answer["id"].as_str().context("no id")?.to_string(),
+            sent,
+            due,
+        })
+    }
+
+    /// Registers every body with `in_flight` requests at a time; the registrations in
+    /// order of their answers, and how long it took from the first request to the last
+    /// answer.
+    pub async fn register_all(
+        &self,
+        bodies: Vec<Value>,
+        in_flight: usize,
+    ) -> anyhow::Result<(Vec<Registered>, Duration)> {
+        let start = SystemTime::now();
+        let results: Vec<anyhow::Result<Registered>> = stream::iter(bodies)
+            .map(|body| async move { self.register(&body).await })
+            .buffer_unordered(in_flight)
+            .collect()
+            .await;
+        let took = start.elapsed().unwrap_or_default();
+        Ok((results.into_iter().collect::<anyhow::Result<_>>()?, took))
+    }
+}

@@ -1,0 +1,478 @@
+//! The benchmark scenarios. Each starts a fresh Redis, the receiver and postback, drives
+//! one kind of traffic, and reports its figures.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context};
+use serde_json::{json, Value};
+
+use crate::processes::{cpu_seconds, peak_rss_mib, Postback, Redis};
+use crate::producer::{Producer, Registered};
+use crate::receiver::Receiver;
+use crate::report::{percentile, Results};
+use crate::Opts;
+
+/// A run stops waiting when no delivery arrived for this long.
+const STALL: Duration = Duration::from_secs(30);
+
+/// A typical payment notification body.
+fn payment(i: usize) -> Value {
+    json!({"type": "payment.succeeded", "order": i, "amount": 1000, "currency": "usd", "customer": "cus_1"})
+}
+
+/// What one run cost: postback's and Redis's CPU, Redis commands, postback's memory.
+struct Meter<'a> {
+    redis: &'a Redis,
+    pid: u32,
+    postback_cpu: f64,
+    redis_cpu: f64,
+}
+
+impl<'a> Meter<'a> {
+    fn start(redis: &'a Redis, pb: &Postback) -> anyhow::Result<Self> {
+        redis.reset_stats()?;
+        Ok(Self {
+            redis,
+            pid: pb.pid(),
+            postback_cpu: cpu_seconds(pb.pid()),
+            redis_cpu: redis.cpu_seconds()?,
+        })
+    }
+
+    fn report(
+        &self,
+        r: &mut Results,
+        scenario: &str,
+        run: usize,
+        delivered: usize,
+    ) -> anyhow::Result<()> {
+        let n = delivered.max(1) as f64;
+        let redis_cpu = self.redis.cpu_seconds()? - self.redis_cpu;
+        r.add(
+            scenario,
+            run,
+            "redis_cpu_per_delivery",
+            redis_cpu * 1e6 / n,
+            "us",
+        );
+        r.add(
+            scenario,
+            run,
+            "redis_commands_per_delivery",
+            self.redis.commands()? as f64 / n,
+            "cmd",
+        );
+        r.add(
+            scenario,
+            run,
+            "postback_cpu_per_delivery",
+            (cpu_seconds(self.pid) - self.postback_cpu) * 1e6 / n,
+            "us",
+        );
+        r.add(
+            scenario,
+            run,
+            "postback_peak_rss",
+            peak_rss_mib(self.pid),
+            "MiB",
+        );
+        Ok(())
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// `later - earlier` in ms, negative when `later` is earlier.
+fn ms_between(earlier: SystemTime, later: SystemTime) -> f64 {
+    match later.duration_since(earlier) {
+        Ok(d) => ms(d),
+        Err(e) => -ms(e.duration()),
+    }
+}
+
+/// N registrations as fast as the producer can, receiver always 200: enqueue rate and
+/// end-to-end throughput; then N more all due at one instant: delivery-only throughput.
+pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let receiver = Receiver::default();
+    let addr = receiver.listen("127.0.0.1").await?;
+    let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let producer = Producer::new(&pb.url)?;
+    let url = format!("http://{addr}/hook");
+
+    let meter = Meter::start(&redis, &pb)?;
+    let bodies = (0..opts.n)
+        .map(|i| json!({"url": url, "body": payment(i)}))
+        .collect();
+    let start = SystemTime::now();
+    let (registered, took) = producer.register_all(bodies, opts.producers).await?;
+    r.add(
+        "burst",
+        run,
+        "enqueue_rate",
+        opts.n as f64 / took.as_secs_f64(),
+        "notifications/s",
+    );
+    let last = wait_all(&receiver, &registered).await?;
+    r.add(
+        "burst",
+        run,
+        "e2e_throughput",
+        opts.n as f64 / (ms_between(start, last) / 1000.0),
+        "notifications/s",
+    );
+    check_exactly_once(&receiver, &registered, r, "burst", run)?;
+    meter.report(r, "burst", run, opts.n)?;
+
+    // Every one due at the same instant, far enough ahead for the registration to finish.
+    receiver.reset();
+    let margin = took.mul_f64(1.5) + Duration::from_secs(2);
+    let due = SystemTime::now() + margin;
+    let bodies = (0..opts.n).map(|i| json!({"url": url, "body": payment(i), "delay": format!("{}ms", ms(margin) as u64)})).collect();
+    let (registered, _) = producer.register_all(bodies, opts.producers).await?;
+    let first_due = registered.iter().map(|x| x.due).min().unwrap_or(due);
+    if SystemTime::now() > first_due {
+        bail!("registration overran the common due time");
+    }
+    let last = wait_all(&receiver, &registered).await?;
+    r.add(
+        "burst",
+        run,
+        "delivery_only_throughput",
+        opts.n as f64 / (ms_between(first_due, last) / 1000.0),
+        "notifications/s",
+    );
+    Ok(())
+}
+
+/// The receiver fails the first two requests of each notification; tiers 1s, 2s, 4s:
+/// every one delivered once, and how late each retry came.
+pub async fn retry(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    let n = opts.n.min(5_000);
+    let redis = Redis::start()?;
+    let receiver = Receiver::default();
+    let addr = receiver.listen("127.0.0.1").await?;
+    let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let producer = Producer::new(&pb.url)?;
+    let meter = Meter::start(&redis, &pb)?;
+    let schedule = [1000.0, 2000.0, 4000.0];
+    let bodies = (0..n)
+        .map(|i| json!({"url": format!("http://{addr}/hook?fail=2"), "body": payment(i), "schedule": ["1s", "2s", "4s"]}))
+        .collect();
+    let (registered, _) = producer.register_all(bodies, opts.producers).await?;
+    wait_all(&receiver, &registered).await?;
+    check_exactly_once(&receiver, &registered, r, "retry", run)?;
+    let log = receiver.snapshot();
+    let mut lateness = Vec::new();
+    for x in &registered {
+        let arrivals = &log[&x.id].arrivals;
+        for k in 1..arrivals.len() {
+            lateness.push(ms_between(arrivals[k - 1].0, arrivals[k].0) - schedule[k - 1]);
+        }
+    }
+    r.add(
+        "retry",
+        run,
+        "retry_lateness_p50",
+        percentile(&lateness, 50.0),
+        "ms",
+    );
+    r.add(
+        "retry",
+        run,
+        "retry_lateness_p99",
+        percentile(&lateness, 99.0),
+        "ms",
+    );
+    r.add(
+        "retry",
+        run,
+        "retry_lateness_max",
+        percentile(&lateness, 100.0),
+        "ms",
+    );
+    r.add(
+        "retry",
+        run,
+        "retry_early",
+        lateness.iter().filter(|l| **l < 0.0).count() as f64,
+        "retries",
+    );
+    meter.report(r, "retry", run, n)?;
+    Ok(())
+}
+
+/// N notifications with delays spread uniformly over `spread`: how late each first
+/// attempt came after its due time (1,000 falling due per second by default).
+pub async fn delayed(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let receiver = Receiver::default();
+    let addr = receiver.listen("127.0.0.1").await?;
+    let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let producer = Producer::new(&pb.url)?;
+    let meter = Meter::start(&redis, &pb)?;
+    let spread = opts.spread.as_millis() as u64;
+    let bodies = (0..opts.n)
+        .map(|i| json!({"url": format!("http://{addr}/hook"), "body": payment(i), "delay": format!("{}ms", fastrand::u64(0..spread))}))
+        .collect();
+    let (registered, _) = producer.register_all(bodies, opts.producers).await?;
+    wait_all(&receiver, &registered).await?;
+    check_exactly_once(&receiver, &registered, r, "delayed", run)?;
+    let log = receiver.snapshot();
+    let lateness: Vec<f64> = registered
+        .iter()
+        .filter_map(|x| Some(ms_between(x.due, log.get(&x.id)?.delivered_at()?)))
+        .collect();
+    r.add(
+        "delayed",
+        run,
+        "lateness_p50",
+        percentile(&lateness, 50.0),
+        "ms",
+    );
+    r.add(
+        "delayed",
+        run,
+        "lateness_p99",
+        percentile(&lateness, 99.0),
+        "ms",
+    );
+    r.add(
+        "delayed",
+        run,
+        "lateness_max",
+        percentile(&lateness, 100.0),
+        "ms",
+    );
+    r.add(
+        "delayed",
+        run,
+        "early",
+        lateness.iter().filter(|l| **l < 0.0).count() as f64,
+        "notifications",
+    );
+    meter.report(r, "delayed", run, opts.n)?;
+    Ok(())
+}
+
+/// A healthy merchant's latency (registration to arrival) at a steady rate, alone and
+/// then beside a merchant whose endpoint hangs past the timeout.
+pub async fn isolation(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let receiver = Receiver::default();
+    let healthy = receiver.listen("127.0.0.1").await?;
+    let hanging = receiver.listen("127.0.0.2").await?;
+    let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let producer = Producer::new(&pb.url)?;
+
+    // Warm up connections and caches, then measure.
+    paced_latencies(&producer, &receiver, healthy, opts).await?;
+    let alone = paced_latencies(&producer, &receiver, healthy, opts).await?;
+    let hang = format!("http://{hanging}/hang?sleep_ms=60000");
+    let bodies = (0..opts.hanging)
+        .map(|i| json!({"url": hang, "body": payment(i), "timeout": "10s", "schedule": ["1m"]}))
+        .collect();
+    let (hanging_ids, _) = producer.register_all(bodies, opts.producers).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = receiver.snapshot();
+    let hung = hanging_ids
+        .iter()
+        .filter(|x| log.contains_key(&x.id))
+        .count();
+    let beside = paced_latencies(&producer, &receiver, healthy, opts).await?;
+
+    r.add(
+        "isolation",
+        run,
+        "hanging_requests_in_flight",
+        hung as f64,
+        "requests",
+    );
+    for (label, lat) in [("alone", &alone), ("beside_hanging", &beside)] {
+        r.add(
+            "isolation",
+            run,
+            &format!("healthy_p50_{label}"),
+            percentile(lat, 50.0),
+            "ms",
+        );
+        r.add(
+            "isolation",
+            run,
+            &format!("healthy_p99_{label}"),
+            percentile(lat, 99.0),
+            "ms",
+        );
+    }
+    for p in [50.0, 99.0] {
+        let ratio = percentile(&beside, p) / percentile(&alone, p);
+        r.add("isolation", run, &format!("healthy_p{p}_ratio"), ratio, "x");
+    }
+    Ok(())
+}
+
+/// Registers healthy notifications at `opts.rate` per second for `opts.seconds`, waits
+/// for them, and returns each one's latency from registration to arrival, in ms.
+async fn paced_latencies(
+    producer: &Producer,
+    receiver: &Receiver,
+    addr: SocketAddr,
+    opts: &Opts,
+) -> anyhow::Result<Vec<f64>> {
+    let url = format!("http://{addr}/ok");
+    let count = (opts.rate * opts.seconds) as usize;
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / opts.rate));
+    let mut tasks = Vec::with_capacity(count);
+    for i in 0..count {
+        tick.tick().await;
+        let (producer, body) = (producer.clone(), json!({"url": url, "body": payment(i)}));
+        tasks.push(tokio::spawn(async move { producer.register(&body).await }));
+    }
+    let mut registered = Vec::with_capacity(count);
+    for t in tasks {
+        registered.push(t.await??);
+    }
+    wait_all(receiver, &registered).await?;
+    let log = receiver.snapshot();
+    Ok(registered
+        .iter()
+        .filter_map(|x| Some(ms_between(x.sent, log.get(&x.id)?.delivered_at()?)))
+        .collect())
+}
+
+/// Waits until every registration was delivered; the time of the last delivery.
+async fn wait_all(receiver: &Receiver, registered: &[Registered]) -> anyhow::Result<SystemTime> {
+    let ids: Vec<&str> = registered.iter().map(|x| x.id.as_str()).collect();
+    let mut progress = (0, std::time::Instant::now());
+    loop {
+        let (delivered, last) = receiver.delivered_among(&ids);
+        if delivered == ids.len() {
+            return last.context("nothing registered");
+        }
+        if delivered > progress.0 {
+            progress = (delivered, std::time::Instant::now());
+        } else if progress.1.elapsed() > STALL {
+            bail!("stalled: {delivered} of {} delivered", ids.len());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reports duplicates (requests after a 2xx), which must be 0.
+fn check_exactly_once(
+    receiver: &Receiver,
+    registered: &[Registered],
+    r: &mut Results,
+    scenario: &str,
+    run: usize,
+) -> anyhow::Result<()> {
+    let log = receiver.snapshot();
+    let duplicates: usize = registered
+        .iter()
+        .filter_map(|x| log.get(&x.id))
+        .map(|d| d.duplicates())
+        .sum();
+    r.add(scenario, run, "duplicates", duplicates as f64, "requests");
+    Ok(())
+}
+
+/// The cost of claiming and settling with a backlog pending far in the future: for each
+/// backlog size, Redis memory per pending notification, then a burst delivered beside it
+/// and what each delivery cost Redis.
+pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    for &pending in &opts.backlog {
+        let redis = Redis::start()?;
+        let receiver = Receiver::default();
+        let addr = receiver.listen("127.0.0.1").await?;
+        let before = redis.used_memory()?;
+        let body_bytes = fill(&redis, pending).await?;
+        let per_pending = (redis.used_memory()? - before) as f64 / pending as f64;
+        let scenario = format!("backlog_{pending}");
+        r.add(
+            &scenario,
+            run,
+            "redis_bytes_per_pending",
+            per_pending,
+            "bytes",
+        );
+        r.add(
+            &scenario,
+            run,
+            "redis_bytes_per_pending_over_body",
+            per_pending - body_bytes,
+            "bytes",
+        );
+
+        let pb = Postback::start(&redis, &opts.postback_env()).await?;
+        let producer = Producer::new(&pb.url)?;
+        let n = opts.n.min(5_000);
+        let bodies = (0..n)
+            .map(|i| json!({"url": format!("http://{addr}/hook"), "body": payment(i)}))
+            .collect();
+        let meter = Meter::start(&redis, &pb)?;
+        let (registered, _) = producer.register_all(bodies, opts.producers).await?;
+        wait_all(&receiver, &registered).await?;
+        meter.report(r, &scenario, run, n)?;
+    }
+    Ok(())
+}
+
+/// Registers `pending` notifications due in a day straight through the store (faster
+/// than the API, the same scripts); the body size of each, in bytes.
+async fn fill(redis: &Redis, pending: usize) -> anyhow::Result<f64> {
+    use futures_util::stream::{self, StreamExt};
+    use postback::domain::{
+        CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
+    };
+    use postback::store::{RedisStore, Store};
+
+    let store = RedisStore::connect(&redis.url(), &Default::default(), &Default::default()).await?;
+    let url = CallbackUrl::parse("http://merchant.example.com/hook", Destinations::Any)?;
+    let schedule = Schedule::parse(&["15s", "3m", "10m", "30m", "30m", "1h", "2h", "6h", "15h"])?;
+    let body = payment(0);
+    let body_bytes = body.to_string().len() as f64;
+    let results: Vec<anyhow::Result<()>> = stream::iter(0..pending)
+        .map(|i| {
+            let n = Notification {
+                id: JobId::new(0),
+                url: url.clone(),
+                payload: Payload::from_json(payment(i)).expect("a JSON object"),
+                headers: ExtraHeaders::default(),
+                schedule: schedule.clone(),
+                delay: Duration::from_secs(24 * 3600),
+                timeout: Duration::from_secs(10),
+                expect_body: None,
+                topic: Some("payment.succeeded".into()),
+                rate_key: "merchant.example.com".into(),
+            };
+            let store = &store;
+            async move { store.enqueue(&n, None).await.map(drop).map_err(Into::into) }
+        })
+        .buffer_unordered(128)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<()>>()?;
+    Ok(body_bytes)
+}
+
+/// What an idle instance costs Redis: commands per second over ten seconds.
+pub async fn idle(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    let redis = Redis::start()?;
+    let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    redis.reset_stats()?;
+    let window = Duration::from_secs(10);
+    tokio::time::sleep(window).await;
+    r.add(
+        "idle",
+        run,
+        "redis_commands_per_second",
+        redis.commands()? as f64 / window.as_secs_f64(),
+        "cmd/s",
+    );
+    drop(pb);
+    Ok(())
+}
