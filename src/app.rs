@@ -38,11 +38,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let signer = Signer::new(config.secrets.clone(), config.key_secrets.clone());
     let sender = Sender::new(&s.delivery, signer)?;
-    let delivery_policy = Policy::new(&s.delivery, &config.quotas);
+    let delivery = Arc::new(Policy::new(&s.delivery, &config.quotas));
     let dispatcher = Dispatcher::new(
         store.clone(),
         sender,
-        delivery_policy,
+        delivery.clone(),
         wake.clone(),
         s.delivery.clone(),
         config.jitter_percent,
@@ -62,6 +62,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         store,
         wake,
         policy: Arc::new(notify_policy(&config)),
+        delivery,
+        metrics: crate::metrics::install()?,
     };
     let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
     let app = api::router(state, tokens, s.server.max_body_bytes);

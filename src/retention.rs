@@ -26,6 +26,7 @@ pub async fn sweep(store: Arc<dyn Store>, every: Duration, stop: CancellationTok
                 failing = false;
             }
             Err(e) => {
+                crate::metrics::store_error("trim");
                 if !failing {
                     tracing::warn!(error = %e, "retention sweep failed; trying again later");
                 }

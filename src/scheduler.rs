@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::config::DeliverySettings;
 use crate::domain::Outcome;
+use crate::metrics;
 use crate::policy::{Admission, HostSlot, Policy};
 use crate::sender::{AttemptReport, Sender};
 use crate::settler::{self, backoff, Leases, Report};
@@ -33,7 +34,7 @@ impl Dispatcher {
     pub fn new(
         store: Arc<dyn Store>,
         sender: Sender,
-        policy: Policy,
+        policy: Arc<Policy>,
         wake: Arc<Notify>,
         settings: DeliverySettings,
         jitter_percent: u32,
@@ -41,7 +42,7 @@ impl Dispatcher {
         Self {
             store,
             sender: Arc::new(sender),
-            policy: Arc::new(policy),
+            policy,
             wake,
             settings,
             jitter_percent,
@@ -123,6 +124,7 @@ impl Dispatcher {
                     }
                 }
                 Err(e) => {
+                    metrics::store_error("claim");
                     if failures == 0 {
                         tracing::error!(error = %e, "cannot claim notifications; retrying with backoff");
                     }
@@ -203,20 +205,23 @@ impl AttemptContext {
             Admission::Send(slot) => {
                 tasks.spawn(self.clone().attempt(job, host, permit, slot));
             }
-            Admission::Defer(delay) => {
+            Admission::Defer { wait, reason } => {
                 drop(permit);
-                tracing::debug!(id = %job.id, %host, wait_ms = delay.as_millis() as u64, "deferred");
+                metrics::deferred(reason);
+                tracing::debug!(id = %job.id, %host, reason, wait_ms = wait.as_millis() as u64, "deferred");
                 let deferral = Deferral {
                     id: job.id,
                     lease: job.lease,
-                    delay,
+                    delay: wait,
                 };
                 self.report(Report::Deferred(deferral)).await;
             }
             Admission::CircuitOpen => {
                 drop(permit);
-                tracing::info!(id = %job.id, attempt = job.attempt, %host, "attempt failed fast: circuit open");
-                let settlement = self.settlement(&job, AttemptReport::circuit_open());
+                record_lateness(&job);
+                let report = AttemptReport::circuit_open();
+                attempt_span(&job, &host).in_scope(|| log_outcome(&report));
+                let settlement = self.settlement(&job, report);
                 self.report(Report::Attempted(settlement)).await;
             }
         }
@@ -229,7 +234,8 @@ impl AttemptContext {
         permit: OwnedSemaphorePermit,
         slot: HostSlot,
     ) {
-        let span = tracing::info_span!("attempt", id = %job.id, attempt = job.attempt, host = %host, lateness_ms = job.claimed_at - job.due_at);
+        let span = attempt_span(&job, &host);
+        record_lateness(&job);
         async move {
             let report = tokio::select! {
                 r = self.sender.send(&job.id, &job.spec) => r,
@@ -275,7 +281,22 @@ impl AttemptContext {
     }
 }
 
+/// The span every log line of an attempt is in.
+fn attempt_span(job: &ClaimedJob, host: &str) -> tracing::Span {
+    tracing::info_span!("attempt", id = %job.id, attempt = job.attempt, host = %host, lateness_ms = job.claimed_at - job.due_at)
+}
+
+fn record_lateness(job: &ClaimedJob) {
+    let late_ms = (job.claimed_at - job.due_at).max(0) as u64;
+    metrics::lateness(Duration::from_millis(late_ms));
+}
+
+/// Logs and counts how an attempt ended.
 fn log_outcome(report: &AttemptReport) {
+    let took = report
+        .healthy
+        .map(|_| Duration::from_millis(report.duration_ms));
+    metrics::attempt(report.outcome, report.status, report.error.as_deref(), took);
     match report.outcome {
         Outcome::Delivered => {
             tracing::debug!(status = report.status, ms = report.duration_ms, "delivered")

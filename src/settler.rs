@@ -125,7 +125,11 @@ async fn record(
 
 /// Runs `op` until it succeeds, backing off while the store is unreachable. `None` when
 /// the data is corrupt or `give_up` fired.
-async fn with_retry<T, F, Fut>(what: &str, give_up: &CancellationToken, mut op: F) -> Option<T>
+async fn with_retry<T, F, Fut>(
+    what: &'static str,
+    give_up: &CancellationToken,
+    mut op: F,
+) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = StoreResult<T>>,
@@ -140,6 +144,7 @@ where
                 return Some(value);
             }
             Err(e) => {
+                crate::metrics::store_error(what);
                 if failures == 0 {
                     tracing::error!(error = %e, "cannot {what}; retrying");
                 }

@@ -135,6 +135,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(_) => {
+                crate::metrics::store_error("api");
                 tracing::warn!(error = %e, "store unavailable");
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -5,8 +5,11 @@
 use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use axum::{middleware, Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Notify;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::OpenApi;
@@ -25,6 +28,8 @@ pub use auth::Tokens;
 pub use error::ApiError;
 pub use notify::NotifyPolicy;
 
+use crate::metrics;
+use crate::policy::Policy;
 use crate::store::{Stats, Store};
 use error::{CommonErrors, ErrorBody};
 use view::Health;
@@ -36,6 +41,9 @@ pub struct AppState {
     /// Wakes this instance's scheduler when a registration becomes the earliest due.
     pub wake: Arc<Notify>,
     pub policy: Arc<NotifyPolicy>,
+    /// The delivery policy, for the circuit states in `/metrics`.
+    pub delivery: Arc<Policy>,
+    pub metrics: PrometheusHandle,
 }
 
 #[derive(OpenApi)]
@@ -43,7 +51,7 @@ pub struct AppState {
     info(
         title = "postback",
         description = "Webhook notification dispatcher with tiered retries and dead-lettering. \
-            Every route but the health checks needs `Authorization: Bearer <token>`."
+            Every route but the health checks and the metrics needs `Authorization: Bearer <token>`."
     ),
     modifiers(&BearerAuth),
     components(schemas(ErrorBody))
@@ -70,6 +78,7 @@ pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router 
         .merge(protected)
         .routes(routes!(healthz))
         .routes(routes!(readyz))
+        .routes(routes!(prometheus))
         .split_for_parts();
     routes
         .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
@@ -108,6 +117,26 @@ fn protected_routes() -> OpenApiRouter<AppState> {
 )]
 async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiError> {
     Ok(Json(state.store.stats().await?))
+}
+
+/// Prometheus metrics: attempts, durations, scheduler lateness, queue depths per state
+/// and shard, deferrals, circuits, store errors, retention.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain"))
+)]
+async fn prometheus(State(state): State<AppState>) -> impl IntoResponse {
+    match state.store.stats().await {
+        Ok(stats) => metrics::store_stats(&stats),
+        Err(_) => metrics::store_error("stats"),
+    }
+    metrics::open_circuits(&state.delivery.open_circuits());
+    (
+        [(CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
 }
 
 /// Liveness: the process is up.

@@ -107,6 +107,7 @@ pub async fn notify(
         state.wake.notify_one();
     }
     if !enqueued.duplicate {
+        crate::metrics::accepted();
         tracing::info!(id = %enqueued.id, host = %notification.url.host(), "notification registered");
     }
     let Some(status) = enqueued.status else {

@@ -58,6 +58,18 @@ impl Breaker {
         }
     }
 
+    /// The hosts whose circuit is open (or half open), sorted.
+    pub fn open_hosts(&self) -> Vec<String> {
+        let hosts = self.hosts.lock().expect("breaker");
+        let mut open: Vec<String> = hosts
+            .iter()
+            .filter(|(_, c)| c.open_until.is_some())
+            .map(|(h, _)| h.clone())
+            .collect();
+        open.sort();
+        open
+    }
+
     /// Records how an attempt that reached the host went. `true` when this opened the
     /// circuit.
     pub fn record(&self, host: &str, healthy: bool) -> bool {
@@ -91,6 +103,7 @@ mod tests {
         assert_eq!(b.check("h"), Verdict::Closed);
         assert!(b.record("h", false), "third failure opens");
         assert_eq!(b.check("h"), Verdict::Open);
+        assert_eq!(b.open_hosts(), vec!["h".to_string()]);
         assert_eq!(b.check("other"), Verdict::Closed);
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(b.check("h"), Verdict::Probe);
@@ -101,6 +114,7 @@ mod tests {
         assert_eq!(b.check("h"), Verdict::Probe);
         b.record("h", true);
         assert_eq!(b.check("h"), Verdict::Closed);
+        assert!(b.open_hosts().is_empty());
     }
 
     #[test]

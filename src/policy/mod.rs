@@ -32,8 +32,12 @@ pub struct Policy {
 pub enum Admission {
     /// Send it now, holding `slot` at its host for the attempt.
     Send(HostSlot),
-    /// Not now: due again after this long, without counting an attempt.
-    Defer(Duration),
+    /// Not now: due again after `wait`, without counting an attempt. `reason` is
+    /// `host_busy` or `rate_limit` (quota or `Retry-After`).
+    Defer {
+        wait: Duration,
+        reason: &'static str,
+    },
     /// The host's circuit is open: record a failed attempt without sending.
     CircuitOpen,
 }
@@ -50,15 +54,27 @@ impl Policy {
     pub fn admit(&self, host: &str, rate_key: &str) -> Admission {
         let Some(slot) = self.host_slots.try_acquire(host) else {
             let ms = HOST_BUSY_WAIT.as_millis() as u64;
-            return Admission::Defer(Duration::from_millis(fastrand::u64(ms / 2..=ms * 3 / 2)));
+            let wait = Duration::from_millis(fastrand::u64(ms / 2..=ms * 3 / 2));
+            return Admission::Defer {
+                wait,
+                reason: "host_busy",
+            };
         };
         if let Err(wait) = self.rate_limits.check(rate_key) {
-            return Admission::Defer(wait);
+            return Admission::Defer {
+                wait,
+                reason: "rate_limit",
+            };
         }
         match self.breaker.check(host) {
             Verdict::Open => Admission::CircuitOpen,
             Verdict::Closed | Verdict::Probe => Admission::Send(slot),
         }
+    }
+
+    /// The hosts whose circuit is open now, sorted.
+    pub fn open_circuits(&self) -> Vec<String> {
+        self.breaker.open_hosts()
     }
 
     /// Learns from an attempt that was sent: a `Retry-After` pauses its rate key, and its

@@ -173,16 +173,34 @@ pub struct Settled {
     pub trimmed: usize,
 }
 
-/// How many notifications are in each state, and how many retention deleted, over all
-/// shards.
+/// How many notifications are in each state, over all shards and per shard, and how many
+/// retention deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Stats {
+    #[serde(flatten)]
+    pub total: StateCounts,
+    /// The same counts for each shard, in shard order.
+    pub shards: Vec<StateCounts>,
+    pub trimmed: Trimmed,
+}
+
+/// Notifications per state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct StateCounts {
     pub scheduled: u64,
     pub in_flight: u64,
     pub dead: u64,
     /// Delivered or cancelled, not yet deleted by retention.
     pub finished: u64,
-    pub trimmed: Trimmed,
+}
+
+impl StateCounts {
+    pub fn add(&mut self, other: &StateCounts) {
+        self.scheduled += other.scheduled;
+        self.in_flight += other.in_flight;
+        self.dead += other.dead;
+        self.finished += other.finished;
+    }
 }
 
 /// Notifications deleted by retention since the store was created, by reason.

@@ -18,7 +18,8 @@ use uuid::Uuid;
 use super::keys::{wake_channel, ShardKeys};
 use super::{
     Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency,
-    JobStatus, JobView, Settled, Settlement, Stats, Store, StoreError, StoreResult, Trimmed,
+    JobStatus, JobView, Settled, Settlement, StateCounts, Stats, Store, StoreError, StoreResult,
+    Trimmed,
 };
 use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -552,10 +553,14 @@ impl Store for RedisStore {
                 .await
                 .map_err(store_error)?;
             let count = |name: &str| counters.get(name).copied().unwrap_or(0);
-            stats.scheduled += scheduled;
-            stats.in_flight += in_flight;
-            stats.dead += dead;
-            stats.finished += finished;
+            let shard = StateCounts {
+                scheduled,
+                in_flight,
+                dead,
+                finished,
+            };
+            stats.total.add(&shard);
+            stats.shards.push(shard);
             stats.trimmed.add(&Trimmed {
                 dead_by_age: count("dead_by_age"),
                 dead_by_count: count("dead_by_count"),

@@ -1,0 +1,158 @@
+//! Prometheus metrics: every metric's name, labels and buckets in one place, the
+//! recorder installed at start-up, and the text `GET /metrics` serves. Labels have
+//! bounded values: outcomes, status classes, reasons, shard numbers, and at most
+//! `MAX_HOST_LABELS` hosts (those with an open circuit).
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::domain::Outcome;
+use crate::store::Stats;
+
+/// Hosts named in labels at most; the rest are only counted.
+pub const MAX_HOST_LABELS: usize = 20;
+
+const LATENESS: &str = "postback_scheduler_lateness_seconds";
+const DURATION: &str = "postback_delivery_duration_seconds";
+
+/// Installs the global recorder; the handle renders the exposition text.
+pub fn install() -> anyhow::Result<PrometheusHandle> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(LATENESS.into()),
+            &[
+                0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
+            ],
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(DURATION.into()),
+            &[
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ],
+        )?
+        .install_recorder()?;
+    describe();
+    gauge!("postback_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    Ok(handle)
+}
+
+fn describe() {
+    describe_counter!(
+        "postback_notifications_accepted_total",
+        "Notifications registered through POST /notify"
+    );
+    describe_counter!(
+        "postback_attempts_total",
+        "Delivery attempts by outcome and response status class"
+    );
+    describe_histogram!(DURATION, "Duration of delivery attempts that were sent");
+    describe_histogram!(
+        LATENESS,
+        "Time an attempt started minus the time it was due"
+    );
+    describe_counter!(
+        "postback_deferrals_total",
+        "Claimed notifications put back for later, not an attempt, by reason"
+    );
+    describe_gauge!(
+        "postback_queue_depth",
+        "Notifications per state and shard, read from the store at scrape time"
+    );
+    describe_gauge!(
+        "postback_retention_deleted",
+        "Notifications deleted by retention since the store was created, by reason"
+    );
+    describe_gauge!(
+        "postback_circuits_open",
+        "Hosts whose circuit is open in this instance"
+    );
+    describe_gauge!(
+        "postback_circuit_open",
+        "Per host (the first 20 seen open): 1 while its circuit is open in this instance"
+    );
+    describe_counter!(
+        "postback_store_errors_total",
+        "Store operations that failed, by operation"
+    );
+    describe_gauge!("postback_build_info", "The running version");
+}
+
+pub fn accepted() {
+    counter!("postback_notifications_accepted_total").increment(1);
+}
+
+/// An attempt that was made (or failed fast), with how long it took when it was sent.
+pub fn attempt(outcome: Outcome, status: Option<u16>, error: Option<&str>, took: Option<Duration>) {
+    let outcome = match (outcome, error) {
+        (Outcome::Failed, Some("circuit_open")) => "circuit_open",
+        (Outcome::Failed, Some(e)) if e.starts_with("blocked_destination") => "blocked",
+        (o, _) => o.as_str(),
+    };
+    let class = match status {
+        Some(s) => ["1xx", "2xx", "3xx", "4xx", "5xx"][(s / 100).clamp(1, 5) as usize - 1],
+        None => "none",
+    };
+    counter!("postback_attempts_total", "outcome" => outcome, "status_class" => class).increment(1);
+    if let Some(took) = took {
+        histogram!(DURATION).record(took.as_secs_f64());
+    }
+}
+
+pub fn lateness(late: Duration) {
+    histogram!(LATENESS).record(late.as_secs_f64());
+}
+
+/// A claimed notification put back for later: `rate_limit` or `host_busy`.
+pub fn deferred(reason: &'static str) {
+    counter!("postback_deferrals_total", "reason" => reason).increment(1);
+}
+
+pub fn store_error(operation: &'static str) {
+    counter!("postback_store_errors_total", "operation" => operation).increment(1);
+}
+
+/// The hosts whose circuit is open now: a total, and one series per host for the first
+/// `MAX_HOST_LABELS` hosts ever seen open (1 while open, 0 after), so that the number of
+/// series stays bounded.
+pub fn open_circuits(open: &[String]) {
+    static LABELLED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    gauge!("postback_circuits_open").set(open.len() as f64);
+    let mut labelled = LABELLED.lock().expect("host labels");
+    for host in open {
+        if labelled.len() < MAX_HOST_LABELS {
+            labelled.insert(host.clone());
+        }
+    }
+    for host in labelled.iter() {
+        let state = if open.contains(host) { 1.0 } else { 0.0 };
+        gauge!("postback_circuit_open", "host" => host.clone()).set(state);
+    }
+}
+
+/// Queue depths and retention counts, from the store.
+pub fn store_stats(stats: &Stats) {
+    for (shard, s) in stats.shards.iter().enumerate() {
+        let shard = shard.to_string();
+        for (state, n) in [
+            ("scheduled", s.scheduled),
+            ("in_flight", s.in_flight),
+            ("dead", s.dead),
+            ("finished", s.finished),
+        ] {
+            gauge!("postback_queue_depth", "state" => state, "shard" => shard.clone())
+                .set(n as f64);
+        }
+    }
+    let t = &stats.trimmed;
+    for (reason, n) in [
+        ("dead_by_age", t.dead_by_age),
+        ("dead_by_count", t.dead_by_count),
+        ("finished_by_age", t.finished_by_age),
+    ] {
+        gauge!("postback_retention_deleted", "reason" => reason).set(n as f64);
+    }
+}

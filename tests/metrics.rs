@@ -1,0 +1,111 @@
+//! `GET /metrics`: Prometheus text, without a token, that moves with the traffic.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The value of the series whose line starts with `series` (name and labels).
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_attempts_lateness_and_queue_depths() {
+    let (_redis, receiver, pb) = support::start(&[]).await;
+    let ok = pb
+        .register(json!({"url": receiver.url("/ok"), "body": {}}))
+        .await;
+    let flaky = pb
+        .register(
+            json!({"url": receiver.url("/f?fail=1&status=503"), "body": {}, "schedule": ["100ms"]}),
+        )
+        .await;
+    pb.register(json!({"url": receiver.url("/later"), "body": {}, "delay": "1h"}))
+        .await;
+    pb.wait_state(&ok, "delivered", WAIT).await;
+    pb.wait_state(&flaky, "delivered", WAIT).await;
+
+    let resp = pb.http.get(pb.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "served without a token");
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = resp.text().await.unwrap();
+    let v = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
+
+    assert_eq!(v("postback_notifications_accepted_total"), 3.0);
+    assert_eq!(
+        v(r#"postback_attempts_total{outcome="delivered",status_class="2xx"}"#),
+        2.0
+    );
+    assert_eq!(
+        v(r#"postback_attempts_total{outcome="failed",status_class="5xx"}"#),
+        1.0
+    );
+    assert_eq!(v("postback_scheduler_lateness_seconds_count"), 3.0);
+    assert_eq!(
+        v(r#"postback_scheduler_lateness_seconds_bucket{le="+Inf"}"#),
+        3.0
+    );
+    assert_eq!(v("postback_delivery_duration_seconds_count"), 3.0);
+    assert_eq!(
+        v(r#"postback_queue_depth{state="scheduled",shard="0"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(r#"postback_queue_depth{state="finished",shard="0"}"#),
+        2.0
+    );
+    assert_eq!(v(r#"postback_queue_depth{state="dead",shard="0"}"#), 0.0);
+    assert!(text.contains("postback_build_info{version=\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferrals_and_open_circuits_are_counted_with_bounded_labels() {
+    let (_redis, receiver, pb) = support::start(&[
+        ("POSTBACK_QUOTAS_SLOW", "2/s"),
+        ("POSTBACK_DELIVERY_BREAKER_FAILURES", "2"),
+        ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "1m"),
+    ])
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            pb.register(json!({"url": receiver.url("/s"), "body": {}, "rate_key": "slow"}))
+                .await,
+        );
+    }
+    for _ in 0..3 {
+        let id = pb
+            .register(json!({"url": format!("http://localhost:{}/down?fail=9", receiver.port), "body": {}, "schedule": []}))
+            .await;
+        pb.wait_state(&id, "dead", WAIT).await;
+    }
+    for id in &ids {
+        pb.wait_state(id, "delivered", WAIT).await;
+    }
+    let text = pb
+        .http
+        .get(pb.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let v = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
+    assert!(v(r#"postback_deferrals_total{reason="rate_limit"}"#) >= 2.0);
+    assert_eq!(v("postback_circuits_open"), 1.0);
+    assert_eq!(v(r#"postback_circuit_open{host="localhost"}"#), 1.0);
+    assert_eq!(
+        v(r#"postback_attempts_total{outcome="circuit_open",status_class="none"}"#),
+        1.0
+    );
+}
