@@ -25,20 +25,31 @@ end
 local out = {now, -1}
 local claimed = {}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-for i = 1, #due, 2 do
-  local id = due[i]
-  redis.call('ZREM', KEYS[1], id)
-  local st = load_state(id)
-  local spec = redis.call('HGET', KEYS[4], id)
-  if st and spec then
-    st.state = 'in_flight'
-    st.lease = st.lease + 1
-    save_state(id, st)
-    redis.call('ZADD', KEYS[2], now + lease_ms, id)
-    for _, v in ipairs({id, st.lease, st.attempts, tonumber(due[i + 1]), spec}) do
-      table.insert(out, v)
+if #due > 0 then
+  -- One command per structure for the whole batch (at most 1000 ids, within unpack's
+  -- limit), rather than several per notification.
+  local ids = {}
+  for i = 1, #due, 2 do table.insert(ids, due[i]) end
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  local states = redis.call('HMGET', KEYS[5], unpack(ids))
+  local specs = redis.call('HMGET', KEYS[4], unpack(ids))
+  local new_states, leases = {}, {}
+  for j, id in ipairs(ids) do
+    if states[j] and specs[j] then
+      local st = cjson.decode(states[j])
+      st.state = 'in_flight'
+      st.lease = st.lease + 1
+      new_states[#new_states + 1], new_states[#new_states + 2] = id, cjson.encode(st)
+      leases[#leases + 1], leases[#leases + 2] = now + lease_ms, id
+      local o = #out
+      out[o + 1], out[o + 2], out[o + 3] = id, st.lease, st.attempts
+      out[o + 4], out[o + 5] = tonumber(due[2 * j]), specs[j]
+      claimed[#claimed + 1] = id .. ' ' .. st.lease
     end
-    table.insert(claimed, id .. ' ' .. st.lease)
+  end
+  if #leases > 0 then
+    redis.call('HSET', KEYS[5], unpack(new_states))
+    redis.call('ZADD', KEYS[2], unpack(leases))
   end
 end
 if #claimed > 0 then

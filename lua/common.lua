@@ -32,6 +32,24 @@ local function finish(id, st, state, index_key, now)
   redis.call('ZADD', index_key, now, id)
 end
 
+-- A schedule is kept as its intervals in ms, comma-separated ("15000,180000"): cheaper to
+-- store and to carry through cjson than an array of numbers.
+local function count_intervals(schedule)
+  if schedule == '' then return 0 end
+  local _, commas = string.gsub(schedule, ',', ',')
+  return commas + 1
+end
+
+-- The `n`-th interval of the notification's schedule, in ms.
+local function interval(st, n)
+  local k = 0
+  for ms in string.gmatch(st.schedule, '%d+') do
+    k = k + 1
+    if k == n then return tonumber(ms) end
+  end
+  return 0
+end
+
 -- Makes the notification due at `at`.
 local function schedule_at(id, st, at)
   st.state = 'scheduled'

@@ -1,27 +1,50 @@
--- enqueue: register a notification and schedule its first attempt.
--- KEYS: the shard's keys (see common.lua), 9 idempotency key (optional)
--- ARGV: 1 id, 2 spec (JSON), 3 schedule (JSON array of ms), 4 delay ms, 5 wake channel,
---       6 idempotency ttl ms
--- Returns {id, state JSON, duplicate 0|1, new earliest 0|1}. With an idempotency key that
--- was seen before, nothing is stored and the first notification is returned.
+-- enqueue: register a group of notifications and schedule each one's first attempt.
+-- KEYS: the shard's keys (see common.lua), then the idempotency keys of those that have one
+-- ARGV: 1 wake channel, then per notification 6 values: id, spec (JSON), schedule
+--       (intervals in ms, comma-separated), delay ms, index in KEYS of its idempotency key
+--       (0: none), idempotency ttl ms
+-- A notification whose idempotency key was seen before (earlier, or earlier in this
+-- group) stores nothing: the first notification of that key is answered instead. The
+-- group is written with one command per structure.
+-- Returns {new earliest 0|1, then per notification: id, state JSON (false when retention
+-- has deleted the notification its key names), duplicate 0|1}.
+local WIDTH = 6
 local now = now_ms(true)
-local id = ARGV[1]
+local out = {0}
+local w = {jobs = {}, state = {}, due = {}}
+local created = {}
 
-if KEYS[9] then
-  local existing = redis.call('GET', KEYS[9])
+for i = 2, #ARGV, WIDTH do
+  local id, key = ARGV[i], tonumber(ARGV[i + 4])
+  local existing = key > 0 and redis.call('GET', KEYS[key])
   if existing then
-    return {existing, redis.call('HGET', KEYS[5], existing) or false, 1, 0}
+    local st = created[existing] or redis.call('HGET', KEYS[5], existing) or false
+    out[#out + 1], out[#out + 2], out[#out + 3] = existing, st, 1
+  else
+    if key > 0 then redis.call('SET', KEYS[key], id, 'PX', ARGV[i + 5]) end
+    local schedule = ARGV[i + 2]
+    local st = {
+      state = 'scheduled', attempts = 0, max_attempts = count_intervals(schedule) + 1,
+      schedule = schedule, lease = 0, created_at = now, next_at = now + tonumber(ARGV[i + 3])
+    }
+    local encoded = cjson.encode(st)
+    created[id] = encoded
+    local jobs, states, due = w.jobs, w.state, w.due
+    jobs[#jobs + 1], jobs[#jobs + 2] = id, ARGV[i + 1]
+    states[#states + 1], states[#states + 2] = id, encoded
+    due[#due + 1], due[#due + 2] = st.next_at, id
+    out[#out + 1], out[#out + 2], out[#out + 3] = id, encoded, 0
   end
-  redis.call('SET', KEYS[9], id, 'PX', ARGV[6])
 end
 
-local schedule = cjson.decode(ARGV[3])
-local st = {
-  attempts = 0, max_attempts = #schedule + 1, schedule = schedule,
-  lease = 0, created_at = now
-}
-redis.call('HSET', KEYS[4], id, ARGV[2])
-schedule_at(id, st, now + tonumber(ARGV[4]))
-local encoded = save_state(id, st)
-local earliest = announce_if_earliest(id, ARGV[5], st.next_at) and 1 or 0
-return {id, encoded, 0, earliest}
+if #w.due > 0 then
+  redis.call('HSET', KEYS[4], unpack(w.jobs))
+  redis.call('HSET', KEYS[5], unpack(w.state))
+  redis.call('ZADD', KEYS[1], unpack(w.due))
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if created[head[1]] then
+    redis.call('PUBLISH', ARGV[1], head[2])
+    out[1] = 1
+  end
+end
+return out

@@ -1,7 +1,7 @@
 -- replay: send dead letters again, each from a fresh attempt count.
 -- KEYS: the shard's keys (see common.lua)
--- ARGV: 1 new spec JSON ('' keeps the spec; only with one id), 2 new schedule JSON array
---       of ms ('' keeps the schedule), 3 delay ms, 4 wake channel, then the ids (a
+-- ARGV: 1 new spec JSON ('' keeps the spec; only with one id), 2 new schedule, intervals
+--       in ms comma-separated ('-' keeps the schedule; '' is a schedule without retries), 3 delay ms, 4 wake channel, then the ids (a
 --       bounded batch)
 -- An id that is not dead (any more) is left alone, so that replaying twice changes
 -- nothing. The attempt history is kept; `replays` counts how often it was replayed.
@@ -15,8 +15,8 @@ for i = 5, #ARGV do
   local st = load_state(id)
   if st and st.state == 'dead' then
     if ARGV[1] ~= '' then redis.call('HSET', KEYS[4], id, ARGV[1]) end
-    if ARGV[2] ~= '' then st.schedule = cjson.decode(ARGV[2]) end
-    st.max_attempts = #st.schedule + 1
+    if ARGV[2] ~= '-' then st.schedule = ARGV[2] end
+    st.max_attempts = count_intervals(st.schedule) + 1
     st.attempts = 0
     st.replays = (st.replays or 0) + 1
     st.finished_at = nil

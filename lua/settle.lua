@@ -9,66 +9,99 @@
 -- A failure is retried `schedule[attempts]` later, stretched by the jitter and at least
 -- the retry-after; 'gone', or a failure of the last attempt, is dead at once.
 -- An attempt whose lease is not the current one (the lease expired and the notification
--- was claimed again, or it already finished) changes nothing. Then retention: dead
+-- was claimed again, or it already finished) changes nothing. The batch is read and
+-- written with one command per structure, not several per attempt. Then retention: dead
 -- letters past their age or beyond their count, and finished notifications past their
 -- age, are deleted and counted, a bounded number per call (enough to keep up).
 -- Returns {new earliest 0|1, number trimmed, then per attempt 1 if applied, 0 if ignored}.
-local FIRST = 5
+local FIRST, WIDTH = 5, 9
 local now = now_ms(true)
 local out = {0, 0}
 
-local function append_history(id, entry)
-  local encoded = cjson.encode(entry)
-  local h = redis.call('HGET', KEYS[6], id)
-  if h then
-    h = string.sub(h, 1, -2) .. ',' .. encoded .. ']'
-  else
-    h = '[' .. encoded .. ']'
-  end
-  redis.call('HSET', KEYS[6], id, h)
-end
-
 -- The wait before the next attempt after failed attempt number `n`.
 local function next_wait(st, n, retry_after, jitter)
-  local wait = st.schedule[n]
+  local wait = interval(st, n)
   if jitter ~= 0 then wait = math.ceil(wait * (1000 + jitter) / 1000) end
   return math.max(wait, retry_after)
 end
 
-local function settle_one(id, lease, outcome, status, err, duration, response, retry_after,
-                          jitter)
-  local st = load_state(id)
-  if not st or st.state ~= 'in_flight' or st.lease ~= lease then return 0 end
+local ids = {}
+for i = FIRST, #ARGV, WIDTH do table.insert(ids, ARGV[i]) end
+if #ids == 0 then return out end
+local states = redis.call('HMGET', KEYS[5], unpack(ids))
+local histories = redis.call('HMGET', KEYS[6], unpack(ids))
 
+-- What the batch writes: field/value pairs for HSET, score/member pairs for ZADD.
+local w = {state = {}, history = {}, settled = {}, done = {}, dead = {}, due = {}}
+local seen = {}
+
+local function settle_one(j, i)
+  local id = ids[j]
+  if seen[id] or not states[j] then return 0 end
+  local st = cjson.decode(states[j])
+  if st.state ~= 'in_flight' or st.lease ~= tonumber(ARGV[i + 1]) then return 0 end
+  seen[id] = true
+
+  local outcome, status, err = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local duration = tonumber(ARGV[i + 5])
   st.attempts = st.attempts + 1
-  append_history(id, {
+  local entry = cjson.encode({
     at = now - duration,
     status = (status ~= '' and tonumber(status)) or cjson.null,
     error = (err ~= '' and err) or cjson.null,
     duration_ms = duration,
-    response = response
+    response = ARGV[i + 6]
   })
-  redis.call('ZREM', KEYS[2], id)
+  local h = histories[j]
+  h = h and (string.sub(h, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']')
+  table.insert(w.history, id)
+  table.insert(w.history, h)
+  table.insert(w.settled, id)
+
+  local target, score
   if outcome == 'delivered' then
-    finish(id, st, 'delivered', KEYS[7], now)
+    target, st.state = w.done, 'delivered'
   elseif st.cancel_requested then
-    finish(id, st, 'cancelled', KEYS[7], now)
+    target, st.state = w.done, 'cancelled'
   elseif outcome == 'gone' or st.attempts >= st.max_attempts then
-    finish(id, st, 'dead', KEYS[3], now)
+    target, st.state = w.dead, 'dead'
   else
-    schedule_at(id, st, now + next_wait(st, st.attempts, retry_after, jitter))
-    if out[1] == 0 and announce_if_earliest(id, ARGV[1], st.next_at) then
-      out[1] = 1
-    end
+    st.state = 'scheduled'
+    st.next_at = now + next_wait(st, st.attempts, tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8]))
+    target, score = w.due, st.next_at
   end
-  save_state(id, st)
+  if target ~= w.due then
+    st.next_at = nil
+    st.finished_at = now
+    score = now
+  end
+  table.insert(target, score)
+  table.insert(target, id)
+  table.insert(w.state, id)
+  table.insert(w.state, cjson.encode(st))
   return 1
 end
 
-for i = FIRST, #ARGV, 9 do
-  table.insert(out, settle_one(ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2], ARGV[i + 3],
-    ARGV[i + 4], tonumber(ARGV[i + 5]), ARGV[i + 6], tonumber(ARGV[i + 7]),
-    tonumber(ARGV[i + 8])))
+for j = 1, #ids do
+  table.insert(out, settle_one(j, FIRST + (j - 1) * WIDTH))
 end
-out[2] = apply_retention(now, 2, math.floor(2 * (#ARGV - FIRST + 1) / 9) + 16)
+if #w.settled > 0 then
+  redis.call('HSET', KEYS[5], unpack(w.state))
+  redis.call('HSET', KEYS[6], unpack(w.history))
+  redis.call('ZREM', KEYS[2], unpack(w.settled))
+end
+for key, members in pairs({[KEYS[7]] = w.done, [KEYS[3]] = w.dead, [KEYS[1]] = w.due}) do
+  if #members > 0 then redis.call('ZADD', key, unpack(members)) end
+end
+if #w.due > 0 then
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  for k = 2, #w.due, 2 do
+    if w.due[k] == head[1] then
+      redis.call('PUBLISH', ARGV[1], head[2])
+      out[1] = 1
+      break
+    end
+  end
+end
+out[2] = apply_retention(now, 2, 2 * #ids + 16)
 return out

@@ -185,6 +185,40 @@ async fn an_idempotency_key_returns_the_same_notification_and_sends_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_repeats_of_one_idempotency_key_register_once() {
+    let (redis, receiver, pb) = support::start(&[]).await;
+    let body = json!({"url": receiver.url("/same"), "body": {"order": 9}});
+    let repeats = (0..40).map(|i| {
+        let (pb, body) = (&pb, body.clone());
+        // Half with the shared key, half with keys of their own, all at once, so that
+        // they are registered in groups.
+        let key = if i % 2 == 0 {
+            "order-9".to_string()
+        } else {
+            format!("other-{i}")
+        };
+        async move { pb.notify_with(body, &[("Idempotency-Key", &key)]).await }
+    });
+    let answers = futures_util::future::join_all(repeats).await;
+    let shared: std::collections::BTreeSet<&str> = answers
+        .iter()
+        .step_by(2)
+        .map(|(status, a)| {
+            assert_eq!(*status, 202, "{a}");
+            a["id"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(shared.len(), 1, "one notification for the shared key");
+    assert!(receiver.wait_for(21, Duration::from_secs(10)).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = *shared.iter().next().unwrap();
+    assert_eq!(receiver.requests_for(id).len(), 1, "sent once");
+    assert_eq!(receiver.count(), 21);
+    let stored: i64 = redis.query(redis::cmd("HLEN").arg("{postback:0}:jobs"));
+    assert_eq!(stored, 21);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_answers_with_id_state_and_next_attempt() {
     let (_redis, receiver, pb) = support::start(&[]).await;
 

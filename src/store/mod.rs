@@ -21,7 +21,7 @@ pub use self::redis::RedisStore;
 pub use cursor::Cursor;
 
 /// The store could not do what was asked.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The backend is unreachable or timed out; the caller may try again later.
     #[error("store unavailable: {0}")]

@@ -24,9 +24,11 @@ use super::{
 use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
 
+mod enqueue;
 mod page;
 mod reply;
 
+use enqueue::{Enqueuer, Item};
 use page::ShardPage;
 use reply::{int_at, text_at};
 
@@ -96,6 +98,7 @@ pub struct RedisStore {
     /// shard, finished max age ms.
     retention: [u64; 3],
     scripts: Scripts,
+    enqueuer: Enqueuer,
 }
 
 impl RedisStore {
@@ -127,12 +130,20 @@ impl RedisStore {
                 }
             }
         };
+        let shards: Vec<ShardKeys> = (0..settings.shards)
+            .map(|s| ShardKeys::new(&settings.key_prefix, s))
+            .collect();
+        let scripts = Scripts::load();
+        let enqueuer = Enqueuer::start(enqueue::Target {
+            conn: conn.clone(),
+            script: scripts.enqueue.clone(),
+            shards: shards.clone(),
+            wake_channel: wake_channel(&settings.key_prefix),
+        });
         Ok(Self {
             client,
             conn,
-            shards: (0..settings.shards)
-                .map(|s| ShardKeys::new(&settings.key_prefix, s))
-                .collect(),
+            shards,
             wake_channel: wake_channel(&settings.key_prefix),
             connect_timeout: settings.connect_timeout,
             next_enqueue_shard: AtomicUsize::new(0),
@@ -145,7 +156,8 @@ impl RedisStore {
                     .div_ceil(u64::from(settings.shards)),
                 retention.finished_max_age.as_millis() as u64,
             ],
-            scripts: Scripts::load(),
+            scripts,
+            enqueuer,
         })
     }
 
@@ -281,7 +293,7 @@ impl RedisStore {
     ) -> StoreResult<Vec<Value>> {
         let mut call = self.scripts.replay.key(keys.all().as_slice());
         call.arg(spec)
-            .arg(schedule.map_or(String::new(), schedule_json))
+            .arg(schedule.map_or("-".to_string(), schedule_ms))
             .arg(delay.as_millis() as u64)
             .arg(&self.wake_channel);
         for id in ids {
@@ -341,35 +353,15 @@ impl Store for RedisStore {
         let keys = self.keys(&n.id)?;
         let spec =
             serde_json::to_string(&n.spec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-
-        let mut call = self.scripts.enqueue.key(keys.all().as_slice());
-        if let Some(idem) = idempotency {
-            call.key(keys.idempotency(&idem.key));
-        }
-        call.arg(n.id.to_string())
-            .arg(spec)
-            .arg(schedule_json(&n.schedule))
-            .arg(n.delay.as_millis() as u64)
-            .arg(&self.wake_channel)
-            .arg(idempotency.map_or(0, |i| i.ttl.as_millis() as u64).max(1));
-        // A repeated idempotency key of a notification that retention deleted has no state.
-        let reply: Vec<Value> = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        let id: JobId = text_at(&reply, 0)?
-            .parse()
-            .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
-        let status = match reply.get(1) {
-            Some(Value::Nil) | None => None,
-            _ => Some(parse_status(&text_at(&reply, 1)?)?),
+        let item = Item {
+            id: n.id,
+            spec,
+            schedule: schedule_ms(&n.schedule),
+            delay_ms: n.delay.as_millis() as u64,
+            idempotency: idempotency
+                .map(|i| (keys.idempotency(&i.key), (i.ttl.as_millis() as u64).max(1))),
         };
-        Ok(Enqueued {
-            id,
-            status,
-            duplicate: int_at(&reply, 2)? == 1,
-            earliest: int_at(&reply, 3)? == 1,
-        })
+        self.enqueuer.enqueue(item).await
     }
 
     async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
@@ -742,14 +734,14 @@ fn job_view(id: &str, spec: &str, state: &str, history: Option<&str>) -> StoreRe
     })
 }
 
-/// A schedule as the scripts keep it: a JSON array of milliseconds.
-fn schedule_json(schedule: &Schedule) -> String {
-    let ms: Vec<u64> = schedule
+/// A schedule as the scripts keep it: its intervals in ms, comma-separated.
+fn schedule_ms(schedule: &Schedule) -> String {
+    let ms: Vec<String> = schedule
         .intervals()
         .iter()
-        .map(|d| d.as_millis() as u64)
+        .map(|d| d.as_millis().to_string())
         .collect();
-    serde_json::to_string(&ms).expect("a list of numbers serializes")
+    ms.join(",")
 }
 
 fn parse_status(state: &str) -> StoreResult<JobStatus> {

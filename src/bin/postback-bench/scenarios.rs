@@ -77,6 +77,11 @@ impl<'a> Meter<'a> {
             peak_rss_mib(self.pid),
             "MiB",
         );
+        if std::env::var_os("BENCH_COMMANDSTATS").is_some() {
+            for (k, v) in self.redis.info("commandstats")? {
+                eprintln!("{scenario} {k} {v}");
+            }
+        }
         Ok(())
     }
 }

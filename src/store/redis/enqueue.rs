@@ -1,0 +1,144 @@
+//! Registrations in groups: concurrent `enqueue` calls are gathered per shard and stored
+//! by one `enqueue.lua` call, so that a busy API costs Redis one round trip per group
+//! rather than one per notification. A lone registration goes at once, as a group of one.
+
+use std::collections::BTreeMap;
+
+use redis::aio::ConnectionManager;
+use redis::{Script, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::reply::{int_at, text_at};
+use super::{parse_status, store_error};
+use crate::domain::JobId;
+use crate::store::keys::ShardKeys;
+use crate::store::{Enqueued, StoreError, StoreResult};
+
+/// Most registrations stored by one script call.
+const MAX_GROUP: usize = 256;
+
+/// One registration, ready for the script.
+pub struct Item {
+    pub id: JobId,
+    pub spec: String,
+    pub schedule: String,
+    pub delay_ms: u64,
+    /// The idempotency key's Redis key and how long it is kept, in ms.
+    pub idempotency: Option<(String, u64)>,
+}
+
+struct Pending {
+    item: Item,
+    reply: oneshot::Sender<StoreResult<Enqueued>>,
+}
+
+/// Hands registrations to the task that stores them in groups.
+pub struct Enqueuer {
+    tx: mpsc::Sender<Pending>,
+}
+
+/// What the storing task needs.
+pub struct Target {
+    pub conn: ConnectionManager,
+    pub script: Script,
+    pub shards: Vec<ShardKeys>,
+    pub wake_channel: String,
+}
+
+impl Enqueuer {
+    /// Starts the storing task; it ends when the `Enqueuer` is dropped.
+    pub fn start(target: Target) -> Self {
+        let (tx, rx) = mpsc::channel(4 * MAX_GROUP);
+        tokio::spawn(run(target, rx));
+        Self { tx }
+    }
+
+    pub async fn enqueue(&self, item: Item) -> StoreResult<Enqueued> {
+        let (reply, answer) = oneshot::channel();
+        let gone = || StoreError::Unavailable("the registration queue has stopped".into());
+        self.tx
+            .send(Pending { item, reply })
+            .await
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
+
+async fn run(target: Target, mut rx: mpsc::Receiver<Pending>) {
+    let mut batch = Vec::with_capacity(MAX_GROUP);
+    while rx.recv_many(&mut batch, MAX_GROUP).await > 0 {
+        let mut by_shard: BTreeMap<u16, Vec<Pending>> = BTreeMap::new();
+        for p in batch.drain(..) {
+            by_shard.entry(p.item.id.shard()).or_default().push(p);
+        }
+        for (shard, group) in by_shard {
+            let (items, replies): (Vec<Item>, Vec<_>) =
+                group.into_iter().map(|p| (p.item, p.reply)).unzip();
+            let answers = match target.shards.get(shard as usize) {
+                Some(keys) => store_group(&target, keys, &items).await,
+                None => Err(StoreError::Corrupt(format!("no shard {shard}"))),
+            };
+            match answers {
+                Ok(answers) => {
+                    for (reply, answer) in replies.into_iter().zip(answers) {
+                        let _ = reply.send(Ok(answer));
+                    }
+                }
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn store_group(
+    target: &Target,
+    keys: &ShardKeys,
+    items: &[Item],
+) -> StoreResult<Vec<Enqueued>> {
+    let mut call = target.script.key(keys.all().as_slice());
+    call.arg(&target.wake_channel);
+    let mut extra_keys = 0;
+    for item in items {
+        let (key_index, ttl) = match &item.idempotency {
+            Some((key, ttl)) => {
+                call.key(key);
+                extra_keys += 1;
+                (keys.all().len() + extra_keys, *ttl)
+            }
+            None => (0, 1),
+        };
+        call.arg(item.id.to_string())
+            .arg(&item.spec)
+            .arg(&item.schedule)
+            .arg(item.delay_ms)
+            .arg(key_index)
+            .arg(ttl);
+    }
+    let reply: Vec<Value> = call
+        .invoke_async(&mut target.conn.clone())
+        .await
+        .map_err(store_error)?;
+    let earliest = int_at(&reply, 0)? == 1;
+    reply[1..]
+        .chunks(3)
+        .map(|c| {
+            let id: JobId = text_at(c, 0)?
+                .parse()
+                .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
+            let status = match c.get(1) {
+                Some(Value::Nil) | None => None,
+                _ => Some(parse_status(&text_at(c, 1)?)?),
+            };
+            Ok(Enqueued {
+                id,
+                status,
+                duplicate: int_at(c, 2)? == 1,
+                earliest,
+            })
+        })
+        .collect()
+}
