@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Reads the results TSV of scripts/bench.sh (peer, scenario, run, metric, value, unit) and
+prints, as markdown, the medians of every figure and the targets of BENCHMARKS.md as
+ratios measured in the same session."""
+
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    figures = defaultdict(list)
+    for line in open(path, encoding="utf-8"):
+        fields = line.rstrip("\n").split("\t")
+        if len(fields) != 6:
+            continue
+        peer, scenario, _run, metric, value, _unit = fields
+        try:
+            figures[(peer, scenario, metric)].append(float(value))
+        except ValueError:
+            continue
+    return figures
+
+
+def main(path):
+    figures = load(path)
+
+    def med(peer, scenario, metric):
+        values = figures.get((peer, scenario, metric))
+        return statistics.median(values) if values else None
+
+    def per_delivery_bullmq(scenario, n):
+        cpu = med("bullmq", scenario, "redis_cpu")
+        return None if cpu is None else cpu * 1e6 / n
+
+    print("| peer | scenario | metric | median | runs |\n|---|---|---|---|---|")
+    for (peer, scenario, metric), values in sorted(figures.items()):
+        runs = " / ".join(f"{v:g}" for v in values)
+        print(f"| {peer} | {scenario} | {metric} | {statistics.median(values):g} | {runs} |")
+
+    ceiling = med("baseline", "wrk-receiver", "requests_per_s")
+    rows = [
+        ("burst e2e throughput, postback / BullMQ", "≥ 2",
+         ratio(med("postback", "burst", "e2e_throughput"), med("bullmq", "burst", "e2e_throughput"))),
+        ("burst delivery-only throughput / receiver ceiling (wrk)", "≥ 0.20",
+         ratio(med("postback", "burst", "delivery_only_throughput"), ceiling)),
+    ]
+    for scenario, n in (("burst", 20000), ("retry", 5000), ("delayed", 20000)):
+        rows.append((f"{scenario}: Redis CPU per delivery, postback / BullMQ", "≤ 0.33",
+                     ratio(med("postback", scenario, "redis_cpu_per_delivery"),
+                           per_delivery_bullmq(scenario, n))))
+    rows += [
+        ("delayed: lateness p99 (ms), postback", "≤ 10", med("postback", "delayed", "lateness_p99")),
+        ("delayed: lateness p99, postback / BullMQ", "", ratio(med("postback", "delayed", "lateness_p99"),
+                                                               med("bullmq", "delayed", "lateness_p99"))),
+        ("retry: retry lateness p99, postback / BullMQ", "", ratio(med("postback", "retry", "retry_lateness_p99"),
+                                                                   med("bullmq", "retry", "retry_lateness_p99"))),
+        ("backlog: Redis CPU per delivery, 1M pending / 10k pending", "≤ 1.20",
+         ratio(med("postback", "backlog_1000000", "redis_cpu_per_delivery"),
+               med("postback", "backlog_10000", "redis_cpu_per_delivery"))),
+        ("backlog: Redis bytes per pending notification beyond its body", "≤ 300",
+         med("postback", "backlog_1000000", "redis_bytes_per_pending_over_body")),
+        ("idle: Redis commands per second", "≤ 5", med("postback", "idle", "redis_commands_per_second")),
+        ("isolation: healthy p99 beside a hanging host / alone", "≤ 1.20",
+         med("postback", "isolation", "healthy_p99_ratio")),
+    ]
+    print("\n| target | goal | measured |\n|---|---|---|")
+    for name, goal, value in rows:
+        shown = "NA" if value is None else f"{value:.2f}"
+        print(f"| {name} | {goal} | {shown} |")
+
+
+def ratio(a, b):
+    return None if a is None or not b else a / b
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
