@@ -58,6 +58,9 @@ pub struct Opts {
     /// isolation: notifications to the hanging merchant.
     #[arg(long, default_value_t = 1_000)]
     pub hanging: usize,
+    /// Print queue depth and scheduler lateness from `/metrics` every second.
+    #[arg(long)]
+    pub watch_metrics: bool,
     /// backlog: the numbers of notifications pending far in the future.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub backlog: Vec<usize>,

@@ -170,6 +170,9 @@ impl Postback {
             .env("POSTBACK_STORE_REDIS_URL", redis.url())
             .env("POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS", "true")
             .env("POSTBACK_DELIVERY_RATE_LIMIT", "unlimited")
+            // The peers have no circuit breaker, and the retry scenario's receiver fails
+            // every notification's first attempts on purpose: a breaker would rightly open.
+            .env("POSTBACK_DELIVERY_BREAKER_FAILURES", "0")
             .env("POSTBACK_LOG_LEVEL", "warn")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -201,6 +204,65 @@ impl Postback {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Prints, every second until dropped, what `/metrics` says of the queue and of the
+    /// scheduler's lateness, so that one can watch them move during a run.
+    pub fn watch_metrics(&self) -> WatchGuard {
+        let url = format!("{}/metrics", self.url);
+        let task = tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Ok(response) = client.get(&url).send().await else {
+                    continue;
+                };
+                let text = response.text().await.unwrap_or_default();
+                let series = [
+                    (
+                        "scheduled",
+                        r#"postback_queue_depth{state="scheduled",shard="0"}"#,
+                    ),
+                    (
+                        "in_flight",
+                        r#"postback_queue_depth{state="in_flight",shard="0"}"#,
+                    ),
+                    (
+                        "finished",
+                        r#"postback_queue_depth{state="finished",shard="0"}"#,
+                    ),
+                    (
+                        "lateness_count",
+                        "postback_scheduler_lateness_seconds_count",
+                    ),
+                    ("lateness_sum_s", "postback_scheduler_lateness_seconds_sum"),
+                ];
+                let line: Vec<String> = series
+                    .iter()
+                    .map(|(name, s)| format!("{name}={}", metric_value(&text, s)))
+                    .collect();
+                eprintln!("METRICS {}", line.join(" "));
+            }
+        });
+        WatchGuard(task)
+    }
+}
+
+/// Stops the metrics watcher when dropped.
+pub struct WatchGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn metric_value(text: &str, series: &str) -> String {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap_or("-")
+        .to_string()
 }
 
 impl Drop for Postback {

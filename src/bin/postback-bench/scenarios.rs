@@ -105,6 +105,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     let receiver = Receiver::default();
     let addr = receiver.listen("127.0.0.1").await?;
     let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
     let producer = Producer::new(&pb.url)?;
     let url = format!("http://{addr}/hook");
 
@@ -161,6 +162,7 @@ pub async fn retry(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     let receiver = Receiver::default();
     let addr = receiver.listen("127.0.0.1").await?;
     let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
     let producer = Producer::new(&pb.url)?;
     let meter = Meter::start(&redis, &pb)?;
     let schedule = [1000.0, 2000.0, 4000.0];
@@ -217,6 +219,7 @@ pub async fn delayed(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
     let receiver = Receiver::default();
     let addr = receiver.listen("127.0.0.1").await?;
     let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
     let producer = Producer::new(&pb.url)?;
     let meter = Meter::start(&redis, &pb)?;
     let spread = opts.spread.as_millis() as u64;
@@ -271,6 +274,7 @@ pub async fn isolation(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Resu
     let healthy = receiver.listen("127.0.0.1").await?;
     let hanging = receiver.listen("127.0.0.2").await?;
     let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
     let producer = Producer::new(&pb.url)?;
 
     // Warm up connections and caches, then measure.
@@ -412,6 +416,7 @@ pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
         );
 
         let pb = Postback::start(&redis, &opts.postback_env()).await?;
+        let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
         let producer = Producer::new(&pb.url)?;
         let n = opts.n.min(5_000);
         let bodies = (0..n)
@@ -467,6 +472,7 @@ async fn fill(redis: &Redis, pending: usize) -> anyhow::Result<f64> {
 pub async fn idle(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let redis = Redis::start()?;
     let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
     tokio::time::sleep(Duration::from_secs(2)).await;
     redis.reset_stats()?;
     let window = Duration::from_secs(10);
