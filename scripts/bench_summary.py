@@ -16,9 +16,10 @@ def load(path):
             continue
         peer, scenario, _run, metric, value, _unit = fields
         try:
-            figures[(peer, scenario, metric)].append(float(value))
+            number = float(value)
         except ValueError:
             continue
+        figures[(peer, scenario, metric)].append(number)
     return figures
 
 
