@@ -66,6 +66,8 @@ pub struct ServerSettings {
 #[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
     pub redis_url: Option<String>,
+    /// Start even when Redis's `maxmemory-policy` may evict keys (notifications can be lost).
+    pub allow_eviction: bool,
     pub shards: u16,
     pub key_prefix: String,
     #[serde(with = "humantime_serde")]
@@ -183,6 +185,7 @@ impl Default for StoreSettings {
     fn default() -> Self {
         Self {
             redis_url: None,
+            allow_eviction: false,
             shards: 1,
             key_prefix: "postback".into(),
             connect_wait: Duration::from_secs(30),

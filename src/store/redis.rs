@@ -130,6 +130,7 @@ impl RedisStore {
                 }
             }
         };
+        check_eviction(&mut conn.clone(), settings.allow_eviction).await?;
         let shards: Vec<ShardKeys> = (0..settings.shards)
             .map(|s| ShardKeys::new(&settings.key_prefix, s))
             .collect();
@@ -699,6 +700,35 @@ impl RedisStore {
             }
         }
     }
+}
+
+/// Refuses a Redis whose `maxmemory-policy` may evict keys, unless allowed: an evicted key
+/// is a lost notification. A Redis that hides `CONFIG` (some managed services) is
+/// trusted, with a warning.
+async fn check_eviction(conn: &mut ConnectionManager, allowed: bool) -> anyhow::Result<()> {
+    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    let policy = match reply {
+        Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read Redis's maxmemory-policy; make sure it is noeviction");
+            return Ok(());
+        }
+    };
+    if policy == "noeviction" || policy.is_empty() {
+        return Ok(());
+    }
+    if allowed {
+        tracing::warn!(%policy, "Redis's maxmemory-policy may evict keys, and with them notifications (store.allow_eviction is on)");
+        return Ok(());
+    }
+    anyhow::bail!(
+        "Redis's maxmemory-policy is {policy}, which may evict keys and so lose notifications; \
+         set it to noeviction, or set store.allow_eviction (POSTBACK_STORE_ALLOW_EVICTION=true) to start anyway"
+    )
 }
 
 fn claimed_job(c: &[Value], claimed_at: i64) -> StoreResult<ClaimedJob> {
