@@ -3,18 +3,21 @@
 -- or dead when the schedule is exhausted.
 -- KEYS: the shard's keys (see common.lua)
 -- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms, then
---       per attempt 9 values: id, lease, outcome ('delivered', 'failed' or 'gone'),
+--       per attempt 10 values: id, lease, outcome ('delivered', 'failed' or 'gone'),
 --       status ('' when no response), error ('' when none), duration ms, first bytes of
---       the response, retry-after ms (0: none), jitter in thousandths of the interval
--- A failure is retried `schedule[attempts]` later, stretched by the jitter and at least
--- the retry-after; 'gone', or a failure of the last attempt, is dead at once.
+--       the response, retry-after ms (0: none), jitter in thousandths of the interval,
+--       when the attempt ended (Redis time as the caller reckons it from its claim, never
+--       early; at most now)
+-- A failure is retried `schedule[attempts]` after the attempt ended, stretched by the
+-- jitter and at least the retry-after, however late the settle itself comes; 'gone', or a
+-- failure of the last attempt, is dead at once.
 -- An attempt whose lease is not the current one (the lease expired and the notification
 -- was claimed again, or it already finished) changes nothing. The batch is read and
 -- written with one command per structure, not several per attempt. Then retention: dead
 -- letters past their age or beyond their count, and finished notifications past their
 -- age, are deleted and counted, a bounded number per call (enough to keep up).
 -- Returns {new earliest 0|1, number trimmed, then per attempt 1 if applied, 0 if ignored}.
-local FIRST, WIDTH = 5, 9
+local FIRST, WIDTH = 5, 10
 local now = now_ms(true)
 local out = {0, 0}
 
@@ -44,9 +47,10 @@ local function settle_one(j, i)
 
   local outcome, status, err = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local duration = tonumber(ARGV[i + 5])
+  local ended = math.min(tonumber(ARGV[i + 9]), now)
   st.attempts = st.attempts + 1
   local entry = cjson.encode({
-    at = now - duration,
+    at = ended - duration,
     status = (status ~= '' and tonumber(status)) or cjson.null,
     error = (err ~= '' and err) or cjson.null,
     duration_ms = duration,
@@ -67,13 +71,13 @@ local function settle_one(j, i)
     target, st.state = w.dead, 'dead'
   else
     st.state = 'scheduled'
-    st.next_at = now + next_wait(st, st.attempts, tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8]))
+    st.next_at = ended + next_wait(st, st.attempts, tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8]))
     target, score = w.due, st.next_at
   end
   if target ~= w.due then
     st.next_at = nil
-    st.finished_at = now
-    score = now
+    st.finished_at = ended
+    score = ended
   end
   table.insert(target, score)
   table.insert(target, id)

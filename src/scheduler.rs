@@ -241,7 +241,7 @@ impl AttemptContext {
                 r = self.sender.send(&job.id, &job.spec) => r,
                 _ = self.abort.cancelled() => return,
             };
-            drop(slot);
+            slot.finish(Duration::from_millis(report.duration_ms));
             self.policy.record(&host, &job.spec.rate_key, &report);
             log_outcome(&report);
             self.report(Report::Attempted(self.settlement(&job, report)))
@@ -261,6 +261,7 @@ impl AttemptContext {
             status: report.status,
             error: report.error,
             duration_ms: report.duration_ms,
+            ended_at: job.store_now(),
             response: report.response,
             retry_after: report.retry_after,
             jitter_permille: if spread == 0 {

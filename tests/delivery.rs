@@ -358,3 +358,24 @@ async fn two_secrets_during_rotation_and_a_rate_keys_own_secret_all_verify() {
     assert!(!verifies(old, s) && !verifies(new, s), "and only it");
     assert!(!pb.logs().contains("whsec_"), "secrets never logged");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_is_due_after_the_failure_even_when_its_settle_is_held_up() {
+    let (redis, receiver, pb) = support::start(&[]).await;
+    let id = pb
+        .register(json!({"url": receiver.url("/slow?fail=1&sleep_ms=300"), "body": {}, "schedule": ["1s"]}))
+        .await;
+    assert!(receiver.wait_for(1, WAIT).await);
+    // The failure is answered 300 ms after it arrived; Redis does not answer until 900 ms.
+    redis.freeze();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    redis.thaw();
+
+    pb.wait_state(&id, "delivered", WAIT).await;
+    let got = receiver.requests_for(&id);
+    let gap = got[1].at - got[0].at;
+    assert!(
+        gap >= Duration::from_millis(1290) && gap < Duration::from_millis(1600),
+        "1 s after the failure answered at 300 ms, not after the settle: {gap:?}"
+    );
+}

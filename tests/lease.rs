@@ -66,6 +66,7 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
         response: String::new(),
         retry_after: None,
         jitter_permille: 0,
+        ended_at: i64::MAX,
     }
 }
 

@@ -14,10 +14,10 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
-use super::notify::{bounded_duration, parse_json, schedule};
+use super::notify::{bounded_duration, parse_json, schedule, NotifyPolicy};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
-use crate::domain::{CallbackUrl, FieldError, JobId};
+use crate::domain::{CallbackUrl, FieldError, JobId, Schedule};
 use crate::store::{bulk, Cursor, DeadFilter, JobState, JobView};
 
 const DEFAULT_LIMIT: usize = 50;
@@ -157,17 +157,8 @@ pub async fn replay(
         new.url = url.to_string();
         spec = Some(new);
     }
-    let schedule = match request.schedule {
-        Some(v) => Some(schedule(Some(v), &state.policy.schedules)?),
-        None => None,
-    };
-    let delay = bounded_duration(
-        "delay",
-        request.delay.as_deref(),
-        Duration::ZERO,
-        Duration::ZERO,
-        state.policy.max_delay,
-    )?;
+    let (schedule, delay) =
+        replay_timing(request.schedule, request.delay.as_deref(), &state.policy)?;
     let status = state
         .store
         .replay(&found.id, spec.as_ref(), schedule.as_ref(), delay)
@@ -274,17 +265,8 @@ pub async fn replay_matching(
 ) -> Result<Json<Count>, ApiError> {
     let request: BulkRequest = parse_json(&body?)?;
     let filter = request.filter()?;
-    let schedule = match request.schedule {
-        Some(v) => Some(schedule(Some(v), &state.policy.schedules)?),
-        None => None,
-    };
-    let delay = bounded_duration(
-        "delay",
-        request.delay.as_deref(),
-        Duration::ZERO,
-        Duration::ZERO,
-        state.policy.max_delay,
-    )?;
+    let (schedule, delay) =
+        replay_timing(request.schedule, request.delay.as_deref(), &state.policy)?;
     let count =
         bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
     tracing::info!(count, ?filter, "dead letters replayed in bulk");
@@ -333,6 +315,27 @@ async fn dead_letter(state: &AppState, raw: &str) -> Result<JobView, ApiError> {
         Some(v) if v.status.state == JobState::Dead => Ok(v),
         _ => Err(ApiError::not_found("dead letter")),
     }
+}
+
+/// The new schedule (if one is given) and the delay of a replay, validated like
+/// `POST /notify`.
+fn replay_timing(
+    raw_schedule: Option<Value>,
+    raw_delay: Option<&str>,
+    policy: &NotifyPolicy,
+) -> Result<(Option<Schedule>, Duration), FieldError> {
+    let schedule = match raw_schedule {
+        Some(v) => Some(schedule(Some(v), &policy.schedules)?),
+        None => None,
+    };
+    let delay = bounded_duration(
+        "delay",
+        raw_delay,
+        Duration::ZERO,
+        Duration::ZERO,
+        policy.max_delay,
+    )?;
+    Ok((schedule, delay))
 }
 
 fn dead_filter(

@@ -1,51 +1,89 @@
 //! A cap on concurrent deliveries per host, so that a host whose requests hang holds at
-//! most `cap` of the instance's delivery slots.
+//! most `cap` of the instance's delivery slots. While a host is at its cap, the slots
+//! keep a running average of how long its attempts take (before any has finished: how
+//! long the host has been busy), which says how long a notification turned away should
+//! wait before it tries again: milliseconds for a fast host, seconds for one that hangs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The shortest and longest wait of a notification turned away by a busy host.
+const MIN_WAIT: Duration = Duration::from_millis(10);
+const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// A host with deliveries in flight; hosts without any have no entry.
+struct Host {
+    in_flight: usize,
+    /// Since when it has had deliveries in flight without a break.
+    busy_since: Instant,
+    /// Exponentially weighted average attempt duration, in ms.
+    average_ms: Option<f64>,
+}
+
+type Hosts = Arc<Mutex<HashMap<String, Host>>>;
 
 #[derive(Clone)]
 pub struct HostSlots {
     cap: usize,
-    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+    hosts: Hosts,
 }
 
 /// One delivery's slot at its host, given back when dropped.
 pub struct HostSlot {
     host: String,
-    in_flight: Arc<Mutex<HashMap<String, usize>>>,
+    hosts: Hosts,
 }
 
 impl HostSlots {
     pub fn new(cap: usize) -> Self {
         Self {
             cap,
-            in_flight: Arc::default(),
+            hosts: Arc::default(),
         }
     }
 
-    /// A slot at `host`, or `None` while it already has `cap` deliveries in flight.
-    pub fn try_acquire(&self, host: &str) -> Option<HostSlot> {
-        let mut map = self.in_flight.lock().expect("host slots");
-        let n = map.entry(host.to_string()).or_default();
-        if *n >= self.cap {
-            return None;
+    /// A slot at `host`, or, while it already has `cap` deliveries in flight, how long to
+    /// wait before asking again (about one attempt's duration there).
+    pub fn try_acquire(&self, host: &str) -> Result<HostSlot, Duration> {
+        let mut hosts = self.hosts.lock().expect("host slots");
+        let h = hosts.entry(host.to_string()).or_insert_with(|| Host {
+            in_flight: 0,
+            busy_since: Instant::now(),
+            average_ms: None,
+        });
+        if h.in_flight >= self.cap {
+            let typical = match h.average_ms {
+                Some(ms) => Duration::from_secs_f64(ms / 1000.0),
+                None => h.busy_since.elapsed(),
+            };
+            return Err(typical.clamp(MIN_WAIT, MAX_WAIT));
         }
-        *n += 1;
-        Some(HostSlot {
+        h.in_flight += 1;
+        Ok(HostSlot {
             host: host.to_string(),
-            in_flight: self.in_flight.clone(),
+            hosts: self.hosts.clone(),
         })
+    }
+}
+
+impl HostSlot {
+    /// Gives the slot back, learning how long the attempt took.
+    pub fn finish(self, took: Duration) {
+        let ms = took.as_secs_f64() * 1000.0;
+        if let Some(h) = self.hosts.lock().expect("host slots").get_mut(&self.host) {
+            h.average_ms = Some(h.average_ms.map_or(ms, |avg| 0.8 * avg + 0.2 * ms));
+        }
     }
 }
 
 impl Drop for HostSlot {
     fn drop(&mut self) {
-        let mut map = self.in_flight.lock().expect("host slots");
-        if let Some(n) = map.get_mut(&self.host) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.host);
+        let mut hosts = self.hosts.lock().expect("host slots");
+        if let Some(h) = hosts.get_mut(&self.host) {
+            h.in_flight -= 1;
+            if h.in_flight == 0 {
+                hosts.remove(&self.host);
             }
         }
     }
@@ -60,9 +98,35 @@ mod tests {
         let slots = HostSlots::new(2);
         let a = slots.try_acquire("a").unwrap();
         let _b = slots.try_acquire("a").unwrap();
-        assert!(slots.try_acquire("a").is_none());
-        assert!(slots.try_acquire("b").is_some(), "hosts are independent");
+        assert!(slots.try_acquire("a").is_err());
+        assert!(slots.try_acquire("b").is_ok(), "hosts are independent");
         drop(a);
-        assert!(slots.try_acquire("a").is_some());
+        assert!(slots.try_acquire("a").is_ok());
+    }
+
+    #[test]
+    fn a_busy_host_says_to_wait_about_one_attempt() {
+        let slots = HostSlots::new(2);
+        for (host, took, wait) in [
+            ("slow", Duration::from_secs(30), MAX_WAIT),
+            ("fast", Duration::from_millis(1), MIN_WAIT),
+            (
+                "usual",
+                Duration::from_millis(400),
+                Duration::from_millis(400),
+            ),
+        ] {
+            let first = slots.try_acquire(host).unwrap();
+            let _second = slots.try_acquire(host).unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            let before_any = slots.try_acquire(host).err().unwrap();
+            assert!(
+                before_any >= Duration::from_millis(30),
+                "busy for {before_any:?}"
+            );
+            first.finish(took);
+            let _third = slots.try_acquire(host).unwrap();
+            assert_eq!(slots.try_acquire(host).err(), Some(wait), "{host}");
+        }
     }
 }

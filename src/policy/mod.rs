@@ -1,5 +1,6 @@
 //! The delivery policy: whether a claimed notification may be sent now. Each host gets
-//! at most `host_concurrency` deliveries at once, each `rate_key` its quota (and any
+//! at most `host_concurrency` deliveries at once (one turned away waits about as long as
+//! an attempt there takes), each `rate_key` its quota (and any
 //! `Retry-After` pause a receiver asked for), and a host whose circuit is open fails
 //! fast. What may not go yet is deferred, which is not an attempt and holds no slot.
 
@@ -17,10 +18,6 @@ pub use rate_limit::RateLimits;
 
 use crate::config::{DeliverySettings, Quotas};
 use crate::sender::AttemptReport;
-
-/// How long a notification whose host is at its concurrency cap waits, on average
-/// (±50%, so that a host's backlog does not come back all at once).
-const HOST_BUSY_WAIT: Duration = Duration::from_millis(500);
 
 pub struct Policy {
     host_slots: HostSlots,
@@ -52,13 +49,17 @@ impl Policy {
     }
 
     pub fn admit(&self, host: &str, rate_key: &str) -> Admission {
-        let Some(slot) = self.host_slots.try_acquire(host) else {
-            let ms = HOST_BUSY_WAIT.as_millis() as u64;
-            let wait = Duration::from_millis(fastrand::u64(ms / 2..=ms * 3 / 2));
-            return Admission::Defer {
-                wait,
-                reason: "host_busy",
-            };
+        let slot = match self.host_slots.try_acquire(host) {
+            Ok(slot) => slot,
+            Err(wait) => {
+                // ±50%, so that a host's backlog does not come back all at once.
+                let ms = wait.as_millis() as u64;
+                let wait = Duration::from_millis(fastrand::u64(ms / 2..=ms * 3 / 2));
+                return Admission::Defer {
+                    wait,
+                    reason: "host_busy",
+                };
+            }
         };
         if let Err(wait) = self.rate_limits.check(rate_key) {
             return Admission::Defer {

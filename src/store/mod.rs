@@ -3,7 +3,7 @@
 //! implementation; each transition is atomic.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -126,7 +126,19 @@ pub struct ClaimedJob {
     /// When it was due and when it was claimed, ms since the epoch (store clock).
     pub due_at: i64,
     pub claimed_at: i64,
+    /// When this instance asked for the claim (its monotonic clock): the store clock read
+    /// `claimed_at` at or after this instant.
+    pub claim_asked: Instant,
     pub spec: JobSpec,
+}
+
+impl ClaimedJob {
+    /// The store clock now, from `claimed_at` and this instance's monotonic clock: never
+    /// behind the store's own reading (it may be ahead by the claim's request latency).
+    pub fn store_now(&self) -> i64 {
+        let since = self.claim_asked.elapsed();
+        self.claimed_at + since.as_millis() as i64 + i64::from(since.subsec_nanos() % 1_000_000 > 0)
+    }
 }
 
 /// The answer to a claim.
@@ -151,6 +163,10 @@ pub struct Settlement {
     pub retry_after: Option<Duration>,
     /// The next interval is stretched or shrunk by this many thousandths (jitter).
     pub jitter_permille: i32,
+    /// When the attempt ended, store clock (`ClaimedJob::store_now`; never early). The
+    /// store counts the next interval from then, not from when the settle reaches it, so
+    /// that a settle held up (a busy or unreachable store) does not make the retry late.
+    pub ended_at: i64,
 }
 
 /// A leased notification that may not be sent yet (rate limit, busy host): due again

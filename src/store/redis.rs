@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
@@ -176,6 +176,7 @@ impl RedisStore {
     ) -> StoreResult<(Vec<ClaimedJob>, Option<i64>)> {
         let keys = &self.shards[shard];
         let record = keys.claim_record(&Uuid::now_v7().simple().to_string());
+        let asked = Instant::now();
         let reply: Vec<Value> = match self
             .scripts
             .claim
@@ -200,7 +201,7 @@ impl RedisStore {
         let wake = int_at(&reply, 1)?;
         let jobs = reply[2..]
             .chunks(5)
-            .map(|c| claimed_job(c, now))
+            .map(|c| claimed_job(c, now, asked))
             .collect::<StoreResult<_>>()?;
         Ok((jobs, (wake >= 0).then(|| (wake - now).max(0))))
     }
@@ -252,7 +253,8 @@ impl RedisStore {
                 .arg(s.duration_ms)
                 .arg(&s.response)
                 .arg(s.retry_after.map_or(0, |d| d.as_millis() as u64))
-                .arg(s.jitter_permille);
+                .arg(s.jitter_permille)
+                .arg(s.ended_at);
         }
         let reply: Vec<i64> = call
             .invoke_async(&mut self.conn.clone())
@@ -731,7 +733,7 @@ async fn check_eviction(conn: &mut ConnectionManager, allowed: bool) -> anyhow::
     )
 }
 
-fn claimed_job(c: &[Value], claimed_at: i64) -> StoreResult<ClaimedJob> {
+fn claimed_job(c: &[Value], claimed_at: i64, asked: Instant) -> StoreResult<ClaimedJob> {
     let id = text_at(c, 0)?;
     Ok(ClaimedJob {
         id: id
@@ -741,6 +743,7 @@ fn claimed_job(c: &[Value], claimed_at: i64) -> StoreResult<ClaimedJob> {
         attempt: int_at(c, 2)? as u32 + 1,
         due_at: int_at(c, 3)?,
         claimed_at,
+        claim_asked: asked,
         spec: serde_json::from_str(&text_at(c, 4)?)
             .map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
     })

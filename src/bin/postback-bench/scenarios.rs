@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::processes::{cpu_seconds, peak_rss_mib, Postback, Redis};
+use crate::processes::{cpu_seconds, peak_rss_mib, Postback, Redis, WatchGuard};
 use crate::producer::{Producer, Registered};
 use crate::receiver::Receiver;
 use crate::report::{percentile, Results};
@@ -98,18 +98,52 @@ fn ms_between(earlier: SystemTime, later: SystemTime) -> f64 {
     }
 }
 
+/// What a scenario runs against: a fresh Redis, the receiver on 127.0.0.1, postback on
+/// them (printing its metrics each second with `--watch-metrics`), and a producer.
+struct Rig {
+    _watch: Option<WatchGuard>,
+    producer: Producer,
+    pb: Postback,
+    receiver: Receiver,
+    addr: SocketAddr,
+    redis: Redis,
+}
+
+impl Rig {
+    async fn start(opts: &Opts) -> anyhow::Result<Self> {
+        let redis = Redis::start()?;
+        let receiver = Receiver::default();
+        let addr = receiver.listen("127.0.0.1").await?;
+        let pb = Postback::start(&redis, &opts.postback_env()).await?;
+        Ok(Self {
+            _watch: opts.watch_metrics.then(|| pb.watch_metrics()),
+            producer: Producer::new(&pb.url)?,
+            pb,
+            receiver,
+            addr,
+            redis,
+        })
+    }
+
+    fn parts(&self) -> (&Redis, &Receiver, SocketAddr, &Postback, &Producer) {
+        (
+            &self.redis,
+            &self.receiver,
+            self.addr,
+            &self.pb,
+            &self.producer,
+        )
+    }
+}
+
 /// N registrations as fast as the producer can, receiver always 200: enqueue rate and
 /// end-to-end throughput; then N more all due at one instant: delivery-only throughput.
 pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
-    let redis = Redis::start()?;
-    let receiver = Receiver::default();
-    let addr = receiver.listen("127.0.0.1").await?;
-    let pb = Postback::start(&redis, &opts.postback_env()).await?;
-    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
-    let producer = Producer::new(&pb.url)?;
+    let rig = Rig::start(opts).await?;
+    let (redis, receiver, addr, pb, producer) = rig.parts();
     let url = format!("http://{addr}/hook");
 
-    let meter = Meter::start(&redis, &pb)?;
+    let meter = Meter::start(redis, pb)?;
     let bodies = (0..opts.n)
         .map(|i| json!({"url": url, "body": payment(i)}))
         .collect();
@@ -122,7 +156,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
         opts.n as f64 / took.as_secs_f64(),
         "notifications/s",
     );
-    let last = wait_all(&receiver, &registered).await?;
+    let last = wait_all(receiver, &registered).await?;
     r.add(
         "burst",
         run,
@@ -130,7 +164,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
         opts.n as f64 / (ms_between(start, last) / 1000.0),
         "notifications/s",
     );
-    check_exactly_once(&receiver, &registered, r, "burst", run)?;
+    check_exactly_once(receiver, &registered, r, "burst", run)?;
     meter.report(r, "burst", run, opts.n)?;
 
     // Every one due at the same instant, far enough ahead for the registration to finish.
@@ -143,7 +177,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     if SystemTime::now() > first_due {
         bail!("registration overran the common due time");
     }
-    let last = wait_all(&receiver, &registered).await?;
+    let last = wait_all(receiver, &registered).await?;
     r.add(
         "burst",
         run,
@@ -158,20 +192,16 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
 /// every one delivered once, and how late each retry came.
 pub async fn retry(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let n = opts.n.min(5_000);
-    let redis = Redis::start()?;
-    let receiver = Receiver::default();
-    let addr = receiver.listen("127.0.0.1").await?;
-    let pb = Postback::start(&redis, &opts.postback_env()).await?;
-    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
-    let producer = Producer::new(&pb.url)?;
-    let meter = Meter::start(&redis, &pb)?;
+    let rig = Rig::start(opts).await?;
+    let (redis, receiver, addr, pb, producer) = rig.parts();
+    let meter = Meter::start(redis, pb)?;
     let schedule = [1000.0, 2000.0, 4000.0];
     let bodies = (0..n)
         .map(|i| json!({"url": format!("http://{addr}/hook?fail=2"), "body": payment(i), "schedule": ["1s", "2s", "4s"]}))
         .collect();
     let (registered, _) = producer.register_all(bodies, opts.producers).await?;
-    wait_all(&receiver, &registered).await?;
-    check_exactly_once(&receiver, &registered, r, "retry", run)?;
+    wait_all(receiver, &registered).await?;
+    check_exactly_once(receiver, &registered, r, "retry", run)?;
     let log = receiver.snapshot();
     let mut lateness = Vec::new();
     for x in &registered {
@@ -180,27 +210,10 @@ pub async fn retry(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
             lateness.push(ms_between(arrivals[k - 1].0, arrivals[k].0) - schedule[k - 1]);
         }
     }
-    r.add(
-        "retry",
-        run,
-        "retry_lateness_p50",
-        percentile(&lateness, 50.0),
-        "ms",
-    );
-    r.add(
-        "retry",
-        run,
-        "retry_lateness_p99",
-        percentile(&lateness, 99.0),
-        "ms",
-    );
-    r.add(
-        "retry",
-        run,
-        "retry_lateness_max",
-        percentile(&lateness, 100.0),
-        "ms",
-    );
+    for (name, p) in [("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("max", 100.0)] {
+        let metric = format!("retry_lateness_{name}");
+        r.add("retry", run, &metric, percentile(&lateness, p), "ms");
+    }
     r.add(
         "retry",
         run,
@@ -215,20 +228,16 @@ pub async fn retry(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
 /// N notifications with delays spread uniformly over `spread`: how late each first
 /// attempt came after its due time (1,000 falling due per second by default).
 pub async fn delayed(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
-    let redis = Redis::start()?;
-    let receiver = Receiver::default();
-    let addr = receiver.listen("127.0.0.1").await?;
-    let pb = Postback::start(&redis, &opts.postback_env()).await?;
-    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
-    let producer = Producer::new(&pb.url)?;
-    let meter = Meter::start(&redis, &pb)?;
+    let rig = Rig::start(opts).await?;
+    let (redis, receiver, addr, pb, producer) = rig.parts();
+    let meter = Meter::start(redis, pb)?;
     let spread = opts.spread.as_millis() as u64;
     let bodies = (0..opts.n)
         .map(|i| json!({"url": format!("http://{addr}/hook"), "body": payment(i), "delay": format!("{}ms", fastrand::u64(0..spread))}))
         .collect();
     let (registered, _) = producer.register_all(bodies, opts.producers).await?;
-    wait_all(&receiver, &registered).await?;
-    check_exactly_once(&receiver, &registered, r, "delayed", run)?;
+    wait_all(receiver, &registered).await?;
+    check_exactly_once(receiver, &registered, r, "delayed", run)?;
     let log = receiver.snapshot();
     let lateness: Vec<f64> = registered
         .iter()
@@ -269,17 +278,13 @@ pub async fn delayed(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
 /// A healthy merchant's latency (registration to arrival) at a steady rate, alone and
 /// then beside a merchant whose endpoint hangs past the timeout.
 pub async fn isolation(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
-    let redis = Redis::start()?;
-    let receiver = Receiver::default();
-    let healthy = receiver.listen("127.0.0.1").await?;
+    let rig = Rig::start(opts).await?;
+    let (_, receiver, healthy, _, producer) = rig.parts();
     let hanging = receiver.listen("127.0.0.2").await?;
-    let pb = Postback::start(&redis, &opts.postback_env()).await?;
-    let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
-    let producer = Producer::new(&pb.url)?;
 
     // Warm up connections and caches, then measure.
-    paced_latencies(&producer, &receiver, healthy, opts).await?;
-    let alone = paced_latencies(&producer, &receiver, healthy, opts).await?;
+    paced_latencies(producer, receiver, healthy, opts).await?;
+    let alone = paced_latencies(producer, receiver, healthy, opts).await?;
     let hang = format!("http://{hanging}/hang?sleep_ms=60000");
     let bodies = (0..opts.hanging)
         .map(|i| json!({"url": hang, "body": payment(i), "timeout": "10s", "schedule": ["1m"]}))
@@ -291,7 +296,7 @@ pub async fn isolation(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Resu
         .iter()
         .filter(|x| log.contains_key(&x.id))
         .count();
-    let beside = paced_latencies(&producer, &receiver, healthy, opts).await?;
+    let beside = paced_latencies(producer, receiver, healthy, opts).await?;
 
     r.add(
         "isolation",
