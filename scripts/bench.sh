@@ -7,7 +7,7 @@
 # bench-results/results.tsv; scripts/bench_summary.py prints medians and the ratios that
 # BENCHMARKS.md reports.
 #
-#   scripts/bench.sh [REPEATS]        (default 3; about 6 minutes per repeat)
+#   scripts/bench.sh [REPEATS]        (default 3; about 3 minutes per repeat, plus the backlog)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeats="${1:-3}"
