@@ -91,15 +91,7 @@ async fn deferrals_and_open_circuits_are_counted_with_bounded_labels() {
     for id in &ids {
         pb.wait_state(id, "delivered", WAIT).await;
     }
-    let text = pb
-        .http
-        .get(pb.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (_, text) = pb.get_text("/metrics").await;
     let v = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
     assert!(v(r#"postback_deferrals_total{reason="rate_limit"}"#) >= 2.0);
     assert_eq!(v("postback_circuits_open"), 1.0);

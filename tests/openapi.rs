@@ -90,19 +90,10 @@ async fn the_document_lists_every_route_and_each_one_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swagger_ui_is_served_from_the_binary() {
     let (_redis, _receiver, pb) = support::start(&[]).await;
-    let resp = pb.http.get(pb.url("/docs/")).send().await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let html = resp.text().await.unwrap();
+    let (status, html) = pb.get_text("/docs/").await;
+    assert_eq!(status, 200);
     assert!(html.contains("swagger-ui"), "{html}");
-    let init = pb
-        .http
-        .get(pb.url("/docs/swagger-initializer.js"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (_, init) = pb.get_text("/docs/swagger-initializer.js").await;
     assert!(init.contains("/openapi.json"), "{init}");
     let bundle = pb
         .http

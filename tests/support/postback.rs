@@ -114,6 +114,13 @@ impl Postback {
         }
     }
 
+    /// `GET path` without a token (health, metrics, documentation): the status and the
+    /// body as text.
+    pub async fn get_text(&self, path: &str) -> (u16, String) {
+        let resp = self.http.get(self.url(path)).send().await.unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    }
+
     /// `GET path` with the test token.
     pub async fn get(&self, path: &str) -> (u16, Value) {
         self.request(reqwest::Method::GET, path, None, &[]).await
