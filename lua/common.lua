@@ -113,10 +113,15 @@ local function trim(key, name, cutoff, max_count, budget)
 end
 
 -- Applies the retention policy given as ARGV[first .. first + 2] (dead max age ms, dead
--- max count, finished max age ms) to both finished indexes. Returns how many it deleted.
-local function apply_retention(now, first, budget)
-  local dead_age, dead_count, done_age =
-    tonumber(ARGV[first]), tonumber(ARGV[first + 1]), tonumber(ARGV[first + 2])
-  return trim(KEYS[3], 'dead', now - dead_age, dead_count, budget)
-    + trim(KEYS[7], 'finished', now - done_age, nil, budget)
+-- max count, finished max age ms) to the dead index when `dead` and to the finished index
+-- when `finished`. Returns how many it deleted.
+local function apply_retention(now, first, budget, dead, finished)
+  local n = 0
+  if dead then
+    n = n + trim(KEYS[3], 'dead', now - tonumber(ARGV[first]), tonumber(ARGV[first + 1]), budget)
+  end
+  if finished then
+    n = n + trim(KEYS[7], 'finished', now - tonumber(ARGV[first + 2]), nil, budget)
+  end
+  return n
 end

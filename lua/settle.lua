@@ -13,9 +13,10 @@
 -- failure of the last attempt, is dead at once.
 -- An attempt whose lease is not the current one (the lease expired and the notification
 -- was claimed again, or it already finished) changes nothing. The batch is read and
--- written with one command per structure, not several per attempt. Then retention: dead
--- letters past their age or beyond their count, and finished notifications past their
--- age, are deleted and counted, a bounded number per call (enough to keep up).
+-- written with one command per structure, not several per attempt. Then retention, in
+-- the indexes the batch added to: dead letters past their age or beyond their count, and
+-- finished notifications past their age, are deleted and counted, a bounded number per
+-- call (enough to keep up; trim.lua sweeps the rest).
 -- Returns {new earliest 0|1, number trimmed, then per attempt 1 if applied, 0 if ignored}.
 local FIRST, WIDTH = 5, 10
 local now = now_ms(true)
@@ -107,5 +108,6 @@ if #w.due > 0 then
     end
   end
 end
-out[2] = apply_retention(now, 2, 2 * #ids + 16)
+-- Retention where this batch added: an index it did not touch cannot have grown.
+out[2] = apply_retention(now, 2, 2 * #ids + 16, #w.dead > 0, #w.done > 0)
 return out

@@ -5,4 +5,4 @@
 -- Deletes dead letters past their age or beyond their count and finished (delivered or
 -- cancelled) notifications past their age, with their records, counting each.
 -- Returns the number deleted; a caller that gets a full budget back calls again.
-return apply_retention(now_ms(false), 1, tonumber(ARGV[4]))
+return apply_retention(now_ms(false), 1, tonumber(ARGV[4]), true, true)

@@ -39,18 +39,19 @@ impl Notification {
     }
 }
 
-/// The stored, immutable part of a notification.
+/// The stored, immutable part of a notification. Empty optional fields are left out of
+/// the stored JSON (every pending notification carries it in Redis).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub url: String,
     pub body: String,
     pub content_type: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<(String, String)>,
     pub timeout_ms: u64,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expect_body: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
     pub rate_key: String,
 }
