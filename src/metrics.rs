@@ -10,7 +10,7 @@ use std::time::Duration;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::domain::Outcome;
+use crate::sender::{AttemptReport, Reach};
 use crate::store::Stats;
 
 /// Hosts named in labels at most; the rest are only counted.
@@ -85,20 +85,20 @@ pub fn accepted() {
     counter!("postback_notifications_accepted_total").increment(1);
 }
 
-/// An attempt that was made (or failed fast), with how long it took when it was sent.
-pub fn attempt(outcome: Outcome, status: Option<u16>, error: Option<&str>, took: Option<Duration>) {
-    let outcome = match (outcome, error) {
-        (Outcome::Failed, Some("circuit_open")) => "circuit_open",
-        (Outcome::Failed, Some(e)) if e.starts_with("blocked_destination") => "blocked",
-        (o, _) => o.as_str(),
+/// An attempt that was made (or failed fast), and how long it took when it was sent.
+pub fn attempt(report: &AttemptReport) {
+    let outcome = match report.reach {
+        Reach::CircuitOpen => "circuit_open",
+        Reach::Blocked => "blocked",
+        Reach::Sent { .. } => report.outcome.as_str(),
     };
-    let class = match status {
+    let class = match report.status {
         Some(s) => ["1xx", "2xx", "3xx", "4xx", "5xx"][(s / 100).clamp(1, 5) as usize - 1],
         None => "none",
     };
     counter!("postback_attempts_total", "outcome" => outcome, "status_class" => class).increment(1);
-    if let Some(took) = took {
-        histogram!(DURATION).record(took.as_secs_f64());
+    if matches!(report.reach, Reach::Sent { .. }) {
+        histogram!(DURATION).record(report.duration_ms as f64 / 1000.0);
     }
 }
 

@@ -294,10 +294,7 @@ fn record_lateness(job: &ClaimedJob) {
 
 /// Logs and counts how an attempt ended.
 fn log_outcome(report: &AttemptReport) {
-    let took = report
-        .healthy
-        .map(|_| Duration::from_millis(report.duration_ms));
-    metrics::attempt(report.outcome, report.status, report.error.as_deref(), took);
+    metrics::attempt(report);
     match report.outcome {
         Outcome::Delivered => {
             tracing::debug!(status = report.status, ms = report.duration_ms, "delivered")

@@ -29,22 +29,35 @@ pub struct AttemptReport {
     pub response: String,
     /// How long the receiver asked to be left alone (429 or 503 with `Retry-After`).
     pub retry_after: Option<Duration>,
-    /// Whether the host answered like a healthy one (for the breaker); `None` when the
-    /// attempt never reached it.
-    pub healthy: Option<bool>,
+    pub reach: Reach,
+}
+
+/// Whether an attempt went out to the host, and if it did, how the host seemed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// A request was sent; not `healthy` after a connection error, a timeout, 429 or 5xx.
+    Sent { healthy: bool },
+    /// Not sent: the host's circuit is open.
+    CircuitOpen,
+    /// Not sent: the SSRF guard refused the destination.
+    Blocked,
 }
 
 impl AttemptReport {
     /// An attempt not made because the host's circuit is open.
     pub fn circuit_open() -> Self {
         Self {
-            healthy: None,
+            reach: Reach::CircuitOpen,
             ..failure(None, "circuit_open".into(), String::new())
         }
     }
 
-    pub fn host_health(&self) -> Option<bool> {
-        self.healthy
+    /// An attempt not made because the SSRF guard refused its destination.
+    fn blocked(why: &Blocked) -> Self {
+        Self {
+            reach: Reach::Blocked,
+            ..failure(None, why.to_string(), String::new())
+        }
     }
 }
 
@@ -93,10 +106,7 @@ impl Sender {
     pub async fn send(&self, id: &JobId, spec: &JobSpec) -> AttemptReport {
         let started = Instant::now();
         if let Some(blocked) = self.blocked_literal(spec) {
-            return AttemptReport {
-                healthy: None,
-                ..failure(None, blocked.to_string(), String::new())
-            };
+            return AttemptReport::blocked(&blocked);
         }
         let timeout = Duration::from_millis(spec.timeout_ms).min(self.max_timeout);
         let result = self
@@ -165,11 +175,11 @@ impl Sender {
 
     async fn judge(&self, mut response: reqwest::Response, spec: &JobSpec) -> AttemptReport {
         let status = response.status();
-        let healthy = Some(!(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error()));
+        let healthy = !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error());
         let retry_after = self.retry_after(&response);
         let report = self.read_and_judge(&mut response, spec).await;
         AttemptReport {
-            healthy,
+            reach: Reach::Sent { healthy },
             retry_after,
             ..report
         }
@@ -255,7 +265,7 @@ fn failure(status: Option<u16>, error: String, response: String) -> AttemptRepor
         duration_ms: 0,
         response,
         retry_after: None,
-        healthy: Some(false),
+        reach: Reach::Sent { healthy: false },
     }
 }
 
@@ -263,10 +273,7 @@ fn failure(status: Option<u16>, error: String, response: String) -> AttemptRepor
 /// error or timeout (it is).
 fn transport_failure(e: &reqwest::Error, timeout: Duration) -> AttemptReport {
     if let Some(blocked) = find_cause::<Blocked>(e) {
-        return AttemptReport {
-            healthy: None,
-            ..failure(None, blocked.to_string(), String::new())
-        };
+        return AttemptReport::blocked(blocked);
     }
     failure(None, describe(e, timeout), String::new())
 }

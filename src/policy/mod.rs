@@ -17,7 +17,7 @@ pub use quota::Quota;
 pub use rate_limit::RateLimits;
 
 use crate::config::{DeliverySettings, Quotas};
-use crate::sender::AttemptReport;
+use crate::sender::{AttemptReport, Reach};
 
 pub struct Policy {
     host_slots: HostSlots,
@@ -84,7 +84,7 @@ impl Policy {
         if let Some(wait) = report.retry_after {
             self.rate_limits.pause(rate_key, wait);
         }
-        if let Some(healthy) = report.host_health() {
+        if let Reach::Sent { healthy } = report.reach {
             if self.breaker.record(host, healthy) {
                 tracing::warn!(%host, "circuit opened: attempts to this host fail fast until a probe succeeds");
             }
