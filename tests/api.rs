@@ -342,7 +342,6 @@ async fn while_redis_is_unresponsive_the_api_answers_503_and_nothing_is_lost() {
 async fn while_redis_is_stopped_the_api_answers_503_and_recovers() {
     let (mut redis, receiver, pb) = support::start(&[]).await;
 
-    let port = redis.port;
     redis.stop();
     let (status, answer) = pb
         .notify(json!({"url": receiver.url("/r"), "body": {}}))
@@ -351,7 +350,7 @@ async fn while_redis_is_stopped_the_api_answers_503_and_recovers() {
         (status, answer["error"]["code"].as_str()),
         (503, Some("store_unavailable"))
     );
-    redis.restart_on(port);
+    redis.restart();
     let back = support::eventually(Duration::from_secs(15), || async {
         pb.notify(json!({"url": receiver.url("/r"), "body": {}}))
             .await

@@ -6,6 +6,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use utoipa::openapi::{self, ContentBuilder, Ref, RefOr, ResponseBuilder};
@@ -136,7 +139,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Unavailable(_) => {
                 crate::metrics::store_error("api");
-                tracing::warn!(error = %e, "store unavailable");
+                log_unavailable(&e);
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "store_unavailable",
@@ -153,6 +156,23 @@ impl From<StoreError> for ApiError {
             }
         }
     }
+}
+
+/// Logs that the API is answering 503 at most once per `UNAVAILABLE_LOG_EVERY`, with how
+/// many requests it refused since the last line, so that an outage under load is a few
+/// lines in the log rather than one per request.
+fn log_unavailable(e: &StoreError) {
+    const UNAVAILABLE_LOG_EVERY: Duration = Duration::from_secs(10);
+    static REFUSED: AtomicU64 = AtomicU64::new(0);
+    static LAST_LOGGED: Mutex<Option<Instant>> = Mutex::new(None);
+    REFUSED.fetch_add(1, Ordering::Relaxed);
+    let mut last = LAST_LOGGED.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_some_and(|at| at.elapsed() < UNAVAILABLE_LOG_EVERY) {
+        return;
+    }
+    *last = Some(Instant::now());
+    let refused = REFUSED.swap(0, Ordering::Relaxed);
+    tracing::warn!(error = %e, refused, "store unavailable: the API answers 503 until it is back");
 }
 
 impl IntoResponse for ApiError {

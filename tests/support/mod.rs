@@ -4,6 +4,7 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code, unused_imports)]
 
+pub mod load;
 pub mod postback;
 pub mod receiver;
 pub mod redis_server;

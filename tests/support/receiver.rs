@@ -79,6 +79,11 @@ impl Receiver {
             .collect()
     }
 
+    /// How many requests arrived for each webhook-id.
+    pub fn per_id(&self) -> HashMap<String, usize> {
+        self.log.lock().unwrap().per_id.clone()
+    }
+
     pub fn count(&self) -> usize {
         self.log.lock().unwrap().requests.len()
     }

@@ -10,9 +10,15 @@ pub struct RedisServer {
     child: Child,
     pub port: u16,
     dir: TempDir,
+    /// The append-only file's fsync policy (`always`, `everysec`), or none.
+    appendfsync: Option<&'static str>,
 }
 
-fn spawn(port: u16, dir: &Path) -> Child {
+fn spawn(port: u16, dir: &Path, appendfsync: Option<&str>) -> Child {
+    let persistence = match appendfsync {
+        Some(policy) => ["--appendonly", "yes", "--appendfsync", policy],
+        None => ["--appendonly", "no", "--appendfsync", "everysec"],
+    };
     Command::new("redis-server")
         .args([
             "--port",
@@ -21,9 +27,8 @@ fn spawn(port: u16, dir: &Path) -> Child {
             "127.0.0.1",
             "--save",
             "",
-            "--appendonly",
-            "no",
         ])
+        .args(persistence)
         .arg("--dir")
         .arg(dir)
         .stdout(Stdio::null())
@@ -35,17 +40,38 @@ fn spawn(port: u16, dir: &Path) -> Child {
 impl RedisServer {
     /// Starts a server with no persistence and waits until it answers PING.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts a server that keeps an append-only file with this fsync policy.
+    pub fn start_persistent(appendfsync: &'static str) -> Self {
+        Self::start_with(Some(appendfsync))
+    }
+
+    fn start_with(appendfsync: Option<&'static str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = super::free_port();
-        let child = spawn(port, dir.path());
-        let server = Self { child, port, dir };
+        let child = spawn(port, dir.path(), appendfsync);
+        let server = Self {
+            child,
+            port,
+            dir,
+            appendfsync,
+        };
         server.wait_ready();
         server
     }
 
-    /// Stops the server (its data is gone: no persistence).
+    /// Kills the server (SIGKILL): what it had not written to disk is gone.
     pub fn stop(&mut self) {
         let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Stops the server the way an operator does (SIGTERM): it flushes its append-only
+    /// file and exits.
+    pub fn shut_down(&mut self) {
+        self.signal("-TERM");
         let _ = self.child.wait();
     }
 
@@ -66,9 +92,9 @@ impl RedisServer {
             .unwrap();
     }
 
-    /// Starts it again on the same port.
-    pub fn restart_on(&mut self, port: u16) {
-        self.child = spawn(port, self.dir.path());
+    /// Starts it again on the same port, from its append-only file if it keeps one.
+    pub fn restart(&mut self) {
+        self.child = spawn(self.port, self.dir.path(), self.appendfsync);
         self.wait_ready();
     }
 

@@ -1,0 +1,95 @@
+//! A steady producer: several tasks registering notifications through `POST /notify`
+//! until stopped, recording every answer and how long it took, so that a test can
+//! break things underneath and then check what was accepted.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::task::JoinSet;
+
+use super::postback::TOKEN;
+
+/// One answer to `POST /notify`.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    /// The error code, when it is an error.
+    pub code: Option<String>,
+    /// The notification's id, when it was accepted.
+    pub id: Option<String>,
+    pub took: Duration,
+    /// When the answer came.
+    pub at: Instant,
+}
+
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    tasks: JoinSet<Vec<Answer>>,
+}
+
+impl Load {
+    /// Starts `tasks` producers against `notify_url`, each pausing `pause` between its
+    /// requests; `body(n)` is the n-th registration's body.
+    pub fn start(
+        notify_url: String,
+        tasks: usize,
+        pause: Duration,
+        body: impl Fn(usize) -> Value + Send + Sync + 'static,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let body = Arc::new(body);
+        let counter = Arc::new(AtomicUsize::new(0));
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let mut set = JoinSet::new();
+        for _ in 0..tasks {
+            let (stop, body, counter) = (stop.clone(), body.clone(), counter.clone());
+            let (client, url) = (client.clone(), notify_url.clone());
+            set.spawn(async move {
+                let mut answers = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let n = counter.fetch_add(1, Ordering::Relaxed);
+                    answers.push(register(&client, &url, &body(n)).await);
+                    tokio::time::sleep(pause).await;
+                }
+                answers
+            });
+        }
+        Self { stop, tasks: set }
+    }
+
+    /// Stops the producers; every answer they got.
+    pub async fn stop(mut self) -> Vec<Answer> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        while let Some(answers) = self.tasks.join_next().await {
+            all.extend(answers.unwrap());
+        }
+        all
+    }
+}
+
+async fn register(client: &reqwest::Client, url: &str, body: &Value) -> Answer {
+    let started = Instant::now();
+    let sent = client.post(url).bearer_auth(TOKEN).json(body).send().await;
+    let (status, answer) = match sent {
+        Ok(r) => (r.status().as_u16(), r.json().await.unwrap_or(Value::Null)),
+        Err(e) => panic!("POST /notify got no answer: {e}"),
+    };
+    Answer {
+        status,
+        code: answer["error"]["code"].as_str().map(str::to_string),
+        id: answer["id"].as_str().map(str::to_string),
+        took: started.elapsed(),
+        at: Instant::now(),
+    }
+}
+
+/// The ids of the accepted registrations.
+pub fn accepted(answers: &[Answer]) -> Vec<String> {
+    answers.iter().filter_map(|a| a.id.clone()).collect()
+}
