@@ -66,7 +66,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         metrics: crate::metrics::install()?,
     };
     let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
-    let app = api::router(state, tokens, s.server.max_body_bytes);
+    let app = api::router(state, tokens, &s.server);
     tracing::info!(addr = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())

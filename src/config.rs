@@ -58,6 +58,8 @@ pub struct ServerSettings {
     pub listen: SocketAddr,
     pub api_tokens: StringList,
     pub max_body_bytes: usize,
+    /// Requests handled at once; those beyond are answered `503 overloaded` at once.
+    pub max_concurrent_requests: usize,
     #[serde(with = "humantime_serde")]
     pub idempotency_ttl: Duration,
 }
@@ -176,6 +178,7 @@ impl Default for ServerSettings {
             listen: "127.0.0.1:8080".parse().expect("valid address"),
             api_tokens: StringList::default(),
             max_body_bytes: 256 * 1024,
+            max_concurrent_requests: 512,
             idempotency_ttl: Duration::from_secs(24 * 3600),
         }
     }
@@ -346,6 +349,11 @@ impl Config {
             s.server.max_body_bytes >= 1024,
             "server.max_body_bytes",
             "must be at least 1024",
+        )?;
+        check(
+            s.server.max_concurrent_requests >= 1,
+            "server.max_concurrent_requests",
+            "must be at least 1",
         )?;
         let redis_url = s
             .store

@@ -58,6 +58,10 @@ fn describe() {
         "postback_deferrals_total",
         "Claimed notifications put back for later, not an attempt, by reason"
     );
+    describe_counter!(
+        "postback_requests_shed_total",
+        "API requests answered 503 overloaded because server.max_concurrent_requests were in progress"
+    );
     describe_gauge!(
         "postback_queue_depth",
         "Notifications per state and shard, read from the store at scrape time"
@@ -109,6 +113,10 @@ pub fn lateness(late: Duration) {
 /// A claimed notification put back for later: `rate_limit` or `host_busy`.
 pub fn deferred(reason: &'static str) {
     counter!("postback_deferrals_total", "reason" => reason).increment(1);
+}
+
+pub fn request_shed() {
+    counter!("postback_requests_shed_total").increment(1);
 }
 
 pub fn store_error(operation: &'static str) {

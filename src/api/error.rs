@@ -2,7 +2,8 @@
 //! answers every protected route can give, for the OpenAPI document.
 
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use std::collections::BTreeMap;
@@ -34,7 +35,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable, for scripts: `invalid_field`, `invalid_json`, `not_found`, `conflict`,
-    /// `unauthorized`, `store_unavailable`, …
+    /// `unauthorized`, `store_unavailable`, `overloaded`, …
     #[schema(example = "invalid_field")]
     pub code: &'static str,
     pub message: String,
@@ -52,7 +53,8 @@ impl IntoResponses for CommonErrors {
             ("401", "No valid `Authorization: Bearer <token>` header"),
             (
                 "503",
-                "The store is unreachable; nothing was changed, try again shortly",
+                "The store is unreachable (`store_unavailable`), or `server.max_concurrent_requests` \
+                 are in progress (`overloaded`); nothing was changed, try again after `Retry-After`",
             ),
         ])
     }
@@ -185,11 +187,12 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status, Json(body)).into_response();
+        let headers = response.headers_mut();
         if self.status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                "www-authenticate",
-                axum::http::HeaderValue::from_static("Bearer"),
-            );
+            headers.insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

@@ -22,12 +22,14 @@ mod dead_letters;
 mod error;
 mod notifications;
 mod notify;
+mod shed;
 mod view;
 
 pub use auth::Tokens;
 pub use error::ApiError;
 pub use notify::NotifyPolicy;
 
+use crate::config::ServerSettings;
 use crate::metrics;
 use crate::policy::Policy;
 use crate::store::{Stats, Store};
@@ -71,9 +73,11 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router {
-    let protected =
-        protected_routes().route_layer(middleware::from_fn_with_state(tokens, auth::require_token));
+pub fn router(state: AppState, tokens: Tokens, limits: &ServerSettings) -> Router {
+    let shed = shed::Limit::new(limits.max_concurrent_requests);
+    let protected = protected_routes()
+        .route_layer(middleware::from_fn_with_state(tokens, auth::require_token))
+        .route_layer(middleware::from_fn_with_state(shed, shed::shed));
     let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(protected)
         .routes(routes!(healthz))
@@ -90,7 +94,7 @@ pub fn router(state: AppState, tokens: Tokens, max_body_bytes: usize) -> Router 
                 "method not allowed on this route",
             )
         })
-        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .with_state(state)
 }
 
