@@ -3,7 +3,8 @@
 //! `RESULT` line per figure, then the median of each figure over the runs.
 //!
 //! `cargo run --release --bin postback-bench -- SCENARIO [--runs 3] [--n 20000]`
-//! Scenarios: `burst`, `retry`, `delayed`, `isolation`, `backlog`, `idle`, `all`.
+//! Scenarios: `burst`, `retry`, `delayed`, `isolation`, `backlog`, `idle`, `overload`,
+//! `all`.
 
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ enum Scenario {
     Isolation,
     Backlog,
     Idle,
+    Overload,
     All,
 }
 
@@ -64,6 +66,12 @@ pub struct Opts {
     /// backlog: the numbers of notifications pending far in the future.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub backlog: Vec<usize>,
+    /// overload: registrations to have accepted (all pending, due in an hour).
+    #[arg(long, default_value_t = 100_000)]
+    pub pending: usize,
+    /// overload: requests in flight at once, beyond `server.max_concurrent_requests`.
+    #[arg(long, default_value_t = 1_024)]
+    pub flood: usize,
 }
 
 impl Opts {
@@ -95,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
             Scenario::Isolation,
             Scenario::Backlog,
             Scenario::Idle,
+            Scenario::Overload,
         ] {
             if opts.scenario != scenario && opts.scenario != Scenario::All {
                 continue;
@@ -107,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
                 Scenario::Isolation => scenarios::isolation(&opts, r, run).await?,
                 Scenario::Backlog => scenarios::backlog(&opts, r, run).await?,
                 Scenario::Idle => scenarios::idle(&opts, r, run).await?,
+                Scenario::Overload => scenarios::overload(&opts, r, run).await?,
                 Scenario::All => unreachable!("expanded above"),
             }
         }

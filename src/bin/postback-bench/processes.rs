@@ -47,10 +47,19 @@ fn clock_ticks() -> f64 {
 
 /// The peak resident set of a process, in MiB.
 pub fn peak_rss_mib(pid: u32) -> f64 {
+    memory_mib(pid, "VmHWM:")
+}
+
+/// The resident set of a process now, in MiB.
+pub fn rss_mib(pid: u32) -> f64 {
+    memory_mib(pid, "VmRSS:")
+}
+
+fn memory_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }

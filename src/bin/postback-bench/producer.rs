@@ -35,6 +35,18 @@ impl Producer {
         })
     }
 
+    /// Posts one registration; only the answer's status.
+    pub async fn status_of(&self, body: &Value) -> anyhow::Result<u16> {
+        let response = self
+            .client
+            .post(&self.url)
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await?;
+        Ok(response.status().as_u16())
+    }
+
     pub async fn register(&self, body: &Value) -> anyhow::Result<Registered> {
         let sent = SystemTime::now();
         let response = self

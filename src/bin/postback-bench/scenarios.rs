@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::processes::{cpu_seconds, peak_rss_mib, Postback, Redis, WatchGuard};
+use crate::processes::{cpu_seconds, peak_rss_mib, rss_mib, Postback, Redis, WatchGuard};
 use crate::producer::{Producer, Registered};
 use crate::receiver::Receiver;
 use crate::report::{percentile, Results};
@@ -490,5 +490,67 @@ pub async fn idle(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()
         "cmd/s",
     );
     drop(pb);
+    Ok(())
+}
+
+/// A producer pushing as hard as `--flood` requests in flight allow until `--pending`
+/// registrations (due in an hour) are accepted: the accept rate, the share shed with
+/// `503 overloaded`, and postback's memory before, at its peak while accepting, and
+/// after, holding nothing but with all of them pending in Redis.
+pub async fn overload(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    let rig = Rig::start(opts).await?;
+    let (_, _, addr, pb, producer) = rig.parts();
+    let rss_before = rss_mib(pb.pid());
+    let (accepted, shed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let started = SystemTime::now();
+    let flood = (0..opts.flood).map(|task| {
+        let (accepted, shed) = (&accepted, &shed);
+        async move {
+            let body =
+                json!({"url": format!("http://{addr}/hook"), "body": payment(task), "delay": "1h"});
+            while accepted.load(Relaxed) < opts.pending {
+                match producer.status_of(&body).await? {
+                    202 => accepted.fetch_add(1, Relaxed),
+                    503 => shed.fetch_add(1, Relaxed),
+                    other => bail!("POST /notify answered {other}"),
+                };
+            }
+            anyhow::Ok(())
+        }
+    });
+    futures_util::future::try_join_all(flood).await?;
+    let took = started.elapsed()?.as_secs_f64();
+    let (accepted, shed) = (accepted.into_inner(), shed.into_inner());
+    r.add(
+        "overload",
+        run,
+        "accepted_per_second",
+        accepted as f64 / took,
+        "req/s",
+    );
+    r.add(
+        "overload",
+        run,
+        "shed_share",
+        shed as f64 / (accepted + shed) as f64,
+        "ratio",
+    );
+    r.add("overload", run, "postback_rss_before", rss_before, "MiB");
+    r.add(
+        "overload",
+        run,
+        "postback_peak_rss",
+        peak_rss_mib(pb.pid()),
+        "MiB",
+    );
+    r.add(
+        "overload",
+        run,
+        "postback_rss_with_all_pending",
+        rss_mib(pb.pid()),
+        "MiB",
+    );
     Ok(())
 }
