@@ -20,9 +20,9 @@ use utoipa_swagger_ui::SwaggerUi;
 mod auth;
 mod dead_letters;
 mod error;
+mod limits;
 mod notifications;
 mod notify;
-mod shed;
 mod view;
 
 pub use auth::Tokens;
@@ -73,11 +73,11 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-pub fn router(state: AppState, tokens: Tokens, limits: &ServerSettings) -> Router {
-    let shed = shed::Limit::new(limits.max_concurrent_requests);
+pub fn router(state: AppState, tokens: Tokens, server: &ServerSettings) -> Router {
+    let shed = limits::Limit::new(server.max_concurrent_requests);
     let protected = protected_routes()
         .route_layer(middleware::from_fn_with_state(tokens, auth::require_token))
-        .route_layer(middleware::from_fn_with_state(shed, shed::shed));
+        .route_layer(middleware::from_fn_with_state(shed, limits::shed));
     let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(protected)
         .routes(routes!(healthz))
@@ -94,7 +94,8 @@ pub fn router(state: AppState, tokens: Tokens, limits: &ServerSettings) -> Route
                 "method not allowed on this route",
             )
         })
-        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(DefaultBodyLimit::max(server.max_body_bytes))
+        .layer(middleware::from_fn(limits::limit_headers))
         .with_state(state)
 }
 

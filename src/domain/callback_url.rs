@@ -30,6 +30,11 @@ impl CallbackUrl {
         if raw.len() > MAX_LEN {
             return Err(fail(&format!("must be at most {MAX_LEN} characters")));
         }
+        // The URL parser would quietly percent-encode or drop these; a callback that
+        // contains them is a producer's bug, not an address.
+        if raw.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(fail("must not contain spaces or control characters"));
+        }
         let url = Url::parse(raw).map_err(|e| fail(&format!("not a valid URL ({e})")))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(fail("scheme must be http or https"));
@@ -90,6 +95,10 @@ mod tests {
             "",
             "http://",
             "mailto:a@b.c",
+            "http://e.com/a\u{0}",
+            " http://e.com/",
+            "http://e.com/a b",
+            "http://e.com/\ttab",
         ] {
             let err = CallbackUrl::parse(bad, Destinations::Any).unwrap_err();
             assert_eq!(err.field, "url", "{bad}");

@@ -2,7 +2,7 @@
 //! values must be valid HTTP; hop-by-hop headers and the headers postback sets itself
 //! (signature, id, timestamp, user agent) are refused.
 
-use http::{HeaderName, HeaderValue};
+use http::HeaderName;
 
 use super::FieldError;
 
@@ -51,7 +51,7 @@ impl ExtraHeaders {
                     "this header is set by postback or is hop-by-hop",
                 ));
             }
-            if value.len() > MAX_VALUE_LEN || HeaderValue::from_str(&value).is_err() {
+            if value.len() > MAX_VALUE_LEN || !visible_ascii(&value) {
                 return Err(FieldError::new(
                     field(),
                     format!("value must be visible ASCII, at most {MAX_VALUE_LEN} bytes"),
@@ -65,6 +65,14 @@ impl ExtraHeaders {
     pub fn pairs(&self) -> &[(String, String)] {
         &self.0
     }
+}
+
+/// Visible ASCII, spaces and tabs: what every receiver reads the same way. (HTTP also
+/// lets bytes above 0x7f through, which receivers decode differently.)
+fn visible_ascii(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
 #[cfg(test)]
@@ -89,6 +97,7 @@ mod tests {
             ("Host", "a"),
             ("bad name", "x"),
             ("x-a", "line\nbreak"),
+            ("x-a", "caf\u{e9}"),
         ] {
             let err = one(n, v).unwrap_err();
             assert!(err.field.starts_with("headers."), "{n}");
