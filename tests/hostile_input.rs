@@ -109,7 +109,7 @@ proptest! {
         let _ = s.parse::<JobId>();
         let _ = Cursor::decode(&s);
         let id = JobId::new(shard);
-        prop_assert_eq!(id.to_string().parse::<JobId>().ok(), Some(id.clone()));
+        prop_assert_eq!(id.to_string().parse::<JobId>().ok(), Some(id));
         let cursor = Cursor { at, id };
         prop_assert_eq!(Cursor::decode(&cursor.encode()), Some(cursor));
     }
@@ -120,12 +120,15 @@ proptest! {
     }
 }
 
+/// What is tried, the body, and extra headers.
+type Case = (&'static str, Vec<u8>, Vec<(&'static str, Vec<u8>)>);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deep_or_broken_input_at_the_http_edge_gets_a_4xx_and_stores_nothing() {
     let (redis, receiver, pb) = support::start(&[]).await;
     let url = receiver.url("/r");
     let deep = format!("{}1{}", "[".repeat(10_000), "]".repeat(10_000));
-    let cases: Vec<(&str, Vec<u8>, Vec<(&str, Vec<u8>)>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "body nested 10,000 deep",
             format!(r#"{{"url":"{url}","body":{deep}}}"#).into_bytes(),
