@@ -14,7 +14,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
-use super::notify::{bounded_duration, parse_json, schedule, NotifyPolicy};
+use super::notify::{bounded_duration, parse_json, schedule, schedule_schema, NotifyPolicy};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
 use crate::domain::{CallbackUrl, FieldError, JobId, Schedule};
@@ -29,6 +29,7 @@ const MAX_LIMIT: usize = 500;
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Items per page, 1 to 500; default 50.
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<usize>,
     /// `next_cursor` of the previous page.
     cursor: Option<String>,
@@ -37,8 +38,10 @@ pub struct ListQuery {
     /// Only callbacks to this host.
     host: Option<String>,
     /// Dead-lettered at or after this RFC 3339 time.
+    #[param(format = DateTime)]
     since: Option<String>,
     /// Dead-lettered at or before this RFC 3339 time.
+    #[param(format = DateTime)]
     until: Option<String>,
 }
 
@@ -92,7 +95,7 @@ pub struct ReplayRequest {
     /// A new callback URL.
     url: Option<String>,
     /// A new schedule: a list of durations or a configured schedule's name.
-    #[schema(required = false, value_type = Object, example = json!(["1m", "10m"]))]
+    #[schema(required = false, schema_with = schedule_schema)]
     schedule: Option<Value>,
     /// Before the first new attempt; default `0s`.
     delay: Option<String>,
@@ -126,7 +129,7 @@ pub async fn show(
     path = "/dead-letters/{id}/replay",
     tag = "dead letters",
     params(("id" = String, Path, description = "The notification id")),
-    request_body(content = Option<ReplayRequest>, description = "What to change; may be empty"),
+    request_body(content = Option<ReplayRequest>, description = "What to change; may be empty or `null`"),
     responses(
         (status = 200, body = Replayed),
         (status = 404, description = "No such dead letter", body = ErrorBody),
@@ -141,7 +144,7 @@ pub async fn replay(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Replayed>, ApiError> {
     let body = body?;
-    let request: ReplayRequest = if body.iter().all(u8::is_ascii_whitespace) {
+    let request: ReplayRequest = if body.trim_ascii().is_empty() || body.trim_ascii() == b"null" {
         ReplayRequest::default()
     } else {
         parse_json(&body)?
@@ -212,14 +215,16 @@ pub struct BulkRequest {
     /// Only callbacks to this host.
     host: Option<String>,
     /// Dead-lettered at or after this RFC 3339 time.
+    #[schema(format = DateTime)]
     since: Option<String>,
     /// Dead-lettered at or before this RFC 3339 time.
+    #[schema(format = DateTime)]
     until: Option<String>,
     /// Required, as `true`, to act on every dead letter when no filter is given.
     #[serde(default)]
     all: bool,
     /// Replay only: a new schedule, a list of durations or a configured schedule's name.
-    #[schema(required = false, value_type = Object, example = json!(["1m", "10m"]))]
+    #[schema(required = false, schema_with = schedule_schema)]
     schedule: Option<Value>,
     /// Replay only: before the first new attempt; default `0s`.
     delay: Option<String>,

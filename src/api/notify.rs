@@ -10,7 +10,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
+use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
@@ -18,7 +19,7 @@ use super::view::Registered;
 use super::AppState;
 use crate::domain::{
     parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, JobId, Notification,
-    Payload, Schedule,
+    Payload, Schedule, MAX_TIERS,
 };
 use crate::store::Idempotency;
 
@@ -41,7 +42,7 @@ pub struct NotifyRequest {
     headers: Option<BTreeMap<String, String>>,
     /// Intervals between attempts (`["15s", "3m"]`, each 100ms to 7 days, at most 50) or
     /// the name of a configured schedule; default `default`.
-    #[schema(required = false, value_type = Object, example = json!(["15s", "3m", "10m"]))]
+    #[schema(required = false, schema_with = schedule_schema)]
     schedule: Option<Value>,
     /// Before the first attempt; default `0s`.
     #[schema(example = "0s")]
@@ -250,6 +251,25 @@ fn validate(
         topic,
         rate_key,
     })
+}
+
+/// The document's schema of a `schedule` field: a list of durations, or the name of a
+/// configured schedule.
+pub(super) fn schedule_schema() -> Schema {
+    let intervals = ArrayBuilder::new()
+        .items(ObjectBuilder::new().schema_type(Type::String))
+        .max_items(Some(MAX_TIERS))
+        .examples([json!(["15s", "3m", "10m"])]);
+    OneOfBuilder::new()
+        .item(intervals)
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .examples(["default"]),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .build()
+        .into()
 }
 
 pub(super) fn schedule(

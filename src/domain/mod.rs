@@ -18,4 +18,4 @@ pub use headers::ExtraHeaders;
 pub use job_id::JobId;
 pub use notification::{JobSpec, Notification};
 pub use payload::Payload;
-pub use schedule::{parse_duration, Schedule};
+pub use schedule::{parse_duration, Schedule, MAX_TIERS};
