@@ -5,11 +5,10 @@
 
 mod support;
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::load::{accepted, Answer, Load};
+use support::load::{accepted, Answer, Load, On503};
 use support::{Postback, Receiver, RedisServer};
 
 /// Starts a steady producer (8 tasks) registering notifications due at once.
@@ -19,6 +18,7 @@ fn load(pb: &Postback, receiver: &Receiver) -> Load {
         pb.url("/notify"),
         8,
         Duration::from_millis(20),
+        On503::GiveUp,
         move |n| json!({"url": url, "body": {"n": n}, "schedule": ["100ms", "200ms"]}),
     )
 }
@@ -43,8 +43,6 @@ async fn all_delivered(pb: &Postback, receiver: &Receiver, answers: &[Answer]) -
         pb.get("/stats").await.1,
         pb.logs()
     );
-    let unique: HashSet<_> = ids.iter().collect();
-    assert_eq!(unique.len(), ids.len(), "every id is new");
     seen.values().filter(|n| **n > 1).count()
 }
 

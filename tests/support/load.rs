@@ -1,6 +1,9 @@
 //! A steady producer: several tasks registering notifications through `POST /notify`
 //! until stopped, recording every answer and how long it took, so that a test can
-//! break things underneath and then check what was accepted.
+//! break things underneath and then check what was accepted. A careful producer sends
+//! each registration with its own `Idempotency-Key` and retries a `503` with the same
+//! key until it is accepted, as the README advises: a registration whose answer was
+//! lost is then neither lost nor stored twice.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -29,6 +32,15 @@ pub struct Load {
     tasks: JoinSet<Vec<Answer>>,
 }
 
+/// How a producer treats a `503`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum On503 {
+    /// Records it and moves on.
+    GiveUp,
+    /// Tries again with the same `Idempotency-Key` until it is accepted.
+    Retry,
+}
+
 impl Load {
     /// Starts `tasks` producers against `notify_url`, each pausing `pause` between its
     /// requests; `body(n)` is the n-th registration's body.
@@ -36,6 +48,7 @@ impl Load {
         notify_url: String,
         tasks: usize,
         pause: Duration,
+        on_503: On503,
         body: impl Fn(usize) -> Value + Send + Sync + 'static,
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
@@ -53,7 +66,8 @@ impl Load {
                 let mut answers = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let n = counter.fetch_add(1, Ordering::Relaxed);
-                    answers.push(register(&client, &url, &body(n)).await);
+                    let key = format!("load-{n}");
+                    answers.extend(register(&client, &url, &body(n), &key, on_503).await);
                     tokio::time::sleep(pause).await;
                 }
                 answers
@@ -73,9 +87,31 @@ impl Load {
     }
 }
 
-async fn register(client: &reqwest::Client, url: &str, body: &Value) -> Answer {
+/// Registers `body` under `key`; every answer, the last one the registration's outcome.
+pub async fn register(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    key: &str,
+    on_503: On503,
+) -> Vec<Answer> {
+    let mut answers = vec![register_once(client, url, body, key).await];
+    while on_503 == On503::Retry && answers.last().unwrap().status == 503 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        answers.push(register_once(client, url, body, key).await);
+    }
+    answers
+}
+
+async fn register_once(client: &reqwest::Client, url: &str, body: &Value, key: &str) -> Answer {
     let started = Instant::now();
-    let sent = client.post(url).bearer_auth(TOKEN).json(body).send().await;
+    let sent = client
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("idempotency-key", key)
+        .json(body)
+        .send()
+        .await;
     let (status, answer) = match sent {
         Ok(r) => (r.status().as_u16(), r.json().await.unwrap_or(Value::Null)),
         Err(e) => panic!("POST /notify got no answer: {e}"),
@@ -89,7 +125,8 @@ async fn register(client: &reqwest::Client, url: &str, body: &Value) -> Answer {
     }
 }
 
-/// The ids of the accepted registrations.
+/// The ids of the accepted registrations, each once.
 pub fn accepted(answers: &[Answer]) -> Vec<String> {
-    answers.iter().filter_map(|a| a.id.clone()).collect()
+    let ids: std::collections::BTreeSet<_> = answers.iter().filter_map(|a| a.id.clone()).collect();
+    ids.into_iter().collect()
 }

@@ -1,8 +1,9 @@
 //! A real HTTP receiver that records every request and answers as the query string of
 //! the callback URL says:
 //! `fail=N` answers `status` (default 500) to the first N requests of each webhook-id,
-//! with a `Retry-After: V` header when `retry_after=V`; `reply=TEXT` is the body of a
-//! success; `redirect=1` always answers 302; `sleep_ms=N` waits before answering.
+//! with a `Retry-After: V` header when `retry_after=V`; `flaky=P` answers 500 to a random
+//! P% of requests; `reply=TEXT` is the body of a success; `redirect=1` always answers
+//! 302; `sleep_ms=N` waits before answering.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -122,6 +123,10 @@ async fn answer(
         return (StatusCode::FOUND, [("location", "/elsewhere")], "moved").into_response();
     }
     let fail: usize = q.get("fail").map_or(0, |f| f.parse().unwrap());
+    let flaky: u8 = q.get("flaky").map_or(0, |p| p.parse().unwrap());
+    if fastrand::u8(0..100) < flaky {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "flaky").into_response();
+    }
     if nth <= fail {
         let status = StatusCode::from_u16(q.get("status").map_or(500, |s| s.parse().unwrap()));
         let mut response = (status.unwrap(), "failure").into_response();

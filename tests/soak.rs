@@ -1,0 +1,184 @@
+//! The ledger. Mixed traffic for `POSTBACK_SOAK_SECONDS` (60 by default; `scripts/soak.sh`
+//! runs it for longer) from a steady producer and producers that cancel, against two
+//! hosts whose receivers fail at random and one that always fails, on two instances
+//! sharing one Redis. One instance is restarted a third of the way in and Redis two
+//! thirds of the way in. At the end the books must balance exactly: every accepted
+//! notification is delivered, dead, cancelled or still pending, `/stats` counts no more
+//! and no fewer, and each one's recorded attempts are exactly the requests its
+//! receiver saw.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::load::{accepted, register, Load, On503};
+use support::{Postback, Receiver, RedisServer};
+
+const SETTINGS: &[(&str, &str)] = &[
+    ("POSTBACK_DELIVERY_TIMEOUT", "2s"),
+    ("POSTBACK_DELIVERY_MAX_TIMEOUT", "2s"),
+    ("POSTBACK_SCHEDULES_QUICK", "100ms,200ms,300ms"),
+];
+
+fn soak_time() -> Duration {
+    let seconds = std::env::var("POSTBACK_SOAK_SECONDS").map_or(60, |s| s.parse().unwrap());
+    Duration::from_secs(seconds)
+}
+
+/// The n-th registration of the steady producer: mostly to flaky hosts, some to one
+/// that always fails, some due a little later.
+fn mixed(n: usize, flaky: &str, other_host: &str, failing: &str) -> Value {
+    let schedule = json!(["100ms", "200ms", "300ms"]);
+    match n % 10 {
+        0..=5 => json!({"url": flaky, "body": {"n": n}, "schedule": schedule, "topic": "flaky"}),
+        6 | 7 => {
+            json!({"url": other_host, "body": {"n": n}, "schedule": schedule, "delay": "500ms"})
+        }
+        8 => json!({"url": failing, "body": {"n": n}, "schedule": schedule, "topic": "failing"}),
+        _ => {
+            json!({"url": flaky, "body": format!("text {n}"), "schedule": "quick", "delay": "1s"})
+        }
+    }
+}
+
+/// Registers notifications due in a second and cancels every other one at a random
+/// moment before or around its due time; the ids it registered.
+async fn cancelling_producer(
+    api: String,
+    target: String,
+    stop: Arc<AtomicBool>,
+    name: usize,
+) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let token = support::postback::TOKEN;
+    let mut ids = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let body = json!({"url": target, "body": {}, "delay": "1s", "schedule": ["100ms"]});
+        let key = format!("cancel-{name}-{}", ids.len());
+        let answers = register(&client, &format!("{api}/notify"), &body, &key, On503::Retry).await;
+        let id = answers.last().unwrap().id.clone().expect("accepted");
+        if ids.len() % 2 == 0 {
+            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..1_500))).await;
+            let _ = client
+                .delete(format!("{api}/notifications/{id}"))
+                .bearer_auth(token)
+                .send()
+                .await;
+        }
+        ids.push(id);
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_balances_after_restarts_of_an_instance_and_of_redis() {
+    let soak = soak_time();
+    let mut redis = RedisServer::start_persistent("everysec");
+    let near = Receiver::start().await;
+    let far = Receiver::start_on("127.0.0.2").await;
+    let mut restarted = Postback::start(&redis, SETTINGS).await;
+    let steady = Postback::start(&redis, SETTINGS).await;
+
+    let (flaky, other_host, failing) = (
+        near.url("/flaky?flaky=30"),
+        far.url("/flaky?flaky=30"),
+        near.url("/down?fail=1000"),
+    );
+    let producer = Load::start(
+        steady.url("/notify"),
+        2,
+        Duration::from_millis(20),
+        On503::Retry,
+        move |n| mixed(n, &flaky, &other_host, &failing),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let cancellers: Vec<_> = (0..4)
+        .map(|name| {
+            tokio::spawn(cancelling_producer(
+                steady.url(""),
+                near.url("/cancellable"),
+                stop.clone(),
+                name,
+            ))
+        })
+        .collect();
+
+    let started = Instant::now();
+    tokio::time::sleep(soak / 3).await;
+    assert_eq!(restarted.terminate().code(), Some(0));
+    let _restarted_again = Postback::start(&redis, SETTINGS).await;
+    tokio::time::sleep((soak * 2 / 3).saturating_sub(started.elapsed())).await;
+    redis.shut_down();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    redis.restart();
+    tokio::time::sleep(soak.saturating_sub(started.elapsed())).await;
+    stop.store(true, Ordering::Relaxed);
+    let answers = producer.stop().await;
+    let mut ids = accepted(&answers);
+    for canceller in cancellers {
+        ids.extend(canceller.await.unwrap());
+    }
+
+    let settled = support::eventually(Duration::from_secs(60), || async {
+        let (_, stats) = steady.get("/stats").await;
+        stats["scheduled"] == 0 && stats["in_flight"] == 0
+    })
+    .await;
+    assert!(
+        settled,
+        "the queue drains: {}",
+        steady.get("/stats").await.1
+    );
+
+    let mut seen = near.per_id();
+    for (id, n) in far.per_id() {
+        *seen.entry(id).or_default() += n;
+    }
+    let mut by_state: HashMap<String, usize> = HashMap::new();
+    let mut mismatched = Vec::new();
+    for id in &ids {
+        let n = steady.notification(id).await;
+        let state = n["state"].as_str().unwrap().to_string();
+        let attempts = n["attempts"].as_u64().unwrap() as usize;
+        let received = seen.get(id).copied().unwrap_or(0);
+        if attempts != received || (state == "dead" && attempts != 4) {
+            mismatched.push(format!(
+                "{id}: {state}, {attempts} attempts, receiver saw {received}"
+            ));
+        }
+        *by_state.entry(state).or_default() += 1;
+    }
+    let count = |s: &str| by_state.get(s).copied().unwrap_or(0);
+    let (delivered, dead, cancelled) = (count("delivered"), count("dead"), count("cancelled"));
+    let pending = count("scheduled") + count("in_flight");
+    let (_, stats) = steady.get("/stats").await;
+    let retried = answers.iter().filter(|a| a.status != 202).count();
+    eprintln!(
+        "soak of {soak:?}: {} accepted ({retried} answers 503 while Redis restarted, retried) = {delivered} delivered + {dead} dead + {cancelled} cancelled + {pending} pending; {} requests received; stats {stats}",
+        ids.len(),
+        seen.values().sum::<usize>()
+    );
+    assert_eq!(
+        ids.len(),
+        delivered + dead + cancelled + pending,
+        "{by_state:?}"
+    );
+    assert_eq!(
+        stats["finished"].as_u64().unwrap() + stats["dead"].as_u64().unwrap(),
+        (delivered + cancelled + dead) as u64,
+        "the store holds no notification the API did not accept"
+    );
+    assert!(
+        mismatched.is_empty(),
+        "attempts differ from what the receivers saw:\n{}",
+        mismatched.join("\n")
+    );
+    assert!(
+        delivered > 0 && dead > 0 && cancelled > 0,
+        "the mix reached every end state"
+    );
+}
