@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, NotifyPolicy, Tokens};
-use crate::config::Config;
+use crate::config::{Config, RedisTarget};
 use crate::domain::Destinations;
 use crate::policy::Policy;
 use crate::retention;
@@ -19,9 +19,17 @@ use crate::store::{RedisStore, Store};
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let s = &config.settings;
-    let store: Arc<dyn Store> =
-        Arc::new(RedisStore::connect(&config.redis_url, &s.store, &s.retention).await?);
-    tracing::info!(store = "redis", url = %redacted(&config.redis_url), shards = s.store.shards, "store connected");
+    let store = RedisStore::connect(&config.redis, config.shards, &s.store, &s.retention).await?;
+    let store: Arc<dyn Store> = Arc::new(store);
+    match &config.redis {
+        RedisTarget::Standalone(url) => {
+            tracing::info!(store = "redis", url = %redacted(url), shards = config.shards, "store connected")
+        }
+        RedisTarget::Cluster(seeds) => {
+            let seeds: Vec<String> = seeds.iter().map(|url| redacted(url)).collect();
+            tracing::info!(store = "redis cluster", seeds = %seeds.join(","), shards = config.shards, "store connected")
+        }
+    }
     let listener = tokio::net::TcpListener::bind(s.server.listen)
         .await
         .with_context(|| {

@@ -68,9 +68,13 @@ pub struct ServerSettings {
 #[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
     pub redis_url: Option<String>,
+    /// Seed nodes of a Redis Cluster; set means cluster mode (instead of `redis_url`).
+    pub cluster_urls: StringList,
     /// Start even when Redis's `maxmemory-policy` may evict keys (notifications can be lost).
     pub allow_eviction: bool,
-    pub shards: u16,
+    /// Hash-tagged shards; unset means 1 on a standalone Redis, `CLUSTER_SHARDS` on a
+    /// cluster.
+    pub shards: Option<u16>,
     pub key_prefix: String,
     #[serde(with = "humantime_serde")]
     pub connect_wait: Duration,
@@ -188,8 +192,9 @@ impl Default for StoreSettings {
     fn default() -> Self {
         Self {
             redis_url: None,
+            cluster_urls: StringList::default(),
             allow_eviction: false,
-            shards: 1,
+            shards: None,
             key_prefix: "postback".into(),
             connect_wait: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(2),
@@ -254,11 +259,25 @@ fn default_schedules() -> BTreeMap<String, StringList> {
     ])
 }
 
+/// Shards on a cluster when `store.shards` is unset: enough that a few primaries each
+/// hold some, few enough that claiming every one stays cheap.
+pub const CLUSTER_SHARDS: u16 = 12;
+
+/// Where the notifications are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    Standalone(String),
+    /// The seed nodes of a Redis Cluster.
+    Cluster(Vec<String>),
+}
+
 /// Validated configuration, ready to run with.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub settings: Settings,
-    pub redis_url: String,
+    pub redis: RedisTarget,
+    /// Hash-tagged shards.
+    pub shards: u16,
     pub schedules: BTreeMap<String, Schedule>,
     pub secrets: Vec<Secret>,
     /// Signing secrets per `rate_key`.
@@ -298,7 +317,6 @@ impl Config {
         if s.server.api_tokens.is_empty() && !insecure_no_auth {
             bail!("server.api_tokens (POSTBACK_SERVER_API_TOKENS): no API token configured; set one, or start with --insecure-no-auth");
         }
-        check(s.store.shards >= 1, "store.shards", "must be at least 1")?;
         check(
             !s.store.key_prefix.is_empty() && !s.store.key_prefix.contains(['{', '}']),
             "store.key_prefix",
@@ -355,14 +373,13 @@ impl Config {
             "server.max_concurrent_requests",
             "must be at least 1",
         )?;
-        let redis_url = s
-            .store
-            .redis_url
-            .clone()
-            .unwrap_or_else(|| DEFAULT_REDIS_URL.into());
-        redis::IntoConnectionInfo::into_connection_info(redis_url.as_str()).with_context(|| {
-            format!("store.redis_url (POSTBACK_STORE_REDIS_URL): `{redis_url}` is not a Redis URL")
-        })?;
+        let redis = redis_target(&s.store)?;
+        let shards = match (s.store.shards, &redis) {
+            (Some(n), _) => n,
+            (None, RedisTarget::Standalone(_)) => 1,
+            (None, RedisTarget::Cluster(_)) => CLUSTER_SHARDS,
+        };
+        check(shards >= 1, "store.shards", "must be at least 1")?;
         let schedules = parse_schedules(&s.schedules)?;
         let secrets = parse_secrets(&s.signing.secrets, "signing.secrets")?;
         let key_secrets = s
@@ -379,7 +396,8 @@ impl Config {
         })?;
         Ok(Self {
             settings,
-            redis_url,
+            redis,
+            shards,
             schedules,
             secrets,
             key_secrets,
@@ -387,6 +405,33 @@ impl Config {
             jitter_percent,
         })
     }
+}
+
+/// The standalone URL or the cluster's seed nodes, each checked to be a Redis URL.
+fn redis_target(store: &StoreSettings) -> anyhow::Result<RedisTarget> {
+    let is_url = |url: &str, key: &str| {
+        redis::IntoConnectionInfo::into_connection_info(url)
+            .map(drop)
+            .with_context(|| format!("{key}: `{url}` is not a Redis URL"))
+    };
+    if store.cluster_urls.is_empty() {
+        let url = store
+            .redis_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_REDIS_URL.into());
+        is_url(&url, "store.redis_url (POSTBACK_STORE_REDIS_URL)")?;
+        return Ok(RedisTarget::Standalone(url));
+    }
+    if store.redis_url.is_some() {
+        bail!(
+            "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS): set it or store.redis_url, not both"
+        );
+    }
+    let seeds: Vec<String> = store.cluster_urls.iter().cloned().collect();
+    for url in &seeds {
+        is_url(url, "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS)")?;
+    }
+    Ok(RedisTarget::Cluster(seeds))
 }
 
 fn env_provider() -> Env {
@@ -491,7 +536,27 @@ mod tests {
         let c = Config::validate(with_token(), false).unwrap();
         assert_eq!(c.schedules["default"].max_attempts(), 10);
         assert_eq!(c.schedules["wechatpay"].max_attempts(), 16);
-        assert_eq!(c.redis_url, DEFAULT_REDIS_URL);
+        assert_eq!(c.redis, RedisTarget::Standalone(DEFAULT_REDIS_URL.into()));
+        assert_eq!(c.shards, 1);
+    }
+
+    #[test]
+    fn cluster_seeds_mean_cluster_mode_with_more_shards() {
+        let mut s = with_token();
+        s.store.cluster_urls = StringList::from_csv("redis://a:7000, redis://b:7001");
+        let c = Config::validate(s.clone(), false).unwrap();
+        let seeds = vec!["redis://a:7000".to_string(), "redis://b:7001".to_string()];
+        assert_eq!(c.redis, RedisTarget::Cluster(seeds));
+        assert_eq!(c.shards, CLUSTER_SHARDS);
+        s.store.shards = Some(3);
+        assert_eq!(Config::validate(s.clone(), false).unwrap().shards, 3);
+        s.store.redis_url = Some("redis://c:6379".into());
+        let err = Config::validate(s.clone(), false).unwrap_err().to_string();
+        assert!(err.starts_with("store.cluster_urls"), "{err}");
+        s.store.redis_url = None;
+        s.store.cluster_urls = StringList::from_csv("redis://a:7000,nonsense");
+        let err = Config::validate(s, false).unwrap_err().to_string();
+        assert!(err.contains("`nonsense` is not a Redis URL"), "{err}");
     }
 
     #[test]

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use postback::config::{RetentionSettings, StoreSettings};
+use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
 use postback::domain::{
     CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Outcome, Payload, Schedule,
 };
@@ -32,7 +32,8 @@ fn notification() -> Notification {
 async fn one_registered() -> (RedisServer, RedisStore, Notification) {
     let redis = RedisServer::start();
     let store = RedisStore::connect(
-        &redis.url(),
+        &RedisTarget::Standalone(redis.url()),
+        1,
         &StoreSettings::default(),
         &RetentionSettings::default(),
     )

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -21,13 +20,15 @@ use super::{
     JobStatus, JobView, Settled, Settlement, StateCounts, Stats, Store, StoreError, StoreResult,
     Trimmed,
 };
-use crate::config::{RetentionSettings, StoreSettings};
+use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
 
+mod conn;
 mod enqueue;
 mod page;
 mod reply;
 
+use conn::Conn;
 use enqueue::{Enqueuer, Item};
 use page::ShardPage;
 use reply::{int_at, text_at};
@@ -83,8 +84,10 @@ impl Scripts {
 }
 
 pub struct RedisStore {
-    client: redis::Client,
-    conn: ConnectionManager,
+    /// Where the wake-up subscription connects: the server, or each cluster seed in turn.
+    pubsub: Vec<redis::Client>,
+    next_pubsub: AtomicUsize,
+    conn: Conn,
     shards: Vec<ShardKeys>,
     wake_channel: String,
     connect_timeout: Duration,
@@ -102,25 +105,30 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Connects, retrying until `settings.connect_wait` has passed.
+    /// Connects to `target` with `shards` shards, retrying until `settings.connect_wait`
+    /// has passed.
     pub async fn connect(
-        url: &str,
+        target: &RedisTarget,
+        shards: u16,
         settings: &StoreSettings,
         retention: &RetentionSettings,
     ) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(settings.connect_timeout))
-            .set_response_timeout(Some(settings.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
+        let (key, urls) = match target {
+            RedisTarget::Standalone(url) => ("store.redis_url", vec![url.clone()]),
+            RedisTarget::Cluster(seeds) => ("store.cluster_urls", seeds.clone()),
+        };
+        let pubsub = urls
+            .iter()
+            .map(|url| redis::Client::open(url.as_str()))
+            .collect::<redis::RedisResult<_>>()?;
         let deadline = tokio::time::Instant::now() + settings.connect_wait;
         let conn = loop {
-            match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+            match Conn::open(target, settings).await {
                 Ok(conn) => break conn,
                 Err(e) if tokio::time::Instant::now() >= deadline => {
                     anyhow::bail!(
-                        "store.redis_url: Redis at {url} is unreachable after {}: {e}",
+                        "{key}: Redis at {} is unreachable after {}: {e}",
+                        urls.join(", "),
                         humantime::format_duration(settings.connect_wait)
                     )
                 }
@@ -131,7 +139,8 @@ impl RedisStore {
             }
         };
         check_eviction(&mut conn.clone(), settings.allow_eviction).await?;
-        let shards: Vec<ShardKeys> = (0..settings.shards)
+        let shard_count = shards;
+        let shards: Vec<ShardKeys> = (0..shard_count)
             .map(|s| ShardKeys::new(&settings.key_prefix, s))
             .collect();
         let scripts = Scripts::load();
@@ -142,7 +151,8 @@ impl RedisStore {
             wake_channel: wake_channel(&settings.key_prefix),
         });
         Ok(Self {
-            client,
+            pubsub,
+            next_pubsub: AtomicUsize::new(0),
             conn,
             shards,
             wake_channel: wake_channel(&settings.key_prefix),
@@ -152,9 +162,7 @@ impl RedisStore {
             unsure_claims: Mutex::new(Vec::new()),
             retention: [
                 retention.dead_max_age.as_millis() as u64,
-                retention
-                    .dead_max_count
-                    .div_ceil(u64::from(settings.shards)),
+                retention.dead_max_count.div_ceil(u64::from(shard_count)),
                 retention.finished_max_age.as_millis() as u64,
             ],
             scripts,
@@ -683,7 +691,9 @@ impl RedisStore {
 
     /// Subscribes to the wake channel and forwards messages until it drops or `cancel`.
     async fn listen(&self, wake: &Notify, cancel: &CancellationToken) -> redis::RedisResult<()> {
-        let mut pubsub = tokio::time::timeout(self.connect_timeout, self.client.get_async_pubsub())
+        let turn = self.next_pubsub.fetch_add(1, Ordering::Relaxed);
+        let client = &self.pubsub[turn % self.pubsub.len()];
+        let mut pubsub = tokio::time::timeout(self.connect_timeout, client.get_async_pubsub())
             .await
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting for pub/sub")
@@ -707,7 +717,7 @@ impl RedisStore {
 /// Refuses a Redis whose `maxmemory-policy` may evict keys, unless allowed: an evicted key
 /// is a lost notification. A Redis that hides `CONFIG` (some managed services) is
 /// trusted, with a warning.
-async fn check_eviction(conn: &mut ConnectionManager, allowed: bool) -> anyhow::Result<()> {
+async fn check_eviction(conn: &mut Conn, allowed: bool) -> anyhow::Result<()> {
     let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")

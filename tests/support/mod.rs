@@ -7,10 +7,12 @@
 pub mod load;
 pub mod postback;
 pub mod receiver;
+pub mod redis_cluster;
 pub mod redis_server;
 
 pub use postback::Postback;
 pub use receiver::Receiver;
+pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 
 use std::net::TcpListener;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::RedisServer;
+use super::{RedisCluster, RedisServer};
 
 pub const TOKEN: &str = "test-token";
 
@@ -22,6 +22,16 @@ impl Postback {
     /// Starts an instance on `redis` with test-friendly settings plus `env`, and waits
     /// until its API answers.
     pub async fn start(redis: &RedisServer, env: &[(&str, &str)]) -> Self {
+        Self::start_on(("POSTBACK_STORE_REDIS_URL", &redis.url()), env).await
+    }
+
+    /// Starts an instance on a Redis Cluster, with `env`.
+    pub async fn start_on_cluster(cluster: &RedisCluster, env: &[(&str, &str)]) -> Self {
+        Self::start_on(("POSTBACK_STORE_CLUSTER_URLS", &cluster.urls()), env).await
+    }
+
+    /// Starts an instance whose store is named by the `(variable, value)` pair.
+    async fn start_on(store: (&str, &str), env: &[(&str, &str)]) -> Self {
         postback::sender::install_crypto_provider();
         let port = super::free_port();
         let dir = tempfile::tempdir().unwrap();
@@ -33,7 +43,7 @@ impl Postback {
             .env("RUST_LOG", "postback=debug,info")
             .env("POSTBACK_SERVER_LISTEN", format!("127.0.0.1:{port}"))
             .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
-            .env("POSTBACK_STORE_REDIS_URL", redis.url())
+            .env(store.0, store.1)
             .env("POSTBACK_DELIVERY_MAX_IDLE_SLEEP", "500ms")
             .env("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "5s")
             // Receivers listen on loopback; the SSRF tests turn this off again.

@@ -439,12 +439,14 @@ pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
 /// than the API, the same scripts); the body size of each, in bytes.
 async fn fill(redis: &Redis, pending: usize) -> anyhow::Result<f64> {
     use futures_util::stream::{self, StreamExt};
+    use postback::config::RedisTarget;
     use postback::domain::{
         CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
     };
     use postback::store::{RedisStore, Store};
 
-    let store = RedisStore::connect(&redis.url(), &Default::default(), &Default::default()).await?;
+    let target = RedisTarget::Standalone(redis.url());
+    let store = RedisStore::connect(&target, 1, &Default::default(), &Default::default()).await?;
     let url = CallbackUrl::parse("http://merchant.example.com/hook", Destinations::Any)?;
     let schedule = Schedule::parse(&["15s", "3m", "10m", "30m", "30m", "1h", "2h", "6h", "15h"])?;
     let body = payment(0);

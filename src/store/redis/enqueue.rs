@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::conn::Conn;
 use super::reply::{int_at, text_at};
 use super::{parse_status, store_error};
 use crate::domain::JobId;
@@ -39,7 +39,7 @@ pub struct Enqueuer {
 
 /// What the storing task needs.
 pub struct Target {
-    pub conn: ConnectionManager,
+    pub conn: Conn,
     pub script: Script,
     pub shards: Vec<ShardKeys>,
     pub wake_channel: String,

@@ -1,0 +1,160 @@
+//! A throwaway Redis Cluster for one test: `redis-server` processes in cluster mode on
+//! free ports, joined by `redis-cli --cluster create`, optionally with one replica per
+//! primary so that a primary can be killed and its replica take over.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+pub struct RedisCluster {
+    nodes: Vec<(u16, Child)>,
+    _dir: TempDir,
+}
+
+impl RedisCluster {
+    /// Starts `primaries` primaries with `replicas` replicas each, and waits until every
+    /// node says the cluster is ok.
+    pub fn start(primaries: usize, replicas: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<(u16, Child)> = (0..primaries * (1 + replicas))
+            .map(|_| {
+                let port = super::free_port();
+                let node_dir = dir.path().join(port.to_string());
+                std::fs::create_dir(&node_dir).unwrap();
+                let child = Command::new("redis-server")
+                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .arg("--dir")
+                    .arg(&node_dir)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("redis-server must be installed (see README)");
+                (port, child)
+            })
+            .collect();
+        let cluster = Self { nodes, _dir: dir };
+        for (port, _) in &cluster.nodes {
+            cluster.wait(*port, |c| redis::cmd("PING").query::<String>(c).is_ok());
+        }
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(cluster.nodes.iter().map(|(p, _)| format!("127.0.0.1:{p}")))
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(created.success(), "redis-cli --cluster create failed");
+        for (port, _) in &cluster.nodes {
+            cluster.wait(*port, |c| {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(c)
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok")
+            });
+        }
+        cluster
+    }
+
+    fn wait(&self, port: u16, ready: impl Fn(&mut redis::Connection) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(mut c) = node(port).get_connection() {
+                if ready(&mut c) {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("cluster node {port} did not become ready");
+    }
+
+    /// The seed URLs, comma-separated, for `POSTBACK_STORE_CLUSTER_URLS`.
+    pub fn urls(&self) -> String {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|(p, _)| format!("redis://127.0.0.1:{p}"))
+            .collect();
+        urls.join(",")
+    }
+
+    /// The port of the primary that holds `key`'s slot now, as a node other than
+    /// `asking_not` sees it.
+    pub fn primary_of(&self, key: &str, asking_not: u16) -> u16 {
+        let (port, _) = self.nodes.iter().find(|(p, _)| *p != asking_not).unwrap();
+        let mut c = node(*port).get_connection().unwrap();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut c)
+            .unwrap();
+        let slots: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut c).unwrap();
+        for range in slots {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            let n = |i: usize| match &parts[i] {
+                redis::Value::Int(n) => *n,
+                _ => -1,
+            };
+            if n(0) <= slot && slot <= n(1) {
+                let redis::Value::Array(primary) = &parts[2] else {
+                    break;
+                };
+                if let redis::Value::Int(port) = primary[1] {
+                    return port as u16;
+                }
+            }
+        }
+        panic!("no primary holds {key}");
+    }
+
+    /// Kills (SIGKILL) the node on `port`.
+    pub fn kill(&mut self, port: u16) {
+        let (_, child) = self.nodes.iter_mut().find(|(p, _)| *p == port).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Waits until a replica has taken over `key`'s slot from the killed `primary`.
+    pub fn wait_failover(&self, key: &str, primary: u16) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.primary_of(key, primary) == primary {
+            assert!(
+                Instant::now() < deadline,
+                "no replica took over from {primary}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Makes every primary wait until its replicas have what it has (`WAIT`).
+    pub fn sync_replicas(&self) {
+        for (port, _) in &self.nodes {
+            let mut c = node(*port).get_connection().unwrap();
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut c).unwrap();
+            if matches!(&role[0], redis::Value::BulkString(r) if r == b"master") {
+                let _: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut c).unwrap();
+            }
+        }
+    }
+}
+
+fn node(port: u16) -> redis::Client {
+    redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap()
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
