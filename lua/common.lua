@@ -70,10 +70,16 @@ local function hand_back(id, st, now, at)
   return true
 end
 
+-- Tells the schedulers that this shard has a new earliest due notification: the message
+-- is the shard's due key, so that a scheduler claims from that shard.
+local function announce(channel)
+  redis.call('PUBLISH', channel, KEYS[1])
+end
+
 -- Announces a new earliest due time when `id` heads the due set. True when it does.
-local function announce_if_earliest(id, channel, at)
+local function announce_if_earliest(id, channel)
   if redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
-    redis.call('PUBLISH', channel, at)
+    announce(channel)
     return true
   end
   return false

@@ -15,7 +15,7 @@ for i = 2, #ARGV, 3 do
   if st and st.state == 'in_flight' and st.lease == tonumber(ARGV[i + 1]) then
     local due = hand_back(id, st, now, now + tonumber(ARGV[i + 2]))
     save_state(id, st)
-    if due and out[1] == 0 and announce_if_earliest(id, ARGV[1], st.next_at) then
+    if due and out[1] == 0 and announce_if_earliest(id, ARGV[1]) then
       out[1] = 1
     end
     table.insert(out, 1)

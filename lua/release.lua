@@ -32,5 +32,5 @@ for i = 1, #leases, 2 do
     save_state(id, st)
   end
 end
-if released > 0 then redis.call('PUBLISH', ARGV[1], now) end
+if released > 0 then announce(ARGV[1]) end
 return released

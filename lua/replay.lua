@@ -29,5 +29,5 @@ for i = 5, #ARGV do
     table.insert(out, false)
   end
 end
-if earliest then redis.call('PUBLISH', ARGV[4], now) end
+if earliest then announce(ARGV[4]) end
 return out

@@ -99,10 +99,10 @@ for key, members in pairs({[KEYS[7]] = w.done, [KEYS[3]] = w.dead, [KEYS[1]] = w
   if #members > 0 then redis.call('ZADD', key, unpack(members)) end
 end
 if #w.due > 0 then
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0)
   for k = 2, #w.due, 2 do
     if w.due[k] == head[1] then
-      redis.call('PUBLISH', ARGV[1], head[2])
+      announce(ARGV[1])
       out[1] = 1
       break
     end

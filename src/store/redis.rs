@@ -27,11 +27,13 @@ mod conn;
 mod enqueue;
 mod page;
 mod reply;
+mod shard_clock;
 
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
 use page::ShardPage;
 use reply::{int_at, text_at};
+use shard_clock::ShardClock;
 
 /// A script from `lua/`, with the shared helpers of `lua/common.lua` in front.
 macro_rules! script {
@@ -93,8 +95,10 @@ pub struct RedisStore {
     connect_timeout: Duration,
     /// The shard of the next registration without an idempotency key (in turn).
     next_enqueue_shard: AtomicUsize,
-    /// The shard the next claim starts with (in turn, so that none starves).
-    next_claim_shard: AtomicUsize,
+    /// Which shards have work, so that a claim asks only those (and one more in turn).
+    clock: ShardClock,
+    /// The due key of each shard, which wake-up messages name, to its index.
+    due_keys: HashMap<String, usize>,
     /// Claim records of claims that failed without a reply: (shard, record key).
     unsure_claims: Mutex<Vec<(usize, String)>>,
     /// The retention policy as script arguments: dead max age ms, dead max count per
@@ -150,6 +154,11 @@ impl RedisStore {
             shards: shards.clone(),
             wake_channel: wake_channel(&settings.key_prefix),
         });
+        let due_keys = shards
+            .iter()
+            .enumerate()
+            .map(|(i, keys)| (keys.due().to_string(), i))
+            .collect();
         Ok(Self {
             pubsub,
             next_pubsub: AtomicUsize::new(0),
@@ -158,7 +167,8 @@ impl RedisStore {
             wake_channel: wake_channel(&settings.key_prefix),
             connect_timeout: settings.connect_timeout,
             next_enqueue_shard: AtomicUsize::new(0),
-            next_claim_shard: AtomicUsize::new(0),
+            clock: ShardClock::new(usize::from(shard_count)),
+            due_keys,
             unsure_claims: Mutex::new(Vec::new()),
             retention: [
                 retention.dead_max_age.as_millis() as u64,
@@ -372,29 +382,27 @@ impl Store for RedisStore {
             idempotency: idempotency
                 .map(|i| (keys.idempotency(&i.key), (i.ttl.as_millis() as u64).max(1))),
         };
-        self.enqueuer.enqueue(item).await
+        let enqueued = self.enqueuer.enqueue(item).await?;
+        if enqueued.earliest {
+            self.clock.wake(usize::from(n.id.shard()));
+        }
+        Ok(enqueued)
     }
 
     async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
         self.release_unsure_claims().await?;
-        let n = self.shards.len();
-        let start = self.next_claim_shard.fetch_add(1, Ordering::Relaxed);
         let mut claim = Claim::default();
-        let mut next_wake: Option<i64> = None;
-        for i in 0..n {
+        for ask in self.clock.to_ask() {
             let remaining = limit.saturating_sub(claim.jobs.len());
             if remaining == 0 {
-                next_wake = Some(0);
                 break;
             }
-            let (jobs, wake) = self.claim_shard((start + i) % n, remaining, lease).await?;
+            let (jobs, wake) = self.claim_shard(ask.shard, remaining, lease).await?;
             claim.jobs.extend(jobs);
-            next_wake = match (next_wake, wake) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            self.clock
+                .claimed(ask, wake.map(|ms| Duration::from_millis(ms as u64)));
         }
-        claim.next_wake = next_wake.map(|ms| Duration::from_millis(ms as u64));
+        claim.next_wake = self.clock.next_wake();
         Ok(claim)
     }
 
@@ -412,6 +420,9 @@ impl Store for RedisStore {
                 continue;
             }
             let (done, wake, trim) = self.settle_shard(keys, &items).await?;
+            if wake {
+                self.clock.wake(shard);
+            }
             earliest |= wake;
             trimmed += trim;
             for (i, a) in idx.into_iter().zip(done) {
@@ -430,7 +441,7 @@ impl Store for RedisStore {
         for (keys, mine) in self.by_shard(batch, |d| &d.id) {
             let mut call = self.scripts.defer.key(keys.all().as_slice());
             call.arg(&self.wake_channel);
-            for d in mine {
+            for d in &mine {
                 call.arg(d.id.to_string())
                     .arg(d.lease)
                     .arg(d.delay.as_millis() as u64);
@@ -439,7 +450,10 @@ impl Store for RedisStore {
                 .invoke_async(&mut self.conn.clone())
                 .await
                 .map_err(store_error)?;
-            earliest |= reply.first() == Some(&1);
+            if reply.first() == Some(&1) {
+                self.clock.wake(usize::from(mine[0].id.shard()));
+                earliest = true;
+            }
         }
         Ok(earliest)
     }
@@ -699,14 +713,22 @@ impl RedisStore {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting for pub/sub")
             })??;
         pubsub.subscribe(&self.wake_channel).await?;
-        // Anything published while unsubscribed was missed: look once.
+        // Anything published while unsubscribed was missed: look at every shard once.
+        self.clock.wake_all();
         wake.notify_one();
         let mut messages = pubsub.on_message();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
                 msg = messages.next() => match msg {
-                    Some(_) => wake.notify_one(),
+                    Some(msg) => {
+                        let due_key: String = msg.get_payload().unwrap_or_default();
+                        match self.due_keys.get(&due_key) {
+                            Some(&shard) => self.clock.wake(shard),
+                            None => self.clock.wake_all(),
+                        }
+                        wake.notify_one();
+                    }
                     None => return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "pub/sub connection closed").into()),
                 },
             }
