@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 POSTBACK_SOAK_SECONDS="${1:-600}" cargo test --locked --release --test soak -- --nocapture 2>&1 |
-  grep -E "^test |soak of|panicked|differ|drains|left:|right:|test result"
+  grep -E "^test |soak of|panicked|differ|receiver saw|drains|left:|right:|test result"
