@@ -66,6 +66,15 @@ pub struct Opts {
     /// backlog: the numbers of notifications pending far in the future.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub backlog: Vec<usize>,
+    /// Run against a Redis Cluster of this many primaries (0: a standalone Redis).
+    #[arg(long, default_value_t = 0)]
+    pub cluster: usize,
+    /// postback instances sharing the Redis; the producer spreads registrations over them.
+    #[arg(long, default_value_t = 1)]
+    pub instances: usize,
+    /// postback's `store.shards` (default: postback's own, 1 standalone, 12 on a cluster).
+    #[arg(long)]
+    pub shards: Option<u16>,
     /// overload: registrations to have accepted (all pending, due in an hour).
     #[arg(long, default_value_t = 100_000)]
     pub pending: usize,
@@ -77,7 +86,10 @@ pub struct Opts {
 impl Opts {
     /// The settings every scenario gives postback.
     pub fn postback_env(&self) -> Vec<(String, String)> {
-        vec![
+        let shards = self
+            .shards
+            .map(|n| ("POSTBACK_STORE_SHARDS".into(), n.to_string()));
+        let mut env = vec![
             (
                 "POSTBACK_DELIVERY_CONCURRENCY".into(),
                 self.concurrency.to_string(),
@@ -86,7 +98,17 @@ impl Opts {
                 "POSTBACK_DELIVERY_HOST_CONCURRENCY".into(),
                 self.host_concurrency.to_string(),
             ),
-        ]
+        ];
+        env.extend(shards);
+        env
+    }
+
+    /// A fresh standalone Redis, or a cluster with `--cluster`.
+    pub fn redis(&self) -> anyhow::Result<processes::Redis> {
+        match self.cluster {
+            0 => processes::Redis::start(),
+            primaries => processes::Redis::start_cluster(primaries),
+        }
     }
 }
 

@@ -1,6 +1,6 @@
-//! The processes a benchmark runs against: a fresh `redis-server` on a free port in a
-//! temporary directory, and `postback serve` as a child process; and what they cost,
-//! read from `/proc` and Redis `INFO`.
+//! The processes a benchmark runs against: a fresh `redis-server` (or a Redis Cluster of
+//! several) on free ports in a temporary directory, and `postback serve` as child
+//! processes; and what they cost, read from `/proc` and Redis `INFO`.
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use postback::config::RedisTarget;
 
 pub const TOKEN: &str = "bench-token";
 
@@ -64,102 +65,191 @@ fn memory_mib(pid: u32, field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// A fresh standalone `redis-server`, or a Redis Cluster of several, each on a free port
+/// in a temporary directory. Its figures are the sums over its nodes.
 pub struct Redis {
-    child: Child,
-    pub port: u16,
+    nodes: Vec<(Child, u16)>,
+    cluster: bool,
     _dir: tempfile::TempDir,
 }
 
 impl Redis {
     pub fn start() -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let port = free_port()?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--maxmemory-policy", "noeviction"])
-            .arg("--dir")
-            .arg(dir.path())
+        Self::start_nodes(1, false)
+    }
+
+    /// A cluster of `primaries` primaries (no replicas), slots spread evenly.
+    pub fn start_cluster(primaries: usize) -> anyhow::Result<Self> {
+        let redis = Self::start_nodes(primaries, true)?;
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(redis.nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")))
+            .arg("--cluster-yes")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()
-            .context("redis-server must be installed (scripts/ensure-redis.sh)")?;
-        let redis = Self {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while redis.info("server").is_err() {
-            if Instant::now() > deadline {
-                bail!("redis-server on port {port} did not start");
+            .status()?;
+        if !created.success() {
+            bail!("redis-cli --cluster create failed");
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (_, port) in &redis.nodes {
+            while !cluster_ok(*port)? {
+                if Instant::now() > deadline {
+                    bail!("the cluster did not become ok");
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
         Ok(redis)
     }
 
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+    fn start_nodes(count: usize, cluster: bool) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut nodes = Vec::new();
+        for _ in 0..count {
+            let port = free_port()?;
+            let node_dir = dir.path().join(port.to_string());
+            std::fs::create_dir(&node_dir)?;
+            let mut cmd = Command::new("redis-server");
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--maxmemory-policy", "noeviction"])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if cluster {
+                cmd.args(["--cluster-enabled", "yes"]);
+            }
+            let child = cmd
+                .spawn()
+                .context("redis-server must be installed (scripts/ensure-redis.sh)")?;
+            nodes.push((child, port));
+        }
+        let redis = Self {
+            nodes,
+            cluster,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for (_, port) in &redis.nodes {
+            while redis_info(*port, "server").is_err() {
+                if Instant::now() > deadline {
+                    bail!("redis-server on port {port} did not start");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(redis)
     }
 
-    pub fn connection(&self) -> anyhow::Result<redis::Connection> {
-        Ok(redis::Client::open(self.url())?.get_connection()?)
+    /// Where postback keeps its notifications, for the store and for the environment.
+    pub fn target(&self) -> RedisTarget {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|(_, p)| format!("redis://127.0.0.1:{p}"))
+            .collect();
+        if self.cluster {
+            RedisTarget::Cluster(urls)
+        } else {
+            RedisTarget::Standalone(urls[0].clone())
+        }
     }
 
-    /// One `INFO` section as key → value.
-    pub fn info(&self, section: &str) -> anyhow::Result<HashMap<String, String>> {
-        let text: String = redis::cmd("INFO")
-            .arg(section)
-            .query(&mut self.connection()?)?;
-        Ok(text
-            .lines()
-            .filter_map(|l| l.split_once(':'))
-            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-            .collect())
+    /// The environment variable that points postback at this Redis.
+    pub fn store_env(&self) -> (String, String) {
+        match self.target() {
+            RedisTarget::Standalone(url) => ("POSTBACK_STORE_REDIS_URL".into(), url),
+            RedisTarget::Cluster(urls) => ("POSTBACK_STORE_CLUSTER_URLS".into(), urls.join(",")),
+        }
+    }
+
+    /// One `INFO` section of every node.
+    pub fn info(&self, section: &str) -> anyhow::Result<Vec<HashMap<String, String>>> {
+        self.nodes
+            .iter()
+            .map(|(_, port)| redis_info(*port, section))
+            .collect()
+    }
+
+    /// A figure of one `INFO` section, summed over the nodes.
+    fn sum(
+        &self,
+        section: &str,
+        figure: impl Fn(&HashMap<String, String>) -> f64,
+    ) -> anyhow::Result<f64> {
+        Ok(self.info(section)?.iter().map(figure).sum())
     }
 
     /// Redis's CPU seconds so far (user + system, main thread and children).
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let info = self.info("cpu")?;
-        let get = |k: &str| {
-            info.get(k)
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        Ok(get("used_cpu_user") + get("used_cpu_sys"))
+        self.sum("cpu", |info| {
+            let get = |k: &str| {
+                info.get(k)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            get("used_cpu_user") + get("used_cpu_sys")
+        })
     }
 
     /// Commands processed since start (or since the last `CONFIG RESETSTAT`).
     pub fn commands(&self) -> anyhow::Result<u64> {
-        let info = self.info("commandstats")?;
-        Ok(info
-            .values()
-            .filter_map(|v| v.strip_prefix("calls="))
-            .filter_map(|v| v.split(',').next()?.parse::<u64>().ok())
-            .sum())
+        let total = self.sum("commandstats", |info| {
+            info.values()
+                .filter_map(|v| v.strip_prefix("calls="))
+                .filter_map(|v| v.split(',').next()?.parse::<u64>().ok())
+                .sum::<u64>() as f64
+        })?;
+        Ok(total as u64)
     }
 
     pub fn used_memory(&self) -> anyhow::Result<u64> {
-        let info = self.info("memory")?;
-        Ok(info
-            .get("used_memory")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0))
+        let total = self.sum("memory", |info| {
+            info.get("used_memory")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0)
+        })?;
+        Ok(total as u64)
     }
 
     pub fn reset_stats(&self) -> anyhow::Result<()> {
-        redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query::<()>(&mut self.connection()?)?;
+        for (_, port) in &self.nodes {
+            redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query::<()>(&mut node(*port)?)?;
+        }
         Ok(())
     }
 }
 
+fn node(port: u16) -> anyhow::Result<redis::Connection> {
+    Ok(redis::Client::open(format!("redis://127.0.0.1:{port}"))?.get_connection()?)
+}
+
+/// One `INFO` section of the node on `port`, as key → value.
+fn redis_info(port: u16, section: &str) -> anyhow::Result<HashMap<String, String>> {
+    let text: String = redis::cmd("INFO").arg(section).query(&mut node(port)?)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect())
+}
+
+fn cluster_ok(port: u16) -> anyhow::Result<bool> {
+    let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut node(port)?)?;
+    Ok(info.contains("cluster_state:ok"))
+}
+
 impl Drop for Redis {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for (child, _) in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -176,7 +266,7 @@ impl Postback {
         cmd.arg("serve")
             .env("POSTBACK_SERVER_LISTEN", format!("127.0.0.1:{port}"))
             .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
-            .env("POSTBACK_STORE_REDIS_URL", redis.url())
+            .env(redis.store_env().0, redis.store_env().1)
             .env("POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS", "true")
             .env("POSTBACK_DELIVERY_RATE_LIMIT", "unlimited")
             // The peers have no circuit breaker, and the retry scenario's receiver fails

@@ -1,6 +1,8 @@
 //! The benchmark's producer: registers notifications through `POST /notify` with many
 //! requests in flight, and keeps, per notification, when it was sent and when it is due.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
@@ -17,29 +19,41 @@ pub struct Registered {
     pub due: SystemTime,
 }
 
+/// Registers through one or more instances, each registration to the next in turn.
 #[derive(Clone)]
 pub struct Producer {
     client: reqwest::Client,
-    url: String,
+    urls: Arc<Vec<String>>,
+    turn: Arc<AtomicUsize>,
 }
 
 impl Producer {
-    pub fn new(postback_url: &str) -> anyhow::Result<Self> {
+    pub fn new(postback_urls: &[&str]) -> anyhow::Result<Self> {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
             .tcp_nodelay(true)
             .build()?;
         Ok(Self {
             client,
-            url: format!("{postback_url}/notify"),
+            urls: Arc::new(
+                postback_urls
+                    .iter()
+                    .map(|u| format!("{u}/notify"))
+                    .collect(),
+            ),
+            turn: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    fn next_url(&self) -> &str {
+        &self.urls[self.turn.fetch_add(1, Ordering::Relaxed) % self.urls.len()]
     }
 
     /// Posts one registration; only the answer's status.
     pub async fn status_of(&self, body: &Value) -> anyhow::Result<u16> {
         let response = self
             .client
-            .post(&self.url)
+            .post(self.next_url())
             .bearer_auth(TOKEN)
             .json(body)
             .send()
@@ -51,7 +65,7 @@ impl Producer {
         let sent = SystemTime::now();
         let response = self
             .client
-            .post(&self.url)
+            .post(self.next_url())
             .bearer_auth(TOKEN)
             .json(body)
             .send()

@@ -21,21 +21,27 @@ fn payment(i: usize) -> Value {
     json!({"type": "payment.succeeded", "order": i, "amount": 1000, "currency": "usd", "customer": "cus_1"})
 }
 
-/// What one run cost: postback's and Redis's CPU, Redis commands, postback's memory.
+/// What one run cost: postback's and Redis's CPU, Redis commands, postback's memory
+/// (CPU summed over the instances, memory of the largest).
 struct Meter<'a> {
     redis: &'a Redis,
-    pid: u32,
+    pids: Vec<u32>,
     postback_cpu: f64,
     redis_cpu: f64,
 }
 
+fn total_cpu(pids: &[u32]) -> f64 {
+    pids.iter().map(|&pid| cpu_seconds(pid)).sum()
+}
+
 impl<'a> Meter<'a> {
-    fn start(redis: &'a Redis, pb: &Postback) -> anyhow::Result<Self> {
+    fn start(redis: &'a Redis, instances: &[Postback]) -> anyhow::Result<Self> {
         redis.reset_stats()?;
+        let pids: Vec<u32> = instances.iter().map(Postback::pid).collect();
         Ok(Self {
             redis,
-            pid: pb.pid(),
-            postback_cpu: cpu_seconds(pb.pid()),
+            postback_cpu: total_cpu(&pids),
+            pids,
             redis_cpu: redis.cpu_seconds()?,
         })
     }
@@ -67,18 +73,21 @@ impl<'a> Meter<'a> {
             scenario,
             run,
             "postback_cpu_per_delivery",
-            (cpu_seconds(self.pid) - self.postback_cpu) * 1e6 / n,
+            (total_cpu(&self.pids) - self.postback_cpu) * 1e6 / n,
             "us",
         );
         r.add(
             scenario,
             run,
             "postback_peak_rss",
-            peak_rss_mib(self.pid),
+            self.pids
+                .iter()
+                .map(|&pid| peak_rss_mib(pid))
+                .fold(0.0, f64::max),
             "MiB",
         );
         if std::env::var_os("BENCH_COMMANDSTATS").is_some() {
-            for (k, v) in self.redis.info("commandstats")? {
+            for (k, v) in self.redis.info("commandstats")?.into_iter().flatten() {
                 eprintln!("{scenario} {k} {v}");
             }
         }
@@ -98,12 +107,13 @@ fn ms_between(earlier: SystemTime, later: SystemTime) -> f64 {
     }
 }
 
-/// What a scenario runs against: a fresh Redis, the receiver on 127.0.0.1, postback on
-/// them (printing its metrics each second with `--watch-metrics`), and a producer.
+/// What a scenario runs against: a fresh Redis (or cluster), the receiver on 127.0.0.1,
+/// `--instances` postbacks on them (the first printing its metrics each second with
+/// `--watch-metrics`), and a producer spreading registrations over them.
 struct Rig {
     _watch: Option<WatchGuard>,
     producer: Producer,
-    pb: Postback,
+    instances: Vec<Postback>,
     receiver: Receiver,
     addr: SocketAddr,
     redis: Redis,
@@ -111,26 +121,30 @@ struct Rig {
 
 impl Rig {
     async fn start(opts: &Opts) -> anyhow::Result<Self> {
-        let redis = Redis::start()?;
+        let redis = opts.redis()?;
         let receiver = Receiver::default();
         let addr = receiver.listen("127.0.0.1").await?;
-        let pb = Postback::start(&redis, &opts.postback_env()).await?;
+        let mut instances = Vec::new();
+        for _ in 0..opts.instances.max(1) {
+            instances.push(Postback::start(&redis, &opts.postback_env()).await?);
+        }
+        let urls: Vec<&str> = instances.iter().map(|pb| pb.url.as_str()).collect();
         Ok(Self {
-            _watch: opts.watch_metrics.then(|| pb.watch_metrics()),
-            producer: Producer::new(&pb.url)?,
-            pb,
+            _watch: opts.watch_metrics.then(|| instances[0].watch_metrics()),
+            producer: Producer::new(&urls)?,
+            instances,
             receiver,
             addr,
             redis,
         })
     }
 
-    fn parts(&self) -> (&Redis, &Receiver, SocketAddr, &Postback, &Producer) {
+    fn parts(&self) -> (&Redis, &Receiver, SocketAddr, &[Postback], &Producer) {
         (
             &self.redis,
             &self.receiver,
             self.addr,
-            &self.pb,
+            &self.instances,
             &self.producer,
         )
     }
@@ -398,7 +412,7 @@ fn check_exactly_once(
 /// and what each delivery cost Redis.
 pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     for &pending in &opts.backlog {
-        let redis = Redis::start()?;
+        let redis = opts.redis()?;
         let receiver = Receiver::default();
         let addr = receiver.listen("127.0.0.1").await?;
         let before = redis.used_memory()?;
@@ -422,12 +436,12 @@ pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
 
         let pb = Postback::start(&redis, &opts.postback_env()).await?;
         let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
-        let producer = Producer::new(&pb.url)?;
+        let producer = Producer::new(&[pb.url.as_str()])?;
         let n = opts.n.min(5_000);
         let bodies = (0..n)
             .map(|i| json!({"url": format!("http://{addr}/hook"), "body": payment(i)}))
             .collect();
-        let meter = Meter::start(&redis, &pb)?;
+        let meter = Meter::start(&redis, std::slice::from_ref(&pb))?;
         let (registered, _) = producer.register_all(bodies, opts.producers).await?;
         wait_all(&receiver, &registered).await?;
         meter.report(r, &scenario, run, n)?;
@@ -439,14 +453,13 @@ pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
 /// than the API, the same scripts); the body size of each, in bytes.
 async fn fill(redis: &Redis, pending: usize) -> anyhow::Result<f64> {
     use futures_util::stream::{self, StreamExt};
-    use postback::config::RedisTarget;
     use postback::domain::{
         CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
     };
     use postback::store::{RedisStore, Store};
 
-    let target = RedisTarget::Standalone(redis.url());
-    let store = RedisStore::connect(&target, 1, &Default::default(), &Default::default()).await?;
+    let store =
+        RedisStore::connect(&redis.target(), 1, &Default::default(), &Default::default()).await?;
     let url = CallbackUrl::parse("http://merchant.example.com/hook", Destinations::Any)?;
     let schedule = Schedule::parse(&["15s", "3m", "10m", "30m", "30m", "1h", "2h", "6h", "15h"])?;
     let body = payment(0);
@@ -477,7 +490,7 @@ async fn fill(redis: &Redis, pending: usize) -> anyhow::Result<f64> {
 
 /// What an idle instance costs Redis: commands per second over ten seconds.
 pub async fn idle(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
-    let redis = Redis::start()?;
+    let redis = opts.redis()?;
     let pb = Postback::start(&redis, &opts.postback_env()).await?;
     let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -503,7 +516,8 @@ pub async fn overload(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Resul
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
     let rig = Rig::start(opts).await?;
-    let (_, _, addr, pb, producer) = rig.parts();
+    let (_, _, addr, instances, producer) = rig.parts();
+    let pb = &instances[0];
     let rss_before = rss_mib(pb.pid());
     let (accepted, shed) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let started = SystemTime::now();
