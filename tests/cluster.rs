@@ -98,6 +98,38 @@ async fn the_core_pipeline_works_across_the_shards_of_a_cluster() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_on_twelve_shards_costs_a_few_commands_and_wakes_on_the_shard_that_changed() {
+    let cluster = RedisCluster::start(3, 0);
+    let receiver = Receiver::start().await;
+    // Tests sleep at most 500 ms when idle: one claim per sleep is 2 calls a second,
+    // where asking every shard each time would be 24.
+    let pb = Postback::start_on_cluster(&cluster, &[]).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.reset_stats();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let per_second = cluster.script_calls() as f64 / 4.0;
+    assert!(
+        per_second <= 3.0,
+        "idle: {per_second} script calls a second"
+    );
+
+    let mut due = Vec::new();
+    for i in 0..12 {
+        let id = pb
+            .register(json!({"url": receiver.url("/later"), "body": {"i": i}, "delay": "1500ms"}))
+            .await;
+        due.push((id, Instant::now() + Duration::from_millis(1500)));
+    }
+    assert!(receiver.wait_for(12, Duration::from_secs(10)).await);
+    for (id, at) in due {
+        let arrived = receiver.requests_for(&id)[0].at;
+        let late = arrived.saturating_duration_since(at);
+        assert!(late < Duration::from_millis(300), "{id} was {late:?} late");
+    }
+    eprintln!("idle on 12 shards: {per_second} script calls a second");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_share_a_cluster_and_deliver_a_burst_exactly_once() {
     let cluster = RedisCluster::start(3, 0);
     let receiver = Receiver::start().await;
