@@ -13,7 +13,7 @@ async fn delete(pb: &support::Postback, id: &str) -> (u16, serde_json::Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_before_its_first_attempt_it_is_never_sent() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let id = pb
         .register(json!({"url": receiver.url("/c"), "body": {}, "delay": "500ms"}))
         .await;
@@ -34,7 +34,7 @@ async fn cancelled_before_its_first_attempt_it_is_never_sent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_while_waiting_for_a_retry_it_is_not_retried() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let id = pb
         .register(
             json!({"url": receiver.url("/c?fail=9"), "body": {}, "schedule": ["700ms", "700ms"]}),
@@ -63,7 +63,7 @@ async fn cancelled_while_waiting_for_a_retry_it_is_not_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_during_an_attempt_it_is_not_retried_after_it() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let id = pb
         .register(json!({"url": receiver.url("/c?fail=9&sleep_ms=600"), "body": {}, "schedule": ["100ms"]}))
         .await;
@@ -83,7 +83,7 @@ async fn cancelled_during_an_attempt_it_is_not_retried_after_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_notifications_cannot_be_cancelled() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let delivered = pb
         .register(json!({"url": receiver.url("/ok"), "body": {}}))
         .await;

@@ -19,7 +19,7 @@ async fn dead_one(pb: &Postback, receiver: &Receiver) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_shows_its_body_and_whole_history() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let id = dead_one(&pb, &receiver).await;
 
     let (status, dl) = pb.get(&format!("/dead-letters/{id}")).await;
@@ -42,7 +42,7 @@ async fn a_dead_letter_shows_its_body_and_whole_history() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_with_a_new_url_delivers_it_with_a_fresh_attempt_count() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let id = dead_one(&pb, &receiver).await;
 
     let fixed = receiver.url("/fixed");
@@ -87,7 +87,7 @@ async fn replay_with_a_new_url_delivers_it_with_a_fresh_attempt_count() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_validates_like_notify_and_changes_nothing_when_rejected() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let id = dead_one(&pb, &receiver).await;
     let path = format!("/dead-letters/{id}/replay");
 
@@ -111,7 +111,7 @@ async fn replay_validates_like_notify_and_changes_nothing_when_rejected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_discarded_dead_letter_is_gone() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let id = dead_one(&pb, &receiver).await;
 
     let (status, _) = pb
@@ -140,7 +140,7 @@ async fn a_discarded_dead_letter_is_gone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_list_filters_by_topic_host_and_time_and_pages_while_letters_arrive() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let other_host = format!("http://localhost:{}/down?fail=99", receiver.port);
     let mut refunds = Vec::new();
     for i in 0..7 {
@@ -225,7 +225,7 @@ async fn post(pb: &Postback, path: &str, body: Value) -> (u16, Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_replay_by_topic_sends_each_once_and_twice_changes_nothing() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let mut refunds = Vec::new();
     let mut others = Vec::new();
     for i in 0..6 {
@@ -273,7 +273,7 @@ async fn bulk_replay_by_topic_sends_each_once_and_twice_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_discards_what_the_filter_matches_and_refuses_an_empty_filter() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let keep = dead_one(&pb, &receiver).await;
     let other_host = format!("http://localhost:{}/down?fail=99", receiver.port);
     let mut gone = Vec::new();
@@ -325,7 +325,7 @@ async fn purge_discards_what_the_filter_matches_and_refuses_an_empty_filter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_several_shards_the_list_is_one_newest_first_sequence() {
-    let (_redis, receiver, pb) = support::start(&[("POSTBACK_STORE_SHARDS", "3")]).await;
+    let (_backend, receiver, pb) = support::start_any(&[("POSTBACK_STORE_SHARDS", "3")]).await;
     let mut ids = Vec::new();
     for _ in 0..7 {
         ids.push(dead_one(&pb, &receiver).await);

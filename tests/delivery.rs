@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Postback, Receiver, RedisServer};
+use support::{Backend, Postback, Receiver};
 
 const WAIT: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_try_success_carries_the_body_and_the_webhook_headers() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/paid"), "body": {"order": 42, "paid": true}, "headers": {"X-Merchant": "m-1"}, "topic": "payment.succeeded"}))
@@ -50,16 +50,14 @@ async fn first_try_success_carries_the_body_and_the_webhook_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_string_body_is_sent_verbatim_and_signed_when_a_secret_is_set() {
-    let redis = RedisServer::start();
+    let backend = Backend::start();
     let receiver = Receiver::start().await;
-    let pb = Postback::start(
-        &redis,
-        &[(
+    let pb = backend
+        .postback(&[(
             "POSTBACK_SIGNING_SECRETS",
             "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-        )],
-    )
-    .await;
+        )])
+        .await;
 
     let id = pb
         .register(json!({"url": receiver.url("/form"), "body": "trade_no=1&status=PAID"}))
@@ -85,7 +83,7 @@ async fn a_string_body_is_sent_verbatim_and_signed_when_a_secret_is_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_retried_at_each_interval_never_early() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/cb?fail=2"), "body": {}, "schedule": ["100ms", "300ms", "1s"]}))
@@ -127,7 +125,7 @@ async fn failures_are_retried_at_each_interval_never_early() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_schedule_lands_in_dead_letters() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/down?fail=99&status=503"), "body": {}, "schedule": ["100ms", "100ms"], "topic": "refund"}))
@@ -155,7 +153,7 @@ async fn an_exhausted_schedule_lands_in_dead_letters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_body_must_match_the_trimmed_response() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let ok = pb
         .register(
@@ -178,7 +176,7 @@ async fn expect_body_must_match_the_trimmed_response() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redirect_is_a_failure_and_is_not_followed() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/moved?redirect=1"), "body": {}, "schedule": []}))
@@ -192,8 +190,8 @@ async fn a_redirect_is_a_failure_and_is_not_followed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_callback_records_the_error() {
-    let redis = RedisServer::start();
-    let pb = Postback::start(&redis, &[]).await;
+    let backend = Backend::start();
+    let pb = backend.postback(&[]).await;
     let closed = format!("http://127.0.0.1:{}/cb", support::free_port());
 
     let id = pb
@@ -212,7 +210,7 @@ async fn an_unreachable_callback_records_the_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_callback_times_out() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let id = pb.register(json!({"url": receiver.url("/slow?sleep_ms=2000"), "body": {}, "schedule": [], "timeout": "200ms"})).await;
     let dead = pb.wait_state(&id, "dead", WAIT).await;
@@ -228,7 +226,7 @@ async fn a_slow_callback_times_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delay_holds_the_first_attempt_back() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let registered = std::time::Instant::now();
     let (status, answer) = pb
@@ -252,7 +250,7 @@ async fn delay_holds_the_first_attempt_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_1000_is_delivered_exactly_once() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let ids = register_many(&pb, &receiver, 1000).await;
     assert!(
@@ -269,10 +267,10 @@ async fn a_burst_of_1000_is_delivered_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_redis_deliver_each_notification_once() {
-    let redis = RedisServer::start();
+    let backend = Backend::start();
     let receiver = Receiver::start().await;
-    let a = Postback::start(&redis, &[]).await;
-    let b = Postback::start(&redis, &[]).await;
+    let a = backend.postback(&[]).await;
+    let b = backend.postback(&[]).await;
 
     let (mut ids, more) = tokio::join!(
         register_many(&a, &receiver, 300),
@@ -336,7 +334,7 @@ async fn two_secrets_during_rotation_and_a_rate_keys_own_secret_all_verify() {
     let old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     let new = "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
     let own = "whsec_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
-    let (_redis, receiver, pb) = support::start(&[
+    let (_backend, receiver, pb) = support::start_any(&[
         ("POSTBACK_SIGNING_SECRETS", &format!("{old},{new}")),
         ("POSTBACK_SECRETS_SHOP_7", own),
     ])

@@ -26,6 +26,39 @@ pub async fn start(env: &[(&str, &str)]) -> (RedisServer, Receiver, Postback) {
     (redis, receiver, pb)
 }
 
+/// Where a test of the core pipeline keeps its notifications: a standalone Redis, or,
+/// when `POSTBACK_TEST_BACKEND=cluster` (as `scripts/test.sh` runs those tests a second
+/// time), a local Redis Cluster of 3 primaries.
+pub enum Backend {
+    Standalone(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Backend {
+    pub fn start() -> Self {
+        match std::env::var("POSTBACK_TEST_BACKEND").as_deref() {
+            Ok("cluster") => Self::Cluster(RedisCluster::start(3, 0)),
+            _ => Self::Standalone(RedisServer::start()),
+        }
+    }
+
+    /// A postback instance on this backend, with `env`.
+    pub async fn postback(&self, env: &[(&str, &str)]) -> Postback {
+        match self {
+            Self::Standalone(redis) => Postback::start(redis, env).await,
+            Self::Cluster(cluster) => Postback::start_on_cluster(cluster, env).await,
+        }
+    }
+}
+
+/// Like `start`, on the backend the environment chooses.
+pub async fn start_any(env: &[(&str, &str)]) -> (Backend, Receiver, Postback) {
+    let backend = Backend::start();
+    let receiver = Receiver::start().await;
+    let pb = backend.postback(env).await;
+    (backend, receiver, pb)
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
