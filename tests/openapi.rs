@@ -19,6 +19,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/dead-letters/replay"),
     ("post", "/dead-letters/purge"),
     ("get", "/stats"),
+    ("get", "/overview"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

@@ -200,6 +200,15 @@ pub struct Stats {
     pub trimmed: Trimmed,
 }
 
+/// What ended in one window of time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Outcomes {
+    /// Delivered or cancelled.
+    pub finished: u64,
+    /// Dead-lettered.
+    pub dead: u64,
+}
+
 /// Notifications per state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct StateCounts {
@@ -323,6 +332,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Counts by state and of what retention deleted.
     async fn stats(&self) -> StoreResult<Stats>;
+
+    /// How many notifications finished (delivered or cancelled) and how many were
+    /// dead-lettered in each of `buckets` consecutive windows of `width_ms`, the first
+    /// starting at `from_ms` (ms since the epoch).
+    async fn outcomes_over(
+        &self,
+        from_ms: i64,
+        width_ms: i64,
+        buckets: usize,
+    ) -> StoreResult<Vec<Outcomes>>;
 
     /// Hands leased notifications back, due at once, without counting an attempt.
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize>;

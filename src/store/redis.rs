@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::keys::{wake_channel, ShardKeys};
 use super::{
     Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency,
-    JobStatus, JobView, Settled, Settlement, StateCounts, Stats, Store, StoreError, StoreResult,
-    Trimmed,
+    JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store, StoreError,
+    StoreResult, Trimmed,
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -585,6 +585,35 @@ impl Store for RedisStore {
             });
         }
         Ok(stats)
+    }
+
+    async fn outcomes_over(
+        &self,
+        from_ms: i64,
+        width_ms: i64,
+        buckets: usize,
+    ) -> StoreResult<Vec<Outcomes>> {
+        let mut total = vec![Outcomes::default(); buckets];
+        for keys in &self.shards {
+            let mut pipe = redis::pipe();
+            for b in 0..buckets as i64 {
+                let (from, to) = (
+                    from_ms + b * width_ms,
+                    format!("({}", from_ms + (b + 1) * width_ms),
+                );
+                pipe.zcount(keys.done(), from, &to)
+                    .zcount(keys.dead(), from, &to);
+            }
+            let counts: Vec<u64> = pipe
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)?;
+            for (bucket, pair) in total.iter_mut().zip(counts.chunks(2)) {
+                bucket.finished += pair[0];
+                bucket.dead += pair[1];
+            }
+        }
+        Ok(total)
     }
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
