@@ -23,6 +23,8 @@ mod error;
 mod limits;
 mod notifications;
 mod notify;
+mod overview;
+mod ui;
 mod view;
 
 pub use auth::Tokens;
@@ -86,6 +88,7 @@ pub fn router(state: AppState, tokens: Tokens, server: &ServerSettings) -> Route
         .split_for_parts();
     routes
         .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
+        .merge(ui::routes())
         .fallback(|| async { ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -110,6 +113,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(dead_letters::replay_matching))
         .routes(routes!(dead_letters::purge))
         .routes(routes!(stats))
+        .routes(routes!(overview::overview))
 }
 
 /// Counts by state, and of what retention deleted, over all shards.

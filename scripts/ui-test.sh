@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The review page end to end in headless Chromium (tests/ui/review.mjs) against a
+# throwaway Redis and postback. Installs what a fresh machine lacks: Chromium from
+# Debian's packages, and playwright-core from npm (tests/ui/package-lock.json). Saves a
+# screenshot of each view under docs/ (SCREENSHOTS=DIR to put them elsewhere).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v chromium >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+  echo "installing chromium and node (apt-get)" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium nodejs npm >/dev/null
+fi
+(cd tests/ui && npm ci --no-audit --no-fund --silent)
+export SCREENSHOTS="${SCREENSHOTS:-$(pwd)/docs}"
+mkdir -p "$SCREENSHOTS"
+# The receiver listens on loopback.
+POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS=true scripts/with-postback.sh node tests/ui/review.mjs

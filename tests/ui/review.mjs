@@ -1,0 +1,140 @@
+// End to end in headless Chromium: postback's review page against a real postback and
+// Redis (started by scripts/ui-test.sh) and a real receiver started here. Signs in,
+// reads the overview, finds a dead letter, opens it, replays it to a new URL and sees
+// it delivered; bulk-replays the rest after a confirmation that shows the count; checks
+// the page works at phone width and with the keyboard. Saves a screenshot of each view
+// under docs/.
+import { chromium } from "playwright-core";
+import http from "node:http";
+import assert from "node:assert/strict";
+
+const api = process.env.POSTBACK_URL;
+const token = process.env.POSTBACK_TOKEN;
+const shots = process.env.SCREENSHOTS || "docs";
+
+// The receiver: /down always fails, /up records what it gets.
+const delivered = [];
+const receiver = http.createServer((req, res) => {
+  req.resume();
+  req.on("end", () => {
+    if (req.url.startsWith("/up")) {
+      delivered.push(req.headers["webhook-id"]);
+      res.writeHead(200).end("ok");
+    } else {
+      res.writeHead(503).end("merchant down for maintenance");
+    }
+  });
+});
+await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
+const target = (path) => `http://127.0.0.1:${receiver.address().port}${path}`;
+
+async function call(method, path, body) {
+  const r = await fetch(api + path, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+    body: body && JSON.stringify(body),
+  });
+  if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
+  return r.json();
+}
+
+async function eventually(what, check, seconds = 20) {
+  const end = Date.now() + seconds * 1000;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+// Three notifications that die at once, two that are delivered.
+const dead = [];
+for (const order of [1001, 1002, 1003]) {
+  const n = await call("POST", "/notify", {
+    url: target(`/down/orders/${order}`), body: { order, status: "paid", amount: 4200 },
+    schedule: [], topic: "payment.succeeded",
+  });
+  dead.push(n.id);
+}
+for (const order of [1004, 1005]) {
+  await call("POST", "/notify", { url: target("/up/orders"), body: { order }, topic: "payment.succeeded" });
+}
+await eventually("the dead letters", async () =>
+  (await call("GET", "/dead-letters?topic=payment.succeeded")).items.length === 3);
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: ["--no-sandbox"],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+
+  // Sign in; the overview shows the counts.
+  await page.goto(`${api}/ui`);
+  await page.getByLabel("API token").fill(token);
+  await page.getByRole("button", { name: "Use token" }).click();
+  await page.getByRole("heading", { name: "Overview" }).waitFor();
+  const deadCount = page.locator(".count", { hasText: "Dead letters" }).locator("b");
+  assert.equal(await deadCount.textContent(), "3");
+  await page.getByRole("cell", { name: "127.0.0.1" }).waitFor();
+  await page.screenshot({ path: `${shots}/ui-overview.png`, fullPage: true });
+
+  // The dead letters, filtered by topic.
+  await page.getByRole("link", { name: "Dead letters" }).click();
+  await page.getByLabel("topic").fill("payment.succeeded");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await page.locator("tbody tr").nth(2).waitFor();
+  assert.equal(await page.locator("tbody tr").count(), 3);
+  await page.screenshot({ path: `${shots}/ui-dead-letters.png`, fullPage: true });
+
+  // Open the oldest one with the keyboard: tab to its link, press Enter.
+  const oldest = dead[0];
+  const link = page.locator(`a[href="#/dead/${oldest}"]`);
+  for (let i = 0; i < 40 && !(await link.evaluate((a) => a === document.activeElement)); i++) {
+    await page.keyboard.press("Tab");
+  }
+  await page.keyboard.press("Enter");
+  await page.getByRole("heading", { name: "Dead letter" }).waitFor();
+  assert.match(await page.locator("ol.timeline").textContent(), /HTTP 503/);
+  assert.match(await page.locator("pre").last().textContent(), /"order": 1001/);
+  await page.screenshot({ path: `${shots}/ui-dead-letter.png`, fullPage: true });
+
+  // Replay it to a URL that works, and see it delivered.
+  await page.getByLabel("New callback URL (optional)").fill(target("/up/orders/1001"));
+  await page.getByRole("button", { name: "Replay" }).click();
+  await page.getByRole("heading", { name: "Look up a notification" }).waitFor();
+  await eventually("the replay's delivery", async () => {
+    await page.getByRole("button", { name: "Refresh" }).click();
+    return (await page.locator("#lookup-state").textContent()) === "delivered";
+  });
+  assert.ok(delivered.includes(oldest), "the receiver got the replayed notification");
+  await page.screenshot({ path: `${shots}/ui-lookup.png`, fullPage: true });
+
+  // Bulk replay of the filter: the confirmation shows the count of what is left.
+  await page.goto(`${api}/ui#/dead?topic=payment.succeeded`);
+  await page.locator("tbody tr").nth(1).waitFor();
+  await page.getByRole("button", { name: "Replay all matching…" }).click();
+  const dialog = page.locator("dialog[open]");
+  await dialog.waitFor();
+  assert.match(await dialog.textContent(), /Replay 2 dead letters matching topic=payment.succeeded/);
+  await dialog.getByRole("button", { name: "Replay 2" }).click();
+  await page.getByText("2 replayed.").waitFor();
+
+  // Phone width: nothing wider than the screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(`${api}/ui#/dead/${dead[1]}`);
+  await page.getByRole("heading", { name: "Dead letter" }).waitFor();
+  await page.goto(`${api}/ui#/overview`);
+  await page.getByRole("heading", { name: "Overview" }).waitFor();
+  const width = await page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok(width <= 390, `the overview is ${width}px wide on a 390px screen`);
+  await page.screenshot({ path: `${shots}/ui-phone.png`, fullPage: true });
+
+  assert.deepEqual(errors, [], "no script errors");
+  console.log("review page: sign-in, overview, dead letters, keyboard, replay, bulk replay, phone width: ok");
+} finally {
+  await browser.close();
+  receiver.close();
+}

@@ -1,0 +1,331 @@
+// The review page: a small client of postback's own API. The token is kept in
+// sessionStorage (this tab only) and sent as a bearer token, like any API client.
+// Views are chosen by the URL's hash, so the browser's back button and links work:
+// #/overview, #/dead (?filters), #/dead/<id>, #/lookup, #/lookup/<id>.
+"use strict";
+
+const TOKEN_KEY = "postback-token";
+const view = document.getElementById("view");
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  }
+  return node;
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.error?.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = body?.error?.code;
+  }
+}
+
+async function api(path, options = {}) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = { Authorization: `Bearer ${token}` };
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method: options.method || "GET",
+    headers,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+  });
+  const body = await response.json().catch(() => null);
+  if (response.status === 401) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showTokenForm("The token was refused; paste a valid one.");
+    throw new ApiError(401, body);
+  }
+  if (!response.ok) throw new ApiError(response.status, body);
+  return body;
+}
+
+// ---- sign-in -------------------------------------------------------------
+
+function showTokenForm(message = "") {
+  document.getElementById("token-form").hidden = false;
+  document.getElementById("token-error").textContent = message;
+  document.getElementById("sign-out").hidden = true;
+  view.replaceChildren();
+  document.getElementById("token").focus();
+}
+
+document.getElementById("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
+  document.getElementById("token-form").hidden = true;
+  route();
+});
+
+document.getElementById("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  showTokenForm();
+});
+
+function confirmAction(text, okLabel) {
+  const dialog = document.getElementById("confirm");
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-ok").textContent = okLabel;
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.showModal();
+  });
+}
+
+// ---- helpers -------------------------------------------------------------
+
+const when = (t) => (t ? new Date(t).toLocaleString() : "—");
+const stateBadge = (s) => el("span", { class: `state state-${s}` }, s.replace("_", " "));
+const outcome = (a) => (a.status !== null ? `HTTP ${a.status}` : a.error || "no response");
+
+function timeline(history) {
+  if (history.length === 0) return el("p", { class: "muted" }, "No attempt yet.");
+  return el("ol", { class: "timeline", "aria-label": "Attempt history" },
+    history.map((a, i) => el("li", { class: a.status >= 200 && a.status < 300 ? "ok" : "" },
+      el("strong", {}, `Attempt ${i + 1}: ${outcome(a)}`),
+      el("div", { class: "muted" }, `${when(a.at)} · ${a.duration_ms} ms`),
+      a.response ? el("pre", {}, a.response) : null)));
+}
+
+/// A JSON body indented for reading; anything else as it is sent.
+function readable(body, contentType) {
+  if (!contentType.startsWith("application/json")) return body;
+  try {
+    return JSON.stringify(JSON.parse(body), null, 2);
+  } catch {
+    return body;
+  }
+}
+
+function failure(error) {
+  return el("p", { class: "error", role: "alert" }, error.message);
+}
+
+// ---- views ---------------------------------------------------------------
+
+async function overview() {
+  const o = await api("/overview");
+  const c = o.counts;
+  const max = Math.max(1, ...o.last_hour.map((w) => w.finished + w.dead));
+  return [
+    el("h1", {}, "Overview"),
+    el("div", { class: "counts" },
+      [["Scheduled", c.scheduled], ["In flight", c.in_flight], ["Dead letters", c.dead],
+       ["Delivered or cancelled", c.finished]].map(([label, n]) =>
+        el("div", { class: "count" }, el("b", {}, n), el("span", {}, label)))),
+    el("h2", {}, "Last hour"),
+    el("p", { class: "legend" }, "Per five minutes: ",
+      el("span", { class: "ok" }, "■ delivered or cancelled "), el("span", { class: "bad" }, "■ dead-lettered"),
+      ` (${o.last_hour.reduce((n, w) => n + w.finished, 0)} and ${o.last_hour.reduce((n, w) => n + w.dead, 0)})`),
+    el("div", { class: "bars", role: "img", "aria-label": "Finished and dead-lettered per five minutes" },
+      o.last_hour.map((w) => el("div", { class: "bar", title: `${when(w.from)}: ${w.finished} finished, ${w.dead} dead` },
+        el("i", { class: "ok", style: `height:${(100 * w.finished) / max}%` }),
+        el("i", { class: "bad", style: `height:${(100 * w.dead) / max}%` })))),
+    el("div", { class: "axis", "aria-hidden": "true" }, el("span", {}, "an hour ago"), el("span", {}, "now")),
+    el("h2", {}, "Hosts failing most (last hour)"),
+    o.failing_hosts.length === 0
+      ? el("p", { class: "muted" }, "No dead letters in the last hour.")
+      : el("div", { class: "table-wrap" }, el("table", {},
+        el("thead", {}, el("tr", {}, el("th", {}, "Host"), el("th", {}, "Dead letters"), el("th", {}, "Last error"), el("th", { class: "wide" }, "At"))),
+        el("tbody", {}, o.failing_hosts.map((h) => el("tr", {},
+          el("td", {}, el("a", { href: `#/dead?host=${encodeURIComponent(h.host)}` }, h.host)),
+          el("td", {}, h.dead),
+          el("td", {}, h.last_status !== null ? `HTTP ${h.last_status}` : h.last_error || "—"),
+          el("td", { class: "wide" }, when(h.last_at))))))),
+  ];
+}
+
+const FILTERS = ["topic", "host", "since", "until"];
+
+function filterQuery(params) {
+  const q = new URLSearchParams();
+  for (const f of FILTERS) if (params.get(f)) q.set(f, params.get(f));
+  return q;
+}
+
+/// How many dead letters match, paging through at most 10 pages of 500.
+async function countMatching(params) {
+  let count = 0;
+  let cursor = null;
+  for (let page = 0; page < 10; page++) {
+    const q = filterQuery(params);
+    q.set("limit", "500");
+    if (cursor) q.set("cursor", cursor);
+    const p = await api(`/dead-letters?${q}`);
+    count += p.items.length;
+    cursor = p.next_cursor;
+    if (!cursor) return { count, more: false };
+  }
+  return { count, more: true };
+}
+
+async function deadLetters(params) {
+  const q = filterQuery(params);
+  q.set("limit", "50");
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const page = await api(`/dead-letters?${q}`);
+  const status = el("p", { role: "status" });
+  const form = el("form", { class: "filters", "aria-label": "Filters" },
+    FILTERS.map((f) => el("div", {},
+      el("label", { for: `f-${f}` }, f === "since" || f === "until" ? `${f} (RFC 3339)` : f),
+      el("input", { id: `f-${f}`, name: f, value: params.get(f) || "",
+        placeholder: f === "since" || f === "until" ? "2026-01-01T00:00:00Z" : "" }))),
+    el("div", {}, el("button", { type: "submit" }, "Filter")));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const next = new URLSearchParams();
+    for (const f of FILTERS) if (form.elements[f].value.trim()) next.set(f, form.elements[f].value.trim());
+    location.hash = `#/dead?${next}`;
+  });
+  const replayAll = el("button", { type: "button", class: "secondary" }, "Replay all matching…");
+  replayAll.addEventListener("click", async () => {
+    replayAll.disabled = true;
+    try {
+      const { count, more } = await countMatching(params);
+      const filter = Object.fromEntries(filterQuery(params));
+      const what = Object.keys(filter).length ? `matching ${new URLSearchParams(filter)}` : "(no filter: all of them)";
+      const ok = count > 0 && await confirmAction(
+        `Replay ${count}${more ? " or more" : ""} dead letters ${what}?`, `Replay ${count}${more ? "+" : ""}`);
+      if (count === 0) status.textContent = "Nothing matches.";
+      if (ok) {
+        const body = Object.keys(filter).length ? filter : { all: true };
+        const r = await api("/dead-letters/replay", { method: "POST", body });
+        status.textContent = `${r.count} replayed.`;
+      }
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    } finally {
+      replayAll.disabled = false;
+    }
+  });
+  const next = new URLSearchParams(filterQuery(params));
+  if (page.next_cursor) next.set("cursor", page.next_cursor);
+  return [
+    el("h1", {}, "Dead letters"),
+    form,
+    el("div", { class: "actions" }, replayAll, status),
+    page.items.length === 0
+      ? el("p", { class: "muted" }, "No dead letters match.")
+      : el("div", { class: "table-wrap" }, el("table", {},
+        el("thead", {}, el("tr", {}, el("th", {}, "Notification"), el("th", { class: "wide" }, "Topic"),
+          el("th", {}, "Last failure"), el("th", { class: "wide" }, "Attempts"), el("th", {}, "Dead since"))),
+        el("tbody", {}, page.items.map((d) => el("tr", {},
+          el("td", { class: "url" }, el("a", { href: `#/dead/${d.id}` }, d.url), el("div", { class: "muted id" }, d.id)),
+          el("td", { class: "wide" }, d.topic || "—"),
+          el("td", {}, d.last_status !== null ? `HTTP ${d.last_status}` : d.last_error || "—"),
+          el("td", { class: "wide" }, d.attempts),
+          el("td", {}, when(d.dead_at))))))),
+    page.next_cursor ? el("p", {}, el("a", { href: `#/dead?${next}` }, "Next page →")) : null,
+  ];
+}
+
+async function deadLetter(id) {
+  const d = await api(`/dead-letters/${encodeURIComponent(id)}`);
+  const status = el("p", { role: "status" });
+  const url = el("input", { id: "replay-url", name: "url", type: "url", placeholder: d.url });
+  const replay = el("form", { class: "actions", "aria-label": "Replay" },
+    el("div", { class: "grow" }, el("label", { for: "replay-url" }, "New callback URL (optional)"), url),
+    el("button", { type: "submit" }, "Replay"));
+  replay.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      const body = url.value.trim() ? { url: url.value.trim() } : {};
+      await api(`/dead-letters/${encodeURIComponent(id)}/replay`, { method: "POST", body });
+      location.hash = `#/lookup/${id}`;
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  });
+  const discard = el("button", { type: "button", class: "danger" }, "Discard");
+  discard.addEventListener("click", async () => {
+    if (!await confirmAction(`Discard ${id}? It will not be sent again.`, "Discard")) return;
+    try {
+      await api(`/dead-letters/${encodeURIComponent(id)}`, { method: "DELETE" });
+      location.hash = "#/dead";
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  });
+  return [
+    el("h1", {}, "Dead letter"),
+    el("div", { class: "card" }, el("dl", {},
+      el("dt", {}, "Id"), el("dd", {}, d.id),
+      el("dt", {}, "Callback"), el("dd", {}, d.url),
+      el("dt", {}, "Topic"), el("dd", {}, d.topic || "—"),
+      el("dt", {}, "Attempts"), el("dd", {}, `${d.attempts} of ${d.max_attempts}`),
+      el("dt", {}, "Created"), el("dd", {}, when(d.created_at)),
+      el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
+      el("dt", {}, "Replays"), el("dd", {}, d.replays))),
+    replay,
+    el("div", { class: "actions" }, discard),
+    status,
+    el("h2", {}, "Attempts"), timeline(d.history),
+    el("h2", {}, `Body (${d.content_type})`), el("pre", {}, readable(d.body, d.content_type)),
+  ];
+}
+
+async function lookup(id) {
+  const input = el("input", { id: "lookup-id", name: "id", value: id || "", placeholder: "ntf_0_…", required: true });
+  const form = el("form", { class: "actions", role: "search" },
+    el("div", { class: "grow" }, el("label", { for: "lookup-id" }, "Notification id"), input),
+    el("button", { type: "submit" }, "Look up"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    location.hash = `#/lookup/${input.value.trim()}`;
+  });
+  const parts = [el("h1", {}, "Look up a notification"), form];
+  if (!id) return parts;
+  try {
+    const n = await api(`/notifications/${encodeURIComponent(id)}`);
+    parts.push(
+      el("div", { class: "card" }, el("dl", {},
+        el("dt", {}, "State"), el("dd", { id: "lookup-state" }, stateBadge(n.state)),
+        el("dt", {}, "Callback"), el("dd", {}, n.url),
+        el("dt", {}, "Attempts"), el("dd", {}, `${n.attempts} of ${n.max_attempts}`),
+        el("dt", {}, "Next attempt"), el("dd", {}, when(n.next_attempt_at)),
+        el("dt", {}, "Created"), el("dd", {}, when(n.created_at)),
+        el("dt", {}, "Finished"), el("dd", {}, when(n.finished_at)),
+        el("dt", {}, "Replays"), el("dd", {}, n.replays))),
+      el("div", { class: "actions" },
+        el("button", { type: "button", class: "secondary", onclick: () => route() }, "Refresh"),
+        n.state === "dead" ? el("a", { href: `#/dead/${n.id}` }, "Open as dead letter") : null),
+      el("h2", {}, "Attempts"), timeline(n.history));
+  } catch (e) {
+    parts.push(e.status === 404 ? el("p", { class: "error", role: "alert" }, "No notification has this id.") : failure(e));
+  }
+  return parts;
+}
+
+// ---- routing -------------------------------------------------------------
+
+async function route() {
+  if (!sessionStorage.getItem(TOKEN_KEY)) return showTokenForm();
+  document.getElementById("sign-out").hidden = false;
+  const [path, query = ""] = location.hash.replace(/^#/, "").split("?");
+  const [, name = "overview", id] = path.split("/");
+  for (const a of document.querySelectorAll("nav a")) {
+    a.toggleAttribute("aria-current", a.dataset.view === name);
+    if (a.dataset.view === name) a.setAttribute("aria-current", "page");
+  }
+  try {
+    const parts = name === "dead" && id ? await deadLetter(decodeURIComponent(id))
+      : name === "dead" ? await deadLetters(new URLSearchParams(query))
+      : name === "lookup" ? await lookup(id && decodeURIComponent(id))
+      : await overview();
+    view.replaceChildren(...parts.filter(Boolean));
+    document.title = `postback — ${parts[0].textContent}`;
+  } catch (e) {
+    if (e.status !== 401) view.replaceChildren(el("h1", {}, "Something went wrong"), failure(e));
+  }
+  document.getElementById("main").focus({ preventScroll: true });
+}
+
+window.addEventListener("hashchange", route);
+route();
