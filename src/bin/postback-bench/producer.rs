@@ -49,27 +49,24 @@ impl Producer {
         &self.urls[self.turn.fetch_add(1, Ordering::Relaxed) % self.urls.len()]
     }
 
-    /// Posts one registration; only the answer's status.
-    pub async fn status_of(&self, body: &Value) -> anyhow::Result<u16> {
-        let response = self
-            .client
+    /// Posts one registration to the next instance in turn.
+    async fn post(&self, body: &Value) -> reqwest::Result<reqwest::Response> {
+        self.client
             .post(self.next_url())
             .bearer_auth(TOKEN)
             .json(body)
             .send()
-            .await?;
-        Ok(response.status().as_u16())
+            .await
+    }
+
+    /// Posts one registration; only the answer's status.
+    pub async fn status_of(&self, body: &Value) -> anyhow::Result<u16> {
+        Ok(self.post(body).await?.status().as_u16())
     }
 
     pub async fn register(&self, body: &Value) -> anyhow::Result<Registered> {
         let sent = SystemTime::now();
-        let response = self
-            .client
-            .post(self.next_url())
-            .bearer_auth(TOKEN)
-            .json(body)
-            .send()
-            .await?;
+        let response = self.post(body).await?;
         let status = response.status();
         let answer: Value = response.json().await?;
         if status.as_u16() != 202 {
