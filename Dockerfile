@@ -5,6 +5,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY src src
 COPY lua lua
 COPY config config
+COPY ui ui
 RUN cargo build --release --locked --bin postback
 
 FROM debian:bookworm-slim

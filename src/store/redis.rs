@@ -109,11 +109,11 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to `target` with `shards` shards, retrying until `settings.connect_wait`
-    /// has passed.
+    /// Connects to `target` with `shard_count` shards, retrying until
+    /// `settings.connect_wait` has passed.
     pub async fn connect(
         target: &RedisTarget,
-        shards: u16,
+        shard_count: u16,
         settings: &StoreSettings,
         retention: &RetentionSettings,
     ) -> anyhow::Result<Self> {
@@ -143,7 +143,6 @@ impl RedisStore {
             }
         };
         check_eviction(&mut conn.clone(), settings.allow_eviction).await?;
-        let shard_count = shards;
         let shards: Vec<ShardKeys> = (0..shard_count)
             .map(|s| ShardKeys::new(&settings.key_prefix, s))
             .collect();
