@@ -76,15 +76,6 @@ local function announce(channel)
   redis.call('PUBLISH', channel, KEYS[1])
 end
 
--- Announces a new earliest due time when `id` heads the due set. True when it does.
-local function announce_if_earliest(id, channel)
-  if redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
-    announce(channel)
-    return true
-  end
-  return false
-end
-
 -- Deletes every record of a notification that is in no index any more.
 local function forget(id)
   redis.call('HDEL', KEYS[4], id)

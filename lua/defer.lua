@@ -4,23 +4,58 @@
 -- KEYS: the shard's keys (see common.lua)
 -- ARGV: 1 wake channel, then per notification 3 values: id, lease, delay ms
 -- A notification whose lease is no longer the caller's is left alone; one whose cancel
--- was asked for is cancelled instead.
+-- was asked for is cancelled instead. The batch is read and written with one command
+-- per structure (a busy host can defer hundreds at a time).
 -- Returns {new earliest 0|1, then per notification 1 if deferred, 0 if left alone}.
+local WIDTH = 3
 local now = now_ms(true)
 local out = {0}
 
-for i = 2, #ARGV, 3 do
-  local id = ARGV[i]
-  local st = load_state(id)
-  if st and st.state == 'in_flight' and st.lease == tonumber(ARGV[i + 1]) then
-    local due = hand_back(id, st, now, now + tonumber(ARGV[i + 2]))
+local ids = {}
+for i = 2, #ARGV, WIDTH do table.insert(ids, ARGV[i]) end
+if #ids == 0 then return out end
+local states = redis.call('HMGET', KEYS[5], unpack(ids))
+
+-- What the batch writes: the ids handed back, field/value pairs for HSET, score/member
+-- pairs for ZADD.
+local w = {handed = {}, state = {}, due = {}}
+local seen = {}
+
+local function defer_one(j, i)
+  local id = ids[j]
+  if seen[id] or not states[j] then return 0 end
+  local st = cjson.decode(states[j])
+  if st.state ~= 'in_flight' or st.lease ~= tonumber(ARGV[i + 1]) then return 0 end
+  seen[id] = true
+  if st.cancel_requested then
+    hand_back(id, st, now, now)
     save_state(id, st)
-    if due and out[1] == 0 and announce_if_earliest(id, ARGV[1]) then
+    return 1
+  end
+  st.state = 'scheduled'
+  st.next_at = now + tonumber(ARGV[i + 2])
+  table.insert(w.handed, id)
+  table.insert(w.state, id)
+  table.insert(w.state, cjson.encode(st))
+  table.insert(w.due, st.next_at)
+  table.insert(w.due, id)
+  return 1
+end
+
+for j = 1, #ids do
+  table.insert(out, defer_one(j, 2 + (j - 1) * WIDTH))
+end
+if #w.handed > 0 then
+  redis.call('ZREM', KEYS[2], unpack(w.handed))
+  redis.call('HSET', KEYS[5], unpack(w.state))
+  redis.call('ZADD', KEYS[1], unpack(w.due))
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+  for _, id in ipairs(w.handed) do
+    if id == head then
+      announce(ARGV[1])
       out[1] = 1
+      break
     end
-    table.insert(out, 1)
-  else
-    table.insert(out, 0)
   end
 end
 return out
