@@ -134,10 +134,13 @@ pub struct ClaimedJob {
 
 impl ClaimedJob {
     /// The store clock now, from `claimed_at` and this instance's monotonic clock: never
-    /// behind the store's own reading (it may be ahead by the claim's request latency).
+    /// behind the store's own reading (it may be ahead by up to the claim's request
+    /// latency plus 2 ms). `claimed_at` is the store's time rounded down to the
+    /// millisecond, so the store's clock may already have been up to 1 ms past it.
     pub fn store_now(&self) -> i64 {
         let since = self.claim_asked.elapsed();
-        self.claimed_at + since.as_millis() as i64 + i64::from(since.subsec_nanos() % 1_000_000 > 0)
+        let elapsed_ms = since.as_millis() as i64 + i64::from(since.subsec_nanos() % 1_000_000 > 0);
+        self.claimed_at + 1 + elapsed_ms
     }
 }
 
@@ -363,4 +366,33 @@ pub trait Store: Send + Sync + 'static {
     /// Calls `wake.notify_one()` whenever another instance makes a notification due
     /// earlier than before, until `cancel` fires.
     async fn watch_wakeups(&self, wake: Arc<Notify>, cancel: CancellationToken);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_clock_is_never_behind_a_reading_rounded_down() {
+        // Read at 1000.999 ms, reported as 1000, and the reply came back at once.
+        let job = ClaimedJob {
+            id: JobId::new(0),
+            lease: 1,
+            attempt: 1,
+            due_at: 1000,
+            claimed_at: 1000,
+            claim_asked: Instant::now(),
+            spec: JobSpec {
+                url: "http://merchant.example.com/cb".into(),
+                body: "{}".into(),
+                content_type: "application/json".into(),
+                headers: Vec::new(),
+                timeout_ms: 1000,
+                expect_body: None,
+                topic: None,
+                rate_key: "merchant.example.com".into(),
+            },
+        };
+        assert!(job.store_now() >= 1001);
+    }
 }
