@@ -94,7 +94,7 @@ function timeline(history) {
       a.response ? el("pre", {}, a.response) : null)));
 }
 
-/// A JSON body indented for reading; anything else as it is sent.
+// A JSON body indented for reading; anything else as it is sent.
 function readable(body, contentType) {
   if (!contentType.startsWith("application/json")) return body;
   try {
@@ -150,7 +150,7 @@ function filterQuery(params) {
   return q;
 }
 
-/// How many dead letters match, paging through at most 10 pages of 500.
+// How many dead letters match, paging through at most 10 pages of 500.
 async function countMatching(params) {
   let count = 0;
   let cursor = null;
@@ -311,8 +311,8 @@ async function route() {
   const [path, query = ""] = location.hash.replace(/^#/, "").split("?");
   const [, name = "overview", id] = path.split("/");
   for (const a of document.querySelectorAll("nav a")) {
-    a.toggleAttribute("aria-current", a.dataset.view === name);
     if (a.dataset.view === name) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
   }
   try {
     const parts = name === "dead" && id ? await deadLetter(decodeURIComponent(id))

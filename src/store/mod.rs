@@ -338,7 +338,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many notifications finished (delivered or cancelled) and how many were
     /// dead-lettered in each of `buckets` consecutive windows of `width_ms`, the first
-    /// starting at `from_ms` (ms since the epoch).
+    /// starting at `from_ms` (ms since the epoch), the last one open-ended.
     async fn outcomes_over(
         &self,
         from_ms: i64,

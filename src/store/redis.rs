@@ -596,10 +596,14 @@ impl Store for RedisStore {
         for keys in &self.shards {
             let mut pipe = redis::pipe();
             for b in 0..buckets as i64 {
-                let (from, to) = (
-                    from_ms + b * width_ms,
-                    format!("({}", from_ms + (b + 1) * width_ms),
-                );
+                // The last window is open-ended: times stamped by the store can be a
+                // millisecond or two ahead of the caller's clock.
+                let to = if b + 1 == buckets as i64 {
+                    "+inf".to_string()
+                } else {
+                    format!("({}", from_ms + (b + 1) * width_ms)
+                };
+                let from = from_ms + b * width_ms;
                 pipe.zcount(keys.done(), from, &to)
                     .zcount(keys.dead(), from, &to);
             }
