@@ -24,6 +24,27 @@ local function save_state(id, st)
   return encoded
 end
 
+-- A batch of leased notifications whose arguments start at ARGV[first], `width` each,
+-- the id first and the lease second: their ids, and their state records as stored.
+local function leased_batch(first, width)
+  local ids = {}
+  for i = first, #ARGV, width do table.insert(ids, ARGV[i]) end
+  if #ids == 0 then return ids, {} end
+  return ids, redis.call('HMGET', KEYS[5], unpack(ids))
+end
+
+-- The decoded state of the batch's j-th notification (arguments from ARGV[i]) while the
+-- caller still holds its lease, once per id in the batch (`seen` remembers); nil when
+-- the lease is lost, the notification gone, or the id seen before.
+local function held_state(ids, states, seen, j, i)
+  local id = ids[j]
+  if seen[id] or not states[j] then return nil end
+  local st = cjson.decode(states[j])
+  if st.state ~= 'in_flight' or st.lease ~= tonumber(ARGV[i + 1]) then return nil end
+  seen[id] = true
+  return st
+end
+
 -- Ends the notification's life in `state`, indexed by finish time in `index_key`.
 local function finish(id, st, state, index_key, now)
   st.state = state

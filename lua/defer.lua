@@ -11,10 +11,8 @@ local WIDTH = 3
 local now = now_ms(true)
 local out = {0}
 
-local ids = {}
-for i = 2, #ARGV, WIDTH do table.insert(ids, ARGV[i]) end
+local ids, states = leased_batch(2, WIDTH)
 if #ids == 0 then return out end
-local states = redis.call('HMGET', KEYS[5], unpack(ids))
 
 -- What the batch writes: the ids handed back, field/value pairs for HSET, score/member
 -- pairs for ZADD.
@@ -23,10 +21,8 @@ local seen = {}
 
 local function defer_one(j, i)
   local id = ids[j]
-  if seen[id] or not states[j] then return 0 end
-  local st = cjson.decode(states[j])
-  if st.state ~= 'in_flight' or st.lease ~= tonumber(ARGV[i + 1]) then return 0 end
-  seen[id] = true
+  local st = held_state(ids, states, seen, j, i)
+  if not st then return 0 end
   if st.cancel_requested then
     hand_back(id, st, now, now)
     save_state(id, st)

@@ -29,10 +29,8 @@ local function next_wait(st, n, retry_after, jitter)
   return math.max(wait, retry_after)
 end
 
-local ids = {}
-for i = FIRST, #ARGV, WIDTH do table.insert(ids, ARGV[i]) end
+local ids, states = leased_batch(FIRST, WIDTH)
 if #ids == 0 then return out end
-local states = redis.call('HMGET', KEYS[5], unpack(ids))
 local histories = redis.call('HMGET', KEYS[6], unpack(ids))
 
 -- What the batch writes: field/value pairs for HSET, score/member pairs for ZADD.
@@ -41,10 +39,8 @@ local seen = {}
 
 local function settle_one(j, i)
   local id = ids[j]
-  if seen[id] or not states[j] then return 0 end
-  local st = cjson.decode(states[j])
-  if st.state ~= 'in_flight' or st.lease ~= tonumber(ARGV[i + 1]) then return 0 end
-  seen[id] = true
+  local st = held_state(ids, states, seen, j, i)
+  if not st then return 0 end
 
   local outcome, status, err = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local duration = tonumber(ARGV[i + 5])
