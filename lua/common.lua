@@ -97,6 +97,19 @@ local function announce(channel)
   redis.call('PUBLISH', channel, KEYS[1])
 end
 
+-- Announces on `channel` when one of `due` (score/member pairs just added to the due
+-- set) heads it now. True when it does.
+local function announce_if_heads(channel, due)
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+  for k = 2, #due, 2 do
+    if due[k] == head then
+      announce(channel)
+      return true
+    end
+  end
+  return false
+end
+
 -- Deletes every record of a notification that is in no index any more.
 local function forget(id)
   redis.call('HDEL', KEYS[4], id)

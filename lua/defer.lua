@@ -45,13 +45,6 @@ if #w.handed > 0 then
   redis.call('ZREM', KEYS[2], unpack(w.handed))
   redis.call('HSET', KEYS[5], unpack(w.state))
   redis.call('ZADD', KEYS[1], unpack(w.due))
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-  for _, id in ipairs(w.handed) do
-    if id == head then
-      announce(ARGV[1])
-      out[1] = 1
-      break
-    end
-  end
+  if announce_if_heads(ARGV[1], w.due) then out[1] = 1 end
 end
 return out

@@ -41,10 +41,6 @@ if #w.due > 0 then
   redis.call('HSET', KEYS[4], unpack(w.jobs))
   redis.call('HSET', KEYS[5], unpack(w.state))
   redis.call('ZADD', KEYS[1], unpack(w.due))
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0)
-  if created[head[1]] then
-    announce(ARGV[1])
-    out[1] = 1
-  end
+  if announce_if_heads(ARGV[1], w.due) then out[1] = 1 end
 end
 return out

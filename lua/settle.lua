@@ -94,16 +94,7 @@ end
 for key, members in pairs({[KEYS[7]] = w.done, [KEYS[3]] = w.dead, [KEYS[1]] = w.due}) do
   if #members > 0 then redis.call('ZADD', key, unpack(members)) end
 end
-if #w.due > 0 then
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0)
-  for k = 2, #w.due, 2 do
-    if w.due[k] == head[1] then
-      announce(ARGV[1])
-      out[1] = 1
-      break
-    end
-  end
-end
+if #w.due > 0 and announce_if_heads(ARGV[1], w.due) then out[1] = 1 end
 -- Retention where this batch added: an index it did not touch cannot have grown.
 out[2] = apply_retention(now, 2, 2 * #ids + 16, #w.dead > 0, #w.done > 0)
 return out
