@@ -21,7 +21,8 @@ fn errors(n: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_key_keeps_its_quota_while_another_runs_at_full_speed() {
-    let (_redis, receiver, pb) = support::start(&[("POSTBACK_QUOTAS_SLOW_SHOP", "5/s")]).await;
+    let (_backend, receiver, pb) =
+        support::start_any(&[("POSTBACK_QUOTAS_SLOW_SHOP", "5/s")]).await;
     let mut slow = Vec::new();
     let mut fast = Vec::new();
     for i in 0..30 {
@@ -72,7 +73,7 @@ async fn a_rate_limited_key_keeps_its_quota_while_another_runs_at_full_speed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_host_cannot_take_the_whole_pool() {
-    let (_redis, healthy, pb) = support::start(&[
+    let (_backend, healthy, pb) = support::start_any(&[
         ("POSTBACK_DELIVERY_CONCURRENCY", "8"),
         ("POSTBACK_DELIVERY_HOST_CONCURRENCY", "2"),
     ])
@@ -109,8 +110,8 @@ async fn a_hanging_host_cannot_take_the_whole_pool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_on_429_and_503_is_honoured_and_bounded() {
-    let (_redis, receiver, pb) =
-        support::start(&[("POSTBACK_DELIVERY_MAX_RETRY_AFTER", "2s")]).await;
+    let (_backend, receiver, pb) =
+        support::start_any(&[("POSTBACK_DELIVERY_MAX_RETRY_AFTER", "2s")]).await;
     // Each on its own rate key: a Retry-After also holds back the rest of its key.
     let asked = pb
         .register(json!({"url": receiver.url("/a?fail=1&status=429&retry_after=1"), "body": {}, "schedule": ["100ms"], "rate_key": "a"}))
@@ -138,7 +139,7 @@ async fn retry_after_on_429_and_503_is_honoured_and_bounded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_holds_back_the_whole_rate_key() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let limited = pb
         .register(json!({"url": receiver.url("/l?fail=1&status=429&retry_after=1"), "body": {}, "schedule": ["100ms"], "rate_key": "shop"}))
         .await;
@@ -159,7 +160,7 @@ async fn retry_after_holds_back_the_whole_rate_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gone_is_dead_after_one_attempt() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let id = pb
         .register(json!({"url": receiver.url("/gone?fail=9&status=410"), "body": {}, "schedule": ["100ms", "100ms"]}))
         .await;
@@ -175,7 +176,7 @@ async fn gone_is_dead_after_one_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_breaker_opens_fails_fast_probes_and_closes() {
-    let (_redis, receiver, pb) = support::start(&[
+    let (_backend, receiver, pb) = support::start_any(&[
         ("POSTBACK_DELIVERY_BREAKER_FAILURES", "3"),
         ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "1s"),
     ])
@@ -215,8 +216,8 @@ async fn the_breaker_opens_fails_fast_probes_and_closes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_breaker_can_be_switched_off() {
-    let (_redis, receiver, pb) =
-        support::start(&[("POSTBACK_DELIVERY_BREAKER_FAILURES", "0")]).await;
+    let (_backend, receiver, pb) =
+        support::start_any(&[("POSTBACK_DELIVERY_BREAKER_FAILURES", "0")]).await;
     for _ in 0..12 {
         let id = pb
             .register(json!({"url": receiver.url("/down?fail=9"), "body": {}, "schedule": []}))
@@ -231,7 +232,7 @@ async fn the_breaker_can_be_switched_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jitter_spreads_retries_within_the_configured_percentage() {
-    let (_redis, receiver, pb) = support::start(&[("POSTBACK_DELIVERY_JITTER", "50%")]).await;
+    let (_backend, receiver, pb) = support::start_any(&[("POSTBACK_DELIVERY_JITTER", "50%")]).await;
     let mut ids = Vec::new();
     for _ in 0..8 {
         ids.push(

@@ -50,7 +50,7 @@ async fn the_oldest_dead_letters_beyond_the_count_are_trimmed_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn old_dead_letters_and_finished_notifications_expire_even_when_idle() {
-    let (_redis, receiver, pb) = support::start(&[
+    let (_backend, receiver, pb) = support::start_any(&[
         ("POSTBACK_RETENTION_DEAD_MAX_AGE", "1s"),
         ("POSTBACK_RETENTION_FINISHED_MAX_AGE", "1s"),
         ("POSTBACK_RETENTION_SWEEP_INTERVAL", "200ms"),
@@ -89,7 +89,7 @@ async fn old_dead_letters_and_finished_notifications_expire_even_when_idle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_of_a_trimmed_notification_is_refused_not_reused() {
-    let (_redis, receiver, pb) = support::start(&[
+    let (_backend, receiver, pb) = support::start_any(&[
         ("POSTBACK_RETENTION_FINISHED_MAX_AGE", "1s"),
         ("POSTBACK_RETENTION_SWEEP_INTERVAL", "200ms"),
     ])
