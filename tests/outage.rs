@@ -8,17 +8,18 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::load::{accepted, Answer, Load, On503};
+use support::load::{accepted, Answer, Load};
 use support::{Postback, Receiver, RedisServer};
 
-/// Starts a steady producer (8 tasks) registering notifications due at once.
+/// Starts a steady producer (8 tasks) registering notifications due at once, each
+/// retrying a `503` under the same `Idempotency-Key`: a registration stored just before
+/// Redis went away, but answered `503`, is then accepted once rather than stored unseen.
 fn load(pb: &Postback, receiver: &Receiver) -> Load {
     let url = receiver.url("/r");
     Load::start(
         pb.url("/notify"),
         8,
         Duration::from_millis(20),
-        On503::GiveUp,
         move |n| json!({"url": url, "body": {"n": n}, "schedule": ["100ms", "200ms"]}),
     )
 }

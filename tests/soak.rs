@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::load::{accepted, register, Load, On503};
+use support::load::{accepted, register, Load};
 use support::{Postback, Receiver, RedisServer};
 
 const SETTINGS: &[(&str, &str)] = &[
@@ -59,7 +59,7 @@ async fn cancelling_producer(
     while !stop.load(Ordering::Relaxed) {
         let body = json!({"url": target, "body": {}, "delay": "1s", "schedule": ["100ms"]});
         let key = format!("cancel-{name}-{}", ids.len());
-        let answers = register(&client, &format!("{api}/notify"), &body, &key, On503::Retry).await;
+        let answers = register(&client, &format!("{api}/notify"), &body, &key).await;
         let id = answers.last().unwrap().id.clone().expect("accepted");
         if ids.len() % 2 == 0 {
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..1_500))).await;
@@ -92,7 +92,6 @@ async fn the_ledger_balances_after_restarts_of_an_instance_and_of_redis() {
         steady.url("/notify"),
         2,
         Duration::from_millis(20),
-        On503::Retry,
         move |n| mixed(n, &flaky, &other_host, &failing),
     );
     let stop = Arc::new(AtomicBool::new(false));

@@ -1,9 +1,9 @@
 //! A steady producer: several tasks registering notifications through `POST /notify`
 //! until stopped, recording every answer and how long it took, so that a test can
-//! break things underneath and then check what was accepted. A careful producer sends
-//! each registration with its own `Idempotency-Key` and retries a `503` with the same
-//! key until it is accepted, as the README advises: a registration whose answer was
-//! lost is then neither lost nor stored twice.
+//! break things underneath and then check what was accepted. Like a careful producer,
+//! it sends each registration with its own `Idempotency-Key` and retries a `503` with
+//! the same key until it is accepted, as the README advises: a registration whose
+//! answer was lost (stored, but answered `503`) is then neither lost nor stored twice.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,15 +32,6 @@ pub struct Load {
     tasks: JoinSet<Vec<Answer>>,
 }
 
-/// How a producer treats a `503`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum On503 {
-    /// Records it and moves on.
-    GiveUp,
-    /// Tries again with the same `Idempotency-Key` until it is accepted.
-    Retry,
-}
-
 impl Load {
     /// Starts `tasks` producers against `notify_url`, each pausing `pause` between its
     /// requests; `body(n)` is the n-th registration's body.
@@ -48,7 +39,6 @@ impl Load {
         notify_url: String,
         tasks: usize,
         pause: Duration,
-        on_503: On503,
         body: impl Fn(usize) -> Value + Send + Sync + 'static,
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
@@ -67,7 +57,7 @@ impl Load {
                 while !stop.load(Ordering::Relaxed) {
                     let n = counter.fetch_add(1, Ordering::Relaxed);
                     let key = format!("load-{n}");
-                    answers.extend(register(&client, &url, &body(n), &key, on_503).await);
+                    answers.extend(register(&client, &url, &body(n), &key).await);
                     tokio::time::sleep(pause).await;
                 }
                 answers
@@ -87,16 +77,11 @@ impl Load {
     }
 }
 
-/// Registers `body` under `key`; every answer, the last one the registration's outcome.
-pub async fn register(
-    client: &reqwest::Client,
-    url: &str,
-    body: &Value,
-    key: &str,
-    on_503: On503,
-) -> Vec<Answer> {
+/// Registers `body` under `key`, retrying a `503` with the same key until it is
+/// accepted; every answer, the last one the registration's outcome.
+pub async fn register(client: &reqwest::Client, url: &str, body: &Value, key: &str) -> Vec<Answer> {
     let mut answers = vec![register_once(client, url, body, key).await];
-    while on_503 == On503::Retry && answers.last().unwrap().status == 503 {
+    while answers.last().unwrap().status == 503 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         answers.push(register_once(client, url, body, key).await);
     }
