@@ -21,15 +21,12 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let s = &config.settings;
     let store = RedisStore::connect(&config.redis, config.shards, &s.store, &s.retention).await?;
     let store: Arc<dyn Store> = Arc::new(store);
-    match &config.redis {
-        RedisTarget::Standalone(url) => {
-            tracing::info!(store = "redis", url = %redacted(url), shards = config.shards, "store connected")
-        }
-        RedisTarget::Cluster(seeds) => {
-            let seeds: Vec<String> = seeds.iter().map(|url| redacted(url)).collect();
-            tracing::info!(store = "redis cluster", seeds = %seeds.join(","), shards = config.shards, "store connected")
-        }
-    }
+    let (kind, urls) = match &config.redis {
+        RedisTarget::Standalone(url) => ("redis", vec![url]),
+        RedisTarget::Cluster(seeds) => ("redis cluster", seeds.iter().collect()),
+    };
+    let urls: Vec<String> = urls.into_iter().map(|url| redacted(url)).collect();
+    tracing::info!(store = kind, url = %urls.join(","), shards = config.shards, "store connected");
     let listener = tokio::net::TcpListener::bind(s.server.listen)
         .await
         .with_context(|| {

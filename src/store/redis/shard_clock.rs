@@ -6,6 +6,7 @@
 //! cost, and on a cluster with many shards keeps an idle instance at about one command
 //! per idle sleep instead of one per shard.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -25,8 +26,8 @@ impl Shard {
 
 pub struct ShardClock {
     shards: Mutex<Vec<Shard>>,
-    /// The shard asked next whatever is known of it.
-    turn: Mutex<usize>,
+    /// The shard asked next whatever is known of it (modulo the number of shards).
+    turn: AtomicUsize,
 }
 
 /// A shard to claim from, and how many wake-ups it had had when it was chosen.
@@ -48,7 +49,7 @@ impl ShardClock {
             .collect();
         Self {
             shards: Mutex::new(shards),
-            turn: Mutex::new(0),
+            turn: AtomicUsize::new(0),
         }
     }
 
@@ -69,9 +70,7 @@ impl ShardClock {
         let now = Instant::now();
         let shards = self.lock();
         let n = shards.len();
-        let mut turn = self.turn.lock().unwrap_or_else(|p| p.into_inner());
-        let start = *turn;
-        *turn = (start + 1) % n;
+        let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
         let ask = |shard: usize| Ask {
             shard,
             wakes: shards[shard].wakes,
