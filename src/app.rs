@@ -8,25 +8,18 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, NotifyPolicy, Tokens};
-use crate::config::{Config, RedisTarget};
+use crate::config::{Config, RedisTarget, StoreTarget};
 use crate::domain::Destinations;
 use crate::policy::Policy;
 use crate::retention;
 use crate::scheduler::Dispatcher;
 use crate::sender::Sender;
 use crate::signing::Signer;
-use crate::store::{RedisStore, Store};
+use crate::store::{EmbeddedStore, RedisStore, Store};
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let s = &config.settings;
-    let store = RedisStore::connect(&config.redis, config.shards, &s.store, &s.retention).await?;
-    let store: Arc<dyn Store> = Arc::new(store);
-    let (kind, urls) = match &config.redis {
-        RedisTarget::Standalone(url) => ("redis", vec![url]),
-        RedisTarget::Cluster(seeds) => ("redis cluster", seeds.iter().collect()),
-    };
-    let urls: Vec<String> = urls.into_iter().map(|url| redacted(url)).collect();
-    tracing::info!(store = kind, url = %urls.join(","), shards = config.shards, "store connected");
+    let store = open_store(&config).await?;
     let listener = tokio::net::TcpListener::bind(s.server.listen)
         .await
         .with_context(|| {
@@ -85,6 +78,27 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     sweeping.await.context("retention sweep")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The configured store, with one line saying which and where.
+async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
+    let s = &config.settings;
+    let target = match &config.store {
+        StoreTarget::Embedded(dir) => {
+            let store = EmbeddedStore::open(dir, &s.retention)?;
+            tracing::info!(store = "embedded", path = %store.path().display(), "store opened");
+            return Ok(Arc::new(store));
+        }
+        StoreTarget::Redis(target) => target,
+    };
+    let store = RedisStore::connect(target, config.shards, &s.store, &s.retention).await?;
+    let (kind, urls) = match target {
+        RedisTarget::Standalone(url) => ("redis", vec![url]),
+        RedisTarget::Cluster(seeds) => ("redis cluster", seeds.iter().collect()),
+    };
+    let urls: Vec<String> = urls.into_iter().map(|url| redacted(url)).collect();
+    tracing::info!(store = kind, url = %urls.join(","), shards = config.shards, "store connected");
+    Ok(Arc::new(store))
 }
 
 fn notify_policy(config: &Config) -> NotifyPolicy {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -32,9 +32,6 @@ const SECTIONS: &[&str] = &[
     "quotas",
     "secrets",
 ];
-
-/// The Redis URL used while no embedded store exists and none is configured.
-pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -67,7 +64,10 @@ pub struct ServerSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreSettings {
+    /// Unset, with no `cluster_urls` either, means the embedded store in `data_dir`.
     pub redis_url: Option<String>,
+    /// Directory of the embedded store's file.
+    pub data_dir: PathBuf,
     /// Seed nodes of a Redis Cluster; set means cluster mode (instead of `redis_url`).
     pub cluster_urls: StringList,
     /// Start even when Redis's `maxmemory-policy` may evict keys (notifications can be lost).
@@ -192,6 +192,7 @@ impl Default for StoreSettings {
     fn default() -> Self {
         Self {
             redis_url: None,
+            data_dir: PathBuf::from("data"),
             cluster_urls: StringList::default(),
             allow_eviction: false,
             shards: None,
@@ -265,6 +266,14 @@ pub const CLUSTER_SHARDS: u16 = 12;
 
 /// Where the notifications are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreTarget {
+    /// The embedded store, a file in this directory (one instance only).
+    Embedded(PathBuf),
+    Redis(RedisTarget),
+}
+
+/// Which Redis keeps the notifications.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     Standalone(String),
     /// The seed nodes of a Redis Cluster.
@@ -275,7 +284,7 @@ pub enum RedisTarget {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub settings: Settings,
-    pub redis: RedisTarget,
+    pub store: StoreTarget,
     /// Hash-tagged shards.
     pub shards: u16,
     pub schedules: BTreeMap<String, Schedule>,
@@ -373,11 +382,14 @@ impl Config {
             "server.max_concurrent_requests",
             "must be at least 1",
         )?;
-        let redis = redis_target(&s.store)?;
-        let shards = match (s.store.shards, &redis) {
-            (Some(n), _) => n,
-            (None, RedisTarget::Standalone(_)) => 1,
-            (None, RedisTarget::Cluster(_)) => CLUSTER_SHARDS,
+        let store = store_target(&s.store)?;
+        let shards = match (s.store.shards, &store) {
+            (Some(n), StoreTarget::Redis(_)) => n,
+            (Some(_), StoreTarget::Embedded(_)) => {
+                bail!("store.shards (POSTBACK_STORE_SHARDS): applies to Redis only; the embedded store has one shard")
+            }
+            (None, StoreTarget::Redis(RedisTarget::Cluster(_))) => CLUSTER_SHARDS,
+            (None, _) => 1,
         };
         check(shards >= 1, "store.shards", "must be at least 1")?;
         let schedules = parse_schedules(&s.schedules)?;
@@ -396,7 +408,7 @@ impl Config {
         })?;
         Ok(Self {
             settings,
-            redis,
+            store,
             shards,
             schedules,
             secrets,
@@ -407,20 +419,25 @@ impl Config {
     }
 }
 
-/// The standalone URL or the cluster's seed nodes, each checked to be a Redis URL.
-fn redis_target(store: &StoreSettings) -> anyhow::Result<RedisTarget> {
+/// The embedded store when no Redis is named, otherwise the standalone URL or the
+/// cluster's seed nodes, each checked to be a Redis URL.
+fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
     let is_url = |url: &str, key: &str| {
         redis::IntoConnectionInfo::into_connection_info(url)
             .map(drop)
             .with_context(|| format!("{key}: `{url}` is not a Redis URL"))
     };
     if store.cluster_urls.is_empty() {
-        let url = store
-            .redis_url
-            .clone()
-            .unwrap_or_else(|| DEFAULT_REDIS_URL.into());
+        let Some(url) = store.redis_url.clone() else {
+            check(
+                !store.data_dir.as_os_str().is_empty(),
+                "store.data_dir (POSTBACK_STORE_DATA_DIR)",
+                "must name a directory",
+            )?;
+            return Ok(StoreTarget::Embedded(store.data_dir.clone()));
+        };
         is_url(&url, "store.redis_url (POSTBACK_STORE_REDIS_URL)")?;
-        return Ok(RedisTarget::Standalone(url));
+        return Ok(StoreTarget::Redis(RedisTarget::Standalone(url)));
     }
     if store.redis_url.is_some() {
         bail!(
@@ -431,7 +448,7 @@ fn redis_target(store: &StoreSettings) -> anyhow::Result<RedisTarget> {
     for url in &seeds {
         is_url(url, "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS)")?;
     }
-    Ok(RedisTarget::Cluster(seeds))
+    Ok(StoreTarget::Redis(RedisTarget::Cluster(seeds)))
 }
 
 fn env_provider() -> Env {
@@ -536,8 +553,21 @@ mod tests {
         let c = Config::validate(with_token(), false).unwrap();
         assert_eq!(c.schedules["default"].max_attempts(), 10);
         assert_eq!(c.schedules["wechatpay"].max_attempts(), 16);
-        assert_eq!(c.redis, RedisTarget::Standalone(DEFAULT_REDIS_URL.into()));
+        assert_eq!(c.store, StoreTarget::Embedded(PathBuf::from("data")));
         assert_eq!(c.shards, 1);
+    }
+
+    #[test]
+    fn a_redis_url_means_redis_and_shards_apply_to_redis_only() {
+        let mut s = with_token();
+        s.store.redis_url = Some("redis://c:6379".into());
+        let c = Config::validate(s.clone(), false).unwrap();
+        let url = RedisTarget::Standalone("redis://c:6379".into());
+        assert_eq!(c.store, StoreTarget::Redis(url));
+        let mut s = with_token();
+        s.store.shards = Some(4);
+        let err = Config::validate(s, false).unwrap_err().to_string();
+        assert!(err.starts_with("store.shards"), "{err}");
     }
 
     #[test]
@@ -546,7 +576,7 @@ mod tests {
         s.store.cluster_urls = StringList::from_csv("redis://a:7000, redis://b:7001");
         let c = Config::validate(s.clone(), false).unwrap();
         let seeds = vec!["redis://a:7000".to_string(), "redis://b:7001".to_string()];
-        assert_eq!(c.redis, RedisTarget::Cluster(seeds));
+        assert_eq!(c.store, StoreTarget::Redis(RedisTarget::Cluster(seeds)));
         assert_eq!(c.shards, CLUSTER_SHARDS);
         s.store.shards = Some(3);
         assert_eq!(Config::validate(s.clone(), false).unwrap().shards, 3);

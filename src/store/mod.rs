@@ -1,6 +1,7 @@
 //! The storage port: every state transition of a notification, as one trait, so that the
 //! pipeline does not depend on which backend keeps the data. `redis` is the reference
-//! implementation; each transition is atomic.
+//! implementation, `embedded` the single-instance one on local disk; in both each
+//! transition is atomic.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,9 +15,11 @@ use crate::domain::{Attempt, JobId, JobSpec, Notification, Outcome, Schedule};
 
 pub mod bulk;
 mod cursor;
+mod embedded;
 mod keys;
 mod redis;
 
+pub use self::embedded::{EmbeddedStore, FILE_NAME as EMBEDDED_FILE};
 pub use self::redis::RedisStore;
 pub use cursor::Cursor;
 

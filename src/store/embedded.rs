@@ -1,0 +1,361 @@
+//! The embedded store: one instance's notifications in a `redb` file on local disk, for
+//! running postback with nothing else installed. The same states and transitions as the
+//! Redis store, each atomic and on disk before it is answered; transitions go through
+//! one writer thread that commits concurrent ones together (`writer`), reads run on the
+//! blocking pool. The file is locked: a second instance on it is refused.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use async_trait::async_trait;
+use redb::{Database, ReadTransaction};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency, JobState,
+    JobStatus, JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult,
+};
+use crate::config::RetentionSettings;
+use crate::domain::{JobId, JobSpec, Notification, Schedule};
+
+mod reads;
+mod tables;
+mod transitions;
+mod writer;
+
+use tables::{DbError, DbResult, Record, Tables};
+use transitions::{store_error, NewJob, Retention};
+use writer::Writer;
+
+/// The file in `store.data_dir`.
+pub const FILE_NAME: &str = "postback.redb";
+
+/// Most notifications one sweep step deletes from each finished index.
+const TRIM_BUDGET: usize = 500;
+
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    writer: Writer,
+    /// Signalled when a transition makes a notification due earlier than before.
+    announced: Arc<Notify>,
+    retention: Retention,
+    path: PathBuf,
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store in `dir`, refusing a file another process holds.
+    pub fn open(dir: &Path, retention: &RetentionSettings) -> anyhow::Result<Self> {
+        let key = "store.data_dir (POSTBACK_STORE_DATA_DIR)";
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{key}: cannot create {}", dir.display()))?;
+        let path = dir.join(FILE_NAME);
+        let db = match Database::create(&path) {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => anyhow::bail!(
+                "{key}: {} is in use by another postback instance; the embedded store serves \
+                 one instance (configure Redis to run several)",
+                path.display()
+            ),
+            Err(e) => anyhow::bail!("{key}: cannot open {}: {e}", path.display()),
+        };
+        create_tables(&db).with_context(|| format!("{key}: cannot write {}", path.display()))?;
+        let db = Arc::new(db);
+        Ok(Self {
+            writer: Writer::start(db.clone())?,
+            db,
+            announced: Arc::new(Notify::new()),
+            retention: Retention {
+                dead_max_age_ms: retention.dead_max_age.as_millis() as i64,
+                dead_max_count: retention.dead_max_count,
+                finished_max_age_ms: retention.finished_max_age.as_millis() as i64,
+            },
+            path,
+        })
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn announce(&self, earliest: bool) {
+        if earliest {
+            self.announced.notify_one();
+        }
+    }
+
+    /// Runs `read` in a read transaction on the blocking pool.
+    async fn read<T, F>(&self, read: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ReadTransaction) -> DbResult<T> + Send + 'static,
+    {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || read(&db.begin_read().map_err(DbError::from)?))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("store reader: {e}")))?
+            .map_err(store_error)
+    }
+}
+
+/// Creates every table, so that readers find them from the start.
+fn create_tables(db: &Database) -> DbResult<()> {
+    let tx = db.begin_write()?;
+    Tables::open(&tx)?;
+    tx.commit()?;
+    Ok(())
+}
+
+fn schedule_ms(schedule: &Schedule) -> Vec<u64> {
+    schedule
+        .intervals()
+        .iter()
+        .map(|d| d.as_millis() as u64)
+        .collect()
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// Whether any of the records is due and now heads the due index.
+fn any_heads(t: &Tables, records: &[(String, Record)]) -> DbResult<bool> {
+    for (id, r) in records {
+        if r.status.state == JobState::Scheduled {
+            if let Some(at) = r.status.next_at {
+                if t.heads_due(at, id)? {
+                    return Ok(true);
+                }
+            }
+        }
+    }
+    Ok(false)
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    fn shard_for(&self, _idempotency_key: Option<&str>) -> u16 {
+        0
+    }
+
+    async fn enqueue(
+        &self,
+        n: &Notification,
+        idempotency: Option<&Idempotency>,
+    ) -> StoreResult<Enqueued> {
+        let job = NewJob {
+            id: n.id,
+            spec: to_json(&n.spec())?,
+            schedule: schedule_ms(&n.schedule),
+            delay_ms: n.delay.as_millis() as u64,
+            idempotency: idempotency.map(|i| (i.key.clone(), (i.ttl.as_millis() as u64).max(1))),
+        };
+        let enqueued = self
+            .writer
+            .run(move |t, now| transitions::enqueue(t, now, &job))
+            .await?;
+        self.announce(enqueued.earliest);
+        Ok(enqueued)
+    }
+
+    async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
+        let asked = Instant::now();
+        let lease_ms = lease.as_millis() as i64;
+        self.writer
+            .run(move |t, now| transitions::claim(t, now, limit, lease_ms, asked))
+            .await
+    }
+
+    async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
+        let batch = batch.to_vec();
+        let retention = self.retention;
+        let settled = self
+            .writer
+            .run(move |t, now| {
+                let mut settled = Settled::default();
+                let mut moved = Vec::new();
+                for s in &batch {
+                    let record = transitions::settle(t, now, s)?;
+                    settled.applied.push(record.is_some());
+                    moved.extend(record.map(|r| (s.id.to_string(), r)));
+                }
+                settled.earliest = any_heads(t, &moved)?;
+                let state = |wanted: &[JobState]| {
+                    moved.iter().any(|(_, r)| wanted.contains(&r.status.state))
+                };
+                let touched = (
+                    state(&[JobState::Dead]),
+                    state(&[JobState::Delivered, JobState::Cancelled]),
+                );
+                let budget = 2 * batch.len() + 16;
+                settled.trimmed =
+                    transitions::apply_retention(t, now, &retention, budget, touched)?;
+                Ok(settled)
+            })
+            .await?;
+        self.announce(settled.earliest);
+        Ok(settled)
+    }
+
+    async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool> {
+        let batch = batch.to_vec();
+        let earliest = self
+            .writer
+            .run(move |t, now| {
+                let mut moved = Vec::new();
+                for d in &batch {
+                    let record = transitions::defer(t, now, d)?;
+                    moved.extend(record.map(|r| (d.id.to_string(), r)));
+                }
+                any_heads(t, &moved)
+            })
+            .await?;
+        self.announce(earliest);
+        Ok(earliest)
+    }
+
+    async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
+        let id = *id;
+        self.writer
+            .run(move |t, now| transitions::cancel(t, now, &id))
+            .await
+    }
+
+    async fn replay(
+        &self,
+        id: &JobId,
+        spec: Option<&JobSpec>,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<Option<JobStatus>> {
+        let id = *id;
+        let spec = spec.map(to_json).transpose()?;
+        let schedule = schedule.map(schedule_ms);
+        let delay_ms = delay.as_millis() as u64;
+        let status = self
+            .writer
+            .run(move |t, now| {
+                transitions::replay(t, now, &id, spec.as_deref(), schedule.as_deref(), delay_ms)
+            })
+            .await?;
+        self.announce(status.is_some());
+        Ok(status)
+    }
+
+    async fn replay_many(
+        &self,
+        ids: &[JobId],
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<usize> {
+        let ids = ids.to_vec();
+        let schedule = schedule.map(schedule_ms);
+        let delay_ms = delay.as_millis() as u64;
+        let replayed = self
+            .writer
+            .run(move |t, now| {
+                let mut n = 0;
+                for id in &ids {
+                    let status =
+                        transitions::replay(t, now, id, None, schedule.as_deref(), delay_ms)?;
+                    n += usize::from(status.is_some());
+                }
+                Ok(n)
+            })
+            .await?;
+        self.announce(replayed > 0);
+        Ok(replayed)
+    }
+
+    async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
+        let ids = ids.to_vec();
+        self.writer
+            .run(move |t, _| {
+                let mut n = 0;
+                for id in &ids {
+                    n += usize::from(transitions::discard(t, id)?);
+                }
+                Ok(n)
+            })
+            .await
+    }
+
+    async fn trim(&self) -> StoreResult<usize> {
+        let mut trimmed = 0;
+        loop {
+            let retention = self.retention;
+            let n = self
+                .writer
+                .run(move |t, now| {
+                    transitions::apply_retention(t, now, &retention, TRIM_BUDGET, (true, true))
+                })
+                .await?;
+            trimmed += n;
+            if n < TRIM_BUDGET {
+                return Ok(trimmed);
+            }
+        }
+    }
+
+    async fn stats(&self) -> StoreResult<Stats> {
+        self.read(reads::stats).await
+    }
+
+    async fn outcomes_over(
+        &self,
+        from_ms: i64,
+        width_ms: i64,
+        buckets: usize,
+    ) -> StoreResult<Vec<Outcomes>> {
+        self.read(move |tx| reads::outcomes_over(tx, from_ms, width_ms, buckets))
+            .await
+    }
+
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
+        let leases = leases.to_vec();
+        let released = self
+            .writer
+            .run(move |t, now| {
+                let mut n = 0;
+                for (id, lease) in &leases {
+                    n += usize::from(transitions::release(t, now, id, *lease)?);
+                }
+                Ok(n)
+            })
+            .await?;
+        self.announce(released > 0);
+        Ok(released)
+    }
+
+    async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>> {
+        let id = id.to_string();
+        self.read(move |tx| reads::view(tx, &id)).await
+    }
+
+    async fn dead_letters(
+        &self,
+        filter: &DeadFilter,
+        limit: usize,
+        after: Option<&Cursor>,
+    ) -> StoreResult<DeadPage> {
+        let (filter, after) = (filter.clone(), after.cloned());
+        self.read(move |tx| reads::dead_letters(tx, &filter, limit, after.as_ref()))
+            .await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.read(|_| Ok(())).await
+    }
+
+    async fn watch_wakeups(&self, wake: Arc<Notify>, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = self.announced.notified() => wake.notify_one(),
+            }
+        }
+    }
+}

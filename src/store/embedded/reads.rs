@@ -1,0 +1,135 @@
+//! The embedded store's reads, each in one read transaction (a consistent snapshot of
+//! what has been committed): a notification, a page of dead letters, the counts.
+
+use redb::{ReadTransaction, ReadableTableMetadata, TableDefinition};
+
+use super::tables::{
+    decode, DbError, DbResult, Record, COUNTERS, DEAD, DONE, DUE, HISTORY, INFLIGHT, RECORDS, SPECS,
+};
+use crate::domain::{Attempt, JobId, JobSpec};
+use crate::store::{Cursor, DeadFilter, DeadPage, JobView, Outcomes, StateCounts, Stats, Trimmed};
+
+/// Dead letters examined for one page at most; past it the page ends early with a
+/// cursor, so that a filter matching nothing cannot hold a reader for long.
+const MAX_SCAN: usize = 5_000;
+
+type Index = TableDefinition<'static, (i64, &'static str), ()>;
+
+/// One notification with its history.
+pub fn view(tx: &ReadTransaction, id: &str) -> DbResult<Option<JobView>> {
+    let records = tx.open_table(RECORDS)?;
+    let Some(record) = records.get(id)? else {
+        return Ok(None);
+    };
+    let record: Record = decode(record.value())?;
+    let Some(spec) = tx.open_table(SPECS)?.get(id)? else {
+        return Ok(None);
+    };
+    let spec: JobSpec = decode(spec.value())?;
+    let history: Vec<Attempt> = match tx.open_table(HISTORY)?.get(id)? {
+        Some(raw) => decode(raw.value())?,
+        None => Vec::new(),
+    };
+    let id: JobId = id
+        .parse()
+        .map_err(|_| DbError::corrupted(format!("bad id `{id}`")))?;
+    Ok(Some(JobView {
+        id,
+        spec,
+        status: record.status,
+        history,
+    }))
+}
+
+/// Up to `limit` dead letters matching `filter`, newest first after `after`.
+pub fn dead_letters(
+    tx: &ReadTransaction,
+    filter: &DeadFilter,
+    limit: usize,
+    after: Option<&Cursor>,
+) -> DbResult<DeadPage> {
+    let dead = tx.open_table(DEAD)?;
+    let since = filter.since.unwrap_or(i64::MIN);
+    let top = match (after, filter.until) {
+        (Some(c), Some(u)) if u < c.at => (u + 1, String::new()),
+        (Some(c), _) => (c.at, c.id.to_string()),
+        (None, Some(u)) => (u + 1, String::new()),
+        (None, None) => (i64::MAX, String::new()),
+    };
+    let mut items = Vec::new();
+    let mut last = None;
+    for (scanned, entry) in dead.range(..(top.0, top.1.as_str()))?.rev().enumerate() {
+        let key = entry?.0;
+        let (at, id) = key.value();
+        if at < since {
+            return Ok(page(items, None));
+        }
+        if items.len() == limit || scanned == MAX_SCAN {
+            return Ok(page(items, last));
+        }
+        let cursor = Cursor {
+            at,
+            id: id
+                .parse()
+                .map_err(|_| DbError::corrupted(format!("bad id `{id}`")))?,
+        };
+        if let Some(v) = view(tx, id)?.filter(|v| filter.matches(v)) {
+            items.push(v);
+        }
+        last = Some(cursor);
+    }
+    Ok(page(items, None))
+}
+
+fn page(items: Vec<JobView>, next_cursor: Option<Cursor>) -> DeadPage {
+    DeadPage { items, next_cursor }
+}
+
+/// Counts by state, and what retention deleted.
+pub fn stats(tx: &ReadTransaction) -> DbResult<Stats> {
+    let len = |def: Index| -> DbResult<u64> { Ok(tx.open_table(def)?.len()?) };
+    let counts = StateCounts {
+        scheduled: len(DUE)?,
+        in_flight: len(INFLIGHT)?,
+        dead: len(DEAD)?,
+        finished: len(DONE)?,
+    };
+    let counters = tx.open_table(COUNTERS)?;
+    let count = |name: &str| -> DbResult<u64> { Ok(counters.get(name)?.map_or(0, |v| v.value())) };
+    Ok(Stats {
+        total: counts.clone(),
+        shards: vec![counts],
+        trimmed: Trimmed {
+            dead_by_age: count("dead_by_age")?,
+            dead_by_count: count("dead_by_count")?,
+            finished_by_age: count("finished_by_age")?,
+        },
+    })
+}
+
+/// Finished and dead-lettered notifications per window (the last one open-ended).
+pub fn outcomes_over(
+    tx: &ReadTransaction,
+    from_ms: i64,
+    width_ms: i64,
+    buckets: usize,
+) -> DbResult<Vec<Outcomes>> {
+    let mut out = vec![Outcomes::default(); buckets];
+    if buckets == 0 {
+        return Ok(out);
+    }
+    for (def, dead) in [(DONE, false), (DEAD, true)] {
+        let table = tx.open_table(def)?;
+        for entry in table.range((from_ms, "")..)? {
+            let (at, _) = entry?.0.value();
+            let bucket = (((at - from_ms) / width_ms) as usize).min(buckets - 1);
+            let slot = &mut out[bucket];
+            if dead {
+                slot.dead += 1;
+            } else {
+                slot.finished += 1;
+            }
+        }
+    }
+    Ok(out)
+}

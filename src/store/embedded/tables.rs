@@ -1,0 +1,199 @@
+//! The embedded store's tables and the record kept per notification. Indexes are tables
+//! keyed by `(time, id)`, so that a range read gives what is due, expired or oldest, in
+//! order, as Redis's sorted sets do.
+
+use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use crate::store::{JobState, JobStatus};
+
+/// What a step of the embedded store gives: any error aborts its transaction.
+pub type DbResult<T> = Result<T, DbError>;
+
+/// An error of the embedded store's file (boxed: redb's errors are large).
+#[derive(Debug)]
+pub struct DbError(pub Box<redb::Error>);
+
+macro_rules! from_redb {
+    ($($error:ty),*) => {$(
+        impl From<$error> for DbError {
+            fn from(e: $error) -> Self {
+                Self(Box::new(e.into()))
+            }
+        }
+    )*};
+}
+
+from_redb!(
+    redb::Error,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError
+);
+
+impl DbError {
+    pub fn corrupted(message: String) -> Self {
+        Self(Box::new(redb::Error::Corrupted(message)))
+    }
+}
+
+impl std::error::Error for DbError {}
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// id → the notification's spec (JSON), as registered or replaced by a replay.
+pub const SPECS: TableDefinition<&str, &str> = TableDefinition::new("specs");
+/// id → `Record` (JSON).
+pub const RECORDS: TableDefinition<&str, &str> = TableDefinition::new("records");
+/// id → the attempt history (a JSON array).
+pub const HISTORY: TableDefinition<&str, &str> = TableDefinition::new("history");
+/// (due at, id) of every scheduled notification.
+pub const DUE: TableDefinition<(i64, &str), ()> = TableDefinition::new("due");
+/// (lease deadline, id) of every notification in flight.
+pub const INFLIGHT: TableDefinition<(i64, &str), ()> = TableDefinition::new("inflight");
+/// (dead-lettered at, id).
+pub const DEAD: TableDefinition<(i64, &str), ()> = TableDefinition::new("dead");
+/// (finished at, id) of delivered and cancelled notifications.
+pub const DONE: TableDefinition<(i64, &str), ()> = TableDefinition::new("done");
+/// Idempotency key → (id, forgotten at).
+pub const IDEMPOTENCY: TableDefinition<&str, (&str, i64)> = TableDefinition::new("idempotency");
+/// (forgotten at, idempotency key), for the sweep.
+pub const IDEMPOTENCY_EXPIRY: TableDefinition<(i64, &str), ()> =
+    TableDefinition::new("idempotency_expiry");
+/// What retention deleted, by reason → count.
+pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+
+/// The mutable part of a notification with what the store needs besides: its schedule
+/// and its current lease.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    #[serde(flatten)]
+    pub status: JobStatus,
+    /// The retry intervals in ms.
+    pub schedule: Vec<u64>,
+    /// The number of the current (or last) lease; a settle must name it.
+    pub lease: u64,
+    /// While in flight: when the lease ends.
+    #[serde(default)]
+    pub lease_until: Option<i64>,
+}
+
+impl Record {
+    /// The index entry this record is in, by its state.
+    fn position(&self) -> Option<(Index, i64)> {
+        let s = &self.status;
+        match s.state {
+            JobState::Scheduled => s.next_at.map(|at| (Index::Due, at)),
+            JobState::InFlight => self.lease_until.map(|at| (Index::InFlight, at)),
+            JobState::Dead => s.finished_at.map(|at| (Index::Dead, at)),
+            JobState::Delivered | JobState::Cancelled => s.finished_at.map(|at| (Index::Done, at)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index {
+    Due,
+    InFlight,
+    Dead,
+    Done,
+}
+
+/// Every table, open in one write transaction.
+pub struct Tables<'t> {
+    pub specs: Table<'t, &'static str, &'static str>,
+    pub records: Table<'t, &'static str, &'static str>,
+    pub history: Table<'t, &'static str, &'static str>,
+    pub due: Table<'t, (i64, &'static str), ()>,
+    pub inflight: Table<'t, (i64, &'static str), ()>,
+    pub dead: Table<'t, (i64, &'static str), ()>,
+    pub done: Table<'t, (i64, &'static str), ()>,
+    pub idempotency: Table<'t, &'static str, (&'static str, i64)>,
+    pub idempotency_expiry: Table<'t, (i64, &'static str), ()>,
+    pub counters: Table<'t, &'static str, u64>,
+}
+
+impl<'t> Tables<'t> {
+    pub fn open(tx: &'t WriteTransaction) -> DbResult<Self> {
+        Ok(Self {
+            specs: tx.open_table(SPECS)?,
+            records: tx.open_table(RECORDS)?,
+            history: tx.open_table(HISTORY)?,
+            due: tx.open_table(DUE)?,
+            inflight: tx.open_table(INFLIGHT)?,
+            dead: tx.open_table(DEAD)?,
+            done: tx.open_table(DONE)?,
+            idempotency: tx.open_table(IDEMPOTENCY)?,
+            idempotency_expiry: tx.open_table(IDEMPOTENCY_EXPIRY)?,
+            counters: tx.open_table(COUNTERS)?,
+        })
+    }
+
+    fn index(&mut self, index: Index) -> &mut Table<'t, (i64, &'static str), ()> {
+        match index {
+            Index::Due => &mut self.due,
+            Index::InFlight => &mut self.inflight,
+            Index::Dead => &mut self.dead,
+            Index::Done => &mut self.done,
+        }
+    }
+
+    pub fn record(&self, id: &str) -> DbResult<Option<Record>> {
+        match self.records.get(id)? {
+            Some(raw) => Ok(Some(decode(raw.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes `new` over `old` (if any), moving the notification between indexes.
+    pub fn save(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<()> {
+        let (from, to) = (old.and_then(Record::position), new.position());
+        if from != to {
+            if let Some((index, at)) = from {
+                self.index(index).remove((at, id))?;
+            }
+            if let Some((index, at)) = to {
+                self.index(index).insert((at, id), ())?;
+            }
+        }
+        let encoded = serde_json::to_string(new).map_err(corrupt)?;
+        self.records.insert(id, encoded.as_str())?;
+        Ok(())
+    }
+
+    /// Whether `id` at `at` heads the due index.
+    pub fn heads_due(&self, at: i64, id: &str) -> DbResult<bool> {
+        Ok(self
+            .due
+            .first()?
+            .is_some_and(|(k, _)| k.value() == (at, id)))
+    }
+
+    /// Deletes the notification's records (it is in no index any more).
+    pub fn forget(&mut self, id: &str) -> DbResult<()> {
+        self.specs.remove(id)?;
+        self.records.remove(id)?;
+        self.history.remove(id)?;
+        Ok(())
+    }
+
+    pub fn count(&mut self, counter: &str, by: u64) -> DbResult<()> {
+        let now = self.counters.get(counter)?.map_or(0, |v| v.value());
+        self.counters.insert(counter, now + by)?;
+        Ok(())
+    }
+}
+
+pub fn decode<T: for<'de> Deserialize<'de>>(raw: &str) -> DbResult<T> {
+    serde_json::from_str(raw).map_err(corrupt)
+}
+
+/// Data this version cannot read, as a storage error (it aborts the transaction).
+pub fn corrupt(e: serde_json::Error) -> DbError {
+    DbError::corrupted(format!("unreadable record: {e}"))
+}

@@ -1,0 +1,116 @@
+//! Group commit for the embedded store: every transition is a step handed to one writer
+//! thread, which applies the steps waiting at that moment in one write transaction,
+//! commits it to disk (fsync), and only then answers each caller. Concurrent callers
+//! share one fsync; each step stays atomic, since a transaction that fails answers every
+//! step in it with the error and keeps none of them.
+
+use std::sync::Arc;
+
+use redb::Database;
+use tokio::sync::{mpsc, oneshot};
+
+use super::tables::{DbResult, Tables};
+use super::transitions::{store_error, Now};
+use crate::store::{StoreError, StoreResult};
+
+/// Most steps in one transaction.
+const MAX_GROUP: usize = 1024;
+
+/// One transition waiting for the writer.
+trait Step: Send {
+    fn apply(&mut self, tables: &mut Tables, now: Now) -> DbResult<()>;
+    /// Answers the caller once the transaction committed (or failed).
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>);
+}
+
+struct Pending<T, F> {
+    work: Option<F>,
+    value: Option<T>,
+    reply: oneshot::Sender<StoreResult<T>>,
+}
+
+impl<T, F> Step for Pending<T, F>
+where
+    T: Send,
+    F: FnOnce(&mut Tables, Now) -> DbResult<T> + Send,
+{
+    fn apply(&mut self, tables: &mut Tables, now: Now) -> DbResult<()> {
+        if let Some(work) = self.work.take() {
+            self.value = Some(work(tables, now)?);
+        }
+        Ok(())
+    }
+
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>) {
+        let Pending { value, reply, .. } = *self;
+        let answer = committed.and_then(|()| {
+            value.ok_or_else(|| StoreError::Unavailable("a step did not run".into()))
+        });
+        let _ = reply.send(answer);
+    }
+}
+
+/// Hands steps to the writer thread; the thread ends when this is dropped.
+pub struct Writer {
+    tx: mpsc::Sender<Box<dyn Step>>,
+}
+
+impl Writer {
+    pub fn start(db: Arc<Database>) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel(4 * MAX_GROUP);
+        std::thread::Builder::new()
+            .name("postback-store-writer".into())
+            .spawn(move || run(&db, rx))?;
+        Ok(Self { tx })
+    }
+
+    /// Runs `work` in the next transaction; its result once that is on disk.
+    pub async fn run<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tables, Now) -> DbResult<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let step = Pending {
+            work: Some(work),
+            value: None,
+            reply,
+        };
+        let gone = || StoreError::Unavailable("the embedded store's writer has stopped".into());
+        self.tx.send(Box::new(step)).await.map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
+
+fn run(db: &Database, mut rx: mpsc::Receiver<Box<dyn Step>>) {
+    let mut group: Vec<Box<dyn Step>> = Vec::with_capacity(MAX_GROUP);
+    while let Some(first) = rx.blocking_recv() {
+        group.push(first);
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(step) => group.push(step),
+                Err(_) => break,
+            }
+        }
+        let committed = commit(db, &mut group).map_err(|e| {
+            tracing::error!(error = %e, steps = group.len(), "embedded store transaction failed");
+            store_error(e)
+        });
+        for step in group.drain(..) {
+            step.answer(committed.clone());
+        }
+    }
+}
+
+fn commit(db: &Database, group: &mut [Box<dyn Step>]) -> DbResult<()> {
+    let tx = db.begin_write()?;
+    {
+        let mut tables = Tables::open(&tx)?;
+        let now = Now::read();
+        for step in group.iter_mut() {
+            step.apply(&mut tables, now)?;
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
