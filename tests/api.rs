@@ -146,7 +146,7 @@ async fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_returns_the_same_notification_and_sends_once() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let body = json!({"url": receiver.url("/idem"), "body": {"order": 7}, "delay": "300ms"});
 
     let (s1, first) = pb
@@ -220,7 +220,7 @@ async fn concurrent_repeats_of_one_idempotency_key_register_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_answers_with_id_state_and_next_attempt() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
 
     let (status, answer) = pb
         .notify(json!({"url": receiver.url("/x"), "body": {}, "delay": "1h", "schedule": "alipay"}))
@@ -252,7 +252,7 @@ async fn registration_answers_with_id_state_and_next_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_page_newest_first_without_repeats() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let mut ids = Vec::new();
     for i in 0..7 {
         let id = pb

@@ -40,7 +40,7 @@ fn json(pb: &Postback, args: &[&str]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_finds_a_dead_letter_fixes_its_url_and_resends_it() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let down = receiver.url("/down?fail=99");
     let registered = json(
         &pb,
@@ -104,7 +104,7 @@ async fn an_operator_finds_a_dead_letter_fixes_its_url_and_resends_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_replay_and_purge_by_filter_report_their_counts() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let mut ids = Vec::new();
     for topic in ["a", "a", "b"] {
         let url = receiver.url("/down?fail=99");
@@ -139,7 +139,7 @@ async fn bulk_replay_and_purge_by_filter_report_their_counts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_are_one_clear_line_and_exit_code_one() {
-    let (_redis, _receiver, pb) = support::start(&[]).await;
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
     let cases: [(&[&str], &str); 4] = [
         (
             &["status", "ntf_0_00000000000000000000000000000000"],

@@ -325,7 +325,13 @@ async fn purge_discards_what_the_filter_matches_and_refuses_an_empty_filter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_several_shards_the_list_is_one_newest_first_sequence() {
-    let (_backend, receiver, pb) = support::start_any(&[("POSTBACK_STORE_SHARDS", "3")]).await;
+    let backend = support::Backend::start();
+    if !backend.is_redis() {
+        eprintln!("the embedded store has one shard");
+        return;
+    }
+    let receiver = support::Receiver::start().await;
+    let pb = backend.postback(&[("POSTBACK_STORE_SHARDS", "3")]).await;
     let mut ids = Vec::new();
     for _ in 0..7 {
         ids.push(dead_one(&pb, &receiver).await);

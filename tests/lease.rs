@@ -5,12 +5,11 @@ mod support;
 
 use std::time::Duration;
 
-use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
 use postback::domain::{
     CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Outcome, Payload, Schedule,
 };
-use postback::store::{ClaimedJob, RedisStore, Settlement, Store};
-use support::RedisServer;
+use postback::store::{ClaimedJob, Settlement, Store};
+use support::Backend;
 
 fn notification() -> Notification {
     Notification {
@@ -28,24 +27,17 @@ fn notification() -> Notification {
     }
 }
 
-/// A store on a fresh Redis holding one registered notification.
-async fn one_registered() -> (RedisServer, RedisStore, Notification) {
-    let redis = RedisServer::start();
-    let store = RedisStore::connect(
-        &RedisTarget::Standalone(redis.url()),
-        1,
-        &StoreSettings::default(),
-        &RetentionSettings::default(),
-    )
-    .await
-    .unwrap();
+/// A store on a fresh backend holding one registered notification.
+async fn one_registered() -> (Backend, Box<dyn Store>, Notification) {
+    let backend = Backend::start();
+    let store = backend.store().await;
     let n = notification();
     store.enqueue(&n, None).await.unwrap();
-    (redis, store, n)
+    (backend, store, n)
 }
 
 /// Claims until something is due (a registration is due from the next millisecond).
-async fn claim_some(store: &RedisStore, lease: Duration) -> Vec<ClaimedJob> {
+async fn claim_some(store: &dyn Store, lease: Duration) -> Vec<ClaimedJob> {
     for _ in 0..100 {
         let claim = store.claim(10, lease).await.unwrap();
         if !claim.jobs.is_empty() {
@@ -73,9 +65,9 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
 
 #[tokio::test]
 async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignored() {
-    let (_redis, store, n) = one_registered().await;
+    let (_backend, store, n) = one_registered().await;
 
-    let first = claim_some(&store, Duration::from_millis(100)).await;
+    let first = claim_some(&*store, Duration::from_millis(100)).await;
     assert_eq!(first.len(), 1);
     assert_eq!(
         store
@@ -129,8 +121,8 @@ async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignore
 
 #[tokio::test]
 async fn a_settle_cannot_resurrect_a_finished_notification() {
-    let (_redis, store, n) = one_registered().await;
-    let job = claim_some(&store, Duration::from_secs(60)).await.remove(0);
+    let (_backend, store, n) = one_registered().await;
+    let job = claim_some(&*store, Duration::from_secs(60)).await.remove(0);
 
     store
         .settle(&[settlement(n.id, job.lease, Outcome::Delivered)])
@@ -159,8 +151,8 @@ async fn a_settle_cannot_resurrect_a_finished_notification() {
 
 #[tokio::test]
 async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released() {
-    let (_redis, store, n) = one_registered().await;
-    let job = claim_some(&store, Duration::from_millis(100))
+    let (_backend, store, n) = one_registered().await;
+    let job = claim_some(&*store, Duration::from_millis(100))
         .await
         .remove(0);
     assert!(matches!(
@@ -191,7 +183,7 @@ async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released(
 
     let second = notification();
     store.enqueue(&second, None).await.unwrap();
-    let job = claim_some(&store, Duration::from_secs(60)).await.remove(0);
+    let job = claim_some(&*store, Duration::from_secs(60)).await.remove(0);
     store.cancel(&second.id).await.unwrap();
     assert_eq!(store.release(&[(second.id, job.lease)]).await.unwrap(), 0);
     let view = store.get(&second.id).await.unwrap().unwrap();

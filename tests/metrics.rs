@@ -17,7 +17,7 @@ fn value(text: &str, series: &str) -> Option<f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_attempts_lateness_and_queue_depths() {
-    let (_redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let ok = pb
         .register(json!({"url": receiver.url("/ok"), "body": {}}))
         .await;
@@ -69,7 +69,7 @@ async fn metrics_count_attempts_lateness_and_queue_depths() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferrals_and_open_circuits_are_counted_with_bounded_labels() {
-    let (_redis, receiver, pb) = support::start(&[
+    let (_backend, receiver, pb) = support::start_any(&[
         ("POSTBACK_QUOTAS_SLOW", "2/s"),
         ("POSTBACK_DELIVERY_BREAKER_FAILURES", "2"),
         ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "1m"),

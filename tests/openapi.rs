@@ -37,7 +37,7 @@ fn documented(doc: &Value) -> BTreeSet<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_document_lists_every_route_and_each_one_answers() {
-    let (_redis, _receiver, pb) = support::start(&[]).await;
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
     let resp = pb.http.get(pb.url("/openapi.json")).send().await.unwrap();
     assert_eq!(resp.status(), 200, "served without a token");
     let doc: Value = resp.json().await.unwrap();
@@ -90,7 +90,7 @@ async fn the_document_lists_every_route_and_each_one_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swagger_ui_is_served_from_the_binary() {
-    let (_redis, _receiver, pb) = support::start(&[]).await;
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
     let (status, html) = pb.get_text("/docs/").await;
     assert_eq!(status, 200);
     assert!(html.contains("swagger-ui"), "{html}");

@@ -11,7 +11,7 @@ use support::Receiver;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_counts_the_last_hour_and_ranks_failing_hosts() {
-    let (_redis, near, pb) = support::start(&[]).await;
+    let (_backend, near, pb) = support::start_any(&[]).await;
     let far = Receiver::start_on("127.0.0.2").await;
     let mut dead = Vec::new();
     for (receiver, status) in [(&near, 500), (&near, 500), (&far, 503)] {
@@ -54,7 +54,7 @@ async fn the_overview_counts_the_last_hour_and_ranks_failing_hosts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_review_page_is_served_from_the_binary_without_a_token() {
-    let (_redis, _receiver, pb) = support::start(&[]).await;
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
     for (path, kind, marker) in [
         ("/ui", "text/html", "<title>postback"),
         ("/ui/app.js", "text/javascript", "sessionStorage"),

@@ -6,11 +6,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::json;
-use support::Postback;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_the_delivery_in_flight_and_exits_zero() {
-    let (redis, receiver, mut pb) = support::start(&[]).await;
+    let (backend, receiver, mut pb) = support::start_any(&[]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/slow?sleep_ms=800"), "body": {}}))
@@ -19,7 +18,7 @@ async fn sigterm_finishes_the_delivery_in_flight_and_exits_zero() {
     let status = pb.terminate();
     assert!(status.success(), "exit status {status:?}\n{}", pb.logs());
 
-    let again = Postback::start(&redis, &[]).await;
+    let again = backend.postback(&[]).await;
     let seen = again.notification(&id).await;
     assert_eq!(seen["state"], "delivered", "{seen}");
     assert_eq!(seen["attempts"], 1);
@@ -28,8 +27,8 @@ async fn sigterm_finishes_the_delivery_in_flight_and_exits_zero() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_outlasting_the_grace_period_is_released_due_at_once() {
-    let (redis, receiver, mut pb) =
-        support::start(&[("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "200ms")]).await;
+    let (backend, receiver, mut pb) =
+        support::start_any(&[("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "200ms")]).await;
 
     let id = pb
         .register(json!({"url": receiver.url("/slow?sleep_ms=3000"), "body": {}}))
@@ -37,7 +36,7 @@ async fn a_delivery_outlasting_the_grace_period_is_released_due_at_once() {
     assert!(receiver.wait_for(1, Duration::from_secs(5)).await);
     assert!(pb.terminate().success(), "{}", pb.logs());
 
-    let again = Postback::start(&redis, &[]).await;
+    let again = backend.postback(&[]).await;
     let seen = again
         .wait_state(&id, "delivered", Duration::from_secs(10))
         .await;

@@ -16,6 +16,8 @@ pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 
 use std::net::TcpListener;
+
+use ::postback::store::{EmbeddedStore, RedisStore, Store};
 use std::time::Duration;
 
 /// A fresh Redis, a receiver, and one postback instance on them with `env`.
@@ -26,18 +28,21 @@ pub async fn start(env: &[(&str, &str)]) -> (RedisServer, Receiver, Postback) {
     (redis, receiver, pb)
 }
 
-/// Where a test of the core pipeline keeps its notifications: a standalone Redis, or,
-/// when `POSTBACK_TEST_BACKEND=cluster` (as `scripts/test.sh` runs those tests a second
-/// time), a local Redis Cluster of 3 primaries.
+/// Where a test of the core pipeline keeps its notifications, by
+/// `POSTBACK_TEST_BACKEND` (`scripts/test.sh` runs those tests once per backend): a
+/// standalone Redis (unset), a local Redis Cluster of 3 primaries (`cluster`), or the
+/// embedded store in a temporary directory (`embedded`).
 pub enum Backend {
     Standalone(RedisServer),
     Cluster(RedisCluster),
+    Embedded(tempfile::TempDir),
 }
 
 impl Backend {
     pub fn start() -> Self {
         match std::env::var("POSTBACK_TEST_BACKEND").as_deref() {
             Ok("cluster") => Self::Cluster(RedisCluster::start(3, 0)),
+            Ok("embedded") => Self::Embedded(tempfile::tempdir().unwrap()),
             _ => Self::Standalone(RedisServer::start()),
         }
     }
@@ -47,7 +52,39 @@ impl Backend {
         match self {
             Self::Standalone(redis) => Postback::start(redis, env).await,
             Self::Cluster(cluster) => Postback::start_on_cluster(cluster, env).await,
+            Self::Embedded(dir) => Postback::start_embedded(dir.path(), env).await,
         }
+    }
+
+    /// The store itself, for tests of the storage port below the API.
+    pub async fn store(&self) -> Box<dyn Store> {
+        use ::postback::config::{RedisTarget, RetentionSettings, StoreSettings};
+        let (target, shards) = match self {
+            Self::Embedded(dir) => {
+                let store = EmbeddedStore::open(dir.path(), &RetentionSettings::default());
+                return Box::new(store.unwrap());
+            }
+            Self::Standalone(redis) => (RedisTarget::Standalone(redis.url()), 1),
+            Self::Cluster(cluster) => {
+                let seeds = cluster.urls().split(',').map(str::to_string).collect();
+                (
+                    RedisTarget::Cluster(seeds),
+                    ::postback::config::CLUSTER_SHARDS,
+                )
+            }
+        };
+        let settings = StoreSettings::default();
+        let retention = RetentionSettings::default();
+        Box::new(
+            RedisStore::connect(&target, shards, &settings, &retention)
+                .await
+                .unwrap(),
+        )
+    }
+
+    /// Whether this is Redis, which instances can share and which has shards.
+    pub fn is_redis(&self) -> bool {
+        !matches!(self, Self::Embedded(_))
     }
 }
 

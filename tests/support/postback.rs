@@ -30,20 +30,44 @@ impl Postback {
         Self::start_on(("POSTBACK_STORE_CLUSTER_URLS", &cluster.urls()), env).await
     }
 
+    /// Starts an instance on the embedded store in `dir`, with `env`.
+    pub async fn start_embedded(dir: &std::path::Path, env: &[(&str, &str)]) -> Self {
+        Self::start_on(("POSTBACK_STORE_DATA_DIR", dir.to_str().unwrap()), env).await
+    }
+
     /// Starts an instance whose store is named by the `(variable, value)` pair.
     async fn start_on(store: (&str, &str), env: &[(&str, &str)]) -> Self {
+        let mut cmd = Self::command();
+        cmd.env(store.0, store.1);
+        Self::spawn(cmd, env).await
+    }
+
+    /// Starts an instance with no store configured, in the directory `cwd`.
+    pub async fn start_in(cwd: &std::path::Path, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Self::command();
+        cmd.current_dir(cwd);
+        Self::spawn(cmd, env).await
+    }
+
+    /// `postback serve` with nothing in its environment but `PATH`.
+    pub fn command() -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_postback"));
+        cmd.arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default());
+        cmd
+    }
+
+    /// Starts `cmd` with test-friendly settings plus `env`, and waits until its API
+    /// answers.
+    async fn spawn(mut cmd: Command, env: &[(&str, &str)]) -> Self {
         postback::sender::install_crypto_provider();
         let port = super::free_port();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("postback.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_postback"));
-        cmd.arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("RUST_LOG", "postback=debug,info")
+        cmd.env("RUST_LOG", "postback=debug,info")
             .env("POSTBACK_SERVER_LISTEN", format!("127.0.0.1:{port}"))
             .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
-            .env(store.0, store.1)
             .env("POSTBACK_DELIVERY_MAX_IDLE_SLEEP", "500ms")
             .env("POSTBACK_DELIVERY_SHUTDOWN_GRACE", "5s")
             // Receivers listen on loopback; the SSRF tests turn this off again.
