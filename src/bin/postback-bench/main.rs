@@ -28,6 +28,13 @@ enum Scenario {
     All,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StoreKind {
+    Redis,
+    /// postback's embedded store (one instance).
+    Embedded,
+}
+
 /// Benchmark postback against a real Redis and a fast local receiver.
 #[derive(Parser)]
 pub struct Opts {
@@ -66,6 +73,9 @@ pub struct Opts {
     /// backlog: the numbers of notifications pending far in the future.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub backlog: Vec<usize>,
+    /// The store postback keeps its notifications in.
+    #[arg(long, value_enum, default_value_t = StoreKind::Redis)]
+    pub store: StoreKind,
     /// Run against a Redis Cluster of this many primaries (0: a standalone Redis).
     #[arg(long, default_value_t = 0)]
     pub cluster: usize,
@@ -103,11 +113,13 @@ impl Opts {
         env
     }
 
-    /// A fresh standalone Redis, or a cluster with `--cluster`.
-    pub fn redis(&self) -> anyhow::Result<processes::Redis> {
-        match self.cluster {
-            0 => processes::Redis::start(),
-            primaries => processes::Redis::start_cluster(primaries),
+    /// A fresh store: the embedded one with `--store embedded`, a cluster with
+    /// `--cluster`, otherwise a standalone Redis.
+    pub fn store(&self) -> anyhow::Result<processes::Backend> {
+        match (self.store, self.cluster) {
+            (StoreKind::Embedded, _) => processes::Backend::embedded(),
+            (StoreKind::Redis, 0) => processes::Backend::start_redis(),
+            (StoreKind::Redis, primaries) => processes::Backend::start_cluster(primaries),
         }
     }
 }

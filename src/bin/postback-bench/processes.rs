@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use postback::config::RedisTarget;
+use postback::store::{EmbeddedStore, RedisStore, Store};
 
 pub const TOKEN: &str = "bench-token";
 
@@ -65,17 +66,51 @@ fn memory_mib(pid: u32, field: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// A fresh standalone `redis-server`, or a Redis Cluster of several, each on a free port
-/// in a temporary directory. Its figures are the sums over its nodes.
-pub struct Redis {
+/// The store postback runs on in one scenario: a fresh standalone `redis-server`, a
+/// Redis Cluster of several (each on a free port in a temporary directory), or the
+/// embedded store in a temporary directory. Redis figures are the sums over its nodes;
+/// the embedded store has none (its work is in postback's own CPU).
+pub struct Backend {
     nodes: Vec<(Child, u16)>,
     cluster: bool,
-    _dir: tempfile::TempDir,
+    embedded: bool,
+    dir: tempfile::TempDir,
 }
 
-impl Redis {
-    pub fn start() -> anyhow::Result<Self> {
+impl Backend {
+    pub fn start_redis() -> anyhow::Result<Self> {
         Self::start_nodes(1, false)
+    }
+
+    pub fn embedded() -> anyhow::Result<Self> {
+        Ok(Self {
+            nodes: Vec::new(),
+            cluster: false,
+            embedded: true,
+            dir: tempfile::tempdir()?,
+        })
+    }
+
+    pub fn is_redis(&self) -> bool {
+        !self.embedded
+    }
+
+    /// The embedded store's directory.
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The store itself, for filling it without the API (postback must not be running
+    /// on the embedded store meanwhile).
+    pub async fn open(&self) -> anyhow::Result<Box<dyn Store>> {
+        if self.embedded {
+            let retention = Default::default();
+            return Ok(Box::new(EmbeddedStore::open(&self.data_dir(), &retention)?));
+        }
+        let store =
+            RedisStore::connect(&self.target(), 1, &Default::default(), &Default::default())
+                .await?;
+        Ok(Box::new(store))
     }
 
     /// A cluster of `primaries` primaries (no replicas), slots spread evenly.
@@ -130,7 +165,8 @@ impl Redis {
         let redis = Self {
             nodes,
             cluster,
-            _dir: dir,
+            embedded: false,
+            dir,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         for (_, port) in &redis.nodes {
@@ -158,8 +194,12 @@ impl Redis {
         }
     }
 
-    /// The environment variable that points postback at this Redis.
+    /// The environment variable that points postback at this store.
     pub fn store_env(&self) -> (String, String) {
+        if self.embedded {
+            let dir = self.data_dir().display().to_string();
+            return ("POSTBACK_STORE_DATA_DIR".into(), dir);
+        }
         match self.target() {
             RedisTarget::Standalone(url) => ("POSTBACK_STORE_REDIS_URL".into(), url),
             RedisTarget::Cluster(urls) => ("POSTBACK_STORE_CLUSTER_URLS".into(), urls.join(",")),
@@ -206,7 +246,12 @@ impl Redis {
         Ok(total as u64)
     }
 
+    /// The bytes the store holds: Redis's `used_memory`, or the embedded store's file.
     pub fn used_memory(&self) -> anyhow::Result<u64> {
+        if self.embedded {
+            let file = self.data_dir().join(postback::store::EMBEDDED_FILE);
+            return Ok(std::fs::metadata(file).map_or(0, |m| m.len()));
+        }
         let total = self.sum("memory", |info| {
             info.get("used_memory")
                 .and_then(|v| v.parse().ok())
@@ -244,7 +289,7 @@ fn cluster_ok(port: u16) -> anyhow::Result<bool> {
     Ok(info.contains("cluster_state:ok"))
 }
 
-impl Drop for Redis {
+impl Drop for Backend {
     fn drop(&mut self) {
         for (child, _) in &mut self.nodes {
             let _ = child.kill();
@@ -260,13 +305,13 @@ pub struct Postback {
 }
 
 impl Postback {
-    pub async fn start(redis: &Redis, env: &[(String, String)]) -> anyhow::Result<Self> {
+    pub async fn start(store: &Backend, env: &[(String, String)]) -> anyhow::Result<Self> {
         let port = free_port()?;
         let mut cmd = Command::new(binary()?);
         cmd.arg("serve")
             .env("POSTBACK_SERVER_LISTEN", format!("127.0.0.1:{port}"))
             .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
-            .env(redis.store_env().0, redis.store_env().1)
+            .env(store.store_env().0, store.store_env().1)
             .env("POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS", "true")
             .env("POSTBACK_DELIVERY_RATE_LIMIT", "unlimited")
             // The peers have no circuit breaker, and the retry scenario's receiver fails

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::processes::{cpu_seconds, peak_rss_mib, rss_mib, Postback, Redis, WatchGuard};
+use crate::processes::{cpu_seconds, peak_rss_mib, rss_mib, Backend, Postback, WatchGuard};
 use crate::producer::{Producer, Registered};
 use crate::receiver::Receiver;
 use crate::report::{percentile, Results};
@@ -24,7 +24,7 @@ fn payment(i: usize) -> Value {
 /// What one run cost: postback's and Redis's CPU, Redis commands, postback's memory
 /// (CPU summed over the instances, memory of the largest).
 struct Meter<'a> {
-    redis: &'a Redis,
+    store: &'a Backend,
     pids: Vec<u32>,
     postback_cpu: f64,
     redis_cpu: f64,
@@ -35,14 +35,14 @@ fn total_cpu(pids: &[u32]) -> f64 {
 }
 
 impl<'a> Meter<'a> {
-    fn start(redis: &'a Redis, instances: &[Postback]) -> anyhow::Result<Self> {
-        redis.reset_stats()?;
+    fn start(store: &'a Backend, instances: &[Postback]) -> anyhow::Result<Self> {
+        store.reset_stats()?;
         let pids: Vec<u32> = instances.iter().map(Postback::pid).collect();
         Ok(Self {
-            redis,
+            store,
             postback_cpu: total_cpu(&pids),
             pids,
-            redis_cpu: redis.cpu_seconds()?,
+            redis_cpu: store.cpu_seconds()?,
         })
     }
 
@@ -54,21 +54,9 @@ impl<'a> Meter<'a> {
         delivered: usize,
     ) -> anyhow::Result<()> {
         let n = delivered.max(1) as f64;
-        let redis_cpu = self.redis.cpu_seconds()? - self.redis_cpu;
-        r.add(
-            scenario,
-            run,
-            "redis_cpu_per_delivery",
-            redis_cpu * 1e6 / n,
-            "us",
-        );
-        r.add(
-            scenario,
-            run,
-            "redis_commands_per_delivery",
-            self.redis.commands()? as f64 / n,
-            "cmd",
-        );
+        if self.store.is_redis() {
+            self.report_redis(r, scenario, run, n)?;
+        }
         r.add(
             scenario,
             run,
@@ -86,8 +74,34 @@ impl<'a> Meter<'a> {
                 .fold(0.0, f64::max),
             "MiB",
         );
+        Ok(())
+    }
+
+    /// What the deliveries cost Redis.
+    fn report_redis(
+        &self,
+        r: &mut Results,
+        scenario: &str,
+        run: usize,
+        n: f64,
+    ) -> anyhow::Result<()> {
+        let redis_cpu = self.store.cpu_seconds()? - self.redis_cpu;
+        r.add(
+            scenario,
+            run,
+            "redis_cpu_per_delivery",
+            redis_cpu * 1e6 / n,
+            "us",
+        );
+        r.add(
+            scenario,
+            run,
+            "redis_commands_per_delivery",
+            self.store.commands()? as f64 / n,
+            "cmd",
+        );
         if std::env::var_os("BENCH_COMMANDSTATS").is_some() {
-            for (k, v) in self.redis.info("commandstats")?.into_iter().flatten() {
+            for (k, v) in self.store.info("commandstats")?.into_iter().flatten() {
                 eprintln!("{scenario} {k} {v}");
             }
         }
@@ -116,17 +130,17 @@ struct Rig {
     instances: Vec<Postback>,
     receiver: Receiver,
     addr: SocketAddr,
-    redis: Redis,
+    store: Backend,
 }
 
 impl Rig {
     async fn start(opts: &Opts) -> anyhow::Result<Self> {
-        let redis = opts.redis()?;
+        let store = opts.store()?;
         let receiver = Receiver::default();
         let addr = receiver.listen("127.0.0.1").await?;
         let mut instances = Vec::new();
         for _ in 0..opts.instances.max(1) {
-            instances.push(Postback::start(&redis, &opts.postback_env()).await?);
+            instances.push(Postback::start(&store, &opts.postback_env()).await?);
         }
         let urls: Vec<&str> = instances.iter().map(|pb| pb.url.as_str()).collect();
         Ok(Self {
@@ -135,13 +149,13 @@ impl Rig {
             instances,
             receiver,
             addr,
-            redis,
+            store,
         })
     }
 
-    fn parts(&self) -> (&Redis, &Receiver, SocketAddr, &[Postback], &Producer) {
+    fn parts(&self) -> (&Backend, &Receiver, SocketAddr, &[Postback], &Producer) {
         (
-            &self.redis,
+            &self.store,
             &self.receiver,
             self.addr,
             &self.instances,
@@ -154,10 +168,10 @@ impl Rig {
 /// end-to-end throughput; then N more all due at one instant: delivery-only throughput.
 pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let rig = Rig::start(opts).await?;
-    let (redis, receiver, addr, pb, producer) = rig.parts();
+    let (store, receiver, addr, pb, producer) = rig.parts();
     let url = format!("http://{addr}/hook");
 
-    let meter = Meter::start(redis, pb)?;
+    let meter = Meter::start(store, pb)?;
     let bodies = (0..opts.n)
         .map(|i| json!({"url": url, "body": payment(i)}))
         .collect();
@@ -207,8 +221,8 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
 pub async fn retry(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let n = opts.n.min(5_000);
     let rig = Rig::start(opts).await?;
-    let (redis, receiver, addr, pb, producer) = rig.parts();
-    let meter = Meter::start(redis, pb)?;
+    let (store, receiver, addr, pb, producer) = rig.parts();
+    let meter = Meter::start(store, pb)?;
     let schedule = [1000.0, 2000.0, 4000.0];
     let bodies = (0..n)
         .map(|i| json!({"url": format!("http://{addr}/hook?fail=2"), "body": payment(i), "schedule": ["1s", "2s", "4s"]}))
@@ -243,8 +257,8 @@ pub async fn retry(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
 /// attempt came after its due time (1,000 falling due per second by default).
 pub async fn delayed(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let rig = Rig::start(opts).await?;
-    let (redis, receiver, addr, pb, producer) = rig.parts();
-    let meter = Meter::start(redis, pb)?;
+    let (store, receiver, addr, pb, producer) = rig.parts();
+    let meter = Meter::start(store, pb)?;
     let spread = opts.spread.as_millis() as u64;
     let bodies = (0..opts.n)
         .map(|i| json!({"url": format!("http://{addr}/hook"), "body": payment(i), "delay": format!("{}ms", fastrand::u64(0..spread))}))
@@ -412,36 +426,37 @@ fn check_exactly_once(
 /// and what each delivery cost Redis.
 pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     for &pending in &opts.backlog {
-        let redis = opts.redis()?;
+        let store = opts.store()?;
         let receiver = Receiver::default();
         let addr = receiver.listen("127.0.0.1").await?;
-        let before = redis.used_memory()?;
-        let body_bytes = fill(&redis, pending).await?;
-        let per_pending = (redis.used_memory()? - before) as f64 / pending as f64;
+        let before = store.used_memory()?;
+        let body_bytes = fill(&store, pending).await?;
+        let per_pending = store.used_memory()?.saturating_sub(before) as f64 / pending as f64;
         let scenario = format!("backlog_{pending}");
+        let what = if store.is_redis() { "redis" } else { "file" };
         r.add(
             &scenario,
             run,
-            "redis_bytes_per_pending",
+            &format!("{what}_bytes_per_pending"),
             per_pending,
             "bytes",
         );
         r.add(
             &scenario,
             run,
-            "redis_bytes_per_pending_over_body",
+            &format!("{what}_bytes_per_pending_over_body"),
             per_pending - body_bytes,
             "bytes",
         );
 
-        let pb = Postback::start(&redis, &opts.postback_env()).await?;
+        let pb = Postback::start(&store, &opts.postback_env()).await?;
         let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
         let producer = Producer::new(&[pb.url.as_str()])?;
         let n = opts.n.min(5_000);
         let bodies = (0..n)
             .map(|i| json!({"url": format!("http://{addr}/hook"), "body": payment(i)}))
             .collect();
-        let meter = Meter::start(&redis, std::slice::from_ref(&pb))?;
+        let meter = Meter::start(&store, std::slice::from_ref(&pb))?;
         let (registered, _) = producer.register_all(bodies, opts.producers).await?;
         wait_all(&receiver, &registered).await?;
         meter.report(r, &scenario, run, n)?;
@@ -451,15 +466,13 @@ pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
 
 /// Registers `pending` notifications due in a day straight through the store (faster
 /// than the API, the same scripts); the body size of each, in bytes.
-async fn fill(redis: &Redis, pending: usize) -> anyhow::Result<f64> {
+async fn fill(backend: &Backend, pending: usize) -> anyhow::Result<f64> {
     use futures_util::stream::{self, StreamExt};
     use postback::domain::{
         CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
     };
-    use postback::store::{RedisStore, Store};
 
-    let store =
-        RedisStore::connect(&redis.target(), 1, &Default::default(), &Default::default()).await?;
+    let store = backend.open().await?;
     let url = CallbackUrl::parse("http://merchant.example.com/hook", Destinations::Any)?;
     let schedule = Schedule::parse(&["15s", "3m", "10m", "30m", "30m", "1h", "2h", "6h", "15h"])?;
     let body = payment(0);
@@ -478,7 +491,7 @@ async fn fill(redis: &Redis, pending: usize) -> anyhow::Result<f64> {
                 topic: Some("payment.succeeded".into()),
                 rate_key: "merchant.example.com".into(),
             };
-            let store = &store;
+            let store = &*store;
             async move { store.enqueue(&n, None).await.map(drop).map_err(Into::into) }
         })
         .buffer_unordered(128)
@@ -490,18 +503,22 @@ async fn fill(redis: &Redis, pending: usize) -> anyhow::Result<f64> {
 
 /// What an idle instance costs Redis: commands per second over ten seconds.
 pub async fn idle(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
-    let redis = opts.redis()?;
-    let pb = Postback::start(&redis, &opts.postback_env()).await?;
+    let store = opts.store()?;
+    if !store.is_redis() {
+        eprintln!("idle counts Redis commands: nothing to count on the embedded store");
+        return Ok(());
+    }
+    let pb = Postback::start(&store, &opts.postback_env()).await?;
     let _watch = opts.watch_metrics.then(|| pb.watch_metrics());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    redis.reset_stats()?;
+    store.reset_stats()?;
     let window = Duration::from_secs(10);
     tokio::time::sleep(window).await;
     r.add(
         "idle",
         run,
         "redis_commands_per_second",
-        redis.commands()? as f64 / window.as_secs_f64(),
+        store.commands()? as f64 / window.as_secs_f64(),
         "cmd/s",
     );
     drop(pb);
