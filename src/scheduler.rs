@@ -14,7 +14,7 @@ use tracing::Instrument;
 use crate::config::DeliverySettings;
 use crate::domain::Outcome;
 use crate::metrics;
-use crate::policy::{Admission, HostSlot, Policy};
+use crate::policy::{Admission, HostSlot, Policy, Refusal};
 use crate::sender::{AttemptReport, Sender};
 use crate::settler::{self, backoff, Leases, Report};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
@@ -196,8 +196,9 @@ struct AttemptContext {
 }
 
 impl AttemptContext {
-    /// Sends a claimed notification on its own task if the policy admits it; otherwise
-    /// defers it, or records a fail-fast attempt, without holding a delivery slot.
+    /// Sends a claimed notification on its own task if the policy admits it (waiting
+    /// there for a slot at a fast, busy host); otherwise defers it, or records a
+    /// fail-fast attempt, without holding a delivery slot.
     async fn dispatch(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
         self.leases.hold(job.id, job.lease);
         let host = job.spec.host();
@@ -205,8 +206,35 @@ impl AttemptContext {
             Admission::Send(slot) => {
                 tasks.spawn(self.clone().attempt(job, host, permit, slot));
             }
-            Admission::Defer { wait, reason } => {
-                drop(permit);
+            Admission::WaitForHost => {
+                tasks.spawn(self.clone().wait_for_host(job, host, permit));
+            }
+            Admission::Refuse(refusal) => self.refuse(refusal, job, &host, permit).await,
+        }
+    }
+
+    /// Waits for a slot at the job's host, then sends it or turns it away.
+    async fn wait_for_host(self, job: ClaimedJob, host: String, permit: OwnedSemaphorePermit) {
+        let admission = tokio::select! {
+            a = self.policy.admit_after_wait(&host, &job.spec.rate_key) => a,
+            _ = self.abort.cancelled() => return,
+        };
+        match admission {
+            Ok(slot) => self.attempt(job, host, permit, slot).await,
+            Err(refusal) => self.refuse(refusal, job, &host, permit).await,
+        }
+    }
+
+    async fn refuse(
+        &self,
+        refusal: Refusal,
+        job: ClaimedJob,
+        host: &str,
+        permit: OwnedSemaphorePermit,
+    ) {
+        drop(permit);
+        match refusal {
+            Refusal::Defer { wait, reason } => {
                 metrics::deferred(reason);
                 tracing::debug!(id = %job.id, %host, reason, wait_ms = wait.as_millis() as u64, "deferred");
                 let deferral = Deferral {
@@ -216,11 +244,10 @@ impl AttemptContext {
                 };
                 self.report(Report::Deferred(deferral)).await;
             }
-            Admission::CircuitOpen => {
-                drop(permit);
+            Refusal::CircuitOpen => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
-                attempt_span(&job, &host).in_scope(|| log_outcome(&report));
+                attempt_span(&job, host).in_scope(|| log_outcome(&report));
                 let settlement = self.settlement(&job, report);
                 self.report(Report::Attempted(settlement)).await;
             }

@@ -109,6 +109,39 @@ async fn a_hanging_host_cannot_take_the_whole_pool() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_to_one_fast_host_waits_for_its_slots_instead_of_going_back_to_the_store() {
+    let (_backend, receiver, pb) = support::start_any(&[
+        ("POSTBACK_DELIVERY_CONCURRENCY", "64"),
+        ("POSTBACK_DELIVERY_HOST_CONCURRENCY", "4"),
+    ])
+    .await;
+    let mut ids = Vec::new();
+    for chunk in 0..10 {
+        let batch = (0..50).map(|i| {
+            let body = json!({"url": receiver.url("/fast?sleep_ms=5"), "body": {"n": chunk * 50 + i}, "delay": "1s"});
+            pb.register(body)
+        });
+        ids.extend(futures_util::future::join_all(batch).await);
+    }
+    assert!(receiver.wait_for(500, WAIT).await, "{}", receiver.count());
+    let max_at_once = receiver.max_concurrent();
+    let (_, text) = pb.get_text("/metrics").await;
+    let deferred = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"postback_deferrals_total{reason="host_busy"} "#))
+        .map_or(0.0, |v| v.parse::<f64>().unwrap());
+    assert!(
+        max_at_once <= 4,
+        "the host's cap holds: {max_at_once} at once"
+    );
+    assert!(
+        deferred < 50.0,
+        "500 notifications for a fast host at its cap went back to the store {deferred} times"
+    );
+    assert_eq!(receiver.per_id().len(), 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_after_on_429_and_503_is_honoured_and_bounded() {
     let (_backend, receiver, pb) =
         support::start_any(&[("POSTBACK_DELIVERY_MAX_RETRY_AFTER", "2s")]).await;

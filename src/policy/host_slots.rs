@@ -3,14 +3,23 @@
 //! keep a running average of how long its attempts take (before any has finished: how
 //! long the host has been busy), which says how long a notification turned away should
 //! wait before it tries again: milliseconds for a fast host, seconds for one that hangs.
+//! For a fast host a slot frees so soon that waiting for it here (`acquire`) is cheaper
+//! than handing the notification back to the store and claiming it again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tokio::sync::Notify;
+
 /// The shortest and longest wait of a notification turned away by a busy host.
 const MIN_WAIT: Duration = Duration::from_millis(10);
 const MAX_WAIT: Duration = Duration::from_secs(5);
+
+/// A host whose attempts take at most this long is worth waiting for in process.
+const FAST: Duration = Duration::from_millis(100);
+/// How often a waiter looks again even without being told a slot freed.
+const RECHECK: Duration = Duration::from_millis(10);
 
 /// A host with deliveries in flight; hosts without any have no entry.
 struct Host {
@@ -19,6 +28,23 @@ struct Host {
     busy_since: Instant,
     /// Exponentially weighted average attempt duration, in ms.
     average_ms: Option<f64>,
+    /// Told each time one of its slots frees.
+    freed: Arc<Notify>,
+}
+
+/// The host is at its cap.
+#[derive(Debug, Clone)]
+pub struct Busy {
+    /// About one attempt's duration there: how long to wait before asking again.
+    pub wait: Duration,
+    freed: Arc<Notify>,
+}
+
+impl Busy {
+    /// Whether a slot will free so soon that waiting for it beats deferring.
+    pub fn worth_waiting(&self) -> bool {
+        self.wait <= FAST
+    }
 }
 
 type Hosts = Arc<Mutex<HashMap<String, Host>>>;
@@ -45,25 +71,47 @@ impl HostSlots {
 
     /// A slot at `host`, or, while it already has `cap` deliveries in flight, how long to
     /// wait before asking again (about one attempt's duration there).
-    pub fn try_acquire(&self, host: &str) -> Result<HostSlot, Duration> {
+    pub fn try_acquire(&self, host: &str) -> Result<HostSlot, Busy> {
         let mut hosts = self.hosts.lock().expect("host slots");
         let h = hosts.entry(host.to_string()).or_insert_with(|| Host {
             in_flight: 0,
             busy_since: Instant::now(),
             average_ms: None,
+            freed: Arc::new(Notify::new()),
         });
         if h.in_flight >= self.cap {
             let typical = match h.average_ms {
                 Some(ms) => Duration::from_secs_f64(ms / 1000.0),
                 None => h.busy_since.elapsed(),
             };
-            return Err(typical.clamp(MIN_WAIT, MAX_WAIT));
+            return Err(Busy {
+                wait: typical.clamp(MIN_WAIT, MAX_WAIT),
+                freed: h.freed.clone(),
+            });
         }
         h.in_flight += 1;
         Ok(HostSlot {
             host: host.to_string(),
             hosts: self.hosts.clone(),
         })
+    }
+
+    /// A slot at `host`, waiting up to `budget` for one to free while the host stays
+    /// fast; otherwise, or when the budget runs out, how long to wait before asking again.
+    pub async fn acquire(&self, host: &str, budget: Duration) -> Result<HostSlot, Busy> {
+        let deadline = tokio::time::Instant::now() + budget;
+        loop {
+            let busy = match self.try_acquire(host) {
+                Ok(slot) => return Ok(slot),
+                Err(busy) => busy,
+            };
+            let now = tokio::time::Instant::now();
+            if !busy.worth_waiting() || now >= deadline {
+                return Err(busy);
+            }
+            let look_again = deadline.min(now + RECHECK);
+            let _ = tokio::time::timeout_at(look_again, busy.freed.notified()).await;
+        }
     }
 }
 
@@ -82,6 +130,7 @@ impl Drop for HostSlot {
         let mut hosts = self.hosts.lock().expect("host slots");
         if let Some(h) = hosts.get_mut(&self.host) {
             h.in_flight -= 1;
+            h.freed.notify_one();
             if h.in_flight == 0 {
                 hosts.remove(&self.host);
             }
@@ -119,14 +168,14 @@ mod tests {
             let first = slots.try_acquire(host).unwrap();
             let _second = slots.try_acquire(host).unwrap();
             std::thread::sleep(Duration::from_millis(30));
-            let before_any = slots.try_acquire(host).err().unwrap();
+            let before_any = slots.try_acquire(host).err().unwrap().wait;
             assert!(
                 before_any >= Duration::from_millis(30),
                 "busy for {before_any:?}"
             );
             first.finish(took);
             let _third = slots.try_acquire(host).unwrap();
-            assert_eq!(slots.try_acquire(host).err(), Some(wait), "{host}");
+            assert_eq!(slots.try_acquire(host).err().unwrap().wait, wait, "{host}");
         }
     }
 }

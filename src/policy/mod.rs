@@ -2,7 +2,9 @@
 //! at most `host_concurrency` deliveries at once (one turned away waits about as long as
 //! an attempt there takes), each `rate_key` its quota (and any
 //! `Retry-After` pause a receiver asked for), and a host whose circuit is open fails
-//! fast. What may not go yet is deferred, which is not an attempt and holds no slot.
+//! fast. What may not go yet is deferred, which is not an attempt and holds no slot;
+//! but a notification for a fast host at its cap waits here a moment for a slot instead
+//! (`admit_after_wait`), since going back to the store would cost more than the wait.
 
 use std::time::Duration;
 
@@ -12,7 +14,7 @@ mod quota;
 mod rate_limit;
 
 pub use breaker::{Breaker, Verdict};
-pub use host_slots::{HostSlot, HostSlots};
+pub use host_slots::{Busy, HostSlot, HostSlots};
 pub use quota::Quota;
 pub use rate_limit::RateLimits;
 
@@ -25,10 +27,21 @@ pub struct Policy {
     breaker: Breaker,
 }
 
+/// Most time a notification waits in process for a slot at a fast host before it is
+/// deferred after all.
+const HOST_WAIT_BUDGET: Duration = Duration::from_millis(500);
+
 /// What to do with a claimed notification.
 pub enum Admission {
     /// Send it now, holding `slot` at its host for the attempt.
     Send(HostSlot),
+    /// Its host is at its cap but fast: wait for a slot (`Policy::admit_after_wait`).
+    WaitForHost,
+    Refuse(Refusal),
+}
+
+/// Why a claimed notification is not sent now.
+pub enum Refusal {
     /// Not now: due again after `wait`, without counting an attempt. `reason` is
     /// `host_busy` or `rate_limit` (quota or `Retry-After`).
     Defer {
@@ -49,27 +62,37 @@ impl Policy {
     }
 
     pub fn admit(&self, host: &str, rate_key: &str) -> Admission {
-        let slot = match self.host_slots.try_acquire(host) {
-            Ok(slot) => slot,
-            Err(wait) => {
-                // ±50%, so that a host's backlog does not come back all at once.
-                let ms = wait.as_millis() as u64;
-                let wait = Duration::from_millis(fastrand::u64(ms / 2..=ms * 3 / 2));
-                return Admission::Defer {
-                    wait,
-                    reason: "host_busy",
-                };
-            }
-        };
+        match self.host_slots.try_acquire(host) {
+            Ok(slot) => match self.admit_with(slot, host, rate_key) {
+                Ok(slot) => Admission::Send(slot),
+                Err(refusal) => Admission::Refuse(refusal),
+            },
+            Err(busy) if busy.worth_waiting() => Admission::WaitForHost,
+            Err(busy) => Admission::Refuse(host_busy(busy.wait)),
+        }
+    }
+
+    /// After `Admission::WaitForHost`: waits for a slot at `host` while it stays fast
+    /// (at most `HOST_WAIT_BUDGET`), then decides as `admit` does: the slot to send
+    /// with, or why not.
+    pub async fn admit_after_wait(&self, host: &str, rate_key: &str) -> Result<HostSlot, Refusal> {
+        match self.host_slots.acquire(host, HOST_WAIT_BUDGET).await {
+            Ok(slot) => self.admit_with(slot, host, rate_key),
+            Err(busy) => Err(host_busy(busy.wait)),
+        }
+    }
+
+    /// With a slot at its host: the rate key's quota, then the host's circuit.
+    fn admit_with(&self, slot: HostSlot, host: &str, rate_key: &str) -> Result<HostSlot, Refusal> {
         if let Err(wait) = self.rate_limits.check(rate_key) {
-            return Admission::Defer {
+            return Err(Refusal::Defer {
                 wait,
                 reason: "rate_limit",
-            };
+            });
         }
         match self.breaker.check(host) {
-            Verdict::Open => Admission::CircuitOpen,
-            Verdict::Closed | Verdict::Probe => Admission::Send(slot),
+            Verdict::Open => Err(Refusal::CircuitOpen),
+            Verdict::Closed | Verdict::Probe => Ok(slot),
         }
     }
 
@@ -89,5 +112,15 @@ impl Policy {
                 tracing::warn!(%host, "circuit opened: attempts to this host fail fast until a probe succeeds");
             }
         }
+    }
+}
+
+/// A deferral for a busy host, its wait spread ±50% so that the host's backlog does not
+/// come back all at once.
+fn host_busy(wait: Duration) -> Refusal {
+    let ms = wait.as_millis() as u64;
+    Refusal::Defer {
+        wait: Duration::from_millis(fastrand::u64(ms / 2..=ms * 3 / 2)),
+        reason: "host_busy",
     }
 }

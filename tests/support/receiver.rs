@@ -39,6 +39,27 @@ impl Received {
 struct Log {
     requests: Vec<Received>,
     per_id: HashMap<String, usize>,
+    /// Requests being answered now, and the most there have been at once.
+    in_progress: usize,
+    max_in_progress: usize,
+}
+
+/// Counts a request as in progress until dropped.
+struct InProgress(Arc<Mutex<Log>>);
+
+impl InProgress {
+    fn start(log: &Arc<Mutex<Log>>) -> Self {
+        let mut l = log.lock().unwrap();
+        l.in_progress += 1;
+        l.max_in_progress = l.max_in_progress.max(l.in_progress);
+        Self(log.clone())
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().in_progress -= 1;
+    }
 }
 
 #[derive(Clone)]
@@ -89,6 +110,11 @@ impl Receiver {
         self.log.lock().unwrap().requests.len()
     }
 
+    /// The most requests it has been answering at once.
+    pub fn max_concurrent(&self) -> usize {
+        self.log.lock().unwrap().max_in_progress
+    }
+
     /// Waits until at least `n` requests arrived.
     pub async fn wait_for(&self, n: usize, timeout: Duration) -> bool {
         super::eventually(timeout, || async { self.count() >= n }).await
@@ -102,6 +128,7 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let _in_progress = InProgress::start(&log);
     let received = Received {
         at: Instant::now(),
         path: uri.path().to_string(),
