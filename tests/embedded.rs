@@ -184,3 +184,40 @@ async fn kill_9_under_load_then_restart_loses_nothing_accepted() {
         receiver.count()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_store_frees_its_file_and_keeps_what_it_stored() {
+    use postback::config::RetentionSettings;
+    use postback::domain::{
+        CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
+    };
+    use postback::store::{EmbeddedStore, Store};
+
+    let dir = tempfile::tempdir().unwrap();
+    let retention = RetentionSettings::default();
+    let n = Notification {
+        id: JobId::new(0),
+        url: CallbackUrl::parse("http://merchant.example.com/cb", Destinations::PublicOnly)
+            .unwrap(),
+        payload: Payload::from_json(json!({"a": 1})).unwrap(),
+        headers: ExtraHeaders::default(),
+        schedule: Schedule::parse(&["1s"]).unwrap(),
+        delay: Duration::from_secs(60),
+        timeout: Duration::from_secs(1),
+        expect_body: None,
+        topic: None,
+        rate_key: "merchant.example.com".into(),
+    };
+    let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
+    store.enqueue(&n, None).await.unwrap();
+    assert!(
+        EmbeddedStore::open(dir.path(), &retention).is_err(),
+        "locked while open"
+    );
+    drop(store);
+
+    let again = EmbeddedStore::open(dir.path(), &retention).expect("free once closed");
+    let seen = again.get(&n.id).await.unwrap().expect("kept");
+    assert_eq!(seen.status.state, postback::store::JobState::Scheduled);
+    assert_eq!(seen.status.max_attempts, 2);
+}

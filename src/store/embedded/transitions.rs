@@ -123,12 +123,14 @@ pub fn claim(
     asked: Instant,
 ) -> DbResult<Claim> {
     let now_ms = now.down();
-    for (_, id) in first_until(&t.inflight, now_ms, limit)? {
-        if let Some(old) = t.record(&id)? {
-            let mut r = old.clone();
-            hand_back(&mut r, now_ms, now_ms);
-            t.save(&id, Some(&old), &r)?;
-        }
+    for (until, id) in first_until(&t.inflight, now_ms, limit)? {
+        let Some(old) = t.record(&id)? else {
+            t.inflight.remove((until, id.as_str()))?;
+            continue;
+        };
+        let mut r = old.clone();
+        hand_back(&mut r, now_ms, now_ms);
+        t.save(&id, Some(&old), &r)?;
     }
     let mut jobs = Vec::new();
     for (due_at, id) in first_until(&t.due, now_ms, limit)? {

@@ -4,6 +4,7 @@
 //! share one fsync; each step stays atomic, since a transaction that fails answers every
 //! step in it with the error and keeps none of them.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use redb::Database;
@@ -50,18 +51,32 @@ where
     }
 }
 
-/// Hands steps to the writer thread; the thread ends when this is dropped.
+/// Hands steps to the writer thread. Dropping it lets the thread finish what it was
+/// given and waits for it, so that the file is closed (and unlocked) once the store is.
 pub struct Writer {
-    tx: mpsc::Sender<Box<dyn Step>>,
+    tx: Option<mpsc::Sender<Box<dyn Step>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Writer {
     pub fn start(db: Arc<Database>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(4 * MAX_GROUP);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("postback-store-writer".into())
             .spawn(move || run(&db, rx))?;
-        Ok(Self { tx })
+        Ok(Self {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
     }
 
     /// Runs `work` in the next transaction; its result once that is on disk.
@@ -77,7 +92,8 @@ impl Writer {
             reply,
         };
         let gone = || StoreError::Unavailable("the embedded store's writer has stopped".into());
-        self.tx.send(Box::new(step)).await.map_err(|_| gone())?;
+        let tx = self.tx.as_ref().ok_or_else(gone)?;
+        tx.send(Box::new(step)).await.map_err(|_| gone())?;
         answer.await.map_err(|_| gone())?
     }
 }
@@ -92,14 +108,24 @@ fn run(db: &Database, mut rx: mpsc::Receiver<Box<dyn Step>>) {
                 Err(_) => break,
             }
         }
-        let committed = commit(db, &mut group).map_err(|e| {
-            tracing::error!(error = %e, steps = group.len(), "embedded store transaction failed");
-            store_error(e)
-        });
+        let committed = commit_guarded(db, &mut group);
         for step in group.drain(..) {
             step.answer(committed.clone());
         }
     }
+}
+
+/// Commits the group; a failure, or a panic in one of its steps, fails the whole group
+/// and leaves the writer running.
+fn commit_guarded(db: &Database, group: &mut [Box<dyn Step>]) -> Result<(), StoreError> {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| commit(db, group)));
+    let error = match outcome {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(e)) => store_error(e),
+        Err(_) => StoreError::Corrupt("a step of the transaction panicked".into()),
+    };
+    tracing::error!(error = %error, steps = group.len(), "embedded store transaction failed; nothing of it was kept");
+    Err(error)
 }
 
 fn commit(db: &Database, group: &mut [Box<dyn Step>]) -> DbResult<()> {
