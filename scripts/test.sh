@@ -12,5 +12,6 @@ if [ $# -eq 0 ]; then
   conformance=(delivery dead_letters cancel policy retention lease)
   POSTBACK_TEST_BACKEND=cluster cargo test --locked "${conformance[@]/#/--test=}"
   POSTBACK_TEST_BACKEND=embedded cargo test --locked "${conformance[@]/#/--test=}" \
-    --test=shutdown --test=api --test=cli --test=metrics --test=overview --test=openapi
+    --test=shutdown --test=api --test=cli --test=metrics --test=overview --test=openapi \
+    --test=hostile_input
 fi

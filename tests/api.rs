@@ -6,12 +6,10 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{Postback, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_but_health_requires_a_token() {
-    let redis = RedisServer::start();
-    let pb = Postback::start(&redis, &[]).await;
+    let (backend, _receiver, pb) = support::start_any(&[]).await;
 
     for (path, token) in [
         ("/notify", None),
@@ -33,13 +31,13 @@ async fn every_route_but_health_requires_a_token() {
     }
     assert_eq!(pb.status_without_token("/healthz").await, 200);
     assert_eq!(pb.status_without_token("/readyz").await, 200);
-    assert_eq!(redis.dbsize(), 0);
+    assert!(backend.holds_nothing(&pb).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
-    let redis = RedisServer::start();
-    let pb = Postback::start(&redis, &[("POSTBACK_SERVER_MAX_BODY_BYTES", "4096")]).await;
+    let (backend, _receiver, pb) =
+        support::start_any(&[("POSTBACK_SERVER_MAX_BODY_BYTES", "4096")]).await;
     let ok_url = "https://merchant.example.com/cb";
 
     let cases: Vec<(Value, &str)> = vec![
@@ -141,7 +139,10 @@ async fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
         (422, Some("Idempotency-Key"))
     );
 
-    assert_eq!(redis.dbsize(), 0, "nothing stored for rejected requests");
+    assert!(
+        backend.holds_nothing(&pb).await,
+        "nothing stored for rejected requests"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -186,7 +187,7 @@ async fn an_idempotency_key_returns_the_same_notification_and_sends_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_repeats_of_one_idempotency_key_register_once() {
-    let (redis, receiver, pb) = support::start(&[]).await;
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
     let body = json!({"url": receiver.url("/same"), "body": {"order": 9}});
     let repeats = (0..40).map(|i| {
         let (pb, body) = (&pb, body.clone());
@@ -214,8 +215,8 @@ async fn concurrent_repeats_of_one_idempotency_key_register_once() {
     let id = *shared.iter().next().unwrap();
     assert_eq!(receiver.requests_for(id).len(), 1, "sent once");
     assert_eq!(receiver.count(), 21);
-    let stored: i64 = redis.query(redis::cmd("HLEN").arg("{postback:0}:jobs"));
-    assert_eq!(stored, 21);
+    let (_, stats) = pb.get("/stats").await;
+    assert_eq!(stats["finished"], 21, "21 stored: {stats}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

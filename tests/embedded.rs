@@ -59,6 +59,24 @@ async fn a_second_instance_on_the_same_file_is_refused_naming_the_key() {
     );
 }
 
+#[test]
+fn a_data_dir_that_cannot_be_created_stops_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let in_the_way = dir.path().join("a-file");
+    std::fs::write(&in_the_way, "not a directory").unwrap();
+    let out = Postback::command()
+        .env("POSTBACK_STORE_DATA_DIR", &in_the_way)
+        .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        said.contains("store.data_dir (POSTBACK_STORE_DATA_DIR): cannot create"),
+        "{said}"
+    );
+}
+
 /// Registrations from a producer that keeps each `Idempotency-Key`'s answer, and stops
 /// at the first request without one (the instance died under it).
 struct Producer {

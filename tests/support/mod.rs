@@ -82,6 +82,18 @@ impl Backend {
         )
     }
 
+    /// Whether the store holds nothing, as far as it can be seen while `pb` runs on it:
+    /// not one key in a standalone Redis; no notification in any state otherwise.
+    pub async fn holds_nothing(&self, pb: &Postback) -> bool {
+        if let Self::Standalone(redis) = self {
+            return redis.dbsize() == 0;
+        }
+        let (_, stats) = pb.get("/stats").await;
+        ["scheduled", "in_flight", "dead", "finished"]
+            .iter()
+            .all(|state| stats[state] == 0)
+    }
+
     /// Whether this is Redis, which instances can share and which has shards.
     pub fn is_redis(&self) -> bool {
         !matches!(self, Self::Embedded(_))
