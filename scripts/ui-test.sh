@@ -5,11 +5,15 @@
 # screenshot of each view under docs/ (SCREENSHOTS=DIR to put them elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v chromium >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
-  echo "installing chromium and node (apt-get)" >&2
+# Only what is missing: a Node.js from elsewhere (nodesource) conflicts with Debian's npm.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v node >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]} (apt-get)" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium nodejs npm >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 (cd tests/ui && npm ci --no-audit --no-fund --silent)
 export SCREENSHOTS="${SCREENSHOTS:-$(pwd)/docs}"
