@@ -96,6 +96,7 @@ impl Record {
     }
 }
 
+/// The indexes keyed by `(time, id)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Index {
     Due,
@@ -134,7 +135,7 @@ impl<'t> Tables<'t> {
         })
     }
 
-    fn index(&mut self, index: Index) -> &mut Table<'t, (i64, &'static str), ()> {
+    pub fn index(&mut self, index: Index) -> &mut Table<'t, (i64, &'static str), ()> {
         match index {
             Index::Due => &mut self.due,
             Index::InFlight => &mut self.inflight,

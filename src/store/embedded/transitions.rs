@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use super::tables::{decode, DbError, DbResult, Record, Tables};
+use super::tables::{decode, DbError, DbResult, Index, Record, Tables};
 use crate::domain::{Attempt, JobId, JobSpec, Outcome};
 use crate::store::{
     Cancelled, Claim, ClaimedJob, Deferral, Enqueued, JobState, JobStatus, Settlement, StoreError,
@@ -373,14 +373,14 @@ pub fn apply_retention(
     let mut n = 0;
     if dead {
         let old = first_until(&t.dead, now_ms - limits.dead_max_age_ms, budget)?;
-        n += drop_all(t, old, Which::Dead, "dead_by_age")?;
+        n += drop_all(t, old, Index::Dead, "dead_by_age")?;
         let excess = t.dead.len()?.saturating_sub(limits.dead_max_count) as usize;
-        let oldest = first_until(&t.dead, i64::MAX - 1, excess.min(budget - n.min(budget)))?;
-        n += drop_all(t, oldest, Which::Dead, "dead_by_count")?;
+        let oldest = first_until(&t.dead, i64::MAX - 1, excess.min(budget.saturating_sub(n)))?;
+        n += drop_all(t, oldest, Index::Dead, "dead_by_count")?;
     }
     if finished {
         let old = first_until(&t.done, now_ms - limits.finished_max_age_ms, budget)?;
-        n += drop_all(t, old, Which::Done, "finished_by_age")?;
+        n += drop_all(t, old, Index::Done, "finished_by_age")?;
     }
     for (until, key) in first_until(&t.idempotency_expiry, now_ms, budget)? {
         t.idempotency_expiry.remove((until, key.as_str()))?;
@@ -389,22 +389,16 @@ pub fn apply_retention(
     Ok(n)
 }
 
-enum Which {
-    Dead,
-    Done,
-}
-
+/// Deletes the notifications of `entries` (from `index`) with their records, counting
+/// them under `counter`.
 fn drop_all(
     t: &mut Tables,
     entries: Vec<(i64, String)>,
-    from: Which,
+    index: Index,
     counter: &str,
 ) -> DbResult<usize> {
     for (at, id) in &entries {
-        match from {
-            Which::Dead => t.dead.remove((*at, id.as_str()))?,
-            Which::Done => t.done.remove((*at, id.as_str()))?,
-        };
+        t.index(index).remove((*at, id.as_str()))?;
         t.forget(id)?;
     }
     if !entries.is_empty() {
