@@ -59,6 +59,24 @@ async fn a_second_instance_on_the_same_file_is_refused_naming_the_key() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_instance_does_not_write_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_embedded(dir.path(), &[]).await;
+    let id = pb
+        .register(json!({"url": receiver.url("/ok"), "body": {}, "delay": "1h"}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let file = dir.path().join("postback.redb");
+    let before = std::fs::metadata(&file).unwrap().modified().unwrap();
+    // Six idle sleeps of the test settings' 500 ms.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = std::fs::metadata(&file).unwrap().modified().unwrap();
+    assert_eq!(before, after, "nothing was due, yet the file was written");
+    assert_eq!(pb.notification(&id).await["state"], "scheduled");
+}
+
 #[test]
 fn a_data_dir_that_cannot_be_created_stops_start_up_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();

@@ -27,7 +27,7 @@ mod transitions;
 mod writer;
 
 use tables::{DbError, DbResult, Record, Tables};
-use transitions::{store_error, NewJob, Retention};
+use transitions::{store_error, NewJob, Now, Retention};
 use writer::Writer;
 
 /// The file in `store.data_dir`.
@@ -163,6 +163,19 @@ impl Store for EmbeddedStore {
 
     async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
         let asked = Instant::now();
+        // Nothing due and no lease ended: answer from a read, so that an idle instance
+        // does not write (and fsync) its file on every wake-up.
+        let now = Now::read().down();
+        match self.read(reads::next_wake_at).await? {
+            None => return Ok(Claim::default()),
+            Some(at) if at > now => {
+                return Ok(Claim {
+                    jobs: Vec::new(),
+                    next_wake: Some(Duration::from_millis((at - now) as u64)),
+                })
+            }
+            Some(_) => {}
+        }
         let lease_ms = lease.as_millis() as i64;
         self.writer
             .run(move |t, now| transitions::claim(t, now, limit, lease_ms, asked))

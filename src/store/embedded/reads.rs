@@ -1,7 +1,7 @@
 //! The embedded store's reads, each in one read transaction (a consistent snapshot of
 //! what has been committed): a notification, a page of dead letters, the counts.
 
-use redb::{ReadTransaction, ReadableTableMetadata, TableDefinition};
+use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::tables::{
     decode, DbError, DbResult, Record, COUNTERS, DEAD, DONE, DUE, HISTORY, INFLIGHT, RECORDS, SPECS,
@@ -83,6 +83,17 @@ pub fn dead_letters(
 
 fn page(items: Vec<JobView>, next_cursor: Option<Cursor>) -> DeadPage {
     DeadPage { items, next_cursor }
+}
+
+/// When the earliest notification falls due or the earliest lease ends, if any.
+pub fn next_wake_at(tx: &ReadTransaction) -> DbResult<Option<i64>> {
+    let head = |def: Index| -> DbResult<Option<i64>> {
+        Ok(tx.open_table(def)?.first()?.map(|(k, _)| k.value().0))
+    };
+    Ok(match (head(DUE)?, head(INFLIGHT)?) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }
 
 /// Counts by state, and what retention deleted.
