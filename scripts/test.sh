@@ -13,5 +13,5 @@ if [ $# -eq 0 ]; then
   POSTBACK_TEST_BACKEND=cluster cargo test --locked "${conformance[@]/#/--test=}"
   POSTBACK_TEST_BACKEND=embedded cargo test --locked "${conformance[@]/#/--test=}" \
     --test=shutdown --test=api --test=cli --test=metrics --test=overview --test=openapi \
-    --test=hostile_input
+    --test=hostile_input --test=crash
 fi

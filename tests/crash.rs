@@ -1,6 +1,7 @@
 //! A crash (`kill -9`) of an instance in the middle of a burst loses nothing: another
-//! instance delivers every accepted notification once its lease runs out, and the only
-//! repeats are the deliveries that were in flight at the kill, with the same webhook-id.
+//! instance (on the embedded store, the same one restarted) delivers every accepted
+//! notification once its lease runs out, and the only repeats are the deliveries that
+//! were in flight at the kill, with the same webhook-id.
 
 mod support;
 
@@ -8,7 +9,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Postback, Receiver, RedisServer};
+use support::{Backend, Receiver};
 
 const SETTINGS: &[(&str, &str)] = &[
     ("POSTBACK_DELIVERY_CONCURRENCY", "32"),
@@ -19,9 +20,9 @@ const SETTINGS: &[(&str, &str)] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_burst_loses_nothing_and_repeats_only_what_was_in_flight() {
-    let redis = RedisServer::start();
+    let backend = Backend::start();
     let receiver = Receiver::start().await;
-    let mut first = Postback::start(&redis, SETTINGS).await;
+    let mut first = backend.postback(SETTINGS).await;
     let mut ids = Vec::new();
     for i in 0..400 {
         // Due together once all are registered, so that the kill lands mid-burst.
@@ -37,7 +38,7 @@ async fn kill_9_mid_burst_loses_nothing_and_repeats_only_what_was_in_flight() {
         "killed mid-burst ({at_kill} of 400 had arrived)"
     );
 
-    let second = Postback::start(&redis, SETTINGS).await;
+    let second = backend.postback(SETTINGS).await;
     let all = support::eventually(Duration::from_secs(60), || async {
         let mut delivered = 0;
         for id in &ids {
