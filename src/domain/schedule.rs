@@ -36,6 +36,11 @@ impl Schedule {
         &self.0
     }
 
+    /// The intervals in ms, as the stores keep them.
+    pub fn intervals_ms(&self) -> Vec<u64> {
+        self.0.iter().map(|d| d.as_millis() as u64).collect()
+    }
+
     /// Attempts in all: the first one plus one per interval.
     pub fn max_attempts(&self) -> u32 {
         1 + self.0.len() as u32

@@ -109,14 +109,6 @@ fn create_tables(db: &Database) -> DbResult<()> {
     Ok(())
 }
 
-fn schedule_ms(schedule: &Schedule) -> Vec<u64> {
-    schedule
-        .intervals()
-        .iter()
-        .map(|d| d.as_millis() as u64)
-        .collect()
-}
-
 fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
     serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
@@ -149,7 +141,7 @@ impl Store for EmbeddedStore {
         let job = NewJob {
             id: n.id,
             spec: to_json(&n.spec())?,
-            schedule: schedule_ms(&n.schedule),
+            schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
             idempotency: idempotency.map(|i| (i.key.clone(), (i.ttl.as_millis() as u64).max(1))),
         };
@@ -246,7 +238,7 @@ impl Store for EmbeddedStore {
     ) -> StoreResult<Option<JobStatus>> {
         let id = *id;
         let spec = spec.map(to_json).transpose()?;
-        let schedule = schedule.map(schedule_ms);
+        let schedule = schedule.map(Schedule::intervals_ms);
         let delay_ms = delay.as_millis() as u64;
         let status = self
             .writer
@@ -265,7 +257,7 @@ impl Store for EmbeddedStore {
         delay: Duration,
     ) -> StoreResult<usize> {
         let ids = ids.to_vec();
-        let schedule = schedule.map(schedule_ms);
+        let schedule = schedule.map(Schedule::intervals_ms);
         let delay_ms = delay.as_millis() as u64;
         let replayed = self
             .writer

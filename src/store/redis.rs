@@ -833,11 +833,7 @@ fn job_view(id: &str, spec: &str, state: &str, history: Option<&str>) -> StoreRe
 
 /// A schedule as the scripts keep it: its intervals in ms, comma-separated.
 fn schedule_ms(schedule: &Schedule) -> String {
-    let ms: Vec<String> = schedule
-        .intervals()
-        .iter()
-        .map(|d| d.as_millis().to_string())
-        .collect();
+    let ms: Vec<String> = schedule.intervals_ms().iter().map(u64::to_string).collect();
     ms.join(",")
 }
 
