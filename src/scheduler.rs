@@ -1,7 +1,8 @@
 //! The scheduler: claims due notifications in batches, asks the delivery policy whether
-//! each may go now, hands those that may to the sender on their own task, and queues
-//! every outcome (attempt or deferral) for the settler. It sleeps exactly until the next
-//! due time (capped), and wakes at once when a new earliest notification is announced.
+//! each may go now, hands those that may (or that wait a moment for a fast host's slot)
+//! to the sender on their own task, and queues every outcome (attempt or deferral) for
+//! the settler. It sleeps exactly until the next due time (capped), and wakes at once
+//! when a new earliest notification is announced.
 
 use std::sync::Arc;
 use std::time::Duration;
