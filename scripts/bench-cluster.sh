@@ -21,10 +21,8 @@ cargo build --release --bins >&2
 run() {
   local label="$1"; shift
   target/release/postback-bench "$@" --n "$n" --concurrency 64 |
-    awk -v label="$label" '/^RESULT /{
-      for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = substr($i, length(kv[1]) + 2) }
-      printf "%s\t%s\t%s\t%s\n", label, f["scenario"], f["metric"], f["value"]
-    }' | tee -a "$tsv"
+    awk -v label="$label" -v fields="scenario metric value" -f scripts/results-tsv.awk |
+    tee -a "$tsv"
 }
 
 for _ in $(seq "$repeats"); do

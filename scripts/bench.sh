@@ -27,10 +27,8 @@ cargo build --release --bins >&2
 postback() {
   local run="$1"; shift
   target/release/postback-bench "$@" --concurrency "${CONCURRENCY:-64}" |
-    awk -v run="$run" '/^RESULT /{
-      for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = substr($i, length(kv[1]) + 2) }
-      printf "%s\t%s\t%s\t%s\t%s\t%s\n", f["peer"], f["scenario"], run, f["metric"], f["value"], f["unit"]
-    }' | tee -a "$tsv"
+    awk -v run="$run" -v fields="peer scenario run metric value unit" -f scripts/results-tsv.awk |
+    tee -a "$tsv"
 }
 
 for r in $(seq "$repeats"); do
