@@ -41,18 +41,8 @@ async fn a_second_instance_on_the_same_file_is_refused_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let _first = Postback::start_embedded(dir.path(), &[]).await;
 
-    let out = Postback::command()
-        .env("POSTBACK_STORE_DATA_DIR", dir.path())
-        .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
-        .env(
-            "POSTBACK_SERVER_LISTEN",
-            format!("127.0.0.1:{}", support::free_port()),
-        )
-        .output()
-        .unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "the second instance must not run");
+    let data_dir = dir.path().to_str().unwrap();
+    let said = Postback::refused_start(&[("POSTBACK_STORE_DATA_DIR", data_dir)]);
     assert!(
         said.contains("store.data_dir") && said.contains("in use by another postback instance"),
         "{said}"
@@ -82,13 +72,8 @@ fn a_data_dir_that_cannot_be_created_stops_start_up_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let in_the_way = dir.path().join("a-file");
     std::fs::write(&in_the_way, "not a directory").unwrap();
-    let out = Postback::command()
-        .env("POSTBACK_STORE_DATA_DIR", &in_the_way)
-        .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let said =
+        Postback::refused_start(&[("POSTBACK_STORE_DATA_DIR", in_the_way.to_str().unwrap())]);
     assert!(
         said.contains("store.data_dir (POSTBACK_STORE_DATA_DIR): cannot create"),
         "{said}"

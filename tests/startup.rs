@@ -3,30 +3,7 @@
 
 mod support;
 
-use std::process::{Command, Output};
-
 use support::{Postback, RedisServer};
-
-fn serve(env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_postback"));
-    cmd.arg("serve")
-        .env_clear()
-        .env("POSTBACK_SERVER_API_TOKENS", "t")
-        .env(
-            "POSTBACK_SERVER_LISTEN",
-            format!("127.0.0.1:{}", support::free_port()),
-        )
-        .env("POSTBACK_STORE_CONNECT_WAIT", "1s");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
-
-fn refused(out: &Output) -> String {
-    assert_eq!(out.status.code(), Some(1), "exits 1");
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_redis_is_refused_unless_allowed() {
@@ -39,7 +16,7 @@ async fn an_evicting_redis_is_refused_unless_allowed() {
     );
     let url = redis.url();
 
-    let err = refused(&serve(&[("POSTBACK_STORE_REDIS_URL", &url)]));
+    let err = Postback::refused_start(&[("POSTBACK_STORE_REDIS_URL", &url)]);
     assert!(
         err.contains("maxmemory-policy")
             && err.contains("allkeys-lru")
@@ -55,7 +32,7 @@ async fn an_evicting_redis_is_refused_unless_allowed() {
 #[test]
 fn an_unreachable_redis_is_refused_after_the_wait() {
     let url = format!("redis://127.0.0.1:{}", support::free_port());
-    let err = refused(&serve(&[("POSTBACK_STORE_REDIS_URL", &url)]));
+    let err = Postback::refused_start(&[("POSTBACK_STORE_REDIS_URL", &url)]);
     assert!(
         err.contains("store.redis_url") && err.contains("unreachable"),
         "{err}"
@@ -64,8 +41,8 @@ fn an_unreachable_redis_is_refused_after_the_wait() {
 
 #[test]
 fn a_bad_setting_is_refused_by_name() {
-    let err = refused(&serve(&[("POSTBACK_DELIVERY_CONCURRENCY", "lots")]));
+    let err = Postback::refused_start(&[("POSTBACK_DELIVERY_CONCURRENCY", "lots")]);
     assert!(err.to_lowercase().contains("delivery.concurrency"), "{err}");
-    let err = refused(&serve(&[("POSTBACK_DELIVERY_RATE_LIMIT", "fast")]));
+    let err = Postback::refused_start(&[("POSTBACK_DELIVERY_RATE_LIMIT", "fast")]);
     assert!(err.contains("delivery.rate_limit"), "{err}");
 }

@@ -58,6 +58,26 @@ impl Postback {
         cmd
     }
 
+    /// Runs `postback serve` with a token, a free port, a 1 s wait for Redis and `env`,
+    /// expecting it to refuse to start: asserts that it exits 1, and returns what it
+    /// said on stderr.
+    pub fn refused_start(env: &[(&str, &str)]) -> String {
+        let mut cmd = Self::command();
+        cmd.env("POSTBACK_SERVER_API_TOKENS", TOKEN)
+            .env(
+                "POSTBACK_SERVER_LISTEN",
+                format!("127.0.0.1:{}", super::free_port()),
+            )
+            .env("POSTBACK_STORE_CONNECT_WAIT", "1s");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(1), "exits 1; said: {said}");
+        said
+    }
+
     /// Starts `cmd` with test-friendly settings plus `env`, and waits until its API
     /// answers.
     async fn spawn(mut cmd: Command, env: &[(&str, &str)]) -> Self {
