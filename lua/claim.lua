@@ -1,8 +1,9 @@
 -- claim: lease up to N due notifications to the caller, atomically.
 -- KEYS: the shard's keys (see common.lua), 9 claim record
--- ARGV: 1 limit (at most 1000), 2 lease ms
+-- ARGV: 1 limit (at most 1000), 2 lease ms, 3 ahead ms
 -- First hands back up to `limit` expired leases (their worker died), then moves up to
--- `limit` due notifications to in-flight with a lease deadline, bumping each one's lease
+-- `limit` notifications due by now + ahead (the caller holds each until its due time) to
+-- in-flight with a lease deadline, bumping each one's lease
 -- number so that a settle from an older lease is ignored. The claimed "id lease" pairs
 -- are kept in the claim record for the lease's length, so that a caller that never got
 -- this reply (a timeout) can hand them back with release.lua instead of waiting.
@@ -10,12 +11,13 @@
 local now = now_ms(false)
 local limit = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
+local until_ms = now + tonumber(ARGV[3])
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do
   local st = load_state(id)
   if st then
-    hand_back(id, st, now, now)
+    hand_back(id, st, now, due_again(st, now))
     save_state(id, st)
   else
     redis.call('ZREM', KEYS[2], id)
@@ -24,7 +26,7 @@ end
 
 local out = {now, -1}
 local claimed = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due > 0 then
   -- One command per structure for the whole batch (at most 1000 ids, within unpack's
   -- limit), rather than several per notification.

@@ -78,6 +78,12 @@ local function schedule_at(id, st, at)
   redis.call('ZADD', KEYS[1], at, id)
 end
 
+-- When a notification handed back is due again: when it was due, or now if that has
+-- passed (a claim may take it before it is due).
+local function due_again(st, now)
+  return math.max(now, st.next_at or now)
+end
+
 -- Takes back an attempt that was never made or never completed, without counting it:
 -- cancelled when a cancel was asked for meanwhile, otherwise due at `at`. True when it
 -- is due again.

@@ -1,4 +1,5 @@
--- release: hand leased notifications back, due at once, without counting an attempt:
+-- release: hand leased notifications back, due at once (or when they were due, for one
+-- claimed before it was due), without counting an attempt:
 -- at shutdown, deliveries that did not finish within the grace period; after a claim
 -- whose reply was lost, the notifications that claim leased.
 -- KEYS: the shard's keys (see common.lua), 9 claim record (optional; its "id lease"
@@ -28,7 +29,7 @@ for i = 1, #leases, 2 do
   local id = leases[i]
   local st = load_state(id)
   if st and st.state == 'in_flight' and st.lease == tonumber(leases[i + 1]) then
-    if hand_back(id, st, now, now) then released = released + 1 end
+    if hand_back(id, st, now, due_again(st, now)) then released = released + 1 end
     save_state(id, st)
   end
 end

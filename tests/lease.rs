@@ -39,7 +39,7 @@ async fn one_registered() -> (Backend, Box<dyn Store>, Notification) {
 /// Claims until something is due (a registration is due from the next millisecond).
 async fn claim_some(store: &dyn Store, lease: Duration) -> Vec<ClaimedJob> {
     for _ in 0..100 {
-        let claim = store.claim(10, lease).await.unwrap();
+        let claim = store.claim(10, lease, Duration::ZERO).await.unwrap();
         if !claim.jobs.is_empty() {
             return claim.jobs;
         }
@@ -71,7 +71,7 @@ async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignore
     assert_eq!(first.len(), 1);
     assert_eq!(
         store
-            .claim(10, Duration::from_millis(100))
+            .claim(10, Duration::from_millis(100), Duration::ZERO)
             .await
             .unwrap()
             .jobs
@@ -81,7 +81,10 @@ async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignore
     );
 
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let second = store.claim(10, Duration::from_secs(60)).await.unwrap();
+    let second = store
+        .claim(10, Duration::from_secs(60), Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(second.jobs.len(), 1, "the expired lease came back");
     let (old, new) = (&first[0], &second.jobs[0]);
     assert_eq!(new.attempt, 1, "a lost attempt is not counted");
@@ -140,7 +143,7 @@ async fn a_settle_cannot_resurrect_a_finished_notification() {
     );
     assert_eq!(
         store
-            .claim(10, Duration::from_secs(60))
+            .claim(10, Duration::from_secs(60), Duration::ZERO)
             .await
             .unwrap()
             .jobs
@@ -161,7 +164,7 @@ async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released(
     ));
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(store
-        .claim(10, Duration::from_secs(60))
+        .claim(10, Duration::from_secs(60), Duration::ZERO)
         .await
         .unwrap()
         .jobs
@@ -192,4 +195,37 @@ async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released(
         "Cancelled",
         "released at shutdown"
     );
+}
+
+#[tokio::test]
+async fn a_notification_claimed_before_it_is_due_keeps_its_due_time_when_released() {
+    let backend = Backend::start();
+    let store = backend.store().await;
+    let n = Notification {
+        delay: Duration::from_secs(30),
+        ..notification()
+    };
+    store.enqueue(&n, None).await.unwrap();
+    let due = store.get(&n.id).await.unwrap().unwrap().status.next_at;
+    let lease = Duration::from_secs(60);
+
+    let now = store.claim(10, lease, Duration::ZERO).await.unwrap();
+    assert!(now.jobs.is_empty(), "not due yet");
+    let ahead = store
+        .claim(10, lease, Duration::from_secs(31))
+        .await
+        .unwrap();
+    assert_eq!(ahead.jobs.len(), 1, "due within the next 31 s");
+    assert_eq!(Some(ahead.jobs[0].due_at), due);
+
+    let released = store.release(&[(n.id, ahead.jobs[0].lease)]).await.unwrap();
+    assert_eq!(released, 1);
+    let view = store.get(&n.id).await.unwrap().unwrap();
+    assert_eq!(
+        (format!("{:?}", view.status.state), view.status.next_at),
+        ("Scheduled".into(), due),
+        "handed back due when it was due, not at once"
+    );
+    let again = store.claim(10, lease, Duration::ZERO).await.unwrap();
+    assert!(again.jobs.is_empty(), "still not due");
 }

@@ -153,14 +153,15 @@ impl Store for EmbeddedStore {
         Ok(enqueued)
     }
 
-    async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
+    async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
         let asked = Instant::now();
+        let ahead_ms = ahead.as_millis() as i64;
         // Nothing due and no lease ended: answer from a read, so that an idle instance
         // does not write (and fsync) its file on every wake-up.
         let now = Now::read().down();
         match self.read(reads::next_wake_at).await? {
             None => return Ok(Claim::default()),
-            Some(at) if at > now => {
+            Some(at) if at > now + ahead_ms => {
                 return Ok(Claim {
                     jobs: Vec::new(),
                     next_wake: Some(Duration::from_millis((at - now) as u64)),
@@ -170,7 +171,7 @@ impl Store for EmbeddedStore {
         }
         let lease_ms = lease.as_millis() as i64;
         self.writer
-            .run(move |t, now| transitions::claim(t, now, limit, lease_ms, asked))
+            .run(move |t, now| transitions::claim(t, now, limit, (lease_ms, ahead_ms), asked))
             .await
     }
 

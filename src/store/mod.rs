@@ -145,6 +145,19 @@ impl ClaimedJob {
         let elapsed_ms = since.as_millis() as i64 + i64::from(since.subsec_nanos() % 1_000_000 > 0);
         self.claimed_at + 1 + elapsed_ms
     }
+
+    /// How long to hold it before it is due, counted from when the claim's reply arrived
+    /// (any moment after it will do: the store read `claimed_at` before answering, so
+    /// `due_at - claimed_at` later it is due, or a little earlier).
+    pub fn until_due(&self) -> Duration {
+        Duration::from_millis((self.due_at - self.claimed_at).max(0) as u64)
+    }
+
+    /// How late an attempt starting now is, in ms: from the due time to now on the store's
+    /// clock (an upper bound, by the claim's round trip).
+    pub fn lateness_ms(&self) -> i64 {
+        (self.store_now() - 1 - self.due_at).max(0)
+    }
 }
 
 /// The answer to a claim.
@@ -297,8 +310,9 @@ pub trait Store: Send + Sync + 'static {
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Enqueued>;
 
-    /// Leases up to `limit` due notifications for `lease`.
-    async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim>;
+    /// Leases for `lease` up to `limit` notifications due now or within `ahead` (the
+    /// caller holds those until they are due; `due_at` says when).
+    async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim>;
 
     /// Records attempts and moves each notification to its next state.
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled>;

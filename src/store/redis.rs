@@ -189,7 +189,7 @@ impl RedisStore {
         &self,
         shard: usize,
         limit: usize,
-        lease: Duration,
+        (lease, ahead): (Duration, Duration),
     ) -> StoreResult<(Vec<ClaimedJob>, Option<i64>)> {
         let keys = &self.shards[shard];
         let record = keys.claim_record(&Uuid::now_v7().simple().to_string());
@@ -201,6 +201,7 @@ impl RedisStore {
             .key(&record)
             .arg(limit)
             .arg(lease.as_millis() as u64)
+            .arg(ahead.as_millis() as u64)
             .invoke_async(&mut self.conn.clone())
             .await
         {
@@ -388,15 +389,17 @@ impl Store for RedisStore {
         Ok(enqueued)
     }
 
-    async fn claim(&self, limit: usize, lease: Duration) -> StoreResult<Claim> {
+    async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
         self.release_unsure_claims().await?;
         let mut claim = Claim::default();
-        for ask in self.clock.to_ask() {
+        for ask in self.clock.to_ask(ahead) {
             let remaining = limit.saturating_sub(claim.jobs.len());
             if remaining == 0 {
                 break;
             }
-            let (jobs, wake) = self.claim_shard(ask.shard, remaining, lease).await?;
+            let (jobs, wake) = self
+                .claim_shard(ask.shard, remaining, (lease, ahead))
+                .await?;
             claim.jobs.extend(jobs);
             self.clock
                 .claimed(ask, wake.map(|ms| Duration::from_millis(ms as u64)));

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -18,6 +18,8 @@ use axum::Router;
 #[derive(Debug, Clone)]
 pub struct Received {
     pub at: Instant,
+    /// The same moment on the system clock, to compare with times postback reports.
+    pub wall: SystemTime,
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
@@ -131,6 +133,7 @@ async fn answer(
     let _in_progress = InProgress::start(&log);
     let received = Received {
         at: Instant::now(),
+        wall: SystemTime::now(),
         path: uri.path().to_string(),
         headers,
         body,

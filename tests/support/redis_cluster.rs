@@ -137,35 +137,16 @@ impl RedisCluster {
     /// Resets every node's command counts (`CONFIG RESETSTAT`).
     pub fn reset_stats(&self) {
         for (port, _) in &self.nodes {
-            let mut c = node(*port).get_connection().unwrap();
-            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+            super::redis_server::reset_stats_on(*port);
         }
     }
 
-    /// Script calls (`EVALSHA`, `EVAL`: one round trip each, whatever the script runs
-    /// inside) all nodes answered since the last reset.
+    /// Script calls all nodes answered since the last reset.
     pub fn script_calls(&self) -> u64 {
-        let mut total = 0;
-        for (port, _) in &self.nodes {
-            let mut c = node(*port).get_connection().unwrap();
-            let info: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query(&mut c)
-                .unwrap();
-            total += info
-                .lines()
-                .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-                .filter_map(|l| {
-                    l.split_once("calls=")?
-                        .1
-                        .split(',')
-                        .next()?
-                        .parse::<u64>()
-                        .ok()
-                })
-                .sum::<u64>();
-        }
-        total
+        self.nodes
+            .iter()
+            .map(|(port, _)| super::redis_server::script_calls_on(*port))
+            .sum()
     }
 
     /// Makes every primary wait until its replicas have what it has (`WAIT`).

@@ -129,6 +129,50 @@ impl RedisServer {
     pub fn dbsize(&self) -> i64 {
         self.query(&mut redis::cmd("DBSIZE"))
     }
+
+    pub fn reset_stats(&self) {
+        reset_stats_on(self.port);
+    }
+
+    /// Script calls answered since the last reset.
+    pub fn script_calls(&self) -> u64 {
+        script_calls_on(self.port)
+    }
+}
+
+fn connection(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Zeroes the command counts of the Redis on `port` (`CONFIG RESETSTAT`).
+pub fn reset_stats_on(port: u16) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut connection(port))
+        .unwrap();
+}
+
+/// Script calls (`EVALSHA`, `EVAL`: one round trip each, whatever the script runs
+/// inside) the Redis on `port` answered since the last reset.
+pub fn script_calls_on(port: u16) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection(port))
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
 
 impl Drop for RedisServer {

@@ -113,13 +113,14 @@ fn forget_key(t: &mut Tables, key: &str) -> DbResult<()> {
     Ok(())
 }
 
-/// Hands back up to `limit` expired leases, then leases up to `limit` due notifications
-/// until `now + lease_ms`, with how long until the next due notification or lease end.
+/// Hands back up to `limit` expired leases, then leases up to `limit` notifications due
+/// by `now + ahead_ms` until `now + lease_ms`, with how long until the next due
+/// notification or lease end.
 pub fn claim(
     t: &mut Tables,
     now: Now,
     limit: usize,
-    lease_ms: i64,
+    (lease_ms, ahead_ms): (i64, i64),
     asked: Instant,
 ) -> DbResult<Claim> {
     let now_ms = now.down();
@@ -129,11 +130,12 @@ pub fn claim(
             continue;
         };
         let mut r = old.clone();
-        hand_back(&mut r, now_ms, now_ms);
+        let at = due_again(&r, now_ms);
+        hand_back(&mut r, now_ms, at);
         t.save(&id, Some(&old), &r)?;
     }
     let mut jobs = Vec::new();
-    for (due_at, id) in first_until(&t.due, now_ms, limit)? {
+    for (due_at, id) in first_until(&t.due, now_ms + ahead_ms, limit)? {
         let spec = t.specs.get(id.as_str())?.map(|v| v.value().to_string());
         let (Some(old), Some(spec)) = (t.record(&id)?, spec) else {
             t.due.remove((due_at, id.as_str()))?;
@@ -181,6 +183,12 @@ fn first_until(
         out.push((at, id.to_string()));
     }
     Ok(out)
+}
+
+/// When a notification handed back is due again: when it was due, or now if that has
+/// passed (a claim may take it before it is due).
+fn due_again(r: &Record, now_ms: i64) -> i64 {
+    r.status.next_at.map_or(now_ms, |due| due.max(now_ms))
 }
 
 /// Takes back an attempt never made or never completed, without counting it: cancelled
@@ -281,13 +289,15 @@ pub fn defer(t: &mut Tables, now: Now, d: &Deferral) -> DbResult<Option<Record>>
     Ok(Some(r))
 }
 
-/// Hands a leased notification back, due at once. Whether it is due again.
+/// Hands a leased notification back, due at once (or when it was due, if that is
+/// later). Whether it is due again.
 pub fn release(t: &mut Tables, now: Now, id: &JobId, lease: u64) -> DbResult<bool> {
     let Some(old) = held(t, id, lease)? else {
         return Ok(false);
     };
     let mut r = old.clone();
-    let due = hand_back(&mut r, now.down(), now.down());
+    let now_ms = now.down();
+    let due = hand_back(&mut r, now_ms, due_again(&old, now_ms));
     t.save(&id.to_string(), Some(&old), &r)?;
     Ok(due)
 }

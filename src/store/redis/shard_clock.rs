@@ -65,9 +65,10 @@ impl ShardClock {
         self.lock().iter_mut().for_each(Shard::wake);
     }
 
-    /// The shards to claim from now: those due, then one more in turn.
-    pub fn to_ask(&self) -> Vec<Ask> {
-        let now = Instant::now();
+    /// The shards to claim from now: those with work due within `ahead`, then one more in
+    /// turn.
+    pub fn to_ask(&self, ahead: Duration) -> Vec<Ask> {
+        let horizon = Instant::now() + ahead;
         let shards = self.lock();
         let n = shards.len();
         let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
@@ -77,7 +78,7 @@ impl ShardClock {
         };
         let mut asks: Vec<Ask> = (0..n)
             .map(|i| (start + i) % n)
-            .filter(|&s| shards[s].next.is_some_and(|at| at <= now))
+            .filter(|&s| shards[s].next.is_some_and(|at| at <= horizon))
             .map(ask)
             .collect();
         if !asks.iter().any(|a| a.shard == start) {
@@ -122,16 +123,20 @@ mod tests {
     #[test]
     fn asks_due_shards_and_one_more_in_turn() {
         let clock = ShardClock::new(4);
-        let first = clock.to_ask();
+        let first = clock.to_ask(Duration::ZERO);
         assert_eq!(shards(&first), vec![0, 1, 2, 3], "all unknown, so all due");
         for ask in first {
             clock.claimed(ask, None);
         }
-        assert_eq!(shards(&clock.to_ask()), vec![1], "none due: one in turn");
+        assert_eq!(
+            shards(&clock.to_ask(Duration::ZERO)),
+            vec![1],
+            "none due: one in turn"
+        );
         assert_eq!(clock.next_wake(), None);
         clock.wake(3);
-        assert_eq!(shards(&clock.to_ask()), vec![3, 2]);
-        let later = clock.to_ask()[0];
+        assert_eq!(shards(&clock.to_ask(Duration::ZERO)), vec![3, 2]);
+        let later = clock.to_ask(Duration::ZERO)[0];
         clock.claimed(later, Some(Duration::from_secs(60)));
         assert!(clock.next_wake().unwrap() > Duration::from_secs(59));
     }
@@ -139,17 +144,17 @@ mod tests {
     #[test]
     fn waking_all_makes_every_shard_due() {
         let clock = ShardClock::new(3);
-        for ask in clock.to_ask() {
+        for ask in clock.to_ask(Duration::ZERO) {
             clock.claimed(ask, None);
         }
         clock.wake_all();
-        assert_eq!(shards(&clock.to_ask()).len(), 3);
+        assert_eq!(shards(&clock.to_ask(Duration::ZERO)).len(), 3);
     }
 
     #[test]
     fn a_wake_up_during_a_claim_is_not_lost() {
         let clock = ShardClock::new(2);
-        let ask = clock.to_ask()[0];
+        let ask = clock.to_ask(Duration::ZERO)[0];
         clock.wake(ask.shard);
         clock.claimed(ask, None);
         assert_eq!(clock.next_wake(), Some(Duration::ZERO));
