@@ -35,9 +35,21 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
             ],
         )?
         .install_recorder()?;
+    tokio::spawn(upkeep(handle.clone()));
     describe();
     gauge!("postback_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     Ok(handle)
+}
+
+/// Folds the samples histograms gathered into their buckets every few seconds. The
+/// recorder otherwise keeps every sample until `/metrics` is read, so an instance nobody
+/// scrapes would grow by two samples per attempt for as long as it runs.
+async fn upkeep(handle: PrometheusHandle) {
+    let mut every = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
+    }
 }
 
 fn describe() {
