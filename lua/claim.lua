@@ -7,8 +7,10 @@
 -- number so that a settle from an older lease is ignored. The claimed "id lease" pairs
 -- are kept in the claim record for the lease's length, so that a caller that never got
 -- this reply (a timeout) can hand them back with release.lua instead of waiting.
--- Returns {now, next wake ms or -1, then per job: id, lease, attempts so far, due at, spec}.
-local now = now_ms(false)
+-- Returns {now in µs, next wake ms or -1, then per job: id, lease, attempts so far, due at,
+-- spec}.
+local time_us = now_us()
+local now = math.floor(time_us / 1000)
 local limit = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local until_ms = now + tonumber(ARGV[3])
@@ -24,7 +26,7 @@ for _, id in ipairs(expired) do
   end
 end
 
-local out = {now, -1}
+local out = {time_us, -1}
 local claimed = {}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due > 0 then

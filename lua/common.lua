@@ -2,13 +2,18 @@
 -- shard's keys in this order: KEYS 1 due, 2 inflight, 3 dead, 4 jobs, 5 state,
 -- 6 history, 7 done, 8 counters (then its own extra keys).
 
+-- Redis time in µs.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- Redis time in ms. Rounded up where a due time is computed from it, so that nothing
 -- is early; rounded down where it is compared with due times.
 local function now_ms(round_up)
-  local t = redis.call('TIME')
-  local ms = tonumber(t[2]) / 1000
-  if round_up then ms = math.ceil(ms) else ms = math.floor(ms) end
-  return tonumber(t[1]) * 1000 + ms
+  local ms = now_us() / 1000
+  if round_up then return math.ceil(ms) end
+  return math.floor(ms)
 end
 
 -- The state record of `id` (decoded, and as stored), or nil.

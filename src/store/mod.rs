@@ -126,37 +126,43 @@ pub struct ClaimedJob {
     pub lease: u64,
     /// The number of this attempt (1 for the first).
     pub attempt: u32,
-    /// When it was due and when it was claimed, ms since the epoch (store clock).
+    /// When it was due, ms since the epoch (store clock).
     pub due_at: i64,
-    pub claimed_at: i64,
+    /// When it was claimed, µs since the epoch (store clock, rounded down).
+    pub claimed_at_us: i64,
     /// When this instance asked for the claim (its monotonic clock): the store clock read
-    /// `claimed_at` at or after this instant.
+    /// `claimed_at_us` at or after this instant.
     pub claim_asked: Instant,
     pub spec: JobSpec,
 }
 
 impl ClaimedJob {
-    /// The store clock now, from `claimed_at` and this instance's monotonic clock: never
-    /// behind the store's own reading (it may be ahead by up to the claim's request
-    /// latency plus 2 ms). `claimed_at` is the store's time rounded down to the
-    /// millisecond, so the store's clock may already have been up to 1 ms past it.
+    /// The store clock now in ms, rounded up, from `claimed_at_us` and this instance's
+    /// monotonic clock: never behind the store's own reading (it may be ahead by up to
+    /// the claim's request latency plus 1 ms).
     pub fn store_now(&self) -> i64 {
+        (self.store_now_us() + 999) / 1000
+    }
+
+    /// An upper bound of the store clock now, in µs: the store read `claimed_at_us`
+    /// (rounded down, hence + 1) no earlier than `claim_asked`.
+    fn store_now_us(&self) -> i64 {
         let since = self.claim_asked.elapsed();
-        let elapsed_ms = since.as_millis() as i64 + i64::from(since.subsec_nanos() % 1_000_000 > 0);
-        self.claimed_at + 1 + elapsed_ms
+        let elapsed_us = since.as_micros() as i64 + i64::from(since.subsec_nanos() % 1_000 > 0);
+        self.claimed_at_us + 1 + elapsed_us
     }
 
     /// How long to hold it before it is due, counted from when the claim's reply arrived
-    /// (any moment after it will do: the store read `claimed_at` before answering, so
-    /// `due_at - claimed_at` later it is due, or a little earlier).
+    /// (any moment after it will do: the store read `claimed_at_us` before answering, so
+    /// `due_at - claimed_at_us` later it is due, or a little earlier).
     pub fn until_due(&self) -> Duration {
-        Duration::from_millis((self.due_at - self.claimed_at).max(0) as u64)
+        Duration::from_micros((self.due_at * 1000 - self.claimed_at_us).max(0) as u64)
     }
 
     /// How late an attempt starting now is, in ms: from the due time to now on the store's
     /// clock (an upper bound, by the claim's round trip).
     pub fn lateness_ms(&self) -> i64 {
-        (self.store_now() - 1 - self.due_at).max(0)
+        (self.store_now_us() - self.due_at * 1000).max(0) / 1000
     }
 }
 
@@ -391,13 +397,13 @@ mod tests {
 
     #[test]
     fn the_store_clock_is_never_behind_a_reading_rounded_down() {
-        // Read at 1000.999 ms, reported as 1000, and the reply came back at once.
+        // Read at 1000.999 ms, reported as 1000999 µs, and the reply came back at once.
         let job = ClaimedJob {
             id: JobId::new(0),
             lease: 1,
             attempt: 1,
             due_at: 1000,
-            claimed_at: 1000,
+            claimed_at_us: 1_000_999,
             claim_asked: Instant::now(),
             spec: JobSpec {
                 url: "http://merchant.example.com/cb".into(),

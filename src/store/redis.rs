@@ -215,11 +215,12 @@ impl RedisStore {
                 return Err(store_error(e));
             }
         };
-        let now = int_at(&reply, 0)?;
+        let now_us = int_at(&reply, 0)?;
+        let now = now_us / 1000;
         let wake = int_at(&reply, 1)?;
         let jobs = reply[2..]
             .chunks(5)
-            .map(|c| claimed_job(c, now, asked))
+            .map(|c| claimed_job(c, now_us, asked))
             .collect::<StoreResult<_>>()?;
         Ok((jobs, (wake >= 0).then(|| (wake - now).max(0))))
     }
@@ -800,7 +801,7 @@ async fn check_eviction(conn: &mut Conn, allowed: bool) -> anyhow::Result<()> {
     )
 }
 
-fn claimed_job(c: &[Value], claimed_at: i64, asked: Instant) -> StoreResult<ClaimedJob> {
+fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<ClaimedJob> {
     let id = text_at(c, 0)?;
     Ok(ClaimedJob {
         id: id
@@ -809,7 +810,7 @@ fn claimed_job(c: &[Value], claimed_at: i64, asked: Instant) -> StoreResult<Clai
         lease: int_at(c, 1)? as u64,
         attempt: int_at(c, 2)? as u32 + 1,
         due_at: int_at(c, 3)?,
-        claimed_at,
+        claimed_at_us,
         claim_asked: asked,
         spec: serde_json::from_str(&text_at(c, 4)?)
             .map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,

@@ -33,6 +33,10 @@ impl Now {
     pub fn down(self) -> i64 {
         self.0 / 1000
     }
+
+    pub fn micros(self) -> i64 {
+        self.0
+    }
 }
 
 /// A registration, ready to store.
@@ -152,7 +156,7 @@ pub fn claim(
             lease: r.lease,
             attempt: r.status.attempts + 1,
             due_at,
-            claimed_at: now_ms,
+            claimed_at_us: now.micros(),
             claim_asked: asked,
             spec,
         });
