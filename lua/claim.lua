@@ -3,8 +3,8 @@
 -- ARGV: 1 limit (at most 1000), 2 lease ms, 3 ahead ms
 -- First hands back up to `limit` expired leases (their worker died), then moves up to
 -- `limit` notifications due by now + ahead (the caller holds each until its due time) to
--- in-flight with a lease deadline, bumping each one's lease
--- number so that a settle from an older lease is ignored. The claimed "id lease" pairs
+-- in-flight with a lease deadline, bumping each one's lease number so that a settle from
+-- an older lease is ignored. The claimed "id lease" pairs
 -- are kept in the claim record for the lease's length, so that a caller that never got
 -- this reply (a timeout) can hand them back with release.lua instead of waiting.
 -- Returns {now in µs, next wake ms or -1, then per job: id, lease, attempts so far, due at,
