@@ -22,8 +22,11 @@ use crate::sender::{AttemptReport, Sender};
 use crate::settler::{self, backoff, Leases, Report};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
 
-/// How far ahead of their due time notifications are claimed. The scheduler wakes when
-/// the next is half this away, so each claim takes about half of it worth of them.
+/// How far ahead of their due time notifications are claimed while at least half the
+/// delivery slots are free. The scheduler wakes when the next is half this away, so each
+/// claim takes about half of it worth of them. A busier instance claims only what is due:
+/// there a held notification would keep a slot from one that is due now, and claims are
+/// full anyway.
 const CLAIM_AHEAD: Duration = Duration::from_millis(40);
 
 /// The delivery pipeline of one instance: scheduler, sender tasks and settler.
@@ -111,9 +114,15 @@ impl Dispatcher {
             let Some(permits) = self.free_slots(slots, stop).await else {
                 return;
             };
+            let free = permits.len() + slots.available_permits();
+            let ahead = if 2 * free >= self.settings.concurrency {
+                CLAIM_AHEAD
+            } else {
+                Duration::ZERO
+            };
             let claim = self
                 .store
-                .claim(permits.len(), self.settings.lease, CLAIM_AHEAD)
+                .claim(permits.len(), self.settings.lease, ahead)
                 .await;
             match claim {
                 Ok(claim) => {
