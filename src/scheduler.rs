@@ -22,12 +22,18 @@ use crate::sender::{AttemptReport, Sender};
 use crate::settler::{self, backoff, Leases, Report};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
 
-/// How far ahead of their due time notifications are claimed while at least half the
-/// delivery slots are free. The scheduler wakes when the next is half this away, so each
-/// claim takes about half of it worth of them. A busier instance claims only what is due:
-/// there a held notification would keep a slot from one that is due now, and claims are
-/// full anyway.
+/// How far ahead of their due time notifications are claimed while at least three
+/// quarters of the delivery slots are free. The scheduler wakes when the next is half
+/// this away, so each claim takes about half of it worth of them. A busier instance
+/// claims only `BUSY_CLAIM_AHEAD` ahead: there a held notification would keep a slot from
+/// one that is due now (a busy host's deferred notifications would come back to be held,
+/// deferred and held again), and its claims are large anyway.
 const CLAIM_AHEAD: Duration = Duration::from_millis(40);
+
+/// How far ahead a busy instance claims: a registration is due from the next
+/// millisecond (its due time is rounded up), and is then claimed at once and held for
+/// that fraction instead of waiting for the next claim.
+const BUSY_CLAIM_AHEAD: Duration = Duration::from_millis(2);
 
 /// The delivery pipeline of one instance: scheduler, sender tasks and settler.
 pub struct Dispatcher {
@@ -115,10 +121,10 @@ impl Dispatcher {
                 return;
             };
             let free = permits.len() + slots.available_permits();
-            let ahead = if 2 * free >= self.settings.concurrency {
+            let ahead = if 4 * free >= 3 * self.settings.concurrency {
                 CLAIM_AHEAD
             } else {
-                Duration::ZERO
+                BUSY_CLAIM_AHEAD
             };
             let claim = self
                 .store
