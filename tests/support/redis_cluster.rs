@@ -14,12 +14,24 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     /// Starts `primaries` primaries with `replicas` replicas each, and waits until every
-    /// node says the cluster is ok.
+    /// node says the cluster is ok. Tests start clusters side by side, so a port picked
+    /// as free may be taken a moment later; a start that fails is retried on new ports.
     pub fn start(primaries: usize, replicas: usize) -> Self {
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            match Self::try_start(primaries, replicas) {
+                Ok(cluster) => return cluster,
+                Err(e) => failures.push(e),
+            }
+        }
+        panic!("the test cluster did not start: {failures:?}");
+    }
+
+    fn try_start(primaries: usize, replicas: usize) -> Result<Self, String> {
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<(u16, Child)> = (0..primaries * (1 + replicas))
             .map(|_| {
-                let port = super::free_port();
+                let port = cluster_port();
                 let node_dir = dir.path().join(port.to_string());
                 std::fs::create_dir(&node_dir).unwrap();
                 let child = Command::new("redis-server")
@@ -37,7 +49,7 @@ impl RedisCluster {
             .collect();
         let cluster = Self { nodes, _dir: dir };
         for (port, _) in &cluster.nodes {
-            cluster.wait(*port, |c| redis::cmd("PING").query::<String>(c).is_ok());
+            cluster.wait(*port, |c| redis::cmd("PING").query::<String>(c).is_ok())?;
         }
         let created = Command::new("redis-cli")
             .arg("--cluster")
@@ -48,7 +60,9 @@ impl RedisCluster {
             .stderr(Stdio::null())
             .status()
             .unwrap();
-        assert!(created.success(), "redis-cli --cluster create failed");
+        if !created.success() {
+            return Err("redis-cli --cluster create failed".into());
+        }
         for (port, _) in &cluster.nodes {
             cluster.wait(*port, |c| {
                 let info: String = redis::cmd("CLUSTER")
@@ -56,22 +70,26 @@ impl RedisCluster {
                     .query(c)
                     .unwrap_or_default();
                 info.contains("cluster_state:ok")
-            });
+            })?;
         }
-        cluster
+        Ok(cluster)
     }
 
-    fn wait(&self, port: u16, ready: impl Fn(&mut redis::Connection) -> bool) {
+    fn wait(
+        &self,
+        port: u16,
+        ready: impl Fn(&mut redis::Connection) -> bool,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(mut c) = node(port).get_connection() {
                 if ready(&mut c) {
-                    return;
+                    return Ok(());
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("cluster node {port} did not become ready");
+        Err(format!("cluster node {port} did not become ready"))
     }
 
     /// The seed URLs, comma-separated, for `POSTBACK_STORE_CLUSTER_URLS`.
@@ -157,6 +175,16 @@ impl RedisCluster {
             if matches!(&role[0], redis::Value::BulkString(r) if r == b"master") {
                 let _: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut c).unwrap();
             }
+        }
+    }
+}
+
+/// A free port whose cluster bus port (10,000 higher) is free too and within range.
+fn cluster_port() -> u16 {
+    loop {
+        let port = super::free_port();
+        if port <= 55_535 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
         }
     }
 }
