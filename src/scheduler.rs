@@ -19,7 +19,7 @@ use crate::domain::Outcome;
 use crate::metrics;
 use crate::policy::{Admission, HostSlot, Policy, Refusal};
 use crate::sender::{AttemptReport, Sender};
-use crate::settler::{self, backoff, Leases, Report};
+use crate::settler::{self, backoff, Leases, Queued, Report};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
 
 /// How far ahead of their due time notifications are claimed while at least three
@@ -34,6 +34,11 @@ const CLAIM_AHEAD: Duration = Duration::from_millis(40);
 /// millisecond (its due time is rounded up), and is then claimed at once and held for
 /// that fraction instead of waiting for the next claim.
 const BUSY_CLAIM_AHEAD: Duration = Duration::from_millis(2);
+
+/// A settle batch goes to the store once it holds this fraction of the delivery slots
+/// (sooner when no more come): so a steady trickle is settled several at a time, and at
+/// most this fraction of the slots waits on it.
+const SETTLE_SHARE: usize = 4;
 
 /// The delivery pipeline of one instance: scheduler, sender tasks and settler.
 pub struct Dispatcher {
@@ -80,6 +85,7 @@ impl Dispatcher {
             leases.clone(),
             self.wake.clone(),
             give_up.clone(),
+            self.settings.concurrency / SETTLE_SHARE,
         ));
 
         let ctx = AttemptContext {
@@ -226,7 +232,7 @@ fn before_due(d: Duration) -> Duration {
 struct AttemptContext {
     sender: Arc<Sender>,
     policy: Arc<Policy>,
-    settle: mpsc::Sender<Report>,
+    settle: mpsc::Sender<Queued>,
     leases: Leases,
     abort: CancellationToken,
     jitter_percent: u32,
@@ -292,7 +298,6 @@ impl AttemptContext {
         host: &str,
         permit: OwnedSemaphorePermit,
     ) {
-        drop(permit);
         match refusal {
             Refusal::Defer { wait, reason } => {
                 metrics::deferred(reason);
@@ -302,14 +307,14 @@ impl AttemptContext {
                     lease: job.lease,
                     delay: wait,
                 };
-                self.report(Report::Deferred(deferral)).await;
+                self.report(Report::Deferred(deferral), permit).await;
             }
             Refusal::CircuitOpen => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
                 attempt_span(&job, host).in_scope(|| log_outcome(&report));
                 let settlement = self.settlement(&job, report);
-                self.report(Report::Attempted(settlement)).await;
+                self.report(Report::Attempted(settlement), permit).await;
             }
         }
     }
@@ -331,9 +336,8 @@ impl AttemptContext {
             slot.finish(Duration::from_millis(report.duration_ms));
             self.policy.record(&host, &job.spec.rate_key, &report);
             log_outcome(&report);
-            self.report(Report::Attempted(self.settlement(&job, report)))
-                .await;
-            drop(permit);
+            let settlement = self.settlement(&job, report);
+            self.report(Report::Attempted(settlement), permit).await;
         }
         .instrument(span)
         .await
@@ -359,11 +363,11 @@ impl AttemptContext {
         }
     }
 
-    /// Queues a report for the settler; past the grace period the lease is released
-    /// instead.
-    async fn report(&self, report: Report) {
+    /// Queues a report for the settler, with the delivery slot it holds until the report
+    /// goes to the store; past the grace period the lease is released instead.
+    async fn report(&self, report: Report, slot: OwnedSemaphorePermit) {
         tokio::select! {
-            _ = self.settle.send(report) => {}
+            _ = self.settle.send(Queued { report, slot }) => {}
             _ = self.abort.cancelled() => {}
         }
     }

@@ -1,14 +1,17 @@
 //! The settler: records what became of claimed notifications in the store in batches
-//! (attempts made, and deferrals of those that could not go yet), so that a busy
-//! instance settles many with one script call. It keeps retrying a batch while the store
-//! is unreachable; meanwhile the bounded queue stops new claims.
+//! (attempts made, and deferrals of those that could not go yet), so that one script call
+//! settles many. A small batch waits up to `LINGER` for more, holding the delivery slots
+//! of its notifications meanwhile, so that a steady trickle is not one call per
+//! notification, and what a crash would repeat stays within the slots. It keeps retrying
+//! a batch while the store is unreachable; meanwhile the bounded queue stops new claims.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::JobId;
@@ -16,6 +19,11 @@ use crate::store::{Deferral, Settlement, Store, StoreError, StoreResult};
 
 /// Most reports recorded by one batch.
 const MAX_BATCH: usize = 256;
+
+/// How long a batch smaller than its flush size waits for more reports. The merchant does
+/// not wait for it: the attempt has been made, and a retry is due counted from when the
+/// attempt ended; only the notification's state reads `in_flight` that much longer.
+const LINGER: Duration = Duration::from_millis(20);
 
 /// What became of one claimed notification.
 #[derive(Debug, Clone)]
@@ -33,6 +41,13 @@ impl Report {
             Report::Deferred(d) => (d.id, d.lease),
         }
     }
+}
+
+/// A report with the delivery slot its notification held, given back once the report
+/// goes to the store.
+pub struct Queued {
+    pub report: Report,
+    pub slot: OwnedSemaphorePermit,
 }
 
 /// Leases this instance holds and has not settled: what to release at shutdown.
@@ -59,21 +74,52 @@ impl Leases {
 }
 
 /// Runs until every sender of `rx` is gone and the queue is empty, or until `give_up`
-/// fires while the store is down (leases then expire and the work is done again).
+/// fires while the store is down (leases then expire and the work is done again). A
+/// batch goes to the store once it holds `flush_at` reports, or `LINGER` after its first.
 pub async fn run(
     store: Arc<dyn Store>,
-    mut rx: mpsc::Receiver<Report>,
+    mut rx: mpsc::Receiver<Queued>,
     leases: Leases,
     wake: Arc<Notify>,
     give_up: CancellationToken,
+    flush_at: usize,
 ) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    let flush_at = flush_at.clamp(1, MAX_BATCH);
+    let mut queued = Vec::with_capacity(MAX_BATCH);
+    while gather(&mut rx, &mut queued, flush_at).await {
+        let batch: Vec<Report> = queued.drain(..).map(|q| q.report).collect();
         if record(store.as_ref(), &batch, &wake, &give_up).await {
             leases.drop_settled(&batch);
         }
-        batch.clear();
     }
+}
+
+/// Waits for a first report, then up to `LINGER` until `flush_at` are queued (or the
+/// channel closed, or a deferral came). False when the channel is closed and empty.
+async fn gather(
+    rx: &mut mpsc::Receiver<Queued>,
+    queued: &mut Vec<Queued>,
+    flush_at: usize,
+) -> bool {
+    if rx.recv_many(queued, MAX_BATCH).await == 0 {
+        return false;
+    }
+    let deadline = Instant::now() + LINGER;
+    while queued.len() < flush_at && !holds_deferral(queued) {
+        let room = MAX_BATCH - queued.len();
+        match tokio::time::timeout_at(deadline, rx.recv_many(queued, room)).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    true
+}
+
+/// A deferral does not wait for company: its wait counts from when it is recorded.
+fn holds_deferral(queued: &[Queued]) -> bool {
+    queued
+        .iter()
+        .any(|q| matches!(q.report, Report::Deferred(_)))
 }
 
 /// Records one batch; false when it gave up.
