@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Instructions Redis spends per notification in a script, counted by callgrind.
+
+    python3 scripts/script_cost.py settle [--batch 16] [--n 20000]
+    python3 scripts/script_cost.py claim  [--batch 16] [--n 20000]
+
+Starts redis-server under `valgrind --tool=callgrind` on a free port, stores N
+notifications in the state a script expects (in flight for `settle`, due for `claim`),
+and pipes N / BATCH calls of the script (lua/common.lua in front, as postback loads it).
+Then it does the same with a script that returns at once, and prints the difference per
+notification. Instruction counts do not depend on what else the machine is doing, so two
+versions of a script can be compared on a busy machine; wall time cannot.
+"""
+
+import argparse
+import os
+import socket
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARD = ["due", "inflight", "dead", "jobs", "state", "history", "done", "counters"]
+KEYS = ["{postback:0}:" + k for k in SHARD]
+SCHEDULE = "15000,180000,600000,1800000,1800000,3600000,7200000,21600000,54000000"
+NOW = "1795384073315"
+SPEC = '{"url":"http://127.0.0.1:9/cb","body":"{\\"i\\":1}","content_type":"application/json"}'
+
+
+def state(name, lease):
+    return (
+        '{"state":"%s","attempts":0,"max_attempts":10,"schedule":"%s","lease":%d,'
+        '"created_at":%s,"next_at":%s}' % (name, SCHEDULE, lease, NOW, NOW)
+    )
+
+
+def resp(args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def notification_id(i):
+    return "ntf_0_01a2053aa4e1742db187ca%012d" % i
+
+
+def setup(kind, i):
+    """Commands that put notification i where the script expects it."""
+    nid = notification_id(i)
+    cmds = [resp(["HSET", KEYS[3], nid, SPEC])]
+    if kind == "settle":
+        cmds.append(resp(["HSET", KEYS[4], nid, state("in_flight", 1)]))
+        cmds.append(resp(["ZADD", KEYS[1], NOW, nid]))
+    else:
+        cmds.append(resp(["HSET", KEYS[4], nid, state("scheduled", 0)]))
+        cmds.append(resp(["ZADD", KEYS[0], "1000", nid]))
+    return cmds
+
+
+def call(kind, sha, first, batch):
+    """One script call for notifications first .. first + batch."""
+    if kind == "claim":
+        keys = KEYS + ["{postback:0}:claim:bench"]
+        return resp(["EVALSHA", sha, str(len(keys))] + keys + [str(batch), "60000", "0"])
+    args = ["EVALSHA", sha, str(len(KEYS))] + KEYS
+    args += ["postback:wake", "2592000000", "1000000", "604800000"]
+    for i in range(first, first + batch):
+        args += [notification_id(i), "1", "delivered", "200", "", "3", "ok", "0", "0", NOW]
+    return resp(args)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def instructions(kind, body, n, batch):
+    """Total instructions of a redis-server that ran the setup and the calls of `body`."""
+    port = str(free_port())
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        server = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out,
+             "redis-server", "--port", port, "--save", "", "--appendonly", "no",
+             "--dir", tmp],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cli = ["redis-cli", "-p", port]
+        while subprocess.run(cli + ["ping"], capture_output=True).stdout.strip() != b"PONG":
+            time.sleep(0.2)
+        sha = subprocess.run(cli + ["script", "load", body], capture_output=True,
+                             check=True, text=True).stdout.strip()
+        stream = []
+        for first in range(0, n, batch):
+            for i in range(first, first + batch):
+                stream.extend(setup(kind, i))
+            stream.append(call(kind, sha, first, batch))
+        subprocess.run(cli + ["--pipe"], input=b"".join(stream), check=True,
+                       capture_output=True)
+        subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
+        server.wait()
+        with open(out) as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("script", choices=["settle", "claim"])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--n", type=int, default=20000)
+    a = parser.parse_args()
+    common = open(os.path.join(ROOT, "lua", "common.lua")).read()
+    real = common + open(os.path.join(ROOT, "lua", a.script + ".lua")).read()
+    empty = common + "return {0, 0}"
+    spent = instructions(a.script, real, a.n, a.batch)
+    base = instructions(a.script, empty, a.n, a.batch)
+    print(f"{a.script}: {(spent - base) / a.n:,.0f} instructions per notification "
+          f"(batches of {a.batch}, {a.n:,} notifications)")
+
+
+if __name__ == "__main__":
+    main()
