@@ -37,6 +37,9 @@ if #due > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
   local states = redis.call('HMGET', KEYS[5], unpack(ids))
   local specs = redis.call('HMGET', KEYS[4], unpack(ids))
+  -- Every lease of the call ends at the same time: formatted once, not by Redis for
+  -- each member (a number argument is formatted with %.17g, glibc's slow path).
+  local deadline = string.format('%d', now + lease_ms)
   local new_states, leases = {}, {}
   for j, id in ipairs(ids) do
     if states[j] and specs[j] then
@@ -44,7 +47,7 @@ if #due > 0 then
       st.state = 'in_flight'
       st.lease = st.lease + 1
       new_states[#new_states + 1], new_states[#new_states + 2] = id, cjson.encode(st)
-      leases[#leases + 1], leases[#leases + 2] = now + lease_ms, id
+      leases[#leases + 1], leases[#leases + 2] = deadline, id
       local o = #out
       out[o + 1], out[o + 2], out[o + 3] = id, st.lease, st.attempts
       out[o + 4], out[o + 5] = tonumber(due[2 * j]), specs[j]
