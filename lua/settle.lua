@@ -30,8 +30,8 @@ local function next_wait(st, n, retry_after, jitter)
 end
 
 -- One attempt of the history as JSON: {at, status, error, duration_ms, response}. Built
--- from the arguments as they came (status and duration are digits), which costs a tenth
--- of a settle's instructions less than encoding a table with cjson.
+-- from the arguments as they came (status and duration are digits): a settle costs 8%
+-- fewer instructions than when it encoded a table with cjson.
 local function history_entry(at, status, err, duration, response)
   return '{"at":' .. at .. ',"status":' .. (status ~= '' and status or 'null')
     .. ',"error":' .. (err ~= '' and cjson.encode(err) or 'null')

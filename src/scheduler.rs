@@ -35,11 +35,6 @@ const CLAIM_AHEAD: Duration = Duration::from_millis(40);
 /// that fraction instead of waiting for the next claim.
 const BUSY_CLAIM_AHEAD: Duration = Duration::from_millis(2);
 
-/// A settle batch goes to the store once it holds this fraction of the delivery slots
-/// (sooner when no more come): so a steady trickle is settled several at a time, and at
-/// most this fraction of the slots waits on it.
-const SETTLE_SHARE: usize = 4;
-
 /// The delivery pipeline of one instance: scheduler, sender tasks and settler.
 pub struct Dispatcher {
     store: Arc<dyn Store>,
@@ -85,7 +80,7 @@ impl Dispatcher {
             leases.clone(),
             self.wake.clone(),
             give_up.clone(),
-            self.settings.concurrency / SETTLE_SHARE,
+            self.settings.concurrency,
         ));
 
         let ctx = AttemptContext {

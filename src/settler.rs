@@ -74,17 +74,17 @@ impl Leases {
 }
 
 /// Runs until every sender of `rx` is gone and the queue is empty, or until `give_up`
-/// fires while the store is down (leases then expire and the work is done again). A
-/// batch goes to the store once it holds `flush_at` reports, or `LINGER` after its first.
+/// fires while the store is down (leases then expire and the work is done again).
+/// `slots` is the instance's number of delivery slots.
 pub async fn run(
     store: Arc<dyn Store>,
     mut rx: mpsc::Receiver<Queued>,
     leases: Leases,
     wake: Arc<Notify>,
     give_up: CancellationToken,
-    flush_at: usize,
+    slots: usize,
 ) {
-    let flush_at = flush_at.clamp(1, MAX_BATCH);
+    let flush_at = flush_size(slots);
     let mut queued = Vec::with_capacity(MAX_BATCH);
     while gather(&mut rx, &mut queued, flush_at).await {
         let batch: Vec<Report> = queued.drain(..).map(|q| q.report).collect();
@@ -92,6 +92,12 @@ pub async fn run(
             leases.drop_settled(&batch);
         }
     }
+}
+
+/// A batch goes to the store once it holds a quarter of the delivery slots (or `LINGER`
+/// after its first report), so at most a quarter of the slots wait on it.
+fn flush_size(slots: usize) -> usize {
+    (slots / 4).clamp(1, MAX_BATCH)
 }
 
 /// Waits for a first report, then up to `LINGER` until `flush_at` are queued (or the
