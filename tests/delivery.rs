@@ -162,8 +162,8 @@ async fn a_steady_stream_falling_due_arrives_never_early_with_few_store_calls() 
     if let Backend::Standalone(redis) = &backend {
         let calls = redis.script_calls();
         assert!(
-            calls < N as u64 * 3 / 4,
-            "{calls} script calls for {N} deliveries: each call should carry several"
+            calls < N as u64,
+            "{calls} script calls for {N} deliveries: calls should carry several each"
         );
     }
 }
