@@ -3,12 +3,13 @@
 -- ARGV: 1 limit (at most 1000), 2 lease ms, 3 ahead ms
 -- First hands back up to `limit` expired leases (their worker died), then moves up to
 -- `limit` notifications due by now + ahead (the caller holds each until its due time) to
--- in-flight with a lease deadline, bumping each one's lease number so that a settle from
--- an older lease is ignored. The claimed "id lease" pairs
--- are kept in the claim record for the lease's length, so that a caller that never got
--- this reply (a timeout) can hand them back with release.lua instead of waiting.
--- Returns {now in µs, next wake ms or -1, then per job: id, lease, attempts so far, due at,
--- spec}.
+-- in-flight with a lease deadline. The state record is not written: being in the
+-- in-flight index is what makes a notification in flight, and the caller reads its lease
+-- number and attempts from the record returned. The deadline and the ids claimed are
+-- kept in the claim record for the lease's length, so that a caller that never got this
+-- reply (a timeout) can hand them back with release.lua instead of waiting.
+-- Returns {now in µs, next wake ms or -1, then per job: id, state record, spec}; its due
+-- time is the record's next_at.
 local time_us = now_us()
 local now = math.floor(time_us / 1000)
 local limit = tonumber(ARGV[1])
@@ -28,39 +29,29 @@ end
 
 local out = {time_us, -1}
 local claimed = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-if #due > 0 then
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'LIMIT', 0, limit)
+if #ids > 0 then
   -- One command per structure for the whole batch (at most 1000 ids, within unpack's
   -- limit), rather than several per notification.
-  local ids = {}
-  for i = 1, #due, 2 do table.insert(ids, due[i]) end
   redis.call('ZREM', KEYS[1], unpack(ids))
   local states = redis.call('HMGET', KEYS[5], unpack(ids))
   local specs = redis.call('HMGET', KEYS[4], unpack(ids))
   -- Every lease of the call ends at the same time: formatted once, not by Redis for
   -- each member (a number argument is formatted with %.17g, glibc's slow path).
   local deadline = string.format('%d', now + lease_ms)
-  local new_states, leases = {}, {}
+  local leases = {}
   for j, id in ipairs(ids) do
     if states[j] and specs[j] then
-      local st = cjson.decode(states[j])
-      st.state = 'in_flight'
-      st.lease = st.lease + 1
-      new_states[#new_states + 1], new_states[#new_states + 2] = id, cjson.encode(st)
       leases[#leases + 1], leases[#leases + 2] = deadline, id
       local o = #out
-      out[o + 1], out[o + 2], out[o + 3] = id, st.lease, st.attempts
-      out[o + 4], out[o + 5] = tonumber(due[2 * j]), specs[j]
-      claimed[#claimed + 1] = id .. ' ' .. st.lease
+      out[o + 1], out[o + 2], out[o + 3] = id, states[j], specs[j]
+      claimed[#claimed + 1] = id
     end
   end
-  if #leases > 0 then
-    redis.call('HSET', KEYS[5], unpack(new_states))
-    redis.call('ZADD', KEYS[2], unpack(leases))
+  if #leases > 0 then redis.call('ZADD', KEYS[2], unpack(leases)) end
+  if #claimed > 0 then
+    redis.call('SET', KEYS[9], deadline .. ' ' .. table.concat(claimed, ' '), 'PX', lease_ms)
   end
-end
-if #claimed > 0 then
-  redis.call('SET', KEYS[9], table.concat(claimed, ' '), 'PX', lease_ms)
 end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -40,14 +40,32 @@ end
 
 -- The decoded state of the batch's j-th notification (arguments from ARGV[i]) while the
 -- caller still holds its lease, once per id in the batch (`seen` remembers); nil when
--- the lease is lost, the notification gone, or the id seen before.
+-- the lease is lost, the notification gone, or the id seen before. A claim does not
+-- write the state record; instead the lease number goes up whenever the notification
+-- leaves the in-flight index (`end_lease`), so a number that still matches is the
+-- caller's own lease, still in flight.
 local function held_state(ids, states, seen, j, i)
   local id = ids[j]
   if seen[id] or not states[j] then return nil end
   local st = cjson.decode(states[j])
-  if st.state ~= 'in_flight' or st.lease ~= tonumber(ARGV[i + 1]) then return nil end
+  if st.lease ~= tonumber(ARGV[i + 1]) then return nil end
   seen[id] = true
   return st
+end
+
+-- The notification leaves the in-flight index: a later settle, deferral or release
+-- under the lease it had is ignored.
+local function end_lease(st)
+  st.lease = st.lease + 1
+end
+
+-- The state record of `id` as a reader sees it: in flight while it is in the in-flight
+-- index, whatever the record says (a claim does not write it).
+local function as_seen(id, raw)
+  if not redis.call('ZSCORE', KEYS[2], id) then return raw end
+  local st = cjson.decode(raw)
+  st.state = 'in_flight'
+  return cjson.encode(st)
 end
 
 -- Ends the notification's life in `state`, indexed by finish time in `index_key`.
@@ -94,6 +112,7 @@ end
 -- is due again.
 local function hand_back(id, st, now, at)
   redis.call('ZREM', KEYS[2], id)
+  end_lease(st)
   if st.cancel_requested then
     finish(id, st, 'cancelled', KEYS[7], now)
     return false

@@ -28,6 +28,7 @@ local function defer_one(j, i)
     save_state(id, st)
     return 1
   end
+  end_lease(st)
   st.state = 'scheduled'
   st.next_at = now + tonumber(ARGV[i + 2])
   table.insert(w.handed, id)

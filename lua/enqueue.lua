@@ -18,7 +18,11 @@ for i = 2, #ARGV, WIDTH do
   local id, key = ARGV[i], tonumber(ARGV[i + 4])
   local existing = key > 0 and redis.call('GET', KEYS[key])
   if existing then
-    local st = created[existing] or redis.call('HGET', KEYS[5], existing) or false
+    local st = created[existing]
+    if not st then
+      local raw = redis.call('HGET', KEYS[5], existing)
+      st = raw and as_seen(existing, raw) or false
+    end
     out[#out + 1], out[#out + 2], out[#out + 3] = existing, st, 1
   else
     if key > 0 then redis.call('SET', KEYS[key], id, 'PX', ARGV[i + 5]) end

@@ -50,6 +50,7 @@ local function settle_one(j, i)
   local id = ids[j]
   local st = held_state(ids, states, seen, j, i)
   if not st then return 0 end
+  end_lease(st)
 
   local outcome, status, err = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local duration = tonumber(ARGV[i + 5])

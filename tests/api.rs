@@ -186,6 +186,25 @@ async fn an_idempotency_key_returns_the_same_notification_and_sends_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeat_during_the_attempt_answers_in_flight() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let body = json!({"url": receiver.url("/idem?sleep_ms=800"), "body": {"order": 9}});
+    let (_, first) = pb
+        .notify_with(body.clone(), &[("Idempotency-Key", "order-9-paid")])
+        .await;
+    assert!(receiver.wait_for(1, Duration::from_secs(5)).await);
+
+    let (status, again) = pb
+        .notify_with(body, &[("Idempotency-Key", "order-9-paid")])
+        .await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(
+        (&again["id"], again["state"].as_str()),
+        (&first["id"], Some("in_flight"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_repeats_of_one_idempotency_key_register_once() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
     let body = json!({"url": receiver.url("/same"), "body": {"order": 9}});

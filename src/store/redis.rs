@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::keys::{wake_channel, ShardKeys};
 use super::{
     Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency,
-    JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store, StoreError,
-    StoreResult, Trimmed,
+    JobState, JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store,
+    StoreError, StoreResult, Trimmed,
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -219,7 +219,7 @@ impl RedisStore {
         let now = now_us / 1000;
         let wake = int_at(&reply, 1)?;
         let jobs = reply[2..]
-            .chunks(5)
+            .chunks(3)
             .map(|c| claimed_job(c, now_us, asked))
             .collect::<StoreResult<_>>()?;
         Ok((jobs, (wake >= 0).then(|| (wake - now).max(0))))
@@ -330,23 +330,32 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let (specs, states, histories): (Fields, Fields, Fields) = redis::pipe()
-            .cmd("HMGET")
-            .arg(keys.jobs())
-            .arg(ids)
-            .cmd("HMGET")
-            .arg(keys.state())
-            .arg(ids)
-            .cmd("HMGET")
-            .arg(keys.history())
-            .arg(ids)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
+        let (specs, states, histories, leased): (Fields, Fields, Fields, Vec<Option<f64>>) =
+            redis::pipe()
+                .cmd("HMGET")
+                .arg(keys.jobs())
+                .arg(ids)
+                .cmd("HMGET")
+                .arg(keys.state())
+                .arg(ids)
+                .cmd("HMGET")
+                .arg(keys.history())
+                .arg(ids)
+                .cmd("ZMSCORE")
+                .arg(keys.inflight())
+                .arg(ids)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)?;
         let mut out = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
             if let (Some(spec), Some(state)) = (&specs[i], &states[i]) {
-                out.push(job_view(id, spec, state, histories[i].as_deref())?);
+                let mut view = job_view(id, spec, state, histories[i].as_deref())?;
+                // A claim does not write the record: the in-flight index says it is in flight.
+                if leased[i].is_some() {
+                    view.status.state = JobState::InFlight;
+                }
+                out.push(view);
             }
         }
         Ok(out)
@@ -803,18 +812,31 @@ async fn check_eviction(conn: &mut Conn, allowed: bool) -> anyhow::Result<()> {
 
 fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<ClaimedJob> {
     let id = text_at(c, 0)?;
+    let corrupt =
+        |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
+    let held: HeldRecord =
+        serde_json::from_str(&text_at(c, 1)?).map_err(|e| corrupt("state", e))?;
     Ok(ClaimedJob {
         id: id
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("bad id `{id}` in due set")))?,
-        lease: int_at(c, 1)? as u64,
-        attempt: int_at(c, 2)? as u32 + 1,
-        due_at: int_at(c, 3)?,
+        lease: held.lease,
+        attempt: held.attempts + 1,
+        due_at: held.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
-        spec: serde_json::from_str(&text_at(c, 4)?)
-            .map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        spec: serde_json::from_str(&text_at(c, 2)?).map_err(|e| corrupt("spec", e))?,
     })
+}
+
+/// What a claimer needs from the state record a claim returns: the lease number its
+/// settle must show, the attempts made so far, and when it is due (a scheduled
+/// notification's `next_at` is its score in the due set).
+#[derive(serde::Deserialize)]
+struct HeldRecord {
+    lease: u64,
+    attempts: u32,
+    next_at: Option<i64>,
 }
 
 fn job_view(id: &str, spec: &str, state: &str, history: Option<&str>) -> StoreResult<JobView> {
