@@ -10,9 +10,29 @@
 -- has deleted the notification its key names), duplicate 0|1}.
 local WIDTH = 6
 local now = now_ms(true)
+-- Times go into the record and the due set as text formatted here: Lua would format a
+-- number with %.14g and Redis a number argument with %.17g, both through glibc's slow
+-- path, and most of a group shares one due time.
+local now_text = string.format('%d', now)
 local out = {0}
 local w = {jobs = {}, state = {}, due = {}}
 local created = {}
+
+-- A new notification's state record, built as text. With the due time as text, a
+-- registration costs 0.46x the instructions it did when it encoded a table with cjson
+-- and handed Redis numbers (scripts/script_cost.py enqueue). Its max_attempts is
+-- counted once per distinct schedule in the group.
+local max_attempts = {}
+local function new_state(schedule, next_text)
+  local max = max_attempts[schedule]
+  if not max then
+    max = string.format('%d', count_intervals(schedule) + 1)
+    max_attempts[schedule] = max
+  end
+  return '{"state":"scheduled","attempts":0,"lease":0,"max_attempts":' .. max
+    .. ',"schedule":"' .. schedule .. '","created_at":' .. now_text
+    .. ',"next_at":' .. next_text .. '}'
+end
 
 for i = 2, #ARGV, WIDTH do
   local id, key = ARGV[i], tonumber(ARGV[i + 4])
@@ -26,17 +46,14 @@ for i = 2, #ARGV, WIDTH do
     out[#out + 1], out[#out + 2], out[#out + 3] = existing, st, 1
   else
     if key > 0 then redis.call('SET', KEYS[key], id, 'PX', ARGV[i + 5]) end
-    local schedule = ARGV[i + 2]
-    local st = {
-      state = 'scheduled', attempts = 0, max_attempts = count_intervals(schedule) + 1,
-      schedule = schedule, lease = 0, created_at = now, next_at = now + tonumber(ARGV[i + 3])
-    }
-    local encoded = cjson.encode(st)
+    local delay = tonumber(ARGV[i + 3])
+    local next_text = delay == 0 and now_text or string.format('%d', now + delay)
+    local encoded = new_state(ARGV[i + 2], next_text)
     created[id] = encoded
     local jobs, states, due = w.jobs, w.state, w.due
     jobs[#jobs + 1], jobs[#jobs + 2] = id, ARGV[i + 1]
     states[#states + 1], states[#states + 2] = id, encoded
-    due[#due + 1], due[#due + 2] = st.next_at, id
+    due[#due + 1], due[#due + 2] = next_text, id
     out[#out + 1], out[#out + 2], out[#out + 3] = id, encoded, 0
   end
 end

@@ -3,10 +3,12 @@
 
     python3 scripts/script_cost.py settle [--batch 16] [--n 20000]
     python3 scripts/script_cost.py claim  [--batch 16] [--n 20000]
+    python3 scripts/script_cost.py enqueue [--batch 16] [--n 20000]
 
 Starts redis-server under `valgrind --tool=callgrind` on a free port, stores N
-notifications in the state a script expects (in flight for `settle`, due for `claim`),
-and pipes N / BATCH calls of the script (lua/common.lua in front, as postback loads it).
+notifications in the state a script expects (in flight for `settle`, due for `claim`,
+nothing for `enqueue`), and pipes N / BATCH calls of the script (lua/common.lua in
+front, as postback loads it).
 Then it does the same with a script that returns at once, and prints the difference per
 notification. Instruction counts do not depend on what else the machine is doing, so two
 versions of a script can be compared on a busy machine; wall time cannot.
@@ -48,6 +50,8 @@ def notification_id(i):
 
 def setup(kind, i):
     """Commands that put notification i where the script expects it."""
+    if kind == "enqueue":
+        return []
     nid = notification_id(i)
     cmds = [resp(["HSET", KEYS[3], nid, SPEC])]
     if kind == "settle":
@@ -65,6 +69,11 @@ def call(kind, sha, first, batch):
         keys = KEYS + ["{postback:0}:claim:bench"]
         return resp(["EVALSHA", sha, str(len(keys))] + keys + [str(batch), "60000", "0"])
     args = ["EVALSHA", sha, str(len(KEYS))] + KEYS
+    if kind == "enqueue":
+        args.append("postback:wake")
+        for i in range(first, first + batch):
+            args += [notification_id(i), SPEC, SCHEDULE, "0", "0", "1"]
+        return resp(args)
     args += ["postback:wake", "2592000000", "1000000", "604800000"]
     for i in range(first, first + batch):
         args += [notification_id(i), "1", "delivered", "200", "", "3", "ok", "0", "0", NOW]
@@ -107,7 +116,7 @@ def instructions(kind, body, n, batch):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("script", choices=["settle", "claim"])
+    parser.add_argument("script", choices=["settle", "claim", "enqueue"])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--n", type=int, default=20000)
     a = parser.parse_args()
