@@ -30,8 +30,8 @@ local function next_wait(st, n, retry_after, jitter)
 end
 
 -- One attempt of the history as JSON: {at, status, error, duration_ms, response}. Built
--- from the arguments as they came (status and duration are digits): a settle costs 8%
--- fewer instructions than when it encoded a table with cjson.
+-- from text (the start formatted with %d; status and duration are the digits that
+-- came): a settle costs 8% fewer instructions than when it encoded a table with cjson.
 local function history_entry(at, status, err, duration, response)
   return '{"at":' .. at .. ',"status":' .. (status ~= '' and status or 'null')
     .. ',"error":' .. (err ~= '' and cjson.encode(err) or 'null')
@@ -54,9 +54,12 @@ local function settle_one(j, i)
 
   local outcome, status, err = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local duration = tonumber(ARGV[i + 5])
-  local ended = math.min(tonumber(ARGV[i + 9]), now)
+  -- Kept as text for the index (Redis formats a number argument with %.17g, slowly).
+  local ended, ended_text = tonumber(ARGV[i + 9]), ARGV[i + 9]
+  if ended > now then ended, ended_text = now, string.format('%d', now) end
   st.attempts = st.attempts + 1
-  local entry = history_entry(ended - duration, status, err, ARGV[i + 5], ARGV[i + 6])
+  local started = string.format('%d', ended - duration)
+  local entry = history_entry(started, status, err, ARGV[i + 5], ARGV[i + 6])
   local h = histories[j]
   h = h and (string.sub(h, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']')
   table.insert(w.history, id)
@@ -78,7 +81,7 @@ local function settle_one(j, i)
   if target ~= w.due then
     st.next_at = nil
     st.finished_at = ended
-    score = ended
+    score = ended_text
   end
   table.insert(target, score)
   table.insert(target, id)
