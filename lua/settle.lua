@@ -3,22 +3,29 @@
 -- or dead when the schedule is exhausted.
 -- KEYS: the shard's keys (see common.lua)
 -- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms, then
---       per attempt 10 values: id, lease, outcome ('delivered', 'failed' or 'gone'),
+--       per attempt 14 values: id, lease, outcome ('delivered', 'failed' or 'gone'),
 --       status ('' when no response), error ('' when none), duration ms, first bytes of
 --       the response, retry-after ms (0: none), jitter in thousandths of the interval,
 --       when the attempt ended (Redis time as the caller reckons it from its claim, never
---       early; at most now)
+--       early; at most now), then what the caller worked out by these rules from the
+--       state record its claim read: that record, the record after the attempt, the
+--       index it moves to ('done', 'dead' or 'due') and its score there (all four '' when
+--       it did not)
 -- A failure is retried `schedule[attempts]` after the attempt ended, stretched by the
 -- jitter and at least the retry-after, however late the settle itself comes; 'gone', or a
 -- failure of the last attempt, is dead at once.
--- An attempt whose lease is not the current one (the lease expired and the notification
--- was claimed again, or it already finished) changes nothing. The batch is read and
+-- When the stored record is still the one the claim read (so the lease is the caller's
+-- and nothing has been asked of it since), the caller's record is written as it is:
+-- decoding and encoding the record would be half the cost of a settle. Otherwise the
+-- rules are applied here. An attempt whose lease is not the current one (the lease
+-- expired and the notification was claimed again, or it already finished) changes
+-- nothing. The batch is read and
 -- written with one command per structure, not several per attempt. Then retention, in
 -- the indexes the batch added to: dead letters past their age or beyond their count, and
 -- finished notifications past their age, are deleted and counted, a bounded number per
 -- call (enough to keep up; trim.lua sweeps the rest).
 -- Returns {new earliest 0|1, number trimmed, then per attempt 1 if applied, 0 if ignored}.
-local FIRST, WIDTH = 5, 10
+local FIRST, WIDTH = 5, 14
 local now = now_ms(true)
 local out = {0, 0}
 
@@ -46,26 +53,22 @@ local histories = redis.call('HMGET', KEYS[6], unpack(ids))
 local w = {state = {}, history = {}, settled = {}, done = {}, dead = {}, due = {}}
 local seen = {}
 
-local function settle_one(j, i)
-  local id = ids[j]
+-- What the caller worked out for the j-th attempt (arguments from ARGV[i]), when the
+-- stored record is still the one it worked from: the record after, the index, the score.
+local function worked_out(j, i, ended)
+  local claimed = ARGV[i + 10]
+  if claimed == '' or states[j] ~= claimed or ended > now then return nil end
+  return ARGV[i + 11], w[ARGV[i + 12]], ARGV[i + 13]
+end
+
+-- The rules, for a record that is not the one the caller worked from: the record after,
+-- the index, the score; nil when the caller's lease is lost.
+local function apply_rules(j, i, ended, ended_text)
   local st = held_state(ids, states, seen, j, i)
-  if not st then return 0 end
+  if not st then return nil end
   end_lease(st)
-
-  local outcome, status, err = ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local duration = tonumber(ARGV[i + 5])
-  -- Kept as text for the index (Redis formats a number argument with %.17g, slowly).
-  local ended, ended_text = tonumber(ARGV[i + 9]), ARGV[i + 9]
-  if ended > now then ended, ended_text = now, string.format('%d', now) end
   st.attempts = st.attempts + 1
-  local started = string.format('%d', ended - duration)
-  local entry = history_entry(started, status, err, ARGV[i + 5], ARGV[i + 6])
-  local h = histories[j]
-  h = h and (string.sub(h, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']')
-  table.insert(w.history, id)
-  table.insert(w.history, h)
-  table.insert(w.settled, id)
-
+  local outcome = ARGV[i + 2]
   local target, score
   if outcome == 'delivered' then
     target, st.state = w.done, 'delivered'
@@ -83,10 +86,33 @@ local function settle_one(j, i)
     st.finished_at = ended
     score = ended_text
   end
+  return cjson.encode(st), target, score
+end
+
+local function settle_one(j, i)
+  local id = ids[j]
+  if seen[id] then return 0 end
+  -- Kept as text for the index (Redis formats a number argument with %.17g, slowly).
+  local ended, ended_text = tonumber(ARGV[i + 9]), ARGV[i + 9]
+  if ended > now then ended, ended_text = now, string.format('%d', now) end
+  local record, target, score = worked_out(j, i, ended)
+  if not record then
+    record, target, score = apply_rules(j, i, ended, ended_text)
+    if not record then return 0 end
+  end
+  seen[id] = true
+
+  local started = string.format('%d', ended - tonumber(ARGV[i + 5]))
+  local entry = history_entry(started, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
+  local h = histories[j]
+  h = h and (string.sub(h, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']')
+  table.insert(w.history, id)
+  table.insert(w.history, h)
+  table.insert(w.settled, id)
   table.insert(target, score)
   table.insert(target, id)
   table.insert(w.state, id)
-  table.insert(w.state, cjson.encode(st))
+  table.insert(w.state, record)
   return 1
 end
 

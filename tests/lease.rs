@@ -60,6 +60,7 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
         retry_after: None,
         jitter_permille: 0,
         ended_at: i64::MAX,
+        claimed_record: None,
     }
 }
 
@@ -281,4 +282,49 @@ async fn a_notification_an_earlier_version_left_in_flight_comes_back_when_its_le
         (format!("{:?}", view.status.state), view.status.attempts),
         ("Delivered".into(), 1)
     );
+}
+
+/// On Redis a settle carries the state record its claim read and the record worked out
+/// from it; the script checks the stored record is still that one and writes the new
+/// one. Without them (or when the record changed) the script applies its own rules.
+/// Both ways give a notification the same state, attempts and times.
+#[tokio::test]
+async fn a_settle_worked_out_from_the_claimed_record_matches_the_scripts_own_rules() {
+    let backend = Backend::start();
+    let store = backend.store().await;
+    let (worked, ruled) = (notification(), notification());
+    store.enqueue(&worked, None).await.unwrap();
+    store.enqueue(&ruled, None).await.unwrap();
+
+    for round in 0..2 {
+        let mut jobs = Vec::new();
+        while jobs.len() < 2 {
+            jobs.extend(claim_some(&*store, Duration::from_secs(60)).await);
+        }
+        // A time already past on the store's clock, so that neither way clamps it to now.
+        let ended_at = jobs.iter().map(|j| j.claimed_at_us / 1000).min().unwrap();
+        let mut seen = Vec::new();
+        for job in &jobs {
+            let mut s = settlement(job.id, job.lease, Outcome::Failed);
+            s.ended_at = ended_at;
+            if job.id == worked.id {
+                assert_eq!(job.claimed_record.is_some(), backend.is_redis());
+                s.claimed_record = job.claimed_record.clone();
+            }
+            assert_eq!(store.settle(&[s]).await.unwrap().applied, vec![true]);
+            let st = store.get(&job.id).await.unwrap().unwrap().status;
+            seen.push((
+                format!("{:?}", st.state),
+                st.attempts,
+                st.next_at.map(|t| t - ended_at),
+                st.finished_at.map(|t| t - ended_at),
+            ));
+        }
+        let expected = if round == 0 {
+            ("Scheduled".to_string(), 1, Some(100), None)
+        } else {
+            ("Dead".to_string(), 2, None, Some(0))
+        };
+        assert_eq!(seen, vec![expected.clone(), expected], "round {round}");
+    }
 }

@@ -134,6 +134,9 @@ pub struct ClaimedJob {
     /// `claimed_at_us` at or after this instant.
     pub claim_asked: Instant,
     pub spec: JobSpec,
+    /// The state record as the claim read it, for a store that settles by checking the
+    /// record is still this one rather than reading it again (Redis); `None` otherwise.
+    pub claimed_record: Option<String>,
 }
 
 impl ClaimedJob {
@@ -192,6 +195,22 @@ pub struct Settlement {
     /// store counts the next interval from then, not from when the settle reaches it, so
     /// that a settle held up (a busy or unreachable store) does not make the retry late.
     pub ended_at: i64,
+    /// `ClaimedJob::claimed_record`: what the store may check instead of reading it.
+    pub claimed_record: Option<String>,
+}
+
+impl Settlement {
+    /// The wait before the next attempt when this attempt failed and the interval for it
+    /// is `interval_ms`: stretched by the jitter (rounded up), and at least the
+    /// receiver's `Retry-After`.
+    pub fn wait_after(&self, interval_ms: u64) -> i64 {
+        let mut wait = interval_ms as i64;
+        if self.jitter_permille != 0 {
+            let stretched = wait * (1000 + i64::from(self.jitter_permille));
+            wait = (stretched + 999).div_euclid(1000);
+        }
+        wait.max(self.retry_after.map_or(0, |d| d.as_millis() as i64))
+    }
 }
 
 /// A leased notification that may not be sent yet (rate limit, busy host): due again
@@ -405,6 +424,7 @@ mod tests {
             due_at: 1000,
             claimed_at_us: 1_000_999,
             claim_asked: Instant::now(),
+            claimed_record: None,
             spec: JobSpec {
                 url: "http://merchant.example.com/cb".into(),
                 body: "{}".into(),

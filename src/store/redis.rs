@@ -27,12 +27,14 @@ mod conn;
 mod enqueue;
 mod page;
 mod reply;
+mod settle_record;
 mod shard_clock;
 
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
 use page::ShardPage;
 use reply::{int_at, text_at};
+use settle_record::work_out;
 use shard_clock::ShardClock;
 
 /// A script from `lua/`, with the shared helpers of `lua/common.lua` in front.
@@ -274,6 +276,14 @@ impl RedisStore {
                 .arg(s.retry_after.map_or(0, |d| d.as_millis() as u64))
                 .arg(s.jitter_permille)
                 .arg(s.ended_at);
+            match s
+                .claimed_record
+                .as_deref()
+                .and_then(|c| Some((c, work_out(c, s)?)))
+            {
+                Some((claimed, w)) => call.arg(claimed).arg(w.record).arg(w.index).arg(w.score),
+                None => call.arg("").arg("").arg("").arg(""),
+            };
         }
         let reply: Vec<i64> = call
             .invoke_async(&mut self.conn.clone())
@@ -814,8 +824,8 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<C
     let id = text_at(c, 0)?;
     let corrupt =
         |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
-    let held: HeldRecord =
-        serde_json::from_str(&text_at(c, 1)?).map_err(|e| corrupt("state", e))?;
+    let record = text_at(c, 1)?;
+    let held: HeldRecord = serde_json::from_str(&record).map_err(|e| corrupt("state", e))?;
     Ok(ClaimedJob {
         id: id
             .parse()
@@ -826,6 +836,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<C
         claimed_at_us,
         claim_asked: asked,
         spec: serde_json::from_str(&text_at(c, 2)?).map_err(|e| corrupt("spec", e))?,
+        claimed_record: Some(record),
     })
 }
 

@@ -159,6 +159,7 @@ pub fn claim(
             claimed_at_us: now.micros(),
             claim_asked: asked,
             spec,
+            claimed_record: None,
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {
@@ -255,12 +256,7 @@ pub fn settle(t: &mut Tables, now: Now, s: &Settlement) -> DbResult<Option<Recor
 /// jitter, and at least the receiver's `Retry-After`.
 fn next_wait(r: &Record, s: &Settlement) -> i64 {
     let n = r.status.attempts as usize;
-    let mut wait = r.schedule.get(n - 1).copied().unwrap_or(0) as i64;
-    if s.jitter_permille != 0 {
-        let stretched = wait * (1000 + i64::from(s.jitter_permille));
-        wait = (stretched + 999).div_euclid(1000);
-    }
-    wait.max(s.retry_after.map_or(0, |d| d.as_millis() as i64))
+    s.wait_after(r.schedule.get(n - 1).copied().unwrap_or(0))
 }
 
 fn append_history(t: &mut Tables, id: &str, s: &Settlement, ended: i64) -> DbResult<()> {
