@@ -15,11 +15,11 @@
 -- jitter and at least the retry-after, however late the settle itself comes; 'gone', or a
 -- failure of the last attempt, is dead at once.
 -- When the stored record is still the one the claim read (so the lease is the caller's
--- and nothing has been asked of it since), the caller's record is written as it is:
--- decoding and encoding the record would be half the cost of a settle. Otherwise the
--- rules are applied here. An attempt whose lease is not the current one (the lease
--- expired and the notification was claimed again, or it already finished) changes
--- nothing. The batch is read and
+-- and nothing has been asked of it since) and the attempt's end is not after now, the
+-- caller's record is written as it is: decoding and encoding the record would be half
+-- the cost of a settle. Otherwise the rules are applied here, with the end at most now.
+-- An attempt whose lease is not the current one (the lease expired and the notification
+-- was claimed again, or it already finished) changes nothing. The batch is read and
 -- written with one command per structure, not several per attempt. Then retention, in
 -- the indexes the batch added to: dead letters past their age or beyond their count, and
 -- finished notifications past their age, are deleted and counted, a bounded number per
@@ -55,9 +55,9 @@ local seen = {}
 
 -- What the caller worked out for the j-th attempt (arguments from ARGV[i]), when the
 -- stored record is still the one it worked from: the record after, the index, the score.
-local function worked_out(j, i, ended)
+local function worked_out(j, i)
   local claimed = ARGV[i + 10]
-  if claimed == '' or states[j] ~= claimed or ended > now then return nil end
+  if claimed == '' or states[j] ~= claimed then return nil end
   return ARGV[i + 11], w[ARGV[i + 12]], ARGV[i + 13]
 end
 
@@ -94,9 +94,10 @@ local function settle_one(j, i)
   if seen[id] then return 0 end
   -- Kept as text for the index (Redis formats a number argument with %.17g, slowly).
   local ended, ended_text = tonumber(ARGV[i + 9]), ARGV[i + 9]
-  if ended > now then ended, ended_text = now, string.format('%d', now) end
-  local record, target, score = worked_out(j, i, ended)
+  local record, target, score
+  if ended <= now then record, target, score = worked_out(j, i) end
   if not record then
+    if ended > now then ended, ended_text = now, string.format('%d', now) end
     record, target, score = apply_rules(j, i, ended, ended_text)
     if not record then return 0 end
   end

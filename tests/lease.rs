@@ -328,3 +328,22 @@ async fn a_settle_worked_out_from_the_claimed_record_matches_the_scripts_own_rul
         assert_eq!(seen, vec![expected.clone(), expected], "round {round}");
     }
 }
+
+/// An attempt's end is never taken to be after the store's now, whichever way the settle
+/// is applied, so an instance that reckons it later cannot push the retry out.
+#[tokio::test]
+async fn an_attempt_reckoned_to_end_after_now_is_settled_as_ending_now() {
+    let (_backend, store, n) = one_registered().await;
+    let job = claim_some(&*store, Duration::from_secs(60)).await.remove(0);
+    let ahead = job.store_now() + 60_000;
+    let mut s = settlement(n.id, job.lease, Outcome::Failed);
+    s.ended_at = ahead;
+    s.claimed_record = job.claimed_record.clone();
+    assert_eq!(store.settle(&[s]).await.unwrap().applied, vec![true]);
+    let view = store.get(&n.id).await.unwrap().unwrap();
+    let next_at = view.status.next_at.unwrap();
+    assert!(
+        next_at < ahead,
+        "next attempt at {next_at}, the attempt said to end at {ahead}"
+    );
+}

@@ -34,7 +34,11 @@ pub fn work_out(claimed: &str, s: &Settlement) -> Option<Worked> {
         Outcome::Failed if exhausted => ("dead", "dead", s.ended_at),
         Outcome::Failed => {
             let interval = nth_interval(r.get("schedule")?.as_str()?, attempts);
-            ("scheduled", "due", s.ended_at + s.wait_after(interval))
+            (
+                "scheduled",
+                "due",
+                s.ended_at.saturating_add(s.wait_after(interval)),
+            )
         }
     };
     r.insert("attempts".into(), attempts.into());
