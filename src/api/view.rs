@@ -18,7 +18,7 @@ pub fn rfc3339(ms: i64) -> String {
 /// The answer to `POST /notify`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Registered {
-    #[schema(example = "ntf_0_019a2b3c4d5e7f708192a3b4c5d6e7f8")]
+    #[schema(example = "ntf_0_0352MTUd4Uo7EJoE0LjAvZ")]
     pub id: String,
     pub state: JobState,
     pub next_attempt_at: Option<String>,
