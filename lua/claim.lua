@@ -5,9 +5,11 @@
 -- `limit` notifications due by now + ahead (the caller holds each until its due time) to
 -- in-flight with a lease deadline. The state record is not written: being in the
 -- in-flight index is what makes a notification in flight, and the caller reads its lease
--- number and attempts from the record returned. The deadline and the ids claimed are
--- kept in the claim record for the lease's length, so that a caller that never got this
--- reply (a timeout) can hand them back with release.lua instead of waiting.
+-- number and attempts from the record returned (for one never attempted, the record it
+-- has from its registration, fresh_state in common.lua). The deadline and the ids claimed
+-- with their due times are kept in the claim record for the lease's length, so that a
+-- caller that never got this reply (a timeout) can hand them back with release.lua
+-- instead of waiting.
 -- Returns {now in µs, next wake ms or -1, then per job: id, state record, spec}; its due
 -- time is the record's next_at.
 local time_us = now_us()
@@ -29,7 +31,11 @@ end
 
 local out = {time_us, -1}
 local claimed = {}
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+local ids, due_at = {}, {}
+for k = 1, #due, 2 do
+  ids[#ids + 1], due_at[#due_at + 1] = due[k], due[k + 1]
+end
 if #ids > 0 then
   -- One command per structure for the whole batch (at most 1000 ids, within unpack's
   -- limit), rather than several per notification.
@@ -41,11 +47,12 @@ if #ids > 0 then
   local deadline = string.format('%d', now + lease_ms)
   local leases = {}
   for j, id in ipairs(ids) do
-    if states[j] and specs[j] then
+    local state = specs[j] and (states[j] or fresh_state(specs[j], due_at[j]))
+    if state then
       leases[#leases + 1], leases[#leases + 2] = deadline, id
       local o = #out
-      out[o + 1], out[o + 2], out[o + 3] = id, states[j], specs[j]
-      claimed[#claimed + 1] = id
+      out[o + 1], out[o + 2], out[o + 3] = id, state, specs[j]
+      claimed[#claimed + 1], claimed[#claimed + 2] = id, due_at[j]
     end
   end
   if #leases > 0 then redis.call('ZADD', KEYS[2], unpack(leases)) end

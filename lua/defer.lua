@@ -11,7 +11,7 @@ local WIDTH = 3
 local now = now_ms(true)
 local out = {0}
 
-local ids, states = leased_batch(2, WIDTH)
+local ids, states, flying = leased_batch(2, WIDTH)
 if #ids == 0 then return out end
 
 -- What the batch writes: the ids handed back, field/value pairs for HSET, score/member
@@ -21,7 +21,7 @@ local seen = {}
 
 local function defer_one(j, i)
   local id = ids[j]
-  local st = held_state(ids, states, seen, j, i)
+  local st = held_state(ids, states, seen, j, i, not states[j] and flying[j] and fresh_of(id))
   if not st then return 0 end
   if st.cancel_requested then
     hand_back(id, st, now, now)

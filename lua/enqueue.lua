@@ -1,11 +1,13 @@
 -- enqueue: register a group of notifications and schedule each one's first attempt.
 -- KEYS: the shard's keys (see common.lua), then the idempotency keys of those that have one
--- ARGV: 1 wake channel, then per notification 6 values: id, spec (JSON), schedule
---       (intervals in ms, comma-separated), delay ms, index in KEYS of its idempotency key
---       (0: none), idempotency ttl ms
+-- ARGV: 1 wake channel, then per notification 6 values: id, spec (meta JSON and body,
+--       src/store/redis/record.rs), schedule (common.lua), delay ms, index in KEYS of its
+--       idempotency key (0: none), idempotency ttl ms
 -- A notification whose idempotency key was seen before (earlier, or earlier in this
 -- group) stores nothing: the first notification of that key is answered instead. The
--- group is written with one command per structure.
+-- group is written with one command per structure: the spec, with the registration's
+-- time and schedule in front, and the due time. No state record is written until the
+-- notification first changes (fresh_state in common.lua).
 -- Returns {new earliest 0|1, then per notification: id, state JSON (false when retention
 -- has deleted the notification its key names), duplicate 0|1}.
 local WIDTH = 6
@@ -15,24 +17,8 @@ local now = now_ms(true)
 -- path, and most of a group shares one due time.
 local now_text = string.format('%d', now)
 local out = {0}
-local w = {jobs = {}, state = {}, due = {}}
+local w = {jobs = {}, due = {}}
 local created = {}
-
--- A new notification's state record, built as text. With the due time as text, a
--- registration costs 0.46x the instructions it did when it encoded a table with cjson
--- and handed Redis numbers (scripts/script_cost.py enqueue). Its max_attempts is
--- counted once per distinct schedule in the group.
-local max_attempts = {}
-local function new_state(schedule, next_text)
-  local max = max_attempts[schedule]
-  if not max then
-    max = string.format('%d', count_intervals(schedule) + 1)
-    max_attempts[schedule] = max
-  end
-  return '{"state":"scheduled","attempts":0,"lease":0,"max_attempts":' .. max
-    .. ',"schedule":"' .. schedule .. '","created_at":' .. now_text
-    .. ',"next_at":' .. next_text .. '}'
-end
 
 for i = 2, #ARGV, WIDTH do
   local id, key = ARGV[i], tonumber(ARGV[i + 4])
@@ -40,7 +26,7 @@ for i = 2, #ARGV, WIDTH do
   if existing then
     local st = created[existing]
     if not st then
-      local raw = redis.call('HGET', KEYS[5], existing)
+      local _, raw = load_state(existing)
       st = raw and as_seen(existing, raw) or false
     end
     out[#out + 1], out[#out + 2], out[#out + 3] = existing, st, 1
@@ -48,11 +34,11 @@ for i = 2, #ARGV, WIDTH do
     if key > 0 then redis.call('SET', KEYS[key], id, 'PX', ARGV[i + 5]) end
     local delay = tonumber(ARGV[i + 3])
     local next_text = delay == 0 and now_text or string.format('%d', now + delay)
-    local encoded = new_state(ARGV[i + 2], next_text)
+    local schedule = ARGV[i + 2]
+    local encoded = state_text(schedule, now_text, next_text)
     created[id] = encoded
-    local jobs, states, due = w.jobs, w.state, w.due
-    jobs[#jobs + 1], jobs[#jobs + 2] = id, ARGV[i + 1]
-    states[#states + 1], states[#states + 2] = id, encoded
+    local jobs, due = w.jobs, w.due
+    jobs[#jobs + 1], jobs[#jobs + 2] = id, now_text .. ' ' .. schedule .. '\n' .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
     out[#out + 1], out[#out + 2], out[#out + 3] = id, encoded, 0
   end
@@ -60,7 +46,6 @@ end
 
 if #w.due > 0 then
   redis.call('HSET', KEYS[4], unpack(w.jobs))
-  redis.call('HSET', KEYS[5], unpack(w.state))
   redis.call('ZADD', KEYS[1], unpack(w.due))
   if announce_if_heads(ARGV[1], w.due) then out[1] = 1 end
 end

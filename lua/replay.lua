@@ -1,8 +1,8 @@
 -- replay: send dead letters again, each from a fresh attempt count.
 -- KEYS: the shard's keys (see common.lua)
--- ARGV: 1 new spec JSON ('' keeps the spec; only with one id), 2 new schedule, intervals
---       in ms comma-separated ('-' keeps the schedule; '' is a schedule without retries), 3 delay ms, 4 wake channel, then the ids (a
---       bounded batch)
+-- ARGV: 1 new spec, meta JSON and body ('' keeps the spec; only with one id), 2 new
+--       schedule (common.lua; '-' keeps the schedule, '' is a schedule without retries),
+--       3 delay ms, 4 wake channel, then the ids (a bounded batch)
 -- An id that is not dead (any more) is left alone, so that replaying twice changes
 -- nothing. The attempt history is kept; `replays` counts how often it was replayed.
 -- Returns {number replayed, then per id its new state JSON, or false when left alone}.
@@ -14,8 +14,11 @@ for i = 5, #ARGV do
   local id = ARGV[i]
   local st = load_state(id)
   if st and st.state == 'dead' then
-    if ARGV[1] ~= '' then redis.call('HSET', KEYS[4], id, ARGV[1]) end
     if ARGV[2] ~= '-' then st.schedule = ARGV[2] end
+    if ARGV[1] ~= '' then
+      local line = string.format('%d', st.created_at) .. ' ' .. st.schedule
+      redis.call('HSET', KEYS[4], id, line .. '\n' .. ARGV[1])
+    end
     st.max_attempts = count_intervals(st.schedule) + 1
     st.attempts = 0
     st.replays = (st.replays or 0) + 1

@@ -45,7 +45,7 @@ local function history_entry(at, status, err, duration, response)
     .. ',"duration_ms":' .. duration .. ',"response":' .. cjson.encode(response) .. '}'
 end
 
-local ids, states = leased_batch(FIRST, WIDTH)
+local ids, states, flying = leased_batch(FIRST, WIDTH)
 if #ids == 0 then return out end
 local histories = redis.call('HMGET', KEYS[6], unpack(ids))
 
@@ -55,16 +55,21 @@ local seen = {}
 
 -- What the caller worked out for the j-th attempt (arguments from ARGV[i]), when the
 -- stored record is still the one it worked from: the record after, the index, the score.
+-- One in flight with no record yet has the one its claim made (fresh_state), which is
+-- the caller's: nothing has changed it since.
 local function worked_out(j, i)
   local claimed = ARGV[i + 10]
-  if claimed == '' or states[j] ~= claimed then return nil end
+  local stored = states[j] or (flying[j] and claimed)
+  if claimed == '' or stored ~= claimed then return nil end
   return ARGV[i + 11], w[ARGV[i + 12]], ARGV[i + 13]
 end
 
 -- The rules, for a record that is not the one the caller worked from: the record after,
 -- the index, the score; nil when the caller's lease is lost.
 local function apply_rules(j, i, ended, ended_text)
-  local st = held_state(ids, states, seen, j, i)
+  local claimed = ARGV[i + 10]
+  local fresh = not states[j] and flying[j] and (claimed ~= '' and claimed or fresh_of(ids[j]))
+  local st = held_state(ids, states, seen, j, i, fresh)
   if not st then return nil end
   end_lease(st)
   st.attempts = st.attempts + 1

@@ -7,8 +7,9 @@
 
 Starts redis-server under `valgrind --tool=callgrind` on a free port, stores N
 notifications in the state a script expects (in flight for `settle`, due for `claim`,
-nothing for `enqueue`), and pipes N / BATCH calls of the script (lua/common.lua in
-front, as postback loads it).
+nothing for `enqueue`; registered and never attempted, so with no state record, as most
+are), and pipes N / BATCH calls of the script (lua/common.lua in front, as postback
+loads it).
 Then it does the same with a script that returns at once, and prints the difference per
 notification. Instruction counts do not depend on what else the machine is doing, so two
 versions of a script can be compared on a busy machine; wall time cannot.
@@ -28,15 +29,19 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARD = ["due", "inflight", "dead", "jobs", "state", "history", "done", "counters"]
 KEYS = ["{postback:0}:" + k for k in SHARD]
-SCHEDULE = "15000,180000,600000,1800000,1800000,3600000,7200000,21600000,54000000"
+SCHEDULE = "15s,3m,10m,30m,30m,1h,2h,6h,15h"
 NOW = "1795384073315"
-SPEC = '{"url":"http://127.0.0.1:9/cb","body":"{\\"i\\":1}","content_type":"application/json"}'
+# As postback hands it to enqueue.lua (src/store/redis/record.rs); stored with the
+# registration's line in front.
+SPEC = '{"url":"http://127.0.0.1:9/cb"}\n{"i":1}'
+STORED_SPEC = NOW + " " + SCHEDULE + "\n" + SPEC
 
 
 def state(name, lease, attempts=0, at="next_at"):
+    """A state record, in the order of fresh_state in lua/common.lua."""
     return (
-        '{"state":"%s","attempts":%d,"max_attempts":10,"schedule":"%s","lease":%d,'
-        '"created_at":%s,"%s":%s}' % (name, attempts, SCHEDULE, lease, NOW, at, NOW)
+        '{"state":"%s","attempts":%d,"lease":%d,"max_attempts":10,"schedule":"%s",'
+        '"created_at":%s,"%s":%s}' % (name, attempts, lease, SCHEDULE, NOW, at, NOW)
     )
 
 
@@ -49,7 +54,7 @@ def resp(args):
 
 
 def notification_id(i):
-    return "ntf_0_01a2053aa4e1742db187ca%012d" % i
+    return "ntf_0_0352MTUd4Uo7%010d" % i
 
 
 def setup(kind, i):
@@ -57,12 +62,10 @@ def setup(kind, i):
     if kind == "enqueue":
         return []
     nid = notification_id(i)
-    cmds = [resp(["HSET", KEYS[3], nid, SPEC])]
+    cmds = [resp(["HSET", KEYS[3], nid, STORED_SPEC])]
     if kind == "settle":
-        cmds.append(resp(["HSET", KEYS[4], nid, state("scheduled", 1)]))
         cmds.append(resp(["ZADD", KEYS[1], NOW, nid]))
     else:
-        cmds.append(resp(["HSET", KEYS[4], nid, state("scheduled", 0)]))
         cmds.append(resp(["ZADD", KEYS[0], "1000", nid]))
     return cmds
 
@@ -80,12 +83,12 @@ def call(kind, sha, first, batch, rules):
         return resp(args)
     args += ["postback:wake", "2592000000", "1000000", "604800000"]
     for i in range(first, first + batch):
-        args += [notification_id(i), "1", "delivered", "200", "", "3", "ok", "0", "0", NOW]
+        args += [notification_id(i), "0", "delivered", "200", "", "3", "ok", "0", "0", NOW]
         if rules:
             args += ["", "", "", ""]
         else:
-            after = state("delivered", 2, attempts=1, at="finished_at")
-            args += [state("scheduled", 1), after, "done", NOW]
+            after = state("delivered", 1, attempts=1, at="finished_at")
+            args += [state("scheduled", 0), after, "done", NOW]
     return resp(args)
 
 

@@ -189,7 +189,7 @@ async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released(
     store.enqueue(&second, None).await.unwrap();
     let job = claim_some(&*store, Duration::from_secs(60)).await.remove(0);
     store.cancel(&second.id).await.unwrap();
-    assert_eq!(store.release(&[(second.id, job.lease)]).await.unwrap(), 0);
+    assert_eq!(store.release(&[job.held()]).await.unwrap(), 0);
     let view = store.get(&second.id).await.unwrap().unwrap();
     assert_eq!(
         format!("{:?}", view.status.state),
@@ -219,7 +219,7 @@ async fn a_notification_claimed_before_it_is_due_keeps_its_due_time_when_release
     assert_eq!(ahead.jobs.len(), 1, "due within the next 31 s");
     assert_eq!(Some(ahead.jobs[0].due_at), due);
 
-    let released = store.release(&[(n.id, ahead.jobs[0].lease)]).await.unwrap();
+    let released = store.release(&[ahead.jobs[0].held()]).await.unwrap();
     assert_eq!(released, 1);
     let view = store.get(&n.id).await.unwrap().unwrap();
     assert_eq!(
@@ -229,59 +229,6 @@ async fn a_notification_claimed_before_it_is_due_keeps_its_due_time_when_release
     );
     let again = store.claim(10, lease, Duration::ZERO).await.unwrap();
     assert!(again.jobs.is_empty(), "still not due");
-}
-
-/// An earlier version's claim wrote `"state":"in_flight"` and a raised lease number into
-/// the state record, where a claim now writes nothing. A notification it left in flight
-/// still reads in flight after an upgrade, and comes back once when that lease ends.
-#[tokio::test]
-async fn a_notification_an_earlier_version_left_in_flight_comes_back_when_its_lease_ends() {
-    let backend = Backend::start();
-    let Backend::Standalone(redis) = &backend else {
-        return; // the record's format is the standalone Redis's; a cluster shares it
-    };
-    let store = backend.store().await;
-    let n = notification();
-    store.enqueue(&n, None).await.unwrap();
-    let id = n.id.to_string();
-    let record: String = redis.query(redis::cmd("HGET").arg("{postback:0}:state").arg(&id));
-    let legacy = record
-        .replace(r#""state":"scheduled""#, r#""state":"in_flight""#)
-        .replace(r#""lease":0"#, r#""lease":1"#);
-    assert_ne!(legacy, record);
-    let lease_ends = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        + 300;
-    redis.query::<()>(
-        redis::cmd("HSET")
-            .arg("{postback:0}:state")
-            .arg(&id)
-            .arg(legacy),
-    );
-    redis.query::<()>(redis::cmd("ZREM").arg("{postback:0}:due").arg(&id));
-    redis.query::<()>(
-        redis::cmd("ZADD")
-            .arg("{postback:0}:inflight")
-            .arg(lease_ends as u64)
-            .arg(&id),
-    );
-
-    let view = store.get(&n.id).await.unwrap().unwrap();
-    assert_eq!(format!("{:?}", view.status.state), "InFlight");
-    let job = claim_some(&*store, Duration::from_secs(60)).await.remove(0);
-    assert_eq!((job.attempt, job.lease > 1), (1, true));
-    let settled = store
-        .settle(&[settlement(n.id, job.lease, Outcome::Delivered)])
-        .await
-        .unwrap();
-    assert_eq!(settled.applied, vec![true]);
-    let view = store.get(&n.id).await.unwrap().unwrap();
-    assert_eq!(
-        (format!("{:?}", view.status.state), view.status.attempts),
-        ("Delivered".into(), 1)
-    );
 }
 
 /// On Redis a settle carries the state record its claim read and the record worked out

@@ -15,6 +15,9 @@ pub struct Payload {
 }
 
 impl Payload {
+    /// The content type of a JSON body.
+    pub const JSON_CONTENT_TYPE: &'static str = JSON;
+
     /// From the `body` field of a request: any JSON value but `null`.
     pub fn from_json(value: Value) -> Result<Self, FieldError> {
         match value {

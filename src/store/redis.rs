@@ -16,9 +16,9 @@ use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency,
-    JobState, JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store,
-    StoreError, StoreResult, Trimmed,
+    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Held,
+    Idempotency, JobState, JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats,
+    Store, StoreError, StoreResult, Trimmed,
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -26,6 +26,7 @@ use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
 mod conn;
 mod enqueue;
 mod page;
+mod record;
 mod reply;
 mod settle_record;
 mod shard_clock;
@@ -33,6 +34,7 @@ mod shard_clock;
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
 use page::ShardPage;
+use record::{decode_spec, encode_spec, fresh_status, schedule_text};
 use reply::{int_at, text_at};
 use settle_record::work_out;
 use shard_clock::ShardClock;
@@ -325,7 +327,7 @@ impl RedisStore {
     ) -> StoreResult<Vec<Value>> {
         let mut call = self.scripts.replay.key(keys.all().as_slice());
         call.arg(spec)
-            .arg(schedule.map_or("-".to_string(), schedule_ms))
+            .arg(schedule.map_or("-".to_string(), schedule_text))
             .arg(delay.as_millis() as u64)
             .arg(&self.wake_channel);
         for id in ids {
@@ -340,7 +342,8 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let (specs, states, histories, leased): (Fields, Fields, Fields, Vec<Option<f64>>) =
+        type Scores = Vec<Option<f64>>;
+        let (specs, states, histories, leased, due): (Fields, Fields, Fields, Scores, Scores) =
             redis::pipe()
                 .cmd("HMGET")
                 .arg(keys.jobs())
@@ -354,19 +357,30 @@ impl RedisStore {
                 .cmd("ZMSCORE")
                 .arg(keys.inflight())
                 .arg(ids)
+                .cmd("ZMSCORE")
+                .arg(keys.due())
+                .arg(ids)
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(store_error)?;
         let mut out = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
-            if let (Some(spec), Some(state)) = (&specs[i], &states[i]) {
-                let mut view = job_view(id, spec, state, histories[i].as_deref())?;
-                // A claim does not write the record: the in-flight index says it is in flight.
-                if leased[i].is_some() {
-                    view.status.state = JobState::InFlight;
-                }
-                out.push(view);
+            let Some(spec) = &specs[i] else { continue };
+            let in_flight = leased[i].is_some();
+            let status = match &states[i] {
+                Some(state) => parse_status(state)?,
+                // Never attempted: the state it has from its registration.
+                None => match fresh_status(spec, due[i].map(|ms| ms as i64), in_flight) {
+                    Some(status) => status,
+                    None => continue,
+                },
+            };
+            let mut view = job_view(id, spec, status, histories[i].as_deref())?;
+            // A claim does not write the record: the in-flight index says it is in flight.
+            if in_flight {
+                view.status.state = JobState::InFlight;
             }
+            out.push(view);
         }
         Ok(out)
     }
@@ -392,12 +406,10 @@ impl Store for RedisStore {
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Enqueued> {
         let keys = self.keys(&n.id)?;
-        let spec =
-            serde_json::to_string(&n.spec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let item = Item {
             id: n.id,
-            spec,
-            schedule: schedule_ms(&n.schedule),
+            spec: encode_spec(&n.spec()),
+            schedule: schedule_text(&n.schedule),
             delay_ms: n.delay.as_millis() as u64,
             idempotency: idempotency
                 .map(|i| (keys.idempotency(&i.key), (i.ttl.as_millis() as u64).max(1))),
@@ -510,10 +522,7 @@ impl Store for RedisStore {
         let Ok(keys) = self.keys(id) else {
             return Ok(None);
         };
-        let spec = match spec {
-            Some(s) => serde_json::to_string(s).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            None => String::new(),
-        };
+        let spec = spec.map(encode_spec).unwrap_or_default();
         let reply = self.run_replay(keys, &spec, schedule, delay, &[id]).await?;
         match reply.get(1) {
             Some(Value::BulkString(_)) => Ok(Some(parse_status(&text_at(&reply, 1)?)?)),
@@ -642,13 +651,15 @@ impl Store for RedisStore {
         Ok(total)
     }
 
-    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
+    async fn release(&self, leases: &[Held]) -> StoreResult<usize> {
         let mut released = 0;
-        for (keys, mine) in self.by_shard(leases, |(id, _)| id) {
+        for (keys, mine) in self.by_shard(leases, |held| &held.id) {
             let mut call = self.scripts.release.key(keys.all().as_slice());
             call.arg(&self.wake_channel);
-            for (id, lease) in mine {
-                call.arg(id.to_string()).arg(*lease);
+            for held in mine {
+                call.arg(held.id.to_string())
+                    .arg(held.lease)
+                    .arg(held.due_at);
             }
             let n: usize = call
                 .invoke_async(&mut self.conn.clone())
@@ -835,7 +846,8 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<C
         due_at: held.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
-        spec: serde_json::from_str(&text_at(c, 2)?).map_err(|e| corrupt("spec", e))?,
+        spec: decode_spec(&text_at(c, 2)?)
+            .map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
         claimed_record: Some(record),
     })
 }
@@ -850,15 +862,20 @@ struct HeldRecord {
     next_at: Option<i64>,
 }
 
-fn job_view(id: &str, spec: &str, state: &str, history: Option<&str>) -> StoreResult<JobView> {
+fn job_view(
+    id: &str,
+    spec: &str,
+    status: JobStatus,
+    history: Option<&str>,
+) -> StoreResult<JobView> {
     let corrupt =
         |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
     Ok(JobView {
         id: id
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("bad id `{id}`")))?,
-        spec: serde_json::from_str::<JobSpec>(spec).map_err(|e| corrupt("spec", e))?,
-        status: parse_status(state)?,
+        spec: decode_spec(spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        status,
         history: match history {
             Some(h) => {
                 serde_json::from_str::<Vec<Attempt>>(h).map_err(|e| corrupt("history", e))?
@@ -866,12 +883,6 @@ fn job_view(id: &str, spec: &str, state: &str, history: Option<&str>) -> StoreRe
             None => Vec::new(),
         },
     })
-}
-
-/// A schedule as the scripts keep it: its intervals in ms, comma-separated.
-fn schedule_ms(schedule: &Schedule) -> String {
-    let ms: Vec<String> = schedule.intervals_ms().iter().map(u64::to_string).collect();
-    ms.join(",")
 }
 
 fn parse_status(state: &str) -> StoreResult<JobStatus> {

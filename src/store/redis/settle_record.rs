@@ -6,6 +6,7 @@
 
 use serde_json::{Map, Value};
 
+use super::record::schedule_intervals;
 use crate::domain::Outcome;
 use crate::store::Settlement;
 
@@ -57,12 +58,11 @@ pub fn work_out(claimed: &str, s: &Settlement) -> Option<Worked> {
     })
 }
 
-/// The `n`-th interval (1-based) of a schedule kept as comma-separated ms; 0 past its end.
+/// The `n`-th interval (1-based) of a schedule as the scripts keep it; 0 past its end.
 fn nth_interval(schedule: &str, n: u64) -> u64 {
-    schedule
-        .split(',')
-        .nth(n as usize - 1)
-        .and_then(|ms| ms.parse().ok())
+    schedule_intervals(schedule)
+        .get(n as usize - 1)
+        .copied()
         .unwrap_or(0)
 }
 

@@ -1,0 +1,214 @@
+//! How a notification is laid out in the `jobs` hash, the one value every pending
+//! notification keeps in Redis: `<created_at> <schedule>\n<meta JSON>\n<body>`.
+//!
+//! - The first line is written by `enqueue.lua` (and `replay.lua`): Redis's time of the
+//!   registration and the schedule. Until its first attempt, a notification has no
+//!   state record; the scripts make its state from this line (`fresh_state` in
+//!   `lua/common.lua`), and `fresh_status` here does the same for readers.
+//! - The meta JSON is the spec without its body, leaving out what is implied: the
+//!   content type when it is JSON, the rate key when it is the URL's host, the timeout
+//!   when it is 10 s.
+//! - The body follows as it is sent, unescaped, to the end of the value.
+//!
+//! A schedule is kept as its intervals in the largest unit that divides each one
+//! (`15s,3m,1h`; a bare number is ms). Specs of earlier builds (one JSON object, the
+//! body escaped inside it) and schedules in ms are still read.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{JobSpec, Payload, Schedule};
+use crate::store::{JobState, JobStatus};
+
+/// The timeout a spec leaves out.
+const IMPLIED_TIMEOUT_MS: u64 = 10_000;
+/// The content type a spec leaves out.
+const JSON: &str = Payload::JSON_CONTENT_TYPE;
+
+/// The spec without its body, as stored.
+#[derive(Serialize, Deserialize)]
+struct Meta<'a> {
+    #[serde(borrow)]
+    url: Cow<'a, str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    content_type: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    headers: Cow<'a, [(String, String)]>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expect_body: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    topic: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rate_key: Option<Cow<'a, str>>,
+}
+
+/// The spec as the scripts take it: the meta line and the body (they put the first line
+/// in front).
+pub fn encode_spec(spec: &JobSpec) -> String {
+    let host = spec.host();
+    let meta = Meta {
+        url: Cow::Borrowed(&spec.url),
+        content_type: (spec.content_type != JSON).then_some(Cow::Borrowed(&spec.content_type)),
+        headers: Cow::Borrowed(&spec.headers),
+        timeout_ms: (spec.timeout_ms != IMPLIED_TIMEOUT_MS).then_some(spec.timeout_ms),
+        expect_body: spec.expect_body.as_deref().map(Cow::Borrowed),
+        topic: spec.topic.as_deref().map(Cow::Borrowed),
+        rate_key: (spec.rate_key != host).then_some(Cow::Borrowed(&spec.rate_key)),
+    };
+    let meta = serde_json::to_string(&meta).expect("a spec serializes");
+    format!("{meta}\n{}", spec.body)
+}
+
+/// The spec of a stored value, of this build or an earlier one.
+pub fn decode_spec(raw: &str) -> Result<JobSpec, String> {
+    if raw.starts_with('{') {
+        return serde_json::from_str(raw).map_err(|e| e.to_string());
+    }
+    let (_, rest) = raw.split_once('\n').ok_or("no registration line")?;
+    let (meta, body) = rest.split_once('\n').ok_or("no body")?;
+    let meta: Meta = serde_json::from_str(meta).map_err(|e| e.to_string())?;
+    let mut spec = JobSpec {
+        url: meta.url.into_owned(),
+        body: body.to_string(),
+        content_type: meta.content_type.map_or(JSON.to_string(), Cow::into_owned),
+        headers: meta.headers.into_owned(),
+        timeout_ms: meta.timeout_ms.unwrap_or(IMPLIED_TIMEOUT_MS),
+        expect_body: meta.expect_body.map(Cow::into_owned),
+        topic: meta.topic.map(Cow::into_owned),
+        rate_key: String::new(),
+    };
+    spec.rate_key = meta.rate_key.map_or_else(|| spec.host(), Cow::into_owned);
+    Ok(spec)
+}
+
+/// The state of a notification that has no state record yet (never attempted, handed
+/// back or cancelled): as registered, due at `due` unless `in_flight`. `None` for a value
+/// of an earlier build, which always has a state record.
+pub fn fresh_status(raw: &str, due: Option<i64>, in_flight: bool) -> Option<JobStatus> {
+    let (line, _) = raw.split_once('\n')?;
+    let (created_at, schedule) = line.split_once(' ')?;
+    Some(JobStatus {
+        state: if in_flight {
+            JobState::InFlight
+        } else {
+            JobState::Scheduled
+        },
+        attempts: 0,
+        max_attempts: schedule_intervals(schedule).len() as u32 + 1,
+        created_at: created_at.parse().ok()?,
+        next_at: due,
+        finished_at: None,
+        replays: 0,
+        cancel_requested: false,
+    })
+}
+
+/// A schedule as the scripts keep it: `15s,3m,10m,1h`.
+pub fn schedule_text(schedule: &Schedule) -> String {
+    let units = [(3_600_000, "h"), (60_000, "m"), (1_000, "s")];
+    let text = |ms: u64| match units.iter().find(|(size, _)| ms >= *size && ms % size == 0) {
+        Some((size, unit)) => format!("{}{unit}", ms / size),
+        None => ms.to_string(),
+    };
+    let each: Vec<String> = schedule.intervals_ms().into_iter().map(text).collect();
+    each.join(",")
+}
+
+/// The intervals in ms of a schedule as the scripts keep it (or as earlier builds kept
+/// it, in ms); an interval that does not read is 0.
+pub fn schedule_intervals(text: &str) -> Vec<u64> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    text.split(',').map(interval_ms).collect()
+}
+
+fn interval_ms(text: &str) -> u64 {
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = match &text[digits.len()..] {
+        "h" => 3_600_000,
+        "m" => 60_000,
+        "s" => 1_000,
+        _ => 1,
+    };
+    digits.parse::<u64>().map_or(0, |n| n * unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            url: "https://pay.example.com/hook".into(),
+            body: "{\"order\":1,\n\"note\":\"two\\nlines\"}".into(),
+            content_type: JSON.into(),
+            headers: Vec::new(),
+            timeout_ms: IMPLIED_TIMEOUT_MS,
+            expect_body: None,
+            topic: Some("payment.succeeded".into()),
+            rate_key: "pay.example.com".into(),
+        }
+    }
+
+    fn stored(spec: &JobSpec) -> String {
+        format!("1700000000000 15s,3m\n{}", encode_spec(spec))
+    }
+
+    #[test]
+    fn a_spec_round_trips_and_leaves_out_what_is_implied() {
+        let s = spec();
+        let raw = stored(&s);
+        assert_eq!(
+            raw,
+            "1700000000000 15s,3m\n{\"url\":\"https://pay.example.com/hook\",\"topic\":\"payment.succeeded\"}\n{\"order\":1,\n\"note\":\"two\\nlines\"}"
+        );
+        assert_eq!(decode_spec(&raw).unwrap(), s);
+    }
+
+    #[test]
+    fn a_spec_that_differs_from_the_implied_values_keeps_them() {
+        let s = JobSpec {
+            content_type: "text/plain; charset=utf-8".into(),
+            headers: vec![("x-shop".into(), "7".into())],
+            timeout_ms: 2_500,
+            expect_body: Some("success".into()),
+            topic: None,
+            rate_key: "merchant-7".into(),
+            ..spec()
+        };
+        assert_eq!(decode_spec(&stored(&s)).unwrap(), s);
+    }
+
+    #[test]
+    fn a_spec_of_an_earlier_build_is_read() {
+        let s = spec();
+        let legacy = serde_json::to_string(&s).unwrap();
+        assert_eq!(decode_spec(&legacy).unwrap(), s);
+        assert!(fresh_status(&legacy, None, false).is_none());
+    }
+
+    #[test]
+    fn a_fresh_notification_reads_as_registered() {
+        let status = fresh_status(&stored(&spec()), Some(1_700_000_015_000), false).unwrap();
+        assert_eq!(status.state, JobState::Scheduled);
+        assert_eq!((status.attempts, status.max_attempts), (0, 3));
+        assert_eq!(status.created_at, 1_700_000_000_000);
+        assert_eq!(status.next_at, Some(1_700_000_015_000));
+        let flying = fresh_status(&stored(&spec()), None, true).unwrap();
+        assert_eq!(flying.state, JobState::InFlight);
+    }
+
+    #[test]
+    fn schedules_are_kept_in_their_largest_unit() {
+        let s = Schedule::parse(&["15s", "3m", "1h", "250ms", "90s", "1500ms"]).unwrap();
+        let text = schedule_text(&s);
+        assert_eq!(text, "15s,3m,1h,250,90s,1500");
+        assert_eq!(schedule_intervals(&text), s.intervals_ms());
+        assert_eq!(schedule_intervals("1000,5000"), vec![1_000, 5_000]);
+        assert!(schedule_intervals("").is_empty());
+    }
+}
