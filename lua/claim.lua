@@ -5,13 +5,12 @@
 -- `limit` notifications due by now + ahead (the caller holds each until its due time) to
 -- in-flight with a lease deadline. The state record is not written: being in the
 -- in-flight index is what makes a notification in flight, and the caller reads its lease
--- number and attempts from the record returned (for one never attempted, the record it
--- has from its registration, fresh_state in common.lua). The deadline and the ids claimed
--- with their due times are kept in the claim record for the lease's length, so that a
--- caller that never got this reply (a timeout) can hand them back with release.lua
--- instead of waiting.
--- Returns {now in µs, next wake ms or -1, then per job: id, state record, spec}; its due
--- time is the record's next_at.
+-- number and attempts from the record returned (for one never attempted, none: it makes
+-- the record it has from its registration). The deadline and the ids claimed are kept
+-- in the claim record for the lease's length, so that a caller that never got this
+-- reply (a timeout) can hand them back with release.lua instead of waiting.
+-- Returns {now in µs, next wake ms or -1, then per job: id, state record (false when it
+-- has none yet), spec}; its due time is the record's next_at.
 local time_us = now_us()
 local now = math.floor(time_us / 1000)
 local limit = tonumber(ARGV[1])
@@ -31,11 +30,7 @@ end
 
 local out = {time_us, -1}
 local claimed = {}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'WITHSCORES', 'LIMIT', 0, limit)
-local ids, due_at = {}, {}
-for k = 1, #due, 2 do
-  ids[#ids + 1], due_at[#due_at + 1] = due[k], due[k + 1]
-end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'LIMIT', 0, limit)
 if #ids > 0 then
   -- One command per structure for the whole batch (at most 1000 ids, within unpack's
   -- limit), rather than several per notification.
@@ -47,12 +42,14 @@ if #ids > 0 then
   local deadline = string.format('%d', now + lease_ms)
   local leases = {}
   for j, id in ipairs(ids) do
-    local state = specs[j] and (states[j] or fresh_state(specs[j], due_at[j]))
-    if state then
+    -- One with no state record has its registration's (fresh_state), which the caller
+    -- makes from the spec's first line: no string work here per notification. A spec of
+    -- an earlier build ('{' first) always came with a record.
+    if specs[j] and (states[j] or string.byte(specs[j], 1) ~= 123) then
       leases[#leases + 1], leases[#leases + 2] = deadline, id
       local o = #out
-      out[o + 1], out[o + 2], out[o + 3] = id, state, specs[j]
-      claimed[#claimed + 1], claimed[#claimed + 2] = id, due_at[j]
+      out[o + 1], out[o + 2], out[o + 3] = id, states[j], specs[j]
+      claimed[#claimed + 1] = id
     end
   end
   if #leases > 0 then redis.call('ZADD', KEYS[2], unpack(leases)) end

@@ -36,9 +36,9 @@ local function interval(st, n)
   return 0
 end
 
--- The state record of a notification as registered, as text (times as text, next_at
--- left out when `next_text` is nil). Built from text rather than encoded with cjson: a
--- registration costs 0.46x the instructions (scripts/script_cost.py enqueue).
+-- The state record of a notification as registered, as text (times as text). Built from
+-- text rather than encoded with cjson: a registration costs 0.46x the instructions
+-- (scripts/script_cost.py enqueue).
 local max_attempts_of = {}
 local function state_text(schedule, created_text, next_text)
   local max = max_attempts_of[schedule]
@@ -46,39 +46,38 @@ local function state_text(schedule, created_text, next_text)
     max = string.format('%d', count_intervals(schedule) + 1)
     max_attempts_of[schedule] = max
   end
-  local next_field = next_text and (',"next_at":' .. next_text) or ''
   return '{"state":"scheduled","attempts":0,"lease":0,"max_attempts":' .. max
-    .. ',"schedule":"' .. schedule .. '","created_at":' .. created_text .. next_field .. '}'
+    .. ',"schedule":"' .. schedule .. '","created_at":' .. created_text
+    .. ',"next_at":' .. next_text .. '}'
 end
 
 -- A notification has no state record until it first changes after its registration
 -- (an attempt settled, a deferral, a hand-back, a cancel), so that a pending one keeps a
 -- single value in Redis. Until then its state is the one made here from the first line
--- of its spec, "<created_at> <schedule>", due at `next_text` (nil while in flight). Nil
--- for a spec of an earlier build ('{' first), which always came with a state record.
-local function fresh_state(spec, next_text)
+-- of its spec, "<created_at> <delay> <schedule>": due at created_at + delay, which is its
+-- score in the due set until something writes a record. Nil for a spec of an earlier
+-- build ('{' first), which always came with a state record.
+local function fresh_state(spec)
   if string.byte(spec, 1) == 123 then return nil end
-  local space = string.find(spec, ' ', 1, true)
-  local line_end = string.find(spec, '\n', space, true)
-  local created, schedule = string.sub(spec, 1, space - 1), string.sub(spec, space + 1, line_end - 1)
-  return state_text(schedule, created, next_text)
+  local first = string.find(spec, ' ', 1, true)
+  local second = string.find(spec, ' ', first + 1, true)
+  local line_end = string.find(spec, '\n', second, true)
+  local created = string.sub(spec, 1, first - 1)
+  local due = tonumber(created) + tonumber(string.sub(spec, first + 1, second - 1))
+  return state_text(string.sub(spec, second + 1, line_end - 1), created, string.format('%d', due))
 end
 
--- The state of an in-flight notification that has no record yet, as text, or nil.
+-- The state of a notification with no record yet, as text; nil when it has no spec.
 local function fresh_of(id)
   local spec = redis.call('HGET', KEYS[4], id)
-  return spec and fresh_state(spec, nil) or nil
+  return spec and fresh_state(spec) or nil
 end
 
 -- The state record of `id` (decoded, and as text), or nil: the stored one, or the one it
 -- has from its registration.
 local function load_state(id)
-  local raw = redis.call('HGET', KEYS[5], id)
-  if not raw then
-    local spec = redis.call('HGET', KEYS[4], id)
-    raw = spec and fresh_state(spec, redis.call('ZSCORE', KEYS[1], id) or nil)
-    if not raw then return nil, nil end
-  end
+  local raw = redis.call('HGET', KEYS[5], id) or fresh_of(id)
+  if not raw then return nil, nil end
   return cjson.decode(raw), raw
 end
 

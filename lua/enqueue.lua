@@ -6,7 +6,7 @@
 -- A notification whose idempotency key was seen before (earlier, or earlier in this
 -- group) stores nothing: the first notification of that key is answered instead. The
 -- group is written with one command per structure: the spec, with the registration's
--- time and schedule in front, and the due time. No state record is written until the
+-- time, delay and schedule in front, and the due time. No state record is written until the
 -- notification first changes (fresh_state in common.lua).
 -- Returns {new earliest 0|1, then per notification: id, state JSON (false when retention
 -- has deleted the notification its key names), duplicate 0|1}.
@@ -32,13 +32,13 @@ for i = 2, #ARGV, WIDTH do
     out[#out + 1], out[#out + 2], out[#out + 3] = existing, st, 1
   else
     if key > 0 then redis.call('SET', KEYS[key], id, 'PX', ARGV[i + 5]) end
-    local delay = tonumber(ARGV[i + 3])
-    local next_text = delay == 0 and now_text or string.format('%d', now + delay)
-    local schedule = ARGV[i + 2]
+    local delay_text, schedule = ARGV[i + 3], ARGV[i + 2]
+    local next_text = delay_text == '0' and now_text or string.format('%d', now + tonumber(delay_text))
     local encoded = state_text(schedule, now_text, next_text)
     created[id] = encoded
     local jobs, due = w.jobs, w.due
-    jobs[#jobs + 1], jobs[#jobs + 2] = id, now_text .. ' ' .. schedule .. '\n' .. ARGV[i + 1]
+    local line = now_text .. ' ' .. delay_text .. ' ' .. schedule .. '\n'
+    jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
     out[#out + 1], out[#out + 2], out[#out + 3] = id, encoded, 0
   end

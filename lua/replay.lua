@@ -7,6 +7,18 @@
 -- nothing. The attempt history is kept; `replays` counts how often it was replayed.
 -- Returns {number replayed, then per id its new state JSON, or false when left alone}.
 local now = now_ms(true)
+
+-- Gives `id` a new spec (meta line and body), keeping the first line of the one stored,
+-- which says what its registration was; an earlier build's spec has none, so its line
+-- is made from the state record `st`.
+local function replace_spec(id, st, spec)
+  local old = redis.call('HGET', KEYS[4], id)
+  local line_end = old and string.byte(old, 1) ~= 123 and string.find(old, '\n', 1, true)
+  local line = line_end and string.sub(old, 1, line_end)
+    or (string.format('%d', st.created_at) .. ' 0 ' .. st.schedule .. '\n')
+  redis.call('HSET', KEYS[4], id, line .. spec)
+end
+
 local out = {0}
 local earliest = false
 
@@ -15,10 +27,7 @@ for i = 5, #ARGV do
   local st = load_state(id)
   if st and st.state == 'dead' then
     if ARGV[2] ~= '-' then st.schedule = ARGV[2] end
-    if ARGV[1] ~= '' then
-      local line = string.format('%d', st.created_at) .. ' ' .. st.schedule
-      redis.call('HSET', KEYS[4], id, line .. '\n' .. ARGV[1])
-    end
+    if ARGV[1] ~= '' then replace_spec(id, st, ARGV[1]) end
     st.max_attempts = count_intervals(st.schedule) + 1
     st.attempts = 0
     st.replays = (st.replays or 0) + 1

@@ -34,7 +34,7 @@ NOW = "1795384073315"
 # As postback hands it to enqueue.lua (src/store/redis/record.rs); stored with the
 # registration's line in front.
 SPEC = '{"url":"http://127.0.0.1:9/cb"}\n{"i":1}'
-STORED_SPEC = NOW + " " + SCHEDULE + "\n" + SPEC
+STORED_SPEC = NOW + " 0 " + SCHEDULE + "\n" + SPEC
 
 
 def state(name, lease, attempts=0, at="next_at"):

@@ -20,7 +20,7 @@ use crate::metrics;
 use crate::policy::{Admission, HostSlot, Policy, Refusal};
 use crate::sender::{AttemptReport, Sender};
 use crate::settler::{self, backoff, Leases, Queued, Report};
-use crate::store::{ClaimedJob, Deferral, Held, Settlement, Store};
+use crate::store::{ClaimedJob, Deferral, Settlement, Store};
 
 /// How far ahead of their due time notifications are claimed while at least three
 /// quarters of the delivery slots are free. The scheduler wakes when the next is half
@@ -195,7 +195,7 @@ impl Dispatcher {
         }
     }
 
-    async fn release(&self, leases: Vec<Held>) {
+    async fn release(&self, leases: Vec<(crate::domain::JobId, u64)>) {
         if leases.is_empty() {
             return;
         }
@@ -239,7 +239,7 @@ impl AttemptContext {
     /// fail-fast attempt, without holding a delivery slot. One claimed before it is due
     /// waits on its own task until then, and only then asks the policy.
     async fn dispatch(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
-        self.leases.hold(job.held());
+        self.leases.hold(job.id, job.lease);
         let wait = job.until_due();
         if !wait.is_zero() {
             tasks.spawn(self.clone().when_due(wait, job, permit, tasks.clone()));

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::JobId;
-use crate::store::{Deferral, Held, Settlement, Store, StoreError, StoreResult};
+use crate::store::{Deferral, Settlement, Store, StoreError, StoreResult};
 
 /// Most reports recorded by one batch.
 const MAX_BATCH: usize = 256;
@@ -52,29 +52,24 @@ pub struct Queued {
 
 /// Leases this instance holds and has not settled: what to release at shutdown.
 #[derive(Clone, Default)]
-pub struct Leases(Arc<Mutex<HashMap<JobId, Held>>>);
+pub struct Leases(Arc<Mutex<HashMap<JobId, u64>>>);
 
 impl Leases {
-    pub fn hold(&self, held: Held) {
-        self.0.lock().expect("lease map").insert(held.id, held);
+    pub fn hold(&self, id: JobId, lease: u64) {
+        self.0.lock().expect("lease map").insert(id, lease);
     }
 
     fn drop_settled(&self, batch: &[Report]) {
         let mut map = self.0.lock().expect("lease map");
         for (id, lease) in batch.iter().map(Report::lease) {
-            if map.get(&id).is_some_and(|held| held.lease == lease) {
+            if map.get(&id) == Some(&lease) {
                 map.remove(&id);
             }
         }
     }
 
-    pub fn take_all(&self) -> Vec<Held> {
-        self.0
-            .lock()
-            .expect("lease map")
-            .drain()
-            .map(|(_, held)| held)
-            .collect()
+    pub fn take_all(&self) -> Vec<(JobId, u64)> {
+        self.0.lock().expect("lease map").drain().collect()
     }
 }
 

@@ -189,7 +189,7 @@ async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released(
     store.enqueue(&second, None).await.unwrap();
     let job = claim_some(&*store, Duration::from_secs(60)).await.remove(0);
     store.cancel(&second.id).await.unwrap();
-    assert_eq!(store.release(&[job.held()]).await.unwrap(), 0);
+    assert_eq!(store.release(&[(second.id, job.lease)]).await.unwrap(), 0);
     let view = store.get(&second.id).await.unwrap().unwrap();
     assert_eq!(
         format!("{:?}", view.status.state),
@@ -219,7 +219,7 @@ async fn a_notification_claimed_before_it_is_due_keeps_its_due_time_when_release
     assert_eq!(ahead.jobs.len(), 1, "due within the next 31 s");
     assert_eq!(Some(ahead.jobs[0].due_at), due);
 
-    let released = store.release(&[ahead.jobs[0].held()]).await.unwrap();
+    let released = store.release(&[(n.id, ahead.jobs[0].lease)]).await.unwrap();
     assert_eq!(released, 1);
     let view = store.get(&n.id).await.unwrap().unwrap();
     assert_eq!(

@@ -15,9 +15,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Held, Idempotency,
-    JobState, JobStatus, JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError,
-    StoreResult,
+    Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency, JobState,
+    JobStatus, JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult,
 };
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule};
@@ -321,14 +320,14 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn release(&self, leases: &[Held]) -> StoreResult<usize> {
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
         let leases = leases.to_vec();
         let released = self
             .writer
             .run(move |t, now| {
                 let mut n = 0;
-                for held in &leases {
-                    n += usize::from(transitions::release(t, now, &held.id, held.lease)?);
+                for (id, lease) in &leases {
+                    n += usize::from(transitions::release(t, now, id, *lease)?);
                 }
                 Ok(n)
             })

@@ -140,15 +140,6 @@ pub struct ClaimedJob {
 }
 
 impl ClaimedJob {
-    /// The lease this claim holds, as a release hands it back.
-    pub fn held(&self) -> Held {
-        Held {
-            id: self.id,
-            lease: self.lease,
-            due_at: self.due_at,
-        }
-    }
-
     /// The store clock now in ms, rounded up, from `claimed_at_us` and this instance's
     /// monotonic clock: never behind the store's own reading (it may be ahead by up to
     /// the claim's request latency plus 1 ms).
@@ -176,15 +167,6 @@ impl ClaimedJob {
     pub fn lateness_ms(&self) -> i64 {
         (self.store_now_us() - self.due_at * 1000).max(0) / 1000
     }
-}
-
-/// A lease held by this instance: the notification, its lease number, and when it was
-/// due (a release hands back one claimed before it was due at that time, not at once).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    pub id: JobId,
-    pub lease: u64,
-    pub due_at: i64,
 }
 
 /// The answer to a claim.
@@ -406,9 +388,8 @@ pub trait Store: Send + Sync + 'static {
         buckets: usize,
     ) -> StoreResult<Vec<Outcomes>>;
 
-    /// Hands leased notifications back, due at once (or when they were due, for one
-    /// claimed before then), without counting an attempt.
-    async fn release(&self, leases: &[Held]) -> StoreResult<usize>;
+    /// Hands leased notifications back, due at once, without counting an attempt.
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize>;
 
     /// One notification with its history.
     async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>>;

@@ -16,9 +16,9 @@ use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Held,
-    Idempotency, JobState, JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats,
-    Store, StoreError, StoreResult, Trimmed,
+    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency,
+    JobState, JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store,
+    StoreError, StoreResult, Trimmed,
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -34,7 +34,7 @@ mod shard_clock;
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
 use page::ShardPage;
-use record::{decode_spec, encode_spec, fresh_status, schedule_text};
+use record::{decode_spec, encode_spec, fresh_record, fresh_status, schedule_text};
 use reply::{int_at, text_at};
 use settle_record::work_out;
 use shard_clock::ShardClock;
@@ -342,8 +342,7 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        type Scores = Vec<Option<f64>>;
-        let (specs, states, histories, leased, due): (Fields, Fields, Fields, Scores, Scores) =
+        let (specs, states, histories, leased): (Fields, Fields, Fields, Vec<Option<f64>>) =
             redis::pipe()
                 .cmd("HMGET")
                 .arg(keys.jobs())
@@ -357,9 +356,6 @@ impl RedisStore {
                 .cmd("ZMSCORE")
                 .arg(keys.inflight())
                 .arg(ids)
-                .cmd("ZMSCORE")
-                .arg(keys.due())
-                .arg(ids)
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(store_error)?;
@@ -370,7 +366,7 @@ impl RedisStore {
             let status = match &states[i] {
                 Some(state) => parse_status(state)?,
                 // Never attempted: the state it has from its registration.
-                None => match fresh_status(spec, due[i].map(|ms| ms as i64), in_flight) {
+                None => match fresh_status(spec, in_flight) {
                     Some(status) => status,
                     None => continue,
                 },
@@ -651,15 +647,13 @@ impl Store for RedisStore {
         Ok(total)
     }
 
-    async fn release(&self, leases: &[Held]) -> StoreResult<usize> {
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
         let mut released = 0;
-        for (keys, mine) in self.by_shard(leases, |held| &held.id) {
+        for (keys, mine) in self.by_shard(leases, |(id, _)| id) {
             let mut call = self.scripts.release.key(keys.all().as_slice());
             call.arg(&self.wake_channel);
-            for held in mine {
-                call.arg(held.id.to_string())
-                    .arg(held.lease)
-                    .arg(held.due_at);
+            for (id, lease) in mine {
+                call.arg(id.to_string()).arg(*lease);
             }
             let n: usize = call
                 .invoke_async(&mut self.conn.clone())
@@ -835,7 +829,12 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<C
     let id = text_at(c, 0)?;
     let corrupt =
         |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
-    let record = text_at(c, 1)?;
+    let spec = text_at(c, 2)?;
+    let record = match c.get(1) {
+        Some(Value::Nil) => fresh_record(&spec)
+            .ok_or_else(|| StoreError::Corrupt(format!("spec of {id} has no first line")))?,
+        _ => text_at(c, 1)?,
+    };
     let held: HeldRecord = serde_json::from_str(&record).map_err(|e| corrupt("state", e))?;
     Ok(ClaimedJob {
         id: id
@@ -846,8 +845,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<C
         due_at: held.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
-        spec: decode_spec(&text_at(c, 2)?)
-            .map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        spec: decode_spec(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
         claimed_record: Some(record),
     })
 }

@@ -1,10 +1,12 @@
 //! How a notification is laid out in the `jobs` hash, the one value every pending
-//! notification keeps in Redis: `<created_at> <schedule>\n<meta JSON>\n<body>`.
+//! notification keeps in Redis: `<created_at> <delay> <schedule>\n<meta JSON>\n<body>`.
 //!
-//! - The first line is written by `enqueue.lua` (and `replay.lua`): Redis's time of the
-//!   registration and the schedule. Until its first attempt, a notification has no
-//!   state record; the scripts make its state from this line (`fresh_state` in
-//!   `lua/common.lua`), and `fresh_status` here does the same for readers.
+//! - The first line is written by `enqueue.lua`: Redis's time of the registration, the
+//!   delay (ms) and the schedule. Until its first change (an attempt settled, a
+//!   deferral, a hand-back, a cancel), a notification has no state record and is due at
+//!   `created_at + delay`; the scripts make its state from this line (`fresh_state` in
+//!   `lua/common.lua`), and so do `fresh_record` here for claims and `fresh_status` for
+//!   readers.
 //! - The meta JSON is the spec without its body, leaving out what is implied: the
 //!   content type when it is JSON, the rate key when it is the URL's host, the timeout
 //!   when it is 10 s.
@@ -84,12 +86,27 @@ pub fn decode_spec(raw: &str) -> Result<JobSpec, String> {
     Ok(spec)
 }
 
-/// The state of a notification that has no state record yet (never attempted, handed
-/// back or cancelled): as registered, due at `due` unless `in_flight`. `None` for a value
-/// of an earlier build, which always has a state record.
-pub fn fresh_status(raw: &str, due: Option<i64>, in_flight: bool) -> Option<JobStatus> {
-    let (line, _) = raw.split_once('\n')?;
-    let (created_at, schedule) = line.split_once(' ')?;
+/// The state record of a notification that has none yet, as `fresh_state` in
+/// `lua/common.lua` makes it: what a claim of it reads (and its settle hands back to the
+/// script). `None` for a value of an earlier build.
+pub fn fresh_record(raw: &str) -> Option<String> {
+    let r = Registration::of(raw)?;
+    let record = serde_json::json!({
+        "state": "scheduled",
+        "attempts": 0,
+        "lease": 0,
+        "max_attempts": r.max_attempts(),
+        "schedule": r.schedule,
+        "created_at": r.created_at,
+        "next_at": r.due_at(),
+    });
+    Some(record.to_string())
+}
+
+/// The state of a notification that has no state record yet: as registered (in flight
+/// when `in_flight`). `None` for a value of an earlier build, which always has a record.
+pub fn fresh_status(raw: &str, in_flight: bool) -> Option<JobStatus> {
+    let r = Registration::of(raw)?;
     Some(JobStatus {
         state: if in_flight {
             JobState::InFlight
@@ -97,13 +114,40 @@ pub fn fresh_status(raw: &str, due: Option<i64>, in_flight: bool) -> Option<JobS
             JobState::Scheduled
         },
         attempts: 0,
-        max_attempts: schedule_intervals(schedule).len() as u32 + 1,
-        created_at: created_at.parse().ok()?,
-        next_at: due,
+        max_attempts: r.max_attempts(),
+        created_at: r.created_at,
+        next_at: Some(r.due_at()),
         finished_at: None,
         replays: 0,
         cancel_requested: false,
     })
+}
+
+/// The first line of a stored value.
+struct Registration<'a> {
+    created_at: i64,
+    delay_ms: i64,
+    schedule: &'a str,
+}
+
+impl<'a> Registration<'a> {
+    fn of(raw: &'a str) -> Option<Self> {
+        let (line, _) = raw.split_once('\n')?;
+        let mut words = line.splitn(3, ' ');
+        Some(Self {
+            created_at: words.next()?.parse().ok()?,
+            delay_ms: words.next()?.parse().ok()?,
+            schedule: words.next()?,
+        })
+    }
+
+    fn due_at(&self) -> i64 {
+        self.created_at + self.delay_ms
+    }
+
+    fn max_attempts(&self) -> u32 {
+        schedule_intervals(self.schedule).len() as u32 + 1
+    }
 }
 
 /// A schedule as the scripts keep it: `15s,3m,10m,1h`.
@@ -155,7 +199,7 @@ mod tests {
     }
 
     fn stored(spec: &JobSpec) -> String {
-        format!("1700000000000 15s,3m\n{}", encode_spec(spec))
+        format!("1700000000000 15000 15s,3m\n{}", encode_spec(spec))
     }
 
     #[test]
@@ -164,7 +208,7 @@ mod tests {
         let raw = stored(&s);
         assert_eq!(
             raw,
-            "1700000000000 15s,3m\n{\"url\":\"https://pay.example.com/hook\",\"topic\":\"payment.succeeded\"}\n{\"order\":1,\n\"note\":\"two\\nlines\"}"
+            "1700000000000 15000 15s,3m\n{\"url\":\"https://pay.example.com/hook\",\"topic\":\"payment.succeeded\"}\n{\"order\":1,\n\"note\":\"two\\nlines\"}"
         );
         assert_eq!(decode_spec(&raw).unwrap(), s);
     }
@@ -188,18 +232,30 @@ mod tests {
         let s = spec();
         let legacy = serde_json::to_string(&s).unwrap();
         assert_eq!(decode_spec(&legacy).unwrap(), s);
-        assert!(fresh_status(&legacy, None, false).is_none());
+        assert!(fresh_status(&legacy, false).is_none());
+        assert!(fresh_record(&legacy).is_none());
     }
 
     #[test]
     fn a_fresh_notification_reads_as_registered() {
-        let status = fresh_status(&stored(&spec()), Some(1_700_000_015_000), false).unwrap();
+        let status = fresh_status(&stored(&spec()), false).unwrap();
         assert_eq!(status.state, JobState::Scheduled);
         assert_eq!((status.attempts, status.max_attempts), (0, 3));
         assert_eq!(status.created_at, 1_700_000_000_000);
         assert_eq!(status.next_at, Some(1_700_000_015_000));
-        let flying = fresh_status(&stored(&spec()), None, true).unwrap();
+        let flying = fresh_status(&stored(&spec()), true).unwrap();
         assert_eq!(flying.state, JobState::InFlight);
+    }
+
+    #[test]
+    fn a_fresh_record_is_the_one_the_scripts_make() {
+        let record: serde_json::Value =
+            serde_json::from_str(&fresh_record(&stored(&spec())).unwrap()).unwrap();
+        let scripts: serde_json::Value = serde_json::from_str(
+            r#"{"state":"scheduled","attempts":0,"lease":0,"max_attempts":3,"schedule":"15s,3m","created_at":1700000000000,"next_at":1700000015000}"#,
+        )
+        .unwrap();
+        assert_eq!(record, scripts);
     }
 
     #[test]
