@@ -37,29 +37,41 @@ fn legacy_spec() -> JobSpec {
     }
 }
 
-/// Writes a notification as an earlier build did: its spec, its state record with the
-/// schedule in ms, and its place in `index` with `score`.
-fn store_legacy(redis: &RedisServer, id: &JobId, state: &str, index: &str, score: u64) {
+/// A store on a fresh Redis holding one notification as an earlier build wrote it: its
+/// spec, its state record `state` (with the schedule in ms), and its place in `index`
+/// with `score`.
+async fn stored_by_an_earlier_build(
+    state: &str,
+    index: &str,
+    score: u64,
+) -> (Backend, Box<dyn Store>, JobId) {
+    let backend = Backend::Standalone(RedisServer::start());
+    let store = backend.store().await;
+    let Backend::Standalone(redis) = &backend else {
+        unreachable!()
+    };
+    let id = legacy_id();
+    let key = id.to_string();
     let spec = serde_json::to_string(&legacy_spec()).unwrap();
-    let id = id.to_string();
     redis.query::<()>(
         redis::cmd("HSET")
             .arg("{postback:0}:jobs")
-            .arg(&id)
+            .arg(&key)
             .arg(spec),
     );
     redis.query::<()>(
         redis::cmd("HSET")
             .arg("{postback:0}:state")
-            .arg(&id)
+            .arg(&key)
             .arg(state),
     );
     redis.query::<()>(
         redis::cmd("ZADD")
             .arg(format!("{{postback:0}}:{index}"))
             .arg(score)
-            .arg(&id),
+            .arg(&key),
     );
+    (backend, store, id)
 }
 
 async fn claim_one(store: &dyn Store) -> ClaimedJob {
@@ -98,17 +110,11 @@ fn settlement(job: &ClaimedJob, outcome: Outcome) -> Settlement {
 
 #[tokio::test]
 async fn a_scheduled_notification_of_an_earlier_build_is_retried_by_its_schedule_and_delivered() {
-    let backend = Backend::Standalone(RedisServer::start());
-    let Backend::Standalone(redis) = &backend else {
-        unreachable!()
-    };
-    let store = backend.store().await;
-    let id = legacy_id();
     let now = now_ms();
     let state = format!(
         r#"{{"state":"scheduled","attempts":0,"lease":0,"max_attempts":3,"schedule":"150,200","created_at":{now},"next_at":{now}}}"#
     );
-    store_legacy(redis, &id, &state, "due", now);
+    let (_backend, store, id) = stored_by_an_earlier_build(&state, "due", now).await;
 
     let view = store.get(&id).await.unwrap().unwrap();
     assert_eq!(view.spec, legacy_spec());
@@ -147,18 +153,12 @@ async fn a_scheduled_notification_of_an_earlier_build_is_retried_by_its_schedule
 
 #[tokio::test]
 async fn a_notification_an_earlier_build_left_in_flight_comes_back_when_its_lease_ends() {
-    let backend = Backend::Standalone(RedisServer::start());
-    let Backend::Standalone(redis) = &backend else {
-        unreachable!()
-    };
-    let store = backend.store().await;
-    let id = legacy_id();
     let now = now_ms();
     // Claims of builds before 2026-11-23 wrote `in_flight` and raised the lease number.
     let state = format!(
         r#"{{"state":"in_flight","attempts":0,"lease":1,"max_attempts":2,"schedule":"100","created_at":{now},"next_at":{now}}}"#
     );
-    store_legacy(redis, &id, &state, "inflight", now + 300);
+    let (_backend, store, id) = stored_by_an_earlier_build(&state, "inflight", now + 300).await;
 
     let view = store.get(&id).await.unwrap().unwrap();
     assert_eq!(format!("{:?}", view.status.state), "InFlight");

@@ -91,16 +91,13 @@ pub fn decode_spec(raw: &str) -> Result<JobSpec, String> {
 /// script). `None` for a value of an earlier build.
 pub fn fresh_record(raw: &str) -> Option<String> {
     let r = Registration::of(raw)?;
-    let record = serde_json::json!({
-        "state": "scheduled",
-        "attempts": 0,
-        "lease": 0,
-        "max_attempts": r.max_attempts(),
-        "schedule": r.schedule,
-        "created_at": r.created_at,
-        "next_at": r.due_at(),
-    });
-    Some(record.to_string())
+    Some(format!(
+        r#"{{"state":"scheduled","attempts":0,"lease":0,"max_attempts":{},"schedule":{},"created_at":{},"next_at":{}}}"#,
+        r.max_attempts(),
+        serde_json::to_string(r.schedule).ok()?,
+        r.created_at,
+        r.due_at()
+    ))
 }
 
 /// The state of a notification that has no state record yet: as registered (in flight
