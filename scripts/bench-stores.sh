@@ -32,30 +32,5 @@ for _ in $(seq "$repeats"); do
   done
 done
 
-python3 - "$tsv" <<'PY'
-import statistics, sys
-from collections import defaultdict
-figures = defaultdict(list)
-rows = []
-for line in open(sys.argv[1]):
-    store, scenario, metric, value = line.rstrip("\n").split("\t")
-    figures[(store, scenario, metric)].append(float(value))
-    if (scenario, metric) not in rows:
-        rows.append((scenario, metric))
-def med(store, scenario, metric):
-    values = figures.get((store, scenario, metric))
-    return statistics.median(values) if values else None
-for scenario in {s for s, _ in rows}:
-    own, redis = med("redis", scenario, "postback_cpu_per_delivery"), med("redis", scenario, "redis_cpu_per_delivery")
-    if own is not None and redis is not None:
-        figures[("redis", scenario, "cpu_per_delivery_with_store")] = [own + redis]
-        figures[("embedded", scenario, "cpu_per_delivery_with_store")] = figures[("embedded", scenario, "postback_cpu_per_delivery")]
-        rows.append((scenario, "cpu_per_delivery_with_store"))
-print("| scenario | figure | Redis | embedded | embedded / Redis |")
-print("|---|---|---|---|---|")
-for scenario, metric in sorted(rows):
-    r, e = med("redis", scenario, metric), med("embedded", scenario, metric)
-    show = lambda v: "—" if v is None else f"{v:.1f}"
-    ratio = f"{e / r:.2f}" if r and e is not None else "—"
-    print(f"| {scenario} | {metric} | {show(r)} | {show(e)} | {ratio} |")
-PY
+python3 scripts/side_by_side.py "$tsv" redis embedded \
+  --sum cpu_per_delivery_with_store=postback_cpu_per_delivery+redis_cpu_per_delivery

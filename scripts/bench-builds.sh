@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# postback beside an earlier build of itself, in one session: REV (a commit) is built in
+# a scratch worktree, and both builds run the same scenarios (burst, retry, delayed,
+# backlog) REPEATS times, interleaved. Prints the medians as a markdown table, with this
+# build's figures as a ratio to REV's: what a change did, told apart from what the
+# machine did that day.
+#
+#   scripts/bench-builds.sh REV [REPEATS] [BACKLOG]   (default 3 repeats; backlog sizes
+#                                                      10000,100000, once per repeat)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rev="${1:?usage: scripts/bench-builds.sh REV [REPEATS] [BACKLOG]}"
+repeats="${2:-3}"
+backlog="${3:-10000,100000}"
+out="$(pwd)/bench-results"
+mkdir -p "$out"
+tsv="$out/builds.tsv"
+: > "$tsv"
+bash scripts/ensure-redis.sh
+
+base="$out/build-$rev"
+if [ ! -d "$base" ]; then git worktree add --detach "$base" "$rev" >&2; fi
+(cd "$base" && CARGO_TARGET_DIR="$out/target-$rev" cargo build --release --bins >&2)
+cargo build --release --bins >&2
+
+# RESULT lines of one postback-bench run, filed under the build $1 (`previous`, `this`).
+run() {
+  local build="$1"; shift
+  local bench=target/release/postback-bench
+  [ "$build" = previous ] && bench="$out/target-$rev/release/postback-bench"
+  "$bench" "$@" --concurrency "${CONCURRENCY:-64}" |
+    awk -v label="$build" -v fields="scenario metric value" -f scripts/results-tsv.awk |
+    tee -a "$tsv"
+}
+
+for _ in $(seq "$repeats"); do
+  for build in previous this; do
+    for scenario in burst retry delayed; do run "$build" "$scenario"; done
+    run "$build" backlog --backlog "$backlog"
+  done
+done
+
+python3 scripts/side_by_side.py "$tsv" previous this
