@@ -45,7 +45,7 @@ if #ids > 0 then
     -- One with no state record has its registration's (fresh_state), which the caller
     -- makes from the spec's first line: no string work here per notification. A spec of
     -- an earlier build ('{' first) always came with a record.
-    if specs[j] and (states[j] or string.byte(specs[j], 1) ~= 123) then
+    if specs[j] and (states[j] or has_first_line(specs[j])) then
       leases[#leases + 1], leases[#leases + 2] = deadline, id
       local o = #out
       out[o + 1], out[o + 2], out[o + 3] = id, states[j], specs[j]

@@ -51,14 +51,19 @@ local function state_text(schedule, created_text, next_text)
     .. ',"next_at":' .. next_text .. '}'
 end
 
+-- True when `spec` starts with the line "<created_at> <delay> <schedule>"; a spec of an
+-- earlier build is one JSON object ('{' first) and always came with a state record.
+local function has_first_line(spec)
+  return string.byte(spec, 1) ~= 123
+end
+
 -- A notification has no state record until it first changes after its registration
 -- (an attempt settled, a deferral, a hand-back, a cancel), so that a pending one keeps a
--- single value in Redis. Until then its state is the one made here from the first line
--- of its spec, "<created_at> <delay> <schedule>": due at created_at + delay, which is its
--- score in the due set until something writes a record. Nil for a spec of an earlier
--- build ('{' first), which always came with a state record.
+-- single value in Redis. Until then its state is the one made here from its spec's first
+-- line: due at created_at + delay, which is its score in the due set until something
+-- writes a record. Nil for a spec of an earlier build.
 local function fresh_state(spec)
-  if string.byte(spec, 1) == 123 then return nil end
+  if not has_first_line(spec) then return nil end
   local first = string.find(spec, ' ', 1, true)
   local second = string.find(spec, ' ', first + 1, true)
   local line_end = string.find(spec, '\n', second, true)
@@ -104,15 +109,17 @@ end
 
 -- The decoded state of the batch's j-th notification (arguments from ARGV[i]) while the
 -- caller still holds its lease, once per id in the batch (`seen` remembers); nil when
--- the lease is lost, the notification gone, or the id seen before. `fallback` is its
--- state as text when it has no record (see leased_batch). A claim does not write the
--- state record; instead the lease number goes up whenever the notification leaves the
--- in-flight index (`end_lease`), so a number that still matches is the caller's own
+-- the lease is lost, the notification gone, or the id seen before. One with no record
+-- that is in flight (`flying`, see leased_batch) has its registration's state: `known`,
+-- when the caller has it as text, otherwise made from its spec. A claim does not write
+-- the state record; instead the lease number goes up whenever the notification leaves
+-- the in-flight index (`end_lease`), so a number that still matches is the caller's own
 -- lease, still in flight.
-local function held_state(ids, states, seen, j, i, fallback)
+local function held_state(ids, states, flying, seen, j, i, known)
   local id = ids[j]
-  local raw = states[j] or fallback
-  if seen[id] or not raw then return nil end
+  if seen[id] then return nil end
+  local raw = states[j] or (flying[j] and (known or fresh_of(id)))
+  if not raw then return nil end
   local st = cjson.decode(raw)
   if st.lease ~= tonumber(ARGV[i + 1]) then return nil end
   seen[id] = true

@@ -21,7 +21,7 @@ local seen = {}
 
 local function defer_one(j, i)
   local id = ids[j]
-  local st = held_state(ids, states, seen, j, i, not states[j] and flying[j] and fresh_of(id))
+  local st = held_state(ids, states, flying, seen, j, i)
   if not st then return 0 end
   if st.cancel_requested then
     hand_back(id, st, now, now)

@@ -13,7 +13,7 @@ local now = now_ms(true)
 -- is made from the state record `st`.
 local function replace_spec(id, st, spec)
   local old = redis.call('HGET', KEYS[4], id)
-  local line_end = old and string.byte(old, 1) ~= 123 and string.find(old, '\n', 1, true)
+  local line_end = old and has_first_line(old) and string.find(old, '\n', 1, true)
   local line = line_end and string.sub(old, 1, line_end)
     or (string.format('%d', st.created_at) .. ' 0 ' .. st.schedule .. '\n')
   redis.call('HSET', KEYS[4], id, line .. spec)

@@ -68,8 +68,7 @@ end
 -- the index, the score; nil when the caller's lease is lost.
 local function apply_rules(j, i, ended, ended_text)
   local claimed = ARGV[i + 10]
-  local fresh = not states[j] and flying[j] and (claimed ~= '' and claimed or fresh_of(ids[j]))
-  local st = held_state(ids, states, seen, j, i, fresh)
+  local st = held_state(ids, states, flying, seen, j, i, claimed ~= '' and claimed or nil)
   if not st then return nil end
   end_lease(st)
   st.attempts = st.attempts + 1
