@@ -362,18 +362,17 @@ impl RedisStore {
         let mut out = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
             let Some(spec) = &specs[i] else { continue };
-            let in_flight = leased[i].is_some();
             let status = match &states[i] {
                 Some(state) => parse_status(state)?,
                 // Never attempted: the state it has from its registration.
-                None => match fresh_status(spec, in_flight) {
+                None => match fresh_status(spec) {
                     Some(status) => status,
                     None => continue,
                 },
             };
             let mut view = job_view(id, spec, status, histories[i].as_deref())?;
             // A claim does not write the record: the in-flight index says it is in flight.
-            if in_flight {
+            if leased[i].is_some() {
                 view.status.state = JobState::InFlight;
             }
             out.push(view);
@@ -845,7 +844,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<C
         due_at: held.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
-        spec: decode_spec(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        spec: decode_spec(&spec).map_err(|e| corrupt("spec", e))?,
         claimed_record: Some(record),
     })
 }
@@ -872,7 +871,7 @@ fn job_view(
         id: id
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("bad id `{id}`")))?,
-        spec: decode_spec(spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        spec: decode_spec(spec).map_err(|e| corrupt("spec", e))?,
         status,
         history: match history {
             Some(h) => {

@@ -65,13 +65,18 @@ pub fn encode_spec(spec: &JobSpec) -> String {
 }
 
 /// The spec of a stored value, of this build or an earlier one.
-pub fn decode_spec(raw: &str) -> Result<JobSpec, String> {
+pub fn decode_spec(raw: &str) -> serde_json::Result<JobSpec> {
+    use serde::de::Error;
     if raw.starts_with('{') {
-        return serde_json::from_str(raw).map_err(|e| e.to_string());
+        return serde_json::from_str(raw);
     }
-    let (_, rest) = raw.split_once('\n').ok_or("no registration line")?;
-    let (meta, body) = rest.split_once('\n').ok_or("no body")?;
-    let meta: Meta = serde_json::from_str(meta).map_err(|e| e.to_string())?;
+    let (_, rest) = raw
+        .split_once('\n')
+        .ok_or_else(|| Error::custom("no registration line"))?;
+    let (meta, body) = rest
+        .split_once('\n')
+        .ok_or_else(|| Error::custom("no body"))?;
+    let meta: Meta = serde_json::from_str(meta)?;
     let mut spec = JobSpec {
         url: meta.url.into_owned(),
         body: body.to_string(),
@@ -100,16 +105,13 @@ pub fn fresh_record(raw: &str) -> Option<String> {
     ))
 }
 
-/// The state of a notification that has no state record yet: as registered (in flight
-/// when `in_flight`). `None` for a value of an earlier build, which always has a record.
-pub fn fresh_status(raw: &str, in_flight: bool) -> Option<JobStatus> {
+/// The state of a notification that has no state record yet: as registered, scheduled
+/// (a reader asks the in-flight index, as for any record). `None` for a value of an
+/// earlier build, which always has a record.
+pub fn fresh_status(raw: &str) -> Option<JobStatus> {
     let r = Registration::of(raw)?;
     Some(JobStatus {
-        state: if in_flight {
-            JobState::InFlight
-        } else {
-            JobState::Scheduled
-        },
+        state: JobState::Scheduled,
         attempts: 0,
         max_attempts: r.max_attempts(),
         created_at: r.created_at,
@@ -167,7 +169,8 @@ pub fn schedule_intervals(text: &str) -> Vec<u64> {
     text.split(',').map(interval_ms).collect()
 }
 
-fn interval_ms(text: &str) -> u64 {
+/// One interval of a schedule as the scripts keep it (`15s`, or ms: `250`), in ms.
+pub fn interval_ms(text: &str) -> u64 {
     let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit = match &text[digits.len()..] {
         "h" => 3_600_000,
@@ -229,19 +232,17 @@ mod tests {
         let s = spec();
         let legacy = serde_json::to_string(&s).unwrap();
         assert_eq!(decode_spec(&legacy).unwrap(), s);
-        assert!(fresh_status(&legacy, false).is_none());
+        assert!(fresh_status(&legacy).is_none());
         assert!(fresh_record(&legacy).is_none());
     }
 
     #[test]
     fn a_fresh_notification_reads_as_registered() {
-        let status = fresh_status(&stored(&spec()), false).unwrap();
+        let status = fresh_status(&stored(&spec())).unwrap();
         assert_eq!(status.state, JobState::Scheduled);
         assert_eq!((status.attempts, status.max_attempts), (0, 3));
         assert_eq!(status.created_at, 1_700_000_000_000);
         assert_eq!(status.next_at, Some(1_700_000_015_000));
-        let flying = fresh_status(&stored(&spec()), true).unwrap();
-        assert_eq!(flying.state, JobState::InFlight);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::record::schedule_intervals;
+use super::record::interval_ms;
 use crate::domain::Outcome;
 use crate::store::Settlement;
 
@@ -60,10 +60,10 @@ pub fn work_out(claimed: &str, s: &Settlement) -> Option<Worked> {
 
 /// The `n`-th interval (1-based) of a schedule as the scripts keep it; 0 past its end.
 fn nth_interval(schedule: &str, n: u64) -> u64 {
-    schedule_intervals(schedule)
-        .get(n as usize - 1)
-        .copied()
-        .unwrap_or(0)
+    schedule
+        .split(',')
+        .nth(n as usize - 1)
+        .map_or(0, interval_ms)
 }
 
 #[cfg(test)]
