@@ -218,6 +218,12 @@ async fn a_notification_claimed_before_it_is_due_keeps_its_due_time_when_release
         .unwrap();
     assert_eq!(ahead.jobs.len(), 1, "due within the next 31 s");
     assert_eq!(Some(ahead.jobs[0].due_at), due);
+    let view = store.get(&n.id).await.unwrap().unwrap();
+    assert_eq!(
+        (format!("{:?}", view.status.state), view.status.next_at),
+        ("InFlight".into(), due),
+        "a claimed notification reads in flight, due when it was"
+    );
 
     let released = store.release(&[(n.id, ahead.jobs[0].lease)]).await.unwrap();
     assert_eq!(released, 1);
