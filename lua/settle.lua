@@ -1,49 +1,24 @@
--- settle: record the outcome of attempts and move each notification on: delivered,
--- cancelled when a cancel was asked for during the attempt, scheduled at its next tier,
--- or dead when the schedule is exhausted.
+-- settle: write the outcome of attempts that postback worked out (src/lifecycle), each
+-- only if the notification's stored record is still the one it was worked out from.
 -- KEYS: the shard's keys (see common.lua)
--- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms, then
---       per attempt 14 values: id, lease, outcome ('delivered', 'failed' or 'gone'),
---       status ('' when no response), error ('' when none), duration ms, first bytes of
---       the response, retry-after ms (0: none), jitter in thousandths of the interval,
---       when the attempt ended (Redis time as the caller reckons it from its claim, never
---       early; at most now), then what the caller worked out by these rules from the
---       state record its claim read: that record, the record after the attempt, the
---       index it moves to ('done', 'dead' or 'due') and its score there (all four '' when
---       it did not)
--- A failure is retried `schedule[attempts]` after the attempt ended, stretched by the
--- jitter and at least the retry-after, however late the settle itself comes; 'gone', or a
--- failure of the last attempt, is dead at once.
--- When the stored record is still the one the claim read (so the lease is the caller's
--- and nothing has been asked of it since) and the attempt's end is not after now, the
--- caller's record is written as it is: decoding and encoding the record would be half
--- the cost of a settle. Otherwise the rules are applied here, with the end at most now.
--- An attempt whose lease is not the current one (the lease expired and the notification
--- was claimed again, or it already finished) changes nothing. The batch is read and
--- written with one command per structure, not several per attempt. Then retention, in
--- the indexes the batch added to: dead letters past their age or beyond their count, and
--- finished notifications past their age, are deleted and counted, a bounded number per
--- call (enough to keep up; trim.lua sweeps the rest).
--- Returns {new earliest 0|1, number trimmed, then per attempt 1 if applied, 0 if ignored}.
-local FIRST, WIDTH = 5, 14
+-- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms,
+--       5 retention budget, then per attempt 7 values (src/store/redis/settle.rs): id,
+--       the record it was worked out from ('' when the caller has none), the record
+--       after, the index it moves to ('done', 'dead' or 'due'), its score there, when the
+--       attempt ended (ms), and the attempt's history entry (JSON)
+-- No rules here. An attempt is written when its stored record is the expected one (a
+-- notification with no record that is in flight has the one its registration gave it,
+-- which is what its claim returned) and its end is not after now. Otherwise nothing is
+-- written for it and the reply gives the stored record and whether it is in flight, so
+-- that postback decides again; a notification with no record that is not in flight is
+-- gone. The batch is read and written with one command per structure. Then retention,
+-- in the indexes the batch added to: dead letters past their age or beyond their count,
+-- and finished notifications past their age, are deleted and counted, at most the budget.
+-- Returns {new earliest 0|1, number trimmed, now ms, then per attempt: 1 written, 0 gone,
+-- or {stored record, in flight 0|1} to decide again}.
+local FIRST, WIDTH = 6, 7
 local now = now_ms(true)
-local out = {0, 0}
-
--- The wait before the next attempt after failed attempt number `n`.
-local function next_wait(st, n, retry_after, jitter)
-  local wait = interval(st, n)
-  if jitter ~= 0 then wait = math.ceil(wait * (1000 + jitter) / 1000) end
-  return math.max(wait, retry_after)
-end
-
--- One attempt of the history as JSON: {at, status, error, duration_ms, response}. Built
--- from text (the start formatted with %d; status and duration are the digits that
--- came): a settle costs 8% fewer instructions than when it encoded a table with cjson.
-local function history_entry(at, status, err, duration, response)
-  return '{"at":' .. at .. ',"status":' .. (status ~= '' and status or 'null')
-    .. ',"error":' .. (err ~= '' and cjson.encode(err) or 'null')
-    .. ',"duration_ms":' .. duration .. ',"response":' .. cjson.encode(response) .. '}'
-end
+local out = {0, 0, now}
 
 local ids, states, flying = leased_batch(FIRST, WIDTH)
 if #ids == 0 then return out end
@@ -53,76 +28,34 @@ local histories = redis.call('HMGET', KEYS[6], unpack(ids))
 local w = {state = {}, history = {}, settled = {}, done = {}, dead = {}, due = {}}
 local seen = {}
 
--- What the caller worked out for the j-th attempt (arguments from ARGV[i]), when the
--- stored record is still the one it worked from: the record after, the index, the score.
--- One in flight with no record yet has the one its claim made (fresh_state), which is
--- the caller's: nothing has changed it since.
-local function worked_out(j, i)
-  local claimed = ARGV[i + 10]
-  local stored = states[j] or (flying[j] and claimed)
-  if claimed == '' or stored ~= claimed then return nil end
-  return ARGV[i + 11], w[ARGV[i + 12]], ARGV[i + 13]
-end
-
--- The rules, for a record that is not the one the caller worked from: the record after,
--- the index, the score; nil when the caller's lease is lost.
-local function apply_rules(j, i, ended, ended_text)
-  local claimed = ARGV[i + 10]
-  local st = held_state(ids, states, flying, seen, j, i, claimed ~= '' and claimed or nil)
-  if not st then return nil end
-  end_lease(st)
-  st.attempts = st.attempts + 1
-  local outcome = ARGV[i + 2]
-  local target, score
-  if outcome == 'delivered' then
-    target, st.state = w.done, 'delivered'
-  elseif st.cancel_requested then
-    target, st.state = w.done, 'cancelled'
-  elseif outcome == 'gone' or st.attempts >= st.max_attempts then
-    target, st.state = w.dead, 'dead'
-  else
-    st.state = 'scheduled'
-    st.next_at = ended + next_wait(st, st.attempts, tonumber(ARGV[i + 7]), tonumber(ARGV[i + 8]))
-    target, score = w.due, st.next_at
-  end
-  if target ~= w.due then
-    st.next_at = nil
-    st.finished_at = ended
-    score = ended_text
-  end
-  return cjson.encode(st), target, score
-end
-
+-- The j-th attempt, its arguments from ARGV[i].
 local function settle_one(j, i)
   local id = ids[j]
   if seen[id] then return 0 end
-  -- Kept as text for the index (Redis formats a number argument with %.17g, slowly).
-  local ended, ended_text = tonumber(ARGV[i + 9]), ARGV[i + 9]
-  local record, target, score
-  if ended <= now then record, target, score = worked_out(j, i) end
-  if not record then
-    if ended > now then ended, ended_text = now, string.format('%d', now) end
-    record, target, score = apply_rules(j, i, ended, ended_text)
-    if not record then return 0 end
+  local expected = ARGV[i + 1]
+  local stored = states[j] or (flying[j] and expected ~= '' and expected)
+  if stored ~= expected or tonumber(ARGV[i + 5]) > now then
+    local in_flight = redis.call('ZSCORE', KEYS[2], id) and 1 or 0
+    stored = states[j] or (in_flight == 1 and fresh_of(id))
+    if not stored then return 0 end
+    return {stored, in_flight}
   end
   seen[id] = true
-
-  local started = string.format('%d', ended - tonumber(ARGV[i + 5]))
-  local entry = history_entry(started, ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
   local h = histories[j]
-  h = h and (string.sub(h, 1, -2) .. ',' .. entry .. ']') or ('[' .. entry .. ']')
+  h = h and (string.sub(h, 1, -2) .. ',' .. ARGV[i + 6] .. ']') or ('[' .. ARGV[i + 6] .. ']')
+  local target = w[ARGV[i + 3]]
   table.insert(w.history, id)
   table.insert(w.history, h)
   table.insert(w.settled, id)
-  table.insert(target, score)
+  table.insert(target, ARGV[i + 4])
   table.insert(target, id)
   table.insert(w.state, id)
-  table.insert(w.state, record)
+  table.insert(w.state, ARGV[i + 2])
   return 1
 end
 
 for j = 1, #ids do
-  table.insert(out, settle_one(j, FIRST + (j - 1) * WIDTH))
+  out[#out + 1] = settle_one(j, FIRST + (j - 1) * WIDTH)
 end
 if #w.settled > 0 then
   redis.call('HSET', KEYS[5], unpack(w.state))
@@ -134,5 +67,5 @@ for key, members in pairs({[KEYS[7]] = w.done, [KEYS[3]] = w.dead, [KEYS[1]] = w
 end
 if #w.due > 0 and announce_if_heads(ARGV[1], w.due) then out[1] = 1 end
 -- Retention where this batch added: an index it did not touch cannot have grown.
-out[2] = apply_retention(now, 2, 2 * #ids + 16, #w.dead > 0, #w.done > 0)
+out[2] = apply_retention(now, 2, tonumber(ARGV[5]), #w.dead > 0, #w.done > 0)
 return out

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Instructions Redis spends per notification in a script, counted by callgrind.
 
-    python3 scripts/script_cost.py settle [--batch 16] [--n 20000] [--rules]
+    python3 scripts/script_cost.py settle [--batch 16] [--n 20000] [--conflict]
     python3 scripts/script_cost.py claim  [--batch 16] [--n 20000]
     python3 scripts/script_cost.py enqueue [--batch 16] [--n 20000]
 
@@ -15,8 +15,9 @@ notification. Instruction counts do not depend on what else the machine is doing
 versions of a script can be compared on a busy machine; wall time cannot.
 
 A settle carries the record after the attempt as postback works it out from the record
-its claim read, so the script only checks and writes it; `--rules` leaves that out, so
-that the script applies its own rules (what happens when a cancel came meanwhile).
+its claim read (src/lifecycle), so the script only checks and writes it; `--conflict`
+leaves the expected record out, so that the script answers with the stored one instead
+(the first of the two calls a settle takes when a cancel came meanwhile).
 """
 
 import argparse
@@ -70,7 +71,7 @@ def setup(kind, i):
     return cmds
 
 
-def call(kind, sha, first, batch, rules):
+def call(kind, sha, first, batch, conflict):
     """One script call for notifications first .. first + batch."""
     if kind == "claim":
         keys = KEYS + ["{postback:0}:claim:bench"]
@@ -81,14 +82,12 @@ def call(kind, sha, first, batch, rules):
         for i in range(first, first + batch):
             args += [notification_id(i), SPEC, SCHEDULE, "0", "0", "1"]
         return resp(args)
-    args += ["postback:wake", "2592000000", "1000000", "604800000"]
+    args += ["postback:wake", "2592000000", "1000000", "604800000", str(2 * batch + 16)]
+    entry = '{"at":%d,"status":200,"error":null,"duration_ms":3,"response":"ok"}' % (int(NOW) - 3)
     for i in range(first, first + batch):
-        args += [notification_id(i), "0", "delivered", "200", "", "3", "ok", "0", "0", NOW]
-        if rules:
-            args += ["", "", "", ""]
-        else:
-            after = state("delivered", 1, attempts=1, at="finished_at")
-            args += [state("scheduled", 0), after, "done", NOW]
+        expected = "" if conflict else state("scheduled", 0)
+        after = state("delivered", 1, attempts=1, at="finished_at")
+        args += [notification_id(i), expected, after, "done", NOW, NOW, entry]
     return resp(args)
 
 
@@ -98,7 +97,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def instructions(kind, body, n, batch, rules):
+def instructions(kind, body, n, batch, conflict):
     """Total instructions of a redis-server that ran the setup and the calls of `body`."""
     port = str(free_port())
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,7 +116,7 @@ def instructions(kind, body, n, batch, rules):
         for first in range(0, n, batch):
             for i in range(first, first + batch):
                 stream.extend(setup(kind, i))
-            stream.append(call(kind, sha, first, batch, rules))
+            stream.append(call(kind, sha, first, batch, conflict))
         subprocess.run(cli + ["--pipe"], input=b"".join(stream), check=True,
                        capture_output=True)
         subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
@@ -131,13 +130,14 @@ def main():
     parser.add_argument("script", choices=["settle", "claim", "enqueue"])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--n", type=int, default=20000)
-    parser.add_argument("--rules", action="store_true", help="settle by the script's rules")
+    parser.add_argument("--conflict", action="store_true",
+                        help="settle with no expected record: the script answers with the stored one")
     a = parser.parse_args()
     common = open(os.path.join(ROOT, "lua", "common.lua")).read()
     real = common + open(os.path.join(ROOT, "lua", a.script + ".lua")).read()
     empty = common + "return {0, 0}"
-    spent = instructions(a.script, real, a.n, a.batch, a.rules)
-    base = instructions(a.script, empty, a.n, a.batch, a.rules)
+    spent = instructions(a.script, real, a.n, a.batch, a.conflict)
+    base = instructions(a.script, empty, a.n, a.batch, a.conflict)
     print(f"{a.script}: {(spent - base) / a.n:,.0f} instructions per notification "
           f"(batches of {a.batch}, {a.n:,} notifications)")
 

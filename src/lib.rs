@@ -11,6 +11,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod lifecycle;
 pub mod metrics;
 pub mod policy;
 pub mod retention;

@@ -237,12 +237,13 @@ async fn a_notification_claimed_before_it_is_due_keeps_its_due_time_when_release
     assert!(again.jobs.is_empty(), "still not due");
 }
 
-/// On Redis a settle carries the state record its claim read and the record worked out
-/// from it; the script checks the stored record is still that one and writes the new
-/// one. Without them (or when the record changed) the script applies its own rules.
-/// Both ways give a notification the same state, attempts and times.
+/// On Redis a settle carries the state record its claim read, and the outcome is worked
+/// out from it and written where the stored record is still that one. Without it (or
+/// when the record changed) the store answers with the stored record and the outcome is
+/// worked out again from that. Both ways give a notification the same state, attempts
+/// and times.
 #[tokio::test]
-async fn a_settle_worked_out_from_the_claimed_record_matches_the_scripts_own_rules() {
+async fn a_settle_without_the_claimed_record_comes_to_the_same_as_one_with_it() {
     let backend = Backend::start();
     let store = backend.store().await;
     let (worked, ruled) = (notification(), notification());

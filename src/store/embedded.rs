@@ -15,26 +15,24 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency, JobState,
-    JobStatus, JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult,
+    Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency, JobStatus,
+    JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult,
 };
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule};
+use crate::lifecycle::{retention, Index, Now, Record};
 
 mod reads;
 mod tables;
 mod transitions;
 mod writer;
 
-use tables::{DbError, DbResult, Record, Tables};
-use transitions::{store_error, NewJob, Now, Retention};
+use tables::{DbError, DbResult, Tables};
+use transitions::{store_error, NewJob, Retention};
 use writer::Writer;
 
 /// The file in `store.data_dir`.
 pub const FILE_NAME: &str = "postback.redb";
-
-/// Most notifications one sweep step deletes from each finished index.
-const TRIM_BUDGET: usize = 500;
 
 pub struct EmbeddedStore {
     db: Arc<Database>,
@@ -116,12 +114,8 @@ fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
 /// Whether any of the records is due and now heads the due index.
 fn any_heads(t: &Tables, records: &[(String, Record)]) -> DbResult<bool> {
     for (id, r) in records {
-        if r.status.state == JobState::Scheduled {
-            if let Some(at) = r.status.next_at {
-                if t.heads_due(at, id)? {
-                    return Ok(true);
-                }
-            }
+        if transitions::heads(t, id, r)? {
+            return Ok(true);
         }
     }
     Ok(false)
@@ -189,14 +183,13 @@ impl Store for EmbeddedStore {
                     moved.extend(record.map(|r| (s.id.to_string(), r)));
                 }
                 settled.earliest = any_heads(t, &moved)?;
-                let state = |wanted: &[JobState]| {
-                    moved.iter().any(|(_, r)| wanted.contains(&r.status.state))
+                let into = |index| {
+                    moved
+                        .iter()
+                        .any(|(_, r)| r.position().map(|p| p.0) == Some(index))
                 };
-                let touched = (
-                    state(&[JobState::Dead]),
-                    state(&[JobState::Delivered, JobState::Cancelled]),
-                );
-                let budget = 2 * batch.len() + 16;
+                let touched = (into(Index::Dead), into(Index::Done));
+                let budget = retention::settle_budget(batch.len());
                 settled.trimmed =
                     transitions::apply_retention(t, now, &retention, budget, touched)?;
                 Ok(settled)
@@ -241,13 +234,25 @@ impl Store for EmbeddedStore {
         let spec = spec.map(to_json).transpose()?;
         let schedule = schedule.map(Schedule::intervals_ms);
         let delay_ms = delay.as_millis() as u64;
-        let status = self
+        let (status, earliest) = self
             .writer
             .run(move |t, now| {
-                transitions::replay(t, now, &id, spec.as_deref(), schedule.as_deref(), delay_ms)
+                let record = transitions::replay(
+                    t,
+                    now,
+                    &id,
+                    spec.as_deref(),
+                    schedule.as_deref(),
+                    delay_ms,
+                )?;
+                let earliest = match &record {
+                    Some(r) => transitions::heads(t, &id.to_string(), r)?,
+                    None => false,
+                };
+                Ok((record.map(|r| r.status()), earliest))
             })
             .await?;
-        self.announce(status.is_some());
+        self.announce(earliest);
         Ok(status)
     }
 
@@ -260,19 +265,19 @@ impl Store for EmbeddedStore {
         let ids = ids.to_vec();
         let schedule = schedule.map(Schedule::intervals_ms);
         let delay_ms = delay.as_millis() as u64;
-        let replayed = self
+        let (replayed, earliest) = self
             .writer
             .run(move |t, now| {
-                let mut n = 0;
+                let mut moved = Vec::new();
                 for id in &ids {
-                    let status =
+                    let record =
                         transitions::replay(t, now, id, None, schedule.as_deref(), delay_ms)?;
-                    n += usize::from(status.is_some());
+                    moved.extend(record.map(|r| (id.to_string(), r)));
                 }
-                Ok(n)
+                Ok((moved.len(), any_heads(t, &moved)?))
             })
             .await?;
-        self.announce(replayed > 0);
+        self.announce(earliest);
         Ok(replayed)
     }
 
@@ -296,11 +301,17 @@ impl Store for EmbeddedStore {
             let n = self
                 .writer
                 .run(move |t, now| {
-                    transitions::apply_retention(t, now, &retention, TRIM_BUDGET, (true, true))
+                    transitions::apply_retention(
+                        t,
+                        now,
+                        &retention,
+                        retention::SWEEP_BUDGET,
+                        (true, true),
+                    )
                 })
                 .await?;
             trimmed += n;
-            if n < TRIM_BUDGET {
+            if n < retention::SWEEP_BUDGET {
                 return Ok(trimmed);
             }
         }
@@ -322,17 +333,19 @@ impl Store for EmbeddedStore {
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
         let leases = leases.to_vec();
-        let released = self
+        let (released, earliest) = self
             .writer
             .run(move |t, now| {
-                let mut n = 0;
+                let mut moved = Vec::new();
                 for (id, lease) in &leases {
-                    n += usize::from(transitions::release(t, now, id, *lease)?);
+                    let record = transitions::release(t, now, id, *lease)?;
+                    moved.extend(record.map(|r| (id.to_string(), r)));
                 }
-                Ok(n)
+                let due = moved.iter().filter(|(_, r)| r.next_at.is_some()).count();
+                Ok((due, any_heads(t, &moved)?))
             })
             .await?;
-        self.announce(released > 0);
+        self.announce(earliest);
         Ok(released)
     }
 

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Outcome, Schedule};
+use crate::lifecycle::Verdict;
+pub use crate::lifecycle::{Cancelled, JobState, JobStatus};
 
 pub mod bulk;
 mod cursor;
@@ -35,61 +37,6 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
-
-/// Where a notification is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum JobState {
-    Scheduled,
-    InFlight,
-    Delivered,
-    Dead,
-    Cancelled,
-}
-
-impl JobState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobState::Scheduled => "scheduled",
-            JobState::InFlight => "in_flight",
-            JobState::Delivered => "delivered",
-            JobState::Dead => "dead",
-            JobState::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// The mutable part of a notification, as the store keeps it. Times are ms since the
-/// epoch, taken from the store's clock.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobStatus {
-    pub state: JobState,
-    pub attempts: u32,
-    pub max_attempts: u32,
-    pub created_at: i64,
-    #[serde(default)]
-    pub next_at: Option<i64>,
-    #[serde(default)]
-    pub finished_at: Option<i64>,
-    /// How often it was replayed from the dead letters.
-    #[serde(default)]
-    pub replays: u32,
-    /// A cancel arrived during an attempt: no retry after it.
-    #[serde(default)]
-    pub cancel_requested: bool,
-}
-
-/// The answer to a cancel.
-#[derive(Debug, Clone)]
-pub enum Cancelled {
-    /// It is cancelled (now, or it already was) and will not be sent.
-    Done,
-    /// An attempt is in flight; the notification is cancelled after it.
-    AfterAttempt,
-    /// It was already delivered or dead.
-    Finished(JobState),
-    NotFound,
-}
 
 /// A notification as a reader sees it: what it is, where it is, what happened so far.
 #[derive(Debug, Clone)]
@@ -200,16 +147,25 @@ pub struct Settlement {
 }
 
 impl Settlement {
-    /// The wait before the next attempt when this attempt failed and the interval for it
-    /// is `interval_ms`: stretched by the jitter (rounded up), and at least the
-    /// receiver's `Retry-After`.
-    pub fn wait_after(&self, interval_ms: u64) -> i64 {
-        let mut wait = interval_ms as i64;
-        if self.jitter_permille != 0 {
-            let stretched = wait * (1000 + i64::from(self.jitter_permille));
-            wait = (stretched + 999).div_euclid(1000);
+    /// Its entry in the history, when it ended at `ended` (store clock).
+    pub fn attempt(&self, ended: i64) -> Attempt {
+        Attempt {
+            at: ended - self.duration_ms as i64,
+            status: self.status,
+            error: self.error.clone(),
+            duration_ms: self.duration_ms,
+            response: self.response.clone(),
         }
-        wait.max(self.retry_after.map_or(0, |d| d.as_millis() as i64))
+    }
+
+    /// How the attempt ended, as the lifecycle takes it.
+    pub fn verdict(&self) -> Verdict {
+        Verdict {
+            outcome: self.outcome,
+            ended_at: self.ended_at,
+            retry_after_ms: self.retry_after.map_or(0, |d| d.as_millis() as i64),
+            jitter_permille: self.jitter_permille,
+        }
     }
 }
 

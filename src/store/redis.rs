@@ -22,21 +22,21 @@ use super::{
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
+use crate::lifecycle::{retention, schedule_text, Record};
 
 mod conn;
 mod enqueue;
 mod page;
 mod record;
 mod reply;
-mod settle_record;
+mod settle;
 mod shard_clock;
 
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
 use page::ShardPage;
-use record::{decode_spec, encode_spec, fresh_record, fresh_status, schedule_text};
+use record::{decode_spec, encode_spec, fresh_record};
 use reply::{int_at, text_at};
-use settle_record::work_out;
 use shard_clock::ShardClock;
 
 /// A script from `lua/`, with the shared helpers of `lua/common.lua` in front.
@@ -54,9 +54,6 @@ const SCAN_WINDOW: usize = 200;
 /// Dead letters examined for one page at most; past it the page ends early with a
 /// cursor, so that a filter matching nothing cannot keep Redis busy.
 const MAX_SCAN: usize = 5_000;
-
-/// Most notifications one sweep call deletes from each finished index of a shard.
-const TRIM_BUDGET: usize = 500;
 
 /// One HMGET answer: a value or nothing per requested field.
 type Fields = Vec<Option<String>>;
@@ -264,37 +261,15 @@ impl RedisStore {
         &self,
         keys: &ShardKeys,
         batch: &[&Settlement],
-    ) -> StoreResult<(Vec<bool>, bool, usize)> {
-        let mut call = self.scripts.settle.key(keys.all().as_slice());
-        call.arg(&self.wake_channel).arg(&self.retention[..]);
-        for s in batch {
-            call.arg(s.id.to_string())
-                .arg(s.lease)
-                .arg(s.outcome.as_str())
-                .arg(s.status.map(|c| c.to_string()).unwrap_or_default())
-                .arg(s.error.as_deref().unwrap_or_default())
-                .arg(s.duration_ms)
-                .arg(&s.response)
-                .arg(s.retry_after.map_or(0, |d| d.as_millis() as u64))
-                .arg(s.jitter_permille)
-                .arg(s.ended_at);
-            match s
-                .claimed_record
-                .as_deref()
-                .and_then(|c| Some((c, work_out(c, s)?)))
-            {
-                Some((claimed, w)) => call.arg(claimed).arg(w.record).arg(w.index).arg(w.score),
-                None => call.arg("").arg("").arg("").arg(""),
-            };
-        }
-        let reply: Vec<i64> = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        let earliest = reply.first().is_some_and(|&e| e == 1);
-        let trimmed = reply.get(1).copied().unwrap_or(0) as usize;
-        let applied = reply.iter().skip(2).map(|&a| a == 1).collect();
-        Ok((applied, earliest, trimmed))
+    ) -> StoreResult<settle::Outcome> {
+        let target = settle::Target {
+            conn: &self.conn,
+            script: &self.scripts.settle,
+            keys,
+            wake_channel: &self.wake_channel,
+            retention: self.retention,
+        };
+        settle::settle(&target, batch).await
     }
 
     /// `items` grouped by the shard of their id, leaving out shards with none.
@@ -327,7 +302,7 @@ impl RedisStore {
     ) -> StoreResult<Vec<Value>> {
         let mut call = self.scripts.replay.key(keys.all().as_slice());
         call.arg(spec)
-            .arg(schedule.map_or("-".to_string(), schedule_text))
+            .arg(schedule.map_or("-".to_string(), |s| schedule_text(&s.intervals_ms())))
             .arg(delay.as_millis() as u64)
             .arg(&self.wake_channel);
         for id in ids {
@@ -365,8 +340,8 @@ impl RedisStore {
             let status = match &states[i] {
                 Some(state) => parse_status(state)?,
                 // Never attempted: the state it has from its registration.
-                None => match fresh_status(spec) {
-                    Some(status) => status,
+                None => match fresh_record(spec) {
+                    Some(record) => record.status(),
                     None => continue,
                 },
             };
@@ -404,7 +379,7 @@ impl Store for RedisStore {
         let item = Item {
             id: n.id,
             spec: encode_spec(&n.spec()),
-            schedule: schedule_text(&n.schedule),
+            schedule: schedule_text(&n.schedule.intervals_ms()),
             delay_ms: n.delay.as_millis() as u64,
             idempotency: idempotency
                 .map(|i| (keys.idempotency(&i.key), (i.ttl.as_millis() as u64).max(1))),
@@ -448,13 +423,13 @@ impl Store for RedisStore {
             if items.is_empty() {
                 continue;
             }
-            let (done, wake, trim) = self.settle_shard(keys, &items).await?;
-            if wake {
+            let settled = self.settle_shard(keys, &items).await?;
+            if settled.earliest {
                 self.clock.wake(shard);
             }
-            earliest |= wake;
-            trimmed += trim;
-            for (i, a) in idx.into_iter().zip(done) {
+            earliest |= settled.earliest;
+            trimmed += settled.trimmed;
+            for (i, a) in idx.into_iter().zip(settled.applied) {
                 applied[i] = a;
             }
         }
@@ -564,12 +539,12 @@ impl Store for RedisStore {
                     .trim
                     .key(keys.all().as_slice())
                     .arg(&self.retention[..])
-                    .arg(TRIM_BUDGET)
+                    .arg(retention::SWEEP_BUDGET)
                     .invoke_async(&mut self.conn.clone())
                     .await
                     .map_err(store_error)?;
                 trimmed += n;
-                if n < TRIM_BUDGET {
+                if n < retention::SWEEP_BUDGET {
                     break;
                 }
             }
@@ -829,34 +804,34 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<C
     let corrupt =
         |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
     let spec = text_at(c, 2)?;
-    let record = match c.get(1) {
-        Some(Value::Nil) => fresh_record(&spec)
-            .ok_or_else(|| StoreError::Corrupt(format!("spec of {id} has no first line")))?,
-        _ => text_at(c, 1)?,
+    let (held, text) = match c.get(1) {
+        Some(Value::Nil) => {
+            let fresh = fresh_record(&spec)
+                .ok_or_else(|| StoreError::Corrupt(format!("spec of {id} has no first line")))?;
+            let text = fresh.encode();
+            (fresh, text)
+        }
+        _ => {
+            let text = text_at(c, 1)?;
+            (
+                Record::decode(&text).map_err(|e| corrupt("state", e))?,
+                text,
+            )
+        }
     };
-    let held: HeldRecord = serde_json::from_str(&record).map_err(|e| corrupt("state", e))?;
     Ok(ClaimedJob {
         id: id
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("bad id `{id}` in due set")))?,
         lease: held.lease,
         attempt: held.attempts + 1,
+        // A scheduled notification's `next_at` is its score in the due set.
         due_at: held.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
         spec: decode_spec(&spec).map_err(|e| corrupt("spec", e))?,
-        claimed_record: Some(record),
+        claimed_record: Some(text),
     })
-}
-
-/// What a claimer needs from the state record a claim returns: the lease number its
-/// settle must show, the attempts made so far, and when it is due (a scheduled
-/// notification's `next_at` is its score in the due set).
-#[derive(serde::Deserialize)]
-struct HeldRecord {
-    lease: u64,
-    attempts: u32,
-    next_at: Option<i64>,
 }
 
 fn job_view(

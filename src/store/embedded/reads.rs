@@ -4,9 +4,11 @@
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::tables::{
-    decode, DbError, DbResult, Record, COUNTERS, DEAD, DONE, DUE, HISTORY, INFLIGHT, RECORDS, SPECS,
+    corrupt, decode, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY, INFLIGHT, RECORDS,
+    SPECS,
 };
 use crate::domain::{Attempt, JobId, JobSpec};
+use crate::lifecycle::Record;
 use crate::store::{Cursor, DeadFilter, DeadPage, JobView, Outcomes, StateCounts, Stats, Trimmed};
 
 /// Dead letters examined for one page at most; past it the page ends early with a
@@ -21,7 +23,7 @@ pub fn view(tx: &ReadTransaction, id: &str) -> DbResult<Option<JobView>> {
     let Some(record) = records.get(id)? else {
         return Ok(None);
     };
-    let record: Record = decode(record.value())?;
+    let record = Record::decode(record.value()).map_err(corrupt)?;
     let Some(spec) = tx.open_table(SPECS)?.get(id)? else {
         return Ok(None);
     };
@@ -36,7 +38,7 @@ pub fn view(tx: &ReadTransaction, id: &str) -> DbResult<Option<JobView>> {
     Ok(Some(JobView {
         id,
         spec,
-        status: record.status,
+        status: record.status(),
         history,
     }))
 }

@@ -3,9 +3,9 @@
 //! order, as Redis's sorted sets do.
 
 use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::store::{JobState, JobStatus};
+use crate::lifecycle::{Index, Record};
 
 /// What a step of the embedded store gives: any error aborts its transaction.
 pub type DbResult<T> = Result<T, DbError>;
@@ -48,7 +48,7 @@ impl std::fmt::Display for DbError {
 
 /// id → the notification's spec (JSON), as registered or replaced by a replay.
 pub const SPECS: TableDefinition<&str, &str> = TableDefinition::new("specs");
-/// id → `Record` (JSON).
+/// id → `Record` (`lifecycle`'s JSON, as on Redis).
 pub const RECORDS: TableDefinition<&str, &str> = TableDefinition::new("records");
 /// id → the attempt history (a JSON array).
 pub const HISTORY: TableDefinition<&str, &str> = TableDefinition::new("history");
@@ -67,43 +67,6 @@ pub const IDEMPOTENCY_EXPIRY: TableDefinition<(i64, &str), ()> =
     TableDefinition::new("idempotency_expiry");
 /// What retention deleted, by reason → count.
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
-
-/// The mutable part of a notification with what the store needs besides: its schedule
-/// and its current lease.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Record {
-    #[serde(flatten)]
-    pub status: JobStatus,
-    /// The retry intervals in ms.
-    pub schedule: Vec<u64>,
-    /// The number of the current (or last) lease; a settle must name it.
-    pub lease: u64,
-    /// While in flight: when the lease ends.
-    #[serde(default)]
-    pub lease_until: Option<i64>,
-}
-
-impl Record {
-    /// The index entry this record is in, by its state.
-    fn position(&self) -> Option<(Index, i64)> {
-        let s = &self.status;
-        match s.state {
-            JobState::Scheduled => s.next_at.map(|at| (Index::Due, at)),
-            JobState::InFlight => self.lease_until.map(|at| (Index::InFlight, at)),
-            JobState::Dead => s.finished_at.map(|at| (Index::Dead, at)),
-            JobState::Delivered | JobState::Cancelled => s.finished_at.map(|at| (Index::Done, at)),
-        }
-    }
-}
-
-/// The indexes keyed by `(time, id)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Index {
-    Due,
-    InFlight,
-    Dead,
-    Done,
-}
 
 /// Every table, open in one write transaction.
 pub struct Tables<'t> {
@@ -146,7 +109,7 @@ impl<'t> Tables<'t> {
 
     pub fn record(&self, id: &str) -> DbResult<Option<Record>> {
         match self.records.get(id)? {
-            Some(raw) => Ok(Some(decode(raw.value())?)),
+            Some(raw) => Ok(Some(Record::decode(raw.value()).map_err(corrupt)?)),
             None => Ok(None),
         }
     }
@@ -162,8 +125,7 @@ impl<'t> Tables<'t> {
                 self.index(index).insert((at, id), ())?;
             }
         }
-        let encoded = serde_json::to_string(new).map_err(corrupt)?;
-        self.records.insert(id, encoded.as_str())?;
+        self.records.insert(id, new.encode().as_str())?;
         Ok(())
     }
 

@@ -1,43 +1,15 @@
-//! The embedded store's state transitions, each a function over the tables of one write
-//! transaction. They follow the same rules as the Redis store's scripts in `lua/`, one
-//! for one (`enqueue` as enqueue.lua, `claim` as claim.lua, and so on).
+//! The embedded store's transitions, each over the tables of one write transaction: it
+//! reads the record, asks `lifecycle` what the event leads to, and writes the answer
+//! with its index entry (`Tables::save`). Nothing here decides a state.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use super::tables::{decode, DbError, DbResult, Index, Record, Tables};
-use crate::domain::{Attempt, JobId, JobSpec, Outcome};
-use crate::store::{
-    Cancelled, Claim, ClaimedJob, Deferral, Enqueued, JobState, JobStatus, Settlement, StoreError,
-};
-
-/// The store's clock, read once per transition, in µs since the epoch.
-#[derive(Debug, Clone, Copy)]
-pub struct Now(i64);
-
-impl Now {
-    pub fn read() -> Self {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        Self(since.as_micros() as i64)
-    }
-
-    /// In ms, rounded up: for due times computed from it, so that nothing is early.
-    pub fn up(self) -> i64 {
-        (self.0 + 999) / 1000
-    }
-
-    /// In ms, rounded down: for comparing with due times.
-    pub fn down(self) -> i64 {
-        self.0 / 1000
-    }
-
-    pub fn micros(self) -> i64 {
-        self.0
-    }
-}
+use super::tables::{decode, DbError, DbResult, Tables};
+use crate::domain::{Attempt, JobId, JobSpec};
+use crate::lifecycle::{transitions as life, Cancelled, Index, Now, Record};
+use crate::store::{Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError};
 
 /// A registration, ready to store.
 pub struct NewJob {
@@ -61,7 +33,6 @@ pub struct Retention {
 /// Stores a notification and schedules its first attempt, or answers with the earlier
 /// notification of its idempotency key.
 pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
-    let now_ms = now.up();
     let id = job.id.to_string();
     if let Some((key, ttl)) = &job.idempotency {
         let known = t.idempotency.get(key.as_str())?.and_then(|v| {
@@ -69,7 +40,7 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
             (until > now.down()).then(|| id.to_string())
         });
         if let Some(first) = known {
-            let status = t.record(&first)?.map(|r| r.status);
+            let status = t.record(&first)?.map(|r| r.status());
             return Ok(Enqueued {
                 id: parse_id(&first)?,
                 status,
@@ -78,34 +49,28 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
             });
         }
         forget_key(t, key)?;
-        let until = now_ms + *ttl as i64;
+        let until = now.up() + *ttl as i64;
         t.idempotency.insert(key.as_str(), (id.as_str(), until))?;
         t.idempotency_expiry.insert((until, key.as_str()), ())?;
     }
-    let record = Record {
-        status: JobStatus {
-            state: JobState::Scheduled,
-            attempts: 0,
-            max_attempts: job.schedule.len() as u32 + 1,
-            created_at: now_ms,
-            next_at: Some(now_ms + job.delay_ms as i64),
-            finished_at: None,
-            replays: 0,
-            cancel_requested: false,
-        },
-        schedule: job.schedule.clone(),
-        lease: 0,
-        lease_until: None,
-    };
+    let record = life::register(job.schedule.clone(), now, job.delay_ms);
     t.specs.insert(id.as_str(), job.spec.as_str())?;
     t.save(&id, None, &record)?;
-    let earliest = t.heads_due(now_ms + job.delay_ms as i64, &id)?;
+    let earliest = heads(t, &id, &record)?;
     Ok(Enqueued {
         id: job.id,
-        status: Some(record.status),
+        status: Some(record.status()),
         duplicate: false,
         earliest,
     })
+}
+
+/// Whether `record` is scheduled and heads the due index.
+pub fn heads(t: &Tables, id: &str, record: &Record) -> DbResult<bool> {
+    match record.position() {
+        Some((Index::Due, at)) => t.heads_due(at, id),
+        _ => Ok(false),
+    }
 }
 
 /// Deletes an idempotency key and its expiry entry, if any.
@@ -129,36 +94,30 @@ pub fn claim(
 ) -> DbResult<Claim> {
     let now_ms = now.down();
     for (until, id) in first_until(&t.inflight, now_ms, limit)? {
-        let Some(old) = t.record(&id)? else {
-            t.inflight.remove((until, id.as_str()))?;
-            continue;
-        };
-        let mut r = old.clone();
-        let at = due_again(&r, now_ms);
-        hand_back(&mut r, now_ms, at);
-        t.save(&id, Some(&old), &r)?;
+        let old = t.record(&id)?;
+        match old.as_ref().and_then(|old| life::expire(old, now)) {
+            Some(new) => t.save(&id, old.as_ref(), &new)?,
+            None => drop(t.inflight.remove((until, id.as_str()))?),
+        }
     }
     let mut jobs = Vec::new();
     for (due_at, id) in first_until(&t.due, now_ms + ahead_ms, limit)? {
         let spec = t.specs.get(id.as_str())?.map(|v| v.value().to_string());
-        let (Some(old), Some(spec)) = (t.record(&id)?, spec) else {
+        let old = t.record(&id)?;
+        let claimed = old.as_ref().and_then(|r| life::claim(r, now_ms + lease_ms));
+        let (Some(new), Some(spec)) = (claimed, spec) else {
             t.due.remove((due_at, id.as_str()))?;
             continue;
         };
-        let spec: JobSpec = decode(&spec)?;
-        let mut r = old.clone();
-        r.status.state = JobState::InFlight;
-        r.lease += 1;
-        r.lease_until = Some(now_ms + lease_ms);
-        t.save(&id, Some(&old), &r)?;
+        t.save(&id, old.as_ref(), &new)?;
         jobs.push(ClaimedJob {
             id: parse_id(&id)?,
-            lease: r.lease,
-            attempt: r.status.attempts + 1,
+            lease: new.lease,
+            attempt: new.attempts + 1,
             due_at,
             claimed_at_us: now.micros(),
             claim_asked: asked,
-            spec,
+            spec: decode::<JobSpec>(&spec)?,
             claimed_record: None,
         });
     }
@@ -190,73 +149,33 @@ fn first_until(
     Ok(out)
 }
 
-/// When a notification handed back is due again: when it was due, or now if that has
-/// passed (a claim may take it before it is due).
-fn due_again(r: &Record, now_ms: i64) -> i64 {
-    r.status.next_at.map_or(now_ms, |due| due.max(now_ms))
-}
-
-/// Takes back an attempt never made or never completed, without counting it: cancelled
-/// when a cancel was asked for meanwhile, otherwise due at `at`. True when due again.
-fn hand_back(r: &mut Record, now_ms: i64, at: i64) -> bool {
-    r.lease_until = None;
-    if r.status.cancel_requested {
-        finish(r, JobState::Cancelled, now_ms);
-        return false;
-    }
-    schedule_at(r, at);
-    true
-}
-
-fn finish(r: &mut Record, state: JobState, at: i64) {
-    r.status.state = state;
-    r.status.next_at = None;
-    r.status.finished_at = Some(at);
-    r.lease_until = None;
-}
-
-fn schedule_at(r: &mut Record, at: i64) {
-    r.status.state = JobState::Scheduled;
-    r.status.next_at = Some(at);
-    r.lease_until = None;
-}
-
-/// The record of `id` while `lease` is still the current lease of its attempt.
-fn held(t: &Tables, id: &JobId, lease: u64) -> DbResult<Option<Record>> {
-    Ok(t.record(&id.to_string())?
-        .filter(|r| r.status.state == JobState::InFlight && r.lease == lease))
+/// Applies `step` to the record of `id` and saves what it returns. The new record;
+/// `None` when there is no record or the step changed nothing.
+fn apply(
+    t: &mut Tables,
+    id: &str,
+    step: impl FnOnce(&Record) -> Option<Record>,
+) -> DbResult<Option<Record>> {
+    let Some(old) = t.record(id)? else {
+        return Ok(None);
+    };
+    let Some(new) = step(&old) else {
+        return Ok(None);
+    };
+    t.save(id, Some(&old), &new)?;
+    Ok(Some(new))
 }
 
 /// Records one attempt and moves the notification on. Its new record; `None` when the
 /// lease was no longer current and nothing changed.
 pub fn settle(t: &mut Tables, now: Now, s: &Settlement) -> DbResult<Option<Record>> {
-    let Some(old) = held(t, &s.id, s.lease)? else {
+    let id = s.id.to_string();
+    let verdict = s.verdict();
+    let Some(new) = apply(t, &id, |r| life::settle(r, s.lease, &verdict, now))? else {
         return Ok(None);
     };
-    let id = s.id.to_string();
-    let ended = s.ended_at.min(now.up());
-    append_history(t, &id, s, ended)?;
-    let mut r = old.clone();
-    r.status.attempts += 1;
-    if s.outcome == Outcome::Delivered {
-        finish(&mut r, JobState::Delivered, ended);
-    } else if r.status.cancel_requested {
-        finish(&mut r, JobState::Cancelled, ended);
-    } else if s.outcome == Outcome::Gone || r.status.attempts >= r.status.max_attempts {
-        finish(&mut r, JobState::Dead, ended);
-    } else {
-        let at = ended + next_wait(&r, s);
-        schedule_at(&mut r, at);
-    }
-    t.save(&id, Some(&old), &r)?;
-    Ok(Some(r))
-}
-
-/// The wait after failed attempt number `attempts`: its interval, stretched by the
-/// jitter, and at least the receiver's `Retry-After`.
-fn next_wait(r: &Record, s: &Settlement) -> i64 {
-    let n = r.status.attempts as usize;
-    s.wait_after(r.schedule.get(n - 1).copied().unwrap_or(0))
+    append_history(t, &id, s, verdict.ended_at.min(now.up()))?;
+    Ok(Some(new))
 }
 
 fn append_history(t: &mut Tables, id: &str, s: &Settlement, ended: i64) -> DbResult<()> {
@@ -264,13 +183,7 @@ fn append_history(t: &mut Tables, id: &str, s: &Settlement, ended: i64) -> DbRes
         Some(raw) => decode(raw.value())?,
         None => Vec::new(),
     };
-    history.push(Attempt {
-        at: ended - s.duration_ms as i64,
-        status: s.status,
-        error: s.error.clone(),
-        duration_ms: s.duration_ms,
-        response: s.response.clone(),
-    });
+    history.push(s.attempt(ended));
     let encoded = serde_json::to_string(&history).map_err(super::tables::corrupt)?;
     t.history.insert(id, encoded.as_str())?;
     Ok(())
@@ -280,53 +193,31 @@ fn append_history(t: &mut Tables, id: &str, s: &Settlement, ended: i64) -> DbRes
 /// attempt (cancelled instead when a cancel was asked for). Its new record; `None` when
 /// the lease was no longer current.
 pub fn defer(t: &mut Tables, now: Now, d: &Deferral) -> DbResult<Option<Record>> {
-    let Some(old) = held(t, &d.id, d.lease)? else {
-        return Ok(None);
-    };
-    let mut r = old.clone();
-    hand_back(&mut r, now.down(), now.up() + d.delay.as_millis() as i64);
-    t.save(&d.id.to_string(), Some(&old), &r)?;
-    Ok(Some(r))
+    let delay_ms = d.delay.as_millis() as u64;
+    apply(t, &d.id.to_string(), |r| {
+        life::defer(r, d.lease, now, delay_ms)
+    })
 }
 
 /// Hands a leased notification back, due at once (or when it was due, if that is
-/// later). Whether it is due again.
-pub fn release(t: &mut Tables, now: Now, id: &JobId, lease: u64) -> DbResult<bool> {
-    let Some(old) = held(t, id, lease)? else {
-        return Ok(false);
-    };
-    let mut r = old.clone();
-    let now_ms = now.down();
-    let due = hand_back(&mut r, now_ms, due_again(&old, now_ms));
-    t.save(&id.to_string(), Some(&old), &r)?;
-    Ok(due)
+/// later). Its new record; `None` when the lease was no longer current.
+pub fn release(t: &mut Tables, now: Now, id: &JobId, lease: u64) -> DbResult<Option<Record>> {
+    apply(t, &id.to_string(), |r| life::release(r, lease, now))
 }
 
 /// Cancels a scheduled notification at once, or one in flight after its attempt.
 pub fn cancel(t: &mut Tables, now: Now, id: &JobId) -> DbResult<Cancelled> {
-    let key = id.to_string();
-    let Some(old) = t.record(&key)? else {
-        return Ok(Cancelled::NotFound);
-    };
-    let mut r = old.clone();
-    let answer = match old.status.state {
-        JobState::Scheduled => {
-            finish(&mut r, JobState::Cancelled, now.down());
-            Cancelled::Done
-        }
-        JobState::InFlight => {
-            r.status.cancel_requested = true;
-            Cancelled::AfterAttempt
-        }
-        JobState::Cancelled => return Ok(Cancelled::Done),
-        state => return Ok(Cancelled::Finished(state)),
-    };
-    t.save(&key, Some(&old), &r)?;
+    let mut answer = Cancelled::NotFound;
+    apply(t, &id.to_string(), |r| {
+        let (said, new) = life::cancel(r, now);
+        answer = said;
+        new
+    })?;
     Ok(answer)
 }
 
 /// Schedules a dead letter again from a fresh attempt count, with a new spec (JSON) or
-/// schedule (intervals in ms) when given. Its new status; `None` when it is not dead.
+/// schedule (intervals in ms) when given. Its new record; `None` when it is not dead.
 pub fn replay(
     t: &mut Tables,
     now: Now,
@@ -334,35 +225,23 @@ pub fn replay(
     spec: Option<&str>,
     schedule: Option<&[u64]>,
     delay_ms: u64,
-) -> DbResult<Option<JobStatus>> {
+) -> DbResult<Option<Record>> {
     let key = id.to_string();
-    let Some(old) = t.record(&key)?.filter(|r| r.status.state == JobState::Dead) else {
-        return Ok(None);
-    };
-    if let Some(spec) = spec {
+    let replayed = apply(t, &key, |r| life::replay(r, now, delay_ms, schedule))?;
+    if let (Some(spec), Some(_)) = (spec, &replayed) {
         t.specs.insert(key.as_str(), spec)?;
     }
-    let mut r = old.clone();
-    if let Some(schedule) = schedule {
-        r.schedule = schedule.to_vec();
-    }
-    r.status.max_attempts = r.schedule.len() as u32 + 1;
-    r.status.attempts = 0;
-    r.status.replays += 1;
-    r.status.finished_at = None;
-    schedule_at(&mut r, now.up() + delay_ms as i64);
-    t.save(&key, Some(&old), &r)?;
-    Ok(Some(r.status))
+    Ok(replayed)
 }
 
 /// Deletes a dead letter. Whether it was one.
 pub fn discard(t: &mut Tables, id: &JobId) -> DbResult<bool> {
     let key = id.to_string();
-    let Some(r) = t.record(&key)?.filter(|r| r.status.state == JobState::Dead) else {
+    let Some(r) = t.record(&key)?.filter(life::discardable) else {
         return Ok(false);
     };
-    if let Some(at) = r.status.finished_at {
-        t.dead.remove((at, key.as_str()))?;
+    if let Some((index, at)) = r.position() {
+        t.index(index).remove((at, key.as_str()))?;
     }
     t.forget(&key)?;
     Ok(true)

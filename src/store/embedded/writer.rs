@@ -11,7 +11,8 @@ use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
 use super::tables::{DbResult, Tables};
-use super::transitions::{store_error, Now};
+use super::transitions::store_error;
+use crate::lifecycle::Now;
 use crate::store::{StoreError, StoreResult};
 
 /// Most steps in one transaction.

@@ -5,23 +5,21 @@
 //!   delay (ms) and the schedule. Until its first change (an attempt settled, a
 //!   deferral, a hand-back, a cancel), a notification has no state record and is due at
 //!   `created_at + delay`; the scripts make its state from this line (`fresh_state` in
-//!   `lua/common.lua`), and so do `fresh_record` here for claims and `fresh_status` for
-//!   readers.
+//!   `lua/common.lua`), and so does `fresh_record` here, for claims and readers.
 //! - The meta JSON is the spec without its body, leaving out what is implied: the
 //!   content type when it is JSON, the rate key when it is the URL's host, the timeout
 //!   when it is 10 s.
 //! - The body follows as it is sent, unescaped, to the end of the value.
 //!
-//! A schedule is kept as its intervals in the largest unit that divides each one
-//! (`15s,3m,1h`; a bare number is ms). Specs of earlier builds (one JSON object, the
-//! body escaped inside it) and schedules in ms are still read.
+//! The schedule on the first line is written as records keep it (`lifecycle`). Specs of
+//! earlier builds (one JSON object, the body escaped inside it) are still read.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{JobSpec, Payload, Schedule};
-use crate::store::{JobState, JobStatus};
+use crate::domain::{JobSpec, Payload};
+use crate::lifecycle::{schedule_intervals, transitions, Now, Record};
 
 /// The timeout a spec leaves out.
 const IMPLIED_TIMEOUT_MS: u64 = 10_000;
@@ -92,93 +90,17 @@ pub fn decode_spec(raw: &str) -> serde_json::Result<JobSpec> {
 }
 
 /// The state record of a notification that has none yet, as `fresh_state` in
-/// `lua/common.lua` makes it: what a claim of it reads (and its settle hands back to the
-/// script). `None` for a value of an earlier build.
-pub fn fresh_record(raw: &str) -> Option<String> {
-    let r = Registration::of(raw)?;
-    Some(format!(
-        r#"{{"state":"scheduled","attempts":0,"lease":0,"max_attempts":{},"schedule":{},"created_at":{},"next_at":{}}}"#,
-        r.max_attempts(),
-        serde_json::to_string(r.schedule).ok()?,
-        r.created_at,
-        r.due_at()
-    ))
-}
-
-/// The state of a notification that has no state record yet: as registered, scheduled
-/// (a reader asks the in-flight index, as for any record). `None` for a value of an
-/// earlier build, which always has a record.
-pub fn fresh_status(raw: &str) -> Option<JobStatus> {
-    let r = Registration::of(raw)?;
-    Some(JobStatus {
-        state: JobState::Scheduled,
-        attempts: 0,
-        max_attempts: r.max_attempts(),
-        created_at: r.created_at,
-        next_at: Some(r.due_at()),
-        finished_at: None,
-        replays: 0,
-        cancel_requested: false,
-    })
-}
-
-/// The first line of a stored value.
-struct Registration<'a> {
-    created_at: i64,
-    delay_ms: i64,
-    schedule: &'a str,
-}
-
-impl<'a> Registration<'a> {
-    fn of(raw: &'a str) -> Option<Self> {
-        let (line, _) = raw.split_once('\n')?;
-        let mut words = line.splitn(3, ' ');
-        Some(Self {
-            created_at: words.next()?.parse().ok()?,
-            delay_ms: words.next()?.parse().ok()?,
-            schedule: words.next()?,
-        })
-    }
-
-    fn due_at(&self) -> i64 {
-        self.created_at + self.delay_ms
-    }
-
-    fn max_attempts(&self) -> u32 {
-        schedule_intervals(self.schedule).len() as u32 + 1
-    }
-}
-
-/// A schedule as the scripts keep it: `15s,3m,10m,1h`.
-pub fn schedule_text(schedule: &Schedule) -> String {
-    let units = [(3_600_000, "h"), (60_000, "m"), (1_000, "s")];
-    let text = |ms: u64| match units.iter().find(|(size, _)| ms >= *size && ms % size == 0) {
-        Some((size, unit)) => format!("{}{unit}", ms / size),
-        None => ms.to_string(),
-    };
-    let each: Vec<String> = schedule.intervals_ms().into_iter().map(text).collect();
-    each.join(",")
-}
-
-/// The intervals in ms of a schedule as the scripts keep it (or as earlier builds kept
-/// it, in ms); an interval that does not read is 0.
-pub fn schedule_intervals(text: &str) -> Vec<u64> {
-    if text.is_empty() {
-        return Vec::new();
-    }
-    text.split(',').map(interval_ms).collect()
-}
-
-/// One interval of a schedule as the scripts keep it (`15s`, or ms: `250`), in ms.
-pub fn interval_ms(text: &str) -> u64 {
-    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let unit = match &text[digits.len()..] {
-        "h" => 3_600_000,
-        "m" => 60_000,
-        "s" => 1_000,
-        _ => 1,
-    };
-    digits.parse::<u64>().map_or(0, |n| n * unit)
+/// `lua/common.lua` makes it: scheduled at `created_at + delay`, no attempt, lease 0.
+/// What a claim of it reads, and a reader sees (asking the in-flight index, as for any
+/// record). `None` for a value of an earlier build, which always has a record.
+pub fn fresh_record(raw: &str) -> Option<Record> {
+    let (line, _) = raw.split_once('\n')?;
+    let mut words = line.splitn(3, ' ');
+    let created_at: i64 = words.next()?.parse().ok()?;
+    let delay_ms: u64 = words.next()?.parse().ok()?;
+    let schedule = schedule_intervals(words.next()?);
+    let now = Now::from_micros(created_at * 1000);
+    Some(transitions::register(schedule, now, delay_ms))
 }
 
 #[cfg(test)]
@@ -232,37 +154,16 @@ mod tests {
         let s = spec();
         let legacy = serde_json::to_string(&s).unwrap();
         assert_eq!(decode_spec(&legacy).unwrap(), s);
-        assert!(fresh_status(&legacy).is_none());
         assert!(fresh_record(&legacy).is_none());
     }
 
     #[test]
-    fn a_fresh_notification_reads_as_registered() {
-        let status = fresh_status(&stored(&spec())).unwrap();
-        assert_eq!(status.state, JobState::Scheduled);
-        assert_eq!((status.attempts, status.max_attempts), (0, 3));
-        assert_eq!(status.created_at, 1_700_000_000_000);
-        assert_eq!(status.next_at, Some(1_700_000_015_000));
-    }
-
-    #[test]
     fn a_fresh_record_is_the_one_the_scripts_make() {
-        let record: serde_json::Value =
-            serde_json::from_str(&fresh_record(&stored(&spec())).unwrap()).unwrap();
-        let scripts: serde_json::Value = serde_json::from_str(
-            r#"{"state":"scheduled","attempts":0,"lease":0,"max_attempts":3,"schedule":"15s,3m","created_at":1700000000000,"next_at":1700000015000}"#,
-        )
-        .unwrap();
-        assert_eq!(record, scripts);
-    }
-
-    #[test]
-    fn schedules_are_kept_in_their_largest_unit() {
-        let s = Schedule::parse(&["15s", "3m", "1h", "250ms", "90s", "1500ms"]).unwrap();
-        let text = schedule_text(&s);
-        assert_eq!(text, "15s,3m,1h,250,90s,1500");
-        assert_eq!(schedule_intervals(&text), s.intervals_ms());
-        assert_eq!(schedule_intervals("1000,5000"), vec![1_000, 5_000]);
-        assert!(schedule_intervals("").is_empty());
+        let record = fresh_record(&stored(&spec())).unwrap();
+        assert_eq!(record.status().next_at, Some(1_700_000_015_000));
+        assert_eq!(
+            record.encode(),
+            r#"{"state":"scheduled","attempts":0,"lease":0,"max_attempts":3,"schedule":"15s,3m","created_at":1700000000000,"next_at":1700000015000}"#
+        );
     }
 }

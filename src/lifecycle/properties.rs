@@ -1,0 +1,228 @@
+//! Property tests of the lifecycle: random sequences of events, from stale and current
+//! leases alike, on random schedules, checked against the invariants every store relies
+//! on.
+
+use proptest::prelude::*;
+
+use super::transitions::{self, Cancelled};
+use super::{JobState, Now, Record, Verdict};
+use crate::domain::Outcome;
+
+#[derive(Debug, Clone)]
+enum Event {
+    Claim,
+    /// `stale`: the caller names the lease before the current one.
+    Settle {
+        outcome: Outcome,
+        stale: bool,
+        jitter_permille: i32,
+        retry_after_ms: i64,
+        /// How far the caller reckons the end ahead of the store's clock.
+        ahead_ms: i64,
+    },
+    Defer {
+        stale: bool,
+        delay_ms: u64,
+    },
+    Release {
+        stale: bool,
+    },
+    Expire,
+    Cancel,
+    Replay {
+        schedule: Option<Vec<u64>>,
+    },
+}
+
+fn schedule() -> impl Strategy<Value = Vec<u64>> {
+    prop::collection::vec(100u64..100_000, 0..6)
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    let outcome = prop_oneof![
+        Just(Outcome::Delivered),
+        Just(Outcome::Failed),
+        Just(Outcome::Failed),
+        Just(Outcome::Failed),
+        Just(Outcome::Gone),
+    ];
+    prop_oneof![
+        3 => Just(Event::Claim),
+        4 => (outcome, any::<bool>(), -100i32..=100, prop_oneof![Just(0i64), 0i64..200_000], prop_oneof![Just(0i64), -5i64..5, 0i64..60_000])
+            .prop_map(|(outcome, stale, jitter_permille, retry_after_ms, ahead_ms)| Event::Settle {
+                outcome, stale, jitter_permille, retry_after_ms, ahead_ms,
+            }),
+        1 => (any::<bool>(), 0u64..10_000).prop_map(|(stale, delay_ms)| Event::Defer { stale, delay_ms }),
+        1 => any::<bool>().prop_map(|stale| Event::Release { stale }),
+        1 => Just(Event::Expire),
+        1 => Just(Event::Cancel),
+        1 => prop::option::of(schedule()).prop_map(|schedule| Event::Replay { schedule }),
+    ]
+}
+
+fn lease_of(r: &Record, stale: bool) -> u64 {
+    if stale {
+        r.lease.wrapping_sub(1)
+    } else {
+        r.lease
+    }
+}
+
+/// The record after `e` at `now`, or `None` when `e` changes nothing.
+fn apply(r: &Record, e: &Event, now: Now) -> Option<Record> {
+    match e {
+        Event::Claim => transitions::claim(r, now.down() + 30_000),
+        Event::Settle {
+            outcome,
+            stale,
+            jitter_permille,
+            retry_after_ms,
+            ahead_ms,
+        } => {
+            let v = Verdict {
+                outcome: *outcome,
+                ended_at: now.up() + ahead_ms,
+                retry_after_ms: *retry_after_ms,
+                jitter_permille: *jitter_permille,
+            };
+            transitions::settle(r, lease_of(r, *stale), &v, now)
+        }
+        Event::Defer { stale, delay_ms } => {
+            transitions::defer(r, lease_of(r, *stale), now, *delay_ms)
+        }
+        Event::Release { stale } => transitions::release(r, lease_of(r, *stale), now),
+        Event::Expire => match r.state {
+            JobState::InFlight => transitions::expire(r, now),
+            _ => None,
+        },
+        Event::Cancel => transitions::cancel(r, now).1,
+        Event::Replay { schedule } => transitions::replay(r, now, 0, schedule.as_deref()),
+    }
+}
+
+/// What must hold of `after`, the result of `e` on `before` at `now`.
+fn check(
+    before: &Record,
+    e: &Event,
+    after: Option<&Record>,
+    now: Now,
+) -> Result<(), TestCaseError> {
+    let Some(after) = after else { return Ok(()) };
+    prop_assert!(after.attempts <= after.max_attempts);
+    prop_assert_eq!(after.max_attempts as usize, after.schedule.len() + 1);
+    prop_assert!(after.lease >= before.lease, "lease numbers never go back");
+    prop_assert!(
+        after.position().is_some(),
+        "every record has its index: {:?}",
+        after
+    );
+    if before.state.is_finished() {
+        prop_assert!(
+            matches!(e, Event::Replay { .. }) && before.state == JobState::Dead,
+            "a finished notification comes back only by a replay of a dead one"
+        );
+    }
+    match e {
+        Event::Settle { stale: true, .. }
+        | Event::Defer { stale: true, .. }
+        | Event::Release { stale: true } => {
+            prop_assert!(false, "a stale lease changed {:?}", before)
+        }
+        Event::Settle {
+            outcome: Outcome::Failed,
+            jitter_permille,
+            retry_after_ms,
+            ahead_ms,
+            ..
+        } if after.state == JobState::Scheduled => {
+            let ended = (now.up() + ahead_ms).min(now.up());
+            let interval = after.schedule[after.attempts as usize - 1] as i64;
+            let stretched =
+                (interval * (1000 + i64::from(*jitter_permille)) + 999).div_euclid(1000);
+            let due = after.next_at.unwrap();
+            prop_assert!(due >= ended + stretched, "due {due} before its tier");
+            prop_assert!(
+                due >= ended + retry_after_ms,
+                "due {due} before Retry-After"
+            );
+            prop_assert_eq!(after.attempts, before.attempts + 1);
+        }
+        Event::Settle { .. } => prop_assert_eq!(after.attempts, before.attempts + 1),
+        Event::Defer { delay_ms, .. } if after.state == JobState::Scheduled => {
+            prop_assert!(after.next_at.unwrap() >= now.up() + *delay_ms as i64);
+            prop_assert_eq!(after.attempts, before.attempts);
+        }
+        Event::Release { .. } | Event::Expire if after.state == JobState::Scheduled => {
+            prop_assert!(
+                after.next_at >= before.next_at,
+                "a hand-back is never early"
+            );
+            prop_assert_eq!(after.attempts, before.attempts);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn every_sequence_of_events_keeps_the_invariants(
+        schedule in schedule(),
+        delay_ms in 0u64..10_000,
+        events in prop::collection::vec((event(), 0i64..120_000_000), 1..60),
+    ) {
+        let mut clock = 1_700_000_000_000_000i64;
+        let mut r = transitions::register(schedule, Now::from_micros(clock), delay_ms);
+        for (e, step_us) in &events {
+            clock += step_us;
+            let now = Now::from_micros(clock);
+            let after = apply(&r, e, now);
+            check(&r, e, after.as_ref(), now)?;
+            if let Some(after) = after {
+                r = after;
+            }
+        }
+    }
+
+    #[test]
+    fn a_notification_that_always_fails_is_attempted_exactly_once_per_tier(
+        schedule in schedule(),
+    ) {
+        let mut now = Now::from_micros(1_000_000);
+        let mut r = transitions::register(schedule.clone(), now, 0);
+        let mut attempts = 0;
+        while r.state == JobState::Scheduled {
+            now = Now::from_micros(r.next_at.unwrap() * 1000);
+            r = transitions::claim(&r, now.down() + 1000).unwrap();
+            let v = Verdict { outcome: Outcome::Failed, ended_at: now.up(), retry_after_ms: 0, jitter_permille: 0 };
+            r = transitions::settle(&r, r.lease, &v, now).unwrap();
+            attempts += 1;
+        }
+        prop_assert_eq!(r.state, JobState::Dead);
+        prop_assert_eq!(attempts, schedule.len() + 1);
+        prop_assert_eq!(r.attempts as usize, schedule.len() + 1);
+    }
+}
+
+#[test]
+fn a_cancel_during_an_attempt_cancels_after_it_instead_of_retrying() {
+    let now = Now::from_micros(1_000_000);
+    let r = transitions::register(vec![1000], now, 0);
+    let r = transitions::claim(&r, 5000).unwrap();
+    let (answer, r) = transitions::cancel(&r, now);
+    assert_eq!(answer, Cancelled::AfterAttempt);
+    let r = r.unwrap();
+    let v = Verdict {
+        outcome: Outcome::Failed,
+        ended_at: 1001,
+        retry_after_ms: 0,
+        jitter_permille: 0,
+    };
+    let r = transitions::settle(&r, r.lease, &v, now).unwrap();
+    assert_eq!(
+        (r.state, r.attempts, r.finished_at),
+        (JobState::Cancelled, 1, Some(1000))
+    );
+}

@@ -1,0 +1,243 @@
+//! `Record`: the mutable part of a notification as every store keeps it (one JSON
+//! object, the same on Redis and in the embedded file), and the index it belongs in.
+//!
+//! The encoding is the one the Lua scripts read and write with `cjson`: a schedule is
+//! its intervals as text in the largest unit that divides each one (`15s,3m,1h`; a bare
+//! number is ms). Records of earlier builds are read by the same decoder: the embedded
+//! store kept the schedule as an array of ms, and fields that were absent default.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Where a notification is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Scheduled,
+    InFlight,
+    Delivered,
+    Dead,
+    Cancelled,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::InFlight => "in_flight",
+            JobState::Delivered => "delivered",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Delivered, dead or cancelled: only a replay (of a dead one) changes it again.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Delivered | JobState::Dead | JobState::Cancelled
+        )
+    }
+}
+
+/// What a reader is shown of a notification's record. Times are ms since the epoch, on
+/// the store's clock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub state: JobState,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub created_at: i64,
+    #[serde(default)]
+    pub next_at: Option<i64>,
+    #[serde(default)]
+    pub finished_at: Option<i64>,
+    /// How often it was replayed from the dead letters.
+    #[serde(default)]
+    pub replays: u32,
+    /// A cancel arrived during an attempt: no retry after it.
+    #[serde(default)]
+    pub cancel_requested: bool,
+}
+
+/// A notification's record: its status, its schedule and its lease.
+///
+/// `lease` is the number of its current (or last) lease: it goes up each time the
+/// notification leaves flight, so a settle, deferral or release naming an older number
+/// comes from a lease that was lost and changes nothing. On Redis a claim does not
+/// write the record (the in-flight index says it is in flight), so a stored record may
+/// read `scheduled` while in flight; `transitions::claim` makes the record the claimer
+/// holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub state: JobState,
+    pub attempts: u32,
+    pub lease: u64,
+    pub max_attempts: u32,
+    #[serde(serialize_with = "schedule_out", deserialize_with = "schedule_in")]
+    pub schedule: Vec<u64>,
+    pub created_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replays: u32,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cancel_requested: bool,
+    /// While in flight, when its lease ends: kept by the embedded store, whose in-flight
+    /// index is keyed by it. Redis keeps it as the in-flight index's score instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<i64>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The indexes a notification is kept in, each ordered by a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Index {
+    /// Scheduled, by due time.
+    Due,
+    /// In flight, by lease deadline.
+    InFlight,
+    /// Dead-lettered, by when.
+    Dead,
+    /// Delivered or cancelled, by when.
+    Done,
+}
+
+impl Index {
+    /// The name `settle.lua` knows the index by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Index::Due => "due",
+            Index::InFlight => "inflight",
+            Index::Dead => "dead",
+            Index::Done => "done",
+        }
+    }
+}
+
+impl Record {
+    /// The index entry this record belongs in, and its score there.
+    pub fn position(&self) -> Option<(Index, i64)> {
+        match self.state {
+            JobState::Scheduled => self.next_at.map(|at| (Index::Due, at)),
+            JobState::InFlight => self.lease_until.map(|at| (Index::InFlight, at)),
+            JobState::Dead => self.finished_at.map(|at| (Index::Dead, at)),
+            JobState::Delivered | JobState::Cancelled => {
+                self.finished_at.map(|at| (Index::Done, at))
+            }
+        }
+    }
+
+    /// What a reader is shown.
+    pub fn status(&self) -> JobStatus {
+        JobStatus {
+            state: self.state,
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            created_at: self.created_at,
+            next_at: self.next_at,
+            finished_at: self.finished_at,
+            replays: self.replays,
+            cancel_requested: self.cancel_requested,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a record serializes")
+    }
+
+    pub fn decode(raw: &str) -> serde_json::Result<Self> {
+        serde_json::from_str(raw)
+    }
+}
+
+/// A schedule as the records keep it: `15s,3m,10m,1h`.
+pub fn schedule_text(intervals_ms: &[u64]) -> String {
+    let units = [(3_600_000, "h"), (60_000, "m"), (1_000, "s")];
+    let text = |ms: u64| match units.iter().find(|(size, _)| ms >= *size && ms % size == 0) {
+        Some((size, unit)) => format!("{}{unit}", ms / size),
+        None => ms.to_string(),
+    };
+    let each: Vec<String> = intervals_ms.iter().copied().map(text).collect();
+    each.join(",")
+}
+
+/// The intervals in ms of a schedule as the records keep it (or as earlier builds kept
+/// it, in ms); an interval that does not read is 0.
+pub fn schedule_intervals(text: &str) -> Vec<u64> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    text.split(',').map(interval_ms).collect()
+}
+
+/// One interval of a schedule as the records keep it (`15s`, or ms: `250`), in ms.
+fn interval_ms(text: &str) -> u64 {
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = match &text[digits.len()..] {
+        "h" => 3_600_000,
+        "m" => 60_000,
+        "s" => 1_000,
+        _ => 1,
+    };
+    digits.parse::<u64>().map_or(0, |n| n * unit)
+}
+
+fn schedule_out<S: Serializer>(intervals: &[u64], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&schedule_text(intervals))
+}
+
+/// Text (this build, and Redis records of earlier ones) or an array of ms (embedded
+/// records of earlier builds).
+fn schedule_in<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Text(String),
+        Millis(Vec<u64>),
+    }
+    Ok(match Stored::deserialize(d)? {
+        Stored::Text(text) => schedule_intervals(&text),
+        Stored::Millis(ms) => ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_as_the_scripts_write_it_and_round_trips() {
+        let scripts = r#"{"state":"scheduled","attempts":1,"lease":2,"max_attempts":3,"schedule":"15s,3m","created_at":1700000000000,"next_at":1700000015000}"#;
+        let r = Record::decode(scripts).unwrap();
+        assert_eq!(r.schedule, vec![15_000, 180_000]);
+        assert_eq!(r.position(), Some((Index::Due, 1_700_000_015_000)));
+        assert_eq!(r.encode(), scripts);
+    }
+
+    #[test]
+    fn an_embedded_record_of_an_earlier_build_is_read() {
+        let earlier = r#"{"state":"in_flight","attempts":0,"max_attempts":2,"created_at":5,"next_at":9,"finished_at":null,"replays":0,"cancel_requested":false,"schedule":[250],"lease":1,"lease_until":40}"#;
+        let r = Record::decode(earlier).unwrap();
+        assert_eq!(r.schedule, vec![250]);
+        assert_eq!(r.position(), Some((Index::InFlight, 40)));
+    }
+
+    #[test]
+    fn schedules_are_kept_in_their_largest_unit() {
+        let ms = vec![15_000, 180_000, 3_600_000, 250, 90_000, 1_500];
+        let text = schedule_text(&ms);
+        assert_eq!(text, "15s,3m,1h,250,90s,1500");
+        assert_eq!(schedule_intervals(&text), ms);
+        assert_eq!(schedule_intervals("1000,5000"), vec![1_000, 5_000]);
+        assert!(schedule_intervals("").is_empty());
+    }
+}

@@ -1,0 +1,37 @@
+//! `Now`: the store's clock, read once per transition (Redis `TIME`, or the embedded
+//! store's host clock), and how it is rounded: up where a due time is computed from it,
+//! so that nothing is early; down where it is compared with due times or stamps a finish.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A reading of the store's clock, in µs since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Now(i64);
+
+impl Now {
+    pub fn from_micros(us: i64) -> Self {
+        Self(us)
+    }
+
+    /// The host's clock: the embedded store's.
+    pub fn read() -> Self {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Self(since.as_micros() as i64)
+    }
+
+    /// In ms, rounded up: for due times computed from it.
+    pub fn up(self) -> i64 {
+        (self.0 + 999).div_euclid(1000)
+    }
+
+    /// In ms, rounded down: for comparing with due times.
+    pub fn down(self) -> i64 {
+        self.0.div_euclid(1000)
+    }
+
+    pub fn micros(self) -> i64 {
+        self.0
+    }
+}

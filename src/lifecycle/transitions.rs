@@ -1,0 +1,198 @@
+//! The transitions of a notification's life, each a pure function of its record, the
+//! event and the store's time. A function that returns `None` (or `Refused`) changes
+//! nothing: the event does not apply to the record as it is now (a lease that was lost,
+//! a replay of one that is not dead). Where the record then belongs is
+//! `Record::position`.
+
+use super::record::{JobState, Record};
+use super::time::Now;
+use crate::domain::Outcome;
+
+/// How one attempt ended, as far as the schedule is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub outcome: Outcome,
+    /// When the attempt ended, ms on the store's clock as the caller reckons it (never
+    /// early; `settle` takes at most the store's now).
+    pub ended_at: i64,
+    /// The next attempt is not due before this many ms after the end (`Retry-After`).
+    pub retry_after_ms: i64,
+    /// The next interval is stretched or shrunk by this many thousandths.
+    pub jitter_permille: i32,
+}
+
+impl Verdict {
+    /// The wait before the next attempt when the interval for it is `interval_ms`:
+    /// stretched by the jitter (rounded up), and at least the `Retry-After`.
+    pub fn wait_after(&self, interval_ms: u64) -> i64 {
+        let mut wait = interval_ms as i64;
+        if self.jitter_permille != 0 {
+            let stretched = wait * (1000 + i64::from(self.jitter_permille));
+            wait = (stretched + 999).div_euclid(1000);
+        }
+        wait.max(self.retry_after_ms)
+    }
+}
+
+/// A new notification: scheduled `delay_ms` after its registration.
+pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
+    let created_at = now.up();
+    Record {
+        state: JobState::Scheduled,
+        attempts: 0,
+        lease: 0,
+        max_attempts: schedule.len() as u32 + 1,
+        schedule,
+        created_at,
+        next_at: Some(created_at + delay_ms as i64),
+        finished_at: None,
+        replays: 0,
+        cancel_requested: false,
+        lease_until: None,
+    }
+}
+
+/// Leased for one attempt until `lease_until`. The lease number does not change here:
+/// it goes up when the notification leaves flight.
+pub fn claim(r: &Record, lease_until: i64) -> Option<Record> {
+    (r.state == JobState::Scheduled).then(|| Record {
+        state: JobState::InFlight,
+        lease_until: Some(lease_until),
+        ..r.clone()
+    })
+}
+
+/// The record while `lease` is still the current lease of its attempt.
+fn held(r: &Record, lease: u64) -> Option<Record> {
+    (r.state == JobState::InFlight && r.lease == lease).then(|| r.clone())
+}
+
+/// Records one attempt: delivered, cancelled (a cancel was asked for during it), dead
+/// (`Gone`, or the last attempt failed) or scheduled at the next tier, counted from the
+/// attempt's end (at most `now`).
+pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
+    let mut r = held(r, lease)?;
+    let ended = v.ended_at.min(now.up());
+    r.attempts += 1;
+    leave_flight(&mut r);
+    if v.outcome == Outcome::Delivered {
+        finish(&mut r, JobState::Delivered, ended);
+    } else if r.cancel_requested {
+        finish(&mut r, JobState::Cancelled, ended);
+    } else if v.outcome == Outcome::Gone || r.attempts >= r.max_attempts {
+        finish(&mut r, JobState::Dead, ended);
+    } else {
+        let interval = r.schedule.get(r.attempts as usize - 1).copied();
+        let at = ended.saturating_add(v.wait_after(interval.unwrap_or(0)));
+        schedule_at(&mut r, at);
+    }
+    Some(r)
+}
+
+/// Back to due `delay_ms` from now without counting an attempt (over quota, a busy host,
+/// a pause), or cancelled when a cancel was asked for.
+pub fn defer(r: &Record, lease: u64, now: Now, delay_ms: u64) -> Option<Record> {
+    let mut r = held(r, lease)?;
+    hand_back(&mut r, now, now.up() + delay_ms as i64);
+    Some(r)
+}
+
+/// Back to due at once (or when it was due, if that is later) without counting an
+/// attempt: a delivery stopped at shutdown, or a claim whose reply was lost.
+pub fn release(r: &Record, lease: u64, now: Now) -> Option<Record> {
+    let mut r = held(r, lease)?;
+    let at = due_again(&r, now);
+    hand_back(&mut r, now, at);
+    Some(r)
+}
+
+/// Its lease ended without a settle (its worker died): as `release`, whatever the lease.
+pub fn expire(r: &Record, now: Now) -> Option<Record> {
+    release(r, r.lease, now)
+}
+
+/// When a notification handed back is due again: when it was due, or now if that has
+/// passed (a claim may take it before it is due).
+fn due_again(r: &Record, now: Now) -> i64 {
+    r.next_at.map_or(now.down(), |due| due.max(now.down()))
+}
+
+fn hand_back(r: &mut Record, now: Now, at: i64) {
+    leave_flight(r);
+    if r.cancel_requested {
+        finish(r, JobState::Cancelled, now.down());
+    } else {
+        schedule_at(r, at);
+    }
+}
+
+/// A later settle, deferral or release under the lease it had changes nothing.
+fn leave_flight(r: &mut Record) {
+    r.lease += 1;
+    r.lease_until = None;
+}
+
+fn finish(r: &mut Record, state: JobState, at: i64) {
+    r.state = state;
+    r.next_at = None;
+    r.finished_at = Some(at);
+}
+
+fn schedule_at(r: &mut Record, at: i64) {
+    r.state = JobState::Scheduled;
+    r.next_at = Some(at);
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It is cancelled (now, or it already was) and will not be sent.
+    Done,
+    /// An attempt is in flight; the notification is cancelled after it.
+    AfterAttempt,
+    /// It was already delivered or dead.
+    Finished(JobState),
+    NotFound,
+}
+
+/// Cancels a scheduled notification at once, and one in flight after its attempt. The
+/// answer, and the new record when it changed.
+pub fn cancel(r: &Record, now: Now) -> (Cancelled, Option<Record>) {
+    let mut new = r.clone();
+    match r.state {
+        JobState::Scheduled => {
+            finish(&mut new, JobState::Cancelled, now.down());
+            (Cancelled::Done, Some(new))
+        }
+        JobState::InFlight if r.cancel_requested => (Cancelled::AfterAttempt, None),
+        JobState::InFlight => {
+            new.cancel_requested = true;
+            (Cancelled::AfterAttempt, Some(new))
+        }
+        JobState::Cancelled => (Cancelled::Done, None),
+        state => (Cancelled::Finished(state), None),
+    }
+}
+
+/// A dead letter scheduled again `delay_ms` from now, from a fresh attempt count, with a
+/// new schedule when given; its history stays.
+pub fn replay(r: &Record, now: Now, delay_ms: u64, schedule: Option<&[u64]>) -> Option<Record> {
+    if r.state != JobState::Dead {
+        return None;
+    }
+    let mut r = r.clone();
+    if let Some(schedule) = schedule {
+        r.schedule = schedule.to_vec();
+    }
+    r.max_attempts = r.schedule.len() as u32 + 1;
+    r.attempts = 0;
+    r.replays += 1;
+    r.finished_at = None;
+    schedule_at(&mut r, now.up() + delay_ms as i64);
+    Some(r)
+}
+
+/// Whether a discard deletes it: only dead letters are discarded.
+pub fn discardable(r: &Record) -> bool {
+    r.state == JobState::Dead
+}
