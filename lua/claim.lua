@@ -1,16 +1,19 @@
 -- claim: lease up to N due notifications to the caller, atomically.
 -- KEYS: the shard's keys (see common.lua), 9 claim record
 -- ARGV: 1 limit (at most 1000), 2 lease ms, 3 ahead ms
--- First hands back up to `limit` expired leases (their worker died), then moves up to
--- `limit` notifications due by now + ahead (the caller holds each until its due time) to
--- in-flight with a lease deadline. The state record is not written: being in the
--- in-flight index is what makes a notification in flight, and the caller reads its lease
--- number and attempts from the record returned (for one never attempted, none: it makes
--- the record it has from its registration). The deadline and the ids claimed are kept
--- in the claim record for the lease's length, so that a caller that never got this
--- reply (a timeout) can hand them back with release.lua instead of waiting.
--- Returns {now in µs, next wake ms or -1, then per job: id, state record (false when it
--- has none yet), spec}; its due time is the record's next_at.
+-- Moves up to `limit` notifications due by now + ahead (the caller holds each until its
+-- due time) to in-flight with a lease deadline. The state record is not written: being
+-- in the in-flight index is what makes a notification in flight, and the caller reads
+-- its lease number and attempts from the record returned (for one never attempted,
+-- none: it makes the record it has from its registration). The deadline and the ids
+-- claimed are kept in the claim record for the lease's length, so that a caller that
+-- never got this reply (a timeout) can hand them back instead of waiting.
+-- Also returns up to `limit` notifications whose lease has expired (their worker died),
+-- as they are now, for the caller to hand back (commit.lua); they stay in flight until
+-- one does.
+-- Returns {now in µs, next wake ms or -1, number expired, then per expired: id, state
+-- (held_of in common.lua), then per job claimed: id, state record (false when it has
+-- none yet), spec}; its due time is the record's next_at.
 local time_us = now_us()
 local now = math.floor(time_us / 1000)
 local limit = tonumber(ARGV[1])
@@ -18,17 +21,11 @@ local lease_ms = tonumber(ARGV[2])
 local until_ms = now + tonumber(ARGV[3])
 
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+local out = {time_us, -1, #expired}
 for _, id in ipairs(expired) do
-  local st = load_state(id)
-  if st then
-    hand_back(id, st, now, due_again(st, now))
-    save_state(id, st)
-  else
-    redis.call('ZREM', KEYS[2], id)
-  end
+  out[#out + 1], out[#out + 2] = id, held_of(id)
 end
 
-local out = {time_us, -1}
 local claimed = {}
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'LIMIT', 0, limit)
 if #ids > 0 then
@@ -42,7 +39,7 @@ if #ids > 0 then
   local deadline = string.format('%d', now + lease_ms)
   local leases = {}
   for j, id in ipairs(ids) do
-    -- One with no state record has its registration's (fresh_state), which the caller
+    -- One with no state record has its registration's (lifecycle::transitions::register), which the caller
     -- makes from the spec's first line: no string work here per notification. A spec of
     -- an earlier build ('{' first) always came with a record.
     if specs[j] and (states[j] or has_first_line(specs[j])) then

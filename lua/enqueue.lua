@@ -1,22 +1,24 @@
 -- enqueue: register a group of notifications and schedule each one's first attempt.
 -- KEYS: the shard's keys (see common.lua), then the idempotency keys of those that have one
 -- ARGV: 1 wake channel, then per notification 6 values: id, spec (meta JSON and body,
---       src/store/redis/record.rs), schedule (common.lua), delay ms, index in KEYS of its
---       idempotency key (0: none), idempotency ttl ms
+--       src/store/redis/record.rs), schedule (as records keep it), delay ms, index in
+--       KEYS of its idempotency key (0: none), idempotency ttl ms
 -- A notification whose idempotency key was seen before (earlier, or earlier in this
 -- group) stores nothing: the first notification of that key is answered instead. The
 -- group is written with one command per structure: the spec, with the registration's
--- time, delay and schedule in front, and the due time. No state record is written until the
--- notification first changes (fresh_state in common.lua).
--- Returns {new earliest 0|1, then per notification: id, state JSON (false when retention
--- has deleted the notification its key names), duplicate 0|1}.
+-- time, delay and schedule in front, and the due time. No state record is written until
+-- the notification first changes: until then its record is the one
+-- lifecycle::transitions::register gives it from that first line.
+-- Returns {new earliest 0|1, registration time ms, then per notification: id, duplicate
+-- 0|1, and for a duplicate the state of the first (held_of in common.lua), or false when
+-- that one is in this group}.
 local WIDTH = 6
 local now = now_ms(true)
--- Times go into the record and the due set as text formatted here: Lua would format a
+-- Times go into the spec and the due set as text formatted here: Lua would format a
 -- number with %.14g and Redis a number argument with %.17g, both through glibc's slow
 -- path, and most of a group shares one due time.
 local now_text = string.format('%d', now)
-local out = {0}
+local out = {0, now}
 local w = {jobs = {}, due = {}}
 local created = {}
 
@@ -24,23 +26,18 @@ for i = 2, #ARGV, WIDTH do
   local id, key = ARGV[i], tonumber(ARGV[i + 4])
   local existing = key > 0 and redis.call('GET', KEYS[key])
   if existing then
-    local st = created[existing]
-    if not st then
-      local _, raw = load_state(existing)
-      st = raw and as_seen(existing, raw) or false
-    end
-    out[#out + 1], out[#out + 2], out[#out + 3] = existing, st, 1
+    local held = not created[existing] and held_of(existing)
+    out[#out + 1], out[#out + 2], out[#out + 3] = existing, 1, held
   else
     if key > 0 then redis.call('SET', KEYS[key], id, 'PX', ARGV[i + 5]) end
-    local delay_text, schedule = ARGV[i + 3], ARGV[i + 2]
+    local delay_text = ARGV[i + 3]
     local next_text = delay_text == '0' and now_text or string.format('%d', now + tonumber(delay_text))
-    local encoded = state_text(schedule, now_text, next_text)
-    created[id] = encoded
+    created[id] = true
     local jobs, due = w.jobs, w.due
-    local line = now_text .. ' ' .. delay_text .. ' ' .. schedule .. '\n'
+    local line = now_text .. ' ' .. delay_text .. ' ' .. ARGV[i + 2] .. '\n'
     jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
-    out[#out + 1], out[#out + 2], out[#out + 3] = id, encoded, 0
+    out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, false
   end
 end
 

@@ -14,10 +14,11 @@ Then it does the same with a script that returns at once, and prints the differe
 notification. Instruction counts do not depend on what else the machine is doing, so two
 versions of a script can be compared on a busy machine; wall time cannot.
 
-A settle carries the record after the attempt as postback works it out from the record
-its claim read (src/lifecycle), so the script only checks and writes it; `--conflict`
-leaves the expected record out, so that the script answers with the stored one instead
-(the first of the two calls a settle takes when a cancel came meanwhile).
+`settle` runs commit.lua as a settle does: the record after the attempt, as postback
+works it out from the record its claim read (src/lifecycle), so the script only checks
+and writes it; `--conflict` leaves the expected record out, so that the script answers
+with how the notification is instead (the first of the two calls a settle takes when a
+cancel came meanwhile).
 """
 
 import argparse
@@ -87,7 +88,7 @@ def call(kind, sha, first, batch, conflict):
     for i in range(first, first + batch):
         expected = "" if conflict else state("scheduled", 0)
         after = state("delivered", 1, attempts=1, at="finished_at")
-        args += [notification_id(i), expected, after, "done", NOW, NOW, entry]
+        args += [notification_id(i), expected, "inflight", NOW, after, "done", NOW, entry, ""]
     return resp(args)
 
 
@@ -134,7 +135,8 @@ def main():
                         help="settle with no expected record: the script answers with the stored one")
     a = parser.parse_args()
     common = open(os.path.join(ROOT, "lua", "common.lua")).read()
-    real = common + open(os.path.join(ROOT, "lua", a.script + ".lua")).read()
+    name = "commit" if a.script == "settle" else a.script
+    real = common + open(os.path.join(ROOT, "lua", name + ".lua")).read()
     empty = common + "return {0, 0}"
     spent = instructions(a.script, real, a.n, a.batch, a.conflict)
     base = instructions(a.script, empty, a.n, a.batch, a.conflict)

@@ -348,7 +348,6 @@ impl AttemptContext {
             error: report.error,
             duration_ms: report.duration_ms,
             ended_at: job.store_now(),
-            claimed_record: job.claimed_record.clone(),
             response: report.response,
             retry_after: report.retry_after,
             jitter_permille: if spread == 0 {

@@ -104,7 +104,6 @@ fn settlement(job: &ClaimedJob, outcome: Outcome) -> Settlement {
         retry_after: None,
         jitter_permille: 0,
         ended_at: job.claimed_at_us / 1000,
-        claimed_record: job.claimed_record.clone(),
     }
 }
 

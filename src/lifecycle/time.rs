@@ -13,6 +13,11 @@ impl Now {
         Self(us)
     }
 
+    /// A reading of `ms` (the caller's reckoning of the store's clock, in ms).
+    pub fn from_millis(ms: i64) -> Self {
+        Self(ms.saturating_mul(1000))
+    }
+
     /// The host's clock: the embedded store's.
     pub fn read() -> Self {
         let since = SystemTime::now()
@@ -23,7 +28,7 @@ impl Now {
 
     /// In ms, rounded up: for due times computed from it.
     pub fn up(self) -> i64 {
-        (self.0 + 999).div_euclid(1000)
+        self.0.saturating_add(999).div_euclid(1000)
     }
 
     /// In ms, rounded down: for comparing with due times.

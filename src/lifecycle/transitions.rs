@@ -44,7 +44,7 @@ pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
         max_attempts: schedule.len() as u32 + 1,
         schedule,
         created_at,
-        next_at: Some(created_at + delay_ms as i64),
+        next_at: Some(created_at.saturating_add(delay_ms as i64)),
         finished_at: None,
         replays: 0,
         cancel_requested: false,

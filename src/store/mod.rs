@@ -81,9 +81,6 @@ pub struct ClaimedJob {
     /// `claimed_at_us` at or after this instant.
     pub claim_asked: Instant,
     pub spec: JobSpec,
-    /// The state record as the claim read it, for a store that settles by checking the
-    /// record is still this one rather than reading it again (Redis); `None` otherwise.
-    pub claimed_record: Option<String>,
 }
 
 impl ClaimedJob {
@@ -142,8 +139,6 @@ pub struct Settlement {
     /// store counts the next interval from then, not from when the settle reaches it, so
     /// that a settle held up (a busy or unreachable store) does not make the retry late.
     pub ended_at: i64,
-    /// `ClaimedJob::claimed_record`: what the store may check instead of reading it.
-    pub claimed_record: Option<String>,
 }
 
 impl Settlement {
@@ -380,7 +375,6 @@ mod tests {
             due_at: 1000,
             claimed_at_us: 1_000_999,
             claim_asked: Instant::now(),
-            claimed_record: None,
             spec: JobSpec {
                 url: "http://merchant.example.com/cb".into(),
                 body: "{}".into(),

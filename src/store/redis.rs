@@ -1,5 +1,8 @@
-//! The Redis store: notifications sharded over hash-tagged keys, every transition one Lua
-//! script from `lua/` (EVALSHA with a NOSCRIPT fallback), time from Redis `TIME`.
+//! The Redis store: notifications sharded over hash-tagged keys, time from Redis `TIME`.
+//! Registration (`enqueue.lua`), claims (`claim.lua`) and retention (`trim.lua`) choose
+//! by score inside Redis; every other change is worked out in Rust by `lifecycle` and
+//! written by `commit.lua` where the notification is still as it was (`commit`). Scripts
+//! are run with EVALSHA and a NOSCRIPT fallback.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,17 +26,21 @@ use super::{
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
 use crate::lifecycle::{retention, schedule_text, Record};
+use crate::lifecycle::{transitions, Index, Now};
 
+mod commit;
 mod conn;
 mod enqueue;
+mod leases;
 mod page;
 mod record;
 mod reply;
-mod settle;
 mod shard_clock;
 
+use commit::{commit, Change, Committed, Decision, Held, Shard};
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
+use leases::Leases;
 use page::ShardPage;
 use record::{decode_spec, encode_spec, fresh_record};
 use reply::{int_at, text_at};
@@ -61,13 +68,9 @@ type Fields = Vec<Option<String>>;
 struct Scripts {
     enqueue: Script,
     claim: Script,
-    settle: Script,
-    release: Script,
-    cancel: Script,
-    replay: Script,
+    commit: Script,
     discard: Script,
     trim: Script,
-    defer: Script,
 }
 
 impl Scripts {
@@ -75,13 +78,9 @@ impl Scripts {
         Self {
             enqueue: script!("enqueue"),
             claim: script!("claim"),
-            settle: script!("settle"),
-            release: script!("release"),
-            cancel: script!("cancel"),
-            replay: script!("replay"),
+            commit: script!("commit"),
             discard: script!("discard"),
             trim: script!("trim"),
-            defer: script!("defer"),
         }
     }
 }
@@ -102,6 +101,8 @@ pub struct RedisStore {
     due_keys: HashMap<String, usize>,
     /// Claim records of claims that failed without a reply: (shard, record key).
     unsure_claims: Mutex<Vec<(usize, String)>>,
+    /// The notifications this instance holds leases on, as claimed.
+    leases: Leases,
     /// The retention policy as script arguments: dead max age ms, dead max count per
     /// shard, finished max age ms.
     retention: [u64; 3],
@@ -170,6 +171,7 @@ impl RedisStore {
             clock: ShardClock::new(usize::from(shard_count)),
             due_keys,
             unsure_claims: Mutex::new(Vec::new()),
+            leases: Leases::default(),
             retention: [
                 retention.dead_max_age.as_millis() as u64,
                 retention.dead_max_count.div_ceil(u64::from(shard_count)),
@@ -186,12 +188,76 @@ impl RedisStore {
         })
     }
 
+    /// What `commit` needs of shard `shard`.
+    fn shard(&self, shard: usize) -> Shard<'_> {
+        Shard {
+            conn: &self.conn,
+            script: &self.scripts.commit,
+            keys: &self.shards[shard],
+            wake_channel: &self.wake_channel,
+            retention: self.retention,
+        }
+    }
+
+    /// Commits `requests`, grouped by the shard of their id (`id`), and gathers the
+    /// answers in their order; wakes this instance's scheduler for a shard with a new
+    /// earliest due notification.
+    async fn commit_by_shard<T, A>(
+        &self,
+        requests: &[T],
+        id: impl Fn(&T) -> &JobId,
+        budget: impl Fn(usize) -> usize + Copy,
+        first: impl Fn(&T) -> StoreResult<Decision<A>> + Copy,
+        again: impl Fn(&T, Option<Held>, Now) -> StoreResult<Decision<A>> + Copy,
+    ) -> StoreResult<Committed<A>>
+    where
+        T: Clone,
+    {
+        let mut answers: Vec<Option<A>> = requests.iter().map(|_| None).collect();
+        let (mut earliest, mut trimmed) = (false, 0);
+        for shard in 0..self.shards.len() {
+            let (at, mine): (Vec<usize>, Vec<T>) = requests
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| id(r).shard() as usize == shard)
+                .map(|(k, r)| (k, r.clone()))
+                .unzip();
+            if mine.is_empty() {
+                continue;
+            }
+            let done = commit(&self.shard(shard), &mine, budget, first, again).await?;
+            if done.earliest {
+                self.clock.wake(shard);
+            }
+            earliest |= done.earliest;
+            trimmed += done.trimmed;
+            for (k, answer) in at.into_iter().zip(done.answers) {
+                answers[k] = Some(answer);
+            }
+        }
+        Ok(Committed {
+            answers: answers
+                .into_iter()
+                .map(|a| {
+                    a.ok_or_else(|| {
+                        StoreError::Corrupt("an id names no shard of this instance".into())
+                    })
+                })
+                .collect::<StoreResult<_>>()?,
+            earliest,
+            trimmed,
+        })
+    }
+
+    /// Claims up to `limit` notifications of shard `shard`, and hands back those whose
+    /// lease expired: what it claimed, how long until the shard's next due time or lease
+    /// end, and whether it handed any back.
     async fn claim_shard(
         &self,
         shard: usize,
         limit: usize,
         (lease, ahead): (Duration, Duration),
-    ) -> StoreResult<(Vec<ClaimedJob>, Option<i64>)> {
+    ) -> StoreResult<(Vec<ClaimedJob>, Option<i64>, bool)> {
         let keys = &self.shards[shard];
         let record = keys.claim_record(&Uuid::now_v7().simple().to_string());
         let asked = Instant::now();
@@ -219,57 +285,109 @@ impl RedisStore {
         let now_us = int_at(&reply, 0)?;
         let now = now_us / 1000;
         let wake = int_at(&reply, 1)?;
-        let jobs = reply[2..]
-            .chunks(3)
-            .map(|c| claimed_job(c, now_us, asked))
-            .collect::<StoreResult<_>>()?;
-        Ok((jobs, (wake >= 0).then(|| (wake - now).max(0))))
+        let expired = int_at(&reply, 2)? as usize;
+        let (ended, claimed) = reply[3..].split_at((2 * expired).min(reply.len() - 3));
+        self.hand_back_expired(shard, ended, Now::from_micros(now_us))
+            .await?;
+        let mut jobs = Vec::with_capacity(claimed.len() / 3);
+        for c in claimed.chunks(3) {
+            let (job, held) = claimed_job(c, now_us, asked)?;
+            self.leases.remember(job.id, job.lease, held, now_us, asked);
+            jobs.push(job);
+        }
+        let wake = (wake >= 0).then(|| (wake - now).max(0));
+        Ok((jobs, wake, expired > 0))
     }
 
-    /// Hands back what claims whose reply was lost had leased, so that it is due again
-    /// at once rather than when the lease ends.
+    /// Hands back notifications whose lease expired (`ended`: id and state pairs from a
+    /// claim's reply), due again at once (or at their due time), or cancelled when a
+    /// cancel was asked for.
+    async fn hand_back_expired(&self, shard: usize, ended: &[Value], now: Now) -> StoreResult<()> {
+        if ended.is_empty() {
+            return Ok(());
+        }
+        let held = ended
+            .chunks(2)
+            .map(|pair| {
+                let id = text_at(pair, 0)?;
+                Ok((id.clone(), Held::parse(&id, &pair[1])?))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        let expire = |id: &str, held: Option<Held>, now: Now| {
+            let change = held.filter(|h| h.index == Index::InFlight).and_then(|h| {
+                transitions::expire(&h.record, now).map(|new| Change::new(id, &h, &new))
+            });
+            Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
+        };
+        commit(
+            &self.shard(shard),
+            &held,
+            |_| 0,
+            |(id, h)| expire(id, h.clone(), now),
+            |(id, _), h, now| expire(id, h, now),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Hands back what claims whose reply was lost had leased (their claim record names
+    /// the lease deadline and the ids), so that it is due again at once rather than when
+    /// the lease ends.
     async fn release_unsure_claims(&self) -> StoreResult<()> {
         let unsure = std::mem::take(&mut *self.unsure_claims.lock().expect("claim list"));
         for (i, (shard, record)) in unsure.iter().enumerate() {
-            let result: redis::RedisResult<usize> = self
-                .scripts
-                .release
-                .key(self.shards[*shard].all().as_slice())
-                .key(record)
-                .arg(&self.wake_channel)
-                .invoke_async(&mut self.conn.clone())
-                .await;
-            match result {
-                Ok(n) if n > 0 => tracing::info!(
-                    released = n,
-                    "released notifications of a claim whose reply was lost"
-                ),
-                Ok(_) => {}
-                Err(e) => {
-                    self.unsure_claims
-                        .lock()
-                        .expect("claim list")
-                        .extend(unsure[i..].iter().cloned());
-                    return Err(store_error(e));
-                }
+            if let Err(e) = self.release_claim(*shard, record).await {
+                self.unsure_claims
+                    .lock()
+                    .expect("claim list")
+                    .extend(unsure[i..].iter().cloned());
+                return Err(e);
             }
         }
         Ok(())
     }
 
-    async fn settle_shard(
-        &self,
-        keys: &ShardKeys,
-        batch: &[&Settlement],
-    ) -> StoreResult<settle::Outcome> {
-        let target = settle::Target {
-            conn: &self.conn,
-            script: &self.scripts.settle,
-            keys,
-            wake_channel: &self.wake_channel,
-            retention: self.retention,
+    async fn release_claim(&self, shard: usize, record: &str) -> StoreResult<()> {
+        let saved: Option<String> = redis::cmd("GET")
+            .arg(record)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let Some(saved) = saved else { return Ok(()) };
+        let mut words = saved.split(' ');
+        let deadline: i64 = words.next().and_then(|d| d.parse().ok()).unwrap_or(-1);
+        let ids: Vec<String> = words.map(str::to_string).collect();
+        // Still leased by that claim: in flight with its deadline.
+        let release = |id: &String, held: Option<Held>, now: Now| {
+            let change = held
+                .filter(|h| h.index == Index::InFlight && h.score == deadline)
+                .and_then(|h| {
+                    transitions::release(&h.record, h.record.lease, now)
+                        .map(|new| Change::new(id, &h, &new))
+                });
+            Ok(change.map_or(Decision::Done(false), |c| Decision::Write(c, true)))
         };
-        settle::settle(&target, batch).await
+        let done = commit(
+            &self.shard(shard),
+            &ids,
+            |_| 0,
+            |id| Ok(Decision::Ask(id.clone())),
+            release,
+        )
+        .await?;
+        let released = done.answers.iter().filter(|&&r| r).count();
+        if released > 0 {
+            tracing::info!(
+                released,
+                "released notifications of a claim whose reply was lost"
+            );
+            self.clock.wake(shard);
+        }
+        redis::cmd("DEL")
+            .arg(record)
+            .query_async::<()>(&mut self.conn.clone())
+            .await
+            .map_err(store_error)
     }
 
     /// `items` grouped by the shard of their id, leaving out shards with none.
@@ -290,27 +408,6 @@ impl RedisStore {
             })
             .filter(|(_, mine)| !mine.is_empty())
             .collect()
-    }
-
-    async fn run_replay(
-        &self,
-        keys: &ShardKeys,
-        spec: &str,
-        schedule: Option<&Schedule>,
-        delay: Duration,
-        ids: &[&JobId],
-    ) -> StoreResult<Vec<Value>> {
-        let mut call = self.scripts.replay.key(keys.all().as_slice());
-        call.arg(spec)
-            .arg(schedule.map_or("-".to_string(), |s| schedule_text(&s.intervals_ms())))
-            .arg(delay.as_millis() as u64)
-            .arg(&self.wake_channel);
-        for id in ids {
-            call.arg(id.to_string());
-        }
-        call.invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)
     }
 
     async fn views(&self, keys: &ShardKeys, ids: &[String]) -> StoreResult<Vec<JobView>> {
@@ -338,7 +435,7 @@ impl RedisStore {
         for (i, id) in ids.iter().enumerate() {
             let Some(spec) = &specs[i] else { continue };
             let status = match &states[i] {
-                Some(state) => parse_status(state)?,
+                Some(state) => parse_record(state)?.status(),
                 // Never attempted: the state it has from its registration.
                 None => match fresh_record(spec) {
                     Some(record) => record.status(),
@@ -379,7 +476,7 @@ impl Store for RedisStore {
         let item = Item {
             id: n.id,
             spec: encode_spec(&n.spec()),
-            schedule: schedule_text(&n.schedule.intervals_ms()),
+            schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
             idempotency: idempotency
                 .map(|i| (keys.idempotency(&i.key), (i.ttl.as_millis() as u64).max(1))),
@@ -392,6 +489,7 @@ impl Store for RedisStore {
     }
 
     async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
+        self.leases.forget_older_than(lease);
         self.release_unsure_claims().await?;
         let mut claim = Claim::default();
         for ask in self.clock.to_ask(ahead) {
@@ -399,9 +497,17 @@ impl Store for RedisStore {
             if remaining == 0 {
                 break;
             }
-            let (jobs, wake) = self
+            let (mut jobs, mut wake, expired) = self
                 .claim_shard(ask.shard, remaining, (lease, ahead))
                 .await?;
+            // What was handed back may be due now: claim once more rather than wait for
+            // the next wake-up.
+            if expired && jobs.len() < remaining {
+                let more = remaining - jobs.len();
+                let (again, next, _) = self.claim_shard(ask.shard, more, (lease, ahead)).await?;
+                jobs.extend(again);
+                wake = next;
+            }
             claim.jobs.extend(jobs);
             self.clock
                 .claimed(ask, wake.map(|ms| Duration::from_millis(ms as u64)));
@@ -411,75 +517,79 @@ impl Store for RedisStore {
     }
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
-        let mut applied = vec![false; batch.len()];
-        let mut earliest = false;
-        let mut trimmed = 0;
-        for (shard, keys) in self.shards.iter().enumerate() {
-            let (idx, items): (Vec<usize>, Vec<&Settlement>) = batch
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.id.shard() as usize == shard)
-                .unzip();
-            if items.is_empty() {
-                continue;
-            }
-            let settled = self.settle_shard(keys, &items).await?;
-            if settled.earliest {
-                self.clock.wake(shard);
-            }
-            earliest |= settled.earliest;
-            trimmed += settled.trimmed;
-            for (i, a) in idx.into_iter().zip(settled.applied) {
-                applied[i] = a;
-            }
+        let first = |s: &Settlement| {
+            Ok(match self.leases.get(&s.id, s.lease) {
+                Some((held, _)) => settled(s, &held, Now::from_millis(s.ended_at)),
+                None => Decision::Ask(s.id.to_string()),
+            })
+        };
+        let again = |s: &Settlement, held: Option<Held>, now: Now| {
+            Ok(held.map_or(Decision::Done(false), |h| settled(s, &h, now)))
+        };
+        let done = self
+            .commit_by_shard(batch, |s| &s.id, retention::settle_budget, first, again)
+            .await?;
+        for s in batch {
+            self.leases.forget(&s.id, s.lease);
         }
         Ok(Settled {
-            applied,
-            earliest,
-            trimmed,
+            applied: done.answers,
+            earliest: done.earliest,
+            trimmed: done.trimmed,
         })
     }
 
     async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool> {
-        let mut earliest = false;
-        for (keys, mine) in self.by_shard(batch, |d| &d.id) {
-            let mut call = self.scripts.defer.key(keys.all().as_slice());
-            call.arg(&self.wake_channel);
-            for d in &mine {
-                call.arg(d.id.to_string())
-                    .arg(d.lease)
-                    .arg(d.delay.as_millis() as u64);
-            }
-            let reply: Vec<i64> = call
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(store_error)?;
-            if reply.first() == Some(&1) {
-                self.clock.wake(usize::from(mine[0].id.shard()));
-                earliest = true;
-            }
+        let defer = |d: &Deferral, held: Option<Held>, now: Now| {
+            let id = d.id.to_string();
+            let change = held.and_then(|h| {
+                transitions::defer(&h.record, d.lease, now, d.delay.as_millis() as u64)
+                    .map(|new| Change::new(&id, &h, &new))
+            });
+            Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
+        };
+        let first = |d: &Deferral| match self.leases.get(&d.id, d.lease) {
+            Some((held, now)) => defer(d, Some(held), now),
+            None => Ok(Decision::Ask(d.id.to_string())),
+        };
+        let done = self
+            .commit_by_shard(batch, |d| &d.id, |_| 0, first, defer)
+            .await?;
+        for d in batch {
+            self.leases.forget(&d.id, d.lease);
         }
-        Ok(earliest)
+        Ok(done.earliest)
     }
 
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
-        let Ok(keys) = self.keys(id) else {
+        if self.keys(id).is_err() {
             return Ok(Cancelled::NotFound);
+        }
+        let cancel = |id: &JobId, held: Option<Held>, now: Now| {
+            let Some(h) = held else {
+                return Ok(Decision::Done(Cancelled::NotFound));
+            };
+            Ok(match transitions::cancel(&h.record, now) {
+                (answer, Some(new)) => {
+                    Decision::Write(Change::new(&id.to_string(), &h, &new), answer)
+                }
+                (answer, None) => Decision::Done(answer),
+            })
         };
-        let reply: Vec<Value> = self
-            .scripts
-            .cancel
-            .key(keys.all().as_slice())
-            .arg(id.to_string())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        Ok(match text_at(&reply, 0)?.as_str() {
-            "cancelled" => Cancelled::Done,
-            "requested" => Cancelled::AfterAttempt,
-            "finished" => Cancelled::Finished(parse_status(&text_at(&reply, 1)?)?.state),
-            _ => Cancelled::NotFound,
-        })
+        let done = self
+            .commit_by_shard(
+                &[*id],
+                |id| id,
+                |_| 0,
+                |id| Ok(Decision::Ask(id.to_string())),
+                cancel,
+            )
+            .await?;
+        Ok(done
+            .answers
+            .into_iter()
+            .next()
+            .unwrap_or(Cancelled::NotFound))
     }
 
     async fn replay(
@@ -489,15 +599,14 @@ impl Store for RedisStore {
         schedule: Option<&Schedule>,
         delay: Duration,
     ) -> StoreResult<Option<JobStatus>> {
-        let Ok(keys) = self.keys(id) else {
+        if self.keys(id).is_err() {
             return Ok(None);
-        };
-        let spec = spec.map(encode_spec).unwrap_or_default();
-        let reply = self.run_replay(keys, &spec, schedule, delay, &[id]).await?;
-        match reply.get(1) {
-            Some(Value::BulkString(_)) => Ok(Some(parse_status(&text_at(&reply, 1)?)?)),
-            _ => Ok(None),
         }
+        let spec = spec.map(encode_spec);
+        let done = self
+            .replay_ids(&[*id], spec.as_deref(), schedule, delay)
+            .await?;
+        Ok(done.into_iter().next().flatten())
     }
 
     async fn replay_many(
@@ -506,12 +615,8 @@ impl Store for RedisStore {
         schedule: Option<&Schedule>,
         delay: Duration,
     ) -> StoreResult<usize> {
-        let mut replayed = 0;
-        for (keys, mine) in self.by_shard(ids, |id| id) {
-            let reply = self.run_replay(keys, "", schedule, delay, &mine).await?;
-            replayed += int_at(&reply, 0)? as usize;
-        }
-        Ok(replayed)
+        let done = self.replay_ids(ids, None, schedule, delay).await?;
+        Ok(done.iter().filter(|status| status.is_some()).count())
     }
 
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
@@ -622,20 +727,28 @@ impl Store for RedisStore {
     }
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
-        let mut released = 0;
-        for (keys, mine) in self.by_shard(leases, |(id, _)| id) {
-            let mut call = self.scripts.release.key(keys.all().as_slice());
-            call.arg(&self.wake_channel);
-            for (id, lease) in mine {
-                call.arg(id.to_string()).arg(*lease);
-            }
-            let n: usize = call
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(store_error)?;
-            released += n;
+        let release = |(id, lease): &(JobId, u64), held: Option<Held>, now: Now| {
+            let change = held.and_then(|h| {
+                transitions::release(&h.record, *lease, now).map(|new| {
+                    (
+                        new.state == JobState::Scheduled,
+                        Change::new(&id.to_string(), &h, &new),
+                    )
+                })
+            });
+            Ok(change.map_or(Decision::Done(false), |(due, c)| Decision::Write(c, due)))
+        };
+        let first = |l: &(JobId, u64)| match self.leases.get(&l.0, l.1) {
+            Some((held, now)) => release(l, Some(held), now),
+            None => Ok(Decision::Ask(l.0.to_string())),
+        };
+        let done = self
+            .commit_by_shard(leases, |(id, _)| id, |_| 0, first, release)
+            .await?;
+        for (id, lease) in leases {
+            self.leases.forget(id, *lease);
         }
-        Ok(released)
+        Ok(done.answers.iter().filter(|&&due| due).count())
     }
 
     async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>> {
@@ -688,6 +801,44 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// Replays each of `ids` that is dead, with a new spec (meta line and body) or
+    /// schedule when given: its new status, or `None` when it is not dead.
+    async fn replay_ids(
+        &self,
+        ids: &[JobId],
+        spec: Option<&str>,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<Vec<Option<JobStatus>>> {
+        let schedule = schedule.map(Schedule::intervals_ms);
+        let delay_ms = delay.as_millis() as u64;
+        let replay = |id: &JobId, held: Option<Held>, now: Now| {
+            let replayed = held.and_then(|h| {
+                let new = transitions::replay(&h.record, now, delay_ms, schedule.as_deref())?;
+                let mut change = Change::new(&id.to_string(), &h, &new);
+                if let Some(spec) = spec {
+                    let line = format!("{} 0 {}", new.created_at, schedule_text(&new.schedule));
+                    change = change.with_spec(format!("{line}\n{spec}"));
+                }
+                Some((change, new.status()))
+            });
+            Ok(match replayed {
+                Some((change, status)) => Decision::Write(change, Some(status)),
+                None => Decision::Done(None),
+            })
+        };
+        let done = self
+            .commit_by_shard(
+                ids,
+                |id| id,
+                |_| 0,
+                |id| Ok(Decision::Ask(id.to_string())),
+                replay,
+            )
+            .await?;
+        Ok(done.answers)
+    }
+
     /// Up to `limit` dead letters of one shard that match `filter`, newest first after
     /// `after`, examining at most `MAX_SCAN`.
     async fn shard_dead_letters(
@@ -799,39 +950,43 @@ async fn check_eviction(conn: &mut Conn, allowed: bool) -> anyhow::Result<()> {
     )
 }
 
-fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<ClaimedJob> {
+/// A claimed notification from a claim's reply (`c`: id, state record or nil, spec), and
+/// how it was claimed, for its settle.
+fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(ClaimedJob, Held)> {
     let id = text_at(c, 0)?;
-    let corrupt =
-        |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what} of {id}: {e}"));
     let spec = text_at(c, 2)?;
-    let (held, text) = match c.get(1) {
-        Some(Value::Nil) => {
-            let fresh = fresh_record(&spec)
-                .ok_or_else(|| StoreError::Corrupt(format!("spec of {id} has no first line")))?;
-            let text = fresh.encode();
-            (fresh, text)
-        }
-        _ => {
-            let text = text_at(c, 1)?;
-            (
-                Record::decode(&text).map_err(|e| corrupt("state", e))?,
-                text,
-            )
-        }
+    let stored = match c.get(1) {
+        Some(Value::Nil) | Some(Value::Boolean(false)) => None,
+        _ => Some(text_at(c, 1)?),
     };
-    Ok(ClaimedJob {
+    let held = Held::claimed(&id, stored, &spec)?;
+    let job = ClaimedJob {
         id: id
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("bad id `{id}` in due set")))?,
-        lease: held.lease,
-        attempt: held.attempts + 1,
+        lease: held.record.lease,
+        attempt: held.record.attempts + 1,
         // A scheduled notification's `next_at` is its score in the due set.
-        due_at: held.next_at.unwrap_or(claimed_at_us / 1000),
+        due_at: held.record.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
-        spec: decode_spec(&spec).map_err(|e| corrupt("spec", e))?,
-        claimed_record: Some(text),
-    })
+        spec: decode_spec(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+    };
+    Ok((job, held))
+}
+
+/// A settle of `s` worked out from `held` at `now`: written only if Redis's clock has
+/// reached the attempt's end.
+fn settled(s: &Settlement, held: &Held, now: Now) -> Decision<bool> {
+    let Some(new) = transitions::settle(&held.record, s.lease, &s.verdict(), now) else {
+        return Decision::Done(false);
+    };
+    let ended = s.ended_at.min(now.up());
+    let entry = serde_json::to_string(&s.attempt(ended)).expect("an attempt serializes");
+    let change = Change::new(&s.id.to_string(), held, &new)
+        .not_before(ended)
+        .with_entry(entry);
+    Decision::Write(change, true)
 }
 
 fn job_view(
@@ -857,8 +1012,8 @@ fn job_view(
     })
 }
 
-fn parse_status(state: &str) -> StoreResult<JobStatus> {
-    serde_json::from_str(state).map_err(|e| StoreError::Corrupt(format!("state record: {e}")))
+fn parse_record(state: &str) -> StoreResult<Record> {
+    Record::decode(state).map_err(|e| StoreError::Corrupt(format!("state record: {e}")))
 }
 
 fn store_error(e: redis::RedisError) -> StoreError {

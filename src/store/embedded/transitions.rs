@@ -118,7 +118,6 @@ pub fn claim(
             claimed_at_us: now.micros(),
             claim_asked: asked,
             spec: decode::<JobSpec>(&spec)?,
-            claimed_record: None,
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {

@@ -7,10 +7,12 @@ use std::collections::BTreeMap;
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::commit::Held;
 use super::conn::Conn;
 use super::reply::{int_at, text_at};
-use super::{parse_status, store_error};
+use super::store_error;
 use crate::domain::JobId;
+use crate::lifecycle::{schedule_text, transitions, Index, JobState, JobStatus, Now};
 use crate::store::keys::ShardKeys;
 use crate::store::{Enqueued, StoreError, StoreResult};
 
@@ -21,7 +23,8 @@ const MAX_GROUP: usize = 256;
 pub struct Item {
     pub id: JobId,
     pub spec: String,
-    pub schedule: String,
+    /// The retry intervals in ms.
+    pub schedule: Vec<u64>,
     pub delay_ms: u64,
     /// The idempotency key's Redis key and how long it is kept, in ms.
     pub idempotency: Option<(String, u64)>,
@@ -113,7 +116,7 @@ async fn store_group(
         };
         call.arg(item.id.to_string())
             .arg(&item.spec)
-            .arg(&item.schedule)
+            .arg(schedule_text(&item.schedule))
             .arg(item.delay_ms)
             .arg(key_index)
             .arg(ttl);
@@ -123,22 +126,36 @@ async fn store_group(
         .await
         .map_err(store_error)?;
     let earliest = int_at(&reply, 0)? == 1;
-    reply[1..]
+    let now = Now::from_millis(int_at(&reply, 1)?);
+    reply[2..]
         .chunks(3)
         .map(|c| {
             let id: JobId = text_at(c, 0)?
                 .parse()
                 .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
-            let status = match c.get(1) {
-                Some(Value::Nil) | None => None,
-                _ => Some(parse_status(&text_at(c, 1)?)?),
+            let duplicate = int_at(c, 1)? == 1;
+            let status = match c.get(2) {
+                Some(Value::Array(_)) => Held::parse(&id.to_string(), &c[2])?.map(seen),
+                // Registered by this call.
+                _ => items.iter().find(|item| item.id == id).map(|item| {
+                    transitions::register(item.schedule.clone(), now, item.delay_ms).status()
+                }),
             };
             Ok(Enqueued {
                 id,
                 status,
-                duplicate: int_at(c, 2)? == 1,
+                duplicate,
                 earliest,
             })
         })
         .collect()
+}
+
+/// A notification's status as a reader sees it: in flight while in the in-flight index.
+fn seen(held: Held) -> JobStatus {
+    let mut status = held.record.status();
+    if held.index == Index::InFlight {
+        status.state = JobState::InFlight;
+    }
+    status
 }

@@ -99,7 +99,7 @@ pub fn fresh_record(raw: &str) -> Option<Record> {
     let created_at: i64 = words.next()?.parse().ok()?;
     let delay_ms: u64 = words.next()?.parse().ok()?;
     let schedule = schedule_intervals(words.next()?);
-    let now = Now::from_micros(created_at * 1000);
+    let now = Now::from_millis(created_at);
     Some(transitions::register(schedule, now, delay_ms))
 }
 

@@ -1,0 +1,97 @@
+-- commit: write the changes postback worked out (src/lifecycle) for a batch of
+-- notifications, each only if the notification is still as it was when it was worked
+-- out: its stored record the expected one, in the expected index. No rules here: a
+-- settle, deferral, release, hand-back of an expired lease, cancel and replay all come
+-- this way (src/store/redis/commit.rs builds the arguments).
+-- KEYS: the shard's keys (see common.lua)
+-- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms,
+--       5 retention budget (0: none), then per notification 9 values: id, the record it
+--       was worked out from ('' when the caller has none: only the answer is wanted),
+--       the index it was in ('due', 'inflight', 'dead' or 'done'), a time in ms the
+--       change assumes Redis has reached (0: none), the new record, the index it moves
+--       to ('' when it stays where it is), its score there, an attempt for its history (JSON; '' for none), and a new
+--       spec ('' keeps it)
+-- A notification with no record (never changed since its registration) is as it was
+-- when it is still in the expected index. One with a record in flight cannot leave the
+-- in-flight index without its record changing, so the record alone tells. Otherwise
+-- nothing is written for it, and the reply says how it is now, for postback to work the
+-- change out again.
+-- Then retention, in the finished indexes the batch added to, at most the budget.
+-- Returns {new earliest 0|1, number trimmed, now µs, then per notification: 1 written,
+-- or its state now (see held_of in common.lua)}.
+local FIRST, WIDTH = 6, 9
+local time_us = now_us()
+local now = math.ceil(time_us / 1000)
+local out = {0, 0, time_us}
+
+local ids = {}
+for i = FIRST, #ARGV, WIDTH do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return out end
+local states = redis.call('HMGET', KEYS[5], unpack(ids))
+
+local INDEX = {due = KEYS[1], inflight = KEYS[2], dead = KEYS[3], done = KEYS[7]}
+
+-- Whether the j-th notification (arguments from ARGV[i]) is as the change expects.
+local function unchanged(j, i)
+  local expected, from = ARGV[i + 1], ARGV[i + 2]
+  if expected == '' or tonumber(ARGV[i + 3]) > now then return false end
+  local stored = states[j]
+  if stored and stored ~= expected then return false end
+  if stored and from == 'inflight' then return true end
+  return redis.call('ZSCORE', INDEX[from], ids[j]) ~= false
+end
+
+-- What the batch writes: field/value pairs for HSET, members for ZREM by index, and
+-- score/member pairs for ZADD by index.
+local w = {state = {}, jobs = {}, entries = {}, leave = {}, enter = {}}
+for name in pairs(INDEX) do
+  w.leave[name], w.enter[name] = {}, {}
+end
+local seen = {}
+
+local function commit_one(j, i)
+  local id = ids[j]
+  if seen[id] or not unchanged(j, i) then return held_of(id) end
+  seen[id] = true
+  if ARGV[i + 5] ~= '' then
+    local from, to = w.leave[ARGV[i + 2]], w.enter[ARGV[i + 5]]
+    from[#from + 1] = id
+    to[#to + 1], to[#to + 2] = ARGV[i + 6], id
+  end
+  w.state[#w.state + 1], w.state[#w.state + 2] = id, ARGV[i + 4]
+  if ARGV[i + 7] ~= '' then w.entries[#w.entries + 1] = {id, ARGV[i + 7]} end
+  if ARGV[i + 8] ~= '' then w.jobs[#w.jobs + 1], w.jobs[#w.jobs + 2] = id, ARGV[i + 8] end
+  return 1
+end
+
+for j = 1, #ids do
+  out[#out + 1] = commit_one(j, FIRST + (j - 1) * WIDTH)
+end
+
+-- Each history is a JSON array: the entry goes before its closing bracket.
+if #w.entries > 0 then
+  local hids = {}
+  for k, e in ipairs(w.entries) do hids[k] = e[1] end
+  local histories = redis.call('HMGET', KEYS[6], unpack(hids))
+  local pairs_out = {}
+  for k, e in ipairs(w.entries) do
+    local h = histories[k]
+    h = h and (string.sub(h, 1, -2) .. ',' .. e[2] .. ']') or ('[' .. e[2] .. ']')
+    pairs_out[#pairs_out + 1], pairs_out[#pairs_out + 2] = e[1], h
+  end
+  redis.call('HSET', KEYS[6], unpack(pairs_out))
+end
+if #w.state > 0 then redis.call('HSET', KEYS[5], unpack(w.state)) end
+if #w.jobs > 0 then redis.call('HSET', KEYS[4], unpack(w.jobs)) end
+for name, members in pairs(w.leave) do
+  if #members > 0 then redis.call('ZREM', INDEX[name], unpack(members)) end
+end
+for name, members in pairs(w.enter) do
+  if #members > 0 then redis.call('ZADD', INDEX[name], unpack(members)) end
+end
+if #w.enter.due > 0 and announce_if_heads(ARGV[1], w.enter.due) then out[1] = 1 end
+local budget = tonumber(ARGV[5])
+if budget > 0 then
+  out[2] = apply_retention(now, 2, budget, #w.enter.dead > 0, #w.enter.done > 0)
+end
+return out

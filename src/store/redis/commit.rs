@@ -1,0 +1,296 @@
+//! Every change of a notification on Redis, after its registration: postback works it out
+//! with `lifecycle` from the notification as it was (`Held`), and `commit.lua` writes it
+//! (`Change`) only where the notification is still so: its stored record the same, in
+//! the same index. Where it is not (a cancel asked for during an attempt, a lease lost,
+//! a claim meanwhile), the script answers with how it is now, and the change is worked
+//! out again from that, in a further round.
+
+use redis::{Script, Value};
+
+use super::conn::Conn;
+use super::record::fresh_record;
+use super::reply::{int_at, text_at};
+use super::store_error;
+use crate::lifecycle::{Index, JobState, Now, Record};
+use crate::store::keys::ShardKeys;
+use crate::store::{StoreError, StoreResult};
+
+/// Rounds of working a change out again before a batch is given up (its caller tries
+/// again later): each round needs another change to the same notification between two
+/// calls, so more than a few means something is wrong.
+const MAX_ROUNDS: usize = 5;
+
+/// A notification as a change is worked out from.
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// The stored record as Redis holds it, or for one with none yet the one its
+    /// registration gave it.
+    pub text: String,
+    /// The record, in flight while it is in the in-flight index (a claim does not write
+    /// the record).
+    pub record: Record,
+    pub index: Index,
+    /// Its score in `index`.
+    pub score: i64,
+}
+
+impl Held {
+    /// As a claim returns it: `text` its stored record, or none (`None`) and its `spec`.
+    pub fn claimed(id: &str, text: Option<String>, spec: &str) -> StoreResult<Self> {
+        let (record, text) = record_of(id, text, spec)?;
+        Ok(Self {
+            text,
+            record: in_index(record, Index::InFlight),
+            index: Index::InFlight,
+            score: 0,
+        })
+    }
+
+    /// As a script returns it (`held_of` in `lua/common.lua`); `None` when it is gone.
+    pub fn parse(id: &str, v: &Value) -> StoreResult<Option<Self>> {
+        let Value::Array(parts) = v else {
+            return Err(StoreError::Corrupt(format!(
+                "state of {id} in a script reply"
+            )));
+        };
+        let index = match text_at(parts, 2)?.as_str() {
+            "due" => Index::Due,
+            "inflight" => Index::InFlight,
+            "dead" => Index::Dead,
+            "done" => Index::Done,
+            _ => return Ok(None),
+        };
+        let text = match parts.first() {
+            Some(Value::BulkString(_)) => Some(text_at(parts, 0)?),
+            _ => None,
+        };
+        let spec = match parts.get(1) {
+            Some(Value::BulkString(_)) => text_at(parts, 1)?,
+            _ => String::new(),
+        };
+        let (record, text) = record_of(id, text, &spec)?;
+        Ok(Some(Self {
+            text,
+            record: in_index(record, index),
+            index,
+            score: int_at(parts, 3)?,
+        }))
+    }
+}
+
+/// The record of `id` and its text: the stored one, or the one its spec's first line
+/// gives it.
+fn record_of(id: &str, text: Option<String>, spec: &str) -> StoreResult<(Record, String)> {
+    match text {
+        Some(text) => {
+            let record = Record::decode(&text)
+                .map_err(|e| StoreError::Corrupt(format!("state record of {id}: {e}")))?;
+            Ok((record, text))
+        }
+        None => {
+            let record = fresh_record(spec).ok_or_else(|| {
+                StoreError::Corrupt(format!("{id} has neither a state record nor a first line"))
+            })?;
+            let text = record.encode();
+            Ok((record, text))
+        }
+    }
+}
+
+/// A record as the index that holds it says: in flight in the in-flight index.
+fn in_index(mut record: Record, index: Index) -> Record {
+    if index == Index::InFlight {
+        record.state = JobState::InFlight;
+    }
+    record
+}
+
+/// One notification's change, as `commit.lua` takes it (9 values).
+#[derive(Debug, Clone)]
+pub struct Change {
+    id: String,
+    /// The record it was worked out from; empty for a change that only asks how it is.
+    expected: String,
+    from: Index,
+    /// A time (ms) the change assumes Redis has reached; 0 for none.
+    not_before: i64,
+    record: String,
+    /// Where it moves; `None` when it stays in its index (a cancel asked for in flight).
+    to: Option<(Index, i64)>,
+    entry: Option<String>,
+    spec: Option<String>,
+}
+
+impl Change {
+    /// `held` becomes `new`.
+    pub fn new(id: &str, held: &Held, new: &Record) -> Self {
+        let to = match new.state {
+            JobState::InFlight => None,
+            _ => new.position(),
+        };
+        Self {
+            id: id.to_string(),
+            expected: held.text.clone(),
+            from: held.index,
+            not_before: 0,
+            record: new.encode(),
+            to,
+            entry: None,
+            spec: None,
+        }
+    }
+
+    /// Writes nothing: the reply says how the notification is.
+    pub fn ask(id: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            expected: String::new(),
+            from: Index::Due,
+            not_before: 0,
+            record: String::new(),
+            to: None,
+            entry: None,
+            spec: None,
+        }
+    }
+
+    /// Only if Redis's clock has reached `at_ms` (an attempt's end).
+    pub fn not_before(mut self, at_ms: i64) -> Self {
+        self.not_before = at_ms;
+        self
+    }
+
+    /// With an attempt (JSON) for its history.
+    pub fn with_entry(mut self, entry: String) -> Self {
+        self.entry = Some(entry);
+        self
+    }
+
+    /// With a new spec (the whole stored value).
+    pub fn with_spec(mut self, spec: String) -> Self {
+        self.spec = Some(spec);
+        self
+    }
+}
+
+/// What to do for one request in a round.
+pub enum Decision<A> {
+    /// Write this change; if it is written, the request's answer is `A`.
+    Write(Change, A),
+    /// Ask how the notification with this id is, then decide again.
+    Ask(String),
+    /// Nothing to write: the answer.
+    Done(A),
+}
+
+/// The shard a commit goes to.
+pub struct Shard<'a> {
+    pub conn: &'a Conn,
+    pub script: &'a Script,
+    pub keys: &'a ShardKeys,
+    pub wake_channel: &'a str,
+    /// Dead max age ms, dead max count per shard, finished max age ms.
+    pub retention: [u64; 3],
+}
+
+/// What a commit came to: an answer per request, in order.
+pub struct Committed<A> {
+    pub answers: Vec<A>,
+    /// A notification now heads the shard's due set: schedulers should wake.
+    pub earliest: bool,
+    pub trimmed: usize,
+}
+
+/// A change on its way, for request `k`, with the answer if it is written.
+type Pending<A> = (usize, Change, Option<A>);
+
+/// Commits `requests` in rounds: `first` decides each from what the caller knows, and
+/// `again` from how the notification is now (`None`: gone) at Redis's `Now`.
+/// `budget(n)` is the retention budget of a round of `n` changes (0: none).
+pub async fn commit<T, A>(
+    shard: &Shard<'_>,
+    requests: &[T],
+    budget: impl Fn(usize) -> usize,
+    first: impl Fn(&T) -> StoreResult<Decision<A>>,
+    again: impl Fn(&T, Option<Held>, Now) -> StoreResult<Decision<A>>,
+) -> StoreResult<Committed<A>> {
+    let mut answers: Vec<Option<A>> = requests.iter().map(|_| None).collect();
+    let mut pending: Vec<Pending<A>> = Vec::new();
+    for (k, request) in requests.iter().enumerate() {
+        place(k, first(request)?, &mut pending, &mut answers);
+    }
+    let (mut earliest, mut trimmed) = (false, 0);
+    for _ in 0..MAX_ROUNDS {
+        if pending.is_empty() {
+            break;
+        }
+        let changes: Vec<&Change> = pending.iter().map(|(_, c, _)| c).collect();
+        let reply = run(shard, &changes, budget(changes.len())).await?;
+        earliest |= int_at(&reply, 0)? == 1;
+        trimmed += int_at(&reply, 1)? as usize;
+        let now = Now::from_micros(int_at(&reply, 2)?);
+        let mut next = Vec::new();
+        for ((k, change, answer), result) in pending.into_iter().zip(&reply[3..]) {
+            match (result, answer) {
+                (Value::Int(1), Some(answer)) => answers[k] = Some(answer),
+                _ => {
+                    let held = Held::parse(&change.id, result)?;
+                    place(k, again(&requests[k], held, now)?, &mut next, &mut answers);
+                }
+            }
+        }
+        pending = next;
+    }
+    if !pending.is_empty() {
+        return Err(StoreError::Unavailable(format!(
+            "{} changes kept meeting concurrent ones",
+            pending.len()
+        )));
+    }
+    Ok(Committed {
+        answers: answers
+            .into_iter()
+            .map(|a| a.expect("every request answered"))
+            .collect(),
+        earliest,
+        trimmed,
+    })
+}
+
+fn place<A>(k: usize, d: Decision<A>, pending: &mut Vec<Pending<A>>, answers: &mut [Option<A>]) {
+    match d {
+        Decision::Write(change, answer) => pending.push((k, change, Some(answer))),
+        Decision::Ask(id) => pending.push((k, Change::ask(&id), None)),
+        Decision::Done(answer) => answers[k] = Some(answer),
+    }
+}
+
+/// One call of `commit.lua`: every key and argument, in the script's order.
+async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResult<Vec<Value>> {
+    let mut call = shard.script.key(shard.keys.all().as_slice());
+    call.arg(shard.wake_channel)
+        .arg(&shard.retention[..])
+        .arg(budget);
+    for c in changes {
+        let (to, score) = c.to.map_or(("", 0), |(index, at)| (index.name(), at));
+        call.arg(&c.id)
+            .arg(&c.expected)
+            .arg(c.from.name())
+            .arg(c.not_before)
+            .arg(&c.record)
+            .arg(to)
+            .arg(score)
+            .arg(c.entry.as_deref().unwrap_or_default())
+            .arg(c.spec.as_deref().unwrap_or_default());
+    }
+    let reply: Vec<Value> = call
+        .invoke_async(&mut shard.conn.clone())
+        .await
+        .map_err(store_error)?;
+    if reply.len() != 3 + changes.len() {
+        return Err(StoreError::Corrupt(
+            "commit reply of the wrong length".into(),
+        ));
+    }
+    Ok(reply)
+}
