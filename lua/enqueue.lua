@@ -1,8 +1,9 @@
 -- enqueue: register a group of notifications and schedule each one's first attempt.
 -- KEYS: the shard's keys (see common.lua), then the idempotency keys of those that have one
--- ARGV: 1 wake channel, then per notification 6 values: id, spec (meta JSON and body,
---       src/store/redis/record.rs), schedule (as records keep it), delay ms, index in
---       KEYS of its idempotency key (0: none), idempotency ttl ms
+-- ARGV: 1 wake channel, 2 the layout version the first line starts with
+--       (src/store/spec.rs), then per notification 6 values: id, spec (meta JSON and
+--       body), schedule (as records keep it), delay ms, index in KEYS of its idempotency
+--       key (0: none), idempotency ttl ms
 -- A notification whose idempotency key was seen before (earlier, or earlier in this
 -- group) stores nothing: the first notification of that key is answered instead. The
 -- group is written with one command per structure: the spec, with the registration's
@@ -18,11 +19,12 @@ local now = now_ms(true)
 -- number with %.14g and Redis a number argument with %.17g, both through glibc's slow
 -- path, and most of a group shares one due time.
 local now_text = string.format('%d', now)
+local version = ARGV[2] .. ' '
 local out = {0, now}
 local w = {jobs = {}, due = {}}
 local created = {}
 
-for i = 2, #ARGV, WIDTH do
+for i = 3, #ARGV, WIDTH do
   local id, key = ARGV[i], tonumber(ARGV[i + 4])
   local existing = key > 0 and redis.call('GET', KEYS[key])
   if existing then
@@ -34,7 +36,7 @@ for i = 2, #ARGV, WIDTH do
     local next_text = delay_text == '0' and now_text or string.format('%d', now + tonumber(delay_text))
     created[id] = true
     local jobs, due = w.jobs, w.due
-    local line = now_text .. ' ' .. delay_text .. ' ' .. ARGV[i + 2] .. '\n'
+    local line = version .. now_text .. ' ' .. delay_text .. ' ' .. ARGV[i + 2] .. '\n'
     jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
     out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, false

@@ -33,10 +33,10 @@ SHARD = ["due", "inflight", "dead", "jobs", "state", "history", "done", "counter
 KEYS = ["{postback:0}:" + k for k in SHARD]
 SCHEDULE = "15s,3m,10m,30m,30m,1h,2h,6h,15h"
 NOW = "1795384073315"
-# As postback hands it to enqueue.lua (src/store/redis/record.rs); stored with the
+# As postback hands it to enqueue.lua (src/store/spec.rs); stored with the
 # registration's line in front.
 SPEC = '{"url":"http://127.0.0.1:9/cb"}\n{"i":1}'
-STORED_SPEC = NOW + " 0 " + SCHEDULE + "\n" + SPEC
+STORED_SPEC = "v2 " + NOW + " 0 " + SCHEDULE + "\n" + SPEC
 
 
 def state(name, lease, attempts=0, at="next_at"):
@@ -79,7 +79,7 @@ def call(kind, sha, first, batch, conflict):
         return resp(["EVALSHA", sha, str(len(keys))] + keys + [str(batch), "60000", "0"])
     args = ["EVALSHA", sha, str(len(KEYS))] + KEYS
     if kind == "enqueue":
-        args.append("postback:wake")
+        args += ["postback:wake", "v2"]
         for i in range(first, first + batch):
             args += [notification_id(i), SPEC, SCHEDULE, "0", "0", "1"]
         return resp(args)

@@ -1,13 +1,16 @@
 //! What an earlier build left in Redis (ids of 32 hex digits, a spec as one JSON object, a
 //! state record from the registration on, schedules in ms, a claim that wrote
-//! `in_flight`) is still read, sent and settled by this one.
+//! `in_flight`) or in the embedded store's file (redb 2's file format, specs as JSON,
+//! records with the schedule in ms and the lease raised at the claim) is still read,
+//! sent and settled by this one.
 
 mod support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use postback::config::RetentionSettings;
 use postback::domain::{JobId, JobSpec, Outcome};
-use postback::store::{ClaimedJob, Settlement, Store};
+use postback::store::{ClaimedJob, EmbeddedStore, Settlement, Store, EMBEDDED_FILE};
 use support::redis_server::RedisServer;
 use support::Backend;
 
@@ -172,5 +175,141 @@ async fn a_notification_an_earlier_build_left_in_flight_comes_back_when_its_leas
     assert_eq!(
         (format!("{:?}", view.status.state), view.status.attempts),
         ("Delivered".into(), 1)
+    );
+}
+
+/// One notification as the embedded store of an earlier build kept it: its record (with
+/// the schedule in ms) and its index entry.
+struct EarlierRow {
+    id: JobId,
+    record: String,
+    index: &'static str,
+    at: i64,
+}
+
+fn earlier_row(id: JobId, state: &str, attempts: u32, at: i64, lease: u64) -> EarlierRow {
+    let (index, next_at, finished_at, lease_until) = match state {
+        "scheduled" => ("due", Some(at), None, None),
+        "in_flight" => ("inflight", Some(at - 100), None, Some(at)),
+        "dead" => ("dead", None, Some(at), None),
+        _ => ("done", None, Some(at), None),
+    };
+    let json = |v: Option<i64>| v.map_or("null".to_string(), |v| v.to_string());
+    let record = format!(
+        r#"{{"state":"{state}","attempts":{attempts},"max_attempts":2,"created_at":{},"next_at":{},"finished_at":{},"replays":0,"cancel_requested":false,"schedule":[100],"lease":{lease},"lease_until":{}}}"#,
+        at - 1000,
+        json(next_at),
+        json(finished_at),
+        json(lease_until)
+    );
+    EarlierRow {
+        id,
+        record,
+        index,
+        at,
+    }
+}
+
+/// Writes `rows` into a new file in `dir` as an earlier build did: with redb 2.
+fn write_earlier_file(dir: &std::path::Path, rows: &[EarlierRow]) {
+    use redb2::TableDefinition;
+    type Index = TableDefinition<'static, (i64, &'static str), ()>;
+    const TEXT: [&str; 3] = ["specs", "records", "history"];
+    let db = redb2::Database::create(dir.join(EMBEDDED_FILE)).unwrap();
+    let tx = db.begin_write().unwrap();
+    {
+        let specs_def: TableDefinition<&str, &str> = TableDefinition::new(TEXT[0]);
+        let records_def: TableDefinition<&str, &str> = TableDefinition::new(TEXT[1]);
+        let mut specs = tx.open_table(specs_def).unwrap();
+        let mut records = tx.open_table(records_def).unwrap();
+        let spec = serde_json::to_string(&legacy_spec()).unwrap();
+        for row in rows {
+            let id = row.id.to_string();
+            specs.insert(id.as_str(), spec.as_str()).unwrap();
+            records.insert(id.as_str(), row.record.as_str()).unwrap();
+            let index: Index = TableDefinition::new(row.index);
+            tx.open_table(index)
+                .unwrap()
+                .insert((row.at, id.as_str()), ())
+                .unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+#[tokio::test]
+async fn an_embedded_file_of_an_earlier_build_is_upgraded_once_and_carried_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = now_ms() as i64;
+    let [retrying, flying, dead, cancelled] = [(); 4].map(|_| legacy_id());
+    write_earlier_file(
+        dir.path(),
+        &[
+            earlier_row(retrying, "scheduled", 1, now - 5, 1),
+            // Left in flight by an instance that died; its lease ended 50 ms ago.
+            earlier_row(flying, "in_flight", 0, now - 50, 1),
+            earlier_row(dead, "dead", 2, now - 10, 2),
+            earlier_row(cancelled, "cancelled", 0, now - 20, 0),
+        ],
+    );
+
+    let retention = RetentionSettings::default();
+    let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
+    let mut jobs = Vec::new();
+    for _ in 0..100 {
+        let claim = store.claim(10, Duration::from_secs(60), Duration::ZERO);
+        jobs.extend(claim.await.unwrap().jobs);
+        if jobs.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    jobs.sort_by_key(|j| j.id != retrying);
+    assert_eq!(
+        jobs.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),
+        [(retrying, 2), (flying, 1)]
+    );
+    assert_eq!(jobs[0].spec, legacy_spec());
+    let delivered: Vec<_> = jobs
+        .iter()
+        .map(|j| settlement(j, Outcome::Delivered))
+        .collect();
+    assert_eq!(
+        store.settle(&delivered).await.unwrap().applied,
+        [true, true]
+    );
+    let replayed = store
+        .replay(&dead, None, None, Duration::from_secs(3600))
+        .await
+        .unwrap()
+        .expect("the dead letter replays");
+    assert_eq!((replayed.attempts, replayed.max_attempts), (0, 2));
+    drop(store);
+
+    // Opened again: the file is redb 3's now, and holds what happened.
+    let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
+    let state = |view: Option<postback::store::JobView>| {
+        let s = view.unwrap().status;
+        (format!("{:?}", s.state), s.attempts)
+    };
+    assert_eq!(
+        state(store.get(&retrying).await.unwrap()),
+        ("Delivered".into(), 2)
+    );
+    assert_eq!(
+        state(store.get(&flying).await.unwrap()),
+        ("Delivered".into(), 1)
+    );
+    assert_eq!(
+        state(store.get(&dead).await.unwrap()),
+        ("Scheduled".into(), 0)
+    );
+    assert_eq!(
+        state(store.get(&cancelled).await.unwrap()),
+        ("Cancelled".into(), 0)
+    );
+    assert!(
+        redb2::Database::open(dir.path().join(EMBEDDED_FILE)).is_err(),
+        "no longer redb 2's format"
     );
 }

@@ -1,10 +1,12 @@
 //! `Record`: the mutable part of a notification as every store keeps it (one JSON
 //! object, the same on Redis and in the embedded file), and the index it belongs in.
 //!
-//! The encoding is the one the Lua scripts read and write with `cjson`: a schedule is
-//! its intervals as text in the largest unit that divides each one (`15s,3m,1h`; a bare
-//! number is ms). Records of earlier builds are read by the same decoder: the embedded
-//! store kept the schedule as an array of ms, and fields that were absent default.
+//! The encoding starts with its layout's version (`"v":2`); a schedule is its intervals
+//! as text in the largest unit that divides each one (`15s,3m,1h`; a bare number is
+//! ms). Records of earlier builds (layout 1: no `v`) are read by the same decoder, since
+//! they differ only in what it accepts besides: Redis's wrote the same fields, the
+//! embedded store's kept the schedule as an array of ms and a few more fields. A record
+//! of a later layout is refused rather than misread.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -69,6 +71,8 @@ pub struct JobStatus {
 /// holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
+    #[serde(default)]
+    pub v: Layout,
     pub state: JobState,
     pub attempts: u32,
     pub lease: u64,
@@ -88,6 +92,31 @@ pub struct Record {
     /// index is keyed by it. Redis keeps it as the in-flight index's score instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<i64>,
+}
+
+/// The layout of a record: written as this build's, read up to it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Layout;
+
+impl Layout {
+    const CURRENT: u8 = 2;
+}
+
+impl Serialize for Layout {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u8(Self::CURRENT)
+    }
+}
+
+impl<'de> Deserialize<'de> for Layout {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match u8::deserialize(d)? {
+            v if v <= Self::CURRENT => Ok(Layout),
+            v => Err(serde::de::Error::custom(format!(
+                "a record of layout {v}, written by a later build"
+            ))),
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -162,7 +191,10 @@ impl Record {
 /// A schedule as the records keep it: `15s,3m,10m,1h`.
 pub fn schedule_text(intervals_ms: &[u64]) -> String {
     let units = [(3_600_000, "h"), (60_000, "m"), (1_000, "s")];
-    let text = |ms: u64| match units.iter().find(|(size, _)| ms >= *size && ms % size == 0) {
+    let text = |ms: u64| match units
+        .iter()
+        .find(|(size, _)| ms >= *size && ms.is_multiple_of(*size))
+    {
         Some((size, unit)) => format!("{}{unit}", ms / size),
         None => ms.to_string(),
     };
@@ -215,12 +247,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_record_reads_as_the_scripts_write_it_and_round_trips() {
-        let scripts = r#"{"state":"scheduled","attempts":1,"lease":2,"max_attempts":3,"schedule":"15s,3m","created_at":1700000000000,"next_at":1700000015000}"#;
-        let r = Record::decode(scripts).unwrap();
+    fn a_record_of_layout_1_is_read_and_written_as_layout_2() {
+        let layout_1 = r#"{"state":"scheduled","attempts":1,"lease":2,"max_attempts":3,"schedule":"15s,3m","created_at":1700000000000,"next_at":1700000015000}"#;
+        let r = Record::decode(layout_1).unwrap();
         assert_eq!(r.schedule, vec![15_000, 180_000]);
         assert_eq!(r.position(), Some((Index::Due, 1_700_000_015_000)));
-        assert_eq!(r.encode(), scripts);
+        let layout_2 = r.encode();
+        assert_eq!(layout_2, layout_1.replacen('{', r#"{"v":2,"#, 1));
+        assert_eq!(Record::decode(&layout_2).unwrap(), r);
+        assert!(Record::decode(&layout_2.replacen(":2,", ":3,", 1)).is_err());
     }
 
     #[test]

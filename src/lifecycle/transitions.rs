@@ -4,7 +4,7 @@
 //! a replay of one that is not dead). Where the record then belongs is
 //! `Record::position`.
 
-use super::record::{JobState, Record};
+use super::record::{JobState, Layout, Record};
 use super::time::Now;
 use crate::domain::Outcome;
 
@@ -38,6 +38,7 @@ impl Verdict {
 pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
     let created_at = now.up();
     Record {
+        v: Layout,
         state: JobState::Scheduled,
         attempts: 0,
         lease: 0,

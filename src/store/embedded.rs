@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use async_trait::async_trait;
-use redb::{Database, ReadTransaction};
+use redb::{Database, ReadTransaction, ReadableDatabase};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::spec;
 use super::{
     Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency, JobStatus,
     JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult,
@@ -25,6 +26,7 @@ use crate::lifecycle::{retention, Index, Now, Record};
 mod reads;
 mod tables;
 mod transitions;
+mod upgrade;
 mod writer;
 
 use tables::{DbError, DbResult, Tables};
@@ -50,7 +52,7 @@ impl EmbeddedStore {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{key}: cannot create {}", dir.display()))?;
         let path = dir.join(FILE_NAME);
-        let db = match Database::create(&path) {
+        let db = match upgrade::open(&path) {
             Ok(db) => db,
             Err(redb::DatabaseError::DatabaseAlreadyOpen) => anyhow::bail!(
                 "{key}: {} is in use by another postback instance; the embedded store serves \
@@ -59,7 +61,9 @@ impl EmbeddedStore {
             ),
             Err(e) => anyhow::bail!("{key}: cannot open {}: {e}", path.display()),
         };
-        create_tables(&db).with_context(|| format!("{key}: cannot write {}", path.display()))?;
+        upgrade::upgrade_tables(&db)
+            .and_then(|_| create_tables(&db))
+            .with_context(|| format!("{key}: cannot write {}", path.display()))?;
         let db = Arc::new(db);
         Ok(Self {
             writer: Writer::start(db.clone())?,
@@ -107,10 +111,6 @@ fn create_tables(db: &Database) -> DbResult<()> {
     Ok(())
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
 /// Whether any of the records is due and now heads the due index.
 fn any_heads(t: &Tables, records: &[(String, Record)]) -> DbResult<bool> {
     for (id, r) in records {
@@ -134,7 +134,7 @@ impl Store for EmbeddedStore {
     ) -> StoreResult<Enqueued> {
         let job = NewJob {
             id: n.id,
-            spec: to_json(&n.spec())?,
+            spec: spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
             idempotency: idempotency.map(|i| (i.key.clone(), (i.ttl.as_millis() as u64).max(1))),
@@ -231,7 +231,7 @@ impl Store for EmbeddedStore {
         delay: Duration,
     ) -> StoreResult<Option<JobStatus>> {
         let id = *id;
-        let spec = spec.map(to_json).transpose()?;
+        let spec = spec.map(spec::encode);
         let schedule = schedule.map(Schedule::intervals_ms);
         let delay_ms = delay.as_millis() as u64;
         let (status, earliest) = self

@@ -20,6 +20,7 @@ mod cursor;
 mod embedded;
 mod keys;
 mod redis;
+mod spec;
 
 pub use self::embedded::{EmbeddedStore, FILE_NAME as EMBEDDED_FILE};
 pub use self::redis::RedisStore;
@@ -95,7 +96,8 @@ impl ClaimedJob {
     /// (rounded down, hence + 1) no earlier than `claim_asked`.
     fn store_now_us(&self) -> i64 {
         let since = self.claim_asked.elapsed();
-        let elapsed_us = since.as_micros() as i64 + i64::from(since.subsec_nanos() % 1_000 > 0);
+        let elapsed_us =
+            since.as_micros() as i64 + i64::from(!since.subsec_nanos().is_multiple_of(1_000));
         self.claimed_at_us + 1 + elapsed_us
     }
 

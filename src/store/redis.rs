@@ -25,7 +25,7 @@ use super::{
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
-use crate::lifecycle::{retention, schedule_text, Record};
+use crate::lifecycle::{retention, Record};
 use crate::lifecycle::{transitions, Index, Now};
 
 mod commit;
@@ -33,16 +33,15 @@ mod conn;
 mod enqueue;
 mod leases;
 mod page;
-mod record;
 mod reply;
 mod shard_clock;
 
+use super::spec;
 use commit::{commit, Change, Committed, Decision, Held, Shard};
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
 use leases::Leases;
 use page::ShardPage;
-use record::{decode_spec, encode_spec, fresh_record};
 use reply::{int_at, text_at};
 use shard_clock::ShardClock;
 
@@ -437,7 +436,7 @@ impl RedisStore {
             let status = match &states[i] {
                 Some(state) => parse_record(state)?.status(),
                 // Never attempted: the state it has from its registration.
-                None => match fresh_record(spec) {
+                None => match spec::registration(spec) {
                     Some(record) => record.status(),
                     None => continue,
                 },
@@ -475,7 +474,7 @@ impl Store for RedisStore {
         let keys = self.keys(&n.id)?;
         let item = Item {
             id: n.id,
-            spec: encode_spec(&n.spec()),
+            spec: spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
             idempotency: idempotency
@@ -602,7 +601,7 @@ impl Store for RedisStore {
         if self.keys(id).is_err() {
             return Ok(None);
         }
-        let spec = spec.map(encode_spec);
+        let spec = spec.map(spec::encode);
         let done = self
             .replay_ids(&[*id], spec.as_deref(), schedule, delay)
             .await?;
@@ -816,9 +815,9 @@ impl RedisStore {
             let replayed = held.and_then(|h| {
                 let new = transitions::replay(&h.record, now, delay_ms, schedule.as_deref())?;
                 let mut change = Change::new(&id.to_string(), &h, &new);
-                if let Some(spec) = spec {
-                    let line = format!("{} 0 {}", new.created_at, schedule_text(&new.schedule));
-                    change = change.with_spec(format!("{line}\n{spec}"));
+                if let Some(encoded) = spec {
+                    let value = spec::stored(new.created_at, 0, &new.schedule, encoded);
+                    change = change.with_spec(value);
                 }
                 Some((change, new.status()))
             });
@@ -970,7 +969,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
         due_at: held.record.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
-        spec: decode_spec(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        spec: spec::decode(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
     };
     Ok((job, held))
 }
@@ -1001,7 +1000,7 @@ fn job_view(
         id: id
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("bad id `{id}`")))?,
-        spec: decode_spec(spec).map_err(|e| corrupt("spec", e))?,
+        spec: spec::decode(spec).map_err(|e| corrupt("spec", e))?,
         status,
         history: match history {
             Some(h) => {

@@ -7,8 +7,9 @@ use super::tables::{
     corrupt, decode, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY, INFLIGHT, RECORDS,
     SPECS,
 };
-use crate::domain::{Attempt, JobId, JobSpec};
+use crate::domain::{Attempt, JobId};
 use crate::lifecycle::Record;
+use crate::store::spec;
 use crate::store::{Cursor, DeadFilter, DeadPage, JobView, Outcomes, StateCounts, Stats, Trimmed};
 
 /// Dead letters examined for one page at most; past it the page ends early with a
@@ -27,7 +28,7 @@ pub fn view(tx: &ReadTransaction, id: &str) -> DbResult<Option<JobView>> {
     let Some(spec) = tx.open_table(SPECS)?.get(id)? else {
         return Ok(None);
     };
-    let spec: JobSpec = decode(spec.value())?;
+    let spec = spec::decode(spec.value()).map_err(corrupt)?;
     let history: Vec<Attempt> = match tx.open_table(HISTORY)?.get(id)? {
         Some(raw) => decode(raw.value())?,
         None => Vec::new(),

@@ -46,7 +46,8 @@ impl std::fmt::Display for DbError {
     }
 }
 
-/// id → the notification's spec (JSON), as registered or replaced by a replay.
+/// id → the notification's spec (`store::spec`'s layout), as registered or replaced by a
+/// replay.
 pub const SPECS: TableDefinition<&str, &str> = TableDefinition::new("specs");
 /// id → `Record` (`lifecycle`'s JSON, as on Redis).
 pub const RECORDS: TableDefinition<&str, &str> = TableDefinition::new("records");

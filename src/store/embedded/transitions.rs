@@ -6,14 +6,16 @@ use std::time::{Duration, Instant};
 
 use redb::{ReadableTable, ReadableTableMetadata};
 
-use super::tables::{decode, DbError, DbResult, Tables};
-use crate::domain::{Attempt, JobId, JobSpec};
+use super::tables::{corrupt, decode, DbError, DbResult, Tables};
+use crate::domain::{Attempt, JobId};
 use crate::lifecycle::{transitions as life, Cancelled, Index, Now, Record};
+use crate::store::spec;
 use crate::store::{Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError};
 
 /// A registration, ready to store.
 pub struct NewJob {
     pub id: JobId,
+    /// The meta line and the body (`spec::encode`).
     pub spec: String,
     /// Retry intervals in ms.
     pub schedule: Vec<u64>,
@@ -54,7 +56,8 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
         t.idempotency_expiry.insert((until, key.as_str()), ())?;
     }
     let record = life::register(job.schedule.clone(), now, job.delay_ms);
-    t.specs.insert(id.as_str(), job.spec.as_str())?;
+    let value = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
+    t.specs.insert(id.as_str(), value.as_str())?;
     t.save(&id, None, &record)?;
     let earliest = heads(t, &id, &record)?;
     Ok(Enqueued {
@@ -117,7 +120,7 @@ pub fn claim(
             due_at,
             claimed_at_us: now.micros(),
             claim_asked: asked,
-            spec: decode::<JobSpec>(&spec)?,
+            spec: spec::decode(&spec).map_err(corrupt)?,
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {
@@ -215,8 +218,9 @@ pub fn cancel(t: &mut Tables, now: Now, id: &JobId) -> DbResult<Cancelled> {
     Ok(answer)
 }
 
-/// Schedules a dead letter again from a fresh attempt count, with a new spec (JSON) or
-/// schedule (intervals in ms) when given. Its new record; `None` when it is not dead.
+/// Schedules a dead letter again from a fresh attempt count, with a new spec (meta line
+/// and body) or schedule (intervals in ms) when given. Its new record; `None` when it is
+/// not dead.
 pub fn replay(
     t: &mut Tables,
     now: Now,
@@ -227,8 +231,9 @@ pub fn replay(
 ) -> DbResult<Option<Record>> {
     let key = id.to_string();
     let replayed = apply(t, &key, |r| life::replay(r, now, delay_ms, schedule))?;
-    if let (Some(spec), Some(_)) = (spec, &replayed) {
-        t.specs.insert(key.as_str(), spec)?;
+    if let (Some(encoded), Some(r)) = (spec, &replayed) {
+        let value = spec::stored(r.created_at, 0, &r.schedule, encoded);
+        t.specs.insert(key.as_str(), value.as_str())?;
     }
     Ok(replayed)
 }

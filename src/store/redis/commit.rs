@@ -8,11 +8,11 @@
 use redis::{Script, Value};
 
 use super::conn::Conn;
-use super::record::fresh_record;
 use super::reply::{int_at, text_at};
 use super::store_error;
 use crate::lifecycle::{Index, JobState, Now, Record};
 use crate::store::keys::ShardKeys;
+use crate::store::spec;
 use crate::store::{StoreError, StoreResult};
 
 /// Rounds of working a change out again before a batch is given up (its caller tries
@@ -88,7 +88,7 @@ fn record_of(id: &str, text: Option<String>, spec: &str) -> StoreResult<(Record,
             Ok((record, text))
         }
         None => {
-            let record = fresh_record(spec).ok_or_else(|| {
+            let record = spec::registration(spec).ok_or_else(|| {
                 StoreError::Corrupt(format!("{id} has neither a state record nor a first line"))
             })?;
             let text = record.encode();

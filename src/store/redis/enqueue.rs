@@ -14,6 +14,7 @@ use super::store_error;
 use crate::domain::JobId;
 use crate::lifecycle::{schedule_text, transitions, Index, JobState, JobStatus, Now};
 use crate::store::keys::ShardKeys;
+use crate::store::spec;
 use crate::store::{Enqueued, StoreError, StoreResult};
 
 /// Most registrations stored by one script call.
@@ -103,7 +104,7 @@ async fn store_group(
     items: &[Item],
 ) -> StoreResult<Vec<Enqueued>> {
     let mut call = target.script.key(keys.all().as_slice());
-    call.arg(&target.wake_channel);
+    call.arg(&target.wake_channel).arg(spec::VERSION);
     let mut extra_keys = 0;
     for item in items {
         let (key_index, ttl) = match &item.idempotency {
