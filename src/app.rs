@@ -1,9 +1,17 @@
-//! `postback serve`: connects the store, starts the dispatcher and the API in one
-//! process, and shuts them down in order on SIGTERM or Ctrl-C.
+//! One postback instance: `App::build` opens the store, binds the listener and makes the
+//! delivery pipeline; `App::run` runs the API, the scheduler and the retention sweep
+//! until the future it is given completes, then shuts them down in order. `serve` (what
+//! `postback serve` runs) does both and stops on SIGTERM or Ctrl-C; tests and embedders
+//! can run an instance in process the same way.
 
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -17,67 +25,136 @@ use crate::sender::Sender;
 use crate::signing::Signer;
 use crate::store::{EmbeddedStore, RedisStore, Store};
 
+/// Runs an instance until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let s = &config.settings;
-    let store = open_store(&config).await?;
-    let listener = tokio::net::TcpListener::bind(s.server.listen)
-        .await
-        .with_context(|| {
+    App::build(config).await?.run(shutdown_signal()).await
+}
+
+/// An instance, built and not yet running.
+pub struct App {
+    listener: TcpListener,
+    router: axum::Router,
+    store: Arc<dyn Store>,
+    dispatcher: Dispatcher,
+    wake: Arc<Notify>,
+    sweep_interval: Duration,
+    pipeline: Pipeline,
+}
+
+impl App {
+    /// Opens the store, binds the API's address and makes the pipeline; a problem is
+    /// named by the configuration key it comes from.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let s = &config.settings;
+        let store = open_store(&config).await?;
+        let listener = TcpListener::bind(s.server.listen).await.with_context(|| {
             format!(
                 "server.listen (POSTBACK_SERVER_LISTEN): cannot listen on {}",
                 s.server.listen
             )
         })?;
-    if s.server.api_tokens.is_empty() {
-        tracing::warn!("API authentication is off (--insecure-no-auth)");
+        if s.server.api_tokens.is_empty() {
+            tracing::warn!("API authentication is off (--insecure-no-auth)");
+        }
+        let wake = Arc::new(Notify::new());
+        let signer = Signer::new(config.secrets.clone(), config.key_secrets.clone());
+        let sender = Sender::new(&s.delivery, signer)?;
+        let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas));
+        let dispatcher = Dispatcher::new(
+            store.clone(),
+            sender,
+            delivery.clone(),
+            wake.clone(),
+            s.delivery.clone(),
+            config.jitter_percent,
+        );
+        let pipeline = Pipeline::default();
+        let state = AppState {
+            store: store.clone(),
+            wake: wake.clone(),
+            policy: Arc::new(notify_policy(&config)),
+            delivery,
+            metrics: crate::metrics::install()?,
+            pipeline: pipeline.clone(),
+        };
+        let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
+        Ok(Self {
+            listener,
+            router: api::router(state, tokens, &s.server),
+            store,
+            dispatcher,
+            wake,
+            sweep_interval: s.retention.sweep_interval,
+            pipeline,
+        })
     }
 
-    let wake = Arc::new(Notify::new());
-    let stop = CancellationToken::new();
-    let signer = Signer::new(config.secrets.clone(), config.key_secrets.clone());
-    let sender = Sender::new(&s.delivery, signer)?;
-    let delivery = Arc::new(Policy::new(&s.delivery, &config.quotas));
-    let dispatcher = Dispatcher::new(
-        store.clone(),
-        sender,
-        delivery.clone(),
-        wake.clone(),
-        s.delivery.clone(),
-        config.jitter_percent,
-    );
-    let dispatching = tokio::spawn(dispatcher.run(stop.child_token()));
-    let watching = {
-        let (store, wake, stop) = (store.clone(), wake.clone(), stop.child_token());
-        tokio::spawn(async move { store.watch_wakeups(wake, stop).await })
-    };
-    let sweeping = tokio::spawn(retention::sweep(
-        store.clone(),
-        s.retention.sweep_interval,
-        stop.child_token(),
-    ));
+    /// The address the API listens on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
 
-    let state = AppState {
-        store,
-        wake,
-        policy: Arc::new(notify_policy(&config)),
-        delivery,
-        metrics: crate::metrics::install()?,
-    };
-    let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
-    let app = api::router(state, tokens, &s.server);
-    tracing::info!(addr = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving the API")?;
+    /// Runs until `stop` completes: then the API stops taking requests, the scheduler
+    /// stops claiming and lets deliveries in flight finish within the grace period, and
+    /// the wake-up watcher and the retention sweep end.
+    pub async fn run(self, stop: impl Future<Output = ()> + Send + 'static) -> anyhow::Result<()> {
+        let tasks = CancellationToken::new();
+        let running = self.pipeline.running();
+        let dispatcher = self.dispatcher;
+        let token = tasks.child_token();
+        let dispatching = tokio::spawn(async move {
+            let _running = running;
+            dispatcher.run(token).await
+        });
+        let watching = {
+            let (store, wake, token) = (self.store.clone(), self.wake, tasks.child_token());
+            tokio::spawn(async move { store.watch_wakeups(wake, token).await })
+        };
+        let sweeping = tokio::spawn(retention::sweep(
+            self.store,
+            self.sweep_interval,
+            tasks.child_token(),
+        ));
+        tracing::info!(addr = %self.listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(stop)
+            .await
+            .context("serving the API")?;
 
-    tracing::info!("stopping: no new claims; finishing deliveries in flight");
-    stop.cancel();
-    dispatching.await.context("dispatcher")?;
-    watching.await.context("wake-up watcher")?;
-    sweeping.await.context("retention sweep")?;
-    tracing::info!("stopped");
-    Ok(())
+        tracing::info!("stopping: no new claims; finishing deliveries in flight");
+        tasks.cancel();
+        dispatching.await.context("dispatcher")?;
+        watching.await.context("wake-up watcher")?;
+        sweeping.await.context("retention sweep")?;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Whether the delivery pipeline (the scheduler and its senders) is running, for
+/// `/readyz`: an instance whose pipeline stopped (a panic in it) answers the API but
+/// delivers nothing, and should be restarted.
+#[derive(Debug, Clone, Default)]
+pub struct Pipeline(Arc<AtomicBool>);
+
+impl Pipeline {
+    pub fn is_running(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Marks the pipeline running until the guard is dropped, however its task ends.
+    fn running(&self) -> Running {
+        self.0.store(true, Ordering::Relaxed);
+        Running(self.0.clone())
+    }
+}
+
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 /// The configured store, with one line saying which and where.
@@ -143,5 +220,24 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pipeline_reads_stopped_once_its_task_ends_even_by_a_panic() {
+        let pipeline = Pipeline::default();
+        assert!(!pipeline.is_running(), "not running before it starts");
+        let running = pipeline.running();
+        assert!(pipeline.is_running());
+        let task = std::thread::spawn(move || {
+            let _running = running;
+            panic!("a bug in the pipeline");
+        });
+        assert!(task.join().is_err());
+        assert!(!pipeline.is_running());
     }
 }

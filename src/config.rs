@@ -13,7 +13,7 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::Schedule;
-use crate::policy::Quota;
+use crate::policy::{Limits, Quotas};
 use crate::signing::Secret;
 
 mod string_list;
@@ -120,6 +120,17 @@ pub struct DeliverySettings {
     pub breaker_cooldown: Duration,
     /// Retry intervals vary by up to ± this percentage (`0%` keeps them exact).
     pub jitter: String,
+}
+
+impl DeliverySettings {
+    /// What the delivery policy needs of these settings.
+    pub fn policy_limits(&self) -> Limits {
+        Limits {
+            host_concurrency: self.host_concurrency,
+            breaker_failures: self.breaker_failures,
+            breaker_cooldown: self.breaker_cooldown,
+        }
+    }
 }
 
 /// How long finished notifications are kept before they are deleted (and counted).
@@ -294,13 +305,6 @@ pub struct Config {
     pub quotas: Quotas,
     /// ± percentage of jitter on retry intervals.
     pub jitter_percent: u32,
-}
-
-/// The rate-limit quota of every `rate_key`: its own, or the default.
-#[derive(Debug, Clone)]
-pub struct Quotas {
-    pub default: Quota,
-    pub per_key: BTreeMap<String, Quota>,
 }
 
 impl Config {

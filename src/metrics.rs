@@ -10,7 +10,7 @@ use std::time::Duration;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::sender::{AttemptReport, Reach};
+use crate::domain::{AttemptReport, Reach};
 use crate::store::Stats;
 
 /// Hosts named in labels at most; the rest are only counted.

@@ -15,10 +15,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::DeliverySettings;
+use crate::domain::AttemptReport;
 use crate::domain::Outcome;
 use crate::metrics;
 use crate::policy::{Admission, HostSlot, Policy, Refusal};
-use crate::sender::{AttemptReport, Sender};
+use crate::sender::Sender;
 use crate::settler::{self, backoff, Leases, Queued, Report};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
 

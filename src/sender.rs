@@ -12,54 +12,12 @@ use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 
 use crate::config::DeliverySettings;
-use crate::domain::{JobId, JobSpec, Outcome};
+use crate::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach};
 use crate::signing::{signature_header, Signer};
 use crate::ssrf::{self, Blocked};
 
 /// `postback/<version>`, sent as the `User-Agent` of every delivery.
 pub const USER_AGENT_VALUE: &str = concat!("postback/", env!("CARGO_PKG_VERSION"));
-
-/// How one attempt went, before it is recorded.
-#[derive(Debug, Clone)]
-pub struct AttemptReport {
-    pub outcome: Outcome,
-    pub status: Option<u16>,
-    pub error: Option<String>,
-    pub duration_ms: u64,
-    pub response: String,
-    /// How long the receiver asked to be left alone (429 or 503 with `Retry-After`).
-    pub retry_after: Option<Duration>,
-    pub reach: Reach,
-}
-
-/// Whether an attempt went out to the host, and if it did, how the host seemed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reach {
-    /// A request was sent; not `healthy` after a connection error, a timeout, 429 or 5xx.
-    Sent { healthy: bool },
-    /// Not sent: the host's circuit is open.
-    CircuitOpen,
-    /// Not sent: the SSRF guard refused the destination.
-    Blocked,
-}
-
-impl AttemptReport {
-    /// An attempt not made because the host's circuit is open.
-    pub fn circuit_open() -> Self {
-        Self {
-            reach: Reach::CircuitOpen,
-            ..failure(None, "circuit_open".into(), String::new())
-        }
-    }
-
-    /// An attempt not made because the SSRF guard refused its destination.
-    fn blocked(why: &Blocked) -> Self {
-        Self {
-            reach: Reach::Blocked,
-            ..failure(None, why.to_string(), String::new())
-        }
-    }
-}
 
 pub struct Sender {
     client: reqwest::Client,
@@ -106,7 +64,7 @@ impl Sender {
     pub async fn send(&self, id: &JobId, spec: &JobSpec) -> AttemptReport {
         let started = Instant::now();
         if let Some(blocked) = self.blocked_literal(spec) {
-            return AttemptReport::blocked(&blocked);
+            return AttemptReport::blocked(blocked.to_string());
         }
         let timeout = Duration::from_millis(spec.timeout_ms).min(self.max_timeout);
         let result = self
@@ -230,42 +188,34 @@ impl Sender {
         let code = Some(status.as_u16());
         let snippet = truncate(&text, self.response_bytes);
         if let Some(err) = read_error {
-            return failure(code, err, snippet);
+            return AttemptReport::failure(code, err, snippet);
         }
         if status.is_redirection() {
-            return failure(code, "redirect not followed".into(), snippet);
+            return AttemptReport::failure(code, "redirect not followed".into(), snippet);
         }
         if status == StatusCode::GONE {
             return AttemptReport {
                 outcome: Outcome::Gone,
-                ..failure(code, "HTTP 410: gone for good".into(), snippet)
+                ..AttemptReport::failure(code, "HTTP 410: gone for good".into(), snippet)
             };
         }
         if !status.is_success() {
-            return failure(code, format!("HTTP {}", status.as_u16()), snippet);
+            return AttemptReport::failure(code, format!("HTTP {}", status.as_u16()), snippet);
         }
         if let Some(expected) = &spec.expect_body {
             if text.trim() != expected {
-                return failure(code, format!("response body is not `{expected}`"), snippet);
+                return AttemptReport::failure(
+                    code,
+                    format!("response body is not `{expected}`"),
+                    snippet,
+                );
             }
         }
         AttemptReport {
             outcome: Outcome::Delivered,
             error: None,
-            ..failure(code, String::new(), snippet)
+            ..AttemptReport::failure(code, String::new(), snippet)
         }
-    }
-}
-
-fn failure(status: Option<u16>, error: String, response: String) -> AttemptReport {
-    AttemptReport {
-        outcome: Outcome::Failed,
-        status,
-        error: Some(error),
-        duration_ms: 0,
-        response,
-        retry_after: None,
-        reach: Reach::Sent { healthy: false },
     }
 }
 
@@ -273,9 +223,9 @@ fn failure(status: Option<u16>, error: String, response: String) -> AttemptRepor
 /// error or timeout (it is).
 fn transport_failure(e: &reqwest::Error, timeout: Duration) -> AttemptReport {
     if let Some(blocked) = find_cause::<Blocked>(e) {
-        return AttemptReport::blocked(blocked);
+        return AttemptReport::blocked(blocked.to_string());
     }
-    failure(None, describe(e, timeout), String::new())
+    AttemptReport::failure(None, describe(e, timeout), String::new())
 }
 
 fn find_cause<'a, T: std::error::Error + 'static>(

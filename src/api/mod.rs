@@ -31,6 +31,7 @@ pub use auth::Tokens;
 pub use error::ApiError;
 pub use notify::NotifyPolicy;
 
+use crate::app::Pipeline;
 use crate::config::ServerSettings;
 use crate::metrics;
 use crate::policy::Policy;
@@ -48,6 +49,8 @@ pub struct AppState {
     /// The delivery policy, for the circuit states in `/metrics`.
     pub delivery: Arc<Policy>,
     pub metrics: PrometheusHandle,
+    /// Whether the delivery pipeline runs, for `/readyz`.
+    pub pipeline: Pipeline,
 }
 
 #[derive(OpenApi)]
@@ -161,10 +164,17 @@ async fn healthz() -> Json<Health> {
     tag = "operations",
     responses(
         (status = 200, body = Health),
-        (status = 503, description = "The store is unreachable", body = ErrorBody)
+        (status = 503, description = "The store is unreachable, or the delivery pipeline has stopped", body = ErrorBody)
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    if !state.pipeline.is_running() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "pipeline_stopped",
+            "the delivery pipeline has stopped: this instance delivers nothing",
+        ));
+    }
     state.store.ping().await?;
     Ok(Json(Health { status: "ready" }))
 }

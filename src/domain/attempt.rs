@@ -1,4 +1,7 @@
-//! `Attempt`: the record of one delivery attempt, as kept in a notification's history.
+//! `Attempt`: the record of one delivery attempt, as kept in a notification's history;
+//! `AttemptReport`: how an attempt went, as the sender says it, before it is recorded.
+
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,4 +35,59 @@ pub struct Attempt {
     pub error: Option<String>,
     pub duration_ms: u64,
     pub response: String,
+}
+
+/// How one attempt went, before it is recorded.
+#[derive(Debug, Clone)]
+pub struct AttemptReport {
+    pub outcome: Outcome,
+    pub status: Option<u16>,
+    pub error: Option<String>,
+    pub duration_ms: u64,
+    pub response: String,
+    /// How long the receiver asked to be left alone (429 or 503 with `Retry-After`).
+    pub retry_after: Option<Duration>,
+    pub reach: Reach,
+}
+
+/// Whether an attempt went out to the host, and if it did, how the host seemed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// A request was sent; not `healthy` after a connection error, a timeout, 429 or 5xx.
+    Sent { healthy: bool },
+    /// Not sent: the host's circuit is open.
+    CircuitOpen,
+    /// Not sent: the SSRF guard refused the destination.
+    Blocked,
+}
+
+impl AttemptReport {
+    /// A failed attempt that reached the host, which did not seem healthy.
+    pub fn failure(status: Option<u16>, error: String, response: String) -> Self {
+        Self {
+            outcome: Outcome::Failed,
+            status,
+            error: Some(error),
+            duration_ms: 0,
+            response,
+            retry_after: None,
+            reach: Reach::Sent { healthy: false },
+        }
+    }
+
+    /// An attempt not made because the host's circuit is open.
+    pub fn circuit_open() -> Self {
+        Self {
+            reach: Reach::CircuitOpen,
+            ..Self::failure(None, "circuit_open".into(), String::new())
+        }
+    }
+
+    /// An attempt not made because the SSRF guard refused its destination (`why`).
+    pub fn blocked(why: String) -> Self {
+        Self {
+            reach: Reach::Blocked,
+            ..Self::failure(None, why, String::new())
+        }
+    }
 }

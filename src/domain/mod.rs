@@ -11,7 +11,7 @@ mod notification;
 mod payload;
 mod schedule;
 
-pub use attempt::{Attempt, Outcome};
+pub use attempt::{Attempt, AttemptReport, Outcome, Reach};
 pub use callback_url::{CallbackUrl, Destinations};
 pub use error::FieldError;
 pub use headers::ExtraHeaders;

@@ -15,11 +15,10 @@ mod rate_limit;
 
 pub use breaker::{Breaker, Verdict};
 pub use host_slots::{Busy, HostSlot, HostSlots};
-pub use quota::Quota;
+pub use quota::{Quota, Quotas};
 pub use rate_limit::RateLimits;
 
-use crate::config::{DeliverySettings, Quotas};
-use crate::sender::{AttemptReport, Reach};
+use crate::domain::{AttemptReport, Reach};
 
 pub struct Policy {
     host_slots: HostSlots,
@@ -52,12 +51,23 @@ pub enum Refusal {
     CircuitOpen,
 }
 
+/// The per-host limits of the policy (`[delivery]` in the configuration).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Deliveries at once to one host, per instance.
+    pub host_concurrency: usize,
+    /// Failed attempts in a row that open a host's circuit.
+    pub breaker_failures: u32,
+    /// How long a circuit stays open before one attempt may probe the host.
+    pub breaker_cooldown: Duration,
+}
+
 impl Policy {
-    pub fn new(settings: &DeliverySettings, quotas: &Quotas) -> Self {
+    pub fn new(limits: Limits, quotas: &Quotas) -> Self {
         Self {
-            host_slots: HostSlots::new(settings.host_concurrency),
+            host_slots: HostSlots::new(limits.host_concurrency),
             rate_limits: RateLimits::new(quotas),
-            breaker: Breaker::new(settings.breaker_failures, settings.breaker_cooldown),
+            breaker: Breaker::new(limits.breaker_failures, limits.breaker_cooldown),
         }
     }
 

@@ -3,10 +3,18 @@
 //! 200 ms), so that no second ever holds more than the quota: receivers that state a
 //! limit mean it for every second, not on average.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
+
+/// The rate-limit quota of every `rate_key`: its own, or the default.
+#[derive(Debug, Clone)]
+pub struct Quotas {
+    pub default: Quota,
+    pub per_key: BTreeMap<String, Quota>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Quota {

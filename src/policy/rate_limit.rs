@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, RateLimiter};
 
-use crate::config::Quotas;
+use super::Quotas;
 
 /// How many checks between two clean-ups of the keyed limiter's idle keys.
 const CLEANUP_EVERY: u64 = 10_000;
