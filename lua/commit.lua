@@ -15,10 +15,12 @@
 -- when it is still in the expected index. One with a record in flight cannot leave the
 -- in-flight index without its record changing, so the record alone tells. Otherwise
 -- nothing is written for it, and the reply says how it is now, for postback to work the
--- change out again.
+-- change out again; one that is as expected but assumes a time Redis has not reached (an
+-- attempt's end reckoned ahead of its clock) is answered 2, to be worked out again from
+-- the same state at Redis's time.
 -- Then retention, in the finished indexes the batch added to, at most the budget.
--- Returns {new earliest 0|1, number trimmed, now µs, then per notification: 1 written,
--- or its state now (see held_of in common.lua)}.
+-- Returns {new earliest 0|1, number trimmed, now µs, then per notification: 1 written, 2
+-- unchanged but ahead of now, or its state now (see held_of in common.lua)}.
 local FIRST, WIDTH = 6, 9
 local time_us = now_us()
 local now = math.ceil(time_us / 1000)
@@ -31,14 +33,36 @@ local states = redis.call('HMGET', KEYS[5], unpack(ids))
 
 local INDEX = {due = KEYS[1], inflight = KEYS[2], dead = KEYS[3], done = KEYS[7]}
 
+-- Whether each notification whose record alone does not tell is in the index its change
+-- expects: one ZMSCORE per index for the batch (a first attempt's settle has no record
+-- yet, so a burst asks the in-flight index for every one).
+local listed = {}
+do
+  local asks = {}
+  for j = 1, #ids do
+    local i = FIRST + (j - 1) * WIDTH
+    local expected, from, stored = ARGV[i + 1], ARGV[i + 2], states[j]
+    if expected ~= '' and (not stored or (stored == expected and from ~= 'inflight')) then
+      asks[from] = asks[from] or {}
+      table.insert(asks[from], j)
+    end
+  end
+  for from, js in pairs(asks) do
+    local members = {}
+    for k, j in ipairs(js) do members[k] = ids[j] end
+    local scores = redis.call('ZMSCORE', INDEX[from], unpack(members))
+    for k, j in ipairs(js) do listed[j] = scores[k] ~= false end
+  end
+end
+
 -- Whether the j-th notification (arguments from ARGV[i]) is as the change expects.
 local function unchanged(j, i)
-  local expected, from = ARGV[i + 1], ARGV[i + 2]
-  if expected == '' or tonumber(ARGV[i + 3]) > now then return false end
+  local expected = ARGV[i + 1]
+  if expected == '' then return false end
   local stored = states[j]
   if stored and stored ~= expected then return false end
-  if stored and from == 'inflight' then return true end
-  return redis.call('ZSCORE', INDEX[from], ids[j]) ~= false
+  if stored and ARGV[i + 2] == 'inflight' then return true end
+  return listed[j] == true
 end
 
 -- What the batch writes: field/value pairs for HSET, members for ZREM by index, and
@@ -52,6 +76,7 @@ local seen = {}
 local function commit_one(j, i)
   local id = ids[j]
   if seen[id] or not unchanged(j, i) then return held_of(id) end
+  if tonumber(ARGV[i + 3]) > now then return 2 end
   seen[id] = true
   if ARGV[i + 5] ~= '' then
     local from, to = w.leave[ARGV[i + 2]], w.enter[ARGV[i + 5]]

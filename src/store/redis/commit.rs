@@ -119,6 +119,8 @@ pub struct Change {
     to: Option<(Index, i64)>,
     entry: Option<String>,
     spec: Option<String>,
+    /// What it was worked out from, to work it out again at Redis's time.
+    source: Option<Box<Held>>,
 }
 
 impl Change {
@@ -137,6 +139,7 @@ impl Change {
             to,
             entry: None,
             spec: None,
+            source: Some(Box::new(held.clone())),
         }
     }
 
@@ -151,6 +154,7 @@ impl Change {
             to: None,
             entry: None,
             spec: None,
+            source: None,
         }
     }
 
@@ -233,6 +237,11 @@ pub async fn commit<T, A>(
         for ((k, change, answer), result) in pending.into_iter().zip(&reply[3..]) {
             match (result, answer) {
                 (Value::Int(1), Some(answer)) => answers[k] = Some(answer),
+                // As it was, but Redis's clock is behind the time the change assumed.
+                (Value::Int(2), Some(_)) => {
+                    let held = change.source.clone().map(|h| *h);
+                    place(k, again(&requests[k], held, now)?, &mut next, &mut answers);
+                }
                 _ => {
                     let held = Held::parse(&change.id, result)?;
                     place(k, again(&requests[k], held, now)?, &mut next, &mut answers);
