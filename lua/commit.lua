@@ -11,9 +11,9 @@
 --       change assumes Redis has reached (0: none), the new record, the index it moves
 --       to ('' when it stays where it is), its score there, an attempt for its history (JSON; '' for none), and a new
 --       spec ('' keeps it)
--- A notification with no record (never changed since its registration) is as it was
--- when it is still in the expected index. One with a record in flight cannot leave the
--- in-flight index without its record changing, so the record alone tells. Otherwise
+-- A notification cannot leave the in-flight index without its record changing, so there
+-- the record alone tells (one claimed once and never changed has none, and still has
+-- none); in another index it is also asked whether it is still there. Otherwise
 -- nothing is written for it, and the reply says how it is now, for postback to work the
 -- change out again; one that is as expected but assumes a time Redis has not reached (an
 -- attempt's end reckoned ahead of its clock) is answered 2, to be worked out again from
@@ -33,36 +33,17 @@ local states = redis.call('HMGET', KEYS[5], unpack(ids))
 
 local INDEX = {due = KEYS[1], inflight = KEYS[2], dead = KEYS[3], done = KEYS[7]}
 
--- Whether each notification whose record alone does not tell is in the index its change
--- expects: one ZMSCORE per index for the batch (a first attempt's settle has no record
--- yet, so a burst asks the in-flight index for every one).
-local listed = {}
-do
-  local asks = {}
-  for j = 1, #ids do
-    local i = FIRST + (j - 1) * WIDTH
-    local expected, from, stored = ARGV[i + 1], ARGV[i + 2], states[j]
-    if expected ~= '' and (not stored or (stored == expected and from ~= 'inflight')) then
-      asks[from] = asks[from] or {}
-      table.insert(asks[from], j)
-    end
-  end
-  for from, js in pairs(asks) do
-    local members = {}
-    for k, j in ipairs(js) do members[k] = ids[j] end
-    local scores = redis.call('ZMSCORE', INDEX[from], unpack(members))
-    for k, j in ipairs(js) do listed[j] = scores[k] ~= false end
-  end
-end
-
--- Whether the j-th notification (arguments from ARGV[i]) is as the change expects.
+-- Whether the j-th notification (arguments from ARGV[i]) is as the change expects. A
+-- notification leaves the in-flight index only by a change that writes its record, so
+-- there an unchanged record (or still none, for one claimed once) is enough; in another
+-- index a claim may have moved it without writing its record, so the index is asked.
 local function unchanged(j, i)
-  local expected = ARGV[i + 1]
+  local expected, from = ARGV[i + 1], ARGV[i + 2]
   if expected == '' then return false end
   local stored = states[j]
   if stored and stored ~= expected then return false end
-  if stored and ARGV[i + 2] == 'inflight' then return true end
-  return listed[j] == true
+  if from == 'inflight' then return true end
+  return redis.call('ZSCORE', INDEX[from], ids[j]) ~= false
 end
 
 -- What the batch writes: field/value pairs for HSET, members for ZREM by index, and
