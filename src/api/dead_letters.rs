@@ -171,7 +171,7 @@ pub async fn replay(
     state.wake.notify_one();
     Ok(Json(Replayed {
         id: found.id.to_string(),
-        state: status.state,
+        state: status.state.into(),
         attempts: status.attempts,
         max_attempts: status.max_attempts,
         url: spec.map_or(found.spec.url, |s| s.url),

@@ -15,12 +15,37 @@ pub fn rfc3339(ms: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+// The API's own copy of `lifecycle::JobState`, so that the HTTP schema stays in `api/`.
+/// Where a notification is in its life.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = JobState)]
+pub enum StateView {
+    Scheduled,
+    InFlight,
+    Delivered,
+    Dead,
+    Cancelled,
+}
+
+impl From<JobState> for StateView {
+    fn from(state: JobState) -> Self {
+        match state {
+            JobState::Scheduled => StateView::Scheduled,
+            JobState::InFlight => StateView::InFlight,
+            JobState::Delivered => StateView::Delivered,
+            JobState::Dead => StateView::Dead,
+            JobState::Cancelled => StateView::Cancelled,
+        }
+    }
+}
+
 /// The answer to `POST /notify`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Registered {
     #[schema(example = "ntf_0_0352MTUd4Uo7EJoE0LjAvZ")]
     pub id: String,
-    pub state: JobState,
+    pub state: StateView,
     pub next_attempt_at: Option<String>,
 }
 
@@ -28,7 +53,7 @@ impl Registered {
     pub fn new(id: &crate::domain::JobId, status: &JobStatus) -> Self {
         Self {
             id: id.to_string(),
-            state: status.state,
+            state: status.state.into(),
             next_attempt_at: next_attempt_at(status),
         }
     }
@@ -61,7 +86,7 @@ impl From<&Attempt> for AttemptView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NotificationView {
     pub id: String,
-    pub state: JobState,
+    pub state: StateView,
     pub url: String,
     pub topic: Option<String>,
     pub rate_key: String,
@@ -83,7 +108,7 @@ impl From<&JobView> for NotificationView {
         let s = &v.status;
         Self {
             id: v.id.to_string(),
-            state: s.state,
+            state: s.state.into(),
             url: v.spec.url.clone(),
             topic: v.spec.topic.clone(),
             rate_key: v.spec.rate_key.clone(),
@@ -159,7 +184,7 @@ pub struct DeadLetterPage {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Replayed {
     pub id: String,
-    pub state: JobState,
+    pub state: StateView,
     pub attempts: u32,
     pub max_attempts: u32,
     pub url: String,
