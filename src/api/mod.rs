@@ -35,7 +35,7 @@ use crate::app::Pipeline;
 use crate::config::ServerSettings;
 use crate::metrics;
 use crate::policy::Policy;
-use crate::store::{Stats, Store};
+use crate::store::Store;
 use error::{CommonErrors, ErrorBody};
 use view::Health;
 
@@ -124,11 +124,11 @@ fn protected_routes() -> OpenApiRouter<AppState> {
     get,
     path = "/stats",
     tag = "operations",
-    responses((status = 200, body = Stats), CommonErrors),
+    responses((status = 200, body = view::StatsView), CommonErrors),
     security(("bearer" = []))
 )]
-async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiError> {
-    Ok(Json(state.store.stats().await?))
+async fn stats(State(state): State<AppState>) -> Result<Json<view::StatsView>, ApiError> {
+    Ok(Json(state.store.stats().await?.into()))
 }
 
 /// Prometheus metrics: attempts, durations, scheduler lateness, queue depths per state

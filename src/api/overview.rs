@@ -12,8 +12,9 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, CommonErrors};
 use super::view::rfc3339;
+use super::view::CountsView;
 use super::AppState;
-use crate::store::{DeadFilter, JobView, StateCounts};
+use crate::store::{DeadFilter, JobView};
 
 const WINDOW_MS: i64 = 5 * 60 * 1000;
 const WINDOWS: usize = 12;
@@ -23,7 +24,7 @@ const TOP_HOSTS: usize = 5;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Overview {
-    pub counts: StateCounts,
+    pub counts: CountsView,
     /// Five-minute windows, oldest first, the last one ending now.
     pub last_hour: Vec<Window>,
     /// The hosts with the most dead letters in the last hour (of the newest 500).
@@ -78,7 +79,7 @@ pub async fn overview(State(state): State<AppState>) -> Result<Json<Overview>, A
     };
     let recent = state.store.dead_letters(&filter, SAMPLE, None).await?;
     Ok(Json(Overview {
-        counts: stats.total,
+        counts: stats.total.into(),
         last_hour,
         failing_hosts: failing_hosts(&recent.items),
     }))

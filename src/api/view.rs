@@ -7,7 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::domain::Attempt;
-use crate::store::{JobState, JobStatus, JobView};
+use crate::store::{JobState, JobStatus, JobView, StateCounts, Stats, Trimmed};
 
 /// Milliseconds since the epoch as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(ms: i64) -> String {
@@ -202,6 +202,69 @@ pub struct Count {
 pub struct Health {
     #[schema(example = "ok")]
     pub status: &'static str,
+}
+
+/// How many notifications are in each state, over all shards and per shard, and how many
+/// retention deleted.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Stats)]
+pub struct StatsView {
+    #[serde(flatten)]
+    pub total: CountsView,
+    /// The same counts for each shard, in shard order.
+    pub shards: Vec<CountsView>,
+    pub trimmed: TrimmedView,
+}
+
+impl From<Stats> for StatsView {
+    fn from(s: Stats) -> Self {
+        Self {
+            total: s.total.into(),
+            shards: s.shards.into_iter().map(CountsView::from).collect(),
+            trimmed: s.trimmed.into(),
+        }
+    }
+}
+
+/// Notifications per state.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = StateCounts)]
+pub struct CountsView {
+    pub scheduled: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+    /// Delivered or cancelled, not yet deleted by retention.
+    pub finished: u64,
+}
+
+impl From<StateCounts> for CountsView {
+    fn from(c: StateCounts) -> Self {
+        Self {
+            scheduled: c.scheduled,
+            in_flight: c.in_flight,
+            dead: c.dead,
+            finished: c.finished,
+        }
+    }
+}
+
+/// Notifications deleted by retention since the store was created, by reason.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Trimmed)]
+pub struct TrimmedView {
+    pub dead_by_age: u64,
+    pub dead_by_count: u64,
+    pub finished_by_age: u64,
+}
+
+impl From<Trimmed> for TrimmedView {
+    fn from(t: Trimmed) -> Self {
+        Self {
+            dead_by_age: t.dead_by_age,
+            dead_by_count: t.dead_by_count,
+            finished_by_age: t.finished_by_age,
+        }
+    }
 }
 
 /// When the next attempt is due, while one is pending.

@@ -188,7 +188,7 @@ pub struct Settled {
 
 /// How many notifications are in each state, over all shards and per shard, and how many
 /// retention deleted.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
     #[serde(flatten)]
     pub total: StateCounts,
@@ -198,7 +198,7 @@ pub struct Stats {
 }
 
 /// What ended in one window of time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Outcomes {
     /// Delivered or cancelled.
     pub finished: u64,
@@ -207,7 +207,7 @@ pub struct Outcomes {
 }
 
 /// Notifications per state.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct StateCounts {
     pub scheduled: u64,
     pub in_flight: u64,
@@ -226,7 +226,7 @@ impl StateCounts {
 }
 
 /// Notifications deleted by retention since the store was created, by reason.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Trimmed {
     pub dead_by_age: u64,
     pub dead_by_count: u64,
