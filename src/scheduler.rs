@@ -344,13 +344,8 @@ impl AttemptContext {
         Settlement {
             id: job.id,
             lease: job.lease,
-            outcome: report.outcome,
-            status: report.status,
-            error: report.error,
-            duration_ms: report.duration_ms,
+            report,
             ended_at: job.store_now(),
-            response: report.response,
-            retry_after: report.retry_after,
             jitter_permille: if spread == 0 {
                 0
             } else {

@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use postback::domain::{
-    CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Outcome, Payload, Schedule,
+    AttemptReport, CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Outcome, Payload,
+    Reach, Schedule,
 };
 use postback::store::{ClaimedJob, Settlement, Store};
 use support::Backend;
@@ -52,12 +53,15 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
     Settlement {
         id,
         lease,
-        outcome,
-        status: Some(500),
-        error: None,
-        duration_ms: 3,
-        response: String::new(),
-        retry_after: None,
+        report: AttemptReport {
+            outcome,
+            status: Some(500),
+            error: None,
+            duration_ms: 3,
+            response: String::new(),
+            retry_after: None,
+            reach: Reach::Sent { healthy: false },
+        },
         jitter_permille: 0,
         ended_at: i64::MAX,
     }

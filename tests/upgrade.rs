@@ -9,7 +9,7 @@ mod support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postback::config::RetentionSettings;
-use postback::domain::{JobId, JobSpec, Outcome};
+use postback::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach};
 use postback::store::{ClaimedJob, EmbeddedStore, Settlement, Store, EMBEDDED_FILE};
 use support::redis_server::RedisServer;
 use support::Backend;
@@ -95,16 +95,19 @@ fn settlement(job: &ClaimedJob, outcome: Outcome) -> Settlement {
     Settlement {
         id: job.id,
         lease: job.lease,
-        outcome,
-        status: Some(if outcome == Outcome::Delivered {
-            200
-        } else {
-            500
-        }),
-        error: None,
-        duration_ms: 3,
-        response: String::new(),
-        retry_after: None,
+        report: AttemptReport {
+            outcome,
+            status: Some(if outcome == Outcome::Delivered {
+                200
+            } else {
+                500
+            }),
+            error: None,
+            duration_ms: 3,
+            response: String::new(),
+            retry_after: None,
+            reach: Reach::Sent { healthy: true },
+        },
         jitter_permille: 0,
         ended_at: job.claimed_at_us / 1000,
     }

@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Attempt, JobId, JobSpec, Notification, Outcome, Schedule};
+use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Notification, Schedule};
 use crate::lifecycle::Verdict;
 pub use crate::lifecycle::{Cancelled, JobState, JobStatus};
 
@@ -128,13 +128,9 @@ pub struct Claim {
 pub struct Settlement {
     pub id: JobId,
     pub lease: u64,
-    pub outcome: Outcome,
-    pub status: Option<u16>,
-    pub error: Option<String>,
-    pub duration_ms: u64,
-    pub response: String,
-    /// The next attempt is not due before this (the receiver's `Retry-After`).
-    pub retry_after: Option<Duration>,
+    /// How the attempt went, as the sender said (its `retry_after`: the next attempt is
+    /// not due before it).
+    pub report: AttemptReport,
     /// The next interval is stretched or shrunk by this many thousandths (jitter).
     pub jitter_permille: i32,
     /// When the attempt ended, store clock (`ClaimedJob::store_now`; never early). The
@@ -146,21 +142,22 @@ pub struct Settlement {
 impl Settlement {
     /// Its entry in the history, when it ended at `ended` (store clock).
     pub fn attempt(&self, ended: i64) -> Attempt {
+        let r = &self.report;
         Attempt {
-            at: ended - self.duration_ms as i64,
-            status: self.status,
-            error: self.error.clone(),
-            duration_ms: self.duration_ms,
-            response: self.response.clone(),
+            at: ended - r.duration_ms as i64,
+            status: r.status,
+            error: r.error.clone(),
+            duration_ms: r.duration_ms,
+            response: r.response.clone(),
         }
     }
 
     /// How the attempt ended, as the lifecycle takes it.
     pub fn verdict(&self) -> Verdict {
         Verdict {
-            outcome: self.outcome,
+            outcome: self.report.outcome,
             ended_at: self.ended_at,
-            retry_after_ms: self.retry_after.map_or(0, |d| d.as_millis() as i64),
+            retry_after_ms: self.report.retry_after.map_or(0, |d| d.as_millis() as i64),
             jitter_permille: self.jitter_permille,
         }
     }
