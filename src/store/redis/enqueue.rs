@@ -12,7 +12,7 @@ use super::conn::Conn;
 use super::reply::{int_at, text_at};
 use super::store_error;
 use crate::domain::JobId;
-use crate::lifecycle::{schedule_text, transitions, Index, JobState, JobStatus, Now};
+use crate::lifecycle::{schedule_text, transitions, Now};
 use crate::store::keys::ShardKeys;
 use crate::store::spec;
 use crate::store::{Enqueued, StoreError, StoreResult};
@@ -128,19 +128,24 @@ async fn store_group(
         .map_err(store_error)?;
     let earliest = int_at(&reply, 0)? == 1;
     let now = Now::from_millis(int_at(&reply, 1)?);
+    // One answer per item, in order: the item's own id, or its key's first notification.
     reply[2..]
         .chunks(3)
-        .map(|c| {
+        .zip(items)
+        .map(|(c, item)| {
             let id: JobId = text_at(c, 0)?
                 .parse()
                 .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
             let duplicate = int_at(c, 1)? == 1;
+            // Registered now: by this item, or by an earlier one of the group with its key.
+            let registered =
+                |by: &Item| transitions::register(by.schedule.clone(), now, by.delay_ms).status();
             let status = match c.get(2) {
-                Some(Value::Array(_)) => Held::parse(&id.to_string(), &c[2])?.map(seen),
-                // Registered by this call.
-                _ => items.iter().find(|item| item.id == id).map(|item| {
-                    transitions::register(item.schedule.clone(), now, item.delay_ms).status()
-                }),
+                Some(Value::Array(_)) => {
+                    Held::parse(&id.to_string(), &c[2])?.map(|h| h.record.status())
+                }
+                _ if !duplicate => Some(registered(item)),
+                _ => items.iter().find(|first| first.id == id).map(registered),
             };
             Ok(Enqueued {
                 id,
@@ -150,13 +155,4 @@ async fn store_group(
             })
         })
         .collect()
-}
-
-/// A notification's status as a reader sees it: in flight while in the in-flight index.
-fn seen(held: Held) -> JobStatus {
-    let mut status = held.record.status();
-    if held.index == Index::InFlight {
-        status.state = JobState::InFlight;
-    }
-    status
 }
