@@ -291,26 +291,18 @@ async fn an_embedded_file_of_an_earlier_build_is_upgraded_once_and_carried_on() 
 
     // Opened again: the file is redb 3's now, and holds what happened.
     let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
-    let state = |view: Option<postback::store::JobView>| {
-        let s = view.unwrap().status;
-        (format!("{:?}", s.state), s.attempts)
-    };
-    assert_eq!(
-        state(store.get(&retrying).await.unwrap()),
-        ("Delivered".into(), 2)
-    );
-    assert_eq!(
-        state(store.get(&flying).await.unwrap()),
-        ("Delivered".into(), 1)
-    );
-    assert_eq!(
-        state(store.get(&dead).await.unwrap()),
-        ("Scheduled".into(), 0)
-    );
-    assert_eq!(
-        state(store.get(&cancelled).await.unwrap()),
-        ("Cancelled".into(), 0)
-    );
+    let mut seen = Vec::new();
+    for id in [retrying, flying, dead, cancelled] {
+        let s = store.get(&id).await.unwrap().unwrap().status;
+        seen.push((format!("{:?}", s.state), s.attempts));
+    }
+    let expected = [
+        ("Delivered", 2),
+        ("Delivered", 1),
+        ("Scheduled", 0),
+        ("Cancelled", 0),
+    ];
+    assert_eq!(seen, expected.map(|(state, n)| (state.to_string(), n)));
     assert!(
         redb2::Database::open(dir.path().join(EMBEDDED_FILE)).is_err(),
         "no longer redb 2's format"
