@@ -31,8 +31,6 @@ for i = FIRST, #ARGV, WIDTH do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return out end
 local states = redis.call('HMGET', KEYS[5], unpack(ids))
 
-local INDEX = {due = KEYS[1], inflight = KEYS[2], dead = KEYS[3], done = KEYS[7]}
-
 -- Whether the j-th notification (arguments from ARGV[i]) is as the change expects. A
 -- notification leaves the in-flight index only by a change that writes its record, so
 -- there an unchanged record (or still none, for one claimed once) is enough; in another

@@ -16,16 +16,20 @@ local function now_ms(round_up)
   return math.floor(ms)
 end
 
--- True when `spec` starts with the line "<created_at> <delay> <schedule>"; a spec of an
--- earlier build is one JSON object ('{' first) and always came with a state record.
+-- True when `spec` starts with a registration line ("v2 <created_at> <delay> <schedule>",
+-- or without the "v2 " as builds up to 2026-11-23 wrote it; src/store/spec.rs); a spec
+-- of an earlier build is one JSON object ('{' first) and always came with a state record.
 local function has_first_line(spec)
   return string.byte(spec, 1) ~= 123
 end
 
+-- The indexes, by the names postback gives them (lifecycle::Index::name).
+local INDEX = {due = KEYS[1], inflight = KEYS[2], dead = KEYS[3], done = KEYS[7]}
+
 -- The index that holds `id` and its score there, or nil.
 local function index_of(id)
-  for name, k in pairs({due = 1, inflight = 2, dead = 3, done = 7}) do
-    local score = redis.call('ZSCORE', KEYS[k], id)
+  for name, key in pairs(INDEX) do
+    local score = redis.call('ZSCORE', key, id)
     if score then return name, score end
   end
   return nil, nil
@@ -42,19 +46,14 @@ local function held_of(id)
   return {record or false, spec or false, index or '', score or false}
 end
 
--- Tells the schedulers that this shard has a new earliest due notification: the message
--- is the shard's due key, so that a scheduler claims from that shard.
-local function announce(channel)
-  redis.call('PUBLISH', channel, KEYS[1])
-end
-
--- Announces on `channel` when one of `due` (score/member pairs just added to the due
--- set) heads it now. True when it does.
+-- Tells the schedulers on `channel` when one of `due` (score/member pairs just added to
+-- the due set) heads it now: the message is the shard's due key, so that a scheduler
+-- claims from that shard. True when it does.
 local function announce_if_heads(channel, due)
   local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
   for k = 2, #due, 2 do
     if due[k] == head then
-      announce(channel)
+      redis.call('PUBLISH', channel, KEYS[1])
       return true
     end
   end

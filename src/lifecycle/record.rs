@@ -141,7 +141,9 @@ pub enum Index {
 }
 
 impl Index {
-    /// The name `settle.lua` knows the index by.
+    const ALL: [Index; 4] = [Index::Due, Index::InFlight, Index::Dead, Index::Done];
+
+    /// The name the Redis scripts know the index by.
     pub fn name(self) -> &'static str {
         match self {
             Index::Due => "due",
@@ -149,6 +151,11 @@ impl Index {
             Index::Dead => "dead",
             Index::Done => "done",
         }
+    }
+
+    /// The index of that name; `None` for another.
+    pub fn named(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|index| index.name() == name)
     }
 }
 

@@ -22,6 +22,12 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// When the attempt ended, taken as at most the store's `now`: the caller's reckoning
+    /// is an upper bound and may run ahead of the store's clock.
+    pub fn ended(&self, now: Now) -> i64 {
+        self.ended_at.min(now.up())
+    }
+
     /// The wait before the next attempt when the interval for it is `interval_ms`:
     /// stretched by the jitter (rounded up), and at least the `Retry-After`.
     pub fn wait_after(&self, interval_ms: u64) -> i64 {
@@ -73,7 +79,7 @@ fn held(r: &Record, lease: u64) -> Option<Record> {
 /// attempt's end (at most `now`).
 pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
     let mut r = held(r, lease)?;
-    let ended = v.ended_at.min(now.up());
+    let ended = v.ended(now);
     r.attempts += 1;
     leave_flight(&mut r);
     if v.outcome == Outcome::Delivered {

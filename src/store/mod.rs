@@ -95,10 +95,7 @@ impl ClaimedJob {
     /// An upper bound of the store clock now, in µs: the store read `claimed_at_us`
     /// (rounded down, hence + 1) no earlier than `claim_asked`.
     fn store_now_us(&self) -> i64 {
-        let since = self.claim_asked.elapsed();
-        let elapsed_us =
-            since.as_micros() as i64 + i64::from(!since.subsec_nanos().is_multiple_of(1_000));
-        self.claimed_at_us + 1 + elapsed_us
+        store_clock_us(self.claimed_at_us, self.claim_asked)
     }
 
     /// How long to hold it before it is due, counted from when the claim's reply arrived
@@ -113,6 +110,15 @@ impl ClaimedJob {
     pub fn lateness_ms(&self) -> i64 {
         (self.store_now_us() - self.due_at * 1000).max(0) / 1000
     }
+}
+
+/// An upper bound of the store clock now, in µs, from a claim's reading of it
+/// (`claimed_at_us`, rounded down, hence + 1) taken no earlier than `asked`.
+pub(crate) fn store_clock_us(claimed_at_us: i64, asked: Instant) -> i64 {
+    let since = asked.elapsed();
+    let elapsed_us =
+        since.as_micros() as i64 + i64::from(!since.subsec_nanos().is_multiple_of(1_000));
+    claimed_at_us + 1 + elapsed_us
 }
 
 /// The answer to a claim.

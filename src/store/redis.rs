@@ -206,25 +206,21 @@ impl RedisStore {
         requests: &[T],
         id: impl Fn(&T) -> &JobId,
         budget: impl Fn(usize) -> usize + Copy,
-        first: impl Fn(&T) -> StoreResult<Decision<A>> + Copy,
-        again: impl Fn(&T, Option<Held>, Now) -> StoreResult<Decision<A>> + Copy,
-    ) -> StoreResult<Committed<A>>
-    where
-        T: Clone,
-    {
+        first: impl Fn(&T) -> StoreResult<Decision<A>>,
+        again: impl Fn(&T, Option<Held>, Now) -> StoreResult<Decision<A>>,
+    ) -> StoreResult<Committed<A>> {
         let mut answers: Vec<Option<A>> = requests.iter().map(|_| None).collect();
         let (mut earliest, mut trimmed) = (false, 0);
-        for shard in 0..self.shards.len() {
-            let (at, mine): (Vec<usize>, Vec<T>) = requests
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| id(r).shard() as usize == shard)
-                .map(|(k, r)| (k, r.clone()))
-                .unzip();
-            if mine.is_empty() {
-                continue;
-            }
-            let done = commit(&self.shard(shard), &mine, budget, first, again).await?;
+        for (shard, mine) in self.by_shard(requests, id) {
+            let (at, mine): (Vec<usize>, Vec<&T>) = mine.into_iter().unzip();
+            let done = commit(
+                &self.shard(shard),
+                &mine,
+                budget,
+                |r| first(r),
+                |r, held, now| again(r, held, now),
+            )
+            .await?;
             if done.earliest {
                 self.clock.wake(shard);
             }
@@ -389,21 +385,21 @@ impl RedisStore {
             .map_err(store_error)
     }
 
-    /// `items` grouped by the shard of their id, leaving out shards with none.
+    /// `items` grouped by the shard of their id, each with its position in `items`,
+    /// leaving out shards with none.
     fn by_shard<'a, T>(
         &self,
         items: &'a [T],
         id: impl Fn(&T) -> &JobId,
-    ) -> Vec<(&ShardKeys, Vec<&'a T>)> {
-        self.shards
-            .iter()
-            .enumerate()
-            .map(|(shard, keys)| {
+    ) -> Vec<(usize, Vec<(usize, &'a T)>)> {
+        (0..self.shards.len())
+            .map(|shard| {
                 let mine = items
                     .iter()
-                    .filter(|item| id(item).shard() as usize == shard)
+                    .enumerate()
+                    .filter(|(_, item)| id(item).shard() as usize == shard)
                     .collect::<Vec<_>>();
-                (keys, mine)
+                (shard, mine)
             })
             .filter(|(_, mine)| !mine.is_empty())
             .collect()
@@ -517,7 +513,7 @@ impl Store for RedisStore {
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
         let first = |s: &Settlement| {
-            Ok(match self.leases.get(&s.id, s.lease) {
+            Ok(match self.leases.take(&s.id, s.lease) {
                 Some((held, _)) => settled(s, &held, Now::from_millis(s.ended_at)),
                 None => Decision::Ask(s.id.to_string()),
             })
@@ -528,9 +524,6 @@ impl Store for RedisStore {
         let done = self
             .commit_by_shard(batch, |s| &s.id, retention::settle_budget, first, again)
             .await?;
-        for s in batch {
-            self.leases.forget(&s.id, s.lease);
-        }
         Ok(Settled {
             applied: done.answers,
             earliest: done.earliest,
@@ -547,16 +540,13 @@ impl Store for RedisStore {
             });
             Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
         };
-        let first = |d: &Deferral| match self.leases.get(&d.id, d.lease) {
+        let first = |d: &Deferral| match self.leases.take(&d.id, d.lease) {
             Some((held, now)) => defer(d, Some(held), now),
             None => Ok(Decision::Ask(d.id.to_string())),
         };
         let done = self
             .commit_by_shard(batch, |d| &d.id, |_| 0, first, defer)
             .await?;
-        for d in batch {
-            self.leases.forget(&d.id, d.lease);
-        }
         Ok(done.earliest)
     }
 
@@ -620,9 +610,12 @@ impl Store for RedisStore {
 
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
         let mut discarded = 0;
-        for (keys, mine) in self.by_shard(ids, |id| id) {
-            let mut call = self.scripts.discard.key(keys.all().as_slice());
-            for id in mine {
+        for (shard, mine) in self.by_shard(ids, |id| id) {
+            let mut call = self
+                .scripts
+                .discard
+                .key(self.shards[shard].all().as_slice());
+            for (_, id) in mine {
                 call.arg(id.to_string());
             }
             let n: usize = call
@@ -737,16 +730,13 @@ impl Store for RedisStore {
             });
             Ok(change.map_or(Decision::Done(false), |(due, c)| Decision::Write(c, due)))
         };
-        let first = |l: &(JobId, u64)| match self.leases.get(&l.0, l.1) {
+        let first = |l: &(JobId, u64)| match self.leases.take(&l.0, l.1) {
             Some((held, now)) => release(l, Some(held), now),
             None => Ok(Decision::Ask(l.0.to_string())),
         };
         let done = self
             .commit_by_shard(leases, |(id, _)| id, |_| 0, first, release)
             .await?;
-        for (id, lease) in leases {
-            self.leases.forget(id, *lease);
-        }
         Ok(done.answers.iter().filter(|&&due| due).count())
     }
 
@@ -977,10 +967,11 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
 /// A settle of `s` worked out from `held` at `now`: written only if Redis's clock has
 /// reached the attempt's end.
 fn settled(s: &Settlement, held: &Held, now: Now) -> Decision<bool> {
-    let Some(new) = transitions::settle(&held.record, s.lease, &s.verdict(), now) else {
+    let verdict = s.verdict();
+    let Some(new) = transitions::settle(&held.record, s.lease, &verdict, now) else {
         return Decision::Done(false);
     };
-    let ended = s.ended_at.min(now.up());
+    let ended = verdict.ended(now);
     let entry = serde_json::to_string(&s.attempt(ended)).expect("an attempt serializes");
     let change = Change::new(&s.id.to_string(), held, &new)
         .not_before(ended)

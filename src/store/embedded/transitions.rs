@@ -176,7 +176,7 @@ pub fn settle(t: &mut Tables, now: Now, s: &Settlement) -> DbResult<Option<Recor
     let Some(new) = apply(t, &id, |r| life::settle(r, s.lease, &verdict, now))? else {
         return Ok(None);
     };
-    append_history(t, &id, s, verdict.ended_at.min(now.up()))?;
+    append_history(t, &id, s, verdict.ended(now))?;
     Ok(Some(new))
 }
 

@@ -53,12 +53,9 @@ impl Held {
                 "state of {id} in a script reply"
             )));
         };
-        let index = match text_at(parts, 2)?.as_str() {
-            "due" => Index::Due,
-            "inflight" => Index::InFlight,
-            "dead" => Index::Dead,
-            "done" => Index::Done,
-            _ => return Ok(None),
+        // No index: it is gone.
+        let Some(index) = Index::named(&text_at(parts, 2)?) else {
+            return Ok(None);
         };
         let text = match parts.first() {
             Some(Value::BulkString(_)) => Some(text_at(parts, 0)?),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::commit::Held;
 use crate::domain::JobId;
 use crate::lifecycle::Now;
+use crate::store::store_clock_us;
 
 /// A lease as its claim gave it.
 struct Claimed {
@@ -35,19 +36,14 @@ impl Leases {
     }
 
     /// The notification as claimed under `lease`, and an upper bound of Redis's clock
-    /// now (its reading at the claim plus the time since this instance asked for it).
-    pub fn get(&self, id: &JobId, lease: u64) -> Option<(Held, Now)> {
-        let leases = self.lock();
-        let c = leases.get(&(*id, lease))?;
-        let elapsed = c.asked.elapsed().as_micros() as i64 + 1;
+    /// now; forgotten here, since the change worked out from it ends the lease (one
+    /// tried again after a failed call is read from Redis).
+    pub fn take(&self, id: &JobId, lease: u64) -> Option<(Held, Now)> {
+        let c = self.lock().remove(&(*id, lease))?;
         Some((
-            c.held.clone(),
-            Now::from_micros(c.claimed_at_us + 1 + elapsed),
+            c.held,
+            Now::from_micros(store_clock_us(c.claimed_at_us, c.asked)),
         ))
-    }
-
-    pub fn forget(&self, id: &JobId, lease: u64) {
-        self.lock().remove(&(*id, lease));
     }
 
     /// Forgets leases claimed more than `lease` ago: they have ended, and whatever
