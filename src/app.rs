@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState, NotifyPolicy, Tokens};
 use crate::config::{Config, RedisTarget, StoreTarget};
-use crate::domain::Destinations;
+use crate::domain::{Destinations, Placement};
 use crate::policy::Policy;
 use crate::retention;
 use crate::scheduler::Dispatcher;
@@ -59,14 +59,13 @@ impl App {
         let wake = Arc::new(Notify::new());
         let signer = Signer::new(config.secrets.clone(), config.key_secrets.clone());
         let sender = Sender::new(&s.delivery, signer)?;
-        let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas));
+        let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas()));
         let dispatcher = Dispatcher::new(
             store.clone(),
             sender,
             delivery.clone(),
             wake.clone(),
             s.delivery.clone(),
-            config.jitter_percent,
         );
         let pipeline = Pipeline::default();
         let state = AppState {
@@ -181,7 +180,7 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
 fn notify_policy(config: &Config) -> NotifyPolicy {
     let d = &config.settings.delivery;
     NotifyPolicy {
-        schedules: config.schedules.clone(),
+        schedules: config.settings.schedules.clone(),
         default_timeout: d.timeout,
         max_timeout: d.max_timeout,
         max_delay: d.max_delay,
@@ -191,6 +190,7 @@ fn notify_policy(config: &Config) -> NotifyPolicy {
         } else {
             Destinations::PublicOnly
         },
+        placement: Placement::new(config.shards),
     }
 }
 

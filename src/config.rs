@@ -13,11 +13,13 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::Schedule;
-use crate::policy::{Limits, Quotas};
+use crate::policy::{Limits, Quota, Quotas};
 use crate::signing::Secret;
 
+mod percent;
 mod string_list;
 
+pub use percent::Percent;
 pub use string_list::StringList;
 
 /// Sections that environment variables may address (`POSTBACK_<SECTION>_<KEY>`).
@@ -42,9 +44,9 @@ pub struct Settings {
     pub retention: RetentionSettings,
     pub signing: SigningSettings,
     pub log: LogSettings,
-    pub schedules: BTreeMap<String, StringList>,
+    pub schedules: BTreeMap<String, Schedule>,
     /// Rate-limit quotas per `rate_key`, overriding `delivery.rate_limit`.
-    pub quotas: BTreeMap<String, String>,
+    pub quotas: BTreeMap<String, Quota>,
     /// Signing secrets per `rate_key`, used instead of `signing.secrets`.
     pub secrets: BTreeMap<String, StringList>,
 }
@@ -107,7 +109,7 @@ pub struct DeliverySettings {
     /// Allow callbacks to loopback, private, link-local and other internal addresses.
     pub allow_private_networks: bool,
     /// The quota of a `rate_key` without its own (`50/s`, `600/m`, `unlimited`).
-    pub rate_limit: String,
+    pub rate_limit: Quota,
     /// Deliveries in flight at once to one host, in this instance.
     pub host_concurrency: usize,
     /// The longest wait a `Retry-After` header can impose.
@@ -119,7 +121,7 @@ pub struct DeliverySettings {
     #[serde(with = "humantime_serde")]
     pub breaker_cooldown: Duration,
     /// Retry intervals vary by up to ± this percentage (`0%` keeps them exact).
-    pub jitter: String,
+    pub jitter: Percent,
 }
 
 impl DeliverySettings {
@@ -229,12 +231,12 @@ impl Default for DeliverySettings {
             shutdown_grace: Duration::from_secs(20),
             response_bytes: 1024,
             allow_private_networks: false,
-            rate_limit: "1000/s".into(),
+            rate_limit: "1000/s".parse().expect("a valid quota"),
             host_concurrency: 32,
             max_retry_after: Duration::from_secs(3600),
             breaker_failures: 10,
             breaker_cooldown: Duration::from_secs(30),
-            jitter: "0%".into(),
+            jitter: Percent::default(),
         }
     }
 }
@@ -259,8 +261,11 @@ impl Default for LogSettings {
     }
 }
 
-fn default_schedules() -> BTreeMap<String, StringList> {
-    let list = |s: &str| StringList::from_csv(s);
+fn default_schedules() -> BTreeMap<String, Schedule> {
+    let list = |s: &str| {
+        let items: Vec<&str> = s.split(',').collect();
+        Schedule::parse(&items).expect("a valid schedule")
+    };
     BTreeMap::from([
         ("default".into(), list("15s,3m,10m,30m,30m,1h,2h,6h,15h")),
         ("alipay".into(), list("4m,10m,10m,1h,2h,6h,15h")),
@@ -298,13 +303,11 @@ pub struct Config {
     pub store: StoreTarget,
     /// Hash-tagged shards.
     pub shards: u16,
-    pub schedules: BTreeMap<String, Schedule>,
+    /// Secrets stay text in `Settings`, which is printable and comparable; these are
+    /// the keys they decode to.
     pub secrets: Vec<Secret>,
     /// Signing secrets per `rate_key`.
     pub key_secrets: BTreeMap<String, Vec<Secret>>,
-    pub quotas: Quotas,
-    /// ± percentage of jitter on retry intervals.
-    pub jitter_percent: u32,
 }
 
 impl Config {
@@ -320,7 +323,7 @@ impl Config {
         let settings: Settings = figment
             .merge(env_provider())
             .extract()
-            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+            .map_err(named_error)?;
         Self::validate(settings, insecure_no_auth)
     }
 
@@ -396,31 +399,52 @@ impl Config {
             (None, _) => 1,
         };
         check(shards >= 1, "store.shards", "must be at least 1")?;
-        let schedules = parse_schedules(&s.schedules)?;
+        check(
+            s.schedules.contains_key("default"),
+            "schedules.default",
+            "a default schedule is required",
+        )?;
+        check(
+            s.delivery.jitter.get() <= 90,
+            "delivery.jitter",
+            "must be from 0% to 90%",
+        )?;
         let secrets = parse_secrets(&s.signing.secrets, "signing.secrets")?;
         let key_secrets = s
             .secrets
             .iter()
             .map(|(key, list)| Ok((key.clone(), parse_secrets(list, &format!("secrets.{key}"))?)))
             .collect::<anyhow::Result<_>>()?;
-        let quotas = parse_quotas(s)?;
-        let jitter_percent = parse_percent(&s.delivery.jitter).ok_or_else(|| {
-            anyhow::anyhow!(
-                "delivery.jitter: `{}` is not a percentage from 0% to 90%",
-                s.delivery.jitter
-            )
-        })?;
         Ok(Self {
             settings,
             store,
             shards,
-            schedules,
             secrets,
             key_secrets,
-            quotas,
-            jitter_percent,
         })
     }
+
+    /// The rate-limit quota of every `rate_key`.
+    pub fn quotas(&self) -> Quotas {
+        Quotas {
+            default: self.settings.delivery.rate_limit,
+            per_key: self.settings.quotas.clone(),
+        }
+    }
+}
+
+/// A setting that could not be read, named as the configuration file and the
+/// environment variable would name it: `delivery.jitter (POSTBACK_DELIVERY_JITTER)`.
+fn named_error(e: figment::Error) -> anyhow::Error {
+    let key = e.path.join(".").to_ascii_lowercase();
+    let source = e.metadata.as_ref().map(|m| m.name.to_string());
+    let env = format!("POSTBACK_{}", key.replace('.', "_").to_ascii_uppercase());
+    let place = match (key.is_empty(), source) {
+        (true, _) => String::new(),
+        (false, Some(source)) => format!("{key} ({env}) in {source}: "),
+        (false, None) => format!("{key} ({env}): "),
+    };
+    anyhow::anyhow!("invalid configuration: {place}{}", e.kind)
 }
 
 /// The embedded store when no Redis is named, otherwise the standalone URL or the
@@ -464,50 +488,10 @@ fn env_provider() -> Env {
         .map(|key| key.as_str().replacen('_', ".", 1).into())
 }
 
-fn parse_schedules(
-    raw: &BTreeMap<String, StringList>,
-) -> anyhow::Result<BTreeMap<String, Schedule>> {
-    if !raw.contains_key("default") {
-        bail!("schedules.default: a default schedule is required");
-    }
-    raw.iter()
-        .map(|(name, items)| {
-            Schedule::parse(items.as_slice())
-                .map(|s| (name.clone(), s))
-                .map_err(|e| anyhow::anyhow!("{}", e.within(&format!("schedules.{name}"))))
-        })
-        .collect()
-}
-
 fn parse_secrets(raw: &StringList, key: &str) -> anyhow::Result<Vec<Secret>> {
     raw.iter()
         .map(|s| Secret::parse(s).map_err(|e| anyhow::anyhow!("{key}: {e}")))
         .collect()
-}
-
-fn parse_quotas(s: &Settings) -> anyhow::Result<Quotas> {
-    let default = s
-        .delivery
-        .rate_limit
-        .parse()
-        .map_err(|e| anyhow::anyhow!("delivery.rate_limit: {e}"))?;
-    let per_key = s
-        .quotas
-        .iter()
-        .map(|(key, raw)| {
-            let quota = raw
-                .parse()
-                .map_err(|e| anyhow::anyhow!("quotas.{key}: {e}"))?;
-            Ok((key.clone(), quota))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    Ok(Quotas { default, per_key })
-}
-
-/// `25%` or `25` as 25, up to 90.
-fn parse_percent(raw: &str) -> Option<u32> {
-    let n: u32 = raw.trim().trim_end_matches('%').trim().parse().ok()?;
-    (n <= 90).then_some(n)
 }
 
 fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {
@@ -555,8 +539,8 @@ mod tests {
     #[test]
     fn defaults_are_valid_with_a_token() {
         let c = Config::validate(with_token(), false).unwrap();
-        assert_eq!(c.schedules["default"].max_attempts(), 10);
-        assert_eq!(c.schedules["wechatpay"].max_attempts(), 16);
+        assert_eq!(c.settings.schedules["default"].max_attempts(), 10);
+        assert_eq!(c.settings.schedules["wechatpay"].max_attempts(), 16);
         assert_eq!(c.store, StoreTarget::Embedded(PathBuf::from("data")));
         assert_eq!(c.shards, 1);
     }
@@ -600,6 +584,15 @@ mod tests {
         assert!(Config::validate(Settings::default(), true).is_ok());
     }
 
+    /// Reads settings as `Config::load` does, from TOML text instead of a file.
+    fn from_toml(text: &str) -> anyhow::Result<Config> {
+        let settings = Figment::from(Serialized::defaults(with_token()))
+            .merge(Toml::string(text))
+            .extract()
+            .map_err(named_error)?;
+        Config::validate(settings, false)
+    }
+
     #[test]
     fn names_the_bad_key() {
         let mut s = with_token();
@@ -608,31 +601,45 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("delivery.lease"));
-        let mut s = with_token();
-        s.schedules
-            .insert("odd".into(), StringList::from_csv("1s,nope"));
-        assert!(Config::validate(s, false)
-            .unwrap_err()
-            .to_string()
-            .contains("schedules.odd[1]"));
-        let mut s = with_token();
-        s.signing.secrets = StringList::from_csv("not-a-secret");
-        assert!(Config::validate(s, false)
-            .unwrap_err()
-            .to_string()
-            .contains("signing.secrets"));
-        let mut s = with_token();
-        s.quotas.insert("shop".into(), "fast".into());
-        assert!(Config::validate(s, false)
-            .unwrap_err()
-            .to_string()
-            .starts_with("quotas.shop: `fast` is not a quota"));
-        let mut s = with_token();
-        s.delivery.jitter = "95%".into();
-        assert!(Config::validate(s, false)
-            .unwrap_err()
-            .to_string()
-            .starts_with("delivery.jitter"));
+        let refused = [
+            ("[schedules]\nodd = \"1s, nope\"", "schedules.odd (POSTBACK_SCHEDULES_ODD) in TOML source string: [1]: `nope` is not a duration"),
+            ("[schedules]\nodd = [\"1s\", \"9d\"]", "schedules.odd (POSTBACK_SCHEDULES_ODD) in TOML source string: [1]: interval `9d` out of range"),
+            ("[quotas]\nshop = \"fast\"", "quotas.shop (POSTBACK_QUOTAS_SHOP) in TOML source string: `fast` is not a quota"),
+            ("[delivery]\nrate_limit = 5", "delivery.rate_limit (POSTBACK_DELIVERY_RATE_LIMIT) in TOML source string: invalid type"),
+            ("[delivery]\njitter = \"95%\"", "delivery.jitter: must be from 0% to 90%"),
+            ("[delivery]\njitter = 101", "delivery.jitter (POSTBACK_DELIVERY_JITTER) in TOML source string: 101% is more than 100%"),
+            ("[delivery]\njitter = \"a lot\"", "delivery.jitter (POSTBACK_DELIVERY_JITTER) in TOML source string: `a lot` is not a percentage"),
+            ("[signing]\nsecrets = \"not-a-secret\"", "signing.secrets: a secret must start with"),
+        ];
+        for (text, expected) in refused {
+            let err = from_toml(text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn typed_settings_read_what_users_write() {
+        let c = from_toml(
+            "[delivery]\njitter = \"25%\"\nrate_limit = \"600/m\"\n\
+             [quotas]\nshop = \"5/s\"\n[schedules]\nfast = \"100ms, 2s\"",
+        )
+        .unwrap();
+        assert_eq!(c.settings.delivery.jitter, Percent::new(25).unwrap());
+        let quotas = c.quotas();
+        assert_eq!(quotas.default.to_string(), "600/m");
+        assert_eq!(quotas.per_key["shop"].to_string(), "5/s");
+        let fast = &c.settings.schedules["fast"];
+        assert_eq!(fast.intervals_ms(), [100, 2000]);
+        assert_eq!(c.settings.schedules["default"].max_attempts(), 10);
+        assert_eq!(
+            from_toml("[delivery]\njitter = 10")
+                .unwrap()
+                .settings
+                .delivery
+                .jitter
+                .get(),
+            10
+        );
     }
 
     #[test]

@@ -1,24 +1,31 @@
 //! postback: a webhook notification dispatcher with tiered retries and dead-lettering.
 //!
-//! A notification is registered through the API (`api`), kept by a store (`store`,
-//! Redis with one Lua script per transition), claimed when due by the scheduler
-//! (`scheduler`), posted by the sender (`sender`, signed by `signing`), and its outcome
-//! recorded by the settler (`settler`); `retention` sweeps out what has expired. `app`
-//! wires them together for `postback serve`; `cli` is the operator's client of the API.
+//! A notification is registered through the API (`api`) and kept by a store (`store`:
+//! Redis, a Redis Cluster, or an embedded file). The rules of its life (when it is due,
+//! what an attempt leads to, when it is dead) are pure functions in `lifecycle`, which
+//! every store applies. The scheduler (`scheduler`) claims it when due, under the
+//! delivery policy (`policy`: quotas, per-host limits, circuits); the sender (`sender`,
+//! signed by `signing`, guarded by `ssrf`) posts it, and the settler (`settler`) records
+//! the outcome. `retention` sweeps out what has expired; `metrics` and `telemetry` are
+//! what operators read. `app` wires them together for `postback serve`; `cli` is the
+//! command line, the operator's client of the API.
+//!
+//! The public modules are those the binary, the benchmark harness and the integration
+//! tests use; the rest are internal.
 
-pub mod api;
+pub(crate) mod api;
 pub mod app;
 pub mod cli;
 pub mod config;
 pub mod domain;
-pub mod lifecycle;
-pub mod metrics;
+pub(crate) mod lifecycle;
+pub(crate) mod metrics;
 pub mod policy;
-pub mod retention;
-pub mod scheduler;
+pub(crate) mod retention;
+pub(crate) mod scheduler;
 pub mod sender;
-pub mod settler;
+pub(crate) mod settler;
 pub mod signing;
 pub mod ssrf;
 pub mod store;
-pub mod telemetry;
+pub(crate) mod telemetry;

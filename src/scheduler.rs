@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::config::DeliverySettings;
+use crate::config::{DeliverySettings, Percent};
 use crate::domain::AttemptReport;
 use crate::domain::Outcome;
 use crate::metrics;
@@ -43,8 +43,6 @@ pub struct Dispatcher {
     policy: Arc<Policy>,
     wake: Arc<Notify>,
     settings: DeliverySettings,
-    /// ± jitter of retry intervals, in percent.
-    jitter_percent: u32,
 }
 
 impl Dispatcher {
@@ -54,7 +52,6 @@ impl Dispatcher {
         policy: Arc<Policy>,
         wake: Arc<Notify>,
         settings: DeliverySettings,
-        jitter_percent: u32,
     ) -> Self {
         Self {
             store,
@@ -62,7 +59,6 @@ impl Dispatcher {
             policy,
             wake,
             settings,
-            jitter_percent,
         }
     }
 
@@ -90,7 +86,7 @@ impl Dispatcher {
             settle: tx,
             leases: leases.clone(),
             abort: abort.clone(),
-            jitter_percent: self.jitter_percent,
+            jitter: self.settings.jitter,
         };
         self.claim_loop(&slots, &ctx, &tasks, &stop).await;
         drop(ctx);
@@ -231,7 +227,8 @@ struct AttemptContext {
     settle: mpsc::Sender<Queued>,
     leases: Leases,
     abort: CancellationToken,
-    jitter_percent: u32,
+    /// ± spread of retry intervals.
+    jitter: Percent,
 }
 
 impl AttemptContext {
@@ -340,7 +337,7 @@ impl AttemptContext {
     }
 
     fn settlement(&self, job: &ClaimedJob, report: AttemptReport) -> Settlement {
-        let spread = self.jitter_percent as i32 * 10;
+        let spread = self.jitter.get() as i32 * 10;
         Settlement {
             id: job.id,
             lease: job.lease,
@@ -358,7 +355,10 @@ impl AttemptContext {
     /// goes to the store; past the grace period the lease is released instead.
     async fn report(&self, report: Report, slot: OwnedSemaphorePermit) {
         tokio::select! {
-            _ = self.settle.send(Queued { report, slot }) => {}
+            _ = self.settle.send(Queued {
+                report,
+                _slot: slot,
+            }) => {}
             _ = self.abort.cancelled() => {}
         }
     }

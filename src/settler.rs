@@ -43,11 +43,11 @@ impl Report {
     }
 }
 
-/// A report with the delivery slot its notification held, given back once the report
-/// goes to the store.
+/// A report with the delivery slot its notification held: the slot is only held, and
+/// given back when the settler drops it, once the report has gone to the store.
 pub struct Queued {
     pub report: Report,
-    pub slot: OwnedSemaphorePermit,
+    pub _slot: OwnedSemaphorePermit,
 }
 
 /// Leases this instance holds and has not settled: what to release at shutdown.

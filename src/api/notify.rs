@@ -19,7 +19,7 @@ use super::view::Registered;
 use super::AppState;
 use crate::domain::{
     parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, JobId, Notification,
-    Payload, Schedule, MAX_TIERS,
+    Payload, Placement, Schedule, MAX_TIERS,
 };
 use crate::store::Idempotency;
 
@@ -61,7 +61,7 @@ pub struct NotifyRequest {
 }
 
 /// The limits a registration is checked against, from configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct NotifyPolicy {
     pub schedules: BTreeMap<String, Schedule>,
     pub default_timeout: Duration,
@@ -70,6 +70,8 @@ pub struct NotifyPolicy {
     pub idempotency_ttl: Duration,
     /// Which callback addresses are accepted (the SSRF guard).
     pub destinations: Destinations,
+    /// Which shard each new notification goes to.
+    pub placement: Placement,
 }
 
 /// Register a notification.
@@ -96,10 +98,9 @@ pub async fn notify(
     let body = body?;
     let idempotency = idempotency_key(&headers, state.policy.idempotency_ttl)?;
     let request: NotifyRequest = parse_json(&body)?;
-    let shard = state
-        .store
-        .shard_for(idempotency.as_ref().map(|i| i.key.as_str()));
-    let notification = validate(request, JobId::new(shard), &state.policy)?;
+    let key = idempotency.as_ref().map(|i| i.key.as_str());
+    let id = state.policy.placement.new_id(key);
+    let notification = validate(request, id, &state.policy)?;
     let enqueued = state
         .store
         .enqueue(&notification, idempotency.as_ref())
@@ -356,6 +357,7 @@ mod tests {
             max_delay: Duration::from_secs(3600),
             idempotency_ttl: Duration::from_secs(60),
             destinations: Destinations::PublicOnly,
+            placement: Placement::new(1),
         }
     }
 

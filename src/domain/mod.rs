@@ -9,6 +9,7 @@ mod headers;
 mod job_id;
 mod notification;
 mod payload;
+mod placement;
 mod schedule;
 
 pub use attempt::{Attempt, AttemptReport, Outcome, Reach};
@@ -18,4 +19,5 @@ pub use headers::ExtraHeaders;
 pub use job_id::JobId;
 pub use notification::{JobSpec, Notification};
 pub use payload::Payload;
+pub use placement::Placement;
 pub use schedule::{parse_duration, Schedule, MAX_TIERS};

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
 use super::FieldError;
 
 /// At most this many retry tiers (the longest shipped schedule has 15).
@@ -44,6 +46,42 @@ impl Schedule {
     /// Attempts in all: the first one plus one per interval.
     pub fn max_attempts(&self) -> u32 {
         1 + self.0.len() as u32
+    }
+}
+
+/// A schedule in settings: a list of durations, or one comma-separated string as an
+/// environment variable gives it (`"15s,3m,10m"`). It is validated as it is read.
+impl<'de> Deserialize<'de> for Schedule {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Text(String),
+            List(Vec<String>),
+        }
+        let items = match Written::deserialize(d)? {
+            Written::Text(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(String::from)
+                .collect(),
+            Written::List(items) => items,
+        };
+        Schedule::parse(&items).map_err(|e| match e.field.is_empty() {
+            true => de::Error::custom(e.message),
+            false => de::Error::custom(e),
+        })
+    }
+}
+
+impl Serialize for Schedule {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.0
+                .iter()
+                .map(|d| humantime::format_duration(*d).to_string()),
+        )
     }
 }
 

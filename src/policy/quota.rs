@@ -9,6 +9,8 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
 /// The rate-limit quota of every `rate_key`: its own, or the default.
 #[derive(Debug, Clone)]
 pub struct Quotas {
@@ -56,6 +58,19 @@ impl FromStr for Quota {
             return Err(format!("`{s}`: at most 1000000 per unit; use unlimited"));
         }
         Ok(Quota::Rate { count, per })
+    }
+}
+
+/// Settings write a quota as text (`50/s`); a bad one is refused when it is read.
+impl<'de> Deserialize<'de> for Quota {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
+impl Serialize for Quota {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 

@@ -123,10 +123,6 @@ fn any_heads(t: &Tables, records: &[(String, Record)]) -> DbResult<bool> {
 
 #[async_trait]
 impl Store for EmbeddedStore {
-    fn shard_for(&self, _idempotency_key: Option<&str>) -> u16 {
-        0
-    }
-
     async fn enqueue(
         &self,
         n: &Notification,

@@ -280,10 +280,6 @@ pub struct DeadPage {
 
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// The shard for a new notification: by hash of its idempotency key, so that a
-    /// repeated key always meets itself, otherwise in turn.
-    fn shard_for(&self, idempotency_key: Option<&str>) -> u16;
-
     /// Stores a notification and schedules its first attempt.
     async fn enqueue(
         &self,

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::{Script, Value};
-use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -92,8 +91,6 @@ pub struct RedisStore {
     shards: Vec<ShardKeys>,
     wake_channel: String,
     connect_timeout: Duration,
-    /// The shard of the next registration without an idempotency key (in turn).
-    next_enqueue_shard: AtomicUsize,
     /// Which shards have work, so that a claim asks only those (and one more in turn).
     clock: ShardClock,
     /// The due key of each shard, which wake-up messages name, to its index.
@@ -166,7 +163,6 @@ impl RedisStore {
             shards,
             wake_channel: wake_channel(&settings.key_prefix),
             connect_timeout: settings.connect_timeout,
-            next_enqueue_shard: AtomicUsize::new(0),
             clock: ShardClock::new(usize::from(shard_count)),
             due_keys,
             unsure_claims: Mutex::new(Vec::new()),
@@ -450,18 +446,6 @@ impl RedisStore {
 
 #[async_trait]
 impl Store for RedisStore {
-    fn shard_for(&self, idempotency_key: Option<&str>) -> u16 {
-        let n = self.shards.len();
-        let i = match idempotency_key {
-            Some(key) => {
-                let digest = Sha256::digest(key.as_bytes());
-                u64::from_be_bytes(digest[..8].try_into().expect("8 bytes")) as usize % n
-            }
-            None => self.next_enqueue_shard.fetch_add(1, Ordering::Relaxed) % n,
-        };
-        i as u16
-    }
-
     async fn enqueue(
         &self,
         n: &Notification,
