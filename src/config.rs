@@ -110,6 +110,9 @@ pub struct DeliverySettings {
     pub allow_private_networks: bool,
     /// The quota of a `rate_key` without its own (`50/s`, `600/m`, `unlimited`).
     pub rate_limit: Quota,
+    /// Sends of one `rate_key` that may go at once before its quota spaces the rest
+    /// (1: evenly spaced).
+    pub burst: u32,
     /// Deliveries in flight at once to one host, in this instance.
     pub host_concurrency: usize,
     /// The longest wait a `Retry-After` header can impose.
@@ -232,6 +235,7 @@ impl Default for DeliverySettings {
             response_bytes: 1024,
             allow_private_networks: false,
             rate_limit: "1000/s".parse().expect("a valid quota"),
+            burst: 1,
             host_concurrency: 32,
             max_retry_after: Duration::from_secs(3600),
             breaker_failures: 10,
@@ -370,6 +374,11 @@ impl Config {
         )?;
         check_retention(&s.retention)?;
         check(
+            (1..=100_000).contains(&s.delivery.burst),
+            "delivery.burst",
+            "must be from 1 to 100000",
+        )?;
+        check(
             s.delivery.host_concurrency >= 1,
             "delivery.host_concurrency",
             "must be at least 1",
@@ -429,6 +438,7 @@ impl Config {
         Quotas {
             default: self.settings.delivery.rate_limit,
             per_key: self.settings.quotas.clone(),
+            burst: self.settings.delivery.burst,
         }
     }
 }

@@ -21,6 +21,7 @@ pub mod domain;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics;
 pub mod policy;
+pub(crate) mod reservations;
 pub(crate) mod retention;
 pub(crate) mod scheduler;
 pub mod sender;

@@ -71,6 +71,14 @@ fn describe() {
         "Claimed notifications put back for later, not an attempt, by reason"
     );
     describe_counter!(
+        "postback_quota_reserve_calls_total",
+        "Calls to the store that reserved send times in rate keys' quotas (one per claimed batch)"
+    );
+    describe_counter!(
+        "postback_quota_reservations_total",
+        "Send times reserved in rate keys' quotas; divided by the calls, reservations per call"
+    );
+    describe_counter!(
         "postback_requests_shed_total",
         "API requests answered 503 overloaded because server.max_concurrent_requests were in progress"
     );
@@ -125,6 +133,12 @@ pub fn lateness(late: Duration) {
 /// A claimed notification put back for later: `rate_limit` or `host_busy`.
 pub fn deferred(reason: &'static str) {
     counter!("postback_deferrals_total", "reason" => reason).increment(1);
+}
+
+/// One call to the store that reserved `n` send times in rate keys' quotas.
+pub fn reserved(n: usize) {
+    counter!("postback_quota_reserve_calls_total").increment(1);
+    counter!("postback_quota_reservations_total").increment(n as u64);
 }
 
 pub fn request_shed() {

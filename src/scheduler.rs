@@ -18,7 +18,8 @@ use crate::config::{DeliverySettings, Percent};
 use crate::domain::AttemptReport;
 use crate::domain::Outcome;
 use crate::metrics;
-use crate::policy::{Admission, HostSlot, Policy, Refusal};
+use crate::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
+use crate::reservations::{self, SendAt};
 use crate::sender::Sender;
 use crate::settler::{self, backoff, Leases, Queued, Report};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
@@ -81,6 +82,7 @@ impl Dispatcher {
         ));
 
         let ctx = AttemptContext {
+            store: self.store.clone(),
             sender: self.sender.clone(),
             policy: self.policy.clone(),
             settle: tx,
@@ -135,9 +137,8 @@ impl Dispatcher {
                         failures = 0;
                     }
                     let full = claim.jobs.len() == permits.len();
-                    for (job, permit) in claim.jobs.into_iter().zip(permits) {
-                        ctx.dispatch(job, permit, tasks).await;
-                    }
+                    ctx.dispatch(claim.jobs.into_iter().zip(permits).collect(), tasks)
+                        .await;
                     if !full {
                         let nap = claim.next_wake.map_or(self.settings.max_idle_sleep, |d| {
                             before_due(d).min(self.settings.max_idle_sleep)
@@ -222,6 +223,7 @@ fn before_due(d: Duration) -> Duration {
 /// What a sender task needs: shared by every attempt of this instance.
 #[derive(Clone)]
 struct AttemptContext {
+    store: Arc<dyn Store>,
     sender: Arc<Sender>,
     policy: Arc<Policy>,
     settle: mpsc::Sender<Queued>,
@@ -232,18 +234,34 @@ struct AttemptContext {
 }
 
 impl AttemptContext {
-    /// Sends a claimed notification on its own task if the policy admits it (waiting
-    /// there for a slot at a fast, busy host); otherwise defers it, or records a
-    /// fail-fast attempt, without holding a delivery slot. One claimed before it is due
-    /// waits on its own task until then, and only then asks the policy.
-    async fn dispatch(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
-        self.leases.hold(job.id, job.lease);
-        let wait = job.until_due();
-        if !wait.is_zero() {
-            tasks.spawn(self.clone().when_due(wait, job, permit, tasks.clone()));
-            return;
+    /// Sends each claimed notification at its send time (`reservations`) on its own
+    /// task if the policy admits it (waiting there for a slot at a fast, busy host);
+    /// otherwise defers it, or records a fail-fast attempt, without holding a delivery
+    /// slot. One whose time is a moment away waits on its own task until then, and only
+    /// then asks the policy; one whose time is further is deferred to it in the store.
+    async fn dispatch(
+        &self,
+        claimed: Vec<(ClaimedJob, OwnedSemaphorePermit)>,
+        tasks: &TaskTracker,
+    ) {
+        for (job, _) in &claimed {
+            self.leases.hold(job.id, job.lease);
         }
-        self.admit(job, permit, tasks).await;
+        let jobs: Vec<&ClaimedJob> = claimed.iter().map(|(job, _)| job).collect();
+        let times = reservations::send_times(self.store.as_ref(), &self.policy, &jobs).await;
+        for ((job, permit), at) in claimed.into_iter().zip(times) {
+            match at {
+                SendAt::After(wait) if wait.is_zero() => self.admit(job, permit, tasks).await,
+                SendAt::After(wait) => {
+                    tasks.spawn(self.clone().when_due(wait, job, permit, tasks.clone()));
+                }
+                SendAt::Deferred {
+                    wait,
+                    reserved,
+                    reason,
+                } => self.defer(job, permit, wait, reserved, reason).await,
+            }
+        }
     }
 
     async fn when_due(
@@ -261,7 +279,7 @@ impl AttemptContext {
 
     async fn admit(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
         let host = job.spec.host();
-        match self.policy.admit(&host, &job.spec.rate_key) {
+        match self.policy.admit(&host) {
             Admission::Send(slot) => {
                 tasks.spawn(self.clone().attempt(job, host, permit, slot));
             }
@@ -275,7 +293,7 @@ impl AttemptContext {
     /// Waits for a slot at the job's host, then sends it or turns it away.
     async fn wait_for_host(self, job: ClaimedJob, host: String, permit: OwnedSemaphorePermit) {
         let admission = tokio::select! {
-            a = self.policy.admit_after_wait(&host, &job.spec.rate_key) => a,
+            a = self.policy.admit_after_wait(&host) => a,
             _ = self.abort.cancelled() => return,
         };
         match admission {
@@ -292,16 +310,7 @@ impl AttemptContext {
         permit: OwnedSemaphorePermit,
     ) {
         match refusal {
-            Refusal::Defer { wait, reason } => {
-                metrics::deferred(reason);
-                tracing::debug!(id = %job.id, %host, reason, wait_ms = wait.as_millis() as u64, "deferred");
-                let deferral = Deferral {
-                    id: job.id,
-                    lease: job.lease,
-                    delay: wait,
-                };
-                self.report(Report::Deferred(deferral), permit).await;
-            }
+            Refusal::Defer { wait, reason } => self.defer(job, permit, wait, false, reason).await,
             Refusal::CircuitOpen => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
@@ -309,6 +318,39 @@ impl AttemptContext {
                 let settlement = self.settlement(&job, report);
                 self.report(Report::Attempted(settlement), permit).await;
             }
+        }
+    }
+
+    /// Hands a claimed notification back to be due after `wait`, without an attempt;
+    /// `reserved` when that is its send time in its rate key's quota.
+    async fn defer(
+        &self,
+        job: ClaimedJob,
+        permit: OwnedSemaphorePermit,
+        wait: Duration,
+        reserved: bool,
+        reason: &'static str,
+    ) {
+        metrics::deferred(reason);
+        tracing::debug!(id = %job.id, reason, wait_ms = wait.as_millis() as u64, "deferred");
+        let deferral = Deferral {
+            id: job.id,
+            lease: job.lease,
+            delay: wait,
+            reserved,
+        };
+        self.report(Report::Deferred(deferral), permit).await;
+    }
+
+    /// A receiver's `Retry-After` pauses its rate key in the store, for every instance.
+    async fn pause(&self, rate_key: &str, report: &AttemptReport) {
+        let Some(wait) = report.retry_after else {
+            return;
+        };
+        let pause = RateAsk::pause(rate_key, wait);
+        if let Err(e) = self.store.reserve(std::slice::from_ref(&pause)).await {
+            metrics::store_error("pause");
+            tracing::warn!(error = %e, rate_key, "cannot pause the rate key for its Retry-After; only this notification waits");
         }
     }
 
@@ -327,7 +369,8 @@ impl AttemptContext {
                 _ = self.abort.cancelled() => return,
             };
             slot.finish(Duration::from_millis(report.duration_ms));
-            self.policy.record(&host, &job.spec.rate_key, &report);
+            self.policy.record(&host, &report);
+            self.pause(&job.spec.rate_key, &report).await;
             log_outcome(&report);
             let settlement = self.settlement(&job, report);
             self.report(Report::Attempted(settlement), permit).await;

@@ -55,16 +55,22 @@ async fn a_rate_limited_key_keeps_its_quota_while_another_runs_at_full_speed() {
         .collect();
     arrivals.sort();
     assert_eq!(arrivals.len(), 15, "each delivered once");
-    // One every 200 ms: no second holds more than 5.
+    // One every 200 ms. Counted over any second as the receiver sees them, one more
+    // than the quota can come from arrival jitter (a request a few ms late beside one on
+    // time), which is what a +5% tolerance allows here.
+    let gaps: Vec<_> = arrivals.windows(2).map(|w| w[1] - w[0]).collect();
     for (i, first) in arrivals.iter().enumerate() {
         let in_window = arrivals[i..]
             .iter()
             .take_while(|t| t.duration_since(*first) < Duration::from_secs(1))
             .count();
-        assert!(in_window <= 5, "{in_window} within one second");
+        assert!(in_window <= 6, "{in_window} within one second: {gaps:?}");
     }
-    let span = arrivals[14].duration_since(arrivals[0]);
-    assert!(span >= Duration::from_millis(2700), "quota held: {span:?}");
+    let mean = arrivals[14].duration_since(arrivals[0]) / 14;
+    assert!(
+        mean >= Duration::from_millis(200),
+        "spaced by the quota: {gaps:?}"
+    );
     assert!(
         fast_done < Duration::from_millis(1500),
         "fast_shop was not held back: {fast_done:?}"

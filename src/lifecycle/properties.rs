@@ -23,6 +23,7 @@ enum Event {
     Defer {
         stale: bool,
         delay_ms: u64,
+        reserved: bool,
     },
     Release {
         stale: bool,
@@ -52,7 +53,8 @@ fn event() -> impl Strategy<Value = Event> {
             .prop_map(|(outcome, stale, jitter_permille, retry_after_ms, ahead_ms)| Event::Settle {
                 outcome, stale, jitter_permille, retry_after_ms, ahead_ms,
             }),
-        1 => (any::<bool>(), 0u64..10_000).prop_map(|(stale, delay_ms)| Event::Defer { stale, delay_ms }),
+        1 => (any::<bool>(), 0u64..10_000, any::<bool>())
+            .prop_map(|(stale, delay_ms, reserved)| Event::Defer { stale, delay_ms, reserved }),
         1 => any::<bool>().prop_map(|stale| Event::Release { stale }),
         1 => Just(Event::Expire),
         1 => Just(Event::Cancel),
@@ -87,9 +89,11 @@ fn apply(r: &Record, e: &Event, now: Now) -> Option<Record> {
             };
             transitions::settle(r, lease_of(r, *stale), &v, now)
         }
-        Event::Defer { stale, delay_ms } => {
-            transitions::defer(r, lease_of(r, *stale), now, *delay_ms)
-        }
+        Event::Defer {
+            stale,
+            delay_ms,
+            reserved,
+        } => transitions::defer(r, lease_of(r, *stale), now, *delay_ms, *reserved),
         Event::Release { stale } => transitions::release(r, lease_of(r, *stale), now),
         Event::Expire => match r.state {
             JobState::InFlight => transitions::expire(r, now),
@@ -146,11 +150,15 @@ fn check(
                 "due {due} before Retry-After"
             );
             prop_assert_eq!(after.attempts, before.attempts + 1);
+            prop_assert!(!after.reserved, "a reserved send time serves one attempt");
         }
         Event::Settle { .. } => prop_assert_eq!(after.attempts, before.attempts + 1),
-        Event::Defer { delay_ms, .. } if after.state == JobState::Scheduled => {
+        Event::Defer {
+            delay_ms, reserved, ..
+        } if after.state == JobState::Scheduled => {
             prop_assert!(after.next_at.unwrap() >= now.up() + *delay_ms as i64);
             prop_assert_eq!(after.attempts, before.attempts);
+            prop_assert_eq!(after.reserved, *reserved);
         }
         Event::Release { .. } | Event::Expire if after.state == JobState::Scheduled => {
             prop_assert!(
@@ -158,7 +166,13 @@ fn check(
                 "a hand-back is never early"
             );
             prop_assert_eq!(after.attempts, before.attempts);
+            prop_assert_eq!(
+                after.reserved,
+                before.reserved,
+                "a hand-back keeps its send time"
+            );
         }
+        Event::Replay { .. } => prop_assert!(!after.reserved),
         _ => {}
     }
     Ok(())

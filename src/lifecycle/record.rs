@@ -92,6 +92,10 @@ pub struct Record {
     /// index is keyed by it. Redis keeps it as the in-flight index's score instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<i64>,
+    /// Its next attempt's send time is reserved in its rate key's quota (it was deferred
+    /// to that time): it goes when due without reserving again.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reserved: bool,
 }
 
 /// The layout of a record: written as this build's, read up to it.

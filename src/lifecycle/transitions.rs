@@ -56,6 +56,7 @@ pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
         replays: 0,
         cancel_requested: false,
         lease_until: None,
+        reserved: false,
     }
 }
 
@@ -81,6 +82,7 @@ pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
     let mut r = held(r, lease)?;
     let ended = v.ended(now);
     r.attempts += 1;
+    r.reserved = false;
     leave_flight(&mut r);
     if v.outcome == Outcome::Delivered {
         finish(&mut r, JobState::Delivered, ended);
@@ -97,9 +99,11 @@ pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
 }
 
 /// Back to due `delay_ms` from now without counting an attempt (over quota, a busy host,
-/// a pause), or cancelled when a cancel was asked for.
-pub fn defer(r: &Record, lease: u64, now: Now, delay_ms: u64) -> Option<Record> {
+/// a pause), or cancelled when a cancel was asked for. `reserved`: that time is its send
+/// time in its rate key's quota.
+pub fn defer(r: &Record, lease: u64, now: Now, delay_ms: u64, reserved: bool) -> Option<Record> {
     let mut r = held(r, lease)?;
+    r.reserved = reserved;
     hand_back(&mut r, now, now.up() + delay_ms as i64);
     Some(r)
 }
@@ -193,6 +197,7 @@ pub fn replay(r: &Record, now: Now, delay_ms: u64, schedule: Option<&[u64]>) -> 
     }
     r.max_attempts = r.schedule.len() as u32 + 1;
     r.attempts = 0;
+    r.reserved = false;
     r.replays += 1;
     r.finished_at = None;
     schedule_at(&mut r, now.up() + delay_ms as i64);

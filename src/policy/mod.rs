@@ -1,28 +1,29 @@
 //! The delivery policy: whether a claimed notification may be sent now. Each host gets
-//! at most `host_concurrency` deliveries at once (one turned away waits about as long as
-//! an attempt there takes), each `rate_key` its quota (and any
-//! `Retry-After` pause a receiver asked for), and a host whose circuit is open fails
-//! fast. What may not go yet is deferred, which is not an attempt and holds no slot;
-//! but a notification for a fast host at its cap waits here a moment for a slot instead
-//! (`admit_after_wait`), since going back to the store would cost more than the wait.
+//! at most `host_concurrency` deliveries at once from this instance (one turned away
+//! waits about as long as an attempt there takes), and a host whose circuit is open
+//! fails fast. What may not go yet is deferred, which is not an attempt and holds no
+//! slot; but a notification for a fast host at its cap waits here a moment for a slot
+//! instead (`admit_after_wait`), since going back to the store would cost more than the
+//! wait. Each `rate_key`'s quota and `Retry-After` pauses are kept by the store for the
+//! whole fleet (`gcra`): the scheduler reserves send times there before it asks here.
 
 use std::time::Duration;
 
 mod breaker;
+mod gcra;
 mod host_slots;
 mod quota;
-mod rate_limit;
 
 pub use breaker::{Breaker, Verdict};
+pub use gcra::{reserve, RateAsk, RateState, Slots};
 pub use host_slots::{Busy, HostSlot, HostSlots};
 pub use quota::{Quota, Quotas};
-pub use rate_limit::RateLimits;
 
 use crate::domain::{AttemptReport, Reach};
 
 pub struct Policy {
     host_slots: HostSlots,
-    rate_limits: RateLimits,
+    quotas: Quotas,
     breaker: Breaker,
 }
 
@@ -42,7 +43,7 @@ pub enum Admission {
 /// Why a claimed notification is not sent now.
 pub enum Refusal {
     /// Not now: due again after `wait`, without counting an attempt. `reason` is
-    /// `host_busy` or `rate_limit` (quota or `Retry-After`).
+    /// `host_busy`.
     Defer {
         wait: Duration,
         reason: &'static str,
@@ -66,14 +67,20 @@ impl Policy {
     pub fn new(limits: Limits, quotas: &Quotas) -> Self {
         Self {
             host_slots: HostSlots::new(limits.host_concurrency),
-            rate_limits: RateLimits::new(quotas),
+            quotas: quotas.clone(),
             breaker: Breaker::new(limits.breaker_failures, limits.breaker_cooldown),
         }
     }
 
-    pub fn admit(&self, host: &str, rate_key: &str) -> Admission {
+    /// A rate key's quota and how many of its sends may go at once, for a reservation.
+    pub fn ask(&self, rate_key: &str, count: u32, not_before_us: i64) -> RateAsk {
+        let quota = self.quotas.of(rate_key);
+        RateAsk::new(rate_key, quota, self.quotas.burst, count, not_before_us)
+    }
+
+    pub fn admit(&self, host: &str) -> Admission {
         match self.host_slots.try_acquire(host) {
-            Ok(slot) => match self.admit_with(slot, host, rate_key) {
+            Ok(slot) => match self.admit_with(slot, host) {
                 Ok(slot) => Admission::Send(slot),
                 Err(refusal) => Admission::Refuse(refusal),
             },
@@ -85,21 +92,15 @@ impl Policy {
     /// After `Admission::WaitForHost`: waits for a slot at `host` while it stays fast
     /// (at most `HOST_WAIT_BUDGET`), then decides as `admit` does: the slot to send
     /// with, or why not.
-    pub async fn admit_after_wait(&self, host: &str, rate_key: &str) -> Result<HostSlot, Refusal> {
+    pub async fn admit_after_wait(&self, host: &str) -> Result<HostSlot, Refusal> {
         match self.host_slots.acquire(host, HOST_WAIT_BUDGET).await {
-            Ok(slot) => self.admit_with(slot, host, rate_key),
+            Ok(slot) => self.admit_with(slot, host),
             Err(busy) => Err(host_busy(busy.wait)),
         }
     }
 
-    /// With a slot at its host: the rate key's quota, then the host's circuit.
-    fn admit_with(&self, slot: HostSlot, host: &str, rate_key: &str) -> Result<HostSlot, Refusal> {
-        if let Err(wait) = self.rate_limits.check(rate_key) {
-            return Err(Refusal::Defer {
-                wait,
-                reason: "rate_limit",
-            });
-        }
+    /// With a slot at its host: the host's circuit.
+    fn admit_with(&self, slot: HostSlot, host: &str) -> Result<HostSlot, Refusal> {
         match self.breaker.check(host) {
             Verdict::Open => Err(Refusal::CircuitOpen),
             Verdict::Closed | Verdict::Probe => Ok(slot),
@@ -111,12 +112,8 @@ impl Policy {
         self.breaker.open_hosts()
     }
 
-    /// Learns from an attempt that was sent: a `Retry-After` pauses its rate key, and its
-    /// host's health feeds the breaker.
-    pub fn record(&self, host: &str, rate_key: &str, report: &AttemptReport) {
-        if let Some(wait) = report.retry_after {
-            self.rate_limits.pause(rate_key, wait);
-        }
+    /// Learns from an attempt that was sent: its host's health feeds the breaker.
+    pub fn record(&self, host: &str, report: &AttemptReport) {
         if let Reach::Sent { healthy } = report.reach {
             if self.breaker.record(host, healthy) {
                 tracing::warn!(%host, "circuit opened: attempts to this host fail fast until a probe succeeds");

@@ -11,11 +11,19 @@ use std::time::Duration;
 
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
-/// The rate-limit quota of every `rate_key`: its own, or the default.
+/// The rate-limit quota of every `rate_key`: its own, or the default; and how many
+/// sends of a key may go at once (1: evenly spaced).
 #[derive(Debug, Clone)]
 pub struct Quotas {
     pub default: Quota,
     pub per_key: BTreeMap<String, Quota>,
+    pub burst: u32,
+}
+
+impl Quotas {
+    pub fn of(&self, rate_key: &str) -> Quota {
+        self.per_key.get(rate_key).copied().unwrap_or(self.default)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,14 +33,15 @@ pub enum Quota {
 }
 
 impl Quota {
-    /// The `governor` quota, or `None` when unlimited.
-    pub fn to_governor(self) -> Option<governor::Quota> {
+    /// µs between two sends at this quota, rounded up so that it is never exceeded;
+    /// 0 when unlimited.
+    pub fn interval_us(self) -> i64 {
         match self {
-            Quota::Unlimited => None,
-            Quota::Rate { count, per } => Some(
-                governor::Quota::with_period(per / count.get())
-                    .expect("a quota's period is more than zero"),
-            ),
+            Quota::Unlimited => 0,
+            Quota::Rate { count, per } => {
+                let per_us = per.as_micros() as i64;
+                (per_us + i64::from(count.get()) - 1) / i64::from(count.get())
+            }
         }
     }
 }
@@ -100,7 +109,9 @@ mod tests {
             let q: Quota = ok.parse().unwrap();
             assert_eq!(q.to_string().replace(' ', ""), ok.replace(' ', ""), "{ok}");
         }
-        assert_eq!("unlimited".parse::<Quota>().unwrap().to_governor(), None);
+        assert_eq!("unlimited".parse::<Quota>().unwrap().interval_us(), 0);
+        assert_eq!("3/s".parse::<Quota>().unwrap().interval_us(), 333_334);
+        assert_eq!("600/m".parse::<Quota>().unwrap().interval_us(), 100_000);
     }
 
     #[test]

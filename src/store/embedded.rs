@@ -22,6 +22,7 @@ use super::{
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule};
 use crate::lifecycle::{retention, Index, Now, Record};
+use crate::policy::{RateAsk, Slots};
 
 mod reads;
 mod tables;
@@ -210,6 +211,13 @@ impl Store for EmbeddedStore {
             .await?;
         self.announce(earliest);
         Ok(earliest)
+    }
+
+    async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<Slots>> {
+        let asks = asks.to_vec();
+        self.writer
+            .run(move |t, now| transitions::reserve(t, now, &asks))
+            .await
     }
 
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Notification, Schedule};
 use crate::lifecycle::Verdict;
 pub use crate::lifecycle::{Cancelled, JobState, JobStatus};
+use crate::policy::{RateAsk, Slots};
 
 pub mod bulk;
 mod cursor;
@@ -82,6 +83,8 @@ pub struct ClaimedJob {
     /// `claimed_at_us` at or after this instant.
     pub claim_asked: Instant,
     pub spec: JobSpec,
+    /// Its send time is reserved in its rate key's quota: it goes when due.
+    pub reserved: bool,
 }
 
 impl ClaimedJob {
@@ -176,6 +179,8 @@ pub struct Deferral {
     pub id: JobId,
     pub lease: u64,
     pub delay: Duration,
+    /// The time it is deferred to is its send time reserved in its rate key's quota.
+    pub reserved: bool,
 }
 
 /// The answer to a settle.
@@ -298,6 +303,10 @@ pub trait Store: Send + Sync + 'static {
     /// attempt. Whether one became the earliest due (schedulers should wake).
     async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool>;
 
+    /// Reserves send times in rate keys' quotas, for every instance of the fleet at once
+    /// (`policy::reserve`), after any pause an ask sets: per ask, in order, its slots.
+    async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<Slots>>;
+
     /// Cancels a notification that has not finished.
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled>;
 
@@ -386,6 +395,7 @@ mod tests {
                 topic: None,
                 rate_key: "merchant.example.com".into(),
             },
+            reserved: false,
         };
         assert!(job.store_now() >= 1001);
     }

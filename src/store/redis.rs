@@ -26,6 +26,7 @@ use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
 use crate::lifecycle::{retention, Record};
 use crate::lifecycle::{transitions, Index, Now};
+use crate::policy::{RateAsk, Slots};
 
 mod commit;
 mod conn;
@@ -69,6 +70,7 @@ struct Scripts {
     commit: Script,
     discard: Script,
     trim: Script,
+    reserve: Script,
 }
 
 impl Scripts {
@@ -79,6 +81,7 @@ impl Scripts {
             commit: script!("commit"),
             discard: script!("discard"),
             trim: script!("trim"),
+            reserve: Script::new(include_str!("../../lua/reserve.lua")),
         }
     }
 }
@@ -90,6 +93,9 @@ pub struct RedisStore {
     conn: Conn,
     shards: Vec<ShardKeys>,
     wake_channel: String,
+    /// Keys of rate keys' quota states start with this (`<prefix>:rate:`), within a
+    /// hash tag of their own, so that each lives on its own slot of a cluster.
+    rate_prefix: String,
     connect_timeout: Duration,
     /// Which shards have work, so that a claim asks only those (and one more in turn).
     clock: ShardClock,
@@ -162,6 +168,7 @@ impl RedisStore {
             conn,
             shards,
             wake_channel: wake_channel(&settings.key_prefix),
+            rate_prefix: format!("{}:rate:", settings.key_prefix),
             connect_timeout: settings.connect_timeout,
             clock: ShardClock::new(usize::from(shard_count)),
             due_keys,
@@ -519,7 +526,8 @@ impl Store for RedisStore {
         let defer = |d: &Deferral, held: Option<Held>, now: Now| {
             let id = d.id.to_string();
             let change = held.and_then(|h| {
-                transitions::defer(&h.record, d.lease, now, d.delay.as_millis() as u64)
+                let delay_ms = d.delay.as_millis() as u64;
+                transitions::defer(&h.record, d.lease, now, delay_ms, d.reserved)
                     .map(|new| Change::new(&id, &h, &new))
             });
             Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
@@ -532,6 +540,15 @@ impl Store for RedisStore {
             .commit_by_shard(batch, |d| &d.id, |_| 0, first, defer)
             .await?;
         Ok(done.earliest)
+    }
+
+    async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<Slots>> {
+        if !matches!(self.conn, Conn::Cluster(_)) {
+            return self.reserve_in_one_call(asks).await;
+        }
+        let calls = asks.chunks(1).map(|ask| self.reserve_in_one_call(ask));
+        let answers = futures_util::future::try_join_all(calls).await?;
+        Ok(answers.into_iter().flatten().collect())
     }
 
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
@@ -894,6 +911,40 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// Runs `reserve.lua` for `asks` in one call: on a cluster, their keys must share a
+    /// slot (one ask per call does).
+    async fn reserve_in_one_call(&self, asks: &[RateAsk]) -> StoreResult<Vec<Slots>> {
+        if asks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut call = self.scripts.reserve.prepare_invoke();
+        for ask in asks {
+            call.key(format!("{{{}{}}}", self.rate_prefix, ask.key));
+            call.arg(ask.interval_us)
+                .arg(ask.tolerance_us)
+                .arg(ask.count)
+                .arg(ask.not_before_us)
+                .arg(ask.pause_us);
+        }
+        let reply: Vec<Value> = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let now_us = int_at(&reply, 0)?;
+        let slots = asks.iter().enumerate().map(|(i, ask)| {
+            Ok(Slots {
+                now_us,
+                start_us: int_at(&reply, 1 + 2 * i)?,
+                tat_us: int_at(&reply, 2 + 2 * i)?,
+                interval_us: ask.interval_us,
+                tolerance_us: ask.tolerance_us,
+            })
+        });
+        slots.collect()
+    }
+}
+
 /// Refuses a Redis whose `maxmemory-policy` may evict keys, unless allowed: an evicted key
 /// is a lost notification. A Redis that hides `CONFIG` (some managed services) is
 /// trusted, with a warning.
@@ -944,6 +995,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
         claimed_at_us,
         claim_asked: asked,
         spec: spec::decode(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        reserved: held.record.reserved,
     };
     Ok((job, held))
 }

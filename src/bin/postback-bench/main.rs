@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release --bin postback-bench -- SCENARIO [--runs 3] [--n 20000]`
 //! Scenarios: `burst`, `retry`, `delayed`, `isolation`, `backlog`, `idle`, `overload`,
-//! `all`.
+//! `quota`, `all`.
 
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use clap::{Parser, ValueEnum};
 
 mod processes;
 mod producer;
+mod quota;
 mod receiver;
 mod report;
 mod scenarios;
@@ -25,6 +26,7 @@ enum Scenario {
     Backlog,
     Idle,
     Overload,
+    Quota,
     All,
 }
 
@@ -88,6 +90,9 @@ pub struct Opts {
     /// overload: registrations to have accepted (all pending, due in an hour).
     #[arg(long, default_value_t = 100_000)]
     pub pending: usize,
+    /// quota: the merchant's quota (postback's default).
+    #[arg(long, default_value = "1000/s")]
+    pub quota: String,
     /// overload: requests in flight at once, beyond `server.max_concurrent_requests`.
     #[arg(long, default_value_t = 1_024)]
     pub flood: usize,
@@ -138,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
             Scenario::Backlog,
             Scenario::Idle,
             Scenario::Overload,
+            Scenario::Quota,
         ] {
             if opts.scenario != scenario && opts.scenario != Scenario::All {
                 continue;
@@ -151,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
                 Scenario::Backlog => scenarios::backlog(&opts, r, run).await?,
                 Scenario::Idle => scenarios::idle(&opts, r, run).await?,
                 Scenario::Overload => scenarios::overload(&opts, r, run).await?,
+                Scenario::Quota => quota::quota(&opts, r, run).await?,
                 Scenario::All => unreachable!("expanded above"),
             }
         }

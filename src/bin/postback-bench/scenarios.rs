@@ -17,13 +17,13 @@ use crate::Opts;
 const STALL: Duration = Duration::from_secs(30);
 
 /// A typical payment notification body.
-fn payment(i: usize) -> Value {
+pub fn payment(i: usize) -> Value {
     json!({"type": "payment.succeeded", "order": i, "amount": 1000, "currency": "usd", "customer": "cus_1"})
 }
 
 /// What one run cost: postback's and Redis's CPU, Redis commands, postback's memory
 /// (CPU summed over the instances, memory of the largest).
-struct Meter<'a> {
+pub struct Meter<'a> {
     store: &'a Backend,
     pids: Vec<u32>,
     postback_cpu: f64,
@@ -35,7 +35,7 @@ fn total_cpu(pids: &[u32]) -> f64 {
 }
 
 impl<'a> Meter<'a> {
-    fn start(store: &'a Backend, instances: &[Postback]) -> anyhow::Result<Self> {
+    pub fn start(store: &'a Backend, instances: &[Postback]) -> anyhow::Result<Self> {
         store.reset_stats()?;
         let pids: Vec<u32> = instances.iter().map(Postback::pid).collect();
         Ok(Self {
@@ -46,7 +46,7 @@ impl<'a> Meter<'a> {
         })
     }
 
-    fn report(
+    pub fn report(
         &self,
         r: &mut Results,
         scenario: &str,
@@ -386,7 +386,10 @@ async fn paced_latencies(
 }
 
 /// Waits until every registration was delivered; the time of the last delivery.
-async fn wait_all(receiver: &Receiver, registered: &[Registered]) -> anyhow::Result<SystemTime> {
+pub async fn wait_all(
+    receiver: &Receiver,
+    registered: &[Registered],
+) -> anyhow::Result<SystemTime> {
     let ids: Vec<&str> = registered.iter().map(|x| x.id.as_str()).collect();
     let mut progress = (0, std::time::Instant::now());
     loop {

@@ -68,6 +68,9 @@ pub const IDEMPOTENCY_EXPIRY: TableDefinition<(i64, &str), ()> =
     TableDefinition::new("idempotency_expiry");
 /// What retention deleted, by reason → count.
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+/// Rate key → its quota's state (`policy::RateState`: theoretical arrival time, end of
+/// its pause, µs), while it says more than no state would.
+pub const RATES: TableDefinition<&str, (i64, i64)> = TableDefinition::new("rates");
 
 /// Every table, open in one write transaction.
 pub struct Tables<'t> {
@@ -81,6 +84,7 @@ pub struct Tables<'t> {
     pub idempotency: Table<'t, &'static str, (&'static str, i64)>,
     pub idempotency_expiry: Table<'t, (i64, &'static str), ()>,
     pub counters: Table<'t, &'static str, u64>,
+    pub rates: Table<'t, &'static str, (i64, i64)>,
 }
 
 impl<'t> Tables<'t> {
@@ -96,6 +100,7 @@ impl<'t> Tables<'t> {
             idempotency: tx.open_table(IDEMPOTENCY)?,
             idempotency_expiry: tx.open_table(IDEMPOTENCY_EXPIRY)?,
             counters: tx.open_table(COUNTERS)?,
+            rates: tx.open_table(RATES)?,
         })
     }
 

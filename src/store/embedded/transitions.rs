@@ -9,6 +9,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::domain::{Attempt, JobId};
 use crate::lifecycle::{transitions as life, Cancelled, Index, Now, Record};
+use crate::policy::{self, RateAsk, RateState, Slots};
 use crate::store::spec;
 use crate::store::{Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError};
 
@@ -121,6 +122,7 @@ pub fn claim(
             claimed_at_us: now.micros(),
             claim_asked: asked,
             spec: spec::decode(&spec).map_err(corrupt)?,
+            reserved: new.reserved,
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {
@@ -197,7 +199,7 @@ fn append_history(t: &mut Tables, id: &str, s: &Settlement, ended: i64) -> DbRes
 pub fn defer(t: &mut Tables, now: Now, d: &Deferral) -> DbResult<Option<Record>> {
     let delay_ms = d.delay.as_millis() as u64;
     apply(t, &d.id.to_string(), |r| {
-        life::defer(r, d.lease, now, delay_ms)
+        life::defer(r, d.lease, now, delay_ms, d.reserved)
     })
 }
 
@@ -311,4 +313,27 @@ pub fn store_error(e: DbError) -> StoreError {
         redb::Error::Corrupted(m) => StoreError::Corrupt(m),
         e => StoreError::Unavailable(e.to_string()),
     }
+}
+
+/// Reserves send times in each ask's rate key (`policy::reserve`), keeping each key's
+/// state only while it matters.
+pub fn reserve(t: &mut Tables, now: Now, asks: &[RateAsk]) -> DbResult<Vec<Slots>> {
+    let now_us = now.micros();
+    let mut out = Vec::with_capacity(asks.len());
+    for ask in asks {
+        let key = ask.key.as_str();
+        let state = t.rates.get(key)?.map(|v| v.value());
+        let state = state.map_or_else(RateState::default, |(tat_us, paused_until_us)| RateState {
+            tat_us,
+            paused_until_us,
+        });
+        let (new, slots) = policy::reserve(state, now_us, ask);
+        if new.matters_until() > now_us {
+            t.rates.insert(key, (new.tat_us, new.paused_until_us))?;
+        } else {
+            t.rates.remove(key)?;
+        }
+        out.push(slots);
+    }
+    Ok(out)
 }

@@ -1,0 +1,95 @@
+//! When each claimed notification may be sent: when it is due, and not before a send
+//! time reserved in its rate key's quota. The store keeps each quota for the whole fleet
+//! (`policy::reserve`); a claimed batch asks once per rate key it holds, and the k-th of
+//! a key's notifications gets the k-th free send time. A notification that was deferred
+//! to its reserved time holds it already and does not ask again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::metrics;
+use crate::policy::Policy;
+use crate::store::{ClaimedJob, Store};
+
+/// A send time further away than this is not waited for in process (holding a delivery
+/// slot): the notification is deferred to it in the store, once.
+pub const HOLD_AT_MOST: Duration = Duration::from_millis(250);
+
+/// Deferred this long when its quota could not be asked (the store is failing).
+const UNASKED_DELAY: Duration = Duration::from_secs(1);
+
+/// When a claimed notification goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendAt {
+    /// After this wait, in process.
+    After(Duration),
+    /// Deferred in the store for this long; `reserved` when that is its send time in
+    /// its quota. `reason` is `rate_limit`, `retry_after` or `quota_unavailable`.
+    Deferred {
+        wait: Duration,
+        reserved: bool,
+        reason: &'static str,
+    },
+}
+
+/// When each of `jobs` goes, in order.
+pub async fn send_times(store: &dyn Store, policy: &Policy, jobs: &[&ClaimedJob]) -> Vec<SendAt> {
+    let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, job) in jobs.iter().enumerate().filter(|(_, j)| !j.reserved) {
+        by_key
+            .entry(job.spec.rate_key.as_str())
+            .or_default()
+            .push(i);
+    }
+    let mut times: Vec<SendAt> = jobs.iter().map(|j| SendAt::After(j.until_due())).collect();
+    if by_key.is_empty() {
+        return times;
+    }
+    for members in by_key.values_mut() {
+        members.sort_by_key(|&i| jobs[i].due_at);
+    }
+    let asks: Vec<_> = by_key
+        .iter()
+        .map(|(key, members)| {
+            let latest_due = members.iter().map(|&i| jobs[i].due_at).max().unwrap_or(0);
+            policy.ask(key, members.len() as u32, latest_due * 1000)
+        })
+        .collect();
+    match store.reserve(&asks).await {
+        Ok(slots) => {
+            metrics::reserved(by_key.values().map(Vec::len).sum());
+            for ((members, slots), ask) in by_key.values().zip(slots).zip(&asks) {
+                let paused = slots.start_us > slots.now_us.max(ask.not_before_us);
+                for (k, &i) in members.iter().enumerate() {
+                    let wait = slots.wait(k as u32).max(jobs[i].until_due());
+                    times[i] = send_at(wait, paused);
+                }
+            }
+        }
+        Err(e) => {
+            metrics::store_error("reserve");
+            tracing::warn!(error = %e, "cannot reserve send times in rate keys' quotas; deferring the claimed notifications");
+            for members in by_key.values() {
+                for &i in members {
+                    times[i] = SendAt::Deferred {
+                        wait: UNASKED_DELAY,
+                        reserved: false,
+                        reason: "quota_unavailable",
+                    };
+                }
+            }
+        }
+    }
+    times
+}
+
+fn send_at(wait: Duration, paused: bool) -> SendAt {
+    if wait <= HOLD_AT_MOST {
+        return SendAt::After(wait);
+    }
+    SendAt::Deferred {
+        wait,
+        reserved: true,
+        reason: if paused { "retry_after" } else { "rate_limit" },
+    }
+}
