@@ -23,7 +23,7 @@ use crate::retention;
 use crate::scheduler::Dispatcher;
 use crate::sender::Sender;
 use crate::signing::Signer;
-use crate::store::{EmbeddedStore, RedisStore, Store};
+use crate::store::{EmbeddedStore, HealthListener, RedisStore, Store};
 
 /// Runs an instance until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -36,6 +36,8 @@ pub struct App {
     router: axum::Router,
     store: Arc<dyn Store>,
     dispatcher: Dispatcher,
+    /// The delivery policy, whose breaker learns what other instances saw.
+    delivery: Arc<Policy>,
     wake: Arc<Notify>,
     sweep_interval: Duration,
     pipeline: Pipeline,
@@ -72,9 +74,10 @@ impl App {
             store: store.clone(),
             wake: wake.clone(),
             policy: Arc::new(notify_policy(&config)),
-            delivery,
+            delivery: delivery.clone(),
             metrics: crate::metrics::install()?,
             pipeline: pipeline.clone(),
+            host_labels: s.metrics.host_labels,
         };
         let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
         Ok(Self {
@@ -82,6 +85,7 @@ impl App {
             router: api::router(state, tokens, &s.server),
             store,
             dispatcher,
+            delivery,
             wake,
             sweep_interval: s.retention.sweep_interval,
             pipeline,
@@ -107,7 +111,11 @@ impl App {
         });
         let watching = {
             let (store, wake, token) = (self.store.clone(), self.wake, tasks.child_token());
-            tokio::spawn(async move { store.watch_wakeups(wake, token).await })
+            let delivery = self.delivery;
+            let health: HealthListener = Arc::new(move |endpoint, healthy| {
+                delivery.learn(endpoint, healthy);
+            });
+            tokio::spawn(async move { store.watch(wake, health, token).await })
         };
         let sweeping = tokio::spawn(retention::sweep(
             self.store,

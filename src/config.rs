@@ -30,6 +30,7 @@ const SECTIONS: &[&str] = &[
     "retention",
     "signing",
     "log",
+    "metrics",
     "schedules",
     "quotas",
     "secrets",
@@ -44,6 +45,7 @@ pub struct Settings {
     pub retention: RetentionSettings,
     pub signing: SigningSettings,
     pub log: LogSettings,
+    pub metrics: MetricsSettings,
     pub schedules: BTreeMap<String, Schedule>,
     /// Rate-limit quotas per `rate_key`, overriding `delivery.rate_limit`.
     pub quotas: BTreeMap<String, Quota>,
@@ -160,6 +162,15 @@ pub struct SigningSettings {
     pub secrets: StringList,
 }
 
+/// What `/metrics` shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Label open-circuit series with their endpoint, which names a merchant: off by
+    /// default, since `/metrics` is often scraped by systems with wider access.
+    pub host_labels: bool,
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -185,6 +196,7 @@ impl Default for Settings {
             retention: RetentionSettings::default(),
             signing: SigningSettings::default(),
             log: LogSettings::default(),
+            metrics: MetricsSettings::default(),
             schedules: default_schedules(),
             quotas: BTreeMap::new(),
             secrets: BTreeMap::new(),

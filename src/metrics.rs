@@ -1,7 +1,8 @@
 //! Prometheus metrics: every metric's name, labels and buckets in one place, the
 //! recorder installed at start-up, and the text `GET /metrics` serves. Labels have
 //! bounded values: outcomes, status classes, reasons, shard numbers, and at most
-//! `MAX_HOST_LABELS` hosts (those with an open circuit).
+//! `MAX_HOST_LABELS` endpoints (those with an open circuit), and those only when
+//! `metrics.host_labels` is on, since an endpoint names a merchant.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -92,11 +93,11 @@ fn describe() {
     );
     describe_gauge!(
         "postback_circuits_open",
-        "Hosts whose circuit is open in this instance"
+        "Endpoints whose circuit is open in this instance"
     );
     describe_gauge!(
         "postback_circuit_open",
-        "Per host (the first 20 seen open): 1 while its circuit is open in this instance"
+        "Per endpoint (the first 20 seen open; with metrics.host_labels): 1 while its circuit is open in this instance"
     );
     describe_counter!(
         "postback_store_errors_total",
@@ -149,21 +150,24 @@ pub fn store_error(operation: &'static str) {
     counter!("postback_store_errors_total", "operation" => operation).increment(1);
 }
 
-/// The hosts whose circuit is open now: a total, and one series per host for the first
-/// `MAX_HOST_LABELS` hosts ever seen open (1 while open, 0 after), so that the number of
-/// series stays bounded.
-pub fn open_circuits(open: &[String]) {
+/// The endpoints whose circuit is open now: a total and, when `labels` is on, one series
+/// per endpoint for the first `MAX_HOST_LABELS` endpoints ever seen open (1 while open,
+/// 0 after), so that the number of series stays bounded.
+pub fn open_circuits(open: &[String], labels: bool) {
     static LABELLED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     gauge!("postback_circuits_open").set(open.len() as f64);
-    let mut labelled = LABELLED.lock().expect("host labels");
-    for host in open {
+    if !labels {
+        return;
+    }
+    let mut labelled = LABELLED.lock().expect("endpoint labels");
+    for endpoint in open {
         if labelled.len() < MAX_HOST_LABELS {
-            labelled.insert(host.clone());
+            labelled.insert(endpoint.clone());
         }
     }
-    for host in labelled.iter() {
-        let state = if open.contains(host) { 1.0 } else { 0.0 };
-        gauge!("postback_circuit_open", "host" => host.clone()).set(state);
+    for endpoint in labelled.iter() {
+        let state = if open.contains(endpoint) { 1.0 } else { 0.0 };
+        gauge!("postback_circuit_open", "endpoint" => endpoint.clone()).set(state);
     }
 }
 

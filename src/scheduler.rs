@@ -279,7 +279,7 @@ impl AttemptContext {
 
     async fn admit(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
         let host = job.spec.host();
-        match self.policy.admit(&host) {
+        match self.policy.admit(&host, &job.spec.endpoint()) {
             Admission::Send(slot) => {
                 tasks.spawn(self.clone().attempt(job, host, permit, slot));
             }
@@ -292,8 +292,9 @@ impl AttemptContext {
 
     /// Waits for a slot at the job's host, then sends it or turns it away.
     async fn wait_for_host(self, job: ClaimedJob, host: String, permit: OwnedSemaphorePermit) {
+        let endpoint = job.spec.endpoint();
         let admission = tokio::select! {
-            a = self.policy.admit_after_wait(&host) => a,
+            a = self.policy.admit_after_wait(&host, &endpoint) => a,
             _ = self.abort.cancelled() => return,
         };
         match admission {
@@ -311,7 +312,13 @@ impl AttemptContext {
     ) {
         match refusal {
             Refusal::Defer { wait, reason } => self.defer(job, permit, wait, false, reason).await,
-            Refusal::CircuitOpen => {
+            // No notification is dead by an open circuit alone: its last attempt waits
+            // for the probe, and is a real request if it becomes the probe.
+            Refusal::CircuitOpen { probe_in } if job.attempt >= job.max_attempts => {
+                let wait = probe_in + Duration::from_millis(1);
+                self.defer(job, permit, wait, false, "circuit_open").await;
+            }
+            Refusal::CircuitOpen { .. } => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
                 attempt_span(&job, host).in_scope(|| log_outcome(&report));
@@ -342,6 +349,17 @@ impl AttemptContext {
         self.report(Report::Deferred(deferral), permit).await;
     }
 
+    /// The breaker learns how the attempt went, and the other instances with it.
+    async fn tell_health(&self, endpoint: &str, report: &AttemptReport) {
+        let Some(healthy) = self.policy.record(endpoint, report) else {
+            return;
+        };
+        if let Err(e) = self.store.publish_health(endpoint, healthy).await {
+            metrics::store_error("publish_health");
+            tracing::debug!(error = %e, "cannot tell the other instances of an endpoint's health");
+        }
+    }
+
     /// A receiver's `Retry-After` pauses its rate key in the store, for every instance.
     async fn pause(&self, rate_key: &str, report: &AttemptReport) {
         let Some(wait) = report.retry_after else {
@@ -369,7 +387,7 @@ impl AttemptContext {
                 _ = self.abort.cancelled() => return,
             };
             slot.finish(Duration::from_millis(report.duration_ms));
-            self.policy.record(&host, &report);
+            self.tell_health(&job.spec.endpoint(), &report).await;
             self.pause(&job.spec.rate_key, &report).await;
             log_outcome(&report);
             let settlement = self.settlement(&job, report);

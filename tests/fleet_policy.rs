@@ -156,3 +156,115 @@ async fn a_retry_after_one_instance_heard_holds_back_another() {
         sent - asked
     );
 }
+
+/// The `error` of each attempt in a notification's history ("" for none).
+fn errors(n: &serde_json::Value) -> Vec<String> {
+    let history = n["history"].as_array().unwrap();
+    history
+        .iter()
+        .map(|a| a["error"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_circuit_is_kept_per_endpoint_not_per_host() {
+    let (_backend, receiver, pb) = support::start_any(&[
+        ("POSTBACK_DELIVERY_BREAKER_FAILURES", "3"),
+        ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "1h"),
+    ])
+    .await;
+    for _ in 0..3 {
+        let id = pb
+            .register(
+                json!({"url": receiver.url("/shop-a/hook?fail=9"), "body": {}, "schedule": []}),
+            )
+            .await;
+        pb.wait_state(&id, "dead", WAIT).await;
+    }
+    let same = pb
+        .register(json!({"url": receiver.url("/shop-a/hook"), "body": {}, "schedule": ["1h"]}))
+        .await;
+    let beside = pb
+        .register(json!({"url": receiver.url("/shop-b/hook"), "body": {}}))
+        .await;
+    let n = pb.wait_state(&beside, "delivered", WAIT).await;
+    assert_eq!(
+        n["attempts"], 1,
+        "another merchant's path on the host goes on"
+    );
+    assert!(
+        support::eventually(WAIT, || async {
+            pb.notification(&same).await["attempts"] == 1
+        })
+        .await
+    );
+    assert_eq!(errors(&pb.notification(&same).await), ["circuit_open"]);
+    assert!(receiver.requests_for(&same).is_empty());
+    let (_, metrics) = pb.get_text("/metrics").await;
+    assert!(
+        metrics.contains("\npostback_circuits_open 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("postback_circuit_open{"),
+        "no endpoint labels unless metrics.host_labels: {metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_circuit_opened_through_one_instance_fails_fast_on_the_others() {
+    let backend = support::Backend::start();
+    if !backend.is_redis() {
+        return;
+    }
+    let receiver = Receiver::start().await;
+    let env = [
+        ("POSTBACK_DELIVERY_BREAKER_FAILURES", "4"),
+        ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "1h"),
+    ];
+    let a = backend.postback(&env).await;
+    let b = backend.postback(&env).await;
+    for pb in [&a, &b, &a, &b] {
+        let id = pb
+            .register(json!({"url": receiver.url("/down?fail=9"), "body": {}, "schedule": []}))
+            .await;
+        pb.wait_state(&id, "dead", WAIT).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ids = Vec::new();
+    for pb in [&a, &b, &a, &b] {
+        let body = json!({"url": receiver.url("/down"), "body": {}, "schedule": ["1h"]});
+        ids.push(pb.register(body).await);
+    }
+    for id in &ids {
+        assert!(
+            support::eventually(WAIT, || async { a.notification(id).await["attempts"] == 1 }).await
+        );
+        assert_eq!(errors(&a.notification(id).await), ["circuit_open"]);
+    }
+    assert_eq!(
+        receiver.count(),
+        4,
+        "the fleet sent breaker_failures requests, no more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_attempt_of_a_schedule_is_a_real_request_while_the_circuit_is_open() {
+    let (_backend, receiver, pb) = support::start_any(&[
+        ("POSTBACK_DELIVERY_BREAKER_FAILURES", "2"),
+        ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "1s"),
+    ])
+    .await;
+    let id = pb
+        .register(json!({"url": receiver.url("/down?fail=9"), "body": {}, "schedule": ["100ms", "100ms"]}))
+        .await;
+    let dead = pb.wait_state(&id, "dead", WAIT).await;
+    let errs = errors(&dead);
+    assert_eq!(errs.len(), 3, "{errs:?}");
+    assert_eq!(
+        dead["history"][2]["status"], 500,
+        "the last one was sent: {dead}"
+    );
+    assert_eq!(receiver.requests_for(&id).len(), 3);
+}

@@ -73,6 +73,7 @@ async fn deferrals_and_open_circuits_are_counted_with_bounded_labels() {
         ("POSTBACK_QUOTAS_SLOW", "2/s"),
         ("POSTBACK_DELIVERY_BREAKER_FAILURES", "2"),
         ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "1m"),
+        ("POSTBACK_METRICS_HOST_LABELS", "true"),
     ])
     .await;
     let mut ids = Vec::new();
@@ -82,12 +83,23 @@ async fn deferrals_and_open_circuits_are_counted_with_bounded_labels() {
                 .await,
         );
     }
-    for _ in 0..3 {
+    let down = format!("http://localhost:{}/down?fail=9", receiver.port);
+    for _ in 0..2 {
         let id = pb
-            .register(json!({"url": format!("http://localhost:{}/down?fail=9", receiver.port), "body": {}, "schedule": []}))
+            .register(json!({"url": down, "body": {}, "schedule": []}))
             .await;
         pb.wait_state(&id, "dead", WAIT).await;
     }
+    // Its first attempt fails fast; its last would wait for the probe.
+    let fast = pb
+        .register(json!({"url": down, "body": {}, "schedule": ["1h"]}))
+        .await;
+    assert!(
+        support::eventually(WAIT, || async {
+            pb.notification(&fast).await["attempts"] == 1
+        })
+        .await
+    );
     for id in &ids {
         pb.wait_state(id, "delivered", WAIT).await;
     }
@@ -95,7 +107,9 @@ async fn deferrals_and_open_circuits_are_counted_with_bounded_labels() {
     let v = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
     assert!(v(r#"postback_deferrals_total{reason="rate_limit"}"#) >= 2.0);
     assert_eq!(v("postback_circuits_open"), 1.0);
-    assert_eq!(v(r#"postback_circuit_open{host="localhost"}"#), 1.0);
+    let endpoint = format!("http://localhost:{}/down", receiver.port);
+    let labelled = format!(r#"postback_circuit_open{{endpoint="{endpoint}"}}"#);
+    assert_eq!(v(&labelled), 1.0);
     assert_eq!(
         v(r#"postback_attempts_total{outcome="circuit_open",status_class="none"}"#),
         1.0

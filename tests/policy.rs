@@ -228,7 +228,7 @@ async fn the_breaker_opens_fails_fast_probes_and_closes() {
     }
     let opened = Instant::now();
     let id = pb
-        .register(json!({"url": receiver.url("/ok"), "body": {}, "schedule": ["300ms", "300ms", "300ms", "300ms", "300ms", "300ms"]}))
+        .register(json!({"url": receiver.url("/down"), "body": {}, "schedule": ["300ms", "300ms", "300ms", "300ms", "300ms", "300ms"]}))
         .await;
     let done = pb.wait_state(&id, "delivered", WAIT).await;
     let errs = errors(&done);
@@ -247,7 +247,7 @@ async fn the_breaker_opens_fails_fast_probes_and_closes() {
     );
 
     let after = pb
-        .register(json!({"url": receiver.url("/ok"), "body": {}}))
+        .register(json!({"url": receiver.url("/down"), "body": {}}))
         .await;
     let n = pb.wait_state(&after, "delivered", WAIT).await;
     assert_eq!(n["attempts"], 1, "closed again");

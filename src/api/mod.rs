@@ -51,6 +51,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Whether the delivery pipeline runs, for `/readyz`.
     pub pipeline: Pipeline,
+    /// Label open-circuit series with their endpoint (`metrics.host_labels`).
+    pub host_labels: bool,
 }
 
 #[derive(OpenApi)]
@@ -144,7 +146,7 @@ async fn prometheus(State(state): State<AppState>) -> impl IntoResponse {
         Ok(stats) => metrics::store_stats(&stats),
         Err(_) => metrics::store_error("stats"),
     }
-    metrics::open_circuits(&state.delivery.open_circuits());
+    metrics::open_circuits(&state.delivery.open_circuits(), state.host_labels);
     (
         [(CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),

@@ -64,4 +64,17 @@ impl JobSpec {
             .and_then(|u| u.host_str().map(str::to_string))
             .unwrap_or_default()
     }
+
+    /// The callback's endpoint: scheme, host, port and path, without the query. Two
+    /// merchants on one host are two endpoints.
+    pub fn endpoint(&self) -> String {
+        let Ok(u) = url::Url::parse(&self.url) else {
+            return String::new();
+        };
+        let host = u.host_str().unwrap_or_default();
+        match u.port_or_known_default() {
+            Some(port) => format!("{}://{host}:{port}{}", u.scheme(), u.path()),
+            None => format!("{}://{host}{}", u.scheme(), u.path()),
+        }
+    }
 }

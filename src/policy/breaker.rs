@@ -1,6 +1,12 @@
-//! A circuit breaker per host: after `threshold` consecutive failures the circuit opens
-//! and the host's attempts fail at once, without traffic; after `cooldown` one probe is
+//! A circuit breaker per endpoint (scheme, host, port and path: two merchants on one
+//! host are two endpoints): after `threshold` consecutive failures the circuit opens and
+//! the endpoint's attempts fail at once, without traffic; after `cooldown` one probe is
 //! let through, and its success closes the circuit (its failure opens it again).
+//!
+//! Instances share what they learn: each failure, and each success that ends a run of
+//! failures, is published through the store (`Store::publish_health`), and `learn`
+//! counts it here as if it were this instance's own. So a dead endpoint costs the fleet
+//! `threshold` requests, and every instance opens and closes with the others.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,10 +16,10 @@ pub struct Breaker {
     /// 0: never opens.
     threshold: u32,
     cooldown: Duration,
-    hosts: Mutex<HashMap<String, Circuit>>,
+    endpoints: Mutex<HashMap<String, Circuit>>,
 }
 
-/// A host with recent failures; hosts without any have no entry.
+/// An endpoint with recent failures; endpoints without any have no entry.
 #[derive(Default)]
 struct Circuit {
     failures: u32,
@@ -22,13 +28,26 @@ struct Circuit {
     probing_since: Option<Instant>,
 }
 
-/// Whether an attempt may go to the host.
+/// Whether an attempt may go to the endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Closed,
     /// The circuit is half open and this attempt is its probe.
     Probe,
-    Open,
+    /// Open: the next probe may go in this long.
+    Open {
+        probe_in: Duration,
+    },
+}
+
+/// What recording an attempt changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Recorded {
+    /// This attempt opened the circuit.
+    pub opened: bool,
+    /// The other instances should learn of it (a failure, or the success that ended a
+    /// run of failures): `Some(healthy)`.
+    pub tell: Option<bool>,
 }
 
 impl Breaker {
@@ -36,21 +55,26 @@ impl Breaker {
         Self {
             threshold,
             cooldown,
-            hosts: Mutex::new(HashMap::new()),
+            endpoints: Mutex::new(HashMap::new()),
         }
     }
 
-    pub fn check(&self, host: &str) -> Verdict {
-        let mut hosts = self.hosts.lock().expect("breaker");
-        let Some(c) = hosts.get_mut(host) else {
+    pub fn check(&self, endpoint: &str) -> Verdict {
+        let mut endpoints = self.endpoints.lock().expect("breaker");
+        let Some(c) = endpoints.get_mut(endpoint) else {
             return Verdict::Closed;
         };
         let now = Instant::now();
+        let probe_ends = c.probing_since.map(|t| t + self.cooldown);
         match c.open_until {
             None => Verdict::Closed,
-            Some(until) if now < until => Verdict::Open,
+            Some(until) if now < until => Verdict::Open {
+                probe_in: until - now,
+            },
             // A probe that never reported (its attempt was abandoned) is replaced.
-            Some(_) if c.probing_since.is_some_and(|t| now - t < self.cooldown) => Verdict::Open,
+            Some(_) if probe_ends.is_some_and(|end| now < end) => Verdict::Open {
+                probe_in: probe_ends.map_or(Duration::ZERO, |end| end - now),
+            },
             Some(_) => {
                 c.probing_since = Some(now);
                 Verdict::Probe
@@ -58,37 +82,68 @@ impl Breaker {
         }
     }
 
-    /// The hosts whose circuit is open (or half open), sorted.
-    pub fn open_hosts(&self) -> Vec<String> {
-        let hosts = self.hosts.lock().expect("breaker");
-        let mut open: Vec<String> = hosts
+    /// The endpoints whose circuit is open (or half open), sorted.
+    pub fn open_endpoints(&self) -> Vec<String> {
+        let endpoints = self.endpoints.lock().expect("breaker");
+        let mut open: Vec<String> = endpoints
             .iter()
             .filter(|(_, c)| c.open_until.is_some())
-            .map(|(h, _)| h.clone())
+            .map(|(e, _)| e.clone())
             .collect();
         open.sort();
         open
     }
 
-    /// Records how an attempt that reached the host went. `true` when this opened the
-    /// circuit.
-    pub fn record(&self, host: &str, healthy: bool) -> bool {
+    /// Records how an attempt of this instance that reached the endpoint went.
+    pub fn record(&self, endpoint: &str, healthy: bool) -> Recorded {
+        if self.threshold == 0 {
+            return Recorded::default();
+        }
+        let mut endpoints = self.endpoints.lock().expect("breaker");
+        if healthy {
+            let ended_failures = endpoints.remove(endpoint).is_some();
+            return Recorded {
+                opened: false,
+                tell: ended_failures.then_some(true),
+            };
+        }
+        let c = endpoints.entry(endpoint.to_string()).or_default();
+        c.failures += 1;
+        let reopen = c.probing_since.take().is_some();
+        let opened = reopen || (c.open_until.is_none() && c.failures >= self.threshold);
+        if opened {
+            c.open_until = Some(Instant::now() + self.cooldown);
+        }
+        Recorded {
+            opened,
+            tell: Some(false),
+        }
+    }
+
+    /// Counts what another instance told of an endpoint: a success closes its circuit; a
+    /// failure counts towards opening it, or, while it is open (another instance's probe
+    /// failed), starts the cooldown again. `true` when this opened the circuit.
+    pub fn learn(&self, endpoint: &str, healthy: bool) -> bool {
         if self.threshold == 0 {
             return false;
         }
-        let mut hosts = self.hosts.lock().expect("breaker");
+        let mut endpoints = self.endpoints.lock().expect("breaker");
         if healthy {
-            hosts.remove(host);
+            endpoints.remove(endpoint);
             return false;
         }
-        let c = hosts.entry(host.to_string()).or_default();
+        let c = endpoints.entry(endpoint.to_string()).or_default();
         c.failures += 1;
-        let reopen = c.probing_since.take().is_some();
-        if reopen || (c.open_until.is_none() && c.failures >= self.threshold) {
-            c.open_until = Some(Instant::now() + self.cooldown);
-            return true;
+        let now = Instant::now();
+        if c.open_until.is_some() {
+            c.open_until = Some(now + self.cooldown);
+            return false;
         }
-        false
+        let opened = c.failures >= self.threshold;
+        if opened {
+            c.open_until = Some(now + self.cooldown);
+        }
+        opened
     }
 }
 
@@ -96,33 +151,64 @@ impl Breaker {
 mod tests {
     use super::*;
 
+    fn is_open(v: Verdict) -> bool {
+        matches!(v, Verdict::Open { .. })
+    }
+
     #[test]
     fn opens_after_the_threshold_probes_after_the_cooldown_and_closes() {
         let b = Breaker::new(3, Duration::from_millis(50));
-        assert!(!b.record("h", false) && !b.record("h", false));
-        assert_eq!(b.check("h"), Verdict::Closed);
-        assert!(b.record("h", false), "third failure opens");
-        assert_eq!(b.check("h"), Verdict::Open);
-        assert_eq!(b.open_hosts(), vec!["h".to_string()]);
+        assert!(!b.record("e", false).opened && !b.record("e", false).opened);
+        assert_eq!(b.check("e"), Verdict::Closed);
+        assert!(b.record("e", false).opened, "third failure opens");
+        assert!(is_open(b.check("e")));
+        assert_eq!(b.open_endpoints(), vec!["e".to_string()]);
         assert_eq!(b.check("other"), Verdict::Closed);
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(b.check("h"), Verdict::Probe);
-        assert_eq!(b.check("h"), Verdict::Open, "one probe at a time");
-        assert!(b.record("h", false), "a failed probe opens it again");
-        assert_eq!(b.check("h"), Verdict::Open);
+        assert_eq!(b.check("e"), Verdict::Probe);
+        assert!(is_open(b.check("e")), "one probe at a time");
+        assert!(b.record("e", false).opened, "a failed probe opens it again");
+        assert!(is_open(b.check("e")));
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(b.check("h"), Verdict::Probe);
-        b.record("h", true);
-        assert_eq!(b.check("h"), Verdict::Closed);
-        assert!(b.open_hosts().is_empty());
+        assert_eq!(b.check("e"), Verdict::Probe);
+        assert_eq!(
+            b.record("e", true).tell,
+            Some(true),
+            "the others learn it closed"
+        );
+        assert_eq!(b.check("e"), Verdict::Closed);
+        assert!(b.open_endpoints().is_empty());
+        assert_eq!(
+            b.record("e", true).tell,
+            None,
+            "a success alone is not news"
+        );
+    }
+
+    #[test]
+    fn failures_told_by_other_instances_count_as_ones_own() {
+        let b = Breaker::new(3, Duration::from_secs(60));
+        assert!(!b.learn("e", false));
+        assert!(!b.record("e", false).opened);
+        assert!(
+            b.learn("e", false),
+            "the third failure, wherever it happened, opens"
+        );
+        match b.check("e") {
+            Verdict::Open { probe_in } => assert!(probe_in > Duration::from_secs(59)),
+            v => panic!("{v:?}"),
+        }
+        b.learn("e", true);
+        assert_eq!(b.check("e"), Verdict::Closed, "a probe elsewhere closed it");
     }
 
     #[test]
     fn a_threshold_of_zero_never_opens() {
         let b = Breaker::new(0, Duration::from_secs(1));
         for _ in 0..100 {
-            b.record("h", false);
+            b.record("e", false);
+            b.learn("e", false);
         }
-        assert_eq!(b.check("h"), Verdict::Closed);
+        assert_eq!(b.check("e"), Verdict::Closed);
     }
 }

@@ -1,7 +1,7 @@
 //! The delivery policy: whether a claimed notification may be sent now. Each host gets
 //! at most `host_concurrency` deliveries at once from this instance (one turned away
-//! waits about as long as an attempt there takes), and a host whose circuit is open
-//! fails fast. What may not go yet is deferred, which is not an attempt and holds no
+//! waits about as long as an attempt there takes), and an endpoint whose circuit is
+//! open fails fast (its circuit learned from every instance, `breaker`). What may not go yet is deferred, which is not an attempt and holds no
 //! slot; but a notification for a fast host at its cap waits here a moment for a slot
 //! instead (`admit_after_wait`), since going back to the store would cost more than the
 //! wait. Each `rate_key`'s quota and `Retry-After` pauses are kept by the store for the
@@ -14,7 +14,7 @@ mod gcra;
 mod host_slots;
 mod quota;
 
-pub use breaker::{Breaker, Verdict};
+pub use breaker::{Breaker, Recorded, Verdict};
 pub use gcra::{reserve, RateAsk, RateState, Slots};
 pub use host_slots::{Busy, HostSlot, HostSlots};
 pub use quota::{Quota, Quotas};
@@ -48,8 +48,9 @@ pub enum Refusal {
         wait: Duration,
         reason: &'static str,
     },
-    /// The host's circuit is open: record a failed attempt without sending.
-    CircuitOpen,
+    /// The endpoint's circuit is open: record a failed attempt without sending (or,
+    /// for a last attempt, defer it to the probe, which comes in `probe_in`).
+    CircuitOpen { probe_in: Duration },
 }
 
 /// The per-host limits of the policy (`[delivery]` in the configuration).
@@ -57,7 +58,7 @@ pub enum Refusal {
 pub struct Limits {
     /// Deliveries at once to one host, per instance.
     pub host_concurrency: usize,
-    /// Failed attempts in a row that open a host's circuit.
+    /// Failed attempts in a row that open an endpoint's circuit (the fleet's together).
     pub breaker_failures: u32,
     /// How long a circuit stays open before one attempt may probe the host.
     pub breaker_cooldown: Duration,
@@ -78,9 +79,10 @@ impl Policy {
         RateAsk::new(rate_key, quota, self.quotas.burst, count, not_before_us)
     }
 
-    pub fn admit(&self, host: &str) -> Admission {
+    /// Whether a notification to `endpoint`, on `host`, may be sent now.
+    pub fn admit(&self, host: &str, endpoint: &str) -> Admission {
         match self.host_slots.try_acquire(host) {
-            Ok(slot) => match self.admit_with(slot, host) {
+            Ok(slot) => match self.admit_with(slot, endpoint) {
                 Ok(slot) => Admission::Send(slot),
                 Err(refusal) => Admission::Refuse(refusal),
             },
@@ -92,32 +94,43 @@ impl Policy {
     /// After `Admission::WaitForHost`: waits for a slot at `host` while it stays fast
     /// (at most `HOST_WAIT_BUDGET`), then decides as `admit` does: the slot to send
     /// with, or why not.
-    pub async fn admit_after_wait(&self, host: &str) -> Result<HostSlot, Refusal> {
+    pub async fn admit_after_wait(&self, host: &str, endpoint: &str) -> Result<HostSlot, Refusal> {
         match self.host_slots.acquire(host, HOST_WAIT_BUDGET).await {
-            Ok(slot) => self.admit_with(slot, host),
+            Ok(slot) => self.admit_with(slot, endpoint),
             Err(busy) => Err(host_busy(busy.wait)),
         }
     }
 
-    /// With a slot at its host: the host's circuit.
-    fn admit_with(&self, slot: HostSlot, host: &str) -> Result<HostSlot, Refusal> {
-        match self.breaker.check(host) {
-            Verdict::Open => Err(Refusal::CircuitOpen),
+    /// With a slot at its host: the endpoint's circuit.
+    fn admit_with(&self, slot: HostSlot, endpoint: &str) -> Result<HostSlot, Refusal> {
+        match self.breaker.check(endpoint) {
+            Verdict::Open { probe_in } => Err(Refusal::CircuitOpen { probe_in }),
             Verdict::Closed | Verdict::Probe => Ok(slot),
         }
     }
 
-    /// The hosts whose circuit is open now, sorted.
+    /// The endpoints whose circuit is open now, sorted.
     pub fn open_circuits(&self) -> Vec<String> {
-        self.breaker.open_hosts()
+        self.breaker.open_endpoints()
     }
 
-    /// Learns from an attempt that was sent: its host's health feeds the breaker.
-    pub fn record(&self, host: &str, report: &AttemptReport) {
-        if let Reach::Sent { healthy } = report.reach {
-            if self.breaker.record(host, healthy) {
-                tracing::warn!(%host, "circuit opened: attempts to this host fail fast until a probe succeeds");
-            }
+    /// Learns from an attempt that was sent: its endpoint's health feeds the breaker.
+    /// `Some(healthy)` when the other instances should learn it too.
+    pub fn record(&self, endpoint: &str, report: &AttemptReport) -> Option<bool> {
+        let Reach::Sent { healthy } = report.reach else {
+            return None;
+        };
+        let recorded = self.breaker.record(endpoint, healthy);
+        if recorded.opened {
+            tracing::warn!(%endpoint, "circuit opened: attempts to this endpoint fail fast until a probe succeeds");
+        }
+        recorded.tell
+    }
+
+    /// Learns what another instance told of an endpoint's health.
+    pub fn learn(&self, endpoint: &str, healthy: bool) {
+        if self.breaker.learn(endpoint, healthy) {
+            tracing::warn!(%endpoint, "circuit opened by failures other instances saw: attempts to this endpoint fail fast until a probe succeeds");
         }
     }
 }

@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::spec;
 use super::{
-    Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency, JobStatus,
-    JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult,
+    Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, HealthListener,
+    Idempotency, JobStatus, JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError,
+    StoreResult,
 };
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule};
@@ -220,6 +221,10 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn publish_health(&self, _endpoint: &str, _healthy: bool) -> StoreResult<()> {
+        Ok(())
+    }
+
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
         let id = *id;
         self.writer
@@ -373,7 +378,8 @@ impl Store for EmbeddedStore {
         self.read(|_| Ok(())).await
     }
 
-    async fn watch_wakeups(&self, wake: Arc<Notify>, cancel: CancellationToken) {
+    /// One instance only: there are no other instances' health reports to hear.
+    async fn watch(&self, wake: Arc<Notify>, _health: HealthListener, cancel: CancellationToken) {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,

@@ -68,6 +68,9 @@ pub struct Idempotency {
     pub ttl: Duration,
 }
 
+/// What to do with an endpoint's health that another instance published.
+pub type HealthListener = Arc<dyn Fn(&str, bool) + Send + Sync>;
+
 /// A notification leased to this instance for one attempt.
 #[derive(Debug, Clone)]
 pub struct ClaimedJob {
@@ -75,6 +78,8 @@ pub struct ClaimedJob {
     pub lease: u64,
     /// The number of this attempt (1 for the first).
     pub attempt: u32,
+    /// Attempts in all: the last one is `attempt == max_attempts`.
+    pub max_attempts: u32,
     /// When it was due, ms since the epoch (store clock).
     pub due_at: i64,
     /// When it was claimed, µs since the epoch (store clock, rounded down).
@@ -366,9 +371,14 @@ pub trait Store: Send + Sync + 'static {
     /// Succeeds when the store answers.
     async fn ping(&self) -> StoreResult<()>;
 
-    /// Calls `wake.notify_one()` whenever another instance makes a notification due
-    /// earlier than before, until `cancel` fires.
-    async fn watch_wakeups(&self, wake: Arc<Notify>, cancel: CancellationToken);
+    /// Until `cancel` fires: calls `wake.notify_one()` whenever another instance makes a
+    /// notification due earlier than before, and `health` with what other instances
+    /// publish of endpoints' health.
+    async fn watch(&self, wake: Arc<Notify>, health: HealthListener, cancel: CancellationToken);
+
+    /// Tells the other instances how an attempt at `endpoint` went (best effort: a
+    /// message lost costs only a circuit opened or closed a little later).
+    async fn publish_health(&self, endpoint: &str, healthy: bool) -> StoreResult<()>;
 }
 
 #[cfg(test)]
@@ -382,6 +392,7 @@ mod tests {
             id: JobId::new(0),
             lease: 1,
             attempt: 1,
+            max_attempts: 3,
             due_at: 1000,
             claimed_at_us: 1_000_999,
             claim_asked: Instant::now(),

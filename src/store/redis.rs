@@ -18,9 +18,9 @@ use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, Idempotency,
-    JobState, JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store,
-    StoreError, StoreResult, Trimmed,
+    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, HealthListener,
+    Idempotency, JobState, JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats,
+    Store, StoreError, StoreResult, Trimmed,
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -31,6 +31,7 @@ use crate::policy::{RateAsk, Slots};
 mod commit;
 mod conn;
 mod enqueue;
+mod health;
 mod leases;
 mod page;
 mod reply;
@@ -40,6 +41,7 @@ use super::spec;
 use commit::{commit, Change, Committed, Decision, Held, Shard};
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
+use health::HealthChannel;
 use leases::Leases;
 use page::ShardPage;
 use reply::{int_at, text_at};
@@ -93,6 +95,7 @@ pub struct RedisStore {
     conn: Conn,
     shards: Vec<ShardKeys>,
     wake_channel: String,
+    health: HealthChannel,
     /// Keys of rate keys' quota states start with this (`<prefix>:rate:`), within a
     /// hash tag of their own, so that each lives on its own slot of a cluster.
     rate_prefix: String,
@@ -168,6 +171,7 @@ impl RedisStore {
             conn,
             shards,
             wake_channel: wake_channel(&settings.key_prefix),
+            health: HealthChannel::new(&settings.key_prefix),
             rate_prefix: format!("{}:rate:", settings.key_prefix),
             connect_timeout: settings.connect_timeout,
             clock: ShardClock::new(usize::from(shard_count)),
@@ -551,6 +555,16 @@ impl Store for RedisStore {
         Ok(answers.into_iter().flatten().collect())
     }
 
+    async fn publish_health(&self, endpoint: &str, healthy: bool) -> StoreResult<()> {
+        redis::cmd("PUBLISH")
+            .arg(&self.health.channel)
+            .arg(self.health.message(endpoint, healthy))
+            .query_async::<i64>(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
         if self.keys(id).is_err() {
             return Ok(Cancelled::NotFound);
@@ -769,14 +783,14 @@ impl Store for RedisStore {
             .map_err(store_error)
     }
 
-    async fn watch_wakeups(&self, wake: Arc<Notify>, cancel: CancellationToken) {
+    async fn watch(&self, wake: Arc<Notify>, health: HealthListener, cancel: CancellationToken) {
         let mut failures = 0u32;
         while !cancel.is_cancelled() {
-            match self.listen(&wake, &cancel).await {
+            match self.listen(&wake, &health, &cancel).await {
                 Ok(()) => failures = 0,
                 Err(e) => {
                     if failures == 0 {
-                        tracing::warn!(error = %e, "wake-up subscription lost; resubscribing");
+                        tracing::warn!(error = %e, "wake-up and health subscription lost; resubscribing");
                     }
                     failures += 1;
                 }
@@ -879,7 +893,12 @@ impl RedisStore {
     }
 
     /// Subscribes to the wake channel and forwards messages until it drops or `cancel`.
-    async fn listen(&self, wake: &Notify, cancel: &CancellationToken) -> redis::RedisResult<()> {
+    async fn listen(
+        &self,
+        wake: &Notify,
+        health: &HealthListener,
+        cancel: &CancellationToken,
+    ) -> redis::RedisResult<()> {
         let turn = self.next_pubsub.fetch_add(1, Ordering::Relaxed);
         let client = &self.pubsub[turn % self.pubsub.len()];
         let mut pubsub = tokio::time::timeout(self.connect_timeout, client.get_async_pubsub())
@@ -887,7 +906,9 @@ impl RedisStore {
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting for pub/sub")
             })??;
-        pubsub.subscribe(&self.wake_channel).await?;
+        pubsub
+            .subscribe(&[&self.wake_channel, &self.health.channel])
+            .await?;
         // Anything published while unsubscribed was missed: look at every shard once.
         self.clock.wake_all();
         wake.notify_one();
@@ -896,6 +917,12 @@ impl RedisStore {
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
                 msg = messages.next() => match msg {
+                    Some(msg) if msg.get_channel_name() == self.health.channel => {
+                        let text: String = msg.get_payload().unwrap_or_default();
+                        if let Some((endpoint, healthy)) = self.health.heard(&text) {
+                            health(endpoint, healthy);
+                        }
+                    }
                     Some(msg) => {
                         let due_key: String = msg.get_payload().unwrap_or_default();
                         match self.due_keys.get(&due_key) {
@@ -990,6 +1017,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
             .map_err(|_| StoreError::Corrupt(format!("bad id `{id}` in due set")))?,
         lease: held.record.lease,
         attempt: held.record.attempts + 1,
+        max_attempts: held.record.max_attempts,
         // A scheduled notification's `next_at` is its score in the due set.
         due_at: held.record.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,

@@ -118,6 +118,7 @@ pub fn claim(
             id: parse_id(&id)?,
             lease: new.lease,
             attempt: new.attempts + 1,
+            max_attempts: new.max_attempts,
             due_at,
             claimed_at_us: now.micros(),
             claim_asked: asked,
