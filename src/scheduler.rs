@@ -279,7 +279,8 @@ impl AttemptContext {
 
     async fn admit(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
         let host = job.spec.host();
-        match self.policy.admit(&host, &job.spec.endpoint()) {
+        let last = job.attempt >= job.max_attempts;
+        match self.policy.admit(&host, &job.spec.endpoint(), last) {
             Admission::Send(slot) => {
                 tasks.spawn(self.clone().attempt(job, host, permit, slot));
             }
@@ -294,7 +295,7 @@ impl AttemptContext {
     async fn wait_for_host(self, job: ClaimedJob, host: String, permit: OwnedSemaphorePermit) {
         let endpoint = job.spec.endpoint();
         let admission = tokio::select! {
-            a = self.policy.admit_after_wait(&host, &endpoint) => a,
+            a = self.policy.admit_after_wait(&host, &endpoint, job.attempt >= job.max_attempts) => a,
             _ = self.abort.cancelled() => return,
         };
         match admission {
@@ -312,13 +313,7 @@ impl AttemptContext {
     ) {
         match refusal {
             Refusal::Defer { wait, reason } => self.defer(job, permit, wait, false, reason).await,
-            // No notification is dead by an open circuit alone: its last attempt waits
-            // for the probe, and is a real request if it becomes the probe.
-            Refusal::CircuitOpen { probe_in } if job.attempt >= job.max_attempts => {
-                let wait = probe_in + Duration::from_millis(1);
-                self.defer(job, permit, wait, false, "circuit_open").await;
-            }
-            Refusal::CircuitOpen { .. } => {
+            Refusal::CircuitOpen => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
                 attempt_span(&job, host).in_scope(|| log_outcome(&report));
@@ -349,27 +344,34 @@ impl AttemptContext {
         self.report(Report::Deferred(deferral), permit).await;
     }
 
-    /// The breaker learns how the attempt went, and the other instances with it.
-    async fn tell_health(&self, endpoint: &str, report: &AttemptReport) {
-        let Some(healthy) = self.policy.record(endpoint, report) else {
+    /// What the fleet learns from an attempt: the breaker counts it here, and on its own
+    /// task (so that a slow store holds back neither the slot nor the settle) the other
+    /// instances are told of the endpoint's health, and a receiver's `Retry-After` pauses
+    /// its rate key in the store.
+    fn learn_from(&self, job: &ClaimedJob, report: &AttemptReport) {
+        let endpoint = job.spec.endpoint();
+        let tell = self.policy.record(&endpoint, report);
+        let pause = report
+            .retry_after
+            .map(|wait| RateAsk::pause(&job.spec.rate_key, wait));
+        if tell.is_none() && pause.is_none() {
             return;
-        };
-        if let Err(e) = self.store.publish_health(endpoint, healthy).await {
-            metrics::store_error("publish_health");
-            tracing::debug!(error = %e, "cannot tell the other instances of an endpoint's health");
         }
-    }
-
-    /// A receiver's `Retry-After` pauses its rate key in the store, for every instance.
-    async fn pause(&self, rate_key: &str, report: &AttemptReport) {
-        let Some(wait) = report.retry_after else {
-            return;
-        };
-        let pause = RateAsk::pause(rate_key, wait);
-        if let Err(e) = self.store.reserve(std::slice::from_ref(&pause)).await {
-            metrics::store_error("pause");
-            tracing::warn!(error = %e, rate_key, "cannot pause the rate key for its Retry-After; only this notification waits");
-        }
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if let Some(healthy) = tell {
+                if let Err(e) = store.publish_health(&endpoint, healthy).await {
+                    metrics::store_error("publish_health");
+                    tracing::debug!(error = %e, "cannot tell the other instances of an endpoint's health");
+                }
+            }
+            if let Some(pause) = pause {
+                if let Err(e) = store.reserve(std::slice::from_ref(&pause)).await {
+                    metrics::store_error("pause");
+                    tracing::warn!(error = %e, rate_key = %pause.key, "cannot pause the rate key for its Retry-After; only this notification waits");
+                }
+            }
+        });
     }
 
     async fn attempt(
@@ -387,8 +389,7 @@ impl AttemptContext {
                 _ = self.abort.cancelled() => return,
             };
             slot.finish(Duration::from_millis(report.duration_ms));
-            self.tell_health(&job.spec.endpoint(), &report).await;
-            self.pause(&job.spec.rate_key, &report).await;
+            self.learn_from(&job, &report);
             log_outcome(&report);
             let settlement = self.settlement(&job, report);
             self.report(Report::Attempted(settlement), permit).await;

@@ -9,9 +9,15 @@ use support::{Postback, Receiver};
 
 const WAIT: Duration = Duration::from_secs(10);
 
+/// A notification dead after two failed attempts, each at an endpoint of its own: many
+/// failures at one endpoint would open its circuit, and a last attempt waits for the
+/// circuit's probe.
 async fn dead_one(pb: &Postback, receiver: &Receiver) -> String {
+    static ENDPOINTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = ENDPOINTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let url = receiver.url(&format!("/down/{n}?fail=99"));
     let id = pb
-        .register(json!({"url": receiver.url("/down?fail=99"), "body": {"order": 9}, "schedule": ["100ms"], "topic": "payment.succeeded"}))
+        .register(json!({"url": url, "body": {"order": 9}, "schedule": ["100ms"], "topic": "payment.succeeded"}))
         .await;
     pb.wait_state(&id, "dead", WAIT).await;
     id

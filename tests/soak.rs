@@ -145,8 +145,8 @@ async fn the_ledger_balances_after_restarts_of_an_instance_and_of_redis() {
         let state = n["state"].as_str().unwrap().to_string();
         let history = n["history"].as_array().unwrap();
         let attempts = n["attempts"].as_u64().unwrap() as usize;
-        // The failing endpoint trips its host's circuit breaker: those attempts are
-        // recorded as failed without a request.
+        // The failing endpoint trips its circuit breaker: those attempts (never a
+        // notification's last) are recorded as failed without a request.
         let open = history
             .iter()
             .filter(|h| h["error"] == "circuit_open")

@@ -48,9 +48,8 @@ pub enum Refusal {
         wait: Duration,
         reason: &'static str,
     },
-    /// The endpoint's circuit is open: record a failed attempt without sending (or,
-    /// for a last attempt, defer it to the probe, which comes in `probe_in`).
-    CircuitOpen { probe_in: Duration },
+    /// The endpoint's circuit is open: record a failed attempt without sending.
+    CircuitOpen,
 }
 
 /// The per-host limits of the policy (`[delivery]` in the configuration).
@@ -79,10 +78,12 @@ impl Policy {
         RateAsk::new(rate_key, quota, self.quotas.burst, count, not_before_us)
     }
 
-    /// Whether a notification to `endpoint`, on `host`, may be sent now.
-    pub fn admit(&self, host: &str, endpoint: &str) -> Admission {
+    /// Whether a notification to `endpoint`, on `host`, may be sent now. Its `last`
+    /// attempt is never failed by an open circuit: no notification is dead without one
+    /// real request at the end of its schedule (its outcome counts as a probe's).
+    pub fn admit(&self, host: &str, endpoint: &str, last: bool) -> Admission {
         match self.host_slots.try_acquire(host) {
-            Ok(slot) => match self.admit_with(slot, endpoint) {
+            Ok(slot) => match self.admit_with(slot, endpoint, last) {
                 Ok(slot) => Admission::Send(slot),
                 Err(refusal) => Admission::Refuse(refusal),
             },
@@ -94,17 +95,25 @@ impl Policy {
     /// After `Admission::WaitForHost`: waits for a slot at `host` while it stays fast
     /// (at most `HOST_WAIT_BUDGET`), then decides as `admit` does: the slot to send
     /// with, or why not.
-    pub async fn admit_after_wait(&self, host: &str, endpoint: &str) -> Result<HostSlot, Refusal> {
+    pub async fn admit_after_wait(
+        &self,
+        host: &str,
+        endpoint: &str,
+        last: bool,
+    ) -> Result<HostSlot, Refusal> {
         match self.host_slots.acquire(host, HOST_WAIT_BUDGET).await {
-            Ok(slot) => self.admit_with(slot, endpoint),
+            Ok(slot) => self.admit_with(slot, endpoint, last),
             Err(busy) => Err(host_busy(busy.wait)),
         }
     }
 
     /// With a slot at its host: the endpoint's circuit.
-    fn admit_with(&self, slot: HostSlot, endpoint: &str) -> Result<HostSlot, Refusal> {
+    fn admit_with(&self, slot: HostSlot, endpoint: &str, last: bool) -> Result<HostSlot, Refusal> {
+        if last {
+            return Ok(slot);
+        }
         match self.breaker.check(endpoint) {
-            Verdict::Open { probe_in } => Err(Refusal::CircuitOpen { probe_in }),
+            Verdict::Open => Err(Refusal::CircuitOpen),
             Verdict::Closed | Verdict::Probe => Ok(slot),
         }
     }
