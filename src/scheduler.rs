@@ -15,8 +15,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::config::{DeliverySettings, Percent};
-use crate::domain::AttemptReport;
-use crate::domain::Outcome;
+use crate::domain::{AttemptReport, Outcome, Target};
 use crate::metrics;
 use crate::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
 use crate::reservations::{self, SendAt};
@@ -278,29 +277,30 @@ impl AttemptContext {
     }
 
     async fn admit(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
-        let host = job.spec.host();
-        let last = job.attempt >= job.max_attempts;
-        match self.policy.admit(&host, &job.spec.endpoint(), last) {
+        let target = job.spec.target();
+        match self
+            .policy
+            .admit(&target.host, &target.endpoint, job.is_last())
+        {
             Admission::Send(slot) => {
-                tasks.spawn(self.clone().attempt(job, host, permit, slot));
+                tasks.spawn(self.clone().attempt(job, target, permit, slot));
             }
             Admission::WaitForHost => {
-                tasks.spawn(self.clone().wait_for_host(job, host, permit));
+                tasks.spawn(self.clone().wait_for_host(job, target, permit));
             }
-            Admission::Refuse(refusal) => self.refuse(refusal, job, &host, permit).await,
+            Admission::Refuse(refusal) => self.refuse(refusal, job, &target, permit).await,
         }
     }
 
     /// Waits for a slot at the job's host, then sends it or turns it away.
-    async fn wait_for_host(self, job: ClaimedJob, host: String, permit: OwnedSemaphorePermit) {
-        let endpoint = job.spec.endpoint();
+    async fn wait_for_host(self, job: ClaimedJob, target: Target, permit: OwnedSemaphorePermit) {
         let admission = tokio::select! {
-            a = self.policy.admit_after_wait(&host, &endpoint, job.attempt >= job.max_attempts) => a,
+            a = self.policy.admit_after_wait(&target.host, &target.endpoint, job.is_last()) => a,
             _ = self.abort.cancelled() => return,
         };
         match admission {
-            Ok(slot) => self.attempt(job, host, permit, slot).await,
-            Err(refusal) => self.refuse(refusal, job, &host, permit).await,
+            Ok(slot) => self.attempt(job, target, permit, slot).await,
+            Err(refusal) => self.refuse(refusal, job, &target, permit).await,
         }
     }
 
@@ -308,7 +308,7 @@ impl AttemptContext {
         &self,
         refusal: Refusal,
         job: ClaimedJob,
-        host: &str,
+        target: &Target,
         permit: OwnedSemaphorePermit,
     ) {
         match refusal {
@@ -316,7 +316,7 @@ impl AttemptContext {
             Refusal::CircuitOpen => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
-                attempt_span(&job, host).in_scope(|| log_outcome(&report));
+                attempt_span(&job, &target.host).in_scope(|| log_outcome(&report));
                 let settlement = self.settlement(&job, report);
                 self.report(Report::Attempted(settlement), permit).await;
             }
@@ -348,16 +348,15 @@ impl AttemptContext {
     /// task (so that a slow store holds back neither the slot nor the settle) the other
     /// instances are told of the endpoint's health, and a receiver's `Retry-After` pauses
     /// its rate key in the store.
-    fn learn_from(&self, job: &ClaimedJob, report: &AttemptReport) {
-        let endpoint = job.spec.endpoint();
-        let tell = self.policy.record(&endpoint, report);
+    fn learn_from(&self, job: &ClaimedJob, endpoint: &str, report: &AttemptReport) {
+        let tell = self.policy.record(endpoint, report);
         let pause = report
             .retry_after
             .map(|wait| RateAsk::pause(&job.spec.rate_key, wait));
         if tell.is_none() && pause.is_none() {
             return;
         }
-        let store = self.store.clone();
+        let (store, endpoint) = (self.store.clone(), endpoint.to_string());
         tokio::spawn(async move {
             if let Some(healthy) = tell {
                 if let Err(e) = store.publish_health(&endpoint, healthy).await {
@@ -377,11 +376,11 @@ impl AttemptContext {
     async fn attempt(
         self,
         job: ClaimedJob,
-        host: String,
+        target: Target,
         permit: OwnedSemaphorePermit,
         slot: HostSlot,
     ) {
-        let span = attempt_span(&job, &host);
+        let span = attempt_span(&job, &target.host);
         record_lateness(&job);
         async move {
             let report = tokio::select! {
@@ -389,7 +388,7 @@ impl AttemptContext {
                 _ = self.abort.cancelled() => return,
             };
             slot.finish(Duration::from_millis(report.duration_ms));
-            self.learn_from(&job, &report);
+            self.learn_from(&job, &target.endpoint, &report);
             log_outcome(&report);
             let settlement = self.settlement(&job, report);
             self.report(Report::Attempted(settlement), permit).await;

@@ -8,7 +8,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{Postback, Receiver};
+use support::{errors, Postback, Receiver};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -155,15 +155,6 @@ async fn a_retry_after_one_instance_heard_holds_back_another() {
         "sent {:?} after the Retry-After of 2s",
         sent - asked
     );
-}
-
-/// The `error` of each attempt in a notification's history ("" for none).
-fn errors(n: &serde_json::Value) -> Vec<String> {
-    let history = n["history"].as_array().unwrap();
-    history
-        .iter()
-        .map(|a| a["error"].as_str().unwrap_or("").to_string())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,18 +6,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{Postback, Receiver};
+use support::{errors, Postback, Receiver};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-fn errors(n: &Value) -> Vec<String> {
-    n["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["error"].as_str().unwrap_or("").to_string())
-        .collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_key_keeps_its_quota_while_another_runs_at_full_speed() {

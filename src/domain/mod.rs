@@ -17,7 +17,7 @@ pub use callback_url::{CallbackUrl, Destinations};
 pub use error::FieldError;
 pub use headers::ExtraHeaders;
 pub use job_id::JobId;
-pub use notification::{JobSpec, Notification};
+pub use notification::{JobSpec, Notification, Target};
 pub use payload::Payload;
 pub use placement::Placement;
 pub use schedule::{parse_duration, Schedule, MAX_TIERS};

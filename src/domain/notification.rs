@@ -65,16 +65,26 @@ impl JobSpec {
             .unwrap_or_default()
     }
 
-    /// The callback's endpoint: scheme, host, port and path, without the query. Two
-    /// merchants on one host are two endpoints.
-    pub fn endpoint(&self) -> String {
+    /// Where a delivery goes, from one reading of the URL (both empty if the stored URL
+    /// cannot be read).
+    pub fn target(&self) -> Target {
         let Ok(u) = url::Url::parse(&self.url) else {
-            return String::new();
+            return Target::default();
         };
-        let host = u.host_str().unwrap_or_default();
-        match u.port_or_known_default() {
+        let host = u.host_str().unwrap_or_default().to_string();
+        let endpoint = match u.port_or_known_default() {
             Some(port) => format!("{}://{host}:{port}{}", u.scheme(), u.path()),
             None => format!("{}://{host}{}", u.scheme(), u.path()),
-        }
+        };
+        Target { host, endpoint }
     }
+}
+
+/// Where a delivery goes: its host (what per-host limits count) and its endpoint
+/// (scheme, host, port and path, without the query: what a circuit is kept for; two
+/// merchants on one host are two endpoints).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Target {
+    pub host: String,
+    pub endpoint: String,
 }

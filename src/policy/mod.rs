@@ -1,10 +1,10 @@
 //! The delivery policy: whether a claimed notification may be sent now. Each host gets
 //! at most `host_concurrency` deliveries at once from this instance (one turned away
 //! waits about as long as an attempt there takes), and an endpoint whose circuit is
-//! open fails fast (its circuit learned from every instance, `breaker`). What may not go yet is deferred, which is not an attempt and holds no
-//! slot; but a notification for a fast host at its cap waits here a moment for a slot
-//! instead (`admit_after_wait`), since going back to the store would cost more than the
-//! wait. Each `rate_key`'s quota and `Retry-After` pauses are kept by the store for the
+//! open fails fast (its circuit learned from every instance, `breaker`). What may not go
+//! yet is deferred, which is not an attempt and holds no slot; but a notification for a
+//! fast host at its cap waits here a moment for a slot instead (`admit_after_wait`),
+//! since going back to the store would cost more than the wait. Each `rate_key`'s quota and `Retry-After` pauses are kept by the store for the
 //! whole fleet (`gcra`): the scheduler reserves send times there before it asks here.
 
 use std::time::Duration;

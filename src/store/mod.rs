@@ -106,6 +106,11 @@ impl ClaimedJob {
         store_clock_us(self.claimed_at_us, self.claim_asked)
     }
 
+    /// Whether this is its last attempt.
+    pub fn is_last(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+
     /// How long to hold it before it is due, counted from when the claim's reply arrived
     /// (any moment after it will do: the store read `claimed_at_us` before answering, so
     /// `due_at - claimed_at_us` later it is due, or a little earlier).

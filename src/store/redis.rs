@@ -936,9 +936,7 @@ impl RedisStore {
             }
         }
     }
-}
 
-impl RedisStore {
     /// Runs `reserve.lua` for `asks` in one call: on a cluster, their keys must share a
     /// slot (one ask per call does).
     async fn reserve_in_one_call(&self, asks: &[RateAsk]) -> StoreResult<Vec<Slots>> {

@@ -108,6 +108,15 @@ pub async fn start_any(env: &[(&str, &str)]) -> (Backend, Receiver, Postback) {
     (backend, receiver, pb)
 }
 
+/// The `error` of each attempt in a notification's history ("" for none).
+pub fn errors(n: &serde_json::Value) -> Vec<String> {
+    let history = n["history"].as_array().unwrap();
+    history
+        .iter()
+        .map(|a| a["error"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
