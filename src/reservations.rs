@@ -51,7 +51,7 @@ pub async fn send_times(store: &dyn Store, policy: &Policy, jobs: &[&ClaimedJob]
     let asks: Vec<_> = by_key
         .iter()
         .map(|(key, members)| {
-            let latest_due = members.iter().map(|&i| jobs[i].due_at).max().unwrap_or(0);
+            let latest_due = members.last().map_or(0, |&i| jobs[i].due_at);
             policy.ask(key, members.len() as u32, latest_due * 1000)
         })
         .collect();
@@ -69,14 +69,12 @@ pub async fn send_times(store: &dyn Store, policy: &Policy, jobs: &[&ClaimedJob]
         Err(e) => {
             metrics::store_error("reserve");
             tracing::warn!(error = %e, "cannot reserve send times in rate keys' quotas; deferring the claimed notifications");
-            for members in by_key.values() {
-                for &i in members {
-                    times[i] = SendAt::Deferred {
-                        wait: UNASKED_DELAY,
-                        reserved: false,
-                        reason: "quota_unavailable",
-                    };
-                }
+            for &i in by_key.values().flatten() {
+                times[i] = SendAt::Deferred {
+                    wait: UNASKED_DELAY,
+                    reserved: false,
+                    reason: "quota_unavailable",
+                };
             }
         }
     }
