@@ -120,7 +120,8 @@ pub struct DeliverySettings {
     /// The longest wait a `Retry-After` header can impose.
     #[serde(with = "humantime_serde")]
     pub max_retry_after: Duration,
-    /// Consecutive failures that open a host's circuit; 0 switches the breaker off.
+    /// Consecutive failures, over every instance, that open an endpoint's circuit; 0
+    /// switches the breaker off.
     pub breaker_failures: u32,
     /// How long an open circuit fails fast before it lets one probe through.
     #[serde(with = "humantime_serde")]

@@ -1,5 +1,5 @@
 //! The delivery policy: rate limits per `rate_key`, isolation of a hanging host, what
-//! `Retry-After` and `410 Gone` mean, and the per-host circuit breaker.
+//! `Retry-After` and `410 Gone` mean, and the per-endpoint circuit breaker.
 
 mod support;
 

@@ -50,12 +50,12 @@ pub struct AttemptReport {
     pub reach: Reach,
 }
 
-/// Whether an attempt went out to the host, and if it did, how the host seemed.
+/// Whether an attempt went out, and if it did, how its endpoint seemed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reach {
     /// A request was sent; not `healthy` after a connection error, a timeout, 429 or 5xx.
     Sent { healthy: bool },
-    /// Not sent: the host's circuit is open.
+    /// Not sent: the endpoint's circuit is open.
     CircuitOpen,
     /// Not sent: the SSRF guard refused the destination.
     Blocked,
@@ -75,7 +75,7 @@ impl AttemptReport {
         }
     }
 
-    /// An attempt not made because the host's circuit is open.
+    /// An attempt not made because the endpoint's circuit is open.
     pub fn circuit_open() -> Self {
         Self {
             reach: Reach::CircuitOpen,
