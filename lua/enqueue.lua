@@ -1,19 +1,22 @@
 -- enqueue: register a group of notifications and schedule each one's first attempt.
 -- KEYS: the shard's keys (see common.lua), then the idempotency keys of those that have one
 -- ARGV: 1 wake channel, 2 the layout version the first line starts with
---       (src/store/spec.rs), then per notification 6 values: id, spec (meta JSON and
+--       (src/store/spec.rs), then per notification 7 values: id, spec (meta JSON and
 --       body), schedule (as records keep it), delay ms, index in KEYS of its idempotency
---       key (0: none), idempotency ttl ms
--- A notification whose idempotency key was seen before (earlier, or earlier in this
--- group) stores nothing: the first notification of that key is answered instead. The
+--       key (0: none), idempotency ttl ms, the fingerprint of its request
+-- An idempotency key holds `<id> <fingerprint>` (keys of builds before fingerprints:
+-- `<id>`). A notification whose idempotency key was seen before (earlier, or earlier in
+-- this group) stores nothing: the first notification of that key is answered instead,
+-- or, when the key was first used with another request (fingerprints differ), refused.
+-- The
 -- group is written with one command per structure: the spec, with the registration's
 -- time, delay and schedule in front, and the due time. No state record is written until
 -- the notification first changes: until then its record is the one
 -- lifecycle::transitions::register gives it from that first line.
 -- Returns {new earliest 0|1, registration time ms, then per notification: id, duplicate
--- 0|1, and for a duplicate the state of the first (held_of in common.lua), or false when
--- that one is in this group}.
-local WIDTH = 6
+-- 0|1 (2: of another request), and for a duplicate of the same request the state of the
+-- first (held_of in common.lua), or false when that one is in this group or refused}.
+local WIDTH = 7
 local now = now_ms(true)
 -- Times go into the spec and the due set as text formatted here: Lua would format a
 -- number with %.14g and Redis a number argument with %.17g, both through glibc's slow
@@ -26,12 +29,18 @@ local created = {}
 
 for i = 3, #ARGV, WIDTH do
   local id, key = ARGV[i], tonumber(ARGV[i + 4])
+  local fingerprint = ARGV[i + 6]
   local existing = key > 0 and redis.call('GET', KEYS[key])
   if existing then
-    local held = not created[existing] and held_of(existing)
-    out[#out + 1], out[#out + 2], out[#out + 3] = existing, 1, held
+    local first, seen = string.match(existing, '^(%S+) ?(%S*)$')
+    if seen ~= '' and seen ~= fingerprint then
+      out[#out + 1], out[#out + 2], out[#out + 3] = first, 2, false
+    else
+      local held = not created[first] and held_of(first)
+      out[#out + 1], out[#out + 2], out[#out + 3] = first, 1, held
+    end
   else
-    if key > 0 then redis.call('SET', KEYS[key], id, 'PX', ARGV[i + 5]) end
+    if key > 0 then redis.call('SET', KEYS[key], id .. ' ' .. fingerprint, 'PX', ARGV[i + 5]) end
     local delay_text = ARGV[i + 3]
     local next_text = delay_text == '0' and now_text or string.format('%d', now + tonumber(delay_text))
     created[id] = true

@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{self, AppState, NotifyPolicy, Tokens};
+use crate::api::{self, AppState, NotifyPolicy};
 use crate::config::{Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
 use crate::policy::Policy;
@@ -55,11 +55,16 @@ impl App {
                 s.server.listen
             )
         })?;
-        if s.server.api_tokens.is_empty() {
+        if config.tokens.is_open() {
             tracing::warn!("API authentication is off (--insecure-no-auth)");
         }
         let wake = Arc::new(Notify::new());
-        let signer = Signer::new(config.secrets.clone(), config.key_secrets.clone());
+        let tenant_secrets = config
+            .tenants
+            .iter()
+            .map(|(t, c)| (t.clone(), c.secrets.clone()))
+            .collect();
+        let signer = Signer::new(config.secrets.clone(), tenant_secrets);
         let sender = Sender::new(&s.delivery, signer)?;
         let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas()));
         let dispatcher = Dispatcher::new(
@@ -79,7 +84,7 @@ impl App {
             pipeline: pipeline.clone(),
             host_labels: s.metrics.host_labels,
         };
-        let tokens = Tokens(Arc::new(s.server.api_tokens.as_slice().to_vec()));
+        let tokens = Arc::new(config.tokens.clone());
         Ok(Self {
             listener,
             router: api::router(state, tokens, &s.server),
@@ -199,6 +204,11 @@ fn notify_policy(config: &Config) -> NotifyPolicy {
             Destinations::PublicOnly
         },
         placement: Placement::new(config.shards),
+        tenants: config
+            .tenants
+            .iter()
+            .map(|(t, c)| (t.clone(), c.allowed_hosts.clone()))
+            .collect(),
     }
 }
 

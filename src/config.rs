@@ -12,7 +12,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::Schedule;
+use crate::access::{self, Principal, Role, Scope, TokenTable};
+use crate::domain::{HostAllowList, Schedule, Tenant};
 use crate::policy::{Limits, Quota, Quotas};
 use crate::signing::Secret;
 
@@ -35,6 +36,8 @@ const SECTIONS: &[&str] = &[
     "quotas",
     "secrets",
 ];
+// `tokens` and `tenants` nest one level deeper (`[tokens.<name>]`), which one `_` cannot
+// address: they are written in the file.
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -47,10 +50,36 @@ pub struct Settings {
     pub log: LogSettings,
     pub metrics: MetricsSettings,
     pub schedules: BTreeMap<String, Schedule>,
-    /// Rate-limit quotas per `rate_key`, overriding `delivery.rate_limit`.
+    /// Rate-limit quotas per `rate_key` of the default tenant, overriding
+    /// `delivery.rate_limit`.
     pub quotas: BTreeMap<String, Quota>,
-    /// Signing secrets per `rate_key`, used instead of `signing.secrets`.
+    /// Per-`rate_key` secrets of earlier builds: refused at start-up, since a rate key is
+    /// the caller's to choose; secrets belong to tenants now.
     pub secrets: BTreeMap<String, StringList>,
+    /// API tokens by name (the actor in the audit log).
+    pub tokens: BTreeMap<String, TokenSettings>,
+    /// Tenants by name.
+    pub tenants: BTreeMap<String, TenantSettings>,
+}
+
+/// One API token: the SHA-256 of its value, its tenant (or `*`) and roles.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSettings {
+    pub sha256: String,
+    pub tenant: String,
+    pub roles: Vec<Role>,
+}
+
+/// What is a tenant's own: its signing secrets, the default quota of its rate keys and
+/// quotas of some, and the callback hosts it may use (any, when unset).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantSettings {
+    pub secrets: StringList,
+    pub rate_limit: Option<Quota>,
+    pub quotas: BTreeMap<String, Quota>,
+    pub allowed_hosts: Option<StringList>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,6 +230,8 @@ impl Default for Settings {
             schedules: default_schedules(),
             quotas: BTreeMap::new(),
             secrets: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            tenants: BTreeMap::new(),
         }
     }
 }
@@ -323,8 +354,17 @@ pub struct Config {
     /// Secrets stay text in `Settings`, which is printable and comparable; these are
     /// the keys they decode to.
     pub secrets: Vec<Secret>,
-    /// Signing secrets per `rate_key`.
-    pub key_secrets: BTreeMap<String, Vec<Secret>>,
+    /// Every configured tenant (`default` always), with its secrets and allowed hosts.
+    pub tenants: BTreeMap<Tenant, TenantConfig>,
+    /// The API's tokens (empty: authentication is off).
+    pub tokens: TokenTable,
+}
+
+/// A tenant's decoded settings.
+#[derive(Debug, Clone, Default)]
+pub struct TenantConfig {
+    pub secrets: Vec<Secret>,
+    pub allowed_hosts: Option<HostAllowList>,
 }
 
 impl Config {
@@ -347,8 +387,8 @@ impl Config {
     /// Checks what types alone cannot, naming the key of each problem.
     pub fn validate(settings: Settings, insecure_no_auth: bool) -> anyhow::Result<Self> {
         let s = &settings;
-        if s.server.api_tokens.is_empty() && !insecure_no_auth {
-            bail!("server.api_tokens (POSTBACK_SERVER_API_TOKENS): no API token configured; set one, or start with --insecure-no-auth");
+        if s.server.api_tokens.is_empty() && s.tokens.is_empty() && !insecure_no_auth {
+            bail!("server.api_tokens (POSTBACK_SERVER_API_TOKENS): no API token configured; set one or a [tokens.<name>] section, or start with --insecure-no-auth");
         }
         check(
             !s.store.key_prefix.is_empty() && !s.store.key_prefix.contains(['{', '}']),
@@ -432,28 +472,115 @@ impl Config {
             "must be from 0% to 90%",
         )?;
         let secrets = parse_secrets(&s.signing.secrets, "signing.secrets")?;
-        let key_secrets = s
-            .secrets
-            .iter()
-            .map(|(key, list)| Ok((key.clone(), parse_secrets(list, &format!("secrets.{key}"))?)))
-            .collect::<anyhow::Result<_>>()?;
+        if let Some(key) = s.secrets.keys().next() {
+            bail!("secrets.{key} (POSTBACK_SECRETS_{}): secrets per rate key are gone, since any producer could name a rate key; move them to the `secrets` of a [tenants.<name>] section and register that merchant's notifications with a token of that tenant", key.to_ascii_uppercase());
+        }
+        let tenants = tenants(&s.tenants)?;
+        let tokens = if insecure_no_auth && s.server.api_tokens.is_empty() && s.tokens.is_empty() {
+            TokenTable::default()
+        } else {
+            token_table(s, &tenants)?
+        };
         Ok(Self {
             settings,
             store,
             shards,
             secrets,
-            key_secrets,
+            tenants,
+            tokens,
         })
     }
 
-    /// The rate-limit quota of every `rate_key`.
+    /// The rate-limit quota of every tenant's rate keys: its own, its tenant's default,
+    /// or `delivery.rate_limit`. `[quotas]` names the default tenant's keys.
     pub fn quotas(&self) -> Quotas {
+        let s = &self.settings;
+        let default = Tenant::default();
+        let mut per_key: BTreeMap<String, Quota> = s
+            .quotas
+            .iter()
+            .map(|(k, q)| (default.rate_key(k), *q))
+            .collect();
+        let mut per_tenant = BTreeMap::new();
+        for (name, t) in &s.tenants {
+            if let Ok(tenant) = Tenant::parse(name, "tenant") {
+                per_key.extend(t.quotas.iter().map(|(k, q)| (tenant.rate_key(k), *q)));
+                if let Some(q) = t.rate_limit {
+                    per_tenant.insert(tenant.to_string(), q);
+                }
+            }
+        }
         Quotas {
-            default: self.settings.delivery.rate_limit,
-            per_key: self.settings.quotas.clone(),
-            burst: self.settings.delivery.burst,
+            default: s.delivery.rate_limit,
+            per_key,
+            per_tenant,
+            burst: s.delivery.burst,
         }
     }
+}
+
+/// The tenants, each name checked and its secrets and allowed hosts decoded; `default`
+/// is always one of them.
+fn tenants(
+    raw: &BTreeMap<String, TenantSettings>,
+) -> anyhow::Result<BTreeMap<Tenant, TenantConfig>> {
+    let mut out = BTreeMap::from([(Tenant::default(), TenantConfig::default())]);
+    for (name, t) in raw {
+        let tenant = Tenant::parse(name, "tenant")
+            .map_err(|e| anyhow::anyhow!("tenants.{name}: {}", e.message))?;
+        let secrets = parse_secrets(&t.secrets, &format!("tenants.{name}.secrets"))?;
+        let allowed_hosts = t
+            .allowed_hosts
+            .as_ref()
+            .map(|list| HostAllowList::parse(list.as_slice()))
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("tenants.{name}.allowed_hosts: {e}"))?;
+        out.insert(
+            tenant,
+            TenantConfig {
+                secrets,
+                allowed_hosts,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// `server.api_tokens` (every tenant, every role, named `api_token_1`, …) and the named
+/// `[tokens]`, each bound to `*` or a configured tenant.
+fn token_table(
+    s: &Settings,
+    tenants: &BTreeMap<Tenant, TenantConfig>,
+) -> anyhow::Result<TokenTable> {
+    let mut entries = Vec::new();
+    for (i, token) in s.server.api_tokens.iter().enumerate() {
+        let actor = format!("api_token_{}", i + 1);
+        entries.push((access::digest(token), Principal::everything(actor)));
+    }
+    for (name, t) in &s.tokens {
+        let key = format!("tokens.{name}");
+        let hash =
+            access::parse_digest(&t.sha256).map_err(|e| anyhow::anyhow!("{key}.sha256: {e}"))?;
+        let scope = Scope::parse(&t.tenant).map_err(|e| anyhow::anyhow!("{key}.tenant: {e}"))?;
+        if let Scope::One(tenant) = &scope {
+            if !tenants.contains_key(tenant) {
+                bail!("{key}.tenant: no tenant `{tenant}` is configured; add a [tenants.{tenant}] section (it may be empty)");
+            }
+        }
+        check(
+            !t.roles.is_empty(),
+            &format!("{key}.roles"),
+            "must name at least one of notify, read, operate, audit",
+        )?;
+        if let Some((_, other)) = entries.iter().find(|(h, _)| *h == hash) {
+            bail!(
+                "{key}.sha256: the same token as {}; each token needs its own value",
+                other.actor
+            );
+        }
+        entries.push((hash, Principal::new(name.clone(), scope, &t.roles)));
+    }
+    Ok(TokenTable::new(entries))
 }
 
 /// A setting that could not be read, named as the configuration file and the

@@ -1,6 +1,7 @@
 //! postback: a webhook notification dispatcher with tiered retries and dead-lettering.
 //!
-//! A notification is registered through the API (`api`) and kept by a store (`store`:
+//! A notification is registered through the API (`api`, which `access` guards: tokens,
+//! their tenants and roles) and kept by a store (`store`:
 //! Redis, a Redis Cluster, or an embedded file). The rules of its life (when it is due,
 //! what an attempt leads to, when it is dead) are pure functions in `lifecycle`, which
 //! every store applies. The scheduler (`scheduler`) claims it when due, under the
@@ -13,6 +14,7 @@
 //! The public modules are those the binary, the benchmark harness and the integration
 //! tests use; the rest are internal.
 
+pub mod access;
 pub(crate) mod api;
 pub mod app;
 pub mod cli;

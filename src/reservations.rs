@@ -34,12 +34,9 @@ pub enum SendAt {
 
 /// When each of `jobs` goes, in order.
 pub async fn send_times(store: &dyn Store, policy: &Policy, jobs: &[&ClaimedJob]) -> Vec<SendAt> {
-    let mut by_key: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut by_key: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, job) in jobs.iter().enumerate().filter(|(_, j)| !j.reserved) {
-        by_key
-            .entry(job.spec.rate_key.as_str())
-            .or_default()
-            .push(i);
+        by_key.entry(job.spec.quota_key()).or_default().push(i);
     }
     let mut times: Vec<SendAt> = jobs.iter().map(|j| SendAt::After(j.until_due())).collect();
     if by_key.is_empty() {

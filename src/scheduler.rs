@@ -352,7 +352,7 @@ impl AttemptContext {
         let tell = self.policy.record(endpoint, report);
         let pause = report
             .retry_after
-            .map(|wait| RateAsk::pause(&job.spec.rate_key, wait));
+            .map(|wait| RateAsk::pause(&job.spec.quota_key(), wait));
         if tell.is_none() && pause.is_none() {
             return;
         }

@@ -118,7 +118,7 @@ impl Sender {
             HeaderName::from_static("webhook-timestamp"),
             &timestamp.to_string(),
         );
-        let secrets = self.signer.secrets_for(&spec.rate_key);
+        let secrets = self.signer.secrets_for(&spec.tenant);
         if !secrets.is_empty() {
             let sig = signature_header(secrets, &id, timestamp, spec.body.as_bytes());
             put(HeaderName::from_static("webhook-signature"), &sig);

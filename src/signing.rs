@@ -1,6 +1,6 @@
 //! Standard Webhooks signatures: `webhook-signature: v1,<base64 HMAC-SHA256>` over
 //! `{id}.{timestamp}.{body}`, one signature per configured secret so that receivers can
-//! rotate keys without missing a notification; a `rate_key` may have secrets of its own.
+//! rotate keys without missing a notification; a tenant may have secrets of its own.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -9,6 +9,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+use crate::domain::Tenant;
 
 const PREFIX: &str = "whsec_";
 
@@ -44,21 +46,28 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Which secrets sign a delivery: those of its `rate_key`, or else the global ones.
+/// Which secrets sign a delivery: those of its tenant, or the global ones when the
+/// tenant has none. The tenant is the registering token's, so no caller can have a
+/// delivery signed with the secret of a tenant it does not act for.
 #[derive(Debug, Clone, Default)]
 pub struct Signer {
     global: Vec<Secret>,
-    per_key: BTreeMap<String, Vec<Secret>>,
+    per_tenant: BTreeMap<Tenant, Vec<Secret>>,
 }
 
 impl Signer {
-    pub fn new(global: Vec<Secret>, per_key: BTreeMap<String, Vec<Secret>>) -> Self {
-        Self { global, per_key }
+    /// Tenants with no secrets sign with `global`.
+    pub fn new(global: Vec<Secret>, per_tenant: BTreeMap<Tenant, Vec<Secret>>) -> Self {
+        let per_tenant = per_tenant
+            .into_iter()
+            .filter(|(_, s)| !s.is_empty())
+            .collect();
+        Self { global, per_tenant }
     }
 
     /// Empty: no signature header.
-    pub fn secrets_for(&self, rate_key: &str) -> &[Secret] {
-        self.per_key.get(rate_key).unwrap_or(&self.global)
+    pub fn secrets_for(&self, tenant: &Tenant) -> &[Secret] {
+        self.per_tenant.get(tenant).unwrap_or(&self.global)
     }
 }
 
@@ -100,13 +109,21 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_key_with_its_own_secrets_uses_them() {
+    fn a_tenant_with_its_own_secrets_uses_them() {
         let a = Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
         let b = Secret::parse(&format!("whsec_{}", B64.encode([7u8; 32]))).unwrap();
-        let signer = Signer::new(vec![a], BTreeMap::from([("shop".into(), vec![b])]));
-        let sign = |key| signature_header(signer.secrets_for(key), "id", 1, b"{}");
+        let tenant = |name| Tenant::parse(name, "tenant").unwrap();
+        let signer = Signer::new(
+            vec![a],
+            BTreeMap::from([(tenant("shop"), vec![b]), (tenant("bare"), vec![])]),
+        );
+        let sign = |t| signature_header(signer.secrets_for(&tenant(t)), "id", 1, b"{}");
         assert_ne!(sign("shop"), sign("other"));
-        assert_eq!(sign("other"), sign("another"));
+        assert_eq!(
+            sign("other"),
+            sign("bare"),
+            "no secrets of its own: the global ones"
+        );
     }
 
     #[test]

@@ -379,30 +379,19 @@ fn verifies(secret: &str, r: &support::receiver::Received) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_secrets_during_rotation_and_a_rate_keys_own_secret_all_verify() {
+async fn two_secrets_during_rotation_both_verify() {
     let old = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
     let new = "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
-    let own = "whsec_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
-    let (_backend, receiver, pb) = support::start_any(&[
-        ("POSTBACK_SIGNING_SECRETS", &format!("{old},{new}")),
-        ("POSTBACK_SECRETS_SHOP_7", own),
-    ])
-    .await;
+    let (_backend, receiver, pb) =
+        support::start_any(&[("POSTBACK_SIGNING_SECRETS", &format!("{old},{new}"))]).await;
     let rotating = pb
-        .register(json!({"url": receiver.url("/r"), "body": {"n": 1}}))
-        .await;
-    let shop = pb
-        .register(json!({"url": receiver.url("/s"), "body": {"n": 2}, "rate_key": "shop_7"}))
+        .register(json!({"url": receiver.url("/r"), "body": {"n": 1}, "rate_key": "shop_7"}))
         .await;
     pb.wait_state(&rotating, "delivered", WAIT).await;
-    pb.wait_state(&shop, "delivered", WAIT).await;
 
     let r = &receiver.requests_for(&rotating)[0];
     assert_eq!(r.header("webhook-signature").unwrap().split(' ').count(), 2);
     assert!(verifies(old, r) && verifies(new, r), "both secrets verify");
-    let s = &receiver.requests_for(&shop)[0];
-    assert!(verifies(own, s), "the rate key's own secret verifies");
-    assert!(!verifies(old, s) && !verifies(new, s), "and only it");
     assert!(!pb.logs().contains("whsec_"), "secrets never logged");
 }
 

@@ -228,6 +228,7 @@ async fn a_closed_store_frees_its_file_and_keeps_what_it_stored() {
         expect_body: None,
         topic: None,
         rate_key: "merchant.example.com".into(),
+        tenant: Default::default(),
     };
     let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
     store.enqueue(&n, None).await.unwrap();

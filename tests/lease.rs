@@ -25,6 +25,7 @@ fn notification() -> Notification {
         expect_body: None,
         topic: None,
         rate_key: "merchant.example.com".into(),
+        tenant: Default::default(),
     }
 }
 

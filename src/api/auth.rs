@@ -1,58 +1,182 @@
-//! Bearer-token authentication for every route but health and metrics.
+//! Bearer tokens for every route but health and metrics: the token names the caller
+//! (`access::Principal`), which each handler then asks for the role its route needs and
+//! for the tenant of what it touches. Another tenant's notification is answered as if it
+//! did not exist.
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::Response;
 
 use super::error::ApiError;
+use crate::access::{Principal, Role, Scope, TokenTable};
+use crate::domain::{FieldError, Tenant};
 
-/// The accepted tokens; empty means authentication is off (`--insecure-no-auth`).
-#[derive(Clone)]
-pub struct Tokens(pub Arc<Vec<String>>);
+/// Who calls when authentication is off (`--insecure-no-auth`).
+const ANONYMOUS: &str = "anonymous";
 
 pub async fn require_token(
-    State(tokens): State<Tokens>,
-    request: Request,
+    State(tokens): State<Arc<TokenTable>>,
+    mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    if tokens.0.is_empty() {
-        return Ok(next.run(request).await);
+    let principal = if tokens.is_open() {
+        Principal::everything(ANONYMOUS)
+    } else {
+        let presented = request
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer);
+        presented
+            .and_then(|t| tokens.identify(t))
+            .cloned()
+            .ok_or_else(ApiError::unauthorized)?
+    };
+    request.extensions_mut().insert(principal);
+    Ok(next.run(request).await)
+}
+
+/// The token of an `Authorization` header value, whatever the case of `Bearer`.
+fn bearer(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// `403 forbidden` unless the caller has `role`.
+pub fn require(caller: &Principal, role: Role) -> Result<(), ApiError> {
+    if caller.may(role) {
+        return Ok(());
     }
-    let presented = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    match presented {
-        Some(p)
-            if tokens
-                .0
-                .iter()
-                .any(|t| constant_time_eq(t.as_bytes(), p.as_bytes())) =>
-        {
-            Ok(next.run(request).await)
-        }
-        _ => Err(ApiError::unauthorized()),
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "the token `{}` does not have the `{}` role this route needs",
+            caller.actor,
+            role.name()
+        ),
+    ))
+}
+
+/// `403 forbidden` unless the caller has one of `roles`.
+pub fn require_any(caller: &Principal, roles: &[Role]) -> Result<(), ApiError> {
+    match roles.iter().find(|r| caller.may(**r)) {
+        Some(_) => Ok(()),
+        None => require(caller, roles[0]),
     }
 }
 
-/// Compares without returning early, so that timing does not reveal a token's prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// `403 forbidden` for a tenant-bound caller: `what` is kept for every tenant at once.
+pub fn require_every_tenant(caller: &Principal, what: &str) -> Result<(), ApiError> {
+    match &caller.scope {
+        Scope::All => Ok(()),
+        Scope::One(own) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "{what} are kept for every tenant at once, and the token `{}` acts for `{own}` only",
+                caller.actor
+            ),
+        )),
+    }
+}
+
+/// Which tenant a list, a count or a bulk action covers: a tenant-bound caller's own
+/// (naming another is refused), or for a caller of every tenant the one it names, if any.
+pub fn tenant_filter(caller: &Principal, named: Option<&str>) -> Result<Option<Tenant>, ApiError> {
+    let named = named.map(|t| Tenant::parse(t, "tenant")).transpose()?;
+    match (&caller.scope, named) {
+        (Scope::All, named) => Ok(named),
+        (Scope::One(own), Some(named)) if named != *own => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "the token `{}` acts for the tenant `{own}` only",
+                caller.actor
+            ),
+        )),
+        (Scope::One(own), _) => Ok(Some(own.clone())),
+    }
+}
+
+/// The tenant of a registration: the caller's own, or for a caller of every tenant the
+/// one the body names (`default` when none), which must be configured.
+pub fn registering_tenant(
+    caller: &Principal,
+    named: Option<&str>,
+    known: impl Fn(&Tenant) -> bool,
+) -> Result<Tenant, FieldError> {
+    let named = named.map(|t| Tenant::parse(t, "tenant")).transpose()?;
+    let tenant = match (&caller.scope, named) {
+        (Scope::One(own), Some(named)) if named != *own => {
+            return Err(FieldError::new(
+                "tenant",
+                format!("this token registers for the tenant `{own}` only; leave `tenant` out"),
+            ))
+        }
+        (Scope::One(own), _) => own.clone(),
+        (Scope::All, named) => named.unwrap_or_default(),
+    };
+    if !known(&tenant) {
+        return Err(FieldError::new(
+            "tenant",
+            format!("no tenant `{tenant}` is configured"),
+        ));
+    }
+    Ok(tenant)
+}
+
+/// Whether the caller may see a notification of `tenant`; one it may not is answered as
+/// not found.
+pub fn sees(caller: &Principal, tenant: &Tenant) -> bool {
+    caller.scope.covers(tenant)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::*;
 
     #[test]
-    fn compares_exactly() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
+    fn bearer_is_matched_in_any_case() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("BEARER abc"), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer "), None);
+        assert_eq!(bearer("Bearerabc"), None);
+    }
+
+    #[test]
+    fn a_tenant_bound_caller_is_held_to_its_tenant() {
+        let a = Tenant::parse("shop-a", "tenant").unwrap();
+        let bound = Principal::new("a", Scope::One(a.clone()), &[Role::Read]);
+        let all = Principal::everything("ops");
+        assert_eq!(tenant_filter(&bound, None).unwrap(), Some(a.clone()));
+        assert!(tenant_filter(&bound, Some("shop-b")).is_err());
+        assert_eq!(tenant_filter(&all, None).unwrap(), None);
+        assert_eq!(
+            tenant_filter(&all, Some("shop-a")).unwrap(),
+            Some(a.clone())
+        );
+        let any = |_: &Tenant| true;
+        assert_eq!(registering_tenant(&bound, None, any).unwrap(), a);
+        assert_eq!(
+            registering_tenant(&bound, Some("shop-b"), any)
+                .unwrap_err()
+                .field,
+            "tenant"
+        );
+        assert_eq!(
+            registering_tenant(&all, None, any).unwrap(),
+            Tenant::default()
+        );
+        assert!(registering_tenant(&all, Some("nope"), |t| t.is_default()).is_err());
     }
 }

@@ -8,16 +8,18 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
+use super::auth;
+use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
 use super::notify::{bounded_duration, parse_json, schedule, schedule_schema, NotifyPolicy};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
-use crate::domain::{CallbackUrl, FieldError, JobId, Schedule};
+use crate::access::{Principal, Role};
+use crate::domain::{FieldError, JobId, Schedule};
 use crate::store::{bulk, Cursor, DeadFilter, JobState, JobView};
 
 const DEFAULT_LIMIT: usize = 50;
@@ -43,10 +45,13 @@ pub struct ListQuery {
     /// Dead-lettered at or before this RFC 3339 time.
     #[param(format = DateTime)]
     until: Option<String>,
+    /// Only this tenant (a token bound to a tenant sees its own only).
+    tenant: Option<String>,
 }
 
 /// Dead letters, newest first, cursor-paged. Paging neither repeats nor skips one while
-/// new ones arrive; a page may come back short when a filter matches little.
+/// new ones arrive; a page may come back short when a filter matches little. Role
+/// `read`; a tenant-bound token lists its tenant's only.
 #[utoipa::path(
     get,
     path = "/dead-letters",
@@ -62,10 +67,11 @@ pub struct ListQuery {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<DeadLetterPage>, ApiError> {
-    let Query(q) = query
-        .map_err(|r| ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text()))?;
+    auth::require(&caller, Role::Read)?;
+    let Query(q) = query.map_err(invalid_query)?;
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
         return Err(FieldError::new("limit", format!("must be between 1 and {MAX_LIMIT}")).into());
@@ -77,7 +83,8 @@ pub async fn list(
         ),
         None => None,
     };
-    let filter = dead_filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
+    let mut filter = dead_filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
+    filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let page = state
         .store
         .dead_letters(&filter, limit, cursor.as_ref())
@@ -101,7 +108,8 @@ pub struct ReplayRequest {
     delay: Option<String>,
 }
 
-/// One dead letter with its body and whole attempt history.
+/// One dead letter with its body and whole attempt history. Role `read`, for one of the
+/// token's tenant.
 #[utoipa::path(
     get,
     path = "/dead-letters/{id}",
@@ -116,14 +124,17 @@ pub struct ReplayRequest {
 )]
 pub async fn show(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<DeadLetterView>, ApiError> {
-    let found = dead_letter(&state, &id).await?;
+    auth::require(&caller, Role::Read)?;
+    let found = dead_letter(&state, &caller, &id).await?;
     Ok(Json(DeadLetterView::from(&found)))
 }
 
 /// Schedule a dead letter again from a fresh attempt count, optionally with a new URL,
-/// schedule or delay. The history is kept and `replays` counts the replays.
+/// schedule or delay. The history is kept and `replays` counts the replays. Role
+/// `operate`, for one of the token's tenant; a new URL must be one the tenant may use.
 #[utoipa::path(
     post,
     path = "/dead-letters/{id}/replay",
@@ -140,19 +151,21 @@ pub async fn show(
 )]
 pub async fn replay(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Replayed>, ApiError> {
+    auth::require(&caller, Role::Operate)?;
     let body = body?;
     let request: ReplayRequest = if body.trim_ascii().is_empty() || body.trim_ascii() == b"null" {
         ReplayRequest::default()
     } else {
         parse_json(&body)?
     };
-    let found = dead_letter(&state, &id).await?;
+    let found = dead_letter(&state, &caller, &id).await?;
     let mut spec = None;
     if let Some(raw) = &request.url {
-        let url = CallbackUrl::parse(raw, state.policy.destinations)?;
+        let url = state.policy.callback(raw, &found.spec.tenant)?;
         let mut new = found.spec.clone();
         if new.host() == new.rate_key {
             new.rate_key = url.host().to_string();
@@ -167,7 +180,7 @@ pub async fn replay(
         .replay(&found.id, spec.as_ref(), schedule.as_ref(), delay)
         .await?
         .ok_or_else(|| ApiError::not_found("dead letter"))?;
-    tracing::info!(id = %found.id, new_url = spec.is_some(), "dead letter replayed");
+    tracing::info!(id = %found.id, actor = %caller.actor, new_url = spec.is_some(), "dead letter replayed");
     state.wake.notify_one();
     Ok(Json(Replayed {
         id: found.id.to_string(),
@@ -179,7 +192,7 @@ pub async fn replay(
     }))
 }
 
-/// Discard a dead letter for good.
+/// Discard a dead letter for good. Role `operate`, for one of the token's tenant.
 #[utoipa::path(
     delete,
     path = "/dead-letters/{id}",
@@ -194,11 +207,13 @@ pub async fn replay(
 )]
 pub async fn discard(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let id: JobId = id.parse().map_err(|_| ApiError::not_found("dead letter"))?;
+    auth::require(&caller, Role::Operate)?;
+    let id = dead_letter(&state, &caller, &id).await?.id;
     if state.store.discard(&[id]).await? == 1 {
-        tracing::info!(%id, "dead letter discarded");
+        tracing::info!(%id, actor = %caller.actor, "dead letter discarded");
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("dead letter"))
@@ -220,7 +235,10 @@ pub struct BulkRequest {
     /// Dead-lettered at or before this RFC 3339 time.
     #[schema(format = DateTime)]
     until: Option<String>,
-    /// Required, as `true`, to act on every dead letter when no filter is given.
+    /// Only this tenant (a token bound to a tenant acts on its own only).
+    tenant: Option<String>,
+    /// Required, as `true`, to act on every dead letter (of the token's tenant) when no
+    /// filter is given.
     #[serde(default)]
     all: bool,
     /// Replay only: a new schedule, a list of durations or a configured schedule's name.
@@ -231,27 +249,34 @@ pub struct BulkRequest {
 }
 
 impl BulkRequest {
-    /// The filter, refusing an empty one unless `all` says so.
-    fn filter(&self) -> Result<DeadFilter, FieldError> {
-        let f = dead_filter(
+    /// The filter, within the caller's tenant; an empty one is refused unless `all` says
+    /// so.
+    fn filter(&self, caller: &Principal) -> Result<DeadFilter, ApiError> {
+        let mut f = dead_filter(
             self.topic.clone(),
             self.host.clone(),
             self.since.as_deref(),
             self.until.as_deref(),
         )?;
-        let empty = f.topic.is_none() && f.host.is_none() && f.since.is_none() && f.until.is_none();
+        let empty = f.topic.is_none()
+            && f.host.is_none()
+            && f.since.is_none()
+            && f.until.is_none()
+            && self.tenant.is_none();
         if empty && !self.all {
             return Err(FieldError::new(
                 "all",
-                "no filter given: pass `topic`, `host`, `since` or `until`, or `\"all\": true` to act on every dead letter",
-            ));
+                "no filter given: pass `topic`, `host`, `since`, `until` or `tenant`, or `\"all\": true` to act on every dead letter",
+            )
+            .into());
         }
+        f.tenant = auth::tenant_filter(caller, self.tenant.as_deref())?;
         Ok(f)
     }
 }
 
 /// Replay every dead letter a filter matches, in bounded batches. Running it twice
-/// replays nothing twice.
+/// replays nothing twice. Role `operate`; a tenant-bound token replays its tenant's only.
 #[utoipa::path(
     post,
     path = "/dead-letters/replay",
@@ -266,20 +291,23 @@ impl BulkRequest {
 )]
 pub async fn replay_matching(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Count>, ApiError> {
+    auth::require(&caller, Role::Operate)?;
     let request: BulkRequest = parse_json(&body?)?;
-    let filter = request.filter()?;
+    let filter = request.filter(&caller)?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.policy)?;
     let count =
         bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
-    tracing::info!(count, ?filter, "dead letters replayed in bulk");
+    tracing::info!(count, ?filter, actor = %caller.actor, "dead letters replayed in bulk");
     state.wake.notify_one();
     Ok(Json(Count { count }))
 }
 
-/// Discard every dead letter a filter matches, in bounded batches.
+/// Discard every dead letter a filter matches, in bounded batches. Role `operate`; a
+/// tenant-bound token purges its tenant's only.
 #[utoipa::path(
     post,
     path = "/dead-letters/purge",
@@ -294,8 +322,10 @@ pub async fn replay_matching(
 )]
 pub async fn purge(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Count>, ApiError> {
+    auth::require(&caller, Role::Operate)?;
     let request: BulkRequest = parse_json(&body?)?;
     for (field, given) in [
         ("schedule", request.schedule.is_some()),
@@ -305,19 +335,19 @@ pub async fn purge(
             return Err(FieldError::new(field, "applies to replay only").into());
         }
     }
-    let filter = request.filter()?;
+    let filter = request.filter(&caller)?;
     let count = bulk::discard_matching(state.store.as_ref(), &filter).await?;
-    tracing::info!(count, ?filter, "dead letters purged");
+    tracing::info!(count, ?filter, actor = %caller.actor, "dead letters purged");
     Ok(Json(Count { count }))
 }
 
-/// The notification `raw` names, if it is dead.
-async fn dead_letter(state: &AppState, raw: &str) -> Result<JobView, ApiError> {
+/// The notification `raw` names, if it is dead and the caller may see it.
+async fn dead_letter(state: &AppState, caller: &Principal, raw: &str) -> Result<JobView, ApiError> {
     let id: JobId = raw
         .parse()
         .map_err(|_| ApiError::not_found("dead letter"))?;
     match state.store.get(&id).await? {
-        Some(v) if v.status.state == JobState::Dead => Ok(v),
+        Some(v) if v.status.state == JobState::Dead && auth::sees(caller, &v.spec.tenant) => Ok(v),
         _ => Err(ApiError::not_found("dead letter")),
     }
 }
@@ -354,6 +384,7 @@ fn dead_filter(
         until: until.map(|s| timestamp("until", s)).transpose()?,
         topic,
         host,
+        tenant: None,
     })
 }
 

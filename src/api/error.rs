@@ -51,6 +51,7 @@ impl IntoResponses for CommonErrors {
     fn responses() -> BTreeMap<String, RefOr<openapi::Response>> {
         error_responses(&[
             ("401", "No valid `Authorization: Bearer <token>` header"),
+            ("403", "The token lacks the route's role, or names another tenant (`forbidden`)"),
             (
                 "503",
                 "The store is unreachable (`store_unavailable`), or `server.max_concurrent_requests` \
@@ -116,6 +117,11 @@ impl ApiError {
             "a valid `Authorization: Bearer <token>` header is required",
         )
     }
+}
+
+/// `400 invalid_query`: an unknown or malformed query parameter.
+pub fn invalid_query(r: axum::extract::rejection::QueryRejection) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text())
 }
 
 impl From<BytesRejection> for ApiError {

@@ -8,7 +8,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::{middleware, Json, Router};
+use axum::{middleware, Extension, Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Notify;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -27,10 +27,10 @@ mod overview;
 mod ui;
 mod view;
 
-pub use auth::Tokens;
 pub use error::ApiError;
 pub use notify::NotifyPolicy;
 
+use crate::access::{Principal, Role, TokenTable};
 use crate::app::Pipeline;
 use crate::config::ServerSettings;
 use crate::metrics;
@@ -80,7 +80,7 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-pub fn router(state: AppState, tokens: Tokens, server: &ServerSettings) -> Router {
+pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings) -> Router {
     let shed = limits::Limit::new(server.max_concurrent_requests);
     let protected = protected_routes()
         .route_layer(middleware::from_fn_with_state(tokens, auth::require_token))
@@ -121,7 +121,8 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(overview::overview))
 }
 
-/// Counts by state, and of what retention deleted, over all shards.
+/// Counts by state, and of what retention deleted, over all shards. Role `read`, for
+/// every tenant: counts are not kept per tenant, so a tenant-bound token is refused.
 #[utoipa::path(
     get,
     path = "/stats",
@@ -129,7 +130,12 @@ fn protected_routes() -> OpenApiRouter<AppState> {
     responses((status = 200, body = view::StatsView), CommonErrors),
     security(("bearer" = []))
 )]
-async fn stats(State(state): State<AppState>) -> Result<Json<view::StatsView>, ApiError> {
+async fn stats(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+) -> Result<Json<view::StatsView>, ApiError> {
+    auth::require(&caller, Role::Read)?;
+    auth::require_every_tenant(&caller, "counts")?;
     Ok(Json(state.store.stats().await?.into()))
 }
 

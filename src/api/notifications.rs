@@ -3,15 +3,18 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 
+use super::auth;
 use super::error::{ApiError, CommonErrors, ErrorBody};
 use super::view::NotificationView;
 use super::AppState;
+use crate::access::{Principal, Role};
 use crate::domain::JobId;
-use crate::store::Cancelled;
+use crate::store::{Cancelled, JobView};
 
-/// One notification: state, attempts so far, next attempt, attempt history.
+/// One notification: state, attempts so far, next attempt, attempt history. Role `read`
+/// or `notify`, for a notification of the token's tenant.
 #[utoipa::path(
     get,
     path = "/notifications/{id}",
@@ -26,14 +29,17 @@ use crate::store::Cancelled;
 )]
 pub async fn show(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<NotificationView>, ApiError> {
+    auth::require_any(&caller, &[Role::Read, Role::Notify])?;
     let id = parse_id(&id)?;
-    current(&state, &id).await
+    current(&state, &caller, &id).await
 }
 
 /// Cancel a notification that has not finished. A scheduled one is never sent; one in
-/// flight is not retried after its current attempt (`cancel_requested` until then).
+/// flight is not retried after its current attempt (`cancel_requested` until then). Role
+/// `operate`, for a notification of the token's tenant.
 #[utoipa::path(
     delete,
     path = "/notifications/{id}",
@@ -49,13 +55,17 @@ pub async fn show(
 )]
 pub async fn cancel(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<NotificationView>, ApiError> {
+    auth::require(&caller, Role::Operate)?;
     let id = parse_id(&id)?;
+    // Another tenant's notification is not found, and not cancelled.
+    visible(&state, &caller, &id).await?;
     match state.store.cancel(&id).await? {
         Cancelled::Done | Cancelled::AfterAttempt => {
-            tracing::info!(%id, "notification cancelled");
-            current(&state, &id).await
+            tracing::info!(%id, actor = %caller.actor, "notification cancelled");
+            current(&state, &caller, &id).await
         }
         Cancelled::Finished(s) => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -76,11 +86,23 @@ fn parse_id(raw: &str) -> Result<JobId, ApiError> {
     raw.parse().map_err(|_| ApiError::not_found("notification"))
 }
 
-async fn current(state: &AppState, id: &JobId) -> Result<Json<NotificationView>, ApiError> {
-    let found = state
+/// The notification, if the caller may see it.
+async fn visible(state: &AppState, caller: &Principal, id: &JobId) -> Result<JobView, ApiError> {
+    state
         .store
         .get(id)
         .await?
-        .ok_or_else(|| ApiError::not_found("notification"))?;
-    Ok(Json(NotificationView::from(&found)))
+        .filter(|v| auth::sees(caller, &v.spec.tenant))
+        .ok_or_else(|| ApiError::not_found("notification"))
+}
+
+/// The notification as it is now, if the caller may see it.
+async fn current(
+    state: &AppState,
+    caller: &Principal,
+    id: &JobId,
+) -> Result<Json<NotificationView>, ApiError> {
+    Ok(Json(NotificationView::from(
+        &visible(state, caller, id).await?,
+    )))
 }

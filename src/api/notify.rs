@@ -8,18 +8,21 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::ToSchema;
 
+use super::auth;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::view::Registered;
 use super::AppState;
+use crate::access::{Principal, Role};
 use crate::domain::{
-    parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, JobId, Notification,
-    Payload, Placement, Schedule, MAX_TIERS,
+    parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, HostAllowList, JobId,
+    Notification, Payload, Placement, Schedule, Tenant, MAX_TIERS,
 };
 use crate::store::Idempotency;
 
@@ -56,8 +59,11 @@ pub struct NotifyRequest {
     /// A free label for filtering.
     #[schema(example = "payment.succeeded")]
     topic: Option<String>,
-    /// The rate-limit key; default the URL's host.
+    /// The rate-limit key, within the tenant; default the URL's host.
     rate_key: Option<String>,
+    /// Whose notification it is: only from a token for every tenant (default
+    /// `default`); a tenant-bound token's own otherwise.
+    tenant: Option<String>,
 }
 
 /// The limits a registration is checked against, from configuration.
@@ -72,9 +78,29 @@ pub struct NotifyPolicy {
     pub destinations: Destinations,
     /// Which shard each new notification goes to.
     pub placement: Placement,
+    /// The configured tenants, each with the callback hosts it may use (`None`: any).
+    pub tenants: BTreeMap<Tenant, Option<HostAllowList>>,
 }
 
-/// Register a notification.
+impl NotifyPolicy {
+    /// A callback URL `tenant` may use: valid, past the SSRF guard, and one of the
+    /// tenant's allowed hosts if it has a list.
+    pub fn callback(&self, raw: &str, tenant: &Tenant) -> Result<CallbackUrl, FieldError> {
+        let url = CallbackUrl::parse(raw, self.destinations)?;
+        match self.tenants.get(tenant) {
+            Some(Some(allowed)) if !allowed.allows(url.host()) => Err(FieldError::new(
+                "url",
+                format!(
+                    "{} is not one of the tenant `{tenant}`'s allowed hosts",
+                    url.host()
+                ),
+            )),
+            _ => Ok(url),
+        }
+    }
+}
+
+/// Register a notification. Role `notify`; it belongs to the token's tenant.
 #[utoipa::path(
     post,
     path = "/notify",
@@ -85,6 +111,7 @@ pub struct NotifyPolicy {
     responses(
         (status = 202, description = "Registered (or, with a known Idempotency-Key, the earlier registration; then `Idempotent-Replayed: true`)", body = Registered),
         (status = 409, description = "The Idempotency-Key's notification was deleted by retention", body = ErrorBody),
+        (status = 422, description = "A field is invalid (`field` names it), or the Idempotency-Key came with another body before (`idempotency_key_mismatch`); nothing was stored", body = ErrorBody),
         BadInput,
         CommonErrors,
     ),
@@ -92,19 +119,42 @@ pub struct NotifyPolicy {
 )]
 pub async fn notify(
     State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    auth::require(&caller, Role::Notify)?;
     let body = body?;
-    let idempotency = idempotency_key(&headers, state.policy.idempotency_ttl)?;
+    let key = idempotency_key(&headers)?;
     let request: NotifyRequest = parse_json(&body)?;
-    let key = idempotency.as_ref().map(|i| i.key.as_str());
-    let id = state.policy.placement.new_id(key);
-    let notification = validate(request, id, &state.policy)?;
+    let tenant = auth::registering_tenant(&caller, request.tenant.as_deref(), |t| {
+        state.policy.tenants.contains_key(t)
+    })?;
+    let idempotency = key.map(|key| Idempotency {
+        key,
+        tenant: tenant.clone(),
+        fingerprint: fingerprint(&body),
+        ttl: state.policy.idempotency_ttl,
+    });
+    let id = state
+        .policy
+        .placement
+        .new_id(idempotency.as_ref().map(Idempotency::scoped).as_deref());
+    let notification = validate(request, id, tenant, &state.policy)?;
     let enqueued = state
         .store
         .enqueue(&notification, idempotency.as_ref())
         .await?;
+    if enqueued.mismatch {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_mismatch",
+            format!(
+                "this Idempotency-Key registered {} with another request body; use a new key for a new notification",
+                enqueued.id
+            ),
+        ));
+    }
     if enqueued.earliest {
         state.wake.notify_one();
     }
@@ -136,7 +186,16 @@ pub async fn notify(
     Ok(response)
 }
 
-fn idempotency_key(headers: &HeaderMap, ttl: Duration) -> Result<Option<Idempotency>, ApiError> {
+/// The fingerprint of a request body, kept with its idempotency key: the first 16 bytes
+/// of its SHA-256, in hex.
+fn fingerprint(body: &[u8]) -> String {
+    Sha256::digest(body)[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(raw) = headers.get("idempotency-key") else {
         return Ok(None);
     };
@@ -153,10 +212,7 @@ fn idempotency_key(headers: &HeaderMap, ttl: Duration) -> Result<Option<Idempote
     {
         return Err(bad().into());
     }
-    Ok(Some(Idempotency {
-        key: key.to_string(),
-        ttl,
-    }))
+    Ok(Some(key.to_string()))
 }
 
 /// Parses a JSON object into `T`, naming the offending field on error.
@@ -211,13 +267,14 @@ fn strip_position(message: &str) -> String {
 fn validate(
     r: NotifyRequest,
     id: JobId,
+    tenant: Tenant,
     policy: &NotifyPolicy,
 ) -> Result<Notification, FieldError> {
-    let url = CallbackUrl::parse(
+    let url = policy.callback(
         r.url
             .as_deref()
             .ok_or_else(|| FieldError::new("url", "required"))?,
-        policy.destinations,
+        &tenant,
     )?;
     let payload = Payload::from_json(r.body.unwrap_or(Value::Null))?;
     let headers = ExtraHeaders::parse(r.headers.unwrap_or_default().into_iter().collect())?;
@@ -251,6 +308,7 @@ fn validate(
         expect_body,
         topic,
         rate_key,
+        tenant,
     })
 }
 
@@ -358,6 +416,7 @@ mod tests {
             idempotency_ttl: Duration::from_secs(60),
             destinations: Destinations::PublicOnly,
             placement: Placement::new(1),
+            tenants: BTreeMap::from([(Tenant::default(), None)]),
         }
     }
 
@@ -365,7 +424,11 @@ mod tests {
         let parsed = parse_json::<NotifyRequest>(body.as_bytes());
         match parsed {
             Err(e) => format!("{e:?}"),
-            Ok(r) => validate(r, JobId::new(0), &policy()).unwrap_err().field,
+            Ok(r) => {
+                validate(r, JobId::new(0), Tenant::default(), &policy())
+                    .unwrap_err()
+                    .field
+            }
         }
     }
 
@@ -403,7 +466,7 @@ mod tests {
     fn fills_defaults() {
         let r: NotifyRequest =
             parse_json(br#"{"url":"https://pay.example.com/cb","body":{"a":1}}"#).unwrap();
-        let n = validate(r, JobId::new(0), &policy()).unwrap();
+        let n = validate(r, JobId::new(0), Tenant::default(), &policy()).unwrap();
         assert_eq!(n.rate_key, "pay.example.com");
         assert_eq!(n.timeout, Duration::from_secs(10));
         assert_eq!(n.schedule.max_attempts(), 2);

@@ -6,14 +6,16 @@ use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::auth;
 use super::error::{ApiError, CommonErrors};
 use super::view::rfc3339;
 use super::view::CountsView;
 use super::AppState;
+use crate::access::{Principal, Role};
 use crate::store::{DeadFilter, JobView};
 
 const WINDOW_MS: i64 = 5 * 60 * 1000;
@@ -49,7 +51,8 @@ pub struct FailingHost {
     pub last_at: Option<String>,
 }
 
-/// The queue at a glance, for the review page at `/ui`.
+/// The queue at a glance, for the review page at `/ui`. Role `read`, for every tenant:
+/// counts are not kept per tenant, so a tenant-bound token is refused.
 #[utoipa::path(
     get,
     path = "/overview",
@@ -57,7 +60,12 @@ pub struct FailingHost {
     responses((status = 200, body = Overview), CommonErrors),
     security(("bearer" = []))
 )]
-pub async fn overview(State(state): State<AppState>) -> Result<Json<Overview>, ApiError> {
+pub async fn overview(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+) -> Result<Json<Overview>, ApiError> {
+    auth::require(&caller, Role::Read)?;
+    auth::require_every_tenant(&caller, "the overview's counts")?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);

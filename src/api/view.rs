@@ -90,6 +90,8 @@ pub struct NotificationView {
     pub url: String,
     pub topic: Option<String>,
     pub rate_key: String,
+    /// Whose notification it is.
+    pub tenant: String,
     /// Attempts made so far (since the last replay).
     pub attempts: u32,
     pub max_attempts: u32,
@@ -112,6 +114,7 @@ impl From<&JobView> for NotificationView {
             url: v.spec.url.clone(),
             topic: v.spec.topic.clone(),
             rate_key: v.spec.rate_key.clone(),
+            tenant: v.spec.tenant.to_string(),
             attempts: s.attempts,
             max_attempts: s.max_attempts,
             next_attempt_at: next_attempt_at(s),
@@ -152,6 +155,7 @@ pub struct DeadLetterItem {
     pub id: String,
     pub url: String,
     pub topic: Option<String>,
+    pub tenant: String,
     pub attempts: u32,
     pub dead_at: Option<String>,
     pub last_status: Option<u16>,
@@ -165,6 +169,7 @@ impl From<&JobView> for DeadLetterItem {
             id: v.id.to_string(),
             url: v.spec.url.clone(),
             topic: v.spec.topic.clone(),
+            tenant: v.spec.tenant.to_string(),
             attempts: v.status.attempts,
             dead_at: v.status.finished_at.map(rfc3339),
             last_status: last.and_then(|a| a.status),

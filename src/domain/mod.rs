@@ -1,6 +1,6 @@
 //! Domain types that validate on construction, so that an invalid notification cannot
-//! exist past the API boundary: ids, callback URLs, schedules, request headers, payloads
-//! and the record of one attempt.
+//! exist past the API boundary: ids, callback URLs, schedules, request headers, payloads,
+//! tenants and the record of one attempt.
 
 mod attempt;
 mod callback_url;
@@ -11,6 +11,7 @@ mod notification;
 mod payload;
 mod placement;
 mod schedule;
+mod tenant;
 
 pub use attempt::{Attempt, AttemptReport, Outcome, Reach};
 pub use callback_url::{CallbackUrl, Destinations};
@@ -21,3 +22,4 @@ pub use notification::{JobSpec, Notification, Target};
 pub use payload::Payload;
 pub use placement::Placement;
 pub use schedule::{parse_duration, Schedule, MAX_TIERS};
+pub use tenant::{HostAllowList, Tenant};

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CallbackUrl, ExtraHeaders, JobId, Payload, Schedule};
+use super::{CallbackUrl, ExtraHeaders, JobId, Payload, Schedule, Tenant};
 
 /// A notification ready to be stored: every field already validated.
 #[derive(Debug, Clone)]
@@ -20,6 +20,7 @@ pub struct Notification {
     pub expect_body: Option<String>,
     pub topic: Option<String>,
     pub rate_key: String,
+    pub tenant: Tenant,
 }
 
 impl Notification {
@@ -35,6 +36,7 @@ impl Notification {
             expect_body: self.expect_body.clone(),
             topic: self.topic.clone(),
             rate_key: self.rate_key.clone(),
+            tenant: self.tenant.clone(),
         }
     }
 }
@@ -54,9 +56,16 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
     pub rate_key: String,
+    #[serde(default, skip_serializing_if = "Tenant::is_default")]
+    pub tenant: Tenant,
 }
 
 impl JobSpec {
+    /// Its rate key as a key of its tenant, which names its quota and pauses.
+    pub fn quota_key(&self) -> String {
+        self.tenant.rate_key(&self.rate_key)
+    }
+
     /// The callback URL's host (empty if the stored URL cannot be read).
     pub fn host(&self) -> String {
         url::Url::parse(&self.url)

@@ -11,18 +11,29 @@ use std::time::Duration;
 
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
-/// The rate-limit quota of every `rate_key`: its own, or the default; and how many
-/// sends of a key may go at once (1: evenly spaced).
+/// The rate-limit quota of every rate key (a tenant's, `shop-a/merchant-7`): its own,
+/// its tenant's default, or the default; and how many sends of a key may go at once
+/// (1: evenly spaced).
 #[derive(Debug, Clone)]
 pub struct Quotas {
     pub default: Quota,
+    /// By tenant-qualified rate key.
     pub per_key: BTreeMap<String, Quota>,
+    /// The default of a tenant's rate keys, by tenant.
+    pub per_tenant: BTreeMap<String, Quota>,
     pub burst: u32,
 }
 
 impl Quotas {
-    pub fn of(&self, rate_key: &str) -> Quota {
-        self.per_key.get(rate_key).copied().unwrap_or(self.default)
+    /// The quota of a tenant-qualified rate key (`JobSpec::quota_key`).
+    pub fn of(&self, key: &str) -> Quota {
+        if let Some(q) = self.per_key.get(key) {
+            return *q;
+        }
+        key.split_once('/')
+            .and_then(|(tenant, _)| self.per_tenant.get(tenant))
+            .copied()
+            .unwrap_or(self.default)
     }
 }
 
@@ -112,6 +123,20 @@ mod tests {
         assert_eq!("unlimited".parse::<Quota>().unwrap().interval_us(), 0);
         assert_eq!("3/s".parse::<Quota>().unwrap().interval_us(), 333_334);
         assert_eq!("600/m".parse::<Quota>().unwrap().interval_us(), 100_000);
+    }
+
+    #[test]
+    fn a_key_has_its_own_quota_else_its_tenants_else_the_default() {
+        let q = |s: &str| s.parse::<Quota>().unwrap();
+        let quotas = Quotas {
+            default: q("100/s"),
+            per_key: BTreeMap::from([("shop-a/x".into(), q("1/s"))]),
+            per_tenant: BTreeMap::from([("shop-a".into(), q("5/s"))]),
+            burst: 1,
+        };
+        assert_eq!(quotas.of("shop-a/x"), q("1/s"));
+        assert_eq!(quotas.of("shop-a/y"), q("5/s"));
+        assert_eq!(quotas.of("shop-b/x"), q("100/s"));
     }
 
     #[test]

@@ -135,7 +135,10 @@ impl Store for EmbeddedStore {
             spec: spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| (i.key.clone(), (i.ttl.as_millis() as u64).max(1))),
+            idempotency: idempotency.map(|i| {
+                let ttl = (i.ttl.as_millis() as u64).max(1);
+                (i.scoped(), ttl, i.value(&n.id))
+            }),
         };
         let enqueued = self
             .writer

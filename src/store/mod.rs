@@ -11,7 +11,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Notification, Schedule};
+use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::Verdict;
 pub use crate::lifecycle::{Cancelled, JobState, JobStatus};
 use crate::policy::{RateAsk, Slots};
@@ -57,15 +57,50 @@ pub struct Enqueued {
     pub status: Option<JobStatus>,
     /// The idempotency key was seen before; nothing new was stored.
     pub duplicate: bool,
+    /// The idempotency key was first used with another request: nothing was stored, and
+    /// `id` is the notification of that request.
+    pub mismatch: bool,
     /// It is now the earliest due notification of its shard: schedulers should wake.
     pub earliest: bool,
 }
 
-/// An idempotency key with how long it is remembered.
+/// An idempotency key, whose tenant it is, the fingerprint of the request that came
+/// with it, and how long it is remembered.
 #[derive(Debug, Clone)]
 pub struct Idempotency {
+    /// As the producer sent it: visible ASCII, no spaces.
     pub key: String,
+    pub tenant: Tenant,
+    /// Of the request body: a key repeated with another body is refused.
+    pub fingerprint: String,
     pub ttl: Duration,
+}
+
+impl Idempotency {
+    /// The key within its tenant: the producer's key for the default tenant (as builds
+    /// before tenants kept it), `<tenant> <key>` for another (a key holds no space, so
+    /// no key of one tenant is another's).
+    pub fn scoped(&self) -> String {
+        if self.tenant.is_default() {
+            self.key.clone()
+        } else {
+            format!("{} {}", self.tenant, self.key)
+        }
+    }
+
+    /// What a store keeps under the key: the notification's id and the fingerprint.
+    pub fn value(&self, id: &JobId) -> String {
+        format!("{id} {}", self.fingerprint)
+    }
+}
+
+/// The id and fingerprint of what a store keeps under an idempotency key (`None`: kept
+/// by a build before fingerprints).
+pub fn idempotency_value(raw: &str) -> (&str, Option<&str>) {
+    match raw.split_once(' ') {
+        Some((id, fingerprint)) => (id, Some(fingerprint)),
+        None => (raw, None),
+    }
 }
 
 /// What to do with an endpoint's health that another instance published.
@@ -269,11 +304,16 @@ pub struct DeadFilter {
     pub since: Option<i64>,
     /// Dead-lettered at or before, ms since the epoch.
     pub until: Option<i64>,
+    pub tenant: Option<Tenant>,
 }
 
 impl DeadFilter {
-    /// Whether `v` passes the topic and host conditions (times are the store's range).
+    /// Whether `v` passes the topic, host and tenant conditions (times are the store's
+    /// range).
     pub fn matches(&self, v: &JobView) -> bool {
+        if self.tenant.as_ref().is_some_and(|t| *t != v.spec.tenant) {
+            return false;
+        }
         let topic_ok = self
             .topic
             .as_ref()
@@ -410,6 +450,7 @@ mod tests {
                 expect_body: None,
                 topic: None,
                 rate_key: "merchant.example.com".into(),
+                tenant: Default::default(),
             },
             reserved: false,
         };

@@ -468,8 +468,10 @@ impl Store for RedisStore {
             spec: spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency
-                .map(|i| (keys.idempotency(&i.key), (i.ttl.as_millis() as u64).max(1))),
+            idempotency: idempotency.map(|i| {
+                let ttl = (i.ttl.as_millis() as u64).max(1);
+                (keys.idempotency(&i.scoped()), ttl, i.fingerprint.clone())
+            }),
         };
         let enqueued = self.enqueuer.enqueue(item).await?;
         if enqueued.earliest {

@@ -9,7 +9,8 @@
 //!   `lifecycle::transitions::register`.
 //! - The meta JSON is the spec without its body, leaving out what is implied: the
 //!   content type when it is JSON, the rate key when it is the URL's host, the timeout
-//!   when it is 10 s.
+//!   when it is 10 s, the tenant when it is `default` (so a spec of a build before
+//!   tenants is read as the default tenant's, and that build reads this one's).
 //! - The body follows as it is sent, unescaped, to the end of the value.
 //!
 //! Earlier layouts are read by a decoder each: version 1 (builds up to 2026-11-23) is
@@ -22,7 +23,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{JobSpec, Payload};
+use crate::domain::{JobSpec, Payload, Tenant};
 use crate::lifecycle::{schedule_intervals, schedule_text, transitions, Now, Record};
 
 /// What this build writes in front of the first line.
@@ -50,6 +51,8 @@ struct Meta<'a> {
     topic: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     rate_key: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tenant: Option<Tenant>,
 }
 
 /// The spec as `enqueue.lua` takes it: the meta line and the body (it puts the first
@@ -64,6 +67,7 @@ pub fn encode(spec: &JobSpec) -> String {
         expect_body: spec.expect_body.as_deref().map(Cow::Borrowed),
         topic: spec.topic.as_deref().map(Cow::Borrowed),
         rate_key: (spec.rate_key != host).then_some(Cow::Borrowed(&spec.rate_key)),
+        tenant: (!spec.tenant.is_default()).then(|| spec.tenant.clone()),
     };
     let meta = serde_json::to_string(&meta).expect("a spec serializes");
     format!("{meta}\n{}", spec.body)
@@ -129,6 +133,7 @@ pub fn decode(raw: &str) -> serde_json::Result<JobSpec> {
         expect_body: meta.expect_body.map(Cow::into_owned),
         topic: meta.topic.map(Cow::into_owned),
         rate_key: String::new(),
+        tenant: meta.tenant.unwrap_or_default(),
     };
     spec.rate_key = meta.rate_key.map_or_else(|| spec.host(), Cow::into_owned);
     Ok(spec)
@@ -166,6 +171,7 @@ mod tests {
             expect_body: None,
             topic: Some("payment.succeeded".into()),
             rate_key: "pay.example.com".into(),
+            tenant: Tenant::default(),
         }
     }
 
@@ -193,6 +199,7 @@ mod tests {
             expect_body: Some("success".into()),
             topic: None,
             rate_key: "merchant-7".into(),
+            tenant: Tenant::parse("shop-7", "tenant").unwrap(),
             ..spec()
         };
         assert_eq!(decode(&value(&s)).unwrap(), s);

@@ -141,7 +141,20 @@ impl Postback {
         body: Option<Value>,
         headers: &[(&str, &str)],
     ) -> (u16, Value) {
-        let mut req = self.http.request(method, self.url(path)).bearer_auth(TOKEN);
+        self.request_as(TOKEN, method, path, body, headers).await
+    }
+
+    /// Any request with `token`; returns the status and the JSON answer (null when there
+    /// is none).
+    pub async fn request_as(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(token);
         if let Some(body) = body {
             req = req.json(&body);
         }

@@ -493,6 +493,7 @@ async fn fill(backend: &Backend, pending: usize) -> anyhow::Result<f64> {
                 expect_body: None,
                 topic: Some("payment.succeeded".into()),
                 rate_key: "merchant.example.com".into(),
+                tenant: Default::default(),
             };
             let store = &*store;
             async move { store.enqueue(&n, None).await.map(drop).map_err(Into::into) }

@@ -11,7 +11,9 @@ use crate::domain::{Attempt, JobId};
 use crate::lifecycle::{transitions as life, Cancelled, Index, Now, Record};
 use crate::policy::{self, RateAsk, RateState, Slots};
 use crate::store::spec;
-use crate::store::{Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError};
+use crate::store::{
+    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError,
+};
 
 /// A registration, ready to store.
 pub struct NewJob {
@@ -21,8 +23,9 @@ pub struct NewJob {
     /// Retry intervals in ms.
     pub schedule: Vec<u64>,
     pub delay_ms: u64,
-    /// The idempotency key and how long it is remembered, in ms.
-    pub idempotency: Option<(String, u64)>,
+    /// The idempotency key (within its tenant), how long it is remembered (ms), and
+    /// what is kept under it (`Idempotency::value`).
+    pub idempotency: Option<(String, u64, String)>,
 }
 
 /// Retention limits: dead letters' age and count, finished notifications' age.
@@ -34,26 +37,33 @@ pub struct Retention {
 }
 
 /// Stores a notification and schedules its first attempt, or answers with the earlier
-/// notification of its idempotency key.
+/// notification of its idempotency key (refusing it when that came with another request).
 pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
     let id = job.id.to_string();
-    if let Some((key, ttl)) = &job.idempotency {
+    if let Some((key, ttl, value)) = &job.idempotency {
         let known = t.idempotency.get(key.as_str())?.and_then(|v| {
-            let (id, until) = v.value();
-            (until > now.down()).then(|| id.to_string())
+            let (kept, until) = v.value();
+            (until > now.down()).then(|| kept.to_string())
         });
-        if let Some(first) = known {
-            let status = t.record(&first)?.map(|r| r.status());
+        if let Some(kept) = known {
+            let (first, seen) = idempotency_value(&kept);
+            let mismatch = seen.is_some_and(|seen| Some(seen) != idempotency_value(value).1);
+            let status = match mismatch {
+                true => None,
+                false => t.record(first)?.map(|r| r.status()),
+            };
             return Ok(Enqueued {
-                id: parse_id(&first)?,
+                id: parse_id(first)?,
                 status,
                 duplicate: true,
+                mismatch,
                 earliest: false,
             });
         }
         forget_key(t, key)?;
         let until = now.up() + *ttl as i64;
-        t.idempotency.insert(key.as_str(), (id.as_str(), until))?;
+        t.idempotency
+            .insert(key.as_str(), (value.as_str(), until))?;
         t.idempotency_expiry.insert((until, key.as_str()), ())?;
     }
     let record = life::register(job.schedule.clone(), now, job.delay_ms);
@@ -65,6 +75,7 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
         id: job.id,
         status: Some(record.status()),
         duplicate: false,
+        mismatch: false,
         earliest,
     })
 }

@@ -27,8 +27,9 @@ pub struct Item {
     /// The retry intervals in ms.
     pub schedule: Vec<u64>,
     pub delay_ms: u64,
-    /// The idempotency key's Redis key and how long it is kept, in ms.
-    pub idempotency: Option<(String, u64)>,
+    /// The idempotency key's Redis key, how long it is kept (ms), and the fingerprint
+    /// of the request.
+    pub idempotency: Option<(String, u64, String)>,
 }
 
 struct Pending {
@@ -107,20 +108,21 @@ async fn store_group(
     call.arg(&target.wake_channel).arg(spec::VERSION);
     let mut extra_keys = 0;
     for item in items {
-        let (key_index, ttl) = match &item.idempotency {
-            Some((key, ttl)) => {
+        let (key_index, ttl, fingerprint) = match &item.idempotency {
+            Some((key, ttl, fingerprint)) => {
                 call.key(key);
                 extra_keys += 1;
-                (keys.all().len() + extra_keys, *ttl)
+                (keys.all().len() + extra_keys, *ttl, fingerprint.as_str())
             }
-            None => (0, 1),
+            None => (0, 1, ""),
         };
         call.arg(item.id.to_string())
             .arg(&item.spec)
             .arg(schedule_text(&item.schedule))
             .arg(item.delay_ms)
             .arg(key_index)
-            .arg(ttl);
+            .arg(ttl)
+            .arg(fingerprint);
     }
     let reply: Vec<Value> = call
         .invoke_async(&mut target.conn.clone())
@@ -136,7 +138,8 @@ async fn store_group(
             let id: JobId = text_at(c, 0)?
                 .parse()
                 .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
-            let duplicate = int_at(c, 1)? == 1;
+            let seen = int_at(c, 1)?;
+            let (duplicate, mismatch) = (seen > 0, seen == 2);
             // Registered now: by this item, or by an earlier one of the group with its key.
             let registered =
                 |by: &Item| transitions::register(by.schedule.clone(), now, by.delay_ms).status();
@@ -145,12 +148,14 @@ async fn store_group(
                     Held::parse(&id.to_string(), &c[2])?.map(|h| h.record.status())
                 }
                 _ if !duplicate => Some(registered(item)),
+                _ if mismatch => None,
                 _ => items.iter().find(|first| first.id == id).map(registered),
             };
             Ok(Enqueued {
                 id,
                 status,
                 duplicate,
+                mismatch,
                 earliest,
             })
         })

@@ -1,0 +1,602 @@
+//! Tenants and scoped tokens: who may do what, for whom. Each token is configured by the
+//! SHA-256 of its value with a tenant (or `*`) and roles; a tenant's notifications are
+//! signed with its own secrets, limited by its own quotas and seen by its tokens only.
+
+mod support;
+
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use reqwest::Method;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use support::{Backend, Postback, Receiver};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+const SECRET_A: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SECRET_A2: &str = "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
+const SECRET_B: &str = "whsec_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+const GLOBAL: &str = "whsec_ERERERERERERERERERERERERERERERERERERERERERE=";
+
+/// Each token's value, name, tenant and roles.
+const TOKENS: &[(&str, &str, &str, &[&str])] = &[
+    ("tok-checkout-a", "checkout-a", "shop-a", &["notify"]),
+    ("tok-reader-a", "reader-a", "shop-a", &["read"]),
+    ("tok-ops-a", "ops-a", "shop-a", &["read", "operate"]),
+    ("tok-audit-a", "audit-a", "shop-a", &["audit"]),
+    (
+        "tok-all-b",
+        "all-b",
+        "shop-b",
+        &["notify", "read", "operate", "audit"],
+    ),
+    ("tok-plain-c", "plain-c", "shop-c", &["notify", "read"]),
+    ("tok-ops", "ops", "*", &["read", "operate"]),
+    ("tok-producer", "producer", "*", &["notify", "read"]),
+];
+
+fn sha256_hex(token: &str) -> String {
+    format!("{:x}", Sha256::digest(token.as_bytes()))
+}
+
+/// The configuration file of these tests: the tokens above, three tenants, and the
+/// global secret that a tenant without secrets signs with.
+fn config(receiver_host: &str) -> String {
+    let mut toml = format!("[signing]\nsecrets = [\"{GLOBAL}\"]\n\n");
+    for (value, name, tenant, roles) in TOKENS {
+        let roles: Vec<String> = roles.iter().map(|r| format!("\"{r}\"")).collect();
+        toml += &format!(
+            "[tokens.{name}]\nsha256 = \"{}\"\ntenant = \"{tenant}\"\nroles = [{}]\n\n",
+            sha256_hex(value),
+            roles.join(", ")
+        );
+    }
+    toml += &format!(
+        "[tenants.shop-a]\nsecrets = [\"{SECRET_A}\", \"{SECRET_A2}\"]\nrate_limit = \"4/s\"\n\
+         allowed_hosts = [\"{receiver_host}\", \"*.shop-a.example\"]\n\n\
+         [tenants.shop-b]\nsecrets = [\"{SECRET_B}\"]\n\n[tenants.shop-c]\n"
+    );
+    toml
+}
+
+struct Fleet {
+    _backend: Backend,
+    _dir: tempfile::TempDir,
+    receiver: Receiver,
+    pb: Postback,
+}
+
+async fn start(env: &[(&str, &str)]) -> Fleet {
+    let backend = Backend::start();
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("postback.toml");
+    std::fs::write(&path, config("127.0.0.1")).unwrap();
+    let path = path.to_str().unwrap().to_string();
+    let mut env = env.to_vec();
+    env.push(("POSTBACK_CONFIG", &path));
+    let pb = backend.postback(&env).await;
+    Fleet {
+        _backend: backend,
+        _dir: dir,
+        receiver,
+        pb,
+    }
+}
+
+impl Fleet {
+    async fn call(
+        &self,
+        token: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        self.pb.request_as(token, method, path, body, &[]).await
+    }
+
+    async fn get(&self, token: &str, path: &str) -> (u16, Value) {
+        self.call(token, Method::GET, path, None).await
+    }
+
+    /// Registers with `token` and asserts `202`; returns the id.
+    async fn register(&self, token: &str, body: Value) -> String {
+        let (status, answer) = self.call(token, Method::POST, "/notify", Some(body)).await;
+        assert_eq!(status, 202, "{answer}");
+        answer["id"].as_str().unwrap().to_string()
+    }
+
+    /// A dead letter of `token`'s tenant (or of `tenant`, for a `*` token).
+    async fn dead_letter(&self, token: &str, tenant: Option<&str>, topic: &str) -> String {
+        let mut body = json!({"url": self.receiver.url("/dead?fail=9"), "body": {}, "schedule": ["100ms"], "topic": topic});
+        if let Some(t) = tenant {
+            body["tenant"] = json!(t);
+        }
+        let id = self.register(token, body).await;
+        self.pb.wait_state(&id, "dead", WAIT).await;
+        id
+    }
+}
+
+/// The `v1,` signature of a delivery under `secret`, computed here from the Standard
+/// Webhooks definition: HMAC-SHA256 over `{id}.{timestamp}.{body}` with the base64
+/// key after `whsec_`.
+fn signature(secret: &str, r: &support::receiver::Received) -> String {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    let content = format!(
+        "{}.{}.",
+        r.header("webhook-id").unwrap(),
+        r.header("webhook-timestamp").unwrap()
+    );
+    mac.update(content.as_bytes());
+    mac.update(&r.body);
+    format!("v1,{}", b64.encode(mac.finalize().into_bytes()))
+}
+
+/// The signatures a delivery carries.
+fn signatures(r: &support::receiver::Received) -> Vec<String> {
+    let header = r.header("webhook-signature").unwrap_or_default();
+    header.split(' ').map(str::to_string).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_is_signed_with_its_tenants_secrets_and_no_others() {
+    let f = start(&[]).await;
+    let url = |p: &str| f.receiver.url(p);
+    let a = f
+        .register(
+            "tok-checkout-a",
+            json!({"url": url("/a"), "body": {"n": 1}}),
+        )
+        .await;
+    let b = f
+        .register(
+            "tok-all-b",
+            json!({"url": url("/b"), "body": {"n": 2}, "rate_key": "127.0.0.1"}),
+        )
+        .await;
+    let c = f
+        .register("tok-plain-c", json!({"url": url("/c"), "body": {"n": 3}}))
+        .await;
+    let b_by_producer = f
+        .register(
+            "tok-producer",
+            json!({"url": url("/p"), "body": {"n": 4}, "tenant": "shop-b"}),
+        )
+        .await;
+    for id in [&a, &b, &c, &b_by_producer] {
+        f.pb.wait_state(id, "delivered", WAIT).await;
+    }
+
+    let got = |id: &str| f.receiver.requests_for(id).remove(0);
+    let (ra, rb, rc, rp) = (got(&a), got(&b), got(&c), got(&b_by_producer));
+    assert_eq!(
+        signatures(&ra),
+        vec![signature(SECRET_A, &ra), signature(SECRET_A2, &ra)],
+        "shop-a rotates: one signature per secret"
+    );
+    assert_eq!(
+        signatures(&rb),
+        vec![signature(SECRET_B, &rb)],
+        "shop-b's own, even with another tenant's rate key's name"
+    );
+    assert_eq!(
+        signatures(&rc),
+        vec![signature(GLOBAL, &rc)],
+        "a tenant without secrets: the global ones"
+    );
+    assert_eq!(
+        signatures(&rp),
+        vec![signature(SECRET_B, &rp)],
+        "a `*` token registering for shop-b"
+    );
+    let (_, seen) = f
+        .get("tok-ops", &format!("/notifications/{b_by_producer}"))
+        .await;
+    assert_eq!(seen["tenant"], "shop-b");
+
+    let logs = f.pb.logs();
+    for (value, ..) in TOKENS {
+        assert!(
+            !logs.contains(value) && !logs.contains(&sha256_hex(value)),
+            "no token or hash in the logs"
+        );
+    }
+    assert!(!logs.contains("whsec_"), "no secret in the logs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_token_for_every_tenant_names_the_tenant() {
+    let f = start(&[]).await;
+    let body = |tenant: &str| json!({"url": f.receiver.url("/t"), "body": {}, "delay": "1h", "tenant": tenant});
+    let (status, answer) = f
+        .call(
+            "tok-checkout-a",
+            Method::POST,
+            "/notify",
+            Some(body("shop-b")),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (422, Some("tenant")),
+        "{answer}"
+    );
+    let (status, answer) = f
+        .call(
+            "tok-producer",
+            Method::POST,
+            "/notify",
+            Some(body("shop-z")),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (422, Some("tenant")),
+        "an unknown tenant: {answer}"
+    );
+    let (status, _) = f
+        .call(
+            "tok-checkout-a",
+            Method::POST,
+            "/notify",
+            Some(body("shop-a")),
+        )
+        .await;
+    assert_eq!(status, 202, "naming its own tenant is harmless");
+
+    let plain = f
+        .register(
+            support::postback::TOKEN,
+            json!({"url": f.receiver.url("/d"), "body": {}, "delay": "1h"}),
+        )
+        .await;
+    assert_eq!(f.pb.notification(&plain).await["tenant"], "default");
+}
+
+/// Every route, the role it needs, and a request of it (`{id}` stands for a dead letter
+/// of shop-a). `read*`: `read`, with a token for every tenant (counts are not kept per
+/// tenant).
+const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
+    (
+        "notify",
+        "POST",
+        "/notify",
+        Some(r#"{"url":"http://127.0.0.1:9/x","body":{},"delay":"1h"}"#),
+    ),
+    ("notify|read", "GET", "/notifications/{id}", None),
+    ("read", "GET", "/dead-letters", None),
+    ("read", "GET", "/dead-letters/{id}", None),
+    ("read*", "GET", "/stats", None),
+    ("read*", "GET", "/overview", None),
+    (
+        "operate",
+        "POST",
+        "/dead-letters/{id}/replay",
+        Some(r#"{"delay":"1h"}"#),
+    ),
+    (
+        "operate",
+        "POST",
+        "/dead-letters/replay",
+        Some(r#"{"topic":"none-such"}"#),
+    ),
+    (
+        "operate",
+        "POST",
+        "/dead-letters/purge",
+        Some(r#"{"topic":"none-such"}"#),
+    ),
+    ("operate", "DELETE", "/dead-letters/{id}", None),
+    ("operate", "DELETE", "/notifications/{id}", None),
+    ("audit", "GET", "/audit", None),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_answers_403_to_a_token_without_its_role() {
+    let f = start(&[]).await;
+    for (value, name, tenant, roles) in TOKENS.iter().filter(|t| t.2 == "shop-a" || t.2 == "*") {
+        for (role, method, path, body) in ROUTES {
+            // A fresh dead letter each time, since some routes consume it.
+            let path = if path.contains("{id}") {
+                let id = f.dead_letter("tok-producer", Some("shop-a"), "roles").await;
+                path.replace("{id}", &id)
+            } else {
+                path.to_string()
+            };
+            let body = body.map(|b| serde_json::from_str(b).unwrap());
+            let (status, answer) = f.call(value, method.parse().unwrap(), &path, body).await;
+            let every_tenant = *tenant == "*";
+            let allowed = match role.strip_suffix('*') {
+                Some(role) => every_tenant && roles.contains(&role),
+                None => role.split('|').any(|r| roles.contains(&r)),
+            };
+            if allowed {
+                assert!(
+                    (200..300).contains(&status),
+                    "{name} ({tenant}) {method} {path}: {status} {answer}"
+                );
+            } else {
+                assert_eq!(
+                    (status, answer["error"]["code"].as_str()),
+                    (403, Some("forbidden")),
+                    "{name} has no `{role}`: {method} {path}"
+                );
+            }
+        }
+    }
+    let (status, _) = f
+        .get(
+            "tok-reader-a",
+            "/notifications/ntf_0_0000000000000000000000",
+        )
+        .await;
+    assert_eq!(status, 404, "read: any of its tenant's notifications");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_matched_by_their_hash_and_any_case_of_bearer() {
+    let f = start(&[]).await;
+    let status = |auth: String| {
+        let http = reqwest::Client::new();
+        let url = f.pb.url("/stats");
+        async move {
+            http.get(url)
+                .header("authorization", auth)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(status("Bearer tok-ops".into()).await, 200);
+    assert_eq!(status("bearer tok-ops".into()).await, 200);
+    assert_eq!(status("BEARER tok-ops".into()).await, 200);
+    assert_eq!(
+        status(format!("Bearer {}", sha256_hex("tok-ops"))).await,
+        401,
+        "the hash is not the token"
+    );
+    assert_eq!(status("Bearer tok-ops2".into()).await, 401);
+    assert_eq!(status("Basic tok-ops".into()).await, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_for_one_tenant_never_sees_or_touches_another_tenants() {
+    let f = start(&[]).await;
+    let dead_a = f.dead_letter("tok-producer", Some("shop-a"), "t").await;
+    let dead_b = f.dead_letter("tok-all-b", None, "t").await;
+    let pending_b = f
+        .register(
+            "tok-all-b",
+            json!({"url": f.receiver.url("/later"), "body": {}, "delay": "1h"}),
+        )
+        .await;
+
+    for (method, path, body) in [
+        ("GET", format!("/notifications/{pending_b}"), None),
+        ("DELETE", format!("/notifications/{pending_b}"), None),
+        ("GET", format!("/dead-letters/{dead_b}"), None),
+        ("POST", format!("/dead-letters/{dead_b}/replay"), None),
+        ("DELETE", format!("/dead-letters/{dead_b}"), None),
+    ] {
+        let (status, answer) = f
+            .call("tok-ops-a", method.parse().unwrap(), &path, body)
+            .await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (404, Some("not_found")),
+            "another tenant's id is not found: {method} {path}"
+        );
+    }
+    let (_, list) = f.get("tok-ops-a", "/dead-letters").await;
+    let ids: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![dead_a.as_str()],
+        "the list holds its own tenant's only"
+    );
+    assert_eq!(list["items"][0]["tenant"], "shop-a");
+
+    for path in ["/stats", "/overview"] {
+        let (status, answer) = f.get("tok-ops-a", path).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (403, Some("forbidden")),
+            "counts are kept for every tenant at once: {path}"
+        );
+    }
+    let (_, all) = f.get("tok-ops", "/stats").await;
+    assert_eq!(all["dead"], 2, "a `*` token counts every tenant");
+    let (status, _) = f.get("tok-ops-a", "/dead-letters?tenant=shop-b").await;
+    assert_eq!(
+        status, 403,
+        "a tenant-bound token cannot name another tenant"
+    );
+    let (_, listed) = f.get("tok-ops", "/dead-letters?tenant=shop-b").await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["items"][0]["id"], dead_b.as_str());
+
+    let all = json!({"all": true, "delay": "1h"});
+    let (_, replayed) = f
+        .call("tok-ops-a", Method::POST, "/dead-letters/replay", Some(all))
+        .await;
+    assert_eq!(
+        replayed["count"], 1,
+        "bulk replay of everything: its own tenant's"
+    );
+    let (_, purged) = f
+        .call(
+            "tok-ops-a",
+            Method::POST,
+            "/dead-letters/purge",
+            Some(json!({"all": true})),
+        )
+        .await;
+    assert_eq!(purged["count"], 0);
+    let (status, still) = f.get("tok-all-b", &format!("/dead-letters/{dead_b}")).await;
+    assert_eq!(
+        (status, still["state"].as_str()),
+        (200, Some("dead")),
+        "shop-b's dead letter untouched"
+    );
+    let (status, _) = f
+        .get("tok-all-b", &format!("/notifications/{pending_b}"))
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_hosts_hold_at_registration_and_at_replay() {
+    let f = start(&[]).await;
+    let try_url = |url: &str| json!({"url": url, "body": {}, "delay": "1h"});
+    for url in [
+        "http://hooks.shop-a.example/x",
+        "https://a.b.shop-a.example/x",
+        "http://127.0.0.1:9/x",
+    ] {
+        let (status, answer) = f
+            .call(
+                "tok-checkout-a",
+                Method::POST,
+                "/notify",
+                Some(try_url(url)),
+            )
+            .await;
+        assert_eq!(status, 202, "{url}: {answer}");
+    }
+    for url in [
+        "http://shop-a.example/x",
+        "http://evil.example/x",
+        "http://hooks.shop-a.example.evil.example/x",
+        "http://localhost:9/x",
+    ] {
+        let (status, answer) = f
+            .call(
+                "tok-checkout-a",
+                Method::POST,
+                "/notify",
+                Some(try_url(url)),
+            )
+            .await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (422, Some("url")),
+            "{url}: {answer}"
+        );
+    }
+    let (status, _) = f
+        .call(
+            "tok-all-b",
+            Method::POST,
+            "/notify",
+            Some(try_url("http://evil.example/x")),
+        )
+        .await;
+    assert_eq!(status, 202, "shop-b has no allowed_hosts");
+
+    let dead = f.dead_letter("tok-producer", Some("shop-a"), "hosts").await;
+    let path = format!("/dead-letters/{dead}/replay");
+    let (status, answer) = f
+        .call(
+            "tok-ops-a",
+            Method::POST,
+            &path,
+            Some(json!({"url": "http://evil.example/x", "delay": "1h"})),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["error"]["field"].as_str()),
+        (422, Some("url")),
+        "{answer}"
+    );
+    let (status, answer) = f
+        .call(
+            "tok-ops-a",
+            Method::POST,
+            &path,
+            Some(json!({"url": f.receiver.url("/fixed")})),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    f.pb.wait_state(&dead, "delivered", WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_are_per_tenant_and_a_changed_body_is_refused() {
+    let f = start(&[]).await;
+    let body = json!({"url": f.receiver.url("/i"), "body": {"order": 1001}, "delay": "1h"});
+    let key = [("Idempotency-Key", "order-1001")];
+    let post = |token: &'static str, body: Value| {
+        let pb = &f.pb;
+        async move {
+            pb.request_as(token, Method::POST, "/notify", Some(body), &key)
+                .await
+        }
+    };
+    let (s1, a1) = post("tok-checkout-a", body.clone()).await;
+    let (s2, a2) = post("tok-checkout-a", body.clone()).await;
+    let (s3, b1) = post("tok-all-b", body.clone()).await;
+    assert_eq!((s1, s2, s3), (202, 202, 202));
+    assert_eq!(
+        a1["id"], a2["id"],
+        "the same key and body: the same notification"
+    );
+    assert_ne!(a1["id"], b1["id"], "another tenant's key is another key");
+
+    let mut changed = body.clone();
+    changed["body"]["order"] = json!(1002);
+    let (status, answer) = post("tok-checkout-a", changed).await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (422, Some("idempotency_key_mismatch")),
+        "{answer}"
+    );
+    let (_, stats) = f.get("tok-ops", "/stats").await;
+    assert_eq!(stats["scheduled"], 2, "nothing stored for the refused one");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_keys_and_their_quotas_are_per_tenant() {
+    // shop-a's rate keys default to 4/s; shop-b's to the instance's (unlimited here).
+    let f = start(&[("POSTBACK_DELIVERY_RATE_LIMIT", "unlimited")]).await;
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        for token in ["tok-checkout-a", "tok-all-b"] {
+            let body = json!({"url": f.receiver.url(&format!("/q{n}")), "body": {}, "rate_key": "merchant-x"});
+            ids.push((token, f.register(token, body).await));
+        }
+    }
+    for (_, id) in &ids {
+        f.pb.wait_state(id, "delivered", WAIT).await;
+    }
+    let spread = |token: &str| {
+        let times: Vec<_> = ids
+            .iter()
+            .filter(|(t, _)| *t == token)
+            .map(|(_, id)| f.receiver.requests_for(id)[0].at)
+            .collect();
+        *times.iter().max().unwrap() - *times.iter().min().unwrap()
+    };
+    assert!(
+        spread("tok-checkout-a") >= Duration::from_millis(700),
+        "4 at 4/s span ~750 ms: {:?}",
+        spread("tok-checkout-a")
+    );
+    assert!(
+        spread("tok-all-b") < Duration::from_millis(400),
+        "shop-b's merchant-x is not shop-a's: {:?}",
+        spread("tok-all-b")
+    );
+}
