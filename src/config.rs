@@ -184,6 +184,9 @@ pub struct RetentionSettings {
     /// How often each instance sweeps when no settle has trimmed.
     #[serde(with = "humantime_serde")]
     pub sweep_interval: Duration,
+    /// Audit log entries older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub audit_max_age: Duration,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -296,6 +299,7 @@ impl Default for RetentionSettings {
             dead_max_count: 1_000_000,
             finished_max_age: Duration::from_secs(7 * 24 * 3600),
             sweep_interval: Duration::from_secs(60),
+            audit_max_age: Duration::from_secs(90 * 24 * 3600),
         }
     }
 }
@@ -659,6 +663,11 @@ fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {
     check(
         !r.sweep_interval.is_zero(),
         "retention.sweep_interval",
+        positive,
+    )?;
+    check(
+        !r.audit_max_age.is_zero(),
+        "retention.audit_max_age",
         positive,
     )?;
     check(

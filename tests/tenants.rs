@@ -9,116 +9,9 @@ use std::time::Duration;
 use hmac::{Hmac, Mac};
 use reqwest::Method;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
-use support::{Backend, Postback, Receiver};
-
-const WAIT: Duration = Duration::from_secs(10);
-
-const SECRET_A: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-const SECRET_A2: &str = "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
-const SECRET_B: &str = "whsec_AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
-const GLOBAL: &str = "whsec_ERERERERERERERERERERERERERERERERERERERERERE=";
-
-/// Each token's value, name, tenant and roles.
-const TOKENS: &[(&str, &str, &str, &[&str])] = &[
-    ("tok-checkout-a", "checkout-a", "shop-a", &["notify"]),
-    ("tok-reader-a", "reader-a", "shop-a", &["read"]),
-    ("tok-ops-a", "ops-a", "shop-a", &["read", "operate"]),
-    ("tok-audit-a", "audit-a", "shop-a", &["audit"]),
-    (
-        "tok-all-b",
-        "all-b",
-        "shop-b",
-        &["notify", "read", "operate", "audit"],
-    ),
-    ("tok-plain-c", "plain-c", "shop-c", &["notify", "read"]),
-    ("tok-ops", "ops", "*", &["read", "operate"]),
-    ("tok-producer", "producer", "*", &["notify", "read"]),
-];
-
-fn sha256_hex(token: &str) -> String {
-    format!("{:x}", Sha256::digest(token.as_bytes()))
-}
-
-/// The configuration file of these tests: the tokens above, three tenants, and the
-/// global secret that a tenant without secrets signs with.
-fn config(receiver_host: &str) -> String {
-    let mut toml = format!("[signing]\nsecrets = [\"{GLOBAL}\"]\n\n");
-    for (value, name, tenant, roles) in TOKENS {
-        let roles: Vec<String> = roles.iter().map(|r| format!("\"{r}\"")).collect();
-        toml += &format!(
-            "[tokens.{name}]\nsha256 = \"{}\"\ntenant = \"{tenant}\"\nroles = [{}]\n\n",
-            sha256_hex(value),
-            roles.join(", ")
-        );
-    }
-    toml += &format!(
-        "[tenants.shop-a]\nsecrets = [\"{SECRET_A}\", \"{SECRET_A2}\"]\nrate_limit = \"4/s\"\n\
-         allowed_hosts = [\"{receiver_host}\", \"*.shop-a.example\"]\n\n\
-         [tenants.shop-b]\nsecrets = [\"{SECRET_B}\"]\n\n[tenants.shop-c]\n"
-    );
-    toml
-}
-
-struct Fleet {
-    _backend: Backend,
-    _dir: tempfile::TempDir,
-    receiver: Receiver,
-    pb: Postback,
-}
-
-async fn start(env: &[(&str, &str)]) -> Fleet {
-    let backend = Backend::start();
-    let receiver = Receiver::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("postback.toml");
-    std::fs::write(&path, config("127.0.0.1")).unwrap();
-    let path = path.to_str().unwrap().to_string();
-    let mut env = env.to_vec();
-    env.push(("POSTBACK_CONFIG", &path));
-    let pb = backend.postback(&env).await;
-    Fleet {
-        _backend: backend,
-        _dir: dir,
-        receiver,
-        pb,
-    }
-}
-
-impl Fleet {
-    async fn call(
-        &self,
-        token: &str,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        self.pb.request_as(token, method, path, body, &[]).await
-    }
-
-    async fn get(&self, token: &str, path: &str) -> (u16, Value) {
-        self.call(token, Method::GET, path, None).await
-    }
-
-    /// Registers with `token` and asserts `202`; returns the id.
-    async fn register(&self, token: &str, body: Value) -> String {
-        let (status, answer) = self.call(token, Method::POST, "/notify", Some(body)).await;
-        assert_eq!(status, 202, "{answer}");
-        answer["id"].as_str().unwrap().to_string()
-    }
-
-    /// A dead letter of `token`'s tenant (or of `tenant`, for a `*` token).
-    async fn dead_letter(&self, token: &str, tenant: Option<&str>, topic: &str) -> String {
-        let mut body = json!({"url": self.receiver.url("/dead?fail=9"), "body": {}, "schedule": ["100ms"], "topic": topic});
-        if let Some(t) = tenant {
-            body["tenant"] = json!(t);
-        }
-        let id = self.register(token, body).await;
-        self.pb.wait_state(&id, "dead", WAIT).await;
-        id
-    }
-}
+use support::tenants::{sha256_hex, start, GLOBAL, SECRET_A, SECRET_A2, SECRET_B, TOKENS, WAIT};
 
 /// The `v1,` signature of a delivery under `secret`, computed here from the Standard
 /// Webhooks definition: HMAC-SHA256 over `{id}.{timestamp}.{body}` with the base64
@@ -260,7 +153,7 @@ async fn only_a_token_for_every_tenant_names_the_tenant() {
 }
 
 /// Every route, the role it needs, and a request of it (`{id}` stands for a dead letter
-/// of shop-a). `read*`: `read`, with a token for every tenant (counts are not kept per
+/// of shop-a, `{pending}` for a notification of shop-a not yet due). `read*`: `read`, with a token for every tenant (counts are not kept per
 /// tenant).
 const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
     (
@@ -293,7 +186,7 @@ const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
         Some(r#"{"topic":"none-such"}"#),
     ),
     ("operate", "DELETE", "/dead-letters/{id}", None),
-    ("operate", "DELETE", "/notifications/{id}", None),
+    ("operate", "DELETE", "/notifications/{pending}", None),
     ("audit", "GET", "/audit", None),
 ];
 
@@ -306,6 +199,10 @@ async fn every_route_answers_403_to_a_token_without_its_role() {
             let path = if path.contains("{id}") {
                 let id = f.dead_letter("tok-producer", Some("shop-a"), "roles").await;
                 path.replace("{id}", &id)
+            } else if path.contains("{pending}") {
+                let later = json!({"url": f.receiver.url("/later"), "body": {}, "delay": "1h", "tenant": "shop-a"});
+                let id = f.register("tok-producer", later).await;
+                path.replace("{pending}", &id)
             } else {
                 path.to_string()
             };

@@ -13,14 +13,14 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth;
 use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
 use super::notify::{bounded_duration, parse_json, schedule, schedule_schema, NotifyPolicy};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
+use super::{audit, auth};
 use crate::access::{Principal, Role};
 use crate::domain::{FieldError, JobId, Schedule};
-use crate::store::{bulk, Cursor, DeadFilter, JobState, JobView};
+use crate::store::{bulk, AuditAction, Cursor, DeadFilter, JobState, JobView};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
@@ -181,6 +181,7 @@ pub async fn replay(
         .await?
         .ok_or_else(|| ApiError::not_found("dead letter"))?;
     tracing::info!(id = %found.id, actor = %caller.actor, new_url = spec.is_some(), "dead letter replayed");
+    audit::record(&state, audit::on_one(&caller, AuditAction::Replay, &found)).await;
     state.wake.notify_one();
     Ok(Json(Replayed {
         id: found.id.to_string(),
@@ -211,9 +212,11 @@ pub async fn discard(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     auth::require(&caller, Role::Operate)?;
-    let id = dead_letter(&state, &caller, &id).await?.id;
+    let found = dead_letter(&state, &caller, &id).await?;
+    let id = found.id;
     if state.store.discard(&[id]).await? == 1 {
         tracing::info!(%id, actor = %caller.actor, "dead letter discarded");
+        audit::record(&state, audit::on_one(&caller, AuditAction::Discard, &found)).await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("dead letter"))
@@ -302,6 +305,8 @@ pub async fn replay_matching(
     let count =
         bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
     tracing::info!(count, ?filter, actor = %caller.actor, "dead letters replayed in bulk");
+    let entry = audit::on_matching(&caller, AuditAction::ReplayMatching, &filter, count);
+    audit::record(&state, entry).await;
     state.wake.notify_one();
     Ok(Json(Count { count }))
 }
@@ -338,6 +343,11 @@ pub async fn purge(
     let filter = request.filter(&caller)?;
     let count = bulk::discard_matching(state.store.as_ref(), &filter).await?;
     tracing::info!(count, ?filter, actor = %caller.actor, "dead letters purged");
+    audit::record(
+        &state,
+        audit::on_matching(&caller, AuditAction::Purge, &filter, count),
+    )
+    .await;
     Ok(Json(Count { count }))
 }
 
@@ -389,7 +399,7 @@ fn dead_filter(
 }
 
 /// An RFC 3339 time (`2026-01-01T00:00:00Z`) as ms since the epoch.
-fn timestamp(field: &str, raw: &str) -> Result<i64, FieldError> {
+pub(super) fn timestamp(field: &str, raw: &str) -> Result<i64, FieldError> {
     let t = humantime::parse_rfc3339_weak(raw).map_err(|_| {
         FieldError::new(field, "must be an RFC 3339 time like 2026-01-01T00:00:00Z")
     })?;

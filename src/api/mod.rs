@@ -17,6 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
+mod audit;
 mod auth;
 mod dead_letters;
 mod error;
@@ -119,6 +120,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(dead_letters::purge))
         .routes(routes!(stats))
         .routes(routes!(overview::overview))
+        .routes(routes!(audit::list))
 }
 
 /// Counts by state, and of what retention deleted, over all shards. Role `read`, for

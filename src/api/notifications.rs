@@ -5,13 +5,13 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 
-use super::auth;
 use super::error::{ApiError, CommonErrors, ErrorBody};
 use super::view::NotificationView;
 use super::AppState;
+use super::{audit, auth};
 use crate::access::{Principal, Role};
 use crate::domain::JobId;
-use crate::store::{Cancelled, JobView};
+use crate::store::{AuditAction, Cancelled, JobView};
 
 /// One notification: state, attempts so far, next attempt, attempt history. Role `read`
 /// or `notify`, for a notification of the token's tenant.
@@ -61,10 +61,11 @@ pub async fn cancel(
     auth::require(&caller, Role::Operate)?;
     let id = parse_id(&id)?;
     // Another tenant's notification is not found, and not cancelled.
-    visible(&state, &caller, &id).await?;
+    let found = visible(&state, &caller, &id).await?;
     match state.store.cancel(&id).await? {
         Cancelled::Done | Cancelled::AfterAttempt => {
             tracing::info!(%id, actor = %caller.actor, "notification cancelled");
+            audit::record(&state, audit::on_one(&caller, AuditAction::Cancel, &found)).await;
             current(&state, &caller, &id).await
         }
         Cancelled::Finished(s) => Err(ApiError::new(

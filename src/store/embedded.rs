@@ -16,15 +16,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::spec;
 use super::{
-    Cancelled, Claim, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, HealthListener,
-    Idempotency, JobStatus, JobView, Outcomes, Settled, Settlement, Stats, Store, StoreError,
-    StoreResult,
+    AuditFilter, AuditPage, AuditPosition, AuditRecord, Cancelled, Claim, Cursor, DeadFilter,
+    DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobStatus, JobView, Outcomes,
+    Settled, Settlement, Stats, Store, StoreError, StoreResult,
 };
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule};
 use crate::lifecycle::{retention, Index, Now, Record};
 use crate::policy::{RateAsk, Slots};
 
+mod audit;
 mod reads;
 mod tables;
 mod transitions;
@@ -44,6 +45,7 @@ pub struct EmbeddedStore {
     /// Signalled when a transition makes a notification due earlier than before.
     announced: Arc<Notify>,
     retention: Retention,
+    audit_max_age_ms: i64,
     path: PathBuf,
 }
 
@@ -76,6 +78,7 @@ impl EmbeddedStore {
                 dead_max_count: retention.dead_max_count,
                 finished_max_age_ms: retention.finished_max_age.as_millis() as i64,
             },
+            audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
             path,
         })
     }
@@ -375,6 +378,27 @@ impl Store for EmbeddedStore {
         let (filter, after) = (filter.clone(), after.cloned());
         self.read(move |tx| reads::dead_letters(tx, &filter, limit, after.as_ref()))
             .await
+    }
+
+    async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
+        let json = serde_json::to_string(record).expect("a record serializes");
+        let max_age = self.audit_max_age_ms;
+        self.writer
+            .run(move |t, now| audit::record(t, now, &json, max_age))
+            .await
+    }
+
+    async fn audit(
+        &self,
+        filter: &AuditFilter,
+        limit: usize,
+        after: Option<&AuditPosition>,
+    ) -> StoreResult<AuditPage> {
+        super::audit::page(filter, limit, after.copied(), |before, n| {
+            let filter = filter.clone();
+            self.read(move |tx| audit::read(tx, &filter, before, n))
+        })
+        .await
     }
 
     async fn ping(&self) -> StoreResult<()> {

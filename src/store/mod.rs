@@ -16,6 +16,7 @@ use crate::lifecycle::Verdict;
 pub use crate::lifecycle::{Cancelled, JobState, JobStatus};
 use crate::policy::{RateAsk, Slots};
 
+mod audit;
 pub mod bulk;
 mod cursor;
 mod embedded;
@@ -25,6 +26,7 @@ mod spec;
 
 pub use self::embedded::{EmbeddedStore, FILE_NAME as EMBEDDED_FILE};
 pub use self::redis::RedisStore;
+pub use audit::{AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord};
 pub use cursor::Cursor;
 
 /// The store could not do what was asked.
@@ -412,6 +414,19 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
         after: Option<&Cursor>,
     ) -> StoreResult<DeadPage>;
+
+    /// Adds an operator's action to the audit log, at the store's time, and deletes
+    /// entries past `retention.audit_max_age`.
+    async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()>;
+
+    /// Audit entries matching `filter`, newest first, up to `limit`, after `cursor`
+    /// (bounded work per call: a page may come back short, with a cursor to go on).
+    async fn audit(
+        &self,
+        filter: &AuditFilter,
+        limit: usize,
+        after: Option<&AuditPosition>,
+    ) -> StoreResult<AuditPage>;
 
     /// Succeeds when the store answers.
     async fn ping(&self) -> StoreResult<()>;

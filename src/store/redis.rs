@@ -18,9 +18,10 @@ use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    Cancelled, Claim, ClaimedJob, Cursor, DeadFilter, DeadPage, Deferral, Enqueued, HealthListener,
-    Idempotency, JobState, JobStatus, JobView, Outcomes, Settled, Settlement, StateCounts, Stats,
-    Store, StoreError, StoreResult, Trimmed,
+    AuditFilter, AuditPage, AuditPosition, AuditRecord, Cancelled, Claim, ClaimedJob, Cursor,
+    DeadFilter, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobState, JobStatus,
+    JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store, StoreError, StoreResult,
+    Trimmed,
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
@@ -28,6 +29,7 @@ use crate::lifecycle::{retention, Record};
 use crate::lifecycle::{transitions, Index, Now};
 use crate::policy::{RateAsk, Slots};
 
+mod audit;
 mod commit;
 mod conn;
 mod enqueue;
@@ -38,6 +40,7 @@ mod reply;
 mod shard_clock;
 
 use super::spec;
+use audit::AuditLog;
 use commit::{commit, Change, Committed, Decision, Held, Shard};
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
@@ -113,6 +116,7 @@ pub struct RedisStore {
     retention: [u64; 3],
     scripts: Scripts,
     enqueuer: Enqueuer,
+    audit: AuditLog,
 }
 
 impl RedisStore {
@@ -185,6 +189,7 @@ impl RedisStore {
             ],
             scripts,
             enqueuer,
+            audit: AuditLog::new(&settings.key_prefix, retention.audit_max_age),
         })
     }
 
@@ -775,6 +780,22 @@ impl Store for RedisStore {
             pages.push(self.shard_dead_letters(keys, filter, limit, after).await?);
         }
         Ok(page::merge(pages, limit))
+    }
+
+    async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
+        self.audit.record(&self.conn, record).await
+    }
+
+    async fn audit(
+        &self,
+        filter: &AuditFilter,
+        limit: usize,
+        after: Option<&AuditPosition>,
+    ) -> StoreResult<AuditPage> {
+        super::audit::page(filter, limit, after.copied(), |before, n| {
+            self.audit.read(&self.conn, filter, before, n)
+        })
+        .await
     }
 
     async fn ping(&self) -> StoreResult<()> {

@@ -9,6 +9,7 @@ pub mod postback;
 pub mod receiver;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod tenants;
 
 pub use postback::Postback;
 pub use receiver::Receiver;

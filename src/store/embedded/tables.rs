@@ -61,7 +61,7 @@ pub const INFLIGHT: TableDefinition<(i64, &str), ()> = TableDefinition::new("inf
 pub const DEAD: TableDefinition<(i64, &str), ()> = TableDefinition::new("dead");
 /// (finished at, id) of delivered and cancelled notifications.
 pub const DONE: TableDefinition<(i64, &str), ()> = TableDefinition::new("done");
-/// Idempotency key → (id, forgotten at).
+/// Idempotency key (within its tenant) → (id and the request's fingerprint, forgotten at).
 pub const IDEMPOTENCY: TableDefinition<&str, (&str, i64)> = TableDefinition::new("idempotency");
 /// (forgotten at, idempotency key), for the sweep.
 pub const IDEMPOTENCY_EXPIRY: TableDefinition<(i64, &str), ()> =
@@ -71,6 +71,8 @@ pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters"
 /// Rate key → its quota's state (`policy::RateState`: theoretical arrival time, end of
 /// its pause, µs), while it says more than no state would.
 pub const RATES: TableDefinition<&str, (i64, i64)> = TableDefinition::new("rates");
+/// (ms, seq) → an audit log entry's JSON (`store::AuditRecord`).
+pub const AUDIT: TableDefinition<(i64, u64), &str> = TableDefinition::new("audit");
 
 /// Every table, open in one write transaction.
 pub struct Tables<'t> {
@@ -85,6 +87,7 @@ pub struct Tables<'t> {
     pub idempotency_expiry: Table<'t, (i64, &'static str), ()>,
     pub counters: Table<'t, &'static str, u64>,
     pub rates: Table<'t, &'static str, (i64, i64)>,
+    pub audit: Table<'t, (i64, u64), &'static str>,
 }
 
 impl<'t> Tables<'t> {
@@ -101,6 +104,7 @@ impl<'t> Tables<'t> {
             idempotency_expiry: tx.open_table(IDEMPOTENCY_EXPIRY)?,
             counters: tx.open_table(COUNTERS)?,
             rates: tx.open_table(RATES)?,
+            audit: tx.open_table(AUDIT)?,
         })
     }
 
