@@ -185,3 +185,68 @@ async fn errors_are_one_clear_line_and_exit_code_one() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_token_works_once_configured_and_its_actions_are_audited() {
+    let made = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["token", "new", "--name", "night-ops", "--tenant", "*"])
+        .args(["--roles", "read,operate,audit"])
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let token = String::from_utf8(made.stdout).unwrap().trim().to_string();
+    let lines = String::from_utf8(made.stderr).unwrap();
+    assert!(
+        token.starts_with("pbk_") && !lines.contains(&token),
+        "shown once: {lines}"
+    );
+    let config: String = lines
+        .lines()
+        .skip_while(|l| !l.starts_with("[tokens."))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("postback.toml");
+    std::fs::write(&path, config).unwrap();
+
+    let (_backend, receiver, pb) =
+        support::start_any(&[("POSTBACK_CONFIG", path.to_str().unwrap())]).await;
+    let id = pb
+        .register(serde_json::json!({"url": receiver.url("/x"), "body": {}, "delay": "1h"}))
+        .await;
+    let as_night_ops = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(args)
+            .env_clear()
+            .env("POSTBACK_API_URL", pb.url(""))
+            .env("POSTBACK_API_TOKEN", &token)
+            .output()
+            .unwrap()
+    };
+    assert!(as_night_ops(&["cancel", &id]).status.success());
+    let refused = as_night_ops(&["notify", "--url", "http://127.0.0.1:9/", "--body", "{}"]);
+    assert!(!refused.status.success(), "no notify role");
+    assert!(String::from_utf8(refused.stderr)
+        .unwrap()
+        .contains("notify"));
+
+    let audit = as_night_ops(&["audit"]);
+    let table = String::from_utf8(audit.stdout).unwrap();
+    assert!(audit.status.success(), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.contains("cancel"))
+        .expect("a cancel row");
+    assert!(
+        row.contains("night-ops") && row.contains(&id) && row.contains("default"),
+        "{table}"
+    );
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args([
+            "token", "new", "--name", "x", "--tenant", "*", "--roles", "root",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+}

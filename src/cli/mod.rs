@@ -1,7 +1,7 @@
-//! The `postback` command line: `serve` runs the service; the other commands are the
-//! operator's client of a running instance's API (`notify`, `status`, `cancel`, `stats`,
-//! `dlq list|show|replay|discard|purge`), printing readable tables or, with `--json`,
-//! the API's JSON answer.
+//! The `postback` command line: `serve` runs the service and `token new` makes an API
+//! token; the other commands are the operator's client of a running instance's API
+//! (`notify`, `status`, `cancel`, `stats`, `dlq list|show|replay|discard|purge`,
+//! `audit`), printing readable tables or, with `--json`, the API's JSON answer.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Map, Value};
 
+use crate::access::{self, Role, Scope};
 use crate::config::Config;
 
 mod client;
@@ -63,6 +64,54 @@ enum Command {
         command: Dlq,
         #[command(flatten)]
         api: ApiArgs,
+    },
+    /// Who cancelled, replayed, discarded or purged what, newest first.
+    Audit {
+        /// Only this token's actions (its configured name).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only this action: cancel, replay, replay_matching, discard, purge.
+        #[arg(long)]
+        action: Option<String>,
+        /// Only actions on this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// At or after (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// At or before (RFC 3339).
+        #[arg(long)]
+        until: Option<String>,
+        /// Items per page (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed under the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// API tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Print a fresh random token once, and the configuration lines that accept it (its
+    /// SHA-256, never the token itself).
+    New {
+        /// The token's name: the actor in the audit log.
+        #[arg(long)]
+        name: String,
+        /// The tenant it acts for, or `*` for every tenant.
+        #[arg(long)]
+        tenant: String,
+        /// What it may do: notify, read, operate, audit (comma-separated).
+        #[arg(long, value_delimiter = ',', required = true, value_parser = parse_role)]
+        roles: Vec<Role>,
     },
 }
 
@@ -125,6 +174,9 @@ struct NotifyArgs {
     /// Makes the registration safe to repeat.
     #[arg(long)]
     idempotency_key: Option<String>,
+    /// The tenant it is for (a token for every tenant only).
+    #[arg(long)]
+    tenant: Option<String>,
     #[command(flatten)]
     api: ApiArgs,
 }
@@ -144,6 +196,9 @@ struct Filter {
     /// Dead-lettered at or before (RFC 3339).
     #[arg(long)]
     until: Option<String>,
+    /// Only this tenant's (a token for every tenant only).
+    #[arg(long)]
+    tenant: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -200,6 +255,14 @@ pub fn main() -> ExitCode {
             config,
             insecure_no_auth,
         } => serve(config, insecure_no_auth),
+        Command::Token {
+            command:
+                TokenCommand::New {
+                    name,
+                    tenant,
+                    roles,
+                },
+        } => new_token(&name, &tenant, &roles),
         client_command => run_client(client_command),
     };
     match result {
@@ -230,7 +293,9 @@ fn run_client(command: Command) -> anyhow::Result<()> {
 
 async fn client_command(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve { .. } => unreachable!("serve is not a client command"),
+        Command::Serve { .. } | Command::Token { .. } => {
+            unreachable!("serve and token run without the API")
+        }
         Command::Notify(args) => notify(args).await,
         Command::Status { id, api } => {
             let answer = Client::new(&api)?
@@ -249,7 +314,63 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
             print::answer(&api, &answer, print::stats)
         }
         Command::Dlq { command, api } => dlq(command, &api).await,
+        Command::Audit {
+            actor,
+            action,
+            tenant,
+            since,
+            until,
+            limit,
+            cursor,
+            api,
+        } => {
+            let given = [
+                ("actor", actor),
+                ("action", action),
+                ("tenant", tenant),
+                ("since", since),
+                ("until", until),
+                ("cursor", cursor),
+            ];
+            let mut query: Vec<(&str, String)> = given
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            query.push(("limit", limit.to_string()));
+            let answer = Client::new(&api)?.get_query("/audit", &query).await?;
+            print::answer(&api, &answer, print::audit)
+        }
     }
+}
+
+/// Prints a fresh token and the `[tokens.<name>]` lines that accept it.
+fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Result<()> {
+    let bare_key = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    anyhow::ensure!(
+        bare_key,
+        "--name `{name}`: use letters, digits, `-` and `_` (it becomes [tokens.{name}])"
+    );
+    Scope::parse(tenant).map_err(|e| anyhow::anyhow!("--tenant {e}"))?;
+    let token = access::new_token()?;
+    let roles: Vec<String> = roles.iter().map(|r| format!("\"{}\"", r.name())).collect();
+    println!("{token}");
+    eprintln!("\nThe token above is shown once: hand it to its caller and keep no copy.");
+    eprintln!("Add these lines to the configuration file:\n");
+    eprintln!("[tokens.{name}]");
+    eprintln!("sha256 = \"{}\"", access::digest_hex(&token));
+    eprintln!("tenant = \"{tenant}\"");
+    eprintln!("roles = [{}]", roles.join(", "));
+    Ok(())
+}
+
+fn parse_role(raw: &str) -> Result<Role, String> {
+    Role::ALL
+        .into_iter()
+        .find(|r| r.name() == raw.trim())
+        .ok_or_else(|| format!("`{raw}` is not one of notify, read, operate, audit"))
 }
 
 async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
@@ -270,6 +391,7 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         ("expect_body", &args.expect_body),
         ("topic", &args.topic),
         ("rate_key", &args.rate_key),
+        ("tenant", &args.tenant),
     ];
     for (field, value) in fields {
         if let Some(v) = value {
@@ -357,6 +479,7 @@ impl Filter {
             ("host", &self.host),
             ("since", &self.since),
             ("until", &self.until),
+            ("tenant", &self.tenant),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))

@@ -28,6 +28,7 @@ pub fn notification(a: &Value) {
         &[
             "id",
             "state",
+            "tenant",
             "url",
             "topic",
             "attempts",
@@ -49,6 +50,7 @@ pub fn dead_letter(a: &Value) {
         &[
             "id",
             "state",
+            "tenant",
             "url",
             "topic",
             "attempts",
@@ -68,7 +70,15 @@ pub fn dead_letters(a: &Value) {
     if items.is_empty() {
         println!("no dead letters");
     } else {
-        let mut t = table(&["ID", "DEAD AT", "ATTEMPTS", "TOPIC", "URL", "LAST FAILURE"]);
+        let mut t = table(&[
+            "ID",
+            "DEAD AT",
+            "TENANT",
+            "ATTEMPTS",
+            "TOPIC",
+            "URL",
+            "LAST FAILURE",
+        ]);
         for i in items {
             let last = match (&i["last_status"], &i["last_error"]) {
                 (Value::Number(n), _) => format!("HTTP {n}"),
@@ -77,10 +87,49 @@ pub fn dead_letters(a: &Value) {
             t.add_row([
                 text(&i["id"]),
                 text(&i["dead_at"]),
+                text(&i["tenant"]),
                 text(&i["attempts"]),
                 text(&i["topic"]),
                 text(&i["url"]),
                 last,
+            ]);
+        }
+        println!("{t}");
+    }
+    if let Some(next) = a["next_cursor"].as_str() {
+        println!("\nmore: --cursor {next}");
+    }
+}
+
+/// A page of the audit log, and how to get the next one.
+pub fn audit(a: &Value) {
+    let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        println!("no audit entries");
+    } else {
+        let mut t = table(&["AT", "ACTOR", "TENANT", "ACTION", "ON", "COUNT"]);
+        for i in items {
+            let on = match (&i["target"], &i["filter"]) {
+                (Value::String(id), _) => id.clone(),
+                (_, Value::Object(f)) if f.is_empty() => "every dead letter".into(),
+                (_, Value::Object(f)) => f
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", text(v)))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                _ => "-".into(),
+            };
+            let tenant = match &i["tenant"] {
+                Value::Null => "*".into(),
+                t => text(t),
+            };
+            t.add_row([
+                text(&i["at"]),
+                text(&i["actor"]),
+                tenant,
+                text(&i["action"]),
+                on,
+                text(&i["count"]),
             ]);
         }
         println!("{t}");
