@@ -1,7 +1,7 @@
 // The review page: a small client of postback's own API. The token is kept in
 // sessionStorage (this tab only) and sent as a bearer token, like any API client.
 // Views are chosen by the URL's hash, so the browser's back button and links work:
-// #/overview, #/dead (?filters), #/dead/<id>, #/lookup, #/lookup/<id>.
+// #/overview, #/dead (?filters), #/dead/<id>, #/lookup, #/lookup/<id>, #/audit (?filters).
 "use strict";
 
 const TOKEN_KEY = "postback-token";
@@ -142,7 +142,7 @@ async function overview() {
   ];
 }
 
-const FILTERS = ["topic", "host", "since", "until"];
+const FILTERS = ["topic", "host", "tenant", "since", "until"];
 
 function filterQuery(params) {
   const q = new URLSearchParams();
@@ -215,10 +215,12 @@ async function deadLetters(params) {
       ? el("p", { class: "muted" }, "No dead letters match.")
       : el("div", { class: "table-wrap" }, el("table", {},
         el("thead", {}, el("tr", {}, el("th", {}, "Notification"), el("th", { class: "wide" }, "Topic"),
-          el("th", {}, "Last failure"), el("th", { class: "wide" }, "Attempts"), el("th", {}, "Dead since"))),
+          el("th", { class: "wide" }, "Tenant"), el("th", {}, "Last failure"), el("th", { class: "wide" }, "Attempts"),
+          el("th", {}, "Dead since"))),
         el("tbody", {}, page.items.map((d) => el("tr", {},
           el("td", { class: "url" }, el("a", { href: `#/dead/${d.id}` }, d.url), el("div", { class: "muted id" }, d.id)),
           el("td", { class: "wide" }, d.topic || "—"),
+          el("td", { class: "wide" }, d.tenant),
           el("td", {}, d.last_status !== null ? `HTTP ${d.last_status}` : d.last_error || "—"),
           el("td", { class: "wide" }, d.attempts),
           el("td", {}, when(d.dead_at))))))),
@@ -257,6 +259,7 @@ async function deadLetter(id) {
     el("h1", {}, "Dead letter"),
     el("div", { class: "card" }, el("dl", {},
       el("dt", {}, "Id"), el("dd", {}, d.id),
+      el("dt", {}, "Tenant"), el("dd", {}, d.tenant),
       el("dt", {}, "Callback"), el("dd", {}, d.url),
       el("dt", {}, "Topic"), el("dd", {}, d.topic || "—"),
       el("dt", {}, "Attempts"), el("dd", {}, `${d.attempts} of ${d.max_attempts}`),
@@ -287,6 +290,7 @@ async function lookup(id) {
     parts.push(
       el("div", { class: "card" }, el("dl", {},
         el("dt", {}, "State"), el("dd", { id: "lookup-state" }, stateBadge(n.state)),
+        el("dt", {}, "Tenant"), el("dd", {}, n.tenant),
         el("dt", {}, "Callback"), el("dd", {}, n.url),
         el("dt", {}, "Attempts"), el("dd", {}, `${n.attempts} of ${n.max_attempts}`),
         el("dt", {}, "Next attempt"), el("dd", {}, when(n.next_attempt_at)),
@@ -301,6 +305,58 @@ async function lookup(id) {
     parts.push(e.status === 404 ? el("p", { class: "error", role: "alert" }, "No notification has this id.") : failure(e));
   }
   return parts;
+}
+
+const AUDIT_FILTERS = ["actor", "action", "tenant", "since", "until"];
+const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge"];
+
+// What an entry acted on: one notification (linked), or a bulk action's filter.
+function auditTarget(e) {
+  if (e.target) return el("a", { href: `#/lookup/${e.target}` }, e.target);
+  const f = Object.entries(e.filter || {});
+  return f.length ? f.map(([k, v]) => `${k}=${v}`).join(" ") : "every dead letter";
+}
+
+async function audit(params) {
+  const q = new URLSearchParams();
+  for (const f of AUDIT_FILTERS) if (params.get(f)) q.set(f, params.get(f));
+  const shown = new URLSearchParams(q);
+  q.set("limit", "50");
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const page = await api(`/audit?${q}`);
+  const field = (f) => f === "action"
+    ? el("select", { id: "a-action", name: "action" }, el("option", { value: "" }, "any"),
+      ACTIONS.map((a) => el("option", { value: a, selected: params.get("action") === a }, a.replace("_", " "))))
+    : el("input", { id: `a-${f}`, name: f, value: params.get(f) || "",
+      placeholder: f === "since" || f === "until" ? "2026-01-01T00:00:00Z" : "" });
+  const form = el("form", { class: "filters", "aria-label": "Filters" },
+    AUDIT_FILTERS.map((f) => el("div", {},
+      el("label", { for: `a-${f}` }, f === "since" || f === "until" ? `${f} (RFC 3339)` : f), field(f))),
+    el("div", {}, el("button", { type: "submit" }, "Filter")));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const next = new URLSearchParams();
+    for (const f of AUDIT_FILTERS) if (form.elements[f].value.trim()) next.set(f, form.elements[f].value.trim());
+    location.hash = `#/audit?${next}`;
+  });
+  if (page.next_cursor) shown.set("cursor", page.next_cursor);
+  return [
+    el("h1", {}, "Audit log"),
+    form,
+    page.items.length === 0
+      ? el("p", { class: "muted" }, "No entries match.")
+      : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Audit log" },
+        el("thead", {}, el("tr", {}, el("th", {}, "At"), el("th", {}, "Actor"), el("th", {}, "Action"),
+          el("th", { class: "wide" }, "Tenant"), el("th", {}, "On"), el("th", {}, "Count"))),
+        el("tbody", {}, page.items.map((e) => el("tr", {},
+          el("td", {}, when(e.at)),
+          el("td", {}, e.actor),
+          el("td", {}, e.action.replace("_", " ")),
+          el("td", { class: "wide" }, e.tenant || "every tenant"),
+          el("td", { class: "id" }, auditTarget(e)),
+          el("td", {}, e.count)))))),
+    page.next_cursor ? el("p", {}, el("a", { href: `#/audit?${shown}` }, "Next page →")) : null,
+  ];
 }
 
 // ---- routing -------------------------------------------------------------
@@ -318,6 +374,7 @@ async function route() {
     const parts = name === "dead" && id ? await deadLetter(decodeURIComponent(id))
       : name === "dead" ? await deadLetters(new URLSearchParams(query))
       : name === "lookup" ? await lookup(id && decodeURIComponent(id))
+      : name === "audit" ? await audit(new URLSearchParams(query))
       : await overview();
     view.replaceChildren(...parts.filter(Boolean));
     document.title = `postback — ${parts[0].textContent}`;

@@ -1,9 +1,9 @@
 // End to end in headless Chromium: postback's review page against a real postback and
 // Redis (started by scripts/ui-test.sh) and a real receiver started here. Signs in,
 // reads the overview, finds a dead letter, opens it, replays it to a new URL and sees
-// it delivered; bulk-replays the rest after a confirmation that shows the count; checks
-// the page works at phone width and with the keyboard. Saves a screenshot of each view
-// under docs/.
+// it delivered; bulk-replays the rest after a confirmation that shows the count; finds
+// both replays in the audit log and filters it by action; checks the page works at phone
+// width and with the keyboard. Saves a screenshot of each view under docs/.
 import { chromium } from "playwright-core";
 import http from "node:http";
 import assert from "node:assert/strict";
@@ -122,6 +122,20 @@ try {
   await dialog.getByRole("button", { name: "Replay 2" }).click();
   await page.getByText("2 replayed.").waitFor();
 
+  // The audit log: both replays, newest first, by the token's name; then only bulk ones.
+  await page.getByRole("link", { name: "Audit" }).click();
+  await page.getByRole("heading", { name: "Audit log" }).waitFor();
+  const rows = page.getByRole("table", { name: "Audit log" }).locator("tbody tr");
+  await rows.nth(1).waitFor();
+  assert.match(await rows.nth(0).textContent(), /api_token_1replay matching.*topic=payment\.succeeded2$/);
+  assert.match(await rows.nth(1).textContent(), new RegExp(`api_token_1replay.*${oldest}1$`));
+  await page.screenshot({ path: `${shots}/ui-audit.png`, fullPage: true });
+  await page.getByLabel("action").selectOption("replay_matching");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await page.waitForURL(/action=replay_matching/);
+  await rows.first().waitFor();
+  assert.equal(await rows.count(), 1);
+
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(`${api}/ui#/dead/${dead[1]}`);
@@ -133,7 +147,7 @@ try {
   await page.screenshot({ path: `${shots}/ui-phone.png`, fullPage: true });
 
   assert.deepEqual(errors, [], "no script errors");
-  console.log("review page: sign-in, overview, dead letters, keyboard, replay, bulk replay, phone width: ok");
+  console.log("review page: sign-in, overview, dead letters, keyboard, replay, bulk replay, audit, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
