@@ -588,15 +588,23 @@ fn token_table(
 }
 
 /// A setting that could not be read, named as the configuration file and the
-/// environment variable would name it: `delivery.jitter (POSTBACK_DELIVERY_JITTER)`.
+/// environment variable (where one can address it) would name it:
+/// `delivery.jitter (POSTBACK_DELIVERY_JITTER)`.
 fn named_error(e: figment::Error) -> anyhow::Error {
     let key = e.path.join(".").to_ascii_lowercase();
     let source = e.metadata.as_ref().map(|m| m.name.to_string());
-    let env = format!("POSTBACK_{}", key.replace('.', "_").to_ascii_uppercase());
+    let section = key.split('.').next().unwrap_or_default();
+    let name = match SECTIONS.contains(&section) {
+        true => format!(
+            "{key} (POSTBACK_{})",
+            key.replace('.', "_").to_ascii_uppercase()
+        ),
+        false => key.clone(),
+    };
     let place = match (key.is_empty(), source) {
         (true, _) => String::new(),
-        (false, Some(source)) => format!("{key} ({env}) in {source}: "),
-        (false, None) => format!("{key} ({env}): "),
+        (false, Some(source)) => format!("{name} in {source}: "),
+        (false, None) => format!("{name}: "),
     };
     anyhow::anyhow!("invalid configuration: {place}{}", e.kind)
 }
@@ -752,6 +760,14 @@ mod tests {
         Config::validate(settings, false)
     }
 
+    /// A `[tokens.x]` section of `tenant` and `roles` (written as in TOML).
+    fn token(tenant: &str, roles: &str) -> String {
+        format!(
+            "[tokens.x]\nsha256 = \"{}\"\ntenant = \"{tenant}\"\nroles = [{roles}]",
+            access::digest_hex("tok-x")
+        )
+    }
+
     #[test]
     fn names_the_bad_key() {
         let mut s = with_token();
@@ -769,11 +785,44 @@ mod tests {
             ("[delivery]\njitter = 101", "delivery.jitter (POSTBACK_DELIVERY_JITTER) in TOML source string: 101% is more than 100%"),
             ("[delivery]\njitter = \"a lot\"", "delivery.jitter (POSTBACK_DELIVERY_JITTER) in TOML source string: `a lot` is not a percentage"),
             ("[signing]\nsecrets = \"not-a-secret\"", "signing.secrets: a secret must start with"),
+            ("[secrets]\nshop = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"", "secrets.shop (POSTBACK_SECRETS_SHOP): secrets per rate key are gone"),
+            ("[tokens.x]\nsha256 = \"abc\"\ntenant = \"*\"\nroles = [\"read\"]", "tokens.x.sha256: must be the 64 hex digits"),
+            (&token("shop-z", "\"read\""), "tokens.x.tenant: no tenant `shop-z` is configured"),
+            (&token("shop a", "\"read\""), "tokens.x.tenant: `shop a`: a tenant is"),
+            (&token("*", "\"root\""), "tokens.x.roles.0 in TOML source string: unknown variant: found `root`"),
+            (&token("*", ""), "tokens.x.roles: must name at least one"),
+            ("[tokens.x]\ntenant = \"*\"\nroles = [\"read\"]", "missing field `sha256`"),
+            ("[tenants.\"shop a\"]", "tenants.shop a: a tenant is"),
+            ("[tenants.a]\nallowed_hosts = [\"http://x\"]", "tenants.a.allowed_hosts: `http://x` is not a host name"),
+            ("[tenants.a]\nsecrets = [\"nope\"]", "tenants.a.secrets: a secret must start with"),
+            (&format!("{}\n[tokens.y]\nsha256 = \"{}\"\ntenant = \"*\"\nroles = [\"read\"]", token("*", "\"read\""), access::digest_hex("tok-x")), "tokens.y.sha256: the same token as x"),
         ];
         for (text, expected) in refused {
             let err = from_toml(text).unwrap_err().to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn tokens_and_tenants_read_what_users_write() {
+        let c = from_toml(&format!(
+            "{}\n[tenants.shop-a]\nrate_limit = \"10/s\"\nquotas = {{ x = \"1/s\" }}\n\
+             allowed_hosts = [\"*.shop.example\"]",
+            token("shop-a", "\"notify\", \"read\"")
+        ))
+        .unwrap();
+        let quotas = c.quotas();
+        assert_eq!(quotas.of("shop-a/x").to_string(), "1/s");
+        assert_eq!(quotas.of("shop-a/y").to_string(), "10/s");
+        assert_eq!(quotas.of("default/y").to_string(), "1000/s");
+        let shop = Tenant::parse("shop-a", "tenant").unwrap();
+        let allowed = c.tenants[&shop].allowed_hosts.as_ref().unwrap();
+        assert!(allowed.allows("a.shop.example"));
+        assert!(c.tenants.contains_key(&Tenant::default()));
+        let p = c.tokens.identify("tok-x").unwrap();
+        assert_eq!(p.actor, "x");
+        assert!(p.may(Role::Read) && !p.may(Role::Operate));
+        assert_eq!(format!("{:?}", c.tokens), "[\"api_token_1\", \"x\"]");
     }
 
     #[test]
@@ -786,7 +835,7 @@ mod tests {
         assert_eq!(c.settings.delivery.jitter, Percent::new(25).unwrap());
         let quotas = c.quotas();
         assert_eq!(quotas.default.to_string(), "600/m");
-        assert_eq!(quotas.per_key["shop"].to_string(), "5/s");
+        assert_eq!(quotas.of("default/shop").to_string(), "5/s");
         let fast = &c.settings.schedules["fast"];
         assert_eq!(fast.intervals_ms(), [100, 2000]);
         assert_eq!(c.settings.schedules["default"].max_attempts(), 10);
