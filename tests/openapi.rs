@@ -20,6 +20,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/dead-letters/purge"),
     ("get", "/stats"),
     ("get", "/overview"),
+    ("get", "/audit"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
