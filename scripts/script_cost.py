@@ -81,7 +81,7 @@ def call(kind, sha, first, batch, conflict):
     if kind == "enqueue":
         args += ["postback:wake", "v2"]
         for i in range(first, first + batch):
-            args += [notification_id(i), SPEC, SCHEDULE, "0", "0", "1"]
+            args += [notification_id(i), SPEC, SCHEDULE, "0", "0", "1", ""]
         return resp(args)
     args += ["postback:wake", "2592000000", "1000000", "604800000", str(2 * batch + 16)]
     entry = '{"at":%d,"status":200,"error":null,"duration_ms":3,"response":"ok"}' % (int(NOW) - 3)

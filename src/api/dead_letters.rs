@@ -181,8 +181,8 @@ pub async fn replay(
         .await?
         .ok_or_else(|| ApiError::not_found("dead letter"))?;
     tracing::info!(id = %found.id, actor = %caller.actor, new_url = spec.is_some(), "dead letter replayed");
-    audit::record(&state, audit::on_one(&caller, AuditAction::Replay, &found)).await;
     state.wake.notify_one();
+    audit::record(&state, audit::on_one(&caller, AuditAction::Replay, &found)).await;
     Ok(Json(Replayed {
         id: found.id.to_string(),
         state: status.state.into(),
@@ -305,9 +305,9 @@ pub async fn replay_matching(
     let count =
         bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
     tracing::info!(count, ?filter, actor = %caller.actor, "dead letters replayed in bulk");
+    state.wake.notify_one();
     let entry = audit::on_matching(&caller, AuditAction::ReplayMatching, &filter, count);
     audit::record(&state, entry).await;
-    state.wake.notify_one();
     Ok(Json(Count { count }))
 }
 
