@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::access;
 use crate::api::{self, AppState, NotifyPolicy};
 use crate::config::{Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
@@ -83,6 +84,8 @@ impl App {
             metrics: crate::metrics::install()?,
             pipeline: pipeline.clone(),
             host_labels: s.metrics.host_labels,
+            max_body_bytes: s.server.max_body_bytes,
+            metrics_token: s.server.metrics_token.as_deref().map(access::digest),
         };
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {

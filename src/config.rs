@@ -92,6 +92,8 @@ pub struct ServerSettings {
     pub max_concurrent_requests: usize,
     #[serde(with = "humantime_serde")]
     pub idempotency_ttl: Duration,
+    /// When set, `/metrics` needs `Authorization: Bearer <metrics_token>`.
+    pub metrics_token: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -247,6 +249,7 @@ impl Default for ServerSettings {
             max_body_bytes: 256 * 1024,
             max_concurrent_requests: 512,
             idempotency_ttl: Duration::from_secs(24 * 3600),
+            metrics_token: None,
         }
     }
 }

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
+use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use crate::access::{Principal, Role, Scope, TokenTable};
+use crate::access::{self, Principal, Role, Scope, TokenTable};
 use crate::domain::{FieldError, Tenant};
 
 /// Who calls when authentication is off (`--insecure-no-auth`).
@@ -26,18 +27,27 @@ pub async fn require_token(
     let principal = if tokens.is_open() {
         Principal::everything(ANONYMOUS)
     } else {
-        let presented = request
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer);
-        presented
+        presented(request.headers())
             .and_then(|t| tokens.identify(t))
             .cloned()
             .ok_or_else(ApiError::unauthorized)?
     };
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
+}
+
+/// The bearer token a request presents, if any.
+pub fn presented(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer)
+}
+
+/// Whether a request presents the token whose SHA-256 is `expected` (compared in
+/// constant time).
+pub fn presents(headers: &HeaderMap, expected: &[u8; 32]) -> bool {
+    presented(headers).is_some_and(|t| bool::from(access::digest(t).ct_eq(expected)))
 }
 
 /// The token of an `Authorization` header value, whatever the case of `Bearer`.

@@ -156,7 +156,7 @@ pub async fn replay(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Replayed>, ApiError> {
     auth::require(&caller, Role::Operate)?;
-    let body = body?;
+    let body = body.map_err(|r| ApiError::body(r, state.max_body_bytes))?;
     let request: ReplayRequest = if body.trim_ascii().is_empty() || body.trim_ascii() == b"null" {
         ReplayRequest::default()
     } else {
@@ -298,7 +298,8 @@ pub async fn replay_matching(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Count>, ApiError> {
     auth::require(&caller, Role::Operate)?;
-    let request: BulkRequest = parse_json(&body?)?;
+    let body = body.map_err(|r| ApiError::body(r, state.max_body_bytes))?;
+    let request: BulkRequest = parse_json(&body)?;
     let filter = request.filter(&caller)?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.policy)?;
@@ -331,7 +332,8 @@ pub async fn purge(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Count>, ApiError> {
     auth::require(&caller, Role::Operate)?;
-    let request: BulkRequest = parse_json(&body?)?;
+    let body = body.map_err(|r| ApiError::body(r, state.max_body_bytes))?;
+    let request: BulkRequest = parse_json(&body)?;
     for (field, given) in [
         ("schedule", request.schedule.is_some()),
         ("delay", request.delay.is_some()),

@@ -124,9 +124,17 @@ pub fn invalid_query(r: axum::extract::rejection::QueryRejection) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text())
 }
 
-impl From<BytesRejection> for ApiError {
-    /// A body that could not be read: too large (413) or broken.
-    fn from(r: BytesRejection) -> Self {
+impl ApiError {
+    /// A body that could not be read: larger than `limit` (413, naming the limit and its
+    /// key) or broken.
+    pub fn body(r: BytesRejection, limit: usize) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            return Self::new(
+                r.status(),
+                "body_too_large",
+                format!("the body is larger than {limit} bytes (server.max_body_bytes)"),
+            );
+        }
         Self::new(r.status(), "invalid_body", r.body_text())
     }
 }

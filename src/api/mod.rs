@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::{middleware, Extension, Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -19,6 +19,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 mod audit;
 mod auth;
+mod browser;
 mod dead_letters;
 mod error;
 mod limits;
@@ -54,6 +55,10 @@ pub struct AppState {
     pub pipeline: Pipeline,
     /// Label open-circuit series with their endpoint (`metrics.host_labels`).
     pub host_labels: bool,
+    /// `server.max_body_bytes`, which a `413` names.
+    pub max_body_bytes: usize,
+    /// The SHA-256 of `server.metrics_token`: `/metrics` needs it when set.
+    pub metrics_token: Option<[u8; 32]>,
 }
 
 #[derive(OpenApi)]
@@ -92,7 +97,7 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
         .routes(routes!(readyz))
         .routes(routes!(prometheus))
         .split_for_parts();
-    routes
+    let routes = routes
         .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
         .merge(ui::routes())
         .fallback(|| async { ApiError::not_found("route") })
@@ -104,8 +109,8 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
             )
         })
         .layer(DefaultBodyLimit::max(server.max_body_bytes))
-        .layer(middleware::from_fn(limits::limit_headers))
-        .with_state(state)
+        .layer(middleware::from_fn(limits::limit_headers));
+    browser::with_security_headers(routes).with_state(state)
 }
 
 /// The routes that need a bearer token, with their documentation.
@@ -142,23 +147,35 @@ async fn stats(
 }
 
 /// Prometheus metrics: attempts, durations, scheduler lateness, queue depths per state
-/// and shard, deferrals, circuits, store errors, retention.
+/// and shard, deferrals, circuits, store errors, retention. Open, unless
+/// `server.metrics_token` is set: then it needs `Authorization: Bearer <metrics_token>`.
 #[utoipa::path(
     get,
     path = "/metrics",
     tag = "operations",
-    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain"))
+    responses(
+        (status = 200, description = "Prometheus text exposition format", content_type = "text/plain"),
+        (status = 401, description = "`server.metrics_token` is set, and the request does not present it", body = ErrorBody)
+    )
 )]
-async fn prometheus(State(state): State<AppState>) -> impl IntoResponse {
+async fn prometheus(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    if let Some(expected) = &state.metrics_token {
+        if !auth::presents(&headers, expected) {
+            return Err(ApiError::unauthorized());
+        }
+    }
     match state.store.stats().await {
         Ok(stats) => metrics::store_stats(&stats),
         Err(_) => metrics::store_error("stats"),
     }
     metrics::open_circuits(&state.delivery.open_circuits(), state.host_labels);
-    (
+    Ok((
         [(CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),
-    )
+    ))
 }
 
 /// Liveness: the process is up.

@@ -124,7 +124,7 @@ pub async fn notify(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     auth::require(&caller, Role::Notify)?;
-    let body = body?;
+    let body = body.map_err(|r| ApiError::body(r, state.max_body_bytes))?;
     let key = idempotency_key(&headers)?;
     let request: NotifyRequest = parse_json(&body)?;
     let tenant = auth::registering_tenant(&caller, request.tenant.as_deref(), |t| {

@@ -9,22 +9,35 @@
 //! failures, is published through the store (`Store::publish_health`), and `learn`
 //! counts it here as if it were this instance's own. So a dead endpoint costs the fleet
 //! `threshold` requests, and every instance opens and closes with the others.
+//!
+//! An endpoint that saw no failure for `IDLE_COOLDOWNS` cooldowns is forgotten (its next
+//! attempt goes as to a new one, as a probe would), so that endpoints never called again
+//! do not stay in memory, or open in `/metrics`, for good.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// Cooldowns without a failure after which an endpoint is forgotten.
+const IDLE_COOLDOWNS: u32 = 10;
+
 pub struct Breaker {
     /// 0: never opens.
     threshold: u32,
     cooldown: Duration,
-    endpoints: Mutex<HashMap<String, Circuit>>,
+    endpoints: Mutex<Endpoints>,
+}
+
+/// The endpoints with recent failures, and when the idle ones were last swept out.
+struct Endpoints {
+    circuits: HashMap<String, Circuit>,
+    swept: Instant,
 }
 
 /// An endpoint with recent failures; endpoints without any have no entry.
-#[derive(Default)]
 struct Circuit {
     failures: u32,
+    last_failure: Instant,
     open_until: Option<Instant>,
     /// When the probe in flight was let through.
     probing_since: Option<Instant>,
@@ -54,13 +67,41 @@ impl Breaker {
         Self {
             threshold,
             cooldown,
-            endpoints: Mutex::new(HashMap::new()),
+            endpoints: Mutex::new(Endpoints {
+                circuits: HashMap::new(),
+                swept: Instant::now(),
+            }),
         }
+    }
+
+    /// Counts a failure at `endpoint`; first, at most once per idle period, forgets the
+    /// endpoints idle that long.
+    fn failed<'e>(&self, endpoints: &'e mut Endpoints, endpoint: &str) -> &'e mut Circuit {
+        let now = Instant::now();
+        let idle = self.cooldown * IDLE_COOLDOWNS;
+        if now - endpoints.swept >= idle {
+            endpoints
+                .circuits
+                .retain(|_, c| now - c.last_failure < idle);
+            endpoints.swept = now;
+        }
+        let c = endpoints
+            .circuits
+            .entry(endpoint.to_string())
+            .or_insert_with(|| Circuit {
+                failures: 0,
+                last_failure: now,
+                open_until: None,
+                probing_since: None,
+            });
+        c.failures += 1;
+        c.last_failure = now;
+        c
     }
 
     pub fn check(&self, endpoint: &str) -> Verdict {
         let mut endpoints = self.endpoints.lock().expect("breaker");
-        let Some(c) = endpoints.get_mut(endpoint) else {
+        let Some(c) = endpoints.circuits.get_mut(endpoint) else {
             return Verdict::Closed;
         };
         let now = Instant::now();
@@ -80,6 +121,7 @@ impl Breaker {
     pub fn open_endpoints(&self) -> Vec<String> {
         let endpoints = self.endpoints.lock().expect("breaker");
         let mut open: Vec<String> = endpoints
+            .circuits
             .iter()
             .filter(|(_, c)| c.open_until.is_some())
             .map(|(e, _)| e.clone())
@@ -95,14 +137,13 @@ impl Breaker {
         }
         let mut endpoints = self.endpoints.lock().expect("breaker");
         if healthy {
-            let ended_failures = endpoints.remove(endpoint).is_some();
+            let ended_failures = endpoints.circuits.remove(endpoint).is_some();
             return Recorded {
                 opened: false,
                 tell: ended_failures.then_some(true),
             };
         }
-        let c = endpoints.entry(endpoint.to_string()).or_default();
-        c.failures += 1;
+        let c = self.failed(&mut endpoints, endpoint);
         let reopen = c.probing_since.take().is_some();
         let opened = reopen || (c.open_until.is_none() && c.failures >= self.threshold);
         if opened {
@@ -125,11 +166,10 @@ impl Breaker {
         }
         let mut endpoints = self.endpoints.lock().expect("breaker");
         if healthy {
-            endpoints.remove(endpoint);
+            endpoints.circuits.remove(endpoint);
             return false;
         }
-        let c = endpoints.entry(endpoint.to_string()).or_default();
-        c.failures += 1;
+        let c = self.failed(&mut endpoints, endpoint);
         let opened = c.open_until.is_none() && c.failures >= self.threshold;
         if opened {
             c.open_until = Some(Instant::now() + self.cooldown);
@@ -184,6 +224,24 @@ mod tests {
         assert_eq!(b.check("e"), Verdict::Open);
         b.learn("e", true);
         assert_eq!(b.check("e"), Verdict::Closed, "a probe elsewhere closed it");
+    }
+
+    #[test]
+    fn endpoints_idle_for_ten_cooldowns_are_forgotten() {
+        let b = Breaker::new(3, Duration::from_millis(10));
+        b.record("failing", false);
+        b.record("failing", false);
+        for _ in 0..3 {
+            b.learn("gone", false);
+        }
+        assert_eq!(b.open_endpoints(), vec!["gone".to_string()]);
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(
+            !b.record("failing", false).opened,
+            "its two failures 150 ms ago were forgotten"
+        );
+        assert!(b.open_endpoints().is_empty(), "nor is `gone` open for good");
+        assert_eq!(b.check("gone"), Verdict::Closed);
     }
 
     #[test]

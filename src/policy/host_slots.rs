@@ -7,7 +7,7 @@
 //! than handing the notification back to the store and claiming it again.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -49,6 +49,13 @@ impl Busy {
 
 type Hosts = Arc<Mutex<HashMap<String, Host>>>;
 
+/// The hosts' table, even after a thread panicked while holding it: every change to it
+/// is one step on one entry, so a panic cannot leave it half-changed, and a slot given
+/// back in `Drop` must not panic in turn.
+fn lock(hosts: &Hosts) -> MutexGuard<'_, HashMap<String, Host>> {
+    hosts.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 #[derive(Clone)]
 pub struct HostSlots {
     cap: usize,
@@ -72,7 +79,7 @@ impl HostSlots {
     /// A slot at `host`, or, while it already has `cap` deliveries in flight, how long to
     /// wait before asking again (about one attempt's duration there).
     pub fn try_acquire(&self, host: &str) -> Result<HostSlot, Busy> {
-        let mut hosts = self.hosts.lock().expect("host slots");
+        let mut hosts = lock(&self.hosts);
         let h = hosts.entry(host.to_string()).or_insert_with(|| Host {
             in_flight: 0,
             busy_since: Instant::now(),
@@ -119,7 +126,7 @@ impl HostSlot {
     /// Gives the slot back, learning how long the attempt took.
     pub fn finish(self, took: Duration) {
         let ms = took.as_secs_f64() * 1000.0;
-        if let Some(h) = self.hosts.lock().expect("host slots").get_mut(&self.host) {
+        if let Some(h) = lock(&self.hosts).get_mut(&self.host) {
             h.average_ms = Some(h.average_ms.map_or(ms, |avg| 0.8 * avg + 0.2 * ms));
         }
     }
@@ -127,7 +134,7 @@ impl HostSlot {
 
 impl Drop for HostSlot {
     fn drop(&mut self) {
-        let mut hosts = self.hosts.lock().expect("host slots");
+        let mut hosts = lock(&self.hosts);
         if let Some(h) = hosts.get_mut(&self.host) {
             h.in_flight -= 1;
             h.freed.notify_one();
@@ -151,6 +158,21 @@ mod tests {
         assert!(slots.try_acquire("b").is_ok(), "hosts are independent");
         drop(a);
         assert!(slots.try_acquire("a").is_ok());
+    }
+
+    #[test]
+    fn slots_are_given_back_after_a_panic_while_the_table_was_held() {
+        let slots = HostSlots::new(1);
+        let held = slots.try_acquire("a").unwrap();
+        let hosts = slots.hosts.clone();
+        let poisoned = std::thread::spawn(move || {
+            let _guard = hosts.lock().unwrap();
+            panic!("a panic while the table is held");
+        })
+        .join();
+        assert!(poisoned.is_err() && slots.hosts.is_poisoned());
+        drop(held);
+        assert!(slots.try_acquire("a").is_ok(), "the slot came back");
     }
 
     #[test]
