@@ -250,3 +250,58 @@ async fn a_new_token_works_once_configured_and_its_actions_are_audited() {
         .unwrap();
     assert!(!bad.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pipe_ends_the_output_without_a_panic() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let id = pb
+        .register(serde_json::json!({"url": receiver.url("/x"), "body": {}, "delay": "1h"}))
+        .await;
+    for _ in 0..5 {
+        // As `postback status ID | head -0`: the reader is gone before anything is written.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(["status", &id])
+            .env_clear()
+            .env("POSTBACK_API_URL", pb.url(""))
+            .env("POSTBACK_API_TOKEN", TOKEN)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(
+            matches!(out.status.code(), Some(0) | None),
+            "{:?}: {stderr}",
+            out.status
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_came_from_outside_cannot_drive_the_terminal() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let title = "\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    let id = pb
+        .register(serde_json::json!({
+            "url": receiver.url("/x?fail=9"),
+            "body": format!("order=1&note={title}"),
+            "schedule": [],
+        }))
+        .await;
+    pb.wait_state(&id, "dead", WAIT).await;
+    for args in [
+        vec!["dlq", "show", &id],
+        vec!["dlq", "list"],
+        vec!["status", &id],
+    ] {
+        let shown = ok(&pb, &args);
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+            "{args:?}: {shown:?}"
+        );
+    }
+    assert!(ok(&pb, &["dlq", "show", &id]).contains("\\u{1b}]0;pwned"));
+}

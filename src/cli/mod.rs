@@ -356,7 +356,7 @@ fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Result<()> {
     Scope::parse(tenant).map_err(|e| anyhow::anyhow!("--tenant {e}"))?;
     let token = access::new_token()?;
     let roles: Vec<String> = roles.iter().map(|r| format!("\"{}\"", r.name())).collect();
-    println!("{token}");
+    print::emit(&format!("{token}\n"))?;
     eprintln!("\nThe token above is shown once: hand it to its caller and keep no copy.");
     eprintln!("Add these lines to the configuration file:\n");
     eprintln!("[tokens.{name}]");
@@ -454,20 +454,20 @@ async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
                     let answer = client
                         .post("/dead-letters/replay", &Value::Object(body))
                         .await?;
-                    print::answer(api, &answer, |a| print::count("replayed", a))
+                    print::answer(api, &answer, |a, out| print::count("replayed", a, out))
                 }
             }
         }
         Dlq::Discard { id } => {
             client.delete(&format!("/dead-letters/{id}")).await?;
-            print::answer(api, &json!({"discarded": id}), |_| {
-                println!("discarded {id}")
+            print::answer(api, &json!({"discarded": id}), |_, out| {
+                out.line(format!("discarded {id}"))
             })
         }
         Dlq::Purge { filter, all } => {
             let body = Value::Object(filter.json(all).collect());
             let answer = client.post("/dead-letters/purge", &body).await?;
-            print::answer(api, &answer, |a| print::count("purged", a))
+            print::answer(api, &answer, |a, out| print::count("purged", a, out))
         }
     }
 }

@@ -1,28 +1,68 @@
 //! How the operator commands print API answers: aligned tables and `key: value` lines
-//! for people, or the JSON answer itself with `--json`.
+//! for people, or the JSON answer itself with `--json`. What came from the store or a
+//! receiver may hold control characters (a terminal's escape sequences); they are shown
+//! escaped, never sent to the terminal. Output whose reader has gone (`| head`) ends
+//! there, quietly.
+
+use std::borrow::Cow;
+use std::fmt::Display;
+use std::io::{ErrorKind, Write};
 
 use comfy_table::{presets, Table};
 use serde_json::Value;
 
 use super::ApiArgs;
 
-/// Prints `answer` as JSON with `--json`, otherwise with `human`.
-pub fn answer(api: &ApiArgs, answer: &Value, human: impl FnOnce(&Value)) -> anyhow::Result<()> {
-    if api.json {
-        println!("{}", serde_json::to_string_pretty(answer)?);
-    } else {
-        human(answer);
+/// What a command prints, gathered before it is written.
+#[derive(Default)]
+pub struct Out(String);
+
+impl Out {
+    pub fn line(&mut self, text: impl Display) {
+        self.0.push_str(&text.to_string());
+        self.0.push('\n');
     }
-    Ok(())
+}
+
+/// Prints `answer` as JSON with `--json`, otherwise with `human`.
+pub fn answer(
+    api: &ApiArgs,
+    answer: &Value,
+    human: impl FnOnce(&Value, &mut Out),
+) -> anyhow::Result<()> {
+    let mut out = Out::default();
+    if api.json {
+        out.line(serde_json::to_string_pretty(answer)?);
+    } else {
+        human(answer, &mut out);
+    }
+    emit(&out.0)
+}
+
+/// Writes `text` to stdout; a reader that has gone away ends the output, not the
+/// command.
+pub fn emit(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 /// The answer to a registration or a replay.
-pub fn registered(a: &Value) {
-    fields(a, &["id", "state", "attempts", "url", "next_attempt_at"]);
+pub fn registered(a: &Value, out: &mut Out) {
+    fields(
+        a,
+        &["id", "state", "attempts", "url", "next_attempt_at"],
+        out,
+    );
 }
 
 /// A notification and its attempt history.
-pub fn notification(a: &Value) {
+pub fn notification(a: &Value, out: &mut Out) {
     fields(
         a,
         &[
@@ -39,12 +79,13 @@ pub fn notification(a: &Value) {
             "cancel_requested",
             "replays",
         ],
+        out,
     );
-    history(a);
+    history(a, out);
 }
 
 /// A dead letter: the notification, when it died, its body, its history.
-pub fn dead_letter(a: &Value) {
+pub fn dead_letter(a: &Value, out: &mut Out) {
     fields(
         a,
         &[
@@ -60,15 +101,16 @@ pub fn dead_letter(a: &Value) {
             "content_type",
             "body",
         ],
+        out,
     );
-    history(a);
+    history(a, out);
 }
 
 /// A page of dead letters, and how to get the next one.
-pub fn dead_letters(a: &Value) {
+pub fn dead_letters(a: &Value, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
-        println!("no dead letters");
+        out.line("no dead letters");
     } else {
         let mut t = table(&[
             "ID",
@@ -94,18 +136,18 @@ pub fn dead_letters(a: &Value) {
                 last,
             ]);
         }
-        println!("{t}");
+        out.line(t);
     }
     if let Some(next) = a["next_cursor"].as_str() {
-        println!("\nmore: --cursor {next}");
+        out.line(format!("\nmore: --cursor {next}"));
     }
 }
 
 /// A page of the audit log, and how to get the next one.
-pub fn audit(a: &Value) {
+pub fn audit(a: &Value, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
-        println!("no audit entries");
+        out.line("no audit entries");
     } else {
         let mut t = table(&["AT", "ACTOR", "TENANT", "ACTION", "ON", "COUNT"]);
         for i in items {
@@ -132,19 +174,19 @@ pub fn audit(a: &Value) {
                 text(&i["count"]),
             ]);
         }
-        println!("{t}");
+        out.line(t);
     }
     if let Some(next) = a["next_cursor"].as_str() {
-        println!("\nmore: --cursor {next}");
+        out.line(format!("\nmore: --cursor {next}"));
     }
 }
 
-pub fn stats(a: &Value) {
+pub fn stats(a: &Value, out: &mut Out) {
     let mut t = table(&["STATE", "NOTIFICATIONS"]);
     for state in ["scheduled", "in_flight", "dead", "finished"] {
         t.add_row([state.to_string(), text(&a[state])]);
     }
-    println!("{t}\n");
+    out.line(format!("{t}\n"));
     let mut t = table(&["DELETED BY RETENTION", "NOTIFICATIONS"]);
     for (reason, key) in [
         ("dead letters past max age", "dead_by_age"),
@@ -153,15 +195,15 @@ pub fn stats(a: &Value) {
     ] {
         t.add_row([reason.to_string(), text(&a["trimmed"][key])]);
     }
-    println!("{t}");
+    out.line(t);
 }
 
 /// `replayed 12 dead letters`.
-pub fn count(verb: &str, a: &Value) {
-    println!("{verb} {} dead letters", text(&a["count"]));
+pub fn count(verb: &str, a: &Value, out: &mut Out) {
+    out.line(format!("{verb} {} dead letters", text(&a["count"])));
 }
 
-fn history(a: &Value) {
+fn history(a: &Value, out: &mut Out) {
     let attempts = a["history"]
         .as_array()
         .map(Vec::as_slice)
@@ -180,15 +222,15 @@ fn history(a: &Value) {
             excerpt(&text(&h["response"])),
         ]);
     }
-    println!("\n{t}");
+    out.line(format!("\n{t}"));
 }
 
 /// `key: value` lines for the fields present, aligned.
-fn fields(a: &Value, keys: &[&str]) {
+fn fields(a: &Value, keys: &[&str], out: &mut Out) {
     let width = keys.iter().map(|k| k.len()).max().unwrap_or(0) + 1;
     for key in keys {
         if let Some(v) = a.get(*key).filter(|v| !v.is_null()) {
-            println!("{:width$} {}", format!("{key}:"), text(v));
+            out.line(format!("{:width$} {}", format!("{key}:"), text(v)));
         }
     }
 }
@@ -199,13 +241,31 @@ fn table(header: &[&str]) -> Table {
     t
 }
 
-/// A value as a cell: strings without quotes, null as `-`.
+/// A value as a cell: strings without quotes, null as `-`, control characters other than
+/// line breaks and tabs escaped.
 fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => printable(s).into_owned(),
         other => other.to_string(),
     }
+}
+
+/// `s` with every control character but `\n` and `\t` escaped (`\u{1b}`), so that what a
+/// receiver or a producer wrote cannot drive the terminal.
+fn printable(s: &str) -> Cow<'_, str> {
+    let harmful = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !s.chars().any(harmful) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(
+        s.chars()
+            .map(|c| match harmful(c) {
+                true => c.escape_default().to_string(),
+                false => c.to_string(),
+            })
+            .collect(),
+    )
 }
 
 /// The first 40 characters on one line.
@@ -217,5 +277,17 @@ fn excerpt(s: &str) -> String {
     match one_line.char_indices().nth(40) {
         Some((i, _)) => format!("{}…", &one_line[..i]),
         None => one_line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        let title = Value::String("ok\u{1b}]0;owned\u{7}\r\nnext\tline".into());
+        assert_eq!(text(&title), "ok\\u{1b}]0;owned\\u{7}\\r\nnext\tline");
+        assert_eq!(excerpt("a\u{1b}[2Jb"), "a [2Jb");
     }
 }
