@@ -90,6 +90,28 @@ async fn the_document_lists_every_route_and_each_one_answers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_has_its_own_descriptive_id() {
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
+    let (_, text) = pb.get_text("/openapi.json").await;
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let mut seen = BTreeSet::new();
+    for (method, path) in ROUTES {
+        let id = doc["paths"][path][method]["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+        assert!(seen.insert(id.to_string()), "{id} is used twice");
+        // A verb, then what it acts on: `getNotification`, `replayDeadLetter`.
+        let verb_end = id
+            .find(|c: char| c.is_ascii_uppercase())
+            .unwrap_or(id.len());
+        assert!(
+            verb_end > 0 && verb_end < id.len() && id.chars().all(|c| c.is_ascii_alphanumeric()),
+            "{method} {path}: `{id}` is not a verb and a noun in camelCase"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swagger_ui_is_served_from_the_binary() {
     let (_backend, _receiver, pb) = support::start_any(&[]).await;
     let (status, html) = pb.get_text("/docs/").await;

@@ -104,6 +104,7 @@ impl From<AuditEntry> for AuditItem {
 #[utoipa::path(
     get,
     path = "/audit",
+    operation_id = "listAuditEntries",
     tag = "operations",
     params(AuditQuery),
     responses(

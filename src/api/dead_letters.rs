@@ -55,6 +55,7 @@ pub struct ListQuery {
 #[utoipa::path(
     get,
     path = "/dead-letters",
+    operation_id = "listDeadLetters",
     tag = "dead letters",
     params(ListQuery),
     responses(
@@ -113,6 +114,7 @@ pub struct ReplayRequest {
 #[utoipa::path(
     get,
     path = "/dead-letters/{id}",
+    operation_id = "getDeadLetter",
     tag = "dead letters",
     params(("id" = String, Path, description = "The notification id")),
     responses(
@@ -138,6 +140,7 @@ pub async fn show(
 #[utoipa::path(
     post,
     path = "/dead-letters/{id}/replay",
+    operation_id = "replayDeadLetter",
     tag = "dead letters",
     params(("id" = String, Path, description = "The notification id")),
     request_body(content = Option<ReplayRequest>, description = "What to change; may be empty or `null`"),
@@ -197,6 +200,7 @@ pub async fn replay(
 #[utoipa::path(
     delete,
     path = "/dead-letters/{id}",
+    operation_id = "discardDeadLetter",
     tag = "dead letters",
     params(("id" = String, Path, description = "The notification id")),
     responses(
@@ -283,6 +287,7 @@ impl BulkRequest {
 #[utoipa::path(
     post,
     path = "/dead-letters/replay",
+    operation_id = "replayMatchingDeadLetters",
     tag = "dead letters",
     request_body = BulkRequest,
     responses(
@@ -317,6 +322,7 @@ pub async fn replay_matching(
 #[utoipa::path(
     post,
     path = "/dead-letters/purge",
+    operation_id = "purgeDeadLetters",
     tag = "dead letters",
     request_body = BulkRequest,
     responses(

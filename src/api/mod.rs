@@ -133,6 +133,7 @@ fn protected_routes() -> OpenApiRouter<AppState> {
 #[utoipa::path(
     get,
     path = "/stats",
+    operation_id = "getStats",
     tag = "operations",
     responses((status = 200, body = view::StatsView), CommonErrors),
     security(("bearer" = []))
@@ -152,6 +153,7 @@ async fn stats(
 #[utoipa::path(
     get,
     path = "/metrics",
+    operation_id = "getMetrics",
     tag = "operations",
     responses(
         (status = 200, description = "Prometheus text exposition format", content_type = "text/plain"),
@@ -179,7 +181,7 @@ async fn prometheus(
 }
 
 /// Liveness: the process is up.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", operation_id = "getHealth", operation_id = "getHealth", tag = "operations", responses((status = 200, body = Health)))]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
@@ -188,6 +190,7 @@ async fn healthz() -> Json<Health> {
 #[utoipa::path(
     get,
     path = "/readyz",
+    operation_id = "getReadiness",
     tag = "operations",
     responses(
         (status = 200, body = Health),

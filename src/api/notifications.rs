@@ -18,6 +18,7 @@ use crate::store::{AuditAction, Cancelled, JobView};
 #[utoipa::path(
     get,
     path = "/notifications/{id}",
+    operation_id = "getNotification",
     tag = "notifications",
     params(("id" = String, Path, description = "The notification id")),
     responses(
@@ -43,6 +44,7 @@ pub async fn show(
 #[utoipa::path(
     delete,
     path = "/notifications/{id}",
+    operation_id = "cancelNotification",
     tag = "notifications",
     params(("id" = String, Path, description = "The notification id")),
     responses(

@@ -104,6 +104,7 @@ impl NotifyPolicy {
 #[utoipa::path(
     post,
     path = "/notify",
+    operation_id = "registerNotification",
     tag = "notifications",
     request_body = NotifyRequest,
     params(("Idempotency-Key" = Option<String>, Header,

@@ -56,6 +56,7 @@ pub struct FailingHost {
 #[utoipa::path(
     get,
     path = "/overview",
+    operation_id = "getOverview",
     tag = "operations",
     responses((status = 200, body = Overview), CommonErrors),
     security(("bearer" = []))
