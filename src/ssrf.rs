@@ -1,8 +1,9 @@
-//! The SSRF guard: which addresses count as internal (loopback, private, link-local,
-//! CGNAT, unique-local, unspecified, multicast, reserved, and IPv6 forms that embed such
-//! an IPv4 address), and a DNS resolver for the sender that hands the HTTP client only
-//! public addresses, so that the address checked is the address connected to (no DNS
-//! rebinding between a check and the connection).
+//! The SSRF guard: which addresses count as internal (every block the IANA IPv4 and IPv6
+//! special-purpose address registries mark as not globally reachable, multicast, IPv6
+//! outside global unicast, and NAT64 forms of an internal IPv4 address), and a DNS
+//! resolver for the sender that hands the HTTP client only public addresses, so that
+//! the address checked is the address connected to (no DNS rebinding between a check
+//! and the connection).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -34,48 +35,86 @@ pub fn is_public(ip: IpAddr) -> bool {
     }
 }
 
+/// IPv4 blocks of the IANA IPv4 Special-Purpose Address Registry, with whether each is
+/// globally reachable (`N/A` counts as not), and multicast; the most specific block
+/// holding an address decides. An address in none is public.
+const V4_BLOCKS: &[([u8; 4], u8, bool)] = &[
+    ([0, 0, 0, 0], 8, false),
+    ([10, 0, 0, 0], 8, false),
+    ([100, 64, 0, 0], 10, false),
+    ([127, 0, 0, 0], 8, false),
+    ([169, 254, 0, 0], 16, false),
+    ([172, 16, 0, 0], 12, false),
+    ([192, 0, 0, 0], 24, false),
+    ([192, 0, 0, 9], 32, true),
+    ([192, 0, 0, 10], 32, true),
+    ([192, 0, 2, 0], 24, false),
+    ([192, 88, 99, 0], 24, false),
+    ([192, 168, 0, 0], 16, false),
+    ([198, 18, 0, 0], 15, false),
+    ([198, 51, 100, 0], 24, false),
+    ([203, 0, 113, 0], 24, false),
+    ([224, 0, 0, 0], 4, false),
+    ([240, 0, 0, 0], 4, false),
+];
+
+/// IPv6 blocks of the IANA IPv6 Special-Purpose Address Registry within global unicast
+/// (`2000::/3`; everything outside it, but the NAT64 prefix, is not public), as
+/// `V4_BLOCKS`.
+const V6_BLOCKS: &[([u16; 8], u8, bool)] = &[
+    ([0x2001, 0, 0, 0, 0, 0, 0, 0], 23, false),
+    ([0x2001, 1, 0, 0, 0, 0, 0, 1], 128, true),
+    ([0x2001, 1, 0, 0, 0, 0, 0, 2], 128, true),
+    ([0x2001, 1, 0, 0, 0, 0, 0, 3], 128, true),
+    ([0x2001, 3, 0, 0, 0, 0, 0, 0], 32, true),
+    ([0x2001, 4, 0x112, 0, 0, 0, 0, 0], 48, true),
+    ([0x2001, 0x20, 0, 0, 0, 0, 0, 0], 28, true),
+    ([0x2001, 0x30, 0, 0, 0, 0, 0, 0], 28, true),
+    ([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32, false),
+    ([0x2002, 0, 0, 0, 0, 0, 0, 0], 16, false),
+    ([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20, false),
+];
+
+/// The NAT64 well-known prefix, `64:ff9b::/96`: public when the IPv4 address in its last
+/// 32 bits is.
+const NAT64: u128 = 0x0064_ff9b_0000_0000_0000_0000_0000_0000;
+
 fn is_public_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    let internal = ip.is_unspecified()
-        || a == 0
-        || ip.is_loopback()
-        || ip.is_private()
-        || ip.is_link_local()
-        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64.0.0/10
-        || (a == 192 && b == 0 && c == 0) // IETF protocol assignments
-        || ip.is_documentation()
-        || (a == 198 && (18..20).contains(&b)) // benchmarking 198.18.0.0/15
-        || ip.is_multicast()
-        || a >= 240; // reserved and broadcast
-    !internal
+    let n = u128::from(u32::from(ip));
+    let blocks = V4_BLOCKS
+        .iter()
+        .map(|(a, len, global)| (u128::from(u32::from_be_bytes(*a)), *len, *global));
+    most_specific(n, 32, blocks).unwrap_or(true)
 }
 
 fn is_public_v6(ip: Ipv6Addr) -> bool {
-    if let Some(v4) = embedded_v4(ip) {
-        return is_public_v4(v4);
+    let n = u128::from(ip);
+    if n >> 32 == NAT64 >> 32 {
+        return is_public_v4(Ipv4Addr::from(n as u32));
     }
-    let first = ip.segments()[0];
-    let internal = ip.is_unspecified()
-        || ip.is_loopback()
-        || ip.is_multicast()
-        || (first & 0xfe00) == 0xfc00 // unique local fc00::/7
-        || (first & 0xffc0) == 0xfe80 // link-local fe80::/10
-        || (first & 0xffc0) == 0xfec0 // site-local fec0::/10
-        || (first == 0x2001 && ip.segments()[1] == 0x0db8); // documentation
-    !internal
+    if n >> 125 != 0b001 {
+        return false;
+    }
+    let blocks = V6_BLOCKS
+        .iter()
+        .map(|(a, len, global)| (u128::from(Ipv6Addr::from(*a)), *len, *global));
+    most_specific(n, 128, blocks).unwrap_or(true)
 }
 
-/// The IPv4 address inside an IPv4-mapped, IPv4-compatible, NAT64 or 6to4 address.
-fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    let s = ip.segments();
-    let tail = |hi: u16, lo: u16| Ipv4Addr::from(((hi as u32) << 16) | lo as u32);
-    match s {
-        [0, 0, 0, 0, 0, 0xffff, hi, lo] => Some(tail(hi, lo)),
-        [0, 0, 0, 0, 0, 0, hi, lo] if hi != 0 => Some(tail(hi, lo)),
-        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(tail(hi, lo)),
-        [0x2002, hi, lo, ..] => Some(tail(hi, lo)),
-        _ => None,
-    }
+/// Whether the most specific of `blocks` (first address, prefix length, globally
+/// reachable) holding `n` is globally reachable; `None` when none holds it.
+fn most_specific(
+    n: u128,
+    bits: u32,
+    blocks: impl Iterator<Item = (u128, u8, bool)>,
+) -> Option<bool> {
+    blocks
+        .filter(|(first, len, _)| {
+            let host_bits = bits - u32::from(*len);
+            n.checked_shr(host_bits).unwrap_or(0) == first.checked_shr(host_bits).unwrap_or(0)
+        })
+        .max_by_key(|(_, len, _)| *len)
+        .map(|(_, _, global)| global)
 }
 
 /// Resolves with the system resolver and keeps only public addresses; a name with none
@@ -144,6 +183,10 @@ mod tests {
             "::127.0.0.1",
             "64:ff9b::a9fe:a9fe",
             "2002:c0a8:0101::1",
+            "::ffff:8.8.8.8",
+            "2002:0808:0808::1",
+            "2001::1",
+            "64:ff9b:1::1",
         ] {
             assert!(!public(ip), "{ip}");
         }
@@ -160,8 +203,7 @@ mod tests {
             "172.32.0.1",
             "198.20.0.1",
             "2606:4700::1111",
-            "::ffff:8.8.8.8",
-            "2002:0808:0808::1",
+            "64:ff9b::808:808",
         ] {
             assert!(public(ip), "{ip}");
         }

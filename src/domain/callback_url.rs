@@ -42,6 +42,11 @@ impl CallbackUrl {
         if url.host_str().is_none_or(str::is_empty) {
             return Err(fail("must name a host"));
         }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(fail(
+                "must not carry credentials (user:password@); send them in `headers`",
+            ));
+        }
         let literal = match url.host() {
             Some(Host::Ipv4(ip)) => Some(ip.into()),
             Some(Host::Ipv6(ip)) => Some(ip.into()),
