@@ -42,6 +42,7 @@ pub struct App {
     wake: Arc<Notify>,
     sweep_interval: Duration,
     pipeline: Pipeline,
+    server_limits: api::ServerLimits,
 }
 
 impl App {
@@ -85,6 +86,7 @@ impl App {
             pipeline: pipeline.clone(),
             host_labels: s.metrics.host_labels,
             max_body_bytes: s.server.max_body_bytes,
+            body_timeout: s.server.body_timeout,
             metrics_token: s.server.metrics_token.as_deref().map(access::digest),
         };
         let tokens = Arc::new(config.tokens.clone());
@@ -97,6 +99,10 @@ impl App {
             wake,
             sweep_interval: s.retention.sweep_interval,
             pipeline,
+            server_limits: api::ServerLimits {
+                header_timeout: s.server.header_timeout,
+                max_connections: s.server.max_connections,
+            },
         })
     }
 
@@ -131,10 +137,7 @@ impl App {
             tasks.child_token(),
         ));
         tracing::info!(addr = %self.listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(stop)
-            .await
-            .context("serving the API")?;
+        api::serve(self.listener, self.router, self.server_limits, stop).await;
 
         tracing::info!("stopping: no new claims; finishing deliveries in flight");
         tasks.cancel();

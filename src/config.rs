@@ -94,6 +94,15 @@ pub struct ServerSettings {
     pub idempotency_ttl: Duration,
     /// When set, `/metrics` needs `Authorization: Bearer <metrics_token>`.
     pub metrics_token: Option<String>,
+    /// A request's head must arrive within this, counted from when its connection is
+    /// ready for it (so a kept-alive connection idle this long is closed too).
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// A request's whole body must arrive within this (else `408`).
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// Connections open at once; more wait to be accepted.
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -250,6 +259,9 @@ impl Default for ServerSettings {
             max_concurrent_requests: 512,
             idempotency_ttl: Duration::from_secs(24 * 3600),
             metrics_token: None,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4096,
         }
     }
 }
@@ -457,6 +469,16 @@ impl Config {
             s.server.max_concurrent_requests >= 1,
             "server.max_concurrent_requests",
             "must be at least 1",
+        )?;
+        check(
+            s.server.max_connections >= 1,
+            "server.max_connections",
+            "must be at least 1",
+        )?;
+        check(
+            !s.server.header_timeout.is_zero() && !s.server.body_timeout.is_zero(),
+            "server.header_timeout and server.body_timeout",
+            "must be more than 0s",
         )?;
         let store = store_target(&s.store)?;
         let shards = match (s.store.shards, &store) {

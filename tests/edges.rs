@@ -1,8 +1,10 @@
 //! Hardening at the edges: browser security headers on every answer, a `413` that names
-//! its limit, ids of shards the instance does not have, and `/metrics` behind its own
-//! token when one is configured.
+//! its limit, ids of shards the instance does not have, `/metrics` behind its own token
+//! when one is configured, and clients that are slow, stall or hold connections.
 
 mod support;
+
+use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::json;
@@ -103,4 +105,104 @@ async fn metrics_need_their_token_when_one_is_configured() {
     assert_eq!(status(Some("scrape-me")).await, 200);
     assert_eq!(pb.status_without_token("/healthz").await, 200);
     assert!(!pb.logs().contains("scrape-me"));
+}
+
+/// A raw connection to `pb`.
+async fn connect(pb: &support::Postback) -> tokio::net::TcpStream {
+    let addr = pb.url("").trim_start_matches("http://").to_string();
+    tokio::net::TcpStream::connect(addr).await.unwrap()
+}
+
+/// Reads until the server closes the connection (or `within` passes); what it sent.
+async fn read_until_closed(conn: &mut tokio::net::TcpStream, within: Duration) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(within, conn.read_to_end(&mut got)).await;
+    read.ok()
+        .map(|_| String::from_utf8_lossy(&got).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_that_never_ends_is_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    let (_redis, _receiver, pb) =
+        support::start(&[("POSTBACK_SERVER_HEADER_TIMEOUT", "500ms")]).await;
+    let mut conn = connect(&pb).await;
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: postback\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let closed = read_until_closed(&mut conn, Duration::from_secs(5)).await;
+    assert!(closed.is_some(), "still open after 5 s");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A kept-alive connection that sends nothing more is closed the same way.
+    let mut idle = connect(&pb).await;
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: postback\r\n\r\n")
+        .await
+        .unwrap();
+    let answered = read_until_closed(&mut idle, Duration::from_secs(5)).await;
+    assert!(answered.unwrap().starts_with("HTTP/1.1 200"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_stalls_gets_408_and_frees_its_place() {
+    use tokio::io::AsyncWriteExt;
+    let (_redis, receiver, pb) = support::start(&[
+        ("POSTBACK_SERVER_BODY_TIMEOUT", "500ms"),
+        ("POSTBACK_SERVER_MAX_CONCURRENT_REQUESTS", "1"),
+    ])
+    .await;
+    let mut conn = connect(&pb).await;
+    let head = format!(
+        "POST /notify HTTP/1.1\r\nHost: postback\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 999999\r\n\r\n{{\"url\":",
+        support::postback::TOKEN
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let answer = read_until_closed(&mut conn, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("server.body_timeout"), "{answer}");
+    let (status, _) = pb
+        .notify(json!({"url": receiver.url("/x"), "body": {}}))
+        .await;
+    assert_eq!(status, 202, "the stalled request's place is free again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_wait_for_a_free_one() {
+    use tokio::io::AsyncWriteExt;
+    let (_redis, _receiver, pb) = support::start(&[
+        ("POSTBACK_SERVER_MAX_CONNECTIONS", "2"),
+        ("POSTBACK_SERVER_HEADER_TIMEOUT", "1s"),
+    ])
+    .await;
+    // The harness's own kept-alive connection is closed after the header timeout.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let mut held = vec![connect(&pb).await, connect(&pb).await];
+    for c in &mut held {
+        c.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let mut third = connect(&pb).await;
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: postback\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut third, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(700),
+        "answered after {waited:?}, while two connections held both places"
+    );
 }

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
@@ -13,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::body::Body;
 use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
 use super::notify::{bounded_duration, parse_json, schedule, schedule_schema, NotifyPolicy};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
@@ -156,10 +156,9 @@ pub async fn replay(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
     Path(id): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    Body(body): Body,
 ) -> Result<Json<Replayed>, ApiError> {
     auth::require(&caller, Role::Operate)?;
-    let body = body.map_err(|r| ApiError::body(r, state.max_body_bytes))?;
     let request: ReplayRequest = if body.trim_ascii().is_empty() || body.trim_ascii() == b"null" {
         ReplayRequest::default()
     } else {
@@ -300,10 +299,9 @@ impl BulkRequest {
 pub async fn replay_matching(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
-    body: Result<Bytes, BytesRejection>,
+    Body(body): Body,
 ) -> Result<Json<Count>, ApiError> {
     auth::require(&caller, Role::Operate)?;
-    let body = body.map_err(|r| ApiError::body(r, state.max_body_bytes))?;
     let request: BulkRequest = parse_json(&body)?;
     let filter = request.filter(&caller)?;
     let (schedule, delay) =
@@ -335,10 +333,9 @@ pub async fn replay_matching(
 pub async fn purge(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
-    body: Result<Bytes, BytesRejection>,
+    Body(body): Body,
 ) -> Result<Json<Count>, ApiError> {
     auth::require(&caller, Role::Operate)?;
-    let body = body.map_err(|r| ApiError::body(r, state.max_body_bytes))?;
     let request: BulkRequest = parse_json(&body)?;
     for (field, given) in [
         ("schedule", request.schedule.is_some()),

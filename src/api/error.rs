@@ -131,7 +131,7 @@ impl ApiError {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             return Self::new(
                 r.status(),
-                "body_too_large",
+                "invalid_body",
                 format!("the body is larger than {limit} bytes (server.max_body_bytes)"),
             );
         }

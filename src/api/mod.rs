@@ -19,6 +19,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 mod audit;
 mod auth;
+mod body;
 mod browser;
 mod dead_letters;
 mod error;
@@ -26,11 +27,13 @@ mod limits;
 mod notifications;
 mod notify;
 mod overview;
+mod server;
 mod ui;
 mod view;
 
 pub use error::ApiError;
 pub use notify::NotifyPolicy;
+pub use server::{serve, ServerLimits};
 
 use crate::access::{Principal, Role, TokenTable};
 use crate::app::Pipeline;
@@ -57,6 +60,8 @@ pub struct AppState {
     pub host_labels: bool,
     /// `server.max_body_bytes`, which a `413` names.
     pub max_body_bytes: usize,
+    /// `server.body_timeout`: a body not read whole by then is answered `408`.
+    pub body_timeout: std::time::Duration,
     /// The SHA-256 of `server.metrics_token`: `/metrics` needs it when set.
     pub metrics_token: Option<[u8; 32]>,
 }

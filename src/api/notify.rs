@@ -3,8 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,6 +14,7 @@ use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema,
 use utoipa::ToSchema;
 
 use super::auth;
+use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::view::Registered;
 use super::AppState;
@@ -122,10 +121,9 @@ pub async fn notify(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Body(body): Body,
 ) -> Result<Response, ApiError> {
     auth::require(&caller, Role::Notify)?;
-    let body = body.map_err(|r| ApiError::body(r, state.max_body_bytes))?;
     let key = idempotency_key(&headers)?;
     let request: NotifyRequest = parse_json(&body)?;
     let tenant = auth::registering_tenant(&caller, request.tenant.as_deref(), |t| {
