@@ -3,7 +3,8 @@
 // reads the overview, finds a dead letter, opens it, replays it to a new URL and sees
 // it delivered; bulk-replays the rest after a confirmation that shows the count; finds
 // both replays in the audit log and filters it by action; checks the page works at phone
-// width and with the keyboard. Saves a screenshot of each view under docs/.
+// width and with the keyboard, and that it and Swagger UI need nothing their
+// Content-Security-Policy refuses. Saves a screenshot of each view under docs/.
 import { chromium } from "playwright-core";
 import http from "node:http";
 import assert from "node:assert/strict";
@@ -70,6 +71,11 @@ try {
   const page = await browser.newPage({ viewport: { width: 1200, height: 800 } });
   const errors = [];
   page.on("pageerror", (e) => errors.push(e.message));
+  // What the page's Content-Security-Policy refused, if anything.
+  const refused = [];
+  page.on("console", (m) => {
+    if (/Content Security Policy/i.test(m.text())) refused.push(m.text());
+  });
 
   // Sign in; the overview shows the counts.
   await page.goto(`${api}/ui`);
@@ -146,7 +152,13 @@ try {
   assert.ok(width <= 390, `the overview is ${width}px wide on a 390px screen`);
   await page.screenshot({ path: `${shots}/ui-phone.png`, fullPage: true });
 
+  // Swagger UI renders under the same policy.
+  await page.goto(`${api}/docs/`);
+  await page.locator(".opblock").first().waitFor();
+  assert.ok(await page.locator(".opblock").count() >= 15, "every operation is listed");
+
   assert.deepEqual(errors, [], "no script errors");
+  assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
   console.log("review page: sign-in, overview, dead letters, keyboard, replay, bulk replay, audit, phone width: ok");
 } finally {
   await browser.close();
