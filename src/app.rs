@@ -101,6 +101,7 @@ impl App {
             pipeline,
             server_limits: api::ServerLimits {
                 header_timeout: s.server.header_timeout,
+                idle_timeout: s.server.idle_timeout,
                 max_connections: s.server.max_connections,
             },
         })

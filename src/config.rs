@@ -94,10 +94,12 @@ pub struct ServerSettings {
     pub idempotency_ttl: Duration,
     /// When set, `/metrics` needs `Authorization: Bearer <metrics_token>`.
     pub metrics_token: Option<String>,
-    /// A request's head must arrive within this, counted from when its connection is
-    /// ready for it (so a kept-alive connection idle this long is closed too).
+    /// A request's head must arrive within this of its first byte.
     #[serde(with = "humantime_serde")]
     pub header_timeout: Duration,
+    /// A connection with no request for this long is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
     /// A request's whole body must arrive within this (else `408`).
     #[serde(with = "humantime_serde")]
     pub body_timeout: Duration,
@@ -260,6 +262,7 @@ impl Default for ServerSettings {
             idempotency_ttl: Duration::from_secs(24 * 3600),
             metrics_token: None,
             header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(30),
             max_connections: 4096,
         }
@@ -475,11 +478,13 @@ impl Config {
             "server.max_connections",
             "must be at least 1",
         )?;
-        check(
-            !s.server.header_timeout.is_zero() && !s.server.body_timeout.is_zero(),
-            "server.header_timeout and server.body_timeout",
-            "must be more than 0s",
-        )?;
+        for (ok, key) in [
+            (!s.server.header_timeout.is_zero(), "server.header_timeout"),
+            (!s.server.idle_timeout.is_zero(), "server.idle_timeout"),
+            (!s.server.body_timeout.is_zero(), "server.body_timeout"),
+        ] {
+            check(ok, key, "must be more than 0s")?;
+        }
         let store = store_target(&s.store)?;
         let shards = match (s.store.shards, &store) {
             (Some(n), StoreTarget::Redis(_)) => n,

@@ -123,10 +123,13 @@ async fn read_until_closed(conn: &mut tokio::net::TcpStream, within: Duration) -
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_head_that_never_ends_is_cut_off() {
+async fn a_request_head_that_never_ends_is_cut_off_and_an_idle_connection_later() {
     use tokio::io::AsyncWriteExt;
-    let (_redis, _receiver, pb) =
-        support::start(&[("POSTBACK_SERVER_HEADER_TIMEOUT", "500ms")]).await;
+    let (_redis, _receiver, pb) = support::start(&[
+        ("POSTBACK_SERVER_HEADER_TIMEOUT", "500ms"),
+        ("POSTBACK_SERVER_IDLE_TIMEOUT", "2s"),
+    ])
+    .await;
     let mut conn = connect(&pb).await;
     conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: postback\r\nX-Slow: ")
         .await
@@ -135,18 +138,28 @@ async fn a_request_head_that_never_ends_is_cut_off() {
     let closed = read_until_closed(&mut conn, Duration::from_secs(5)).await;
     assert!(closed.is_some(), "still open after 5 s");
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_millis(1500),
         "{:?}",
         started.elapsed()
     );
 
-    // A kept-alive connection that sends nothing more is closed the same way.
+    // A kept-alive connection between requests is idle, not slow: it stays open past the
+    // head's limit, takes another request, and is closed once idle for the idle limit.
     let mut idle = connect(&pb).await;
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: postback\r\n\r\n")
+    let ask = b"GET /healthz HTTP/1.1\r\nHost: postback\r\n\r\n";
+    idle.write_all(ask).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    idle.write_all(ask).await.unwrap();
+    let started = Instant::now();
+    let answers = read_until_closed(&mut idle, Duration::from_secs(6))
         .await
         .unwrap();
-    let answered = read_until_closed(&mut idle, Duration::from_secs(5)).await;
-    assert!(answered.unwrap().starts_with("HTTP/1.1 200"));
+    assert_eq!(answers.matches("HTTP/1.1 200").count(), 2, "{answers}");
+    let idle_for = started.elapsed();
+    assert!(
+        idle_for >= Duration::from_millis(1500) && idle_for < Duration::from_secs(4),
+        "closed after {idle_for:?} idle"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,9 +194,10 @@ async fn connections_beyond_the_cap_wait_for_a_free_one() {
     let (_redis, _receiver, pb) = support::start(&[
         ("POSTBACK_SERVER_MAX_CONNECTIONS", "2"),
         ("POSTBACK_SERVER_HEADER_TIMEOUT", "1s"),
+        ("POSTBACK_SERVER_IDLE_TIMEOUT", "1s"),
     ])
     .await;
-    // The harness's own kept-alive connection is closed after the header timeout.
+    // The harness's own kept-alive connection is closed once idle.
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let mut held = vec![connect(&pb).await, connect(&pb).await];
     for c in &mut held {
@@ -205,4 +219,29 @@ async fn connections_beyond_the_cap_wait_for_a_free_one() {
         waited >= Duration::from_millis(700),
         "answered after {waited:?}, while two connections held both places"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_is_held_to_the_body_limit_not_the_heads() {
+    use tokio::io::AsyncWriteExt;
+    let (_redis, receiver, pb) =
+        support::start(&[("POSTBACK_SERVER_HEADER_TIMEOUT", "300ms")]).await;
+    let body =
+        json!({"url": receiver.url("/slow-producer"), "body": {"n": 1}, "delay": "1h"}).to_string();
+    let head = format!(
+        "POST /notify HTTP/1.1\r\nHost: postback\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        support::postback::TOKEN,
+        body.len()
+    );
+    let mut conn = connect(&pb).await;
+    conn.write_all(head.as_bytes()).await.unwrap();
+    for chunk in body.as_bytes().chunks(body.len() / 4 + 1) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        conn.write_all(chunk).await.unwrap();
+    }
+    let answer = read_until_closed(&mut conn, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
 }
