@@ -186,7 +186,7 @@ async fn prometheus(
 }
 
 /// Liveness: the process is up.
-#[utoipa::path(get, path = "/healthz", operation_id = "getHealth", operation_id = "getHealth", tag = "operations", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", operation_id = "getHealth", tag = "operations", responses((status = 200, body = Health)))]
 async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
