@@ -4,6 +4,7 @@
 //! every configured hash, and becomes the request's `Principal`.
 
 use std::fmt;
+use std::str::FromStr;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -41,6 +42,17 @@ impl Role {
 
     fn bit(self) -> u8 {
         1 << self as u8
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.name() == raw.trim())
+            .ok_or_else(|| format!("`{raw}` is not one of notify, read, operate, audit"))
     }
 }
 

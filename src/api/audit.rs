@@ -20,7 +20,7 @@ use super::AppState;
 use crate::access::{Principal, Role};
 use crate::domain::FieldError;
 use crate::store::{
-    AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, DeadFilter, JobView,
+    self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, DeadFilter, JobView,
 };
 
 const DEFAULT_LIMIT: usize = 50;
@@ -87,10 +87,7 @@ impl From<AuditEntry> for AuditItem {
             at: rfc3339(e.at.ms),
             actor: r.actor,
             tenant: r.tenant.map(|t| t.to_string()),
-            action: serde_json::to_value(r.action)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
+            action: r.action.name().to_string(),
             target: r.target,
             filter: r.filter,
             count: r.count,
@@ -153,7 +150,7 @@ pub async fn list(
             .map(|s| timestamp("until", s))
             .transpose()?,
     };
-    let page = state.store.audit(&filter, limit, cursor.as_ref()).await?;
+    let page = store::audit::page(state.store.as_ref(), &filter, limit, cursor).await?;
     Ok(Json(AuditPageView {
         items: page.items.into_iter().map(AuditItem::from).collect(),
         next_cursor: page.next_cursor.map(|c| c.encode()),

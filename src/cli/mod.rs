@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Map, Value};
@@ -110,7 +111,7 @@ enum TokenCommand {
         #[arg(long)]
         tenant: String,
         /// What it may do: notify, read, operate, audit (comma-separated).
-        #[arg(long, value_delimiter = ',', required = true, value_parser = parse_role)]
+        #[arg(long, value_delimiter = ',', required = true, value_parser = Role::from_str)]
         roles: Vec<Role>,
     },
 }
@@ -364,13 +365,6 @@ fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Result<()> {
     eprintln!("tenant = \"{tenant}\"");
     eprintln!("roles = [{}]", roles.join(", "));
     Ok(())
-}
-
-fn parse_role(raw: &str) -> Result<Role, String> {
-    Role::ALL
-        .into_iter()
-        .find(|r| r.name() == raw.trim())
-        .ok_or_else(|| format!("`{raw}` is not one of notify, read, operate, audit"))
 }
 
 async fn notify(args: NotifyArgs) -> anyhow::Result<()> {

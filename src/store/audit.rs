@@ -10,7 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::{StoreError, StoreResult};
+use super::{Store, StoreError, StoreResult};
 use crate::domain::Tenant;
 
 /// Entries read, at most, to answer one page when a filter skips most of them.
@@ -27,13 +27,37 @@ pub enum AuditAction {
     Purge,
 }
 
+impl AuditAction {
+    pub const ALL: [AuditAction; 5] = [
+        AuditAction::Cancel,
+        AuditAction::Replay,
+        AuditAction::ReplayMatching,
+        AuditAction::Discard,
+        AuditAction::Purge,
+    ];
+
+    /// As the API and the stored JSON write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AuditAction::Cancel => "cancel",
+            AuditAction::Replay => "replay",
+            AuditAction::ReplayMatching => "replay_matching",
+            AuditAction::Discard => "discard",
+            AuditAction::Purge => "purge",
+        }
+    }
+}
+
 impl FromStr for AuditAction {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-            format!("`{s}` is not one of cancel, replay, replay_matching, discard, purge")
-        })
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                format!("`{s}` is not one of cancel, replay, replay_matching, discard, purge")
+            })
     }
 }
 
@@ -138,11 +162,25 @@ pub struct AuditPage {
     pub next_cursor: Option<AuditPosition>,
 }
 
+/// One page of `store`'s audit log: the entries matching `filter`, newest first, up to
+/// `limit`, after `after`.
+pub async fn page(
+    store: &dyn Store,
+    filter: &AuditFilter,
+    limit: usize,
+    after: Option<AuditPosition>,
+) -> StoreResult<AuditPage> {
+    read_pages(filter, limit, after, |before, n| {
+        store.audit_entries(filter, before, n)
+    })
+    .await
+}
+
 /// One page: reads older entries in chunks through `read(before, n)` (up to `n` entries
 /// older than `before`, or the newest, within the filter's time range, newest first)
 /// until `limit` match, the log ends, or `SCAN_BUDGET` entries were read; then the page
 /// ends where reading stopped, so the next one goes on from there.
-pub async fn page<F, Fut>(
+async fn read_pages<F, Fut>(
     filter: &AuditFilter,
     limit: usize,
     after: Option<AuditPosition>,
@@ -208,6 +246,13 @@ mod tests {
         assert_eq!(AuditPosition::decode(&B64.encode("12")), None);
         assert_eq!("replay_matching".parse(), Ok(AuditAction::ReplayMatching));
         assert!("explode".parse::<AuditAction>().is_err());
+        for a in AuditAction::ALL {
+            assert_eq!(
+                serde_json::to_value(a).unwrap(),
+                a.name(),
+                "stored as named"
+            );
+        }
     }
 
     #[tokio::test]
@@ -231,7 +276,7 @@ mod tests {
         };
         let (mut seen, mut after) = (Vec::new(), None);
         loop {
-            let p = page(&filter, 4, after, read).await.unwrap();
+            let p = read_pages(&filter, 4, after, read).await.unwrap();
             seen.extend(p.items.iter().map(|e| e.at.ms));
             match p.next_cursor {
                 Some(c) => after = Some(c),

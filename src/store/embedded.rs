@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::spec;
 use super::{
-    AuditFilter, AuditPage, AuditPosition, AuditRecord, Cancelled, Claim, Cursor, DeadFilter,
+    AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cancelled, Claim, Cursor, DeadFilter,
     DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobStatus, JobView, Outcomes,
     Settled, Settlement, Stats, Store, StoreError, StoreResult,
 };
@@ -388,17 +388,15 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn audit(
+    async fn audit_entries(
         &self,
         filter: &AuditFilter,
-        limit: usize,
-        after: Option<&AuditPosition>,
-    ) -> StoreResult<AuditPage> {
-        super::audit::page(filter, limit, after.copied(), |before, n| {
-            let filter = filter.clone();
-            self.read(move |tx| audit::read(tx, &filter, before, n))
-        })
-        .await
+        before: Option<AuditPosition>,
+        n: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        let filter = filter.clone();
+        self.read(move |tx| audit::read(tx, &filter, before, n))
+            .await
     }
 
     async fn ping(&self) -> StoreResult<()> {

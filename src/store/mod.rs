@@ -16,7 +16,7 @@ use crate::lifecycle::Verdict;
 pub use crate::lifecycle::{Cancelled, JobState, JobStatus};
 use crate::policy::{RateAsk, Slots};
 
-mod audit;
+pub mod audit;
 pub mod bulk;
 mod cursor;
 mod embedded;
@@ -419,14 +419,14 @@ pub trait Store: Send + Sync + 'static {
     /// entries past `retention.audit_max_age`.
     async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()>;
 
-    /// Audit entries matching `filter`, newest first, up to `limit`, after `cursor`
-    /// (bounded work per call: a page may come back short, with a cursor to go on).
-    async fn audit(
+    /// Up to `n` audit entries older than `before` (or the newest), within `filter`'s
+    /// time range, newest first: one bounded read, which `audit::page` pages with.
+    async fn audit_entries(
         &self,
         filter: &AuditFilter,
-        limit: usize,
-        after: Option<&AuditPosition>,
-    ) -> StoreResult<AuditPage>;
+        before: Option<AuditPosition>,
+        n: usize,
+    ) -> StoreResult<Vec<AuditEntry>>;
 
     /// Succeeds when the store answers.
     async fn ping(&self) -> StoreResult<()>;

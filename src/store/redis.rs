@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
 use super::{
-    AuditFilter, AuditPage, AuditPosition, AuditRecord, Cancelled, Claim, ClaimedJob, Cursor,
+    AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cancelled, Claim, ClaimedJob, Cursor,
     DeadFilter, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobState, JobStatus,
     JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store, StoreError, StoreResult,
     Trimmed,
@@ -786,16 +786,13 @@ impl Store for RedisStore {
         self.audit.record(&self.conn, record).await
     }
 
-    async fn audit(
+    async fn audit_entries(
         &self,
         filter: &AuditFilter,
-        limit: usize,
-        after: Option<&AuditPosition>,
-    ) -> StoreResult<AuditPage> {
-        super::audit::page(filter, limit, after.copied(), |before, n| {
-            self.audit.read(&self.conn, filter, before, n)
-        })
-        .await
+        before: Option<AuditPosition>,
+        n: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        self.audit.read(&self.conn, filter, before, n).await
     }
 
     async fn ping(&self) -> StoreResult<()> {
