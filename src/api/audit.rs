@@ -12,19 +12,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth;
-use super::dead_letters::timestamp;
 use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::rfc3339;
 use super::AppState;
+use super::{auth, paging};
 use crate::access::{Principal, Role};
 use crate::domain::FieldError;
 use crate::store::{
     self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, DeadFilter, JobView,
 };
 
-const DEFAULT_LIMIT: usize = 50;
-const MAX_LIMIT: usize = 500;
 /// Attempts at writing an entry, 100 ms apart, before it is left to the log.
 const WRITE_ATTEMPTS: u32 = 3;
 
@@ -119,18 +116,8 @@ pub async fn list(
 ) -> Result<Json<AuditPageView>, ApiError> {
     auth::require(&caller, Role::Audit)?;
     let Query(q) = query.map_err(invalid_query)?;
-    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
-    if limit == 0 || limit > MAX_LIMIT {
-        return Err(FieldError::new("limit", format!("must be between 1 and {MAX_LIMIT}")).into());
-    }
-    let cursor = q
-        .cursor
-        .as_deref()
-        .map(|raw| {
-            AuditPosition::decode(raw)
-                .ok_or_else(|| FieldError::new("cursor", "not a cursor from this API"))
-        })
-        .transpose()?;
+    let limit = paging::limit(q.limit)?;
+    let cursor = paging::cursor(q.cursor.as_deref(), AuditPosition::decode)?;
     let filter = AuditFilter {
         actor: q.actor,
         action: q
@@ -139,16 +126,8 @@ pub async fn list(
             .map(|a| a.parse().map_err(|e: String| FieldError::new("action", e)))
             .transpose()?,
         tenant: auth::tenant_filter(&caller, q.tenant.as_deref())?,
-        since: q
-            .since
-            .as_deref()
-            .map(|s| timestamp("since", s))
-            .transpose()?,
-        until: q
-            .until
-            .as_deref()
-            .map(|s| timestamp("until", s))
-            .transpose()?,
+        since: paging::time("since", q.since.as_deref())?,
+        until: paging::time("until", q.until.as_deref())?,
     };
     let page = store::audit::page(state.store.as_ref(), &filter, limit, cursor).await?;
     Ok(Json(AuditPageView {

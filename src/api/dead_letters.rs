@@ -17,13 +17,10 @@ use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
 use super::notify::{bounded_duration, parse_json, schedule, schedule_schema, NotifyPolicy};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
-use super::{audit, auth};
+use super::{audit, auth, paging};
 use crate::access::{Principal, Role};
 use crate::domain::{FieldError, JobId, Schedule};
 use crate::store::{bulk, AuditAction, Cursor, DeadFilter, JobState, JobView};
-
-const DEFAULT_LIMIT: usize = 50;
-const MAX_LIMIT: usize = 500;
 
 /// The filters and paging of `GET /dead-letters`; every filter given must hold.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -73,17 +70,8 @@ pub async fn list(
 ) -> Result<Json<DeadLetterPage>, ApiError> {
     auth::require(&caller, Role::Read)?;
     let Query(q) = query.map_err(invalid_query)?;
-    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
-    if limit == 0 || limit > MAX_LIMIT {
-        return Err(FieldError::new("limit", format!("must be between 1 and {MAX_LIMIT}")).into());
-    }
-    let cursor = match q.cursor.as_deref() {
-        Some(raw) => Some(
-            Cursor::decode(raw)
-                .ok_or_else(|| FieldError::new("cursor", "not a cursor from this API"))?,
-        ),
-        None => None,
-    };
+    let limit = paging::limit(q.limit)?;
+    let cursor = paging::cursor(q.cursor.as_deref(), Cursor::decode)?;
     let mut filter = dead_filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let page = state
@@ -395,21 +383,10 @@ fn dead_filter(
     until: Option<&str>,
 ) -> Result<DeadFilter, FieldError> {
     Ok(DeadFilter {
-        since: since.map(|s| timestamp("since", s)).transpose()?,
-        until: until.map(|s| timestamp("until", s)).transpose()?,
+        since: paging::time("since", since)?,
+        until: paging::time("until", until)?,
         topic,
         host,
         tenant: None,
     })
-}
-
-/// An RFC 3339 time (`2026-01-01T00:00:00Z`) as ms since the epoch.
-pub(super) fn timestamp(field: &str, raw: &str) -> Result<i64, FieldError> {
-    let t = humantime::parse_rfc3339_weak(raw).map_err(|_| {
-        FieldError::new(field, "must be an RFC 3339 time like 2026-01-01T00:00:00Z")
-    })?;
-    let ms = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    Ok(ms as i64)
 }

@@ -27,6 +27,7 @@ mod limits;
 mod notifications;
 mod notify;
 mod overview;
+mod paging;
 mod server;
 mod ui;
 mod view;
