@@ -171,7 +171,12 @@ pub fn parse_digest(hex: &str) -> Result<[u8; 32], String> {
 
 /// The hex SHA-256 of a token, as configuration writes it.
 pub fn digest_hex(token: &str) -> String {
-    digest(token).iter().map(|b| format!("{b:02x}")).collect()
+    hex(&digest(token))
+}
+
+/// Bytes as lower-case hex digits.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A fresh token: `pbk_` and 32 random bytes from the operating system, base64url.

@@ -387,6 +387,10 @@ pub struct Config {
 pub struct TenantConfig {
     pub secrets: Vec<Secret>,
     pub allowed_hosts: Option<HostAllowList>,
+    /// The default quota of its rate keys, if it has one.
+    pub rate_limit: Option<Quota>,
+    /// Quotas of some of its rate keys, by rate key.
+    pub quotas: BTreeMap<String, Quota>,
 }
 
 impl Config {
@@ -536,12 +540,10 @@ impl Config {
             .map(|(k, q)| (default.rate_key(k), *q))
             .collect();
         let mut per_tenant = BTreeMap::new();
-        for (name, t) in &s.tenants {
-            if let Ok(tenant) = Tenant::parse(name, "tenant") {
-                per_key.extend(t.quotas.iter().map(|(k, q)| (tenant.rate_key(k), *q)));
-                if let Some(q) = t.rate_limit {
-                    per_tenant.insert(tenant.to_string(), q);
-                }
+        for (tenant, t) in &self.tenants {
+            per_key.extend(t.quotas.iter().map(|(k, q)| (tenant.rate_key(k), *q)));
+            if let Some(q) = t.rate_limit {
+                per_tenant.insert(tenant.to_string(), q);
             }
         }
         Quotas {
@@ -574,6 +576,8 @@ fn tenants(
             TenantConfig {
                 secrets,
                 allowed_hosts,
+                rate_limit: t.rate_limit,
+                quotas: t.quotas.clone(),
             },
         );
     }

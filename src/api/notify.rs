@@ -18,7 +18,7 @@ use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::view::Registered;
 use super::AppState;
-use crate::access::{Principal, Role};
+use crate::access::{self, Principal, Role};
 use crate::domain::{
     parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, HostAllowList, JobId,
     Notification, Payload, Placement, Schedule, Tenant, MAX_TIERS,
@@ -188,10 +188,7 @@ pub async fn notify(
 /// The fingerprint of a request body, kept with its idempotency key: the first 16 bytes
 /// of its SHA-256, in hex.
 fn fingerprint(body: &[u8]) -> String {
-    Sha256::digest(body)[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    access::hex(&Sha256::digest(body)[..16])
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
