@@ -104,6 +104,26 @@ function readable(body, contentType) {
   }
 }
 
+// A form of filters over `fields`, filled from `params`: a text input each (with a hint
+// for the RFC 3339 times) unless `control(f)` gives another; submitting it goes to
+// `#/<view>?` the fields filled in.
+function filterForm(fields, params, prefix, view, control = () => null) {
+  const isTime = (f) => f === "since" || f === "until";
+  const form = el("form", { class: "filters", "aria-label": "Filters" },
+    fields.map((f) => el("div", {},
+      el("label", { for: `${prefix}-${f}` }, isTime(f) ? `${f} (RFC 3339)` : f),
+      control(f) || el("input", { id: `${prefix}-${f}`, name: f, value: params.get(f) || "",
+        placeholder: isTime(f) ? "2026-01-01T00:00:00Z" : "" }))),
+    el("div", {}, el("button", { type: "submit" }, "Filter")));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const next = new URLSearchParams();
+    for (const f of fields) if (form.elements[f].value.trim()) next.set(f, form.elements[f].value.trim());
+    location.hash = `#/${view}?${next}`;
+  });
+  return form;
+}
+
 function failure(error) {
   return el("p", { class: "error", role: "alert" }, error.message);
 }
@@ -172,18 +192,7 @@ async function deadLetters(params) {
   if (params.get("cursor")) q.set("cursor", params.get("cursor"));
   const page = await api(`/dead-letters?${q}`);
   const status = el("p", { role: "status" });
-  const form = el("form", { class: "filters", "aria-label": "Filters" },
-    FILTERS.map((f) => el("div", {},
-      el("label", { for: `f-${f}` }, f === "since" || f === "until" ? `${f} (RFC 3339)` : f),
-      el("input", { id: `f-${f}`, name: f, value: params.get(f) || "",
-        placeholder: f === "since" || f === "until" ? "2026-01-01T00:00:00Z" : "" }))),
-    el("div", {}, el("button", { type: "submit" }, "Filter")));
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const next = new URLSearchParams();
-    for (const f of FILTERS) if (form.elements[f].value.trim()) next.set(f, form.elements[f].value.trim());
-    location.hash = `#/dead?${next}`;
-  });
+  const form = filterForm(FILTERS, params, "f", "dead");
   const replayAll = el("button", { type: "button", class: "secondary" }, "Replay all matching…");
   replayAll.addEventListener("click", async () => {
     replayAll.disabled = true;
@@ -324,21 +333,10 @@ async function audit(params) {
   q.set("limit", "50");
   if (params.get("cursor")) q.set("cursor", params.get("cursor"));
   const page = await api(`/audit?${q}`);
-  const field = (f) => f === "action"
-    ? el("select", { id: "a-action", name: "action" }, el("option", { value: "" }, "any"),
-      ACTIONS.map((a) => el("option", { value: a, selected: params.get("action") === a }, a.replace("_", " "))))
-    : el("input", { id: `a-${f}`, name: f, value: params.get(f) || "",
-      placeholder: f === "since" || f === "until" ? "2026-01-01T00:00:00Z" : "" });
-  const form = el("form", { class: "filters", "aria-label": "Filters" },
-    AUDIT_FILTERS.map((f) => el("div", {},
-      el("label", { for: `a-${f}` }, f === "since" || f === "until" ? `${f} (RFC 3339)` : f), field(f))),
-    el("div", {}, el("button", { type: "submit" }, "Filter")));
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const next = new URLSearchParams();
-    for (const f of AUDIT_FILTERS) if (form.elements[f].value.trim()) next.set(f, form.elements[f].value.trim());
-    location.hash = `#/audit?${next}`;
-  });
+  const actions = (f) => f === "action" &&
+    el("select", { id: "a-action", name: "action" }, el("option", { value: "" }, "any"),
+      ACTIONS.map((a) => el("option", { value: a, selected: params.get("action") === a }, a.replace("_", " "))));
+  const form = filterForm(AUDIT_FILTERS, params, "a", "audit", actions);
   if (page.next_cursor) shown.set("cursor", page.next_cursor);
   return [
     el("h1", {}, "Audit log"),
