@@ -107,40 +107,19 @@ async fn a_delivery_is_signed_with_its_tenants_secrets_and_no_others() {
 async fn only_a_token_for_every_tenant_names_the_tenant() {
     let f = start(&[]).await;
     let body = |tenant: &str| json!({"url": f.receiver.url("/t"), "body": {}, "delay": "1h", "tenant": tenant});
-    let (status, answer) = f
-        .call(
-            "tok-checkout-a",
-            Method::POST,
-            "/notify",
-            Some(body("shop-b")),
-        )
-        .await;
+    let (status, answer) = f.notify("tok-checkout-a", body("shop-b")).await;
     assert_eq!(
         (status, answer["error"]["field"].as_str()),
         (422, Some("tenant")),
         "{answer}"
     );
-    let (status, answer) = f
-        .call(
-            "tok-producer",
-            Method::POST,
-            "/notify",
-            Some(body("shop-z")),
-        )
-        .await;
+    let (status, answer) = f.notify("tok-producer", body("shop-z")).await;
     assert_eq!(
         (status, answer["error"]["field"].as_str()),
         (422, Some("tenant")),
         "an unknown tenant: {answer}"
     );
-    let (status, _) = f
-        .call(
-            "tok-checkout-a",
-            Method::POST,
-            "/notify",
-            Some(body("shop-a")),
-        )
-        .await;
+    let (status, _) = f.notify("tok-checkout-a", body("shop-a")).await;
     assert_eq!(status, 202, "naming its own tenant is harmless");
 
     let plain = f
@@ -153,8 +132,8 @@ async fn only_a_token_for_every_tenant_names_the_tenant() {
 }
 
 /// Every route, the role it needs, and a request of it (`{id}` stands for a dead letter
-/// of shop-a, `{pending}` for a notification of shop-a not yet due). `read*`: `read`, with a token for every tenant (counts are not kept per
-/// tenant).
+/// of shop-a, `{pending}` for a notification of shop-a not yet due). `read*`: `read`,
+/// with a token for every tenant (counts are not kept per tenant).
 const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
     (
         "notify",
@@ -191,7 +170,7 @@ const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_route_answers_403_to_a_token_without_its_role() {
+async fn every_route_refuses_a_caller_without_a_token_or_without_its_role() {
     let f = start(&[]).await;
     for (value, name, tenant, roles) in TOKENS.iter().filter(|t| t.2 == "shop-a" || t.2 == "*") {
         for (role, method, path, body) in ROUTES {
@@ -234,6 +213,24 @@ async fn every_route_answers_403_to_a_token_without_its_role() {
         )
         .await;
     assert_eq!(status, 404, "read: any of its tenant's notifications");
+
+    // Without a token, or with one that is not configured: 401 on every route.
+    for (_, method, path, body) in ROUTES {
+        let path = path
+            .replace("{id}", "ntf_0_0000000000000000000000")
+            .replace("{pending}", "ntf_0_0000000000000000000000");
+        for authorization in [None, Some("Bearer not-a-token")] {
+            let mut request = f.pb.http.request(method.parse().unwrap(), f.pb.url(&path));
+            if let Some(a) = authorization {
+                request = request.header("authorization", a);
+            }
+            if let Some(b) = body {
+                request = request.header("content-type", "application/json").body(*b);
+            }
+            let status = request.send().await.unwrap().status().as_u16();
+            assert_eq!(status, 401, "{method} {path} with {authorization:?}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,14 +360,7 @@ async fn allowed_hosts_hold_at_registration_and_at_replay() {
         "https://a.b.shop-a.example/x",
         "http://127.0.0.1:9/x",
     ] {
-        let (status, answer) = f
-            .call(
-                "tok-checkout-a",
-                Method::POST,
-                "/notify",
-                Some(try_url(url)),
-            )
-            .await;
+        let (status, answer) = f.notify("tok-checkout-a", try_url(url)).await;
         assert_eq!(status, 202, "{url}: {answer}");
     }
     for url in [
@@ -379,14 +369,7 @@ async fn allowed_hosts_hold_at_registration_and_at_replay() {
         "http://hooks.shop-a.example.evil.example/x",
         "http://localhost:9/x",
     ] {
-        let (status, answer) = f
-            .call(
-                "tok-checkout-a",
-                Method::POST,
-                "/notify",
-                Some(try_url(url)),
-            )
-            .await;
+        let (status, answer) = f.notify("tok-checkout-a", try_url(url)).await;
         assert_eq!(
             (status, answer["error"]["field"].as_str()),
             (422, Some("url")),
@@ -394,12 +377,7 @@ async fn allowed_hosts_hold_at_registration_and_at_replay() {
         );
     }
     let (status, _) = f
-        .call(
-            "tok-all-b",
-            Method::POST,
-            "/notify",
-            Some(try_url("http://evil.example/x")),
-        )
+        .notify("tok-all-b", try_url("http://evil.example/x"))
         .await;
     assert_eq!(status, 202, "shop-b has no allowed_hosts");
 

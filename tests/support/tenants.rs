@@ -99,9 +99,14 @@ impl Fleet {
         self.call(token, Method::GET, path, None).await
     }
 
+    /// `POST /notify` with `token`: the status and the answer.
+    pub async fn notify(&self, token: &str, body: Value) -> (u16, Value) {
+        self.call(token, Method::POST, "/notify", Some(body)).await
+    }
+
     /// Registers with `token` and asserts `202`; returns the id.
     pub async fn register(&self, token: &str, body: Value) -> String {
-        let (status, answer) = self.call(token, Method::POST, "/notify", Some(body)).await;
+        let (status, answer) = self.notify(token, body).await;
         assert_eq!(status, 202, "{answer}");
         answer["id"].as_str().unwrap().to_string()
     }
