@@ -37,6 +37,10 @@ impl RedisCluster {
                 let child = Command::new("redis-server")
                     .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                     .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                    // A replica takes over however long since it last heard its primary:
+                    // on a loaded test machine that can exceed the default's bound, and
+                    // then no replica ever does.
+                    .args(["--cluster-replica-validity-factor", "0"])
                     .args(["--save", "", "--appendonly", "no"])
                     .arg("--dir")
                     .arg(&node_dir)
