@@ -1,5 +1,5 @@
 -- claim: lease up to N due notifications to the caller, atomically.
--- KEYS: the shard's keys (see common.lua), 9 claim record
+-- KEYS: the shard's keys (see common.lua), 10 claim record
 -- ARGV: 1 limit (at most 1000), 2 lease ms, 3 ahead ms
 -- Moves up to `limit` notifications due by now + ahead (the caller holds each until its
 -- due time) to in-flight with a lease deadline. The state record is not written: being
@@ -50,8 +50,17 @@ if #ids > 0 then
     end
   end
   if #leases > 0 then redis.call('ZADD', KEYS[2], unpack(leases)) end
+  -- A spec that names a tenant always has its first line, so each is among those claimed.
+  if #claimed > 0 and has_tenants() then
+    for j = 1, #ids do
+      local tenant = tenant_of(specs[j])
+      tally(tenant, 'due', nil, -1, now)
+      tally(tenant, 'inflight', nil, 1, now)
+    end
+    flush_tally()
+  end
   if #claimed > 0 then
-    redis.call('SET', KEYS[9], deadline .. ' ' .. table.concat(claimed, ' '), 'PX', lease_ms)
+    redis.call('SET', KEYS[10], deadline .. ' ' .. table.concat(claimed, ' '), 'PX', lease_ms)
   end
 end
 

@@ -9,8 +9,9 @@
 --       was worked out from ('' when the caller has none: only the answer is wanted),
 --       the index it was in ('due', 'inflight', 'dead' or 'done'), a time in ms the
 --       change assumes Redis has reached (0: none), the new record, the index it moves
---       to ('' when it stays where it is), its score there, an attempt for its history (JSON; '' for none), and a new
---       spec ('' keeps it)
+--       to ('' when it stays where it is), its score there, an attempt for its history
+--       (JSON; '' for none), a new spec ('' keeps it), and its tenant ('' for the
+--       default one; a move is counted in the tenants hash)
 -- A notification cannot leave the in-flight index without its record changing, so there
 -- the record alone tells (one claimed once and never changed has none, and still has
 -- none); in another index it is also asked whether it is still there. Otherwise
@@ -21,7 +22,7 @@
 -- Then retention, in the finished indexes the batch added to, at most the budget.
 -- Returns {new earliest 0|1, number trimmed, now µs, then per notification: 1 written, 2
 -- unchanged but ahead of now, or its state now (see held_of in common.lua)}.
-local FIRST, WIDTH = 6, 9
+local FIRST, WIDTH = 6, 10
 local time_us = now_us()
 local now = math.ceil(time_us / 1000)
 local out = {0, 0, time_us}
@@ -31,17 +32,18 @@ for i = FIRST, #ARGV, WIDTH do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return out end
 local states = redis.call('HMGET', KEYS[5], unpack(ids))
 
--- Whether the j-th notification (arguments from ARGV[i]) is as the change expects. A
--- notification leaves the in-flight index only by a change that writes its record, so
--- there an unchanged record (or still none, for one claimed once) is enough; in another
--- index a claim may have moved it without writing its record, so the index is asked.
+-- Whether the j-th notification (arguments from ARGV[i]) is as the change expects: its
+-- score in the index it is in (true in flight), or false. A notification leaves the
+-- in-flight index only by a change that writes its record, so there an unchanged record
+-- (or still none, for one claimed once) is enough; in another index a claim may have
+-- moved it without writing its record, so the index is asked.
 local function unchanged(j, i)
   local expected, from = ARGV[i + 1], ARGV[i + 2]
   if expected == '' then return false end
   local stored = states[j]
   if stored and stored ~= expected then return false end
   if from == 'inflight' then return true end
-  return redis.call('ZSCORE', INDEX[from], ids[j]) ~= false
+  return redis.call('ZSCORE', INDEX[from], ids[j])
 end
 
 -- What the batch writes: field/value pairs for HSET, members for ZREM by index, and
@@ -54,13 +56,16 @@ local seen = {}
 
 local function commit_one(j, i)
   local id = ids[j]
-  if seen[id] or not unchanged(j, i) then return held_of(id) end
+  local score = not seen[id] and unchanged(j, i)
+  if not score then return held_of(id) end
   if tonumber(ARGV[i + 3]) > now then return 2 end
   seen[id] = true
   if ARGV[i + 5] ~= '' then
     local from, to = w.leave[ARGV[i + 2]], w.enter[ARGV[i + 5]]
     from[#from + 1] = id
     to[#to + 1], to[#to + 2] = ARGV[i + 6], id
+    tally(ARGV[i + 9], ARGV[i + 2], tonumber(score), -1, now)
+    tally(ARGV[i + 9], ARGV[i + 5], tonumber(ARGV[i + 6]), 1, now)
   end
   w.state[#w.state + 1], w.state[#w.state + 2] = id, ARGV[i + 4]
   if ARGV[i + 7] ~= '' then w.entries[#w.entries + 1] = {id, ARGV[i + 7]} end
@@ -94,6 +99,7 @@ for name, members in pairs(w.enter) do
   if #members > 0 then redis.call('ZADD', INDEX[name], unpack(members)) end
 end
 if #w.enter.due > 0 and announce_if_heads(ARGV[1], w.enter.due) then out[1] = 1 end
+flush_tally()
 local budget = tonumber(ARGV[5])
 if budget > 0 then
   out[2] = apply_retention(now, 2, budget, #w.enter.dead > 0, #w.enter.done > 0)

@@ -1,6 +1,6 @@
 -- Helpers put in front of every script by src/store/redis.rs. Every script receives the
 -- shard's keys in this order: KEYS 1 due, 2 inflight, 3 dead, 4 jobs, 5 state,
--- 6 history, 7 done, 8 counters (then its own extra keys).
+-- 6 history, 7 done, 8 counters, 9 tenants (then its own extra keys).
 
 -- Redis time in µs.
 local function now_us()
@@ -35,15 +35,74 @@ local function index_of(id)
   return nil, nil
 end
 
+-- The tenant `spec` names, '' for the default one. It is the last field of the meta
+-- line (src/store/spec.rs), so its `"tenant":"…"}` ends that line; no string inside the
+-- JSON can imitate it, as its quotes are escaped. Specs of earlier layouts have none.
+local function tenant_of(spec)
+  if not spec or not has_first_line(spec) then return '' end
+  local first = string.find(spec, '\n', 1, true)
+  local last = first and string.find(spec, '\n', first + 1, true)
+  if not last then return '' end
+  local tail = string.sub(spec, math.max(first + 1, last - 80), last - 1)
+  local tenant = string.match(tail, '"tenant":"([%w%-_%.]+)"}$')
+  if not tenant or tenant == 'default' then return '' end
+  return tenant
+end
+
 -- How `id` is now, for postback to work a change out from: {its state record, or false
 -- when it has none yet; its spec when it has no record (postback makes the record its
 -- registration gave it from the spec's first line), otherwise false; the index that
--- holds it ('' for none: it is gone); its score there (false for none)}.
+-- holds it ('' for none: it is gone); its score there (false for none); its tenant
+-- ('' for the default one)}.
 local function held_of(id)
   local record = redis.call('HGET', KEYS[5], id)
-  local spec = not record and redis.call('HGET', KEYS[4], id)
+  local spec = redis.call('HGET', KEYS[4], id)
   local index, score = index_of(id)
-  return {record or false, spec or false, index or '', score or false}
+  return {record or false, not record and spec or false, index or '', score or false, tenant_of(spec)}
+end
+
+-- Counts per tenant, in the tenants hash (KEYS[9]), for every tenant but the default
+-- one, whose counts are the shard's totals less these (src/store/redis/tenants.rs):
+-- `<tenant> <index>` notifications in each index; `<tenant> <index>@<window>` those in
+-- dead and done by the five-minute window of their finish time, for the last hour
+-- (trim.lua deletes older windows); `<tenant> <counter>` what retention deleted.
+-- A script adds its changes up with `tally` and writes them with `flush_tally`.
+local WINDOW_MS, WINDOWS = 300000, 12
+local tallied = {}
+
+local function tally(tenant, index, score, by, now)
+  if tenant == '' then return end
+  local field = tenant .. ' ' .. index
+  tallied[field] = (tallied[field] or 0) + by
+  if score and (index == 'dead' or index == 'done') then
+    local window = math.floor(score / WINDOW_MS)
+    if window > math.floor(now / WINDOW_MS) - WINDOWS then
+      local f = string.format('%s@%d', field, window)
+      tallied[f] = (tallied[f] or 0) + by
+    end
+  end
+end
+
+local function flush_tally()
+  for field, by in pairs(tallied) do
+    if by ~= 0 then redis.call('HINCRBY', KEYS[9], field, by) end
+  end
+  tallied = {}
+end
+
+-- Whether any tenant but the default one has notifications counted in this shard: only
+-- then do scripts read a notification's tenant from its spec.
+local function has_tenants()
+  return redis.call('EXISTS', KEYS[9]) == 1
+end
+
+-- Deletes the window counts older than the last hour.
+local function forget_old_windows(now)
+  local oldest = math.floor(now / WINDOW_MS) - WINDOWS
+  for _, field in ipairs(redis.call('HKEYS', KEYS[9])) do
+    local window = tonumber(string.match(field, '@(%d+)$'))
+    if window and window <= oldest then redis.call('HDEL', KEYS[9], field) end
+  end
 end
 
 -- Tells the schedulers on `channel` when one of `due` (score/member pairs just added to
@@ -67,10 +126,16 @@ local function forget(id)
   redis.call('HDEL', KEYS[6], id)
 end
 
--- Deletes `ids` from the finished index `key` with their records, counting them under
--- `counter` in the counters hash.
-local function drop_all(key, ids, counter)
+-- Deletes `ids` from the finished index `index` (dead or done) with their records,
+-- counting them under `counter` in the counters hash, and per tenant.
+local function drop_all(index, ids, counter, now)
+  local key, tenants = INDEX[index], #ids > 0 and has_tenants()
   for _, id in ipairs(ids) do
+    if tenants then
+      local tenant = tenant_of(redis.call('HGET', KEYS[4], id))
+      tally(tenant, index, tonumber(redis.call('ZSCORE', key, id)), -1, now)
+      tally(tenant, counter, nil, 1, now)
+    end
     redis.call('ZREM', key, id)
     forget(id)
   end
@@ -80,14 +145,16 @@ end
 
 -- Retention of a finished index (dead or done, scored by finish time): deletes up to
 -- `budget` members finished at or before `cutoff`, then, when `max_count` is given, the
--- oldest beyond it, within the same budget. Returns how many it deleted.
-local function trim(key, name, cutoff, max_count, budget)
+-- oldest beyond it, within the same budget; `name` names its counters. Returns how many
+-- it deleted.
+local function trim(index, name, now, cutoff, max_count, budget)
+  local key = INDEX[index]
   local old = redis.call('ZRANGEBYSCORE', key, '-inf', cutoff, 'LIMIT', 0, budget)
-  local n = drop_all(key, old, name .. '_by_age')
+  local n = drop_all(index, old, name .. '_by_age', now)
   if max_count and budget > n then
     local excess = math.min(redis.call('ZCARD', key) - max_count, budget - n)
     if excess > 0 then
-      n = n + drop_all(key, redis.call('ZRANGE', key, 0, excess - 1), name .. '_by_count')
+      n = n + drop_all(index, redis.call('ZRANGE', key, 0, excess - 1), name .. '_by_count', now)
     end
   end
   return n
@@ -99,10 +166,11 @@ end
 local function apply_retention(now, first, budget, dead, finished)
   local n = 0
   if dead then
-    n = n + trim(KEYS[3], 'dead', now - tonumber(ARGV[first]), tonumber(ARGV[first + 1]), budget)
+    n = n + trim('dead', 'dead', now, now - tonumber(ARGV[first]), tonumber(ARGV[first + 1]), budget)
   end
   if finished then
-    n = n + trim(KEYS[7], 'finished', now - tonumber(ARGV[first + 2]), nil, budget)
+    n = n + trim('done', 'finished', now, now - tonumber(ARGV[first + 2]), nil, budget)
   end
+  flush_tally()
   return n
 end

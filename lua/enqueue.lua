@@ -1,9 +1,10 @@
 -- enqueue: register a group of notifications and schedule each one's first attempt.
 -- KEYS: the shard's keys (see common.lua), then the idempotency keys of those that have one
 -- ARGV: 1 wake channel, 2 the layout version the first line starts with
---       (src/store/spec.rs), then per notification 7 values: id, spec (meta JSON and
+--       (src/store/spec.rs), then per notification 8 values: id, spec (meta JSON and
 --       body), schedule (as records keep it), delay ms, index in KEYS of its idempotency
---       key (0: none), idempotency ttl ms, the fingerprint of its request
+--       key (0: none), idempotency ttl ms, the fingerprint of its request, its tenant
+--       ('' for the default one; counted in the tenants hash)
 -- An idempotency key holds `<id> <fingerprint>` (keys of builds before fingerprints:
 -- `<id>`). A notification whose idempotency key was seen before (earlier, or earlier in
 -- this group) stores nothing: the first notification of that key is answered instead,
@@ -16,7 +17,7 @@
 -- Returns {new earliest 0|1, registration time ms, then per notification: id, duplicate
 -- 0|1 (2: of another request), and for a duplicate of the same request the state of the
 -- first (held_of in common.lua), or false when that one is in this group or refused}.
-local WIDTH = 7
+local WIDTH = 8
 local now = now_ms(true)
 -- Times go into the spec and the due set as text formatted here: Lua would format a
 -- number with %.14g and Redis a number argument with %.17g, both through glibc's slow
@@ -49,8 +50,10 @@ for i = 3, #ARGV, WIDTH do
     jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
     out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, false
+    tally(ARGV[i + 7], 'due', nil, 1, now)
   end
 end
+flush_tally()
 
 if #w.due > 0 then
   redis.call('HSET', KEYS[4], unpack(w.jobs))

@@ -134,6 +134,8 @@ async fn bulk_replay_and_purge_by_filter_report_their_counts() {
     assert_eq!(json(&pb, &["dlq", "purge", "--topic", "a"])["count"], 2);
     assert_eq!(json(&pb, &["stats"])["dead"], 0);
     assert!(ok(&pb, &["stats"]).contains("scheduled  1"));
+    assert_eq!(json(&pb, &["stats", "--tenant", "default"])["scheduled"], 1);
+    assert_eq!(json(&pb, &["stats", "--tenant", "shop-z"])["scheduled"], 0);
     assert_eq!(pb.get(&format!("/notifications/{}", ids[0])).await.0, 404);
 }
 

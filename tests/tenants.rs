@@ -144,8 +144,8 @@ const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
     ("notify|read", "GET", "/notifications/{id}", None),
     ("read", "GET", "/dead-letters", None),
     ("read", "GET", "/dead-letters/{id}", None),
-    ("read*", "GET", "/stats", None),
-    ("read*", "GET", "/overview", None),
+    ("read", "GET", "/stats", None),
+    ("read", "GET", "/overview", None),
     (
         "operate",
         "POST",
@@ -303,16 +303,18 @@ async fn a_token_for_one_tenant_never_sees_or_touches_another_tenants() {
     );
     assert_eq!(list["items"][0]["tenant"], "shop-a");
 
-    for path in ["/stats", "/overview"] {
+    let (_, own) = f.get("tok-ops-a", "/stats").await;
+    assert_eq!(own["dead"], 1, "its own tenant's counts: {own}");
+    let (_, all) = f.get("tok-ops", "/stats").await;
+    assert_eq!(all["dead"], 2, "a `*` token counts every tenant");
+    for path in ["/stats?tenant=shop-b", "/overview?tenant=shop-b"] {
         let (status, answer) = f.get("tok-ops-a", path).await;
         assert_eq!(
             (status, answer["error"]["code"].as_str()),
             (403, Some("forbidden")),
-            "counts are kept for every tenant at once: {path}"
+            "another tenant's counts: {path}"
         );
     }
-    let (_, all) = f.get("tok-ops", "/stats").await;
-    assert_eq!(all["dead"], 2, "a `*` token counts every tenant");
     let (status, _) = f.get("tok-ops-a", "/dead-letters?tenant=shop-b").await;
     assert_eq!(
         status, 403,
@@ -474,4 +476,144 @@ async fn rate_keys_and_their_quotas_are_per_tenant() {
         "shop-b's merchant-x is not shop-a's: {:?}",
         spread("tok-all-b")
     );
+}
+
+/// The counts of `path` for `token`: scheduled, in flight, dead, finished.
+async fn counts(f: &support::tenants::Fleet, token: &str, path: &str) -> [u64; 4] {
+    let (status, answer) = f.get(token, path).await;
+    assert_eq!(status, 200, "{token} {path}: {answer}");
+    let c = if path.starts_with("/overview") {
+        &answer["counts"]
+    } else {
+        &answer
+    };
+    ["scheduled", "in_flight", "dead", "finished"].map(|k| c[k].as_u64().unwrap())
+}
+
+/// What the overview's last hour adds up to for `token`: finished, dead.
+async fn last_hour(f: &support::tenants::Fleet, token: &str, path: &str) -> (u64, u64) {
+    let (_, o) = f.get(token, path).await;
+    let windows = o["last_hour"].as_array().unwrap();
+    let sum = |k: &str| windows.iter().map(|w| w[k].as_u64().unwrap()).sum();
+    (sum("finished"), sum("dead"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_and_the_overview_follow_each_tenant() {
+    let f = start(&[]).await;
+    let later = |tenant: Option<&str>| {
+        let mut body = json!({"url": f.receiver.url("/later"), "body": {}, "delay": "1h"});
+        if let Some(t) = tenant {
+            body["tenant"] = json!(t);
+        }
+        body
+    };
+    let now = |path: &str| json!({"url": f.receiver.url(path), "body": {}});
+    let dead_a = f.dead_letter("tok-checkout-a", None, "c").await;
+    let cancelled_a = f.register("tok-checkout-a", later(None)).await;
+    f.call(
+        "tok-ops-a",
+        Method::DELETE,
+        &format!("/notifications/{cancelled_a}"),
+        None,
+    )
+    .await;
+    f.register("tok-checkout-a", later(None)).await;
+    f.register("tok-producer", later(Some("shop-a"))).await;
+    let delivered_a = f.register("tok-checkout-a", now("/ok-a")).await;
+    let slow_a = f
+        .register("tok-checkout-a", now("/slow?sleep_ms=4000"))
+        .await;
+    f.dead_letter("tok-all-b", None, "c").await;
+    f.register("tok-all-b", later(None)).await;
+    let delivered_default = f.register("tok-producer", now("/ok-default")).await;
+    f.register("tok-producer", later(None)).await;
+    f.pb.wait_state(&delivered_a, "delivered", WAIT).await;
+    f.pb.wait_state(&delivered_default, "delivered", WAIT).await;
+    f.pb.wait_state(&slow_a, "in_flight", WAIT).await;
+
+    // scheduled, in flight, dead, finished
+    let a = [2, 1, 1, 2];
+    assert_eq!(counts(&f, "tok-ops-a", "/stats").await, a);
+    assert_eq!(counts(&f, "tok-ops-a", "/overview").await, a);
+    assert_eq!(counts(&f, "tok-ops", "/stats?tenant=shop-a").await, a);
+    assert_eq!(counts(&f, "tok-all-b", "/stats").await, [1, 0, 1, 0]);
+    assert_eq!(
+        counts(&f, "tok-ops", "/stats?tenant=default").await,
+        [1, 0, 0, 1]
+    );
+    assert_eq!(counts(&f, "tok-ops", "/stats").await, [4, 1, 2, 3]);
+    assert_eq!(counts(&f, "tok-plain-c", "/stats").await, [0, 0, 0, 0]);
+    assert_eq!(last_hour(&f, "tok-ops-a", "/overview").await, (2, 1));
+    assert_eq!(
+        last_hour(&f, "tok-ops", "/overview?tenant=default").await,
+        (1, 0)
+    );
+    assert_eq!(last_hour(&f, "tok-ops", "/overview").await, (3, 2));
+    let (_, o) = f.get("tok-ops-a", "/overview").await;
+    assert_eq!(
+        o["failing_hosts"][0]["dead"], 1,
+        "its own dead letters: {o}"
+    );
+
+    f.pb.wait_state(&slow_a, "delivered", WAIT).await;
+    let replay = format!("/dead-letters/{dead_a}/replay");
+    let (status, _) = f
+        .call(
+            "tok-ops-a",
+            Method::POST,
+            &replay,
+            Some(json!({"delay": "1h"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(counts(&f, "tok-ops-a", "/stats").await, [3, 0, 0, 3]);
+    assert_eq!(
+        last_hour(&f, "tok-ops-a", "/overview").await,
+        (3, 0),
+        "a replayed dead letter is no longer one of the hour's"
+    );
+    let (_, purged) = f
+        .call(
+            "tok-all-b",
+            Method::POST,
+            "/dead-letters/purge",
+            Some(json!({"all": true})),
+        )
+        .await;
+    assert_eq!(purged["count"], 1);
+    assert_eq!(counts(&f, "tok-all-b", "/stats").await, [1, 0, 0, 0]);
+    assert_eq!(counts(&f, "tok-ops", "/stats").await, [5, 0, 0, 4]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_counts_what_it_deletes_per_tenant() {
+    let f = start(&[
+        ("POSTBACK_RETENTION_FINISHED_MAX_AGE", "1s"),
+        ("POSTBACK_RETENTION_SWEEP_INTERVAL", "200ms"),
+    ])
+    .await;
+    let body = json!({"url": f.receiver.url("/ok"), "body": {}});
+    let a = f.register("tok-checkout-a", body.clone()).await;
+    let b = f.register("tok-all-b", body.clone()).await;
+    let other = f.register("tok-all-b", body).await;
+    for id in [&a, &b, &other] {
+        f.pb.wait_state(id, "delivered", WAIT).await;
+    }
+    let f = &f;
+    let trimmed = |token: &'static str| async move {
+        let (_, s) = f.get(token, "/stats").await;
+        (
+            s["finished"].as_u64().unwrap(),
+            s["trimmed"]["finished_by_age"].as_u64().unwrap(),
+        )
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while trimmed("tok-ops").await != (0, 3) {
+        assert!(std::time::Instant::now() < deadline, "retention never ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(trimmed("tok-ops-a").await, (0, 1));
+    assert_eq!(trimmed("tok-all-b").await, (0, 2));
+    assert_eq!(trimmed("tok-plain-c").await, (0, 0));
 }

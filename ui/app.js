@@ -1,7 +1,7 @@
 // The review page: a small client of postback's own API. The token is kept in
 // sessionStorage (this tab only) and sent as a bearer token, like any API client.
 // Views are chosen by the URL's hash, so the browser's back button and links work:
-// #/overview, #/dead (?filters), #/dead/<id>, #/lookup, #/lookup/<id>, #/audit (?filters).
+// #/overview (?tenant), #/dead (?filters), #/dead/<id>, #/lookup, #/lookup/<id>, #/audit (?filters).
 "use strict";
 
 const TOKEN_KEY = "postback-token";
@@ -130,12 +130,16 @@ function failure(error) {
 
 // ---- views ---------------------------------------------------------------
 
-async function overview() {
-  const o = await api("/overview");
+async function overview(params) {
+  const tenant = params.get("tenant");
+  const q = tenant ? `?${new URLSearchParams({ tenant })}` : "";
+  const o = await api(`/overview${q}`);
   const c = o.counts;
   const max = Math.max(1, ...o.last_hour.map((w) => w.finished + w.dead));
+  const dead = (host) => `#/dead?${new URLSearchParams(tenant ? { host, tenant } : { host })}`;
   return [
-    el("h1", {}, "Overview"),
+    el("h1", {}, tenant ? `Overview of ${tenant}` : "Overview"),
+    filterForm(["tenant"], params, "o", "overview"),
     el("div", { class: "counts" },
       [["Scheduled", c.scheduled], ["In flight", c.in_flight], ["Dead letters", c.dead],
        ["Delivered or cancelled", c.finished]].map(([label, n]) =>
@@ -155,7 +159,7 @@ async function overview() {
       : el("div", { class: "table-wrap" }, el("table", {},
         el("thead", {}, el("tr", {}, el("th", {}, "Host"), el("th", {}, "Dead letters"), el("th", {}, "Last error"), el("th", { class: "wide" }, "At"))),
         el("tbody", {}, o.failing_hosts.map((h) => el("tr", {},
-          el("td", {}, el("a", { href: `#/dead?host=${encodeURIComponent(h.host)}` }, h.host)),
+          el("td", {}, el("a", { href: dead(h.host) }, h.host)),
           el("td", {}, h.dead),
           el("td", {}, h.last_status !== null ? `HTTP ${h.last_status}` : h.last_error || "—"),
           el("td", { class: "wide" }, when(h.last_at))))))),
@@ -373,7 +377,7 @@ async function route() {
       : name === "dead" ? await deadLetters(new URLSearchParams(query))
       : name === "lookup" ? await lookup(id && decodeURIComponent(id))
       : name === "audit" ? await audit(new URLSearchParams(query))
-      : await overview();
+      : await overview(new URLSearchParams(query));
     view.replaceChildren(...parts.filter(Boolean));
     document.title = `postback — ${parts[0].textContent}`;
   } catch (e) {

@@ -83,21 +83,6 @@ pub fn require_any(caller: &Principal, roles: &[Role]) -> Result<(), ApiError> {
     }
 }
 
-/// `403 forbidden` for a tenant-bound caller: `what` is kept for every tenant at once.
-pub fn require_every_tenant(caller: &Principal, what: &str) -> Result<(), ApiError> {
-    match &caller.scope {
-        Scope::All => Ok(()),
-        Scope::One(own) => Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "{what} are kept for every tenant at once, and the token `{}` acts for `{own}` only",
-                caller.actor
-            ),
-        )),
-    }
-}
-
 /// Which tenant a list, a count or a bulk action covers: a tenant-bound caller's own
 /// (naming another is refused), or for a caller of every tenant the one it names, if any.
 pub fn tenant_filter(caller: &Principal, named: Option<&str>) -> Result<Option<Tenant>, ApiError> {

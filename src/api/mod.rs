@@ -8,7 +8,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
-use axum::{middleware, Extension, Json, Router};
+use axum::{middleware, Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Notify;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -36,13 +36,13 @@ pub use error::ApiError;
 pub use notify::NotifyPolicy;
 pub use server::{serve, ServerLimits};
 
-use crate::access::{Principal, Role, TokenTable};
+use crate::access::TokenTable;
 use crate::app::Pipeline;
 use crate::config::ServerSettings;
 use crate::metrics;
 use crate::policy::Policy;
 use crate::store::Store;
-use error::{CommonErrors, ErrorBody};
+use error::ErrorBody;
 use view::Health;
 
 /// What every handler can reach.
@@ -129,28 +129,9 @@ fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(dead_letters::replay))
         .routes(routes!(dead_letters::replay_matching))
         .routes(routes!(dead_letters::purge))
-        .routes(routes!(stats))
+        .routes(routes!(overview::stats))
         .routes(routes!(overview::overview))
         .routes(routes!(audit::list))
-}
-
-/// Counts by state, and of what retention deleted, over all shards. Role `read`, for
-/// every tenant: counts are not kept per tenant, so a tenant-bound token is refused.
-#[utoipa::path(
-    get,
-    path = "/stats",
-    operation_id = "getStats",
-    tag = "operations",
-    responses((status = 200, body = view::StatsView), CommonErrors),
-    security(("bearer" = []))
-)]
-async fn stats(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Principal>,
-) -> Result<Json<view::StatsView>, ApiError> {
-    auth::require(&caller, Role::Read)?;
-    auth::require_every_tenant(&caller, "counts")?;
-    Ok(Json(state.store.stats().await?.into()))
 }
 
 /// Prometheus metrics: attempts, durations, scheduler lateness, queue depths per state
@@ -175,7 +156,7 @@ async fn prometheus(
             return Err(ApiError::unauthorized());
         }
     }
-    match state.store.stats().await {
+    match state.store.stats(None).await {
         Ok(stats) => metrics::store_stats(&stats),
         Err(_) => metrics::store_error("stats"),
     }

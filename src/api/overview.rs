@@ -1,25 +1,62 @@
-//! `GET /overview`: the queue at a glance for the review page: counts by state, what
+//! The counts: `GET /stats` (by state, per shard, and what retention deleted) and
+//! `GET /overview`, the queue at a glance for the review page: counts by state, what
 //! finished and what was dead-lettered in each five minutes of the last hour, and the
-//! hosts with the most dead letters in that hour with their last error.
+//! hosts with the most dead letters in that hour with their last error. Both count
+//! every tenant, or one (`store::tenant_counts`).
 
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
 use axum::{Extension, Json};
-use serde::Serialize;
-use utoipa::ToSchema;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::auth;
-use super::error::{ApiError, CommonErrors};
+use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::rfc3339;
-use super::view::CountsView;
+use super::view::{CountsView, StatsView};
 use super::AppState;
 use crate::access::{Principal, Role};
-use crate::store::{DeadFilter, JobView};
+use crate::store::{window_of, DeadFilter, JobView, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 
-const WINDOW_MS: i64 = 5 * 60 * 1000;
-const WINDOWS: usize = 12;
+/// Whose counts: a token bound to a tenant counts its own only.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct CountsQuery {
+    /// Only this tenant's notifications (for a token of every tenant; a token bound to a
+    /// tenant may name its own only).
+    tenant: Option<String>,
+}
+
+/// Counts by state, and of what retention deleted, over all shards and per shard. Role
+/// `read`; a tenant-bound token counts its tenant's only.
+#[utoipa::path(
+    get,
+    path = "/stats",
+    operation_id = "getStats",
+    tag = "operations",
+    params(CountsQuery),
+    responses(
+        (status = 200, body = StatsView),
+        (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn stats(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    query: Result<Query<CountsQuery>, QueryRejection>,
+) -> Result<Json<StatsView>, ApiError> {
+    auth::require(&caller, Role::Read)?;
+    let Query(q) = query.map_err(invalid_query)?;
+    let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
+    Ok(Json(state.store.stats(tenant.as_ref()).await?.into()))
+}
+
 /// Most dead letters of the last hour read to rank the failing hosts.
 const SAMPLE: usize = 500;
 const TOP_HOSTS: usize = 5;
@@ -27,7 +64,8 @@ const TOP_HOSTS: usize = 5;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Overview {
     pub counts: CountsView,
-    /// Five-minute windows, oldest first, the last one ending now.
+    /// Five-minute windows (aligned on five minutes of the clock), oldest first, the last
+    /// one ending now.
     pub last_hour: Vec<Window>,
     /// The hosts with the most dead letters in the last hour (of the newest 500).
     pub failing_hosts: Vec<FailingHost>,
@@ -38,7 +76,7 @@ pub struct Window {
     pub from: String,
     /// Delivered or cancelled in this window.
     pub finished: u64,
-    /// Dead-lettered in this window.
+    /// Dead-lettered in this window (and not replayed or deleted since).
     pub dead: u64,
 }
 
@@ -51,39 +89,49 @@ pub struct FailingHost {
     pub last_at: Option<String>,
 }
 
-/// The queue at a glance, for the review page at `/ui`. Role `read`, for every tenant:
-/// counts are not kept per tenant, so a tenant-bound token is refused.
+/// The queue at a glance, for the review page at `/ui`. Role `read`; a tenant-bound
+/// token sees its tenant's only.
 #[utoipa::path(
     get,
     path = "/overview",
     operation_id = "getOverview",
     tag = "operations",
-    responses((status = 200, body = Overview), CommonErrors),
+    params(CountsQuery),
+    responses(
+        (status = 200, body = Overview),
+        (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        CommonErrors,
+    ),
     security(("bearer" = []))
 )]
 pub async fn overview(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
+    query: Result<Query<CountsQuery>, QueryRejection>,
 ) -> Result<Json<Overview>, ApiError> {
     auth::require(&caller, Role::Read)?;
-    auth::require_every_tenant(&caller, "the overview's counts")?;
+    let Query(q) = query.map_err(invalid_query)?;
+    let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let from = now - WINDOW_MS * WINDOWS as i64;
-    let stats = state.store.stats().await?;
-    let windows = state.store.outcomes_over(from, WINDOW_MS, WINDOWS).await?;
-    let last_hour = windows
-        .iter()
-        .enumerate()
-        .map(|(i, w)| Window {
-            from: rfc3339(from + i as i64 * WINDOW_MS),
-            finished: w.finished,
-            dead: w.dead,
+    let first = window_of(now) - (OUTCOME_WINDOWS - 1);
+    let stats = state.store.stats(tenant.as_ref()).await?;
+    let windows = state
+        .store
+        .outcomes(tenant.as_ref(), first, OUTCOME_WINDOWS as usize)
+        .await?;
+    let last_hour = (first..)
+        .zip(&windows)
+        .map(|(w, o)| Window {
+            from: rfc3339(w * OUTCOME_WINDOW_MS),
+            finished: o.finished,
+            dead: o.dead,
         })
         .collect();
     let filter = DeadFilter {
-        since: Some(from),
+        since: Some(first * OUTCOME_WINDOW_MS),
+        tenant,
         ..DeadFilter::default()
     };
     let recent = state.store.dead_letters(&filter, SAMPLE, None).await?;

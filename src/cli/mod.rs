@@ -56,6 +56,9 @@ enum Command {
     },
     /// Notifications per state, and what retention deleted.
     Stats {
+        /// Only this tenant's (a token for every tenant only).
+        #[arg(long)]
+        tenant: Option<String>,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -310,8 +313,9 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
                 .await?;
             print::answer(&api, &answer, print::notification)
         }
-        Command::Stats { api } => {
-            let answer = Client::new(&api)?.get("/stats").await?;
+        Command::Stats { tenant, api } => {
+            let query: Vec<(&str, String)> = tenant.map(|t| ("tenant", t)).into_iter().collect();
+            let answer = Client::new(&api)?.get_query("/stats", &query).await?;
             print::answer(&api, &answer, print::stats)
         }
         Command::Dlq { command, api } => dlq(command, &api).await,

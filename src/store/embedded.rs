@@ -21,7 +21,7 @@ use super::{
     Settled, Settlement, Stats, Store, StoreError, StoreResult,
 };
 use crate::config::RetentionSettings;
-use crate::domain::{JobId, JobSpec, Notification, Schedule};
+use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::{retention, Index, Now, Record};
 use crate::policy::{RateAsk, Slots};
 
@@ -111,7 +111,7 @@ impl EmbeddedStore {
 /// Creates every table, so that readers find them from the start.
 fn create_tables(db: &Database) -> DbResult<()> {
     let tx = db.begin_write()?;
-    Tables::open(&tx)?;
+    Tables::open(&tx, Now::read())?;
     tx.commit()?;
     Ok(())
 }
@@ -316,6 +316,7 @@ impl Store for EmbeddedStore {
             let n = self
                 .writer
                 .run(move |t, now| {
+                    t.forget_old_windows()?;
                     transitions::apply_retention(
                         t,
                         now,
@@ -332,17 +333,19 @@ impl Store for EmbeddedStore {
         }
     }
 
-    async fn stats(&self) -> StoreResult<Stats> {
-        self.read(reads::stats).await
+    async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats> {
+        let tenant = tenant.cloned();
+        self.read(move |tx| reads::stats(tx, tenant.as_ref())).await
     }
 
-    async fn outcomes_over(
+    async fn outcomes(
         &self,
-        from_ms: i64,
-        width_ms: i64,
-        buckets: usize,
+        tenant: Option<&Tenant>,
+        first_window: i64,
+        windows: usize,
     ) -> StoreResult<Vec<Outcomes>> {
-        self.read(move |tx| reads::outcomes_over(tx, from_ms, width_ms, buckets))
+        let tenant = tenant.cloned();
+        self.read(move |tx| reads::outcomes(tx, tenant.as_ref(), first_window, windows))
             .await
     }
 

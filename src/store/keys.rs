@@ -5,7 +5,7 @@
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
     tag: String,
-    all: [String; 8],
+    all: [String; 9],
 }
 
 impl ShardKeys {
@@ -22,13 +22,15 @@ impl ShardKeys {
                 key("history"),
                 key("done"),
                 key("counters"),
+                key("tenants"),
             ],
             tag,
         }
     }
 
-    /// `due`, `inflight`, `dead`, `jobs`, `state`, `history`, `done`, `counters`.
-    pub fn all(&self) -> &[String; 8] {
+    /// `due`, `inflight`, `dead`, `jobs`, `state`, `history`, `done`, `counters`,
+    /// `tenants`.
+    pub fn all(&self) -> &[String; 9] {
         &self.all
     }
 
@@ -63,6 +65,11 @@ impl ShardKeys {
     /// What retention deleted, by reason.
     pub fn counters(&self) -> &str {
         &self.all[7]
+    }
+
+    /// Counts per tenant other than the default one (`lua/common.lua`, `tally`).
+    pub fn tenants(&self) -> &str {
+        &self.all[8]
     }
 
     /// The record of what one claim call leased, named by its token.

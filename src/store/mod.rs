@@ -23,11 +23,13 @@ mod embedded;
 mod keys;
 mod redis;
 mod spec;
+mod tenant_counts;
 
 pub use self::embedded::{EmbeddedStore, FILE_NAME as EMBEDDED_FILE};
 pub use self::redis::RedisStore;
 pub use audit::{AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord};
 pub use cursor::Cursor;
+pub use tenant_counts::{window_of, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 
 /// The store could not do what was asked.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -388,17 +390,18 @@ pub trait Store: Send + Sync + 'static {
     /// notifications were deleted.
     async fn trim(&self) -> StoreResult<usize>;
 
-    /// Counts by state and of what retention deleted.
-    async fn stats(&self) -> StoreResult<Stats>;
+    /// Counts by state and of what retention deleted, of every tenant or of one.
+    async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats>;
 
     /// How many notifications finished (delivered or cancelled) and how many were
-    /// dead-lettered in each of `buckets` consecutive windows of `width_ms`, the first
-    /// starting at `from_ms` (ms since the epoch), the last one open-ended.
-    async fn outcomes_over(
+    /// dead-lettered in each of `windows` consecutive windows (`OUTCOME_WINDOW_MS` wide,
+    /// numbered from the epoch) from `first_window`, the last one open-ended; of every
+    /// tenant or of one (whose windows are kept for the last `OUTCOME_WINDOWS` only).
+    async fn outcomes(
         &self,
-        from_ms: i64,
-        width_ms: i64,
-        buckets: usize,
+        tenant: Option<&Tenant>,
+        first_window: i64,
+        windows: usize,
     ) -> StoreResult<Vec<Outcomes>>;
 
     /// Hands leased notifications back, due at once, without counting an attempt.

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::keys::{wake_channel, ShardKeys};
+use super::tenant_counts::{counted, TenantCounts, OUTCOME_WINDOW_MS};
 use super::{
     AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cancelled, Claim, ClaimedJob, Cursor,
     DeadFilter, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobState, JobStatus,
@@ -24,7 +25,7 @@ use super::{
     Trimmed,
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
-use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule};
+use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::{retention, Record};
 use crate::lifecycle::{transitions, Index, Now};
 use crate::policy::{RateAsk, Slots};
@@ -191,6 +192,16 @@ impl RedisStore {
             enqueuer,
             audit: AuditLog::new(&settings.key_prefix, retention.audit_max_age),
         })
+    }
+
+    /// The counts per tenant of one shard (`store::tenant_counts`).
+    async fn tenant_counts(&self, keys: &ShardKeys) -> StoreResult<TenantCounts> {
+        let fields: HashMap<String, i64> = redis::cmd("HGETALL")
+            .arg(keys.tenants())
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(fields.into_iter().collect())
     }
 
     fn keys(&self, id: &JobId) -> StoreResult<&ShardKeys> {
@@ -477,6 +488,7 @@ impl Store for RedisStore {
                 let ttl = (i.ttl.as_millis() as u64).max(1);
                 (keys.idempotency(&i.scoped()), ttl, i.fingerprint.clone())
             }),
+            tenant: counted(&n.tenant).to_string(),
         };
         let enqueued = self.enqueuer.enqueue(item).await?;
         if enqueued.earliest {
@@ -671,7 +683,7 @@ impl Store for RedisStore {
         Ok(trimmed)
     }
 
-    async fn stats(&self) -> StoreResult<Stats> {
+    async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats> {
         let mut stats = Stats::default();
         for keys in &self.shards {
             let (scheduled, in_flight, dead, finished, counters): (
@@ -690,41 +702,47 @@ impl Store for RedisStore {
                 .await
                 .map_err(store_error)?;
             let count = |name: &str| counters.get(name).copied().unwrap_or(0);
-            let shard = StateCounts {
+            let mut shard = StateCounts {
                 scheduled,
                 in_flight,
                 dead,
                 finished,
             };
-            stats.total.add(&shard);
-            stats.shards.push(shard);
-            stats.trimmed.add(&Trimmed {
+            let mut trimmed = Trimmed {
                 dead_by_age: count("dead_by_age"),
                 dead_by_count: count("dead_by_count"),
                 finished_by_age: count("finished_by_age"),
-            });
+            };
+            if let Some(tenant) = tenant {
+                let tenants = self.tenant_counts(keys).await?;
+                shard = tenants.counts(tenant, &shard);
+                trimmed = tenants.trimmed(tenant, &trimmed);
+            }
+            stats.total.add(&shard);
+            stats.shards.push(shard);
+            stats.trimmed.add(&trimmed);
         }
         Ok(stats)
     }
 
-    async fn outcomes_over(
+    async fn outcomes(
         &self,
-        from_ms: i64,
-        width_ms: i64,
-        buckets: usize,
+        tenant: Option<&Tenant>,
+        first_window: i64,
+        windows: usize,
     ) -> StoreResult<Vec<Outcomes>> {
-        let mut total = vec![Outcomes::default(); buckets];
+        let mut total = vec![Outcomes::default(); windows];
         for keys in &self.shards {
             let mut pipe = redis::pipe();
-            for b in 0..buckets as i64 {
+            for w in first_window..first_window + windows as i64 {
                 // The last window is open-ended: times stamped by the store can be a
                 // millisecond or two ahead of the caller's clock.
-                let to = if b + 1 == buckets as i64 {
+                let to = if w + 1 == first_window + windows as i64 {
                     "+inf".to_string()
                 } else {
-                    format!("({}", from_ms + (b + 1) * width_ms)
+                    format!("({}", (w + 1) * OUTCOME_WINDOW_MS)
                 };
-                let from = from_ms + b * width_ms;
+                let from = w * OUTCOME_WINDOW_MS;
                 pipe.zcount(keys.done(), from, &to)
                     .zcount(keys.dead(), from, &to);
             }
@@ -732,9 +750,21 @@ impl Store for RedisStore {
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(store_error)?;
-            for (bucket, pair) in total.iter_mut().zip(counts.chunks(2)) {
-                bucket.finished += pair[0];
-                bucket.dead += pair[1];
+            let tenants = match tenant {
+                Some(_) => self.tenant_counts(keys).await?,
+                None => TenantCounts::default(),
+            };
+            let windows = (first_window..).zip(counts.chunks(2));
+            for (sum, (w, pair)) in total.iter_mut().zip(windows) {
+                let mut shard = Outcomes {
+                    finished: pair[0],
+                    dead: pair[1],
+                };
+                if let Some(tenant) = tenant {
+                    shard = tenants.outcomes(tenant, w, shard);
+                }
+                sum.finished += shard.finished;
+                sum.dead += shard.dead;
             }
         }
         Ok(total)
@@ -1028,7 +1058,9 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
         Some(Value::Nil) | Some(Value::Boolean(false)) => None,
         _ => Some(text_at(c, 1)?),
     };
-    let held = Held::claimed(&id, stored, &spec)?;
+    let decoded =
+        spec::decode(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?;
+    let held = Held::claimed(&id, stored, &spec, &decoded.tenant)?;
     let job = ClaimedJob {
         id: id
             .parse()
@@ -1040,7 +1072,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
         due_at: held.record.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
-        spec: spec::decode(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?,
+        spec: decoded,
         reserved: held.record.reserved,
     };
     Ok((job, held))

@@ -139,6 +139,19 @@ pub fn decode(raw: &str) -> serde_json::Result<JobSpec> {
     Ok(spec)
 }
 
+/// The tenant a stored value names (the default one for a value of layout 0, or one that
+/// does not read): the meta line alone is decoded, not the body.
+pub fn tenant(raw: &str) -> Tenant {
+    let Ok(Layout::Lines { rest, .. }) = Layout::of(raw) else {
+        return Tenant::default();
+    };
+    let meta = rest.split_once('\n').map_or(rest, |(meta, _)| meta);
+    serde_json::from_str::<Meta>(meta)
+        .ok()
+        .and_then(|m| m.tenant)
+        .unwrap_or_default()
+}
+
 /// The record a notification has from its registration, made from the first line of its
 /// stored value: what it has until its first change (on Redis, where no record is
 /// written until then). `None` for a value of layout 0, which always came with a record.

@@ -5,11 +5,12 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinitio
 
 use super::tables::{
     corrupt, decode, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY, INFLIGHT, RECORDS,
-    SPECS,
+    SPECS, TENANTS,
 };
-use crate::domain::{Attempt, JobId};
+use crate::domain::{Attempt, JobId, Tenant};
 use crate::lifecycle::Record;
 use crate::store::spec;
+use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
 use crate::store::{Cursor, DeadFilter, DeadPage, JobView, Outcomes, StateCounts, Stats, Trimmed};
 
 /// Dead letters examined for one page at most; past it the page ends early with a
@@ -99,10 +100,10 @@ pub fn next_wake_at(tx: &ReadTransaction) -> DbResult<Option<i64>> {
     })
 }
 
-/// Counts by state, and what retention deleted.
-pub fn stats(tx: &ReadTransaction) -> DbResult<Stats> {
+/// Counts by state, and what retention deleted, of every tenant or of one.
+pub fn stats(tx: &ReadTransaction, tenant: Option<&Tenant>) -> DbResult<Stats> {
     let len = |def: Index| -> DbResult<u64> { Ok(tx.open_table(def)?.len()?) };
-    let counts = StateCounts {
+    let mut counts = StateCounts {
         scheduled: len(DUE)?,
         in_flight: len(INFLIGHT)?,
         dead: len(DEAD)?,
@@ -110,39 +111,61 @@ pub fn stats(tx: &ReadTransaction) -> DbResult<Stats> {
     };
     let counters = tx.open_table(COUNTERS)?;
     let count = |name: &str| -> DbResult<u64> { Ok(counters.get(name)?.map_or(0, |v| v.value())) };
+    let mut trimmed = Trimmed {
+        dead_by_age: count("dead_by_age")?,
+        dead_by_count: count("dead_by_count")?,
+        finished_by_age: count("finished_by_age")?,
+    };
+    if let Some(tenant) = tenant {
+        let tenants = tenant_counts(tx)?;
+        counts = tenants.counts(tenant, &counts);
+        trimmed = tenants.trimmed(tenant, &trimmed);
+    }
     Ok(Stats {
         total: counts.clone(),
         shards: vec![counts],
-        trimmed: Trimmed {
-            dead_by_age: count("dead_by_age")?,
-            dead_by_count: count("dead_by_count")?,
-            finished_by_age: count("finished_by_age")?,
-        },
+        trimmed,
     })
 }
 
-/// Finished and dead-lettered notifications per window (the last one open-ended).
-pub fn outcomes_over(
+fn tenant_counts(tx: &ReadTransaction) -> DbResult<TenantCounts> {
+    let table = tx.open_table(TENANTS)?;
+    let mut fields = Vec::new();
+    for entry in table.iter()? {
+        let (field, n) = entry?;
+        fields.push((field.value().to_string(), n.value()));
+    }
+    Ok(fields.into_iter().collect())
+}
+
+/// Finished and dead-lettered notifications per window from `first_window` (the last
+/// one open-ended), of every tenant or of one.
+pub fn outcomes(
     tx: &ReadTransaction,
-    from_ms: i64,
-    width_ms: i64,
-    buckets: usize,
+    tenant: Option<&Tenant>,
+    first_window: i64,
+    windows: usize,
 ) -> DbResult<Vec<Outcomes>> {
-    let mut out = vec![Outcomes::default(); buckets];
-    if buckets == 0 {
+    let mut out = vec![Outcomes::default(); windows];
+    if windows == 0 {
         return Ok(out);
     }
     for (def, dead) in [(DONE, false), (DEAD, true)] {
         let table = tx.open_table(def)?;
-        for entry in table.range((from_ms, "")..)? {
+        for entry in table.range((first_window * OUTCOME_WINDOW_MS, "")..)? {
             let (at, _) = entry?.0.value();
-            let bucket = (((at - from_ms) / width_ms) as usize).min(buckets - 1);
-            let slot = &mut out[bucket];
+            let slot = &mut out[((window_of(at) - first_window) as usize).min(windows - 1)];
             if dead {
                 slot.dead += 1;
             } else {
                 slot.finished += 1;
             }
+        }
+    }
+    if let Some(tenant) = tenant {
+        let tenants = tenant_counts(tx)?;
+        for (w, slot) in (first_window..).zip(out.iter_mut()) {
+            *slot = tenants.outcomes(tenant, w, *slot);
         }
     }
     Ok(out)

@@ -2,10 +2,12 @@
 //! keyed by `(time, id)`, so that a range read gives what is due, expired or oldest, in
 //! order, as Redis's sorted sets do.
 
-use redb::{ReadableTable, Table, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 use serde::Deserialize;
 
-use crate::lifecycle::{Index, Record};
+use crate::domain::Tenant;
+use crate::lifecycle::{Index, Now, Record};
+use crate::store::{spec, tenant_counts};
 
 /// What a step of the embedded store gives: any error aborts its transaction.
 pub type DbResult<T> = Result<T, DbError>;
@@ -73,6 +75,8 @@ pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters"
 pub const RATES: TableDefinition<&str, (i64, i64)> = TableDefinition::new("rates");
 /// (ms, seq) → an audit log entry's JSON (`store::AuditRecord`).
 pub const AUDIT: TableDefinition<(i64, u64), &str> = TableDefinition::new("audit");
+/// Counts per tenant but the default one, by field (`store::tenant_counts`).
+pub const TENANTS: TableDefinition<&str, i64> = TableDefinition::new("tenant_counts");
 
 /// Every table, open in one write transaction.
 pub struct Tables<'t> {
@@ -88,10 +92,13 @@ pub struct Tables<'t> {
     pub counters: Table<'t, &'static str, u64>,
     pub rates: Table<'t, &'static str, (i64, i64)>,
     pub audit: Table<'t, (i64, u64), &'static str>,
+    pub tenants: Table<'t, &'static str, i64>,
+    /// The transaction's time (ms), which window counts are kept by.
+    now_ms: i64,
 }
 
 impl<'t> Tables<'t> {
-    pub fn open(tx: &'t WriteTransaction) -> DbResult<Self> {
+    pub fn open(tx: &'t WriteTransaction, now: Now) -> DbResult<Self> {
         Ok(Self {
             specs: tx.open_table(SPECS)?,
             records: tx.open_table(RECORDS)?,
@@ -105,6 +112,8 @@ impl<'t> Tables<'t> {
             counters: tx.open_table(COUNTERS)?,
             rates: tx.open_table(RATES)?,
             audit: tx.open_table(AUDIT)?,
+            tenants: tx.open_table(TENANTS)?,
+            now_ms: now.down(),
         })
     }
 
@@ -124,18 +133,81 @@ impl<'t> Tables<'t> {
         }
     }
 
-    /// Writes `new` over `old` (if any), moving the notification between indexes.
+    /// Writes `new` over `old` (if any), moving the notification between indexes and
+    /// counting the move for its tenant. A registration (no `old`) reads its tenant from
+    /// its spec, written first; a later move only while any tenant is counted apart.
     pub fn save(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<()> {
         let (from, to) = (old.and_then(Record::position), new.position());
         if from != to {
+            let tenant = match old {
+                None => self.tenant_of(id)?,
+                Some(_) => self.counted_tenant(id)?,
+            };
             if let Some((index, at)) = from {
                 self.index(index).remove((at, id))?;
+                self.tally(&tenant, index, at, -1)?;
             }
             if let Some((index, at)) = to {
                 self.index(index).insert((at, id), ())?;
+                self.tally(&tenant, index, at, 1)?;
             }
         }
         self.records.insert(id, new.encode().as_str())?;
+        Ok(())
+    }
+
+    /// The tenant `id`'s spec names, read only while any tenant is counted apart: until
+    /// then every notification counts as the default tenant's.
+    pub fn counted_tenant(&self, id: &str) -> DbResult<Tenant> {
+        if self.tenants.is_empty()? {
+            return Ok(Tenant::default());
+        }
+        self.tenant_of(id)
+    }
+
+    /// The tenant `id`'s spec names.
+    fn tenant_of(&self, id: &str) -> DbResult<Tenant> {
+        Ok(self
+            .specs
+            .get(id)?
+            .map_or_else(Tenant::default, |v| spec::tenant(v.value())))
+    }
+
+    /// Counts a move of one of `tenant`'s notifications into (`by` 1) or out of (-1)
+    /// `index` at `at`.
+    pub fn tally(&mut self, tenant: &Tenant, index: Index, at: i64, by: i64) -> DbResult<()> {
+        for (field, by) in tenant_counts::tally(tenant, index, at, by, self.now_ms) {
+            self.add_to_tenant(&field, by)?;
+        }
+        Ok(())
+    }
+
+    /// Counts a notification of `tenant` that retention deleted for `reason`.
+    pub fn tally_trimmed(&mut self, tenant: &Tenant, reason: &str) -> DbResult<()> {
+        match tenant_counts::trimmed_field(tenant, reason) {
+            Some(field) => self.add_to_tenant(&field, 1),
+            None => Ok(()),
+        }
+    }
+
+    fn add_to_tenant(&mut self, field: &str, by: i64) -> DbResult<()> {
+        let now = self.tenants.get(field)?.map_or(0, |v| v.value());
+        self.tenants.insert(field, now + by)?;
+        Ok(())
+    }
+
+    /// Deletes the window counts older than the last hour.
+    pub fn forget_old_windows(&mut self) -> DbResult<()> {
+        let mut old = Vec::new();
+        for entry in self.tenants.iter()? {
+            let field = entry?.0.value().to_string();
+            if tenant_counts::is_old_window(&field, self.now_ms) {
+                old.push(field);
+            }
+        }
+        for field in old {
+            self.tenants.remove(field.as_str())?;
+        }
         Ok(())
     }
 

@@ -260,6 +260,8 @@ pub fn discard(t: &mut Tables, id: &JobId) -> DbResult<bool> {
     };
     if let Some((index, at)) = r.position() {
         t.index(index).remove((at, key.as_str()))?;
+        let tenant = t.counted_tenant(&key)?;
+        t.tally(&tenant, index, at, -1)?;
     }
     t.forget(&key)?;
     Ok(true)
@@ -306,6 +308,9 @@ fn drop_all(
 ) -> DbResult<usize> {
     for (at, id) in &entries {
         t.index(index).remove((*at, id.as_str()))?;
+        let tenant = t.counted_tenant(id)?;
+        t.tally(&tenant, index, *at, -1)?;
+        t.tally_trimmed(&tenant, counter)?;
         t.forget(id)?;
     }
     if !entries.is_empty() {

@@ -132,8 +132,8 @@ fn commit_guarded(db: &Database, group: &mut [Box<dyn Step>]) -> Result<(), Stor
 fn commit(db: &Database, group: &mut [Box<dyn Step>]) -> DbResult<()> {
     let tx = db.begin_write()?;
     {
-        let mut tables = Tables::open(&tx)?;
         let now = Now::read();
+        let mut tables = Tables::open(&tx, now)?;
         for step in group.iter_mut() {
             step.apply(&mut tables, now)?;
         }

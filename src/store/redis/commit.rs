@@ -10,9 +10,11 @@ use redis::{Script, Value};
 use super::conn::Conn;
 use super::reply::{int_at, text_at};
 use super::store_error;
+use crate::domain::Tenant;
 use crate::lifecycle::{Index, JobState, Now, Record};
 use crate::store::keys::ShardKeys;
 use crate::store::spec;
+use crate::store::tenant_counts::counted;
 use crate::store::{StoreError, StoreResult};
 
 /// Rounds of working a change out again before a batch is given up (its caller tries
@@ -32,17 +34,26 @@ pub struct Held {
     pub index: Index,
     /// Its score in `index`.
     pub score: i64,
+    /// Its tenant as the scripts name it (`tenant_counts::counted`).
+    pub tenant: String,
 }
 
 impl Held {
-    /// As a claim returns it: `text` its stored record, or none (`None`) and its `spec`.
-    pub fn claimed(id: &str, text: Option<String>, spec: &str) -> StoreResult<Self> {
+    /// As a claim returns it: `text` its stored record, or none (`None`) and its `spec`,
+    /// which names `tenant`.
+    pub fn claimed(
+        id: &str,
+        text: Option<String>,
+        spec: &str,
+        tenant: &Tenant,
+    ) -> StoreResult<Self> {
         let (record, text) = record_of(id, text, spec)?;
         Ok(Self {
             text,
             record: in_index(record, Index::InFlight),
             index: Index::InFlight,
             score: 0,
+            tenant: counted(tenant).to_string(),
         })
     }
 
@@ -71,6 +82,7 @@ impl Held {
             record: in_index(record, index),
             index,
             score: int_at(parts, 3)?,
+            tenant: text_at(parts, 4)?,
         }))
     }
 }
@@ -102,7 +114,7 @@ fn in_index(mut record: Record, index: Index) -> Record {
     record
 }
 
-/// One notification's change, as `commit.lua` takes it (9 values).
+/// One notification's change, as `commit.lua` takes it (10 values).
 #[derive(Debug, Clone)]
 pub struct Change {
     id: String,
@@ -118,6 +130,8 @@ pub struct Change {
     spec: Option<String>,
     /// What it was worked out from, to work it out again at Redis's time.
     source: Option<Box<Held>>,
+    /// Its tenant, for the counts per tenant.
+    tenant: String,
 }
 
 impl Change {
@@ -137,6 +151,7 @@ impl Change {
             entry: None,
             spec: None,
             source: Some(Box::new(held.clone())),
+            tenant: held.tenant.clone(),
         }
     }
 
@@ -152,6 +167,7 @@ impl Change {
             entry: None,
             spec: None,
             source: None,
+            tenant: String::new(),
         }
     }
 
@@ -287,7 +303,8 @@ async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResu
             .arg(to)
             .arg(score)
             .arg(c.entry.as_deref().unwrap_or_default())
-            .arg(c.spec.as_deref().unwrap_or_default());
+            .arg(c.spec.as_deref().unwrap_or_default())
+            .arg(&c.tenant);
     }
     let reply: Vec<Value> = call
         .invoke_async(&mut shard.conn.clone())

@@ -30,6 +30,8 @@ pub struct Item {
     /// The idempotency key's Redis key, how long it is kept (ms), and the fingerprint
     /// of the request.
     pub idempotency: Option<(String, u64, String)>,
+    /// Its tenant as the scripts name it (`tenant_counts::counted`).
+    pub tenant: String,
 }
 
 struct Pending {
@@ -122,7 +124,8 @@ async fn store_group(
             .arg(item.delay_ms)
             .arg(key_index)
             .arg(ttl)
-            .arg(fingerprint);
+            .arg(fingerprint)
+            .arg(&item.tenant);
     }
     let reply: Vec<Value> = call
         .invoke_async(&mut target.conn.clone())
