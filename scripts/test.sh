@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
 cargo test --locked "$@"
 if [ $# -eq 0 ]; then
-  conformance=(delivery dead_letters cancel policy fleet_policy retention lease tenants audit)
+  conformance=(delivery dead_letters cancel policy fleet_policy retention lease tenants audit browse)
   POSTBACK_TEST_BACKEND=cluster cargo test --locked "${conformance[@]/#/--test=}"
   POSTBACK_TEST_BACKEND=embedded cargo test --locked "${conformance[@]/#/--test=}" \
     --test=shutdown --test=api --test=cli --test=metrics --test=overview --test=openapi \

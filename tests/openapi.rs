@@ -12,6 +12,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/notify"),
     ("get", "/notifications/{id}"),
     ("delete", "/notifications/{id}"),
+    ("get", "/notifications"),
     ("get", "/dead-letters"),
     ("get", "/dead-letters/{id}"),
     ("delete", "/dead-letters/{id}"),

@@ -19,7 +19,7 @@ use super::{auth, paging};
 use crate::access::{Principal, Role};
 use crate::domain::FieldError;
 use crate::store::{
-    self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, DeadFilter, JobView,
+    self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, JobView, ListFilter,
 };
 
 /// Attempts at writing an entry, 100 ms apart, before it is left to the log.
@@ -176,7 +176,7 @@ pub fn on_one(caller: &Principal, action: AuditAction, on: &JobView) -> AuditRec
 pub fn on_matching(
     caller: &Principal,
     action: AuditAction,
-    filter: &DeadFilter,
+    filter: &ListFilter,
     count: usize,
 ) -> AuditRecord {
     AuditRecord {
@@ -190,7 +190,7 @@ pub fn on_matching(
 }
 
 /// A bulk action's conditions as the audit log shows them.
-fn filter_of(filter: &DeadFilter) -> Map<String, Value> {
+fn filter_of(filter: &ListFilter) -> Map<String, Value> {
     let mut map = Map::new();
     let mut put = |name: &str, value: Option<String>| {
         if let Some(v) = value {

@@ -20,7 +20,7 @@ use super::AppState;
 use super::{audit, auth, paging};
 use crate::access::{Principal, Role};
 use crate::domain::{FieldError, JobId, Schedule};
-use crate::store::{bulk, AuditAction, Cursor, DeadFilter, JobState, JobView};
+use crate::store::{bulk, AuditAction, Cursor, JobState, JobView, ListFilter};
 
 /// The filters and paging of `GET /dead-letters`; every filter given must hold.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -72,7 +72,7 @@ pub async fn list(
     let Query(q) = query.map_err(invalid_query)?;
     let limit = paging::limit(q.limit)?;
     let cursor = paging::cursor(q.cursor.as_deref(), Cursor::decode)?;
-    let mut filter = dead_filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
+    let mut filter = list_filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let page = state
         .store
@@ -245,8 +245,8 @@ pub struct BulkRequest {
 impl BulkRequest {
     /// The filter, within the caller's tenant; an empty one is refused unless `all` says
     /// so.
-    fn filter(&self, caller: &Principal) -> Result<DeadFilter, ApiError> {
-        let mut f = dead_filter(
+    fn filter(&self, caller: &Principal) -> Result<ListFilter, ApiError> {
+        let mut f = list_filter(
             self.topic.clone(),
             self.host.clone(),
             self.since.as_deref(),
@@ -376,13 +376,13 @@ fn replay_timing(
     Ok((schedule, delay))
 }
 
-fn dead_filter(
+fn list_filter(
     topic: Option<String>,
     host: Option<String>,
     since: Option<&str>,
     until: Option<&str>,
-) -> Result<DeadFilter, FieldError> {
-    Ok(DeadFilter {
+) -> Result<ListFilter, FieldError> {
+    Ok(ListFilter {
         since: paging::time("since", since)?,
         until: paging::time("until", until)?,
         topic,

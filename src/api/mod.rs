@@ -123,6 +123,7 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
 fn protected_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(notify::notify))
+        .routes(routes!(notifications::list))
         .routes(routes!(notifications::show, notifications::cancel))
         .routes(routes!(dead_letters::list))
         .routes(routes!(dead_letters::show, dead_letters::discard))

@@ -1,17 +1,21 @@
-//! `GET /notifications/{id}` (one notification with its attempt history) and
-//! `DELETE /notifications/{id}` (cancel one that has not finished).
+//! `GET /notifications` (the queue, one state at a time), `GET /notifications/{id}`
+//! (one notification with its attempt history) and `DELETE /notifications/{id}` (cancel
+//! one that has not finished).
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
+use serde::Deserialize;
+use utoipa::IntoParams;
 
-use super::error::{ApiError, CommonErrors, ErrorBody};
-use super::view::NotificationView;
+use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
+use super::view::{NotificationPage, NotificationView};
 use super::AppState;
-use super::{audit, auth};
+use super::{audit, auth, paging};
 use crate::access::{Principal, Role};
-use crate::domain::JobId;
-use crate::store::{AuditAction, Cancelled, JobView};
+use crate::domain::{FieldError, JobId};
+use crate::store::{AuditAction, Cancelled, Idempotency, JobView, ListFilter, Listed, WalkCursor};
 
 /// One notification: state, attempts so far, next attempt, attempt history. Role `read`
 /// or `notify`, for a notification of the token's tenant.
@@ -108,4 +112,129 @@ async fn current(
     Ok(Json(NotificationView::from(
         &visible(state, caller, id).await?,
     )))
+}
+
+/// The filters and paging of `GET /notifications`; every filter given must hold.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Which list: `scheduled`, `retrying` (scheduled after a failed attempt),
+    /// `in_flight`, `delivered`, `dead` or `cancelled`. Required unless
+    /// `idempotency_key` is given.
+    state: Option<String>,
+    /// Only this topic.
+    topic: Option<String>,
+    /// Only callbacks to this host.
+    host: Option<String>,
+    /// Only this tenant (a token bound to a tenant sees its own only).
+    tenant: Option<String>,
+    /// At or after this RFC 3339 time: the next attempt of a pending notification, the
+    /// lease's end of one in flight, the finish of a finished one.
+    #[param(format = DateTime)]
+    since: Option<String>,
+    /// At or before this RFC 3339 time (as `since`).
+    #[param(format = DateTime)]
+    until: Option<String>,
+    /// The notification registered with this `Idempotency-Key` (in the tenant), while
+    /// the key is kept (`idempotency_ttl`).
+    idempotency_key: Option<String>,
+    /// Items per page, 1 to 500; default 50.
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// The notifications in one state, cursor-paged: scheduled, retrying and in flight
+/// soonest first, finished ones newest first. A walk through the pages returns each
+/// notification at most once, and every one that stays in its state meanwhile; one that
+/// comes back to the state during the walk is left out. A page examines at most 5,000
+/// notifications per shard: with a filter that matches few it may come back short
+/// (`partial`), and the cursor goes on from there. Role `read`; a tenant-bound token
+/// lists its tenant's only.
+#[utoipa::path(
+    get,
+    path = "/notifications",
+    operation_id = "listNotifications",
+    tag = "notifications",
+    params(ListQuery),
+    responses(
+        (status = 200, body = NotificationPage),
+        (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        (status = 422, description = "A bad state, filter, limit or cursor; `field` names it", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<NotificationPage>, ApiError> {
+    auth::require(&caller, Role::Read)?;
+    let Query(q) = query.map_err(invalid_query)?;
+    let listed = q.state.as_deref().map(listed).transpose()?;
+    let limit = paging::limit(q.limit)?;
+    let cursor = paging::cursor(q.cursor.as_deref(), WalkCursor::decode)?;
+    let mut filter = ListFilter {
+        since: paging::time("since", q.since.as_deref())?,
+        until: paging::time("until", q.until.as_deref())?,
+        topic: q.topic,
+        host: q.host,
+        tenant: None,
+    };
+    filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
+    if let Some(key) = q.idempotency_key {
+        let found = by_key(&state, &filter, &key).await?;
+        let items = found
+            .filter(|v| listed.is_none_or(|l| Listed::of(&v.status) == l))
+            .filter(|v| filter.matches(v) && within(&filter, v));
+        return Ok(Json(NotificationPage::of(items.iter(), None, limit)));
+    }
+    let listed = listed.ok_or_else(|| {
+        FieldError::new(
+            "state",
+            "required (scheduled, retrying, in_flight, delivered, dead or cancelled) unless idempotency_key is given",
+        )
+    })?;
+    let page = state
+        .store
+        .list(listed, &filter, limit, cursor.as_ref())
+        .await?;
+    let next = page.next_cursor.as_ref().map(WalkCursor::encode);
+    Ok(Json(NotificationPage::of(page.items.iter(), next, limit)))
+}
+
+fn listed(raw: &str) -> Result<Listed, FieldError> {
+    Listed::parse(raw).ok_or_else(|| {
+        FieldError::new(
+            "state",
+            format!(
+                "`{raw}` is not one of scheduled, retrying, in_flight, delivered, dead, cancelled"
+            ),
+        )
+    })
+}
+
+/// The notification `key` registered in the filter's tenant (`default` for a token of
+/// every tenant that names none).
+async fn by_key(
+    state: &AppState,
+    filter: &ListFilter,
+    key: &str,
+) -> Result<Option<JobView>, ApiError> {
+    let tenant = filter.tenant.clone().unwrap_or_default();
+    let scoped = Idempotency::scope(key, &tenant);
+    Ok(state
+        .store
+        .find_by_key(&scoped)
+        .await?
+        .filter(|v| v.spec.tenant == tenant))
+}
+
+/// Whether `v`'s time in its list (next attempt or finish) is within `since`/`until`.
+fn within(filter: &ListFilter, v: &JobView) -> bool {
+    let at = v.status.finished_at.or(v.status.next_at);
+    at.is_none_or(|at| filter.since.is_none_or(|s| at >= s) && filter.until.is_none_or(|u| at <= u))
 }

@@ -19,7 +19,7 @@ use super::view::rfc3339;
 use super::view::{CountsView, StatsView};
 use super::AppState;
 use crate::access::{Principal, Role};
-use crate::store::{window_of, DeadFilter, JobView, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
+use crate::store::{window_of, JobView, ListFilter, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 
 /// Whose counts: a token bound to a tenant counts its own only.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -129,10 +129,10 @@ pub async fn overview(
             dead: o.dead,
         })
         .collect();
-    let filter = DeadFilter {
+    let filter = ListFilter {
         since: Some(first * OUTCOME_WINDOW_MS),
         tenant,
-        ..DeadFilter::default()
+        ..ListFilter::default()
     };
     let recent = state.store.dead_letters(&filter, SAMPLE, None).await?;
     Ok(Json(Overview {

@@ -7,7 +7,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::domain::Attempt;
-use crate::store::{JobState, JobStatus, JobView, StateCounts, Stats, Trimmed};
+use crate::store::{JobState, JobStatus, JobView, Listed, StateCounts, Stats, Trimmed};
 
 /// Milliseconds since the epoch as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(ms: i64) -> String {
@@ -183,6 +183,76 @@ impl From<&JobView> for DeadLetterItem {
 pub struct DeadLetterPage {
     pub items: Vec<DeadLetterItem>,
     pub next_cursor: Option<String>,
+}
+
+/// A notification as a list of the queue shows it: where it is, when it goes or went,
+/// and how its last attempt ended; the body and the history are on its own page.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NotificationItem {
+    pub id: String,
+    /// The list it is in: `scheduled`, `retrying` (scheduled after a failed attempt),
+    /// `in_flight`, `delivered`, `dead` or `cancelled`.
+    #[schema(example = "retrying")]
+    pub state: &'static str,
+    pub url: String,
+    pub topic: Option<String>,
+    pub tenant: String,
+    /// Attempts made so far (since the last replay).
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub next_attempt_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub created_at: String,
+    /// When the last attempt was made, its status and error.
+    pub last_attempt_at: Option<String>,
+    pub last_status: Option<u16>,
+    pub last_error: Option<String>,
+}
+
+impl From<&JobView> for NotificationItem {
+    fn from(v: &JobView) -> Self {
+        let (s, last) = (&v.status, v.history.last());
+        Self {
+            id: v.id.to_string(),
+            state: Listed::of(s).name(),
+            url: v.spec.url.clone(),
+            topic: v.spec.topic.clone(),
+            tenant: v.spec.tenant.to_string(),
+            attempts: s.attempts,
+            max_attempts: s.max_attempts,
+            next_attempt_at: s.next_at.map(rfc3339),
+            finished_at: s.finished_at.map(rfc3339),
+            created_at: rfc3339(s.created_at),
+            last_attempt_at: last.map(|a| rfc3339(a.at)),
+            last_status: last.and_then(|a| a.status),
+            last_error: last.and_then(|a| a.error.clone()),
+        }
+    }
+}
+
+/// A page of one list of the queue; pass `next_cursor` back as `cursor`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NotificationPage {
+    pub items: Vec<NotificationItem>,
+    pub next_cursor: Option<String>,
+    /// The page stopped short at the bound of what one call examines (a filter that
+    /// matches few): more may follow from `next_cursor`.
+    pub partial: bool,
+}
+
+impl NotificationPage {
+    pub fn of<'a>(
+        views: impl Iterator<Item = &'a JobView>,
+        next_cursor: Option<String>,
+        limit: usize,
+    ) -> Self {
+        let items: Vec<NotificationItem> = views.map(NotificationItem::from).collect();
+        Self {
+            partial: next_cursor.is_some() && items.len() < limit,
+            items,
+            next_cursor,
+        }
+    }
 }
 
 /// The answer to a replay of one dead letter.

@@ -59,6 +59,20 @@ pub struct JobStatus {
     /// A cancel arrived during an attempt: no retry after it.
     #[serde(default)]
     pub cancel_requested: bool,
+    /// When it last came back to `scheduled` (a retry, a deferral, a hand-back, a
+    /// replay); `None` while it has not.
+    #[serde(default)]
+    pub moved_at: Option<i64>,
+}
+
+impl JobStatus {
+    /// Since when it is in its state: its finish, its last return to `scheduled`, or its
+    /// registration. (A claim is not counted: on Redis it writes no record.)
+    pub fn since(&self) -> i64 {
+        self.finished_at
+            .or(self.moved_at)
+            .unwrap_or(self.created_at)
+    }
 }
 
 /// A notification's record: its status, its schedule and its lease.
@@ -96,6 +110,9 @@ pub struct Record {
     /// to that time): it goes when due without reserving again.
     #[serde(default, skip_serializing_if = "is_false")]
     pub reserved: bool,
+    /// When it last came back to `scheduled` (`JobStatus::moved_at`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_at: Option<i64>,
 }
 
 /// The layout of a record: written as this build's, read up to it.
@@ -187,6 +204,7 @@ impl Record {
             finished_at: self.finished_at,
             replays: self.replays,
             cancel_requested: self.cancel_requested,
+            moved_at: self.moved_at,
         }
     }
 

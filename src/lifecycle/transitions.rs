@@ -57,6 +57,7 @@ pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
         cancel_requested: false,
         lease_until: None,
         reserved: false,
+        moved_at: None,
     }
 }
 
@@ -93,7 +94,7 @@ pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
     } else {
         let interval = r.schedule.get(r.attempts as usize - 1).copied();
         let at = ended.saturating_add(v.wait_after(interval.unwrap_or(0)));
-        schedule_at(&mut r, at);
+        schedule_at(&mut r, at, now);
     }
     Some(r)
 }
@@ -133,7 +134,7 @@ fn hand_back(r: &mut Record, now: Now, at: i64) {
     if r.cancel_requested {
         finish(r, JobState::Cancelled, now.down());
     } else {
-        schedule_at(r, at);
+        schedule_at(r, at, now);
     }
 }
 
@@ -149,9 +150,11 @@ fn finish(r: &mut Record, state: JobState, at: i64) {
     r.finished_at = Some(at);
 }
 
-fn schedule_at(r: &mut Record, at: i64) {
+/// Back to scheduled at `now`, due `at`.
+fn schedule_at(r: &mut Record, at: i64, now: Now) {
     r.state = JobState::Scheduled;
     r.next_at = Some(at);
+    r.moved_at = Some(now.up());
 }
 
 /// The answer to a cancel.
@@ -200,7 +203,7 @@ pub fn replay(r: &Record, now: Now, delay_ms: u64, schedule: Option<&[u64]>) -> 
     r.reserved = false;
     r.replays += 1;
     r.finished_at = None;
-    schedule_at(&mut r, now.up() + delay_ms as i64);
+    schedule_at(&mut r, now.up() + delay_ms as i64, now);
     Some(r)
 }
 

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Cursor, DeadFilter, Store, StoreResult};
+use super::{Cursor, ListFilter, Store, StoreResult};
 use crate::domain::{JobId, Schedule};
 
 /// Dead letters read, and acted on, per batch.
@@ -15,7 +15,7 @@ const BATCH: usize = 200;
 /// Replays every dead letter matching `filter`. How many were replayed.
 pub async fn replay_matching(
     store: &dyn Store,
-    filter: &DeadFilter,
+    filter: &ListFilter,
     schedule: Option<&Schedule>,
     delay: Duration,
 ) -> StoreResult<usize> {
@@ -26,7 +26,7 @@ pub async fn replay_matching(
 }
 
 /// Discards every dead letter matching `filter`. How many were discarded.
-pub async fn discard_matching(store: &dyn Store, filter: &DeadFilter) -> StoreResult<usize> {
+pub async fn discard_matching(store: &dyn Store, filter: &ListFilter) -> StoreResult<usize> {
     for_each_batch(
         store,
         filter,
@@ -39,7 +39,7 @@ pub async fn discard_matching(store: &dyn Store, filter: &DeadFilter) -> StoreRe
 /// adds up what `act` counted.
 async fn for_each_batch<F, Fut>(
     store: &dyn Store,
-    filter: &DeadFilter,
+    filter: &ListFilter,
     mut act: F,
 ) -> StoreResult<usize>
 where

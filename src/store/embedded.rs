@@ -16,9 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::spec;
 use super::{
-    AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cancelled, Claim, Cursor, DeadFilter,
-    DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobStatus, JobView, Outcomes,
-    Settled, Settlement, Stats, Store, StoreError, StoreResult,
+    AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cancelled, Claim, Cursor, DeadPage,
+    Deferral, Enqueued, HealthListener, Idempotency, JobStatus, JobView, ListFilter, ListPage,
+    Listed, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult, WalkCursor,
 };
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
@@ -374,13 +374,31 @@ impl Store for EmbeddedStore {
 
     async fn dead_letters(
         &self,
-        filter: &DeadFilter,
+        filter: &ListFilter,
         limit: usize,
         after: Option<&Cursor>,
     ) -> StoreResult<DeadPage> {
         let (filter, after) = (filter.clone(), after.cloned());
         self.read(move |tx| reads::dead_letters(tx, &filter, limit, after.as_ref()))
             .await
+    }
+
+    async fn list(
+        &self,
+        listed: Listed,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&WalkCursor>,
+    ) -> StoreResult<ListPage> {
+        let walk_from = after.map_or_else(|| Now::read().down(), |c| c.walk_from);
+        let (filter, position) = (filter.clone(), after.map(|c| c.position.clone()));
+        self.read(move |tx| reads::list(tx, (listed, walk_from), &filter, limit, position.as_ref()))
+            .await
+    }
+
+    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>> {
+        let (key, now) = (scoped_key.to_string(), Now::read().down());
+        self.read(move |tx| reads::by_key(tx, &key, now)).await
     }
 
     async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {

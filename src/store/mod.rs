@@ -21,6 +21,7 @@ pub mod bulk;
 mod cursor;
 mod embedded;
 mod keys;
+mod listing;
 mod redis;
 mod spec;
 mod tenant_counts;
@@ -28,7 +29,8 @@ mod tenant_counts;
 pub use self::embedded::{EmbeddedStore, FILE_NAME as EMBEDDED_FILE};
 pub use self::redis::RedisStore;
 pub use audit::{AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord};
-pub use cursor::Cursor;
+pub use cursor::{Cursor, WalkCursor};
+pub use listing::{ListPage, Listed};
 pub use tenant_counts::{window_of, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 
 /// The store could not do what was asked.
@@ -85,10 +87,15 @@ impl Idempotency {
     /// before tenants kept it), `<tenant> <key>` for another (a key holds no space, so
     /// no key of one tenant is another's).
     pub fn scoped(&self) -> String {
-        if self.tenant.is_default() {
-            self.key.clone()
+        Self::scope(&self.key, &self.tenant)
+    }
+
+    /// `key` within `tenant`, as `scoped`.
+    pub fn scope(key: &str, tenant: &Tenant) -> String {
+        if tenant.is_default() {
+            key.to_string()
         } else {
-            format!("{} {}", self.tenant, self.key)
+            format!("{tenant} {key}")
         }
     }
 
@@ -298,20 +305,22 @@ impl Trimmed {
     }
 }
 
-/// Which dead letters a listing shows; every condition given must hold.
+/// Which notifications a list (of dead letters, or of one state of the queue) shows;
+/// every condition given must hold.
 #[derive(Debug, Clone, Default)]
-pub struct DeadFilter {
+pub struct ListFilter {
     pub topic: Option<String>,
     /// The callback URL's host.
     pub host: Option<String>,
-    /// Dead-lettered at or after, ms since the epoch.
+    /// At or after, ms since the epoch, in the time the list is ordered by (its index's
+    /// score: the next attempt, the lease's end, the finish).
     pub since: Option<i64>,
-    /// Dead-lettered at or before, ms since the epoch.
+    /// At or before, as `since`.
     pub until: Option<i64>,
     pub tenant: Option<Tenant>,
 }
 
-impl DeadFilter {
+impl ListFilter {
     /// Whether `v` passes the topic, host and tenant conditions (times are the store's
     /// range).
     pub fn matches(&self, v: &JobView) -> bool {
@@ -390,6 +399,23 @@ pub trait Store: Send + Sync + 'static {
     /// notifications were deleted.
     async fn trim(&self) -> StoreResult<usize>;
 
+    /// A page of the notifications in `listed` that `filter` matches, in its order
+    /// (`Listed::soonest_first`), after `after`. A walk leaves out what came to the
+    /// state after its first page (`Listed::keeps`), so that it returns each at most
+    /// once. Each shard examines a bounded number per page: a page may come back short
+    /// with a cursor to go on from.
+    async fn list(
+        &self,
+        listed: Listed,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&WalkCursor>,
+    ) -> StoreResult<ListPage>;
+
+    /// The notification an idempotency key registered (`Idempotency::scoped`), while the
+    /// key is kept.
+    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>>;
+
     /// Counts by state and of what retention deleted, of every tenant or of one.
     async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats>;
 
@@ -413,7 +439,7 @@ pub trait Store: Send + Sync + 'static {
     /// Dead letters, newest first, `limit` at a time, after `cursor`.
     async fn dead_letters(
         &self,
-        filter: &DeadFilter,
+        filter: &ListFilter,
         limit: usize,
         after: Option<&Cursor>,
     ) -> StoreResult<DeadPage>;

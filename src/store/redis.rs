@@ -20,9 +20,9 @@ use super::keys::{wake_channel, ShardKeys};
 use super::tenant_counts::{counted, TenantCounts, OUTCOME_WINDOW_MS};
 use super::{
     AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cancelled, Claim, ClaimedJob, Cursor,
-    DeadFilter, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobState, JobStatus,
-    JobView, Outcomes, Settled, Settlement, StateCounts, Stats, Store, StoreError, StoreResult,
-    Trimmed,
+    DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobState, JobStatus, JobView,
+    ListFilter, ListPage, Listed, Outcomes, Settled, Settlement, StateCounts, Stats, Store,
+    StoreError, StoreResult, Trimmed, WalkCursor,
 };
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule, Tenant};
@@ -47,7 +47,7 @@ use conn::Conn;
 use enqueue::{Enqueuer, Item};
 use health::HealthChannel;
 use leases::Leases;
-use page::ShardPage;
+use page::{Order, ShardPage};
 use reply::{int_at, text_at};
 use shard_clock::ShardClock;
 
@@ -801,15 +801,75 @@ impl Store for RedisStore {
 
     async fn dead_letters(
         &self,
-        filter: &DeadFilter,
+        filter: &ListFilter,
         limit: usize,
         after: Option<&Cursor>,
     ) -> StoreResult<DeadPage> {
         let mut pages = Vec::with_capacity(self.shards.len());
+        let range = (filter.since, filter.until);
         for keys in &self.shards {
-            pages.push(self.shard_dead_letters(keys, filter, limit, after).await?);
+            let index = (keys.dead(), Order::NewestFirst);
+            let keep = |v: &JobView| filter.matches(v);
+            pages.push(
+                self.shard_page(keys, index, range, limit, after, &keep)
+                    .await?,
+            );
         }
-        Ok(page::merge(pages, limit))
+        let (items, next_cursor) = page::merge(pages, limit, Order::NewestFirst);
+        Ok(DeadPage { items, next_cursor })
+    }
+
+    async fn list(
+        &self,
+        listed: Listed,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&WalkCursor>,
+    ) -> StoreResult<ListPage> {
+        let walk_from = match after {
+            Some(c) => c.walk_from,
+            None => self.time_ms().await?,
+        };
+        let order = match listed.soonest_first() {
+            true => Order::SoonestFirst,
+            false => Order::NewestFirst,
+        };
+        let keep = |v: &JobView| listed.keeps(v, filter, walk_from);
+        let range = (filter.since, filter.until);
+        let position = after.map(|c| &c.position);
+        let mut pages = Vec::with_capacity(self.shards.len());
+        for keys in &self.shards {
+            let index = (Self::index_key(keys, listed.index()), order);
+            pages.push(
+                self.shard_page(keys, index, range, limit, position, &keep)
+                    .await?,
+            );
+        }
+        let (items, next) = page::merge(pages, limit, order);
+        Ok(ListPage {
+            items,
+            next_cursor: next.map(|position| WalkCursor {
+                position,
+                walk_from,
+            }),
+        })
+    }
+
+    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>> {
+        for keys in &self.shards {
+            let kept: Option<String> = redis::cmd("GET")
+                .arg(keys.idempotency(scoped_key))
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(store_error)?;
+            let Some(kept) = kept else { continue };
+            let id = kept.split(' ').next().unwrap_or_default();
+            let id: JobId = id
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("idempotency key names `{id}`")))?;
+            return self.get(&id).await;
+        }
+        Ok(None)
     }
 
     async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
@@ -893,25 +953,28 @@ impl RedisStore {
         Ok(done.answers)
     }
 
-    /// Up to `limit` dead letters of one shard that match `filter`, newest first after
-    /// `after`, examining at most `MAX_SCAN`.
-    async fn shard_dead_letters(
+    /// Up to `limit` notifications of the index `key` of one shard that `keep`, in
+    /// `order` after `after`, with scores in `range`, examining at most `MAX_SCAN`.
+    async fn shard_page(
         &self,
         keys: &ShardKeys,
-        filter: &DeadFilter,
+        (key, order): (&str, Order),
+        range: (Option<i64>, Option<i64>),
         limit: usize,
         after: Option<&Cursor>,
+        keep: &(dyn Fn(&JobView) -> bool + Sync),
     ) -> StoreResult<ShardPage> {
         let mut page = ShardPage::default();
         let mut position = after.cloned();
         let mut scanned = 0;
         loop {
-            let (entries, more) = page::newest_first(
+            let (entries, more) = page::scan(
                 &mut self.conn.clone(),
-                keys.dead(),
+                key,
+                order,
                 SCAN_WINDOW,
                 position.as_ref(),
-                (filter.since, filter.until),
+                range,
             )
             .await
             .map_err(store_error)?;
@@ -924,7 +987,7 @@ impl RedisStore {
                 .collect();
             for (i, (id, at)) in entries.iter().enumerate() {
                 position = id.parse().ok().map(|id| Cursor { at: *at, id });
-                let found = views.remove(id).filter(|v| filter.matches(v));
+                let found = views.remove(id).filter(|v| keep(v));
                 if let (Some(at), Some(v)) = (&position, found) {
                     page.items.push((at.clone(), v));
                 }
@@ -940,6 +1003,25 @@ impl RedisStore {
                 return Ok(page);
             }
         }
+    }
+
+    /// The key of `index` in a shard.
+    fn index_key(keys: &ShardKeys, index: Index) -> &str {
+        match index {
+            Index::Due => keys.due(),
+            Index::InFlight => keys.inflight(),
+            Index::Dead => keys.dead(),
+            Index::Done => keys.done(),
+        }
+    }
+
+    /// Redis's clock, in ms.
+    async fn time_ms(&self) -> StoreResult<i64> {
+        let (s, us): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(s * 1000 + us / 1000)
     }
 
     /// Subscribes to the wake channel and forwards messages until it drops or `cancel`.

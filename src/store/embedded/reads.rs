@@ -4,14 +4,17 @@
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::tables::{
-    corrupt, decode, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY, INFLIGHT, RECORDS,
-    SPECS, TENANTS,
+    corrupt, decode, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY, IDEMPOTENCY, INFLIGHT,
+    RECORDS, SPECS, TENANTS,
 };
 use crate::domain::{Attempt, JobId, Tenant};
 use crate::lifecycle::Record;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
-use crate::store::{Cursor, DeadFilter, DeadPage, JobView, Outcomes, StateCounts, Stats, Trimmed};
+use crate::store::{
+    Cursor, DeadPage, JobView, ListFilter, ListPage, Listed, Outcomes, StateCounts, Stats, Trimmed,
+    WalkCursor,
+};
 
 /// Dead letters examined for one page at most; past it the page ends early with a
 /// cursor, so that a filter matching nothing cannot hold a reader for long.
@@ -48,28 +51,106 @@ pub fn view(tx: &ReadTransaction, id: &str) -> DbResult<Option<JobView>> {
 /// Up to `limit` dead letters matching `filter`, newest first after `after`.
 pub fn dead_letters(
     tx: &ReadTransaction,
-    filter: &DeadFilter,
+    filter: &ListFilter,
     limit: usize,
     after: Option<&Cursor>,
 ) -> DbResult<DeadPage> {
-    let dead = tx.open_table(DEAD)?;
-    let since = filter.since.unwrap_or(i64::MIN);
-    let top = match (after, filter.until) {
-        (Some(c), Some(u)) if u < c.at => (u + 1, String::new()),
-        (Some(c), _) => (c.at, c.id.to_string()),
-        (None, Some(u)) => (u + 1, String::new()),
-        (None, None) => (i64::MAX, String::new()),
+    let range = (filter.since, filter.until);
+    let (items, next_cursor) = page(tx, (DEAD, false), range, limit, after, |v| {
+        filter.matches(v)
+    })?;
+    Ok(DeadPage { items, next_cursor })
+}
+
+/// A page of the list `listed` (`Store::list`) in a walk that began at `walk_from`.
+pub fn list(
+    tx: &ReadTransaction,
+    (listed, walk_from): (Listed, i64),
+    filter: &ListFilter,
+    limit: usize,
+    after: Option<&Cursor>,
+) -> DbResult<ListPage> {
+    let index = (index_table(listed.index()), listed.soonest_first());
+    let range = (filter.since, filter.until);
+    let (items, next) = page(tx, index, range, limit, after, |v| {
+        listed.keeps(v, filter, walk_from)
+    })?;
+    Ok(ListPage {
+        items,
+        next_cursor: next.map(|position| WalkCursor {
+            position,
+            walk_from,
+        }),
+    })
+}
+
+/// The notification the idempotency key `scoped` registered, while it is kept at `now`.
+pub fn by_key(tx: &ReadTransaction, scoped: &str, now: i64) -> DbResult<Option<JobView>> {
+    let table = tx.open_table(IDEMPOTENCY)?;
+    let Some(kept) = table.get(scoped)? else {
+        return Ok(None);
+    };
+    let (value, until) = kept.value();
+    if until <= now {
+        return Ok(None);
+    }
+    let id = value.split(' ').next().unwrap_or_default().to_string();
+    view(tx, &id)
+}
+
+fn index_table(index: crate::lifecycle::Index) -> Index {
+    match index {
+        crate::lifecycle::Index::Due => DUE,
+        crate::lifecycle::Index::InFlight => INFLIGHT,
+        crate::lifecycle::Index::Dead => DEAD,
+        crate::lifecycle::Index::Done => DONE,
+    }
+}
+
+/// Up to `limit` notifications of an index that `keep`, after `after`: soonest first
+/// or newest first, with times within `range`, examining at most `MAX_SCAN`. Also where
+/// the next page starts, if there is more.
+fn page(
+    tx: &ReadTransaction,
+    (def, soonest_first): (Index, bool),
+    (since, until): (Option<i64>, Option<i64>),
+    limit: usize,
+    after: Option<&Cursor>,
+    keep: impl Fn(&JobView) -> bool,
+) -> DbResult<(Vec<JobView>, Option<Cursor>)> {
+    let table = tx.open_table(def)?;
+    // Where the scan starts: just after `after`, or at the near end of the time range.
+    let start = match (soonest_first, after) {
+        (true, Some(c)) if since.is_some_and(|s| s > c.at) => (since.unwrap_or_default(), None),
+        (false, Some(c)) if until.is_some_and(|u| u < c.at) => {
+            (until.unwrap_or_default() + 1, None)
+        }
+        (_, Some(c)) => (c.at, Some(c.id.to_string())),
+        (true, None) => (since.unwrap_or(i64::MIN), None),
+        (false, None) => (until.map_or(i64::MAX, |u| u + 1), None),
+    };
+    let from = (start.0, start.1.as_deref().unwrap_or(""));
+    let entries: Box<dyn Iterator<Item = _>> = match soonest_first {
+        true => Box::new(table.range(from..)?),
+        false => Box::new(table.range(..from)?.rev()),
     };
     let mut items = Vec::new();
     let mut last = None;
-    for (scanned, entry) in dead.range(..(top.0, top.1.as_str()))?.rev().enumerate() {
+    for (scanned, entry) in entries.enumerate() {
         let key = entry?.0;
         let (at, id) = key.value();
-        if at < since {
-            return Ok(page(items, None));
+        if soonest_first && start.1.as_deref() == Some(id) && at == start.0 {
+            continue;
+        }
+        let past = match soonest_first {
+            true => until.is_some_and(|u| at > u),
+            false => since.is_some_and(|s| at < s),
+        };
+        if past {
+            return Ok((items, None));
         }
         if items.len() == limit || scanned == MAX_SCAN {
-            return Ok(page(items, last));
+            return Ok((items, last));
         }
         let cursor = Cursor {
             at,
@@ -77,16 +158,12 @@ pub fn dead_letters(
                 .parse()
                 .map_err(|_| DbError::corrupted(format!("bad id `{id}`")))?,
         };
-        if let Some(v) = view(tx, id)?.filter(|v| filter.matches(v)) {
+        if let Some(v) = view(tx, id)?.filter(|v| keep(v)) {
             items.push(v);
         }
         last = Some(cursor);
     }
-    Ok(page(items, None))
-}
-
-fn page(items: Vec<JobView>, next_cursor: Option<Cursor>) -> DeadPage {
-    DeadPage { items, next_cursor }
+    Ok((items, None))
 }
 
 /// When the earliest notification falls due or the earliest lease ends, if any.

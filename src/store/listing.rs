@@ -1,0 +1,103 @@
+//! The queue by state, as `GET /notifications` lists it: which index holds each state,
+//! in which order it is read, and which notifications of that index a list keeps.
+
+use super::{JobState, JobStatus, JobView, ListFilter, WalkCursor};
+use crate::lifecycle::Index;
+
+/// One state of the queue as a list shows it. `Retrying` is `scheduled` after at least
+/// one failed attempt; `Scheduled` is the rest of `scheduled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    Scheduled,
+    Retrying,
+    InFlight,
+    Delivered,
+    Dead,
+    Cancelled,
+}
+
+impl Listed {
+    pub const ALL: [Listed; 6] = [
+        Listed::Scheduled,
+        Listed::Retrying,
+        Listed::InFlight,
+        Listed::Delivered,
+        Listed::Dead,
+        Listed::Cancelled,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Listed::Scheduled => "scheduled",
+            Listed::Retrying => "retrying",
+            Listed::InFlight => "in_flight",
+            Listed::Delivered => "delivered",
+            Listed::Dead => "dead",
+            Listed::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|l| l.name() == raw)
+    }
+
+    /// The list a notification of `status` is in.
+    pub fn of(status: &JobStatus) -> Self {
+        match status.state {
+            JobState::Scheduled if status.attempts > 0 => Listed::Retrying,
+            JobState::Scheduled => Listed::Scheduled,
+            JobState::InFlight => Listed::InFlight,
+            JobState::Delivered => Listed::Delivered,
+            JobState::Dead => Listed::Dead,
+            JobState::Cancelled => Listed::Cancelled,
+        }
+    }
+
+    /// The index that holds its notifications, scored by the time it is ordered by: the
+    /// next attempt, the lease's end, or the finish.
+    pub fn index(self) -> Index {
+        match self {
+            Listed::Scheduled | Listed::Retrying => Index::Due,
+            Listed::InFlight => Index::InFlight,
+            Listed::Delivered | Listed::Cancelled => Index::Done,
+            Listed::Dead => Index::Dead,
+        }
+    }
+
+    /// Pending ones are read soonest first, finished ones newest first.
+    pub fn soonest_first(self) -> bool {
+        matches!(
+            self,
+            Listed::Scheduled | Listed::Retrying | Listed::InFlight
+        )
+    }
+
+    /// Whether a walk that began at `walk_from` (ms) lists `v`: it is in this list and
+    /// matches `filter`, and it was in this state when the walk began. One that came
+    /// back to it since (a retry, a deferral, a replay) is left out, so that a walk
+    /// returns each notification at most once whatever moves meanwhile.
+    pub fn keeps(self, v: &JobView, filter: &ListFilter, walk_from: i64) -> bool {
+        Listed::of(&v.status) == self && v.status.since() <= walk_from && filter.matches(v)
+    }
+}
+
+/// A page of one list, in its order.
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    pub items: Vec<JobView>,
+    /// Where the next page starts; `None` at the end.
+    pub next_cursor: Option<WalkCursor>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_list_has_a_name_it_is_parsed_from() {
+        for l in Listed::ALL {
+            assert_eq!(Listed::parse(l.name()), Some(l));
+        }
+        assert_eq!(Listed::parse("waiting"), None);
+    }
+}
