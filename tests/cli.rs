@@ -307,3 +307,64 @@ async fn what_came_from_outside_cannot_drive_the_terminal() {
     }
     assert!(ok(&pb, &["dlq", "show", &id]).contains("\\u{1b}]0;pwned"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_browses_a_state_and_status_finds_a_notification_by_its_key() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/orders");
+    let keyed = json(
+        &pb,
+        &[
+            "notify",
+            "--url",
+            &url,
+            "--body",
+            "{}",
+            "--delay",
+            "1h",
+            "--topic",
+            "order.paid",
+            "--idempotency-key",
+            "order-1001",
+        ],
+    )["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let delivered = json(&pb, &["notify", "--url", &url, "--body", "{}"])["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pb.wait_state(&delivered, "delivered", WAIT).await;
+
+    let table = ok(&pb, &["list", "--state", "scheduled"]);
+    assert!(
+        table.trim_start().starts_with("ID"),
+        "a header line: {table}"
+    );
+    assert!(
+        table.contains(&keyed) && table.contains("order.paid"),
+        "{table}"
+    );
+    assert!(!table.contains(&delivered), "{table}");
+    let listed = json(&pb, &["list", "--state", "delivered", "--limit", "5"]);
+    assert_eq!(listed["items"][0]["id"], delivered.as_str());
+    let found = json(&pb, &["list", "--key", "order-1001"]);
+    assert_eq!(found["items"][0]["id"], keyed.as_str());
+
+    let status = ok(&pb, &["status", "--key", "order-1001"]);
+    assert!(
+        status.contains(&keyed) && status.contains("scheduled"),
+        "{status}"
+    );
+    assert_eq!(
+        json(&pb, &["status", "--key", "order-1001"])["id"],
+        keyed.as_str()
+    );
+    let out = cli(&pb, &["status", "--key", "order-9999"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("order-9999"), "{stderr}");
+    let out = cli(&pb, &["status"]);
+    assert_eq!(out.status.code(), Some(2), "an id or --key is needed");
+}

@@ -1,6 +1,6 @@
 //! The `postback` command line: `serve` runs the service and `token new` makes an API
 //! token; the other commands are the operator's client of a running instance's API
-//! (`notify`, `status`, `cancel`, `stats`, `dlq list|show|replay|discard|purge`,
+//! (`notify`, `status`, `list`, `cancel`, `stats`, `dlq list|show|replay|discard|purge`,
 //! `audit`), printing readable tables or, with `--json`, the API's JSON answer.
 
 use std::path::PathBuf;
@@ -42,9 +42,38 @@ enum Command {
     },
     /// Register a notification.
     Notify(NotifyArgs),
-    /// Show a notification: state, attempts, next attempt and history.
+    /// Show a notification, by id or by its idempotency key: state, attempts, next
+    /// attempt and history.
     Status {
-        id: String,
+        #[arg(required_unless_present = "key")]
+        id: Option<String>,
+        /// The Idempotency-Key it was registered with (kept for idempotency_ttl).
+        #[arg(long, conflicts_with = "id")]
+        key: Option<String>,
+        /// The tenant of the key (a token for every tenant only; default `default`).
+        #[arg(long, requires = "key")]
+        tenant: Option<String>,
+        #[command(flatten)]
+        api: ApiArgs,
+    },
+    /// Browse the queue: the notifications in one state, pending ones soonest due
+    /// first, finished ones newest first.
+    List {
+        /// scheduled, retrying (scheduled after a failed attempt), in_flight, delivered,
+        /// dead or cancelled.
+        #[arg(long, default_value = "scheduled")]
+        state: String,
+        #[command(flatten)]
+        filter: Filter,
+        /// Only the notification registered with this Idempotency-Key.
+        #[arg(long)]
+        key: Option<String>,
+        /// Items per page (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed under the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
         #[command(flatten)]
         api: ApiArgs,
     },
@@ -185,7 +214,7 @@ struct NotifyArgs {
     api: ApiArgs,
 }
 
-/// Which dead letters a list or bulk action covers.
+/// Which notifications a list or bulk action covers.
 #[derive(Args, Default)]
 struct Filter {
     /// Only this topic.
@@ -194,10 +223,11 @@ struct Filter {
     /// The callback URL's host.
     #[arg(long)]
     host: Option<String>,
-    /// Dead-lettered at or after (RFC 3339).
+    /// At or after (RFC 3339): when it was dead-lettered, or for `list` the time the
+    /// list is ordered by (next attempt, or finish).
     #[arg(long)]
     since: Option<String>,
-    /// Dead-lettered at or before (RFC 3339).
+    /// At or before (RFC 3339), as --since.
     #[arg(long)]
     until: Option<String>,
     /// Only this tenant's (a token for every tenant only).
@@ -301,11 +331,39 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
             unreachable!("serve and token run without the API")
         }
         Command::Notify(args) => notify(args).await,
-        Command::Status { id, api } => {
-            let answer = Client::new(&api)?
-                .get(&format!("/notifications/{id}"))
-                .await?;
+        Command::Status {
+            id,
+            key,
+            tenant,
+            api,
+        } => {
+            let client = Client::new(&api)?;
+            let id = match (id, key) {
+                (Some(id), _) => id,
+                (None, key) => by_key(&client, &key.unwrap_or_default(), tenant).await?,
+            };
+            let answer = client.get(&format!("/notifications/{id}")).await?;
             print::answer(&api, &answer, print::notification)
+        }
+        Command::List {
+            state,
+            filter,
+            key,
+            limit,
+            cursor,
+            api,
+        } => {
+            let mut query = filter.pairs();
+            match key {
+                Some(key) => query.push(("idempotency_key", key)),
+                None => query.push(("state", state)),
+            }
+            query.push(("limit", limit.to_string()));
+            query.extend(cursor.map(|c| ("cursor", c)));
+            let answer = Client::new(&api)?
+                .get_query("/notifications", &query)
+                .await?;
+            print::answer(&api, &answer, print::notifications)
         }
         Command::Cancel { id, api } => {
             let answer = Client::new(&api)?
@@ -407,6 +465,19 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         .post_with_key("/notify", &request, args.idempotency_key.as_deref())
         .await?;
     print::answer(&args.api, &answer, print::registered)
+}
+
+/// The id of the notification registered with the idempotency key `key`.
+async fn by_key(client: &Client, key: &str, tenant: Option<String>) -> anyhow::Result<String> {
+    let mut query = vec![("idempotency_key", key.to_string())];
+    query.extend(tenant.map(|t| ("tenant", t)));
+    let page = client.get_query("/notifications", &query).await?;
+    match page["items"][0]["id"].as_str() {
+        Some(id) => Ok(id.to_string()),
+        None => anyhow::bail!(
+            "no notification has the idempotency key `{key}` (a key is kept for idempotency_ttl)"
+        ),
+    }
 }
 
 async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {

@@ -122,10 +122,6 @@ pub fn dead_letters(a: &Value, out: &mut Out) {
             "LAST FAILURE",
         ]);
         for i in items {
-            let last = match (&i["last_status"], &i["last_error"]) {
-                (Value::Number(n), _) => format!("HTTP {n}"),
-                (_, e) => text(e),
-            };
             t.add_row([
                 text(&i["id"]),
                 text(&i["dead_at"]),
@@ -133,13 +129,64 @@ pub fn dead_letters(a: &Value, out: &mut Out) {
                 text(&i["attempts"]),
                 text(&i["topic"]),
                 text(&i["url"]),
-                last,
+                last_failure(i),
             ]);
         }
         out.line(t);
     }
     if let Some(next) = a["next_cursor"].as_str() {
         out.line(format!("\nmore: --cursor {next}"));
+    }
+}
+
+/// A page of one list of the queue, and how to get the next one.
+pub fn notifications(a: &Value, out: &mut Out) {
+    let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        out.line("no notifications");
+    } else {
+        let mut t = table(&[
+            "ID",
+            "STATE",
+            "NEXT OR FINISHED",
+            "TENANT",
+            "ATTEMPTS",
+            "TOPIC",
+            "URL",
+            "LAST",
+        ]);
+        for i in items {
+            let when = match &i["next_attempt_at"] {
+                Value::Null => &i["finished_at"],
+                next => next,
+            };
+            t.add_row([
+                text(&i["id"]),
+                text(&i["state"]),
+                text(when),
+                text(&i["tenant"]),
+                format!("{}/{}", text(&i["attempts"]), text(&i["max_attempts"])),
+                text(&i["topic"]),
+                text(&i["url"]),
+                last_failure(i),
+            ]);
+        }
+        out.line(t);
+    }
+    if let Some(next) = a["next_cursor"].as_str() {
+        let why = match a["partial"].as_bool() {
+            Some(true) => " (this page stopped at the bound of one call; there may be more)",
+            _ => "",
+        };
+        out.line(format!("\nmore{why}: --cursor {next}"));
+    }
+}
+
+/// How the last attempt failed: its status, or its error.
+fn last_failure(i: &Value) -> String {
+    match (&i["last_status"], &i["last_error"]) {
+        (Value::Number(n), _) => format!("HTTP {n}"),
+        (_, e) => text(e),
     }
 }
 
