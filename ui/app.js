@@ -1,7 +1,8 @@
 // The review page: a small client of postback's own API. The token is kept in
 // sessionStorage (this tab only) and sent as a bearer token, like any API client.
 // Views are chosen by the URL's hash, so the browser's back button and links work:
-// #/overview (?tenant), #/dead (?filters), #/dead/<id>, #/lookup, #/lookup/<id>, #/audit (?filters).
+// #/overview (?tenant), #/dead (?filters), #/dead/<id>, #/queue (?state, filters, cursor),
+// #/lookup, #/lookup/<id>, #/audit (?filters).
 "use strict";
 
 const TOKEN_KEY = "postback-token";
@@ -106,8 +107,8 @@ function readable(body, contentType) {
 
 // A form of filters over `fields`, filled from `params`: a text input each (with a hint
 // for the RFC 3339 times) unless `control(f)` gives another; submitting it goes to
-// `#/<view>?` the fields filled in.
-function filterForm(fields, params, prefix, view, control = () => null) {
+// `#/<view>?` the `fixed` parameters and the fields filled in.
+function filterForm(fields, params, prefix, view, control = () => null, fixed = {}) {
   const isTime = (f) => f === "since" || f === "until";
   const form = el("form", { class: "filters", "aria-label": "Filters" },
     fields.map((f) => el("div", {},
@@ -117,7 +118,7 @@ function filterForm(fields, params, prefix, view, control = () => null) {
     el("div", {}, el("button", { type: "submit" }, "Filter")));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    const next = new URLSearchParams();
+    const next = new URLSearchParams(fixed);
     for (const f of fields) if (form.elements[f].value.trim()) next.set(f, form.elements[f].value.trim());
     location.hash = `#/${view}?${next}`;
   });
@@ -287,6 +288,89 @@ async function deadLetter(id) {
   ];
 }
 
+const STATES = [["scheduled", "Scheduled"], ["retrying", "Retrying"], ["in_flight", "In flight"],
+  ["delivered", "Delivered"], ["dead", "Dead"], ["cancelled", "Cancelled"]];
+const QUEUE_FILTERS = ["topic", "host", "tenant", "since", "until"];
+
+// The search box: an id opens its notification; anything else is an idempotency key.
+function queueSearch() {
+  const input = el("input", { id: "queue-search", name: "q", placeholder: "ntf_0_… or order-1001", required: true });
+  const form = el("form", { class: "actions", role: "search" },
+    el("div", { class: "grow" }, el("label", { for: "queue-search" }, "Id or idempotency key"), input),
+    el("button", { type: "submit" }, "Find"));
+  const status = el("p", { role: "status" });
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const q = input.value.trim();
+    if (/^ntf_/.test(q)) {
+      location.hash = `#/lookup/${q}`;
+      return;
+    }
+    try {
+      const page = await api(`/notifications?${new URLSearchParams({ idempotency_key: q })}`);
+      if (page.items.length) location.hash = `#/lookup/${page.items[0].id}`;
+      else status.textContent = `No notification has the idempotency key ${q} (keys are kept for idempotency_ttl).`;
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  });
+  return [form, status];
+}
+
+// One list of the queue: a tab per state, the filters, a page of rows, the next page.
+async function queue(params) {
+  const state = params.get("state") || "scheduled";
+  const label = STATES.find(([s]) => s === state)?.[1] || state;
+  const q = new URLSearchParams({ state, limit: params.get("limit") || "50" });
+  for (const f of [...QUEUE_FILTERS, "cursor"]) if (params.get(f)) q.set(f, params.get(f));
+  const page = await api(`/notifications?${q}`);
+  const kept = (extra) => {
+    const next = new URLSearchParams({ state });
+    for (const f of [...QUEUE_FILTERS, "limit"]) if (params.get(f)) next.set(f, params.get(f));
+    for (const [k, v] of Object.entries(extra)) next.set(k, v);
+    return `#/queue?${next}`;
+  };
+  const pending = ["scheduled", "retrying", "in_flight"].includes(state);
+  const form = filterForm(QUEUE_FILTERS, params, "q", "queue", () => null, { state });
+  return [
+    el("h1", {}, "Queue"),
+    ...queueSearch(),
+    el("nav", { class: "tabs", "aria-label": "States" }, STATES.map(([s, name]) =>
+      el("a", { href: `#/queue?state=${s}`, ...(s === state ? { "aria-current": "page" } : {}) }, name))),
+    form,
+    page.items.length === 0
+      ? el("p", { class: "muted" }, page.next_cursor ? "None on this page." : `Nothing ${label.toLowerCase()} matches.`)
+      : el("div", { class: "table-wrap" }, el("table", { "aria-label": label },
+        el("thead", {}, el("tr", {}, el("th", {}, "Notification"), el("th", {}, pending ? "Next attempt" : "Finished"),
+          el("th", { class: "wide" }, "Topic"), el("th", { class: "wide" }, "Tenant"),
+          el("th", { class: "wide" }, "Attempts"), el("th", {}, "Last attempt"))),
+        el("tbody", {}, page.items.map((n) => el("tr", {},
+          el("td", { class: "url" }, el("a", { href: `#/lookup/${n.id}` }, n.id), el("div", { class: "muted" }, n.url)),
+          el("td", {}, when(pending ? n.next_attempt_at : n.finished_at)),
+          el("td", { class: "wide" }, n.topic || "—"),
+          el("td", { class: "wide" }, n.tenant),
+          el("td", { class: "wide" }, `${n.attempts} of ${n.max_attempts}`),
+          el("td", {}, n.last_status !== null ? `HTTP ${n.last_status}` : n.last_error || "—")))))),
+    page.partial ? el("p", { class: "muted" }, "This page stopped early: the filter matches few of those examined.") : null,
+    page.next_cursor ? el("p", {}, el("a", { href: kept({ cursor: page.next_cursor }) }, "Next page")) : null,
+  ];
+}
+
+// Cancels a notification that has not finished, after a confirmation.
+function cancelButton(n, status) {
+  const button = el("button", { type: "button", class: "danger" }, "Cancel…");
+  button.addEventListener("click", async () => {
+    if (!(await confirmAction(`Cancel ${n.id}? It will not be sent again.`, "Cancel it"))) return;
+    try {
+      await api(`/notifications/${encodeURIComponent(n.id)}`, { method: "DELETE" });
+      route();
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  });
+  return button;
+}
+
 async function lookup(id) {
   const input = el("input", { id: "lookup-id", name: "id", value: id || "", placeholder: "ntf_0_…", required: true });
   const form = el("form", { class: "actions", role: "search" },
@@ -298,6 +382,7 @@ async function lookup(id) {
   });
   const parts = [el("h1", {}, "Look up a notification"), form];
   if (!id) return parts;
+  const status = el("p", { role: "status" });
   try {
     const n = await api(`/notifications/${encodeURIComponent(id)}`);
     parts.push(
@@ -312,7 +397,9 @@ async function lookup(id) {
         el("dt", {}, "Replays"), el("dd", {}, n.replays))),
       el("div", { class: "actions" },
         el("button", { type: "button", class: "secondary", onclick: () => route() }, "Refresh"),
+        ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
         n.state === "dead" ? el("a", { href: `#/dead/${n.id}` }, "Open as dead letter") : null),
+      status,
       el("h2", {}, "Attempts"), timeline(n.history));
   } catch (e) {
     parts.push(e.status === 404 ? el("p", { class: "error", role: "alert" }, "No notification has this id.") : failure(e));
@@ -376,6 +463,7 @@ async function route() {
     const parts = name === "dead" && id ? await deadLetter(decodeURIComponent(id))
       : name === "dead" ? await deadLetters(new URLSearchParams(query))
       : name === "lookup" ? await lookup(id && decodeURIComponent(id))
+      : name === "queue" ? await queue(new URLSearchParams(query))
       : name === "audit" ? await audit(new URLSearchParams(query))
       : await overview(new URLSearchParams(query));
     view.replaceChildren(...parts.filter(Boolean));

@@ -2,7 +2,8 @@
 // Redis (started by scripts/ui-test.sh) and a real receiver started here. Signs in,
 // reads the overview, finds a dead letter, opens it, replays it to a new URL and sees
 // it delivered; bulk-replays the rest after a confirmation that shows the count; finds
-// both replays in the audit log and filters it by action; checks the page works at phone
+// both replays in the audit log and filters it by action; walks the queue's tabs and
+// pages, finds a notification by its idempotency key and cancels it; checks the page works at phone
 // width and with the keyboard, and that it and Swagger UI need nothing their
 // Content-Security-Policy refuses. Saves a screenshot of each view under docs/.
 import { chromium } from "playwright-core";
@@ -153,6 +154,53 @@ try {
   await rows.first().waitFor();
   assert.equal(await rows.count(), 1);
 
+  // The queue: a tab per state, soonest due first, paged; the search box finds a
+  // notification by its idempotency key, and its detail cancels it.
+  const scheduled = [];
+  for (const [hours, key] of [[1, "order-2001"], [2, "order-2002"], [3, "order-2003"]]) {
+    const r = await fetch(`${api}/notify`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", "Idempotency-Key": key },
+      body: JSON.stringify({ url: target(`/up/refunds/${key}`), body: { key }, delay: `${hours}h`, topic: "refund" }),
+    });
+    scheduled.push((await r.json()).id);
+  }
+  await page.getByRole("link", { name: "Queue" }).click();
+  await page.getByRole("heading", { name: "Queue" }).waitFor();
+  await page.getByRole("link", { name: "Scheduled", exact: true }).click();
+  await page.waitForURL(/state=scheduled/);
+  const queueRows = page.getByRole("table", { name: "Scheduled" }).locator("tbody tr");
+  await queueRows.nth(2).waitFor();
+  assert.deepEqual(
+    await queueRows.evaluateAll((rows) => rows.map((r) => r.querySelector("a").textContent)),
+    scheduled, "soonest due first");
+  await page.screenshot({ path: `${shots}/ui-queue.png`, fullPage: true });
+  await page.goto(`${api}/ui#/queue?state=scheduled&limit=2`);
+  await queueRows.nth(1).waitFor();
+  assert.equal(await queueRows.count(), 2);
+  await page.getByRole("link", { name: "Next page" }).click();
+  await page.waitForURL(/cursor=/);
+  await queueRows.first().waitFor();
+  assert.equal(await queueRows.count(), 1);
+  assert.equal(await queueRows.first().locator("a").textContent(), scheduled[2]);
+  await page.getByRole("link", { name: "Delivered", exact: true }).click();
+  await page.waitForURL(/state=delivered/);
+  await page.getByRole("table", { name: "Delivered" }).locator("tbody tr").first().waitFor();
+
+  await page.getByLabel("Id or idempotency key").fill("order-2002");
+  await page.keyboard.press("Enter");
+  await page.getByRole("heading", { name: "Look up a notification" }).waitFor();
+  await page.waitForURL(new RegExp(`#/lookup/${scheduled[1]}`));
+  assert.equal(await page.locator("#lookup-state").textContent(), "scheduled");
+  await page.getByRole("button", { name: "Cancel…" }).click();
+  await page.locator("dialog[open]").getByRole("button", { name: "Cancel it" }).click();
+  await eventually("the cancel", async () =>
+    (await page.locator("#lookup-state").textContent()) === "cancelled");
+  await page.goto(`${api}/ui#/queue?state=cancelled`);
+  const cancelledRows = page.getByRole("table", { name: "Cancelled" }).locator("tbody tr");
+  await cancelledRows.first().waitFor();
+  assert.equal(await cancelledRows.first().locator("a").textContent(), scheduled[1]);
+
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(`${api}/ui#/dead/${dead[1]}`);
@@ -162,6 +210,10 @@ try {
   const width = await page.evaluate(() => document.documentElement.scrollWidth);
   assert.ok(width <= 390, `the overview is ${width}px wide on a 390px screen`);
   await page.screenshot({ path: `${shots}/ui-phone.png`, fullPage: true });
+  await page.goto(`${api}/ui#/queue?state=scheduled`);
+  await page.getByRole("table", { name: "Scheduled" }).locator("tbody tr").first().waitFor();
+  const queueWidth = await page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok(queueWidth <= 390, `the queue is ${queueWidth}px wide on a 390px screen`);
 
   // Swagger UI renders under the same policy.
   await page.goto(`${api}/docs/`);
@@ -170,7 +222,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
