@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release --bin postback-bench -- SCENARIO [--runs 3] [--n 20000]`
 //! Scenarios: `burst`, `retry`, `delayed`, `isolation`, `backlog`, `idle`, `overload`,
-//! `quota`, `all`.
+//! `quota`, `walk`, `all`.
 
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ enum Scenario {
     Idle,
     Overload,
     Quota,
+    Walk,
     All,
 }
 
@@ -72,7 +73,7 @@ pub struct Opts {
     /// Print queue depth and scheduler lateness from `/metrics` every second.
     #[arg(long)]
     pub watch_metrics: bool,
-    /// backlog: the numbers of notifications pending far in the future.
+    /// backlog, walk: the numbers of notifications pending far in the future.
     #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
     pub backlog: Vec<usize>,
     /// The store postback keeps its notifications in.
@@ -144,6 +145,7 @@ async fn main() -> anyhow::Result<()> {
             Scenario::Idle,
             Scenario::Overload,
             Scenario::Quota,
+            Scenario::Walk,
         ] {
             if opts.scenario != scenario && opts.scenario != Scenario::All {
                 continue;
@@ -158,6 +160,7 @@ async fn main() -> anyhow::Result<()> {
                 Scenario::Idle => scenarios::idle(&opts, r, run).await?,
                 Scenario::Overload => scenarios::overload(&opts, r, run).await?,
                 Scenario::Quota => quota::quota(&opts, r, run).await?,
+                Scenario::Walk => scenarios::walk(&opts, r, run).await?,
                 Scenario::All => unreachable!("expanded above"),
             }
         }

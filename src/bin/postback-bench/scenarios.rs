@@ -591,3 +591,45 @@ pub async fn overload(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Resul
     );
     Ok(())
 }
+
+/// Walks a list of the queue with many pending: for each `--backlog` size, that many
+/// notifications due in a day are stored, and the `scheduled` list is read from its
+/// start through `--n` items (at most 10,000) in pages of 500. The walk's time, and
+/// the slowest page's, beside the same walk over the smallest backlog.
+pub async fn walk(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    for &pending in &opts.backlog {
+        let store = opts.store()?;
+        fill(&store, pending).await?;
+        let pb = Postback::start(&store, &opts.postback_env()).await?;
+        let client = reqwest::Client::new();
+        let wanted = opts.n.min(10_000).min(pending);
+        let (mut walked, mut cursor, mut slowest) = (0, None::<String>, 0.0f64);
+        let started = SystemTime::now();
+        while walked < wanted {
+            let mut url = format!("{}/notifications?state=scheduled&limit=500", pb.url);
+            if let Some(c) = &cursor {
+                url += &format!("&cursor={c}");
+            }
+            let asked = SystemTime::now();
+            let page: Value = client
+                .get(&url)
+                .bearer_auth(crate::processes::TOKEN)
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            slowest = slowest.max(asked.elapsed()?.as_secs_f64() * 1000.0);
+            walked += page["items"].as_array().context("no items")?.len();
+            cursor = page["next_cursor"].as_str().map(str::to_string);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        let took = started.elapsed()?.as_secs_f64() * 1000.0;
+        let scenario = format!("walk_{pending}");
+        r.add(&scenario, run, &format!("walk_{walked}_ms"), took, "ms");
+        r.add(&scenario, run, "slowest_page_ms", slowest, "ms");
+    }
+    Ok(())
+}
