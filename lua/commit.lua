@@ -64,8 +64,11 @@ local function commit_one(j, i)
     local from, to = w.leave[ARGV[i + 2]], w.enter[ARGV[i + 5]]
     from[#from + 1] = id
     to[#to + 1], to[#to + 2] = ARGV[i + 6], id
-    tally(ARGV[i + 9], ARGV[i + 2], tonumber(score), -1, now)
-    tally(ARGV[i + 9], ARGV[i + 5], tonumber(ARGV[i + 6]), 1, now)
+    -- Only a tenant counted apart pays for reading the scores.
+    if ARGV[i + 9] ~= '' then
+      tally(ARGV[i + 9], ARGV[i + 2], tonumber(score), -1, now)
+      tally(ARGV[i + 9], ARGV[i + 5], tonumber(ARGV[i + 6]), 1, now)
+    end
   end
   w.state[#w.state + 1], w.state[#w.state + 2] = id, ARGV[i + 4]
   if ARGV[i + 7] ~= '' then w.entries[#w.entries + 1] = {id, ARGV[i + 7]} end

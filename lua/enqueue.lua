@@ -50,7 +50,7 @@ for i = 3, #ARGV, WIDTH do
     jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
     out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, false
-    tally(ARGV[i + 7], 'due', nil, 1, now)
+    if ARGV[i + 7] ~= '' then tally(ARGV[i + 7], 'due', nil, 1, now) end
   end
 end
 flush_tally()

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARD = ["due", "inflight", "dead", "jobs", "state", "history", "done", "counters"]
+SHARD = ["due", "inflight", "dead", "jobs", "state", "history", "done", "counters", "tenants"]
 KEYS = ["{postback:0}:" + k for k in SHARD]
 SCHEDULE = "15s,3m,10m,30m,30m,1h,2h,6h,15h"
 NOW = "1795384073315"
@@ -81,14 +81,14 @@ def call(kind, sha, first, batch, conflict):
     if kind == "enqueue":
         args += ["postback:wake", "v2"]
         for i in range(first, first + batch):
-            args += [notification_id(i), SPEC, SCHEDULE, "0", "0", "1", ""]
+            args += [notification_id(i), SPEC, SCHEDULE, "0", "0", "1", "", ""]
         return resp(args)
     args += ["postback:wake", "2592000000", "1000000", "604800000", str(2 * batch + 16)]
     entry = '{"at":%d,"status":200,"error":null,"duration_ms":3,"response":"ok"}' % (int(NOW) - 3)
     for i in range(first, first + batch):
         expected = "" if conflict else state("scheduled", 0)
         after = state("delivered", 1, attempts=1, at="finished_at")
-        args += [notification_id(i), expected, "inflight", NOW, after, "done", NOW, entry, ""]
+        args += [notification_id(i), expected, "inflight", NOW, after, "done", NOW, entry, "", ""]
     return resp(args)
 
 

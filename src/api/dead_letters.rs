@@ -72,7 +72,7 @@ pub async fn list(
     let Query(q) = query.map_err(invalid_query)?;
     let limit = paging::limit(q.limit)?;
     let cursor = paging::cursor(q.cursor.as_deref(), Cursor::decode)?;
-    let mut filter = list_filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
+    let mut filter = paging::filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let page = state
         .store
@@ -246,7 +246,7 @@ impl BulkRequest {
     /// The filter, within the caller's tenant; an empty one is refused unless `all` says
     /// so.
     fn filter(&self, caller: &Principal) -> Result<ListFilter, ApiError> {
-        let mut f = list_filter(
+        let mut f = paging::filter(
             self.topic.clone(),
             self.host.clone(),
             self.since.as_deref(),
@@ -374,19 +374,4 @@ fn replay_timing(
         policy.max_delay,
     )?;
     Ok((schedule, delay))
-}
-
-fn list_filter(
-    topic: Option<String>,
-    host: Option<String>,
-    since: Option<&str>,
-    until: Option<&str>,
-) -> Result<ListFilter, FieldError> {
-    Ok(ListFilter {
-        since: paging::time("since", since)?,
-        until: paging::time("until", until)?,
-        topic,
-        host,
-        tenant: None,
-    })
 }

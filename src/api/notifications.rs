@@ -177,13 +177,7 @@ pub async fn list(
     let listed = q.state.as_deref().map(listed).transpose()?;
     let limit = paging::limit(q.limit)?;
     let cursor = paging::cursor(q.cursor.as_deref(), WalkCursor::decode)?;
-    let mut filter = ListFilter {
-        since: paging::time("since", q.since.as_deref())?,
-        until: paging::time("until", q.until.as_deref())?,
-        topic: q.topic,
-        host: q.host,
-        tenant: None,
-    };
+    let mut filter = paging::filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     if let Some(key) = q.idempotency_key {
         let found = by_key(&state, &filter, &key).await?;

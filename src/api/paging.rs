@@ -1,7 +1,9 @@
-//! What the list routes share (`GET /dead-letters`, `GET /audit`): the page size, the
-//! cursor each gives back, and the RFC 3339 times of their `since` and `until`.
+//! What the list routes share (`GET /notifications`, `GET /dead-letters`, `GET /audit`):
+//! the page size, the cursor each gives back, the RFC 3339 times of their `since` and
+//! `until`, and the filter of the notification lists.
 
 use crate::domain::FieldError;
+use crate::store::ListFilter;
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
@@ -37,4 +39,21 @@ pub fn time(field: &str, raw: Option<&str>) -> Result<Option<i64>, FieldError> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     Ok(Some(ms as i64))
+}
+
+/// The filter of a notification list (or bulk action) from its parameters; the tenant is
+/// the caller's to set.
+pub fn filter(
+    topic: Option<String>,
+    host: Option<String>,
+    since: Option<&str>,
+    until: Option<&str>,
+) -> Result<ListFilter, FieldError> {
+    Ok(ListFilter {
+        since: time("since", since)?,
+        until: time("until", until)?,
+        topic,
+        host,
+        tenant: None,
+    })
 }
