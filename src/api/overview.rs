@@ -42,6 +42,7 @@ pub struct CountsQuery {
     responses(
         (status = 200, body = StatsView),
         (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        (status = 422, description = "A tenant that is not a tenant's name; `field` names it", body = ErrorBody),
         CommonErrors,
     ),
     security(("bearer" = []))
@@ -100,6 +101,7 @@ pub struct FailingHost {
     responses(
         (status = 200, body = Overview),
         (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        (status = 422, description = "A tenant that is not a tenant's name; `field` names it", body = ErrorBody),
         CommonErrors,
     ),
     security(("bearer" = []))
