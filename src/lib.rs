@@ -7,8 +7,9 @@
 //! every store applies. The scheduler (`scheduler`) claims it when due, under the
 //! delivery policy (`policy`: quotas, per-host limits, circuits); the sender (`sender`,
 //! signed by `signing`, guarded by `ssrf`) posts it, and the settler (`settler`) records
-//! the outcome. `retention` sweeps out what has expired; `metrics` and `telemetry` are
-//! what operators read. `app` wires them together for `postback serve`; `cli` is the
+//! the outcome; when the store does not answer, each waits as `backoff` says.
+//! `retention` sweeps out what has expired; `metrics` and `telemetry` are what operators
+//! read. `app` wires them together for `postback serve`; `cli` is the
 //! command line, the operator's client of the API.
 //!
 //! The public modules are those the binary, the benchmark harness and the integration
@@ -17,6 +18,7 @@
 pub mod access;
 pub(crate) mod api;
 pub mod app;
+pub(crate) mod backoff;
 pub mod cli;
 pub mod config;
 pub mod domain;

@@ -14,13 +14,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::backoff::backoff;
 use crate::config::{DeliverySettings, Percent};
 use crate::domain::{AttemptReport, Outcome, Target};
 use crate::metrics;
 use crate::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
 use crate::reservations::{self, SendAt};
 use crate::sender::Sender;
-use crate::settler::{self, backoff, Leases, Queued, Report};
+use crate::settler::{self, Leases, Queued, Report};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
 
 /// How far ahead of their due time notifications are claimed while at least three

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::backoff;
 use crate::domain::JobId;
 use crate::store::{Deferral, Settlement, Store, StoreError, StoreResult};
 
@@ -212,11 +213,4 @@ where
             }
         }
     }
-}
-
-/// Exponential from 50 ms to 5 s, with ±25% jitter so that instances do not move together.
-pub fn backoff(failures: u32) -> Duration {
-    let base = 50u64.saturating_mul(1 << failures.min(7)).min(5_000);
-    let jitter = base / 4;
-    Duration::from_millis(base - jitter + fastrand::u64(0..=2 * jitter))
 }

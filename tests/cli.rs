@@ -142,12 +142,13 @@ async fn bulk_replay_and_purge_by_filter_report_their_counts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_are_one_clear_line_and_exit_code_one() {
     let (_backend, _receiver, pb) = support::start_any(&[]).await;
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &["status", "ntf_0_00000000000000000000000000000000"],
             "404 not_found",
         ),
-        (&["dlq", "purge"], "(field `all`)"),
+        (&["dlq", "purge"], "or --all to purge every dead letter"),
+        (&["dlq", "replay"], "or --all to replay every dead letter"),
         (
             &["notify", "--url", "ftp://x", "--body", "{}"],
             "422 invalid_field",

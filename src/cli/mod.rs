@@ -519,6 +519,7 @@ async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
                     print::answer(api, &answer, print::registered)
                 }
                 None => {
+                    filter.or_all(all, "replay")?;
                     body.extend(filter.json(all));
                     let answer = client
                         .post("/dead-letters/replay", &Value::Object(body))
@@ -534,6 +535,7 @@ async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
             })
         }
         Dlq::Purge { filter, all } => {
+            filter.or_all(all, "purge")?;
             let body = Value::Object(filter.json(all).collect());
             let answer = client.post("/dead-letters/purge", &body).await?;
             print::answer(api, &answer, |a, out| print::count("purged", a, out))
@@ -552,6 +554,17 @@ impl Filter {
         ]
         .into_iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+    }
+
+    /// Refuses a bulk action (`verb`) with neither a filter nor `--all`, in the CLI's
+    /// own terms rather than the API's.
+    fn or_all(&self, all: bool, verb: &str) -> anyhow::Result<()> {
+        if !all && self.given().next().is_none() {
+            anyhow::bail!(
+                "no filter given: pass --topic, --host, --since, --until or --tenant, or --all to {verb} every dead letter"
+            );
+        }
+        Ok(())
     }
 
     /// As query parameters.

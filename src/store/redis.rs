@@ -24,6 +24,7 @@ use super::{
     ListFilter, ListPage, Listed, Outcomes, Settled, Settlement, StateCounts, Stats, Store,
     StoreError, StoreResult, Trimmed, WalkCursor,
 };
+use crate::backoff::backoff;
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::{retention, Record};
@@ -905,10 +906,9 @@ impl Store for RedisStore {
                     failures += 1;
                 }
             }
-            let backoff = Duration::from_millis(100 * 2u64.pow(failures.min(5)));
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(backoff(failures)) => {}
             }
         }
     }
