@@ -19,6 +19,8 @@ pub const MAX_HOST_LABELS: usize = 20;
 
 const LATENESS: &str = "postback_scheduler_lateness_seconds";
 const DURATION: &str = "postback_delivery_duration_seconds";
+const API_REQUESTS: &str = "postback_api_requests_total";
+const API_DURATION: &str = "postback_api_request_duration_seconds";
 
 /// Installs the global recorder; the handle renders the exposition text.
 pub fn install() -> anyhow::Result<PrometheusHandle> {
@@ -33,6 +35,12 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
             Matcher::Full(DURATION.into()),
             &[
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ],
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(API_DURATION.into()),
+            &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
             ],
         )?
         .install_recorder()?;
@@ -87,9 +95,17 @@ fn describe() {
         "postback_queue_depth",
         "Notifications per state and shard, read from the store at scrape time"
     );
-    describe_gauge!(
-        "postback_retention_deleted",
-        "Notifications deleted by retention since the store was created, by reason"
+    describe_counter!(
+        "postback_retention_deleted_total",
+        "Notifications deleted by retention since the store was created, by reason (read from the store at scrape time)"
+    );
+    describe_counter!(
+        API_REQUESTS,
+        "API requests answered, by method, route (its pattern; `unmatched` for none) and status"
+    );
+    describe_histogram!(
+        API_DURATION,
+        "Time to answer an API request, by method and route"
     );
     describe_gauge!(
         "postback_circuits_open",
@@ -142,6 +158,15 @@ pub fn reserved(n: usize) {
     counter!("postback_quota_reservations_total").increment(n as u64);
 }
 
+/// One API request answered: `route` is the matched pattern (`/notifications/{id}`), so
+/// the labels stay bounded whatever the paths.
+pub fn api_request(method: &str, route: &str, status: u16, took: Duration) {
+    let (method, route) = (method.to_string(), route.to_string());
+    counter!(API_REQUESTS, "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
+        .increment(1);
+    histogram!(API_DURATION, "method" => method, "route" => route).record(took.as_secs_f64());
+}
+
 pub fn request_shed() {
     counter!("postback_requests_shed_total").increment(1);
 }
@@ -191,6 +216,6 @@ pub fn store_stats(stats: &Stats) {
         ("dead_by_count", t.dead_by_count),
         ("finished_by_age", t.finished_by_age),
     ] {
-        gauge!("postback_retention_deleted", "reason" => reason).set(n as f64);
+        counter!("postback_retention_deleted_total", "reason" => reason).absolute(n);
     }
 }

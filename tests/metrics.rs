@@ -65,6 +65,43 @@ async fn metrics_count_attempts_lateness_and_queue_depths() {
     );
     assert_eq!(v(r#"postback_queue_depth{state="dead",shard="0"}"#), 0.0);
     assert!(text.contains("postback_build_info{version=\""));
+
+    // API requests by route (its pattern, never the path with an id in it) and status.
+    let (status, _) = pb.get(&format!("/notifications/{ok}")).await;
+    assert_eq!(status, 200);
+    pb.get("/notifications/ntf_0_0000000000000000000000").await;
+    pb.get("/no/such/route").await;
+    let (_, text) = pb.get_text("/metrics").await;
+    let v = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
+    assert_eq!(
+        v(r#"postback_api_requests_total{method="POST",route="/notify",status="202"}"#),
+        3.0
+    );
+    assert!(
+        v(r#"postback_api_requests_total{method="GET",route="/notifications/{id}",status="200"}"#)
+            >= 1.0,
+        "the waits above read it too"
+    );
+    assert_eq!(
+        v(r#"postback_api_requests_total{method="GET",route="/notifications/{id}",status="404"}"#),
+        1.0
+    );
+    assert_eq!(
+        v(r#"postback_api_requests_total{method="GET",route="unmatched",status="404"}"#),
+        1.0
+    );
+    assert!(!text.contains(&ok.to_string()), "no id in a label");
+    assert!(
+        v(r#"postback_api_request_duration_seconds_count{method="POST",route="/notify"}"#) >= 3.0
+    );
+    assert!(
+        text.contains("# TYPE postback_retention_deleted_total counter"),
+        "what retention deleted only grows: {text}"
+    );
+    assert_eq!(
+        v(r#"postback_retention_deleted_total{reason="finished_by_age"}"#),
+        0.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::IntoResponse;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::{middleware, Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Notify;
@@ -115,8 +116,25 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
             )
         })
         .layer(DefaultBodyLimit::max(server.max_body_bytes))
-        .layer(middleware::from_fn(limits::limit_headers));
+        .layer(middleware::from_fn(limits::limit_headers))
+        .layer(middleware::from_fn(count_request));
     browser::with_security_headers(routes).with_state(state)
+}
+
+/// Counts every request answered by method, route pattern and status, with its time
+/// (`postback_api_requests_total`, `postback_api_request_duration_seconds`).
+async fn count_request(request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_string();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    metrics::api_request(method.as_str(), &route, status, started.elapsed());
+    response
 }
 
 /// The routes that need a bearer token, with their documentation.
