@@ -369,3 +369,52 @@ async fn list_browses_a_state_and_status_finds_a_notification_by_its_key() {
     let out = cli(&pb, &["status"]);
     assert_eq!(out.status.code(), Some(2), "an id or --key is needed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_key_says_so_and_a_body_mismatch_says_why() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/answers-ok");
+    let args = [
+        "notify",
+        "--url",
+        &url,
+        "--body",
+        "{}",
+        "--expect-body",
+        "success",
+        "--schedule",
+        "100ms",
+        "--idempotency-key",
+        "order-77",
+    ];
+    let first = cli(&pb, &args);
+    assert!(first.status.success());
+    assert!(
+        first.stderr.is_empty(),
+        "the first registration is not a repeat"
+    );
+    let again = cli(&pb, &args);
+    assert!(again.status.success());
+    let stderr = String::from_utf8(again.stderr).unwrap();
+    assert!(
+        stderr.contains("Idempotency-Key was used before"),
+        "{stderr}"
+    );
+    let id_of = |out: Vec<u8>| {
+        let text = String::from_utf8(out).unwrap();
+        text.lines()
+            .next()
+            .unwrap()
+            .trim_start_matches("id:")
+            .trim()
+            .to_string()
+    };
+    let id = id_of(first.stdout);
+    assert_eq!(id, id_of(again.stdout), "the same notification");
+    pb.wait_state(&id, "dead", WAIT).await;
+    let table = ok(&pb, &["dlq", "list"]);
+    assert!(
+        table.contains("HTTP 200: response body is not `success`"),
+        "{table}"
+    );
+}

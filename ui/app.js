@@ -85,6 +85,14 @@ function confirmAction(text, okLabel) {
 const when = (t) => (t ? new Date(t).toLocaleString() : "—");
 const stateBadge = (s) => el("span", { class: `state state-${s}` }, s.replace("_", " "));
 const outcome = (a) => (a.status !== null ? `HTTP ${a.status}` : a.error || "no response");
+// How a list item's last attempt ended: its status, and why when the status does not
+// say (a 2xx whose body did not match expect_body).
+function lastAttempt(n) {
+  if (n.last_error && n.last_status !== null && !n.last_error.startsWith("HTTP ")) {
+    return `HTTP ${n.last_status}: ${n.last_error}`;
+  }
+  return n.last_error || (n.last_status !== null ? `HTTP ${n.last_status}` : "—");
+}
 
 function timeline(history) {
   if (history.length === 0) return el("p", { class: "muted" }, "No attempt yet.");
@@ -198,6 +206,7 @@ async function deadLetters(params) {
   const page = await api(`/dead-letters?${q}`);
   const status = el("p", { role: "status" });
   const form = filterForm(FILTERS, params, "f", "dead");
+  const list = el("div", {}, deadRows(page));
   const replayAll = el("button", { type: "button", class: "secondary" }, "Replay all matching…");
   replayAll.addEventListener("click", async () => {
     replayAll.disabled = true;
@@ -212,6 +221,8 @@ async function deadLetters(params) {
         const body = Object.keys(filter).length ? filter : { all: true };
         const r = await api("/dead-letters/replay", { method: "POST", body });
         status.textContent = `${r.count} replayed.`;
+        // Every row matched the filter, so none is a dead letter any more.
+        list.replaceChildren(el("p", { class: "muted" }, "No dead letters match."));
       }
     } catch (e) {
       status.replaceChildren(failure(e));
@@ -225,7 +236,14 @@ async function deadLetters(params) {
     el("h1", {}, "Dead letters"),
     form,
     el("div", { class: "actions" }, replayAll, status),
-    page.items.length === 0
+    list,
+    page.next_cursor ? el("p", {}, el("a", { href: `#/dead?${next}` }, "Next page →")) : null,
+  ];
+}
+
+// The rows of a page of dead letters.
+function deadRows(page) {
+  return page.items.length === 0
       ? el("p", { class: "muted" }, "No dead letters match.")
       : el("div", { class: "table-wrap" }, el("table", {},
         el("thead", {}, el("tr", {}, el("th", {}, "Notification"), el("th", { class: "wide" }, "Topic"),
@@ -235,11 +253,9 @@ async function deadLetters(params) {
           el("td", { class: "url" }, el("a", { href: `#/dead/${d.id}` }, d.url), el("div", { class: "muted id" }, d.id)),
           el("td", { class: "wide" }, d.topic || "—"),
           el("td", { class: "wide" }, d.tenant),
-          el("td", {}, d.last_status !== null ? `HTTP ${d.last_status}` : d.last_error || "—"),
+          el("td", {}, lastAttempt(d)),
           el("td", { class: "wide" }, d.attempts),
-          el("td", {}, when(d.dead_at))))))),
-    page.next_cursor ? el("p", {}, el("a", { href: `#/dead?${next}` }, "Next page →")) : null,
-  ];
+          el("td", {}, when(d.dead_at)))))));
 }
 
 async function deadLetter(id) {
@@ -350,7 +366,7 @@ async function queue(params) {
           el("td", { class: "wide" }, n.topic || "—"),
           el("td", { class: "wide" }, n.tenant),
           el("td", { class: "wide" }, `${n.attempts} of ${n.max_attempts}`),
-          el("td", {}, n.last_status !== null ? `HTTP ${n.last_status}` : n.last_error || "—")))))),
+          el("td", {}, lastAttempt(n))))))),
     page.partial ? el("p", { class: "muted" }, "This page stopped early: the filter matches few of those examined.") : null,
     page.next_cursor ? el("p", {}, el("a", { href: kept({ cursor: page.next_cursor }) }, "Next page")) : null,
   ];

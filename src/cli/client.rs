@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
+use reqwest::header::HeaderMap;
 use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
 
@@ -57,7 +58,14 @@ impl Client {
         if let Some(key) = idempotency_key {
             request = request.header("idempotency-key", key);
         }
-        self.send(request).await
+        let (answer, headers) = self.exchange(request).await?;
+        if headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+        {
+            eprintln!("postback: this Idempotency-Key was used before: nothing new was stored, and this is the notification it registered");
+        }
+        Ok(answer)
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
@@ -70,11 +78,17 @@ impl Client {
 
     /// The JSON answer of a 2xx (null when there is none), or the API's error as one line.
     async fn send(&self, request: RequestBuilder) -> anyhow::Result<Value> {
+        Ok(self.exchange(request).await?.0)
+    }
+
+    /// As `send`, with the answer's headers.
+    async fn exchange(&self, request: RequestBuilder) -> anyhow::Result<(Value, HeaderMap)> {
         let response = request
             .send()
             .await
             .with_context(|| format!("cannot reach the postback API at {}", self.base))?;
         let status = response.status();
+        let headers = response.headers().clone();
         let text = response.text().await.context("reading the API's answer")?;
         let body: Value = if text.is_empty() {
             Value::Null
@@ -83,7 +97,7 @@ impl Client {
                 .with_context(|| format!("the API answered {status} with something not JSON"))?
         };
         if status.is_success() {
-            return Ok(body);
+            return Ok((body, headers));
         }
         let error = &body["error"];
         let mut line = format!(

@@ -182,9 +182,14 @@ pub fn notifications(a: &Value, out: &mut Out) {
     }
 }
 
-/// How the last attempt failed: its status, or its error.
+/// How the last attempt ended: its status, and why it failed when the status does not
+/// say (a 2xx whose body did not match `expect_body`), or its error.
 fn last_failure(i: &Value) -> String {
     match (&i["last_status"], &i["last_error"]) {
+        (Value::Number(n), Value::String(e)) if !e.starts_with("HTTP ") => {
+            format!("HTTP {n}: {}", printable(e))
+        }
+        (_, Value::String(e)) => printable(e).into_owned(),
         (Value::Number(n), _) => format!("HTTP {n}"),
         (_, e) => text(e),
     }

@@ -139,6 +139,7 @@ try {
   assert.match(await dialog.textContent(), /Replay 2 dead letters matching topic=payment.succeeded/);
   await dialog.getByRole("button", { name: "Replay 2" }).click();
   await page.getByText("2 replayed.").waitFor();
+  assert.equal(await page.locator("tbody tr").count(), 0, "the replayed rows leave the list");
 
   // The audit log: both replays, newest first, by the token's name; then only bulk ones.
   await page.getByRole("link", { name: "Audit" }).click();
