@@ -418,3 +418,32 @@ async fn a_repeated_key_says_so_and_a_body_mismatch_says_why() {
         "{table}"
     );
 }
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "_postback()"),
+        ("zsh", "#compdef postback"),
+        ("fish", "complete -c postback"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{shell}");
+        assert!(
+            script.contains(marker) && script.contains("dlq"),
+            "{shell}: {script}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["completions", "cmd.exe"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}

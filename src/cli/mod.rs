@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use serde_json::{json, Map, Value};
 
 use crate::access::{self, Role, Scope};
@@ -129,6 +129,9 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Print the completion script of a shell, e.g.
+    /// `postback completions bash > /etc/bash_completion.d/postback`.
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Subcommand)]
@@ -297,6 +300,7 @@ pub fn main() -> ExitCode {
                     roles,
                 },
         } => new_token(&name, &tenant, &roles),
+        Command::Completions { shell } => completions(shell),
         client_command => run_client(client_command),
     };
     match result {
@@ -327,8 +331,8 @@ fn run_client(command: Command) -> anyhow::Result<()> {
 
 async fn client_command(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve { .. } | Command::Token { .. } => {
-            unreachable!("serve and token run without the API")
+        Command::Serve { .. } | Command::Token { .. } | Command::Completions { .. } => {
+            unreachable!("serve, token and completions run without the API")
         }
         Command::Notify(args) => notify(args).await,
         Command::Status {
@@ -407,6 +411,12 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
 }
 
 /// Prints a fresh token and the `[tokens.<name>]` lines that accept it.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "postback", &mut script);
+    print::emit(&String::from_utf8(script)?)
+}
+
 fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Result<()> {
     let bare_key = !name.is_empty()
         && name
