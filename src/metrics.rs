@@ -100,6 +100,10 @@ fn describe() {
         "Notifications deleted by retention since the store was created, by reason (read from the store at scrape time)"
     );
     describe_counter!(
+        "postback_dead_lettered_total",
+        "Notifications that became dead letters (the last attempt failed, or 410 Gone)"
+    );
+    describe_counter!(
         API_REQUESTS,
         "API requests answered, by method, route (its pattern; `unmatched` for none) and status"
     );
@@ -165,6 +169,11 @@ pub fn api_request(method: &str, route: &str, status: u16, took: Duration) {
     counter!(API_REQUESTS, "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
         .increment(1);
     histogram!(API_DURATION, "method" => method, "route" => route).record(took.as_secs_f64());
+}
+
+/// Notifications that became dead letters (their last attempt failed, or `410 Gone`).
+pub fn dead_lettered(n: usize) {
+    counter!("postback_dead_lettered_total").increment(n as u64);
 }
 
 pub fn request_shed() {

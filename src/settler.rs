@@ -149,6 +149,7 @@ async fn record(
         else {
             return false;
         };
+        crate::metrics::dead_lettered(settled.dead_lettered);
         let ignored = settled.applied.iter().filter(|a| !**a).count();
         if ignored > 0 {
             tracing::warn!(ignored, "settlements ignored: their lease had been lost");

@@ -143,6 +143,7 @@ async fn deferrals_and_open_circuits_are_counted_with_bounded_labels() {
     let (_, text) = pb.get_text("/metrics").await;
     let v = |series: &str| value(&text, series).unwrap_or_else(|| panic!("{series} in\n{text}"));
     assert!(v(r#"postback_deferrals_total{reason="rate_limit"}"#) >= 2.0);
+    assert_eq!(v("postback_dead_lettered_total"), 2.0, "the two that died");
     assert_eq!(v("postback_circuits_open"), 1.0);
     let endpoint = format!("http://localhost:{}/down", receiver.port);
     let labelled = format!(r#"postback_circuit_open{{endpoint="{endpoint}"}}"#);

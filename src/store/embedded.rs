@@ -17,8 +17,9 @@ use tokio_util::sync::CancellationToken;
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cancelled, Claim, Cursor, DeadPage,
-    Deferral, Enqueued, HealthListener, Idempotency, JobStatus, JobView, ListFilter, ListPage,
-    Listed, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult, WalkCursor,
+    Deferral, Enqueued, HealthListener, Idempotency, JobState, JobStatus, JobView, ListFilter,
+    ListPage, Listed, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult,
+    WalkCursor,
 };
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
@@ -184,6 +185,8 @@ impl Store for EmbeddedStore {
                 for s in &batch {
                     let record = transitions::settle(t, now, s)?;
                     settled.applied.push(record.is_some());
+                    let dead = record.as_ref().is_some_and(|r| r.state == JobState::Dead);
+                    settled.dead_lettered += usize::from(dead);
                     moved.extend(record.map(|r| (s.id.to_string(), r)));
                 }
                 settled.earliest = any_heads(t, &moved)?;

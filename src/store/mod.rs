@@ -248,6 +248,8 @@ pub struct Settled {
     pub earliest: bool,
     /// Finished notifications that retention deleted meanwhile.
     pub trimmed: usize,
+    /// Settlements that made their notification a dead letter.
+    pub dead_lettered: usize,
 }
 
 /// How many notifications are in each state, over all shards and per shard, and how many

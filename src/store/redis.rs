@@ -534,13 +534,15 @@ impl Store for RedisStore {
             })
         };
         let again = |s: &Settlement, held: Option<Held>, now: Now| {
-            Ok(held.map_or(Decision::Done(false), |h| settled(s, &h, now)))
+            Ok(held.map_or(Decision::Done(None), |h| settled(s, &h, now)))
         };
         let done = self
             .commit_by_shard(batch, |s| &s.id, retention::settle_budget, first, again)
             .await?;
+        let dead = |state: &&Option<JobState>| **state == Some(JobState::Dead);
         Ok(Settled {
-            applied: done.answers,
+            dead_lettered: done.answers.iter().filter(dead).count(),
+            applied: done.answers.iter().map(Option::is_some).collect(),
             earliest: done.earliest,
             trimmed: done.trimmed,
         })
@@ -1161,18 +1163,18 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
 }
 
 /// A settle of `s` worked out from `held` at `now`: written only if Redis's clock has
-/// reached the attempt's end.
-fn settled(s: &Settlement, held: &Held, now: Now) -> Decision<bool> {
+/// reached the attempt's end. Its answer is the new state (`None`: its lease was lost).
+fn settled(s: &Settlement, held: &Held, now: Now) -> Decision<Option<JobState>> {
     let verdict = s.verdict();
     let Some(new) = transitions::settle(&held.record, s.lease, &verdict, now) else {
-        return Decision::Done(false);
+        return Decision::Done(None);
     };
     let ended = verdict.ended(now);
     let entry = serde_json::to_string(&s.attempt(ended)).expect("an attempt serializes");
     let change = Change::new(&s.id.to_string(), held, &new)
         .not_before(ended)
         .with_entry(entry);
-    Decision::Write(change, true)
+    Decision::Write(change, Some(new.state))
 }
 
 fn job_view(
