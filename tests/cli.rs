@@ -447,3 +447,42 @@ fn completions_are_printed_for_each_shell() {
         "an unknown shell is a usage error"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walk_through_receiver_answers_and_fails_where_asked() {
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
+    let port = support::free_port();
+    let mut receiving = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["receive", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let up = |path: &str| format!("{base}{path}");
+    let delivered = pb
+        .register(serde_json::json!({"url": up("/orders/42"), "body": {"order": 42}}))
+        .await;
+    let dead = pb
+        .register(
+            serde_json::json!({"url": up("/fail/orders/43"), "body": {}, "schedule": ["100ms"]}),
+        )
+        .await;
+    pb.wait_state(&delivered, "delivered", WAIT).await;
+    pb.wait_state(&dead, "dead", WAIT).await;
+    receiving.kill().unwrap();
+    let out = receiving.wait_with_output().unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        printed.contains(&format!(
+            "200 POST /orders/42 webhook-id={delivered} {{\"order\":42}}"
+        )),
+        "{printed}"
+    );
+    assert_eq!(
+        printed
+            .matches(&format!("503 POST /fail/orders/43 webhook-id={dead}"))
+            .count(),
+        2,
+        "{printed}"
+    );
+}

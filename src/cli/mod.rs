@@ -1,7 +1,9 @@
-//! The `postback` command line: `serve` runs the service and `token new` makes an API
-//! token; the other commands are the operator's client of a running instance's API
-//! (`notify`, `status`, `list`, `cancel`, `stats`, `dlq list|show|replay|discard|purge`,
-//! `audit`), printing readable tables or, with `--json`, the API's JSON answer.
+//! The `postback` command line: `serve` runs the service, `token new` makes an API
+//! token, `receive` is a receiver to try it against, `completions` prints a shell's
+//! completion script; the other commands are the operator's client of a running
+//! instance's API (`notify`, `status`, `list`, `cancel`, `stats`,
+//! `dlq list|show|replay|discard|purge`, `audit`), printing readable tables or, with
+//! `--json`, the API's JSON answer.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,6 +17,7 @@ use crate::config::Config;
 
 mod client;
 mod print;
+mod receive;
 
 use client::Client;
 
@@ -128,6 +131,13 @@ enum Command {
     Token {
         #[command(subcommand)]
         command: TokenCommand,
+    },
+    /// A receiver to try postback against on one machine: 200 to every request, 503
+    /// under /fail; prints each request it gets.
+    Receive {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: std::net::SocketAddr,
     },
     /// Print the completion script of a shell, e.g.
     /// `postback completions bash > /etc/bash_completion.d/postback`.
@@ -301,6 +311,11 @@ pub fn main() -> ExitCode {
                 },
         } => new_token(&name, &tenant, &roles),
         Command::Completions { shell } => completions(shell),
+        Command::Receive { listen } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(receive::receive(listen))),
         client_command => run_client(client_command),
     };
     match result {
@@ -331,8 +346,11 @@ fn run_client(command: Command) -> anyhow::Result<()> {
 
 async fn client_command(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve { .. } | Command::Token { .. } | Command::Completions { .. } => {
-            unreachable!("serve, token and completions run without the API")
+        Command::Serve { .. }
+        | Command::Token { .. }
+        | Command::Completions { .. }
+        | Command::Receive { .. } => {
+            unreachable!("serve, token, completions and receive run without the API")
         }
         Command::Notify(args) => notify(args).await,
         Command::Status {

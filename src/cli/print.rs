@@ -305,7 +305,7 @@ fn text(v: &Value) -> String {
 
 /// `s` with every control character but `\n` and `\t` escaped (`\u{1b}`), so that what a
 /// receiver or a producer wrote cannot drive the terminal.
-fn printable(s: &str) -> Cow<'_, str> {
+pub fn printable(s: &str) -> Cow<'_, str> {
     let harmful = |c: char| c.is_control() && c != '\n' && c != '\t';
     if !s.chars().any(harmful) {
         return Cow::Borrowed(s);
