@@ -457,6 +457,15 @@ async fn the_walk_through_receiver_answers_and_fails_where_asked() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    assert!(
+        support::eventually(WAIT, || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await,
+        "the receiver never listened"
+    );
     let base = format!("http://127.0.0.1:{port}");
     let up = |path: &str| format!("{base}{path}");
     let delivered = pb
