@@ -143,6 +143,7 @@ const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
     ),
     ("notify|read", "GET", "/notifications/{id}", None),
     ("read", "GET", "/dead-letters", None),
+    ("read", "GET", "/notifications?state=dead", None),
     ("read", "GET", "/dead-letters/{id}", None),
     ("read", "GET", "/stats", None),
     ("read", "GET", "/overview", None),
@@ -303,6 +304,28 @@ async fn a_token_for_one_tenant_never_sees_or_touches_another_tenants() {
     );
     assert_eq!(list["items"][0]["tenant"], "shop-a");
 
+    let (_, queue) = f.get("tok-ops-a", "/notifications?state=dead").await;
+    let listed: Vec<&str> = queue["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        vec![dead_a.as_str()],
+        "the queue holds its own tenant's only"
+    );
+    let (_, pending) = f.get("tok-ops-a", "/notifications?state=scheduled").await;
+    assert_eq!(
+        pending["items"].as_array().unwrap().len(),
+        0,
+        "not shop-b's pending one"
+    );
+    let (status, _) = f
+        .get("tok-ops-a", "/notifications?state=scheduled&tenant=shop-b")
+        .await;
+    assert_eq!(status, 403, "nor by naming shop-b");
     let (_, own) = f.get("tok-ops-a", "/stats").await;
     assert_eq!(own["dead"], 1, "its own tenant's counts: {own}");
     let (_, all) = f.get("tok-ops", "/stats").await;
@@ -431,6 +454,26 @@ async fn idempotency_keys_are_per_tenant_and_a_changed_body_is_refused() {
         "the same key and body: the same notification"
     );
     assert_ne!(a1["id"], b1["id"], "another tenant's key is another key");
+    let fleet = &f;
+    let by_key = |token: &'static str| async move {
+        let (_, page) = fleet
+            .get(token, "/notifications?idempotency_key=order-1001")
+            .await;
+        page["items"][0]["id"].clone()
+    };
+    assert_eq!(
+        by_key("tok-reader-a").await,
+        a1["id"],
+        "each tenant finds its own"
+    );
+    assert_eq!(by_key("tok-all-b").await, b1["id"]);
+    let (status, _) = f
+        .get(
+            "tok-checkout-a",
+            "/notifications?idempotency_key=order-1001",
+        )
+        .await;
+    assert_eq!(status, 403, "listing needs `read`, not `notify`");
 
     let mut changed = body.clone();
     changed["body"]["order"] = json!(1002);
