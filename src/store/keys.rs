@@ -1,6 +1,8 @@
 //! Redis key names. Every key of a shard carries the hash tag `{<prefix>:<shard>}`, so
 //! that one script touches one cluster slot, on a standalone Redis or a Redis Cluster.
 
+use crate::lifecycle::Index;
+
 /// The keys of one shard, in the order every script receives them as `KEYS`.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
@@ -60,6 +62,16 @@ impl ShardKeys {
 
     pub fn done(&self) -> &str {
         &self.all[6]
+    }
+
+    /// The sorted set of `index`.
+    pub fn index(&self, index: Index) -> &str {
+        match index {
+            Index::Due => self.due(),
+            Index::InFlight => self.inflight(),
+            Index::Dead => self.dead(),
+            Index::Done => self.done(),
+        }
     }
 
     /// What retention deleted, by reason.

@@ -842,7 +842,7 @@ impl Store for RedisStore {
         let position = after.map(|c| &c.position);
         let mut pages = Vec::with_capacity(self.shards.len());
         for keys in &self.shards {
-            let index = (Self::index_key(keys, listed.index()), order);
+            let index = (keys.index(listed.index()), order);
             pages.push(
                 self.shard_page(keys, index, range, limit, position, &keep)
                     .await?,
@@ -866,7 +866,7 @@ impl Store for RedisStore {
                 .await
                 .map_err(store_error)?;
             let Some(kept) = kept else { continue };
-            let id = kept.split(' ').next().unwrap_or_default();
+            let (id, _) = super::idempotency_value(&kept);
             let id: JobId = id
                 .parse()
                 .map_err(|_| StoreError::Corrupt(format!("idempotency key names `{id}`")))?;
@@ -1004,16 +1004,6 @@ impl RedisStore {
                 page.scanned_to = position.filter(|_| more);
                 return Ok(page);
             }
-        }
-    }
-
-    /// The key of `index` in a shard.
-    fn index_key(keys: &ShardKeys, index: Index) -> &str {
-        match index {
-            Index::Due => keys.due(),
-            Index::InFlight => keys.inflight(),
-            Index::Dead => keys.dead(),
-            Index::Done => keys.done(),
         }
     }
 

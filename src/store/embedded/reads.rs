@@ -4,16 +4,16 @@
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::tables::{
-    corrupt, decode, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY, IDEMPOTENCY, INFLIGHT,
-    RECORDS, SPECS, TENANTS,
+    corrupt, decode, index_table, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY,
+    IDEMPOTENCY, INFLIGHT, RECORDS, SPECS, TENANTS,
 };
 use crate::domain::{Attempt, JobId, Tenant};
 use crate::lifecycle::Record;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
 use crate::store::{
-    Cursor, DeadPage, JobView, ListFilter, ListPage, Listed, Outcomes, StateCounts, Stats, Trimmed,
-    WalkCursor,
+    idempotency_value, Cursor, DeadPage, JobView, ListFilter, ListPage, Listed, Outcomes,
+    StateCounts, Stats, Trimmed, WalkCursor,
 };
 
 /// Dead letters examined for one page at most; past it the page ends early with a
@@ -94,17 +94,8 @@ pub fn by_key(tx: &ReadTransaction, scoped: &str, now: i64) -> DbResult<Option<J
     if until <= now {
         return Ok(None);
     }
-    let id = value.split(' ').next().unwrap_or_default().to_string();
-    view(tx, &id)
-}
-
-fn index_table(index: crate::lifecycle::Index) -> Index {
-    match index {
-        crate::lifecycle::Index::Due => DUE,
-        crate::lifecycle::Index::InFlight => INFLIGHT,
-        crate::lifecycle::Index::Dead => DEAD,
-        crate::lifecycle::Index::Done => DONE,
-    }
+    let (id, _) = idempotency_value(value);
+    view(tx, id)
 }
 
 /// Up to `limit` notifications of an index that `keep`, after `after`: soonest first

@@ -78,6 +78,16 @@ pub const AUDIT: TableDefinition<(i64, u64), &str> = TableDefinition::new("audit
 /// Counts per tenant but the default one, by field (`store::tenant_counts`).
 pub const TENANTS: TableDefinition<&str, i64> = TableDefinition::new("tenant_counts");
 
+/// The table of `index`.
+pub fn index_table(index: Index) -> TableDefinition<'static, (i64, &'static str), ()> {
+    match index {
+        Index::Due => DUE,
+        Index::InFlight => INFLIGHT,
+        Index::Dead => DEAD,
+        Index::Done => DONE,
+    }
+}
+
 /// Every table, open in one write transaction.
 pub struct Tables<'t> {
     pub specs: Table<'t, &'static str, &'static str>,
