@@ -23,12 +23,14 @@ trap 'rm -rf "$report"' EXIT
 # go only to public addresses.
 # `positive_data_acceptance` is left out: the document cannot say everything the API
 # checks (a schedule name must be configured, a callback must be a public address…),
-# so it would flag correct refusals. The coverage phase is left out because this
+# so it would flag correct refusals. `use_after_free` is left out too: `DELETE
+# /notifications/{id}` cancels, and the cancelled notification stays readable (its
+# state says `cancelled`) until retention deletes it, as the API documents. The coverage phase is left out because this
 # schemathesis release fails inside it on the document's `oneOf` schemas.
 POSTBACK_DELIVERY_RATE_LIMIT=1/h scripts/with-postback.sh bash -c '
   "$0/bin/schemathesis" run "$POSTBACK_URL/openapi.json" \
     --header "Authorization: Bearer $POSTBACK_TOKEN" \
-    --checks all --exclude-checks positive_data_acceptance \
+    --checks all --exclude-checks positive_data_acceptance,use_after_free \
     --phases examples,fuzzing,stateful \
     --max-examples "$1" --seed "${SEED:-1}" --workers 2 \
     --no-color --report-dir "$2"' "$venv" "$examples" "$report"
