@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs the whole test suite. Tests start their own redis-server on free ports, so this
-# only makes sure the binary is installed. Without arguments it then runs the
+# only makes sure the binary is installed, and that promtool is at hand for the tests of
+# deploy/. Without arguments it then runs the
 # conformance tests (everything about the pipeline, not about Redis itself) again on
 # each other backend: a local Redis Cluster of 3 primaries, and the embedded store. With
 # arguments it passes them to `cargo test` and stops there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
+PATH="$(bash scripts/ensure-promtool.sh):$PATH"
+export PATH
 cargo test --locked "$@"
 if [ $# -eq 0 ]; then
   conformance=(delivery dead_letters cancel policy fleet_policy retention lease tenants audit browse)

@@ -22,6 +22,25 @@ const DURATION: &str = "postback_delivery_duration_seconds";
 const API_REQUESTS: &str = "postback_api_requests_total";
 const API_DURATION: &str = "postback_api_request_duration_seconds";
 
+/// Why a claimed notification is put back without an attempt.
+const DEFERRAL_REASONS: [&str; 4] = [
+    "rate_limit",
+    "retry_after",
+    "host_busy",
+    "quota_unavailable",
+];
+/// The store operations whose failures are counted.
+const STORE_OPERATIONS: [&str; 8] = [
+    "api",
+    "audit",
+    "claim",
+    "pause",
+    "publish_health",
+    "reserve",
+    "stats",
+    "trim",
+];
+
 /// Installs the global recorder; the handle renders the exposition text.
 pub fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
@@ -46,8 +65,28 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         .install_recorder()?;
     tokio::spawn(upkeep(handle.clone()));
     describe();
+    start_at_zero();
     gauge!("postback_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     Ok(handle)
+}
+
+/// Counters that alerts watch exist from start-up at 0, so that `increase()` sees their
+/// first event and a dashboard shows 0 rather than no data.
+fn start_at_zero() {
+    for name in [
+        "postback_notifications_accepted_total",
+        "postback_dead_lettered_total",
+        "postback_requests_shed_total",
+    ] {
+        counter!(name).absolute(0);
+    }
+    for reason in DEFERRAL_REASONS {
+        counter!("postback_deferrals_total", "reason" => reason).absolute(0);
+    }
+    for operation in STORE_OPERATIONS {
+        counter!("postback_store_errors_total", "operation" => operation).absolute(0);
+    }
+    gauge!("postback_circuits_open").set(0.0);
 }
 
 /// Folds the samples histograms gathered into their buckets every few seconds. The
@@ -123,6 +162,10 @@ fn describe() {
         "postback_store_errors_total",
         "Store operations that failed, by operation"
     );
+    describe_gauge!(
+        "postback_store_up",
+        "1 when the store answered the last scrape's read of queue depths, 0 when it did not"
+    );
     describe_gauge!("postback_build_info", "The running version");
 }
 
@@ -151,7 +194,7 @@ pub fn lateness(late: Duration) {
     histogram!(LATENESS).record(late.as_secs_f64());
 }
 
-/// A claimed notification put back for later: `rate_limit` or `host_busy`.
+/// A claimed notification put back for later: one of `DEFERRAL_REASONS`.
 pub fn deferred(reason: &'static str) {
     counter!("postback_deferrals_total", "reason" => reason).increment(1);
 }
@@ -203,6 +246,11 @@ pub fn open_circuits(open: &[String], labels: bool) {
         let state = if open.contains(endpoint) { 1.0 } else { 0.0 };
         gauge!("postback_circuit_open", "endpoint" => endpoint.clone()).set(state);
     }
+}
+
+/// Whether the store answered the scrape's read.
+pub fn store_up(up: bool) {
+    gauge!("postback_store_up").set(if up { 1.0 } else { 0.0 });
 }
 
 /// Queue depths and retention counts, from the store.

@@ -175,7 +175,9 @@ async fn prometheus(
             return Err(ApiError::unauthorized());
         }
     }
-    match state.store.stats(None).await {
+    let stats = state.store.stats(None).await;
+    metrics::store_up(stats.is_ok());
+    match stats {
         Ok(stats) => metrics::store_stats(&stats),
         Err(_) => metrics::store_error("stats"),
     }
