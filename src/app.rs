@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access;
 use crate::api::{self, AppState, NotifyPolicy};
-use crate::config::{Config, RedisTarget, StoreTarget};
+use crate::config::{redact, Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
 use crate::policy::Policy;
 use crate::retention;
@@ -192,7 +192,7 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         RedisTarget::Standalone(url) => ("redis", vec![url]),
         RedisTarget::Cluster(seeds) => ("redis cluster", seeds.iter().collect()),
     };
-    let urls: Vec<String> = urls.into_iter().map(|url| redacted(url)).collect();
+    let urls: Vec<String> = urls.into_iter().map(|u| redact::url(u)).collect();
     tracing::info!(store = kind, url = %urls.join(","), shards = config.shards, "store connected");
     Ok(Arc::new(store))
 }
@@ -216,17 +216,6 @@ fn notify_policy(config: &Config) -> NotifyPolicy {
             .iter()
             .map(|(t, c)| (t.clone(), c.allowed_hosts.clone()))
             .collect(),
-    }
-}
-
-/// The URL without its password, for logs.
-fn redacted(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("****"));
-            u.to_string()
-        }
-        _ => url.to_string(),
     }
 }
 

@@ -18,6 +18,7 @@ use crate::policy::{Limits, Quota, Quotas};
 use crate::signing::Secret;
 
 mod percent;
+pub mod redact;
 mod string_list;
 
 pub use percent::Percent;

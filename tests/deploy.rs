@@ -1,7 +1,8 @@
 //! What `deploy/` ships works against a running instance: the alert rules pass
 //! `promtool` and their unit tests, the dashboard's queries are valid PromQL, the
 //! exposition passes `promtool check metrics`, and every series the dashboard and the
-//! rules name is one an instance serves.
+//! rules name is one an instance serves; the Kubernetes manifests' configuration passes
+//! `postback config check` and their probes, port, grace period and selectors fit it.
 
 mod support;
 
@@ -142,3 +143,104 @@ async fn every_series_the_dashboard_and_the_alerts_use_is_served() {
     );
 }
 
+const KUBERNETES: &str = "deploy/kubernetes";
+
+fn manifest(file: &str) -> Value {
+    serde_norway::from_str(&read(&format!("{KUBERNETES}/{file}")))
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+/// `postback config check` of the manifests' file with the Secret's variables, as their
+/// init container runs it: the effective configuration.
+fn checked_configuration(secret: &Value) -> toml::Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_postback"));
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["config", "check", "--config"])
+        .arg(format!("{KUBERNETES}/postback.toml"))
+        .env_clear();
+    for (k, v) in secret["stringData"].as_object().unwrap() {
+        cmd.env(k, v.as_str().unwrap());
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        passed(&out),
+        "config check refused the manifests' configuration"
+    );
+    toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap()
+}
+
+#[test]
+fn the_kubernetes_manifests_fit_the_configuration_they_check() {
+    let kustomization = manifest("kustomization.yaml");
+    let resources: Vec<Value> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| manifest(f.as_str().unwrap()))
+        .collect();
+    let of_kind = |kind: &str| {
+        resources
+            .iter()
+            .find(|r| r["kind"] == kind)
+            .unwrap_or_else(|| panic!("a {kind} in {KUBERNETES}"))
+    };
+    let (deployment, secret) = (of_kind("Deployment"), of_kind("Secret"));
+    let config = checked_configuration(secret);
+    let generated = &kustomization["configMapGenerator"][0];
+    assert_eq!(generated["files"][0], "postback.toml");
+
+    let pod = &deployment["spec"]["template"]["spec"];
+    let (init, server) = (&pod["initContainers"][0], &pod["containers"][0]);
+    let mount = |c: &Value| {
+        c["volumeMounts"][0]["mountPath"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let file = format!("{}/postback.toml", mount(server));
+    assert_eq!(init["args"], json!(["config", "check", "--config", file]));
+    assert_eq!(server["args"], json!(["serve", "--config", file]));
+    assert_eq!(mount(init), mount(server));
+    assert_eq!(pod["volumes"][0]["configMap"]["name"], generated["name"]);
+    for c in [init, server] {
+        assert_eq!(
+            c["envFrom"][0]["secretRef"]["name"],
+            secret["metadata"]["name"]
+        );
+    }
+
+    let listen: std::net::SocketAddr = config["server"]["listen"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        listen.ip().is_unspecified(),
+        "reachable from the kubelet and the Service"
+    );
+    assert_eq!(server["ports"][0]["containerPort"], listen.port());
+    assert_eq!(server["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(server["livenessProbe"]["httpGet"]["path"], "/healthz");
+
+    let grace =
+        humantime::parse_duration(config["delivery"]["shutdown_grace"].as_str().unwrap()).unwrap();
+    let pause = server["lifecycle"]["preStop"]["exec"]["command"][1]
+        .as_str()
+        .unwrap();
+    let needed = grace.as_secs() + pause.parse::<u64>().unwrap();
+    let given = pod["terminationGracePeriodSeconds"].as_u64().unwrap();
+    assert!(given > needed, "terminationGracePeriodSeconds {given} must exceed shutdown_grace and the preStop pause ({needed} s)");
+    assert!(server["resources"]["requests"]["memory"].is_string());
+    assert!(server["resources"]["limits"]["memory"].is_string());
+
+    let pods = &deployment["spec"]["template"]["metadata"]["labels"];
+    for selector in [
+        &deployment["spec"]["selector"]["matchLabels"],
+        &of_kind("PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+        &of_kind("Service")["spec"]["selector"],
+    ] {
+        for (k, v) in selector.as_object().unwrap() {
+            assert_eq!(&pods[k], v, "{k} selects the pods");
+        }
+    }
+}

@@ -13,7 +13,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use serde_json::{json, Map, Value};
 
 use crate::access::{self, Role, Scope};
-use crate::config::Config;
+use crate::config::{Config, RedisTarget, StoreTarget};
 
 mod client;
 mod print;
@@ -139,9 +139,29 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9000")]
         listen: std::net::SocketAddr,
     },
+    /// Check the configuration (the file and `POSTBACK_*` variables) as `serve` would,
+    /// without starting.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
     /// Print the completion script of a shell, e.g.
     /// `postback completions bash > /etc/bash_completion.d/postback`.
     Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate the configuration; print the effective configuration, with secrets
+    /// redacted, as TOML. Exits 1 naming the key of the first problem.
+    Check {
+        /// TOML configuration file; `POSTBACK_<SECTION>_<KEY>` variables override it.
+        #[arg(long, env = "POSTBACK_CONFIG")]
+        config: Option<PathBuf>,
+        /// Accept a configuration without API tokens, as `serve --insecure-no-auth` does.
+        #[arg(long)]
+        insecure_no_auth: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -310,6 +330,13 @@ pub fn main() -> ExitCode {
                     roles,
                 },
         } => new_token(&name, &tenant, &roles),
+        Command::Config {
+            command:
+                ConfigCommand::Check {
+                    config,
+                    insecure_no_auth,
+                },
+        } => check_config(config, insecure_no_auth),
         Command::Completions { shell } => completions(shell),
         Command::Receive { listen } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -337,6 +364,22 @@ fn serve(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
         .block_on(crate::app::serve(config))
 }
 
+fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
+    let config = Config::load(path.as_deref(), insecure_no_auth)?;
+    print!("{}", toml::to_string(&config.settings.redacted())?);
+    let store = match config.store {
+        StoreTarget::Embedded(_) => "the embedded store",
+        StoreTarget::Redis(RedisTarget::Standalone(_)) => "Redis",
+        StoreTarget::Redis(RedisTarget::Cluster(_)) => "a Redis Cluster",
+    };
+    eprintln!(
+        "postback: the configuration is valid: {store}, {} shard(s), {} tenant(s)",
+        config.shards,
+        config.tenants.len()
+    );
+    Ok(())
+}
+
 fn run_client(command: Command) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -349,6 +392,7 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
         Command::Serve { .. }
         | Command::Token { .. }
         | Command::Completions { .. }
+        | Command::Config { .. }
         | Command::Receive { .. } => {
             unreachable!("serve, token, completions and receive run without the API")
         }

@@ -35,6 +35,12 @@ impl StringList {
     }
 }
 
+impl FromIterator<String> for StringList {
+    fn from_iter<I: IntoIterator<Item = String>>(items: I) -> Self {
+        Self(items.into_iter().collect())
+    }
+}
+
 /// Lists may hold secrets (API tokens, signing keys): print only how many there are.
 impl fmt::Debug for StringList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

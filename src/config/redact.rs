@@ -1,0 +1,44 @@
+//! Settings with their secrets taken out, for `postback config check` and for logs: API
+//! and metrics tokens, signing secrets, and the passwords in store URLs.
+
+use super::{Settings, StringList};
+
+/// What a secret is shown as.
+const REDACTED: &str = "REDACTED";
+
+impl Settings {
+    /// A copy that can be printed: every secret replaced by `REDACTED`, one per secret
+    /// so that their number still shows.
+    pub fn redacted(&self) -> Settings {
+        let mut s = self.clone();
+        s.server.api_tokens = hidden(&s.server.api_tokens);
+        if s.server.metrics_token.is_some() {
+            s.server.metrics_token = Some(REDACTED.into());
+        }
+        s.store.redis_url = s.store.redis_url.as_deref().map(url);
+        s.store.cluster_urls = s.store.cluster_urls.iter().map(|u| url(u)).collect();
+        s.signing.secrets = hidden(&s.signing.secrets);
+        for tenant in s.tenants.values_mut() {
+            tenant.secrets = hidden(&tenant.secrets);
+        }
+        for secrets in s.secrets.values_mut() {
+            *secrets = hidden(secrets);
+        }
+        s
+    }
+}
+
+fn hidden(list: &StringList) -> StringList {
+    list.iter().map(|_| REDACTED.to_string()).collect()
+}
+
+/// The URL with its password, if it has one, replaced.
+pub fn url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some(REDACTED));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
