@@ -33,6 +33,7 @@ const SECTIONS: &[&str] = &[
     "signing",
     "log",
     "metrics",
+    "traces",
     "schedules",
     "quotas",
     "secrets",
@@ -50,6 +51,7 @@ pub struct Settings {
     pub signing: SigningSettings,
     pub log: LogSettings,
     pub metrics: MetricsSettings,
+    pub traces: TraceSettings,
     pub schedules: BTreeMap<String, Schedule>,
     /// Rate-limit quotas per `rate_key` of the default tenant, overriding
     /// `delivery.rate_limit`.
@@ -218,6 +220,29 @@ pub struct MetricsSettings {
     pub host_labels: bool,
 }
 
+/// OpenTelemetry traces (`crate::traces`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TraceSettings {
+    /// The OTLP/HTTP collector, e.g. `http://127.0.0.1:4318`; spans go to
+    /// `<otlp_endpoint>/v1/traces`. Unset: no spans are exported.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the spans.
+    pub service_name: String,
+    /// Share of new traces recorded (0 to 1); a producer's trace keeps its own choice.
+    pub sample_ratio: f64,
+}
+
+impl Default for TraceSettings {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            service_name: "postback".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
@@ -244,6 +269,7 @@ impl Default for Settings {
             signing: SigningSettings::default(),
             log: LogSettings::default(),
             metrics: MetricsSettings::default(),
+            traces: TraceSettings::default(),
             schedules: default_schedules(),
             quotas: BTreeMap::new(),
             secrets: BTreeMap::new(),
@@ -453,6 +479,7 @@ impl Config {
             "must be more than 0s",
         )?;
         check_retention(&s.retention)?;
+        check_traces(&s.traces)?;
         check(
             (1..=100_000).contains(&s.delivery.burst),
             "delivery.burst",
@@ -717,6 +744,27 @@ fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {
         r.dead_max_count >= 1,
         "retention.dead_max_count",
         "must be at least 1",
+    )
+}
+
+fn check_traces(t: &TraceSettings) -> anyhow::Result<()> {
+    if let Some(endpoint) = &t.otlp_endpoint {
+        let url = url::Url::parse(endpoint).ok();
+        check(
+            url.is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()),
+            "traces.otlp_endpoint",
+            "must be an http:// or https:// URL, e.g. http://127.0.0.1:4318",
+        )?;
+    }
+    check(
+        (0.0..=1.0).contains(&t.sample_ratio),
+        "traces.sample_ratio",
+        "must be between 0 and 1",
+    )?;
+    check(
+        !t.service_name.is_empty(),
+        "traces.service_name",
+        "must not be empty",
     )
 }
 

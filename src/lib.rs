@@ -8,8 +8,8 @@
 //! delivery policy (`policy`: quotas, per-host limits, circuits); the sender (`sender`,
 //! signed by `signing`, guarded by `ssrf`) posts it, and the settler (`settler`) records
 //! the outcome; when the store does not answer, each waits as `backoff` says.
-//! `retention` sweeps out what has expired; `metrics` and `telemetry` are what operators
-//! read. `app` wires them together for `postback serve`; `cli` is the
+//! `retention` sweeps out what has expired; `metrics`, `telemetry` (logs) and `traces`
+//! (OpenTelemetry spans of registrations and attempts) are what operators read. `app` wires them together for `postback serve`; `cli` is the
 //! command line, the operator's client of the API.
 //!
 //! The public modules are those the binary, the benchmark harness and the integration
@@ -34,3 +34,4 @@ pub mod signing;
 pub mod ssrf;
 pub mod store;
 pub(crate) mod telemetry;
+pub(crate) mod traces;

@@ -23,6 +23,7 @@ use crate::reservations::{self, SendAt};
 use crate::sender::Sender;
 use crate::settler::{self, Leases, Queued, Report};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
+use crate::traces;
 
 /// How far ahead of their due time notifications are claimed while at least three
 /// quarters of the delivery slots are free. The scheduler wakes when the next is half
@@ -391,6 +392,7 @@ impl AttemptContext {
             slot.finish(Duration::from_millis(report.duration_ms));
             self.learn_from(&job, &target.endpoint, &report);
             log_outcome(&report);
+            traces::attempt_ended(&tracing::Span::current(), &report);
             let settlement = self.settlement(&job, report);
             self.report(Report::Attempted(settlement), permit).await;
         }
@@ -426,9 +428,12 @@ impl AttemptContext {
     }
 }
 
-/// The span every log line of an attempt is in.
+/// The span every log line of an attempt is in; exported, it is a child of the
+/// registration's span.
 fn attempt_span(job: &ClaimedJob, host: &str) -> tracing::Span {
-    tracing::info_span!("attempt", id = %job.id, attempt = job.attempt, host = %host, lateness_ms = job.lateness_ms())
+    let span = tracing::info_span!("attempt", id = %job.id, attempt = job.attempt, host = %host, lateness_ms = job.lateness_ms());
+    traces::continue_from(&span, job.spec.traceparent.as_deref());
+    span
 }
 
 fn record_lateness(job: &ClaimedJob) {

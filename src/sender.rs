@@ -15,6 +15,7 @@ use crate::config::DeliverySettings;
 use crate::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach};
 use crate::signing::{signature_header, Signer};
 use crate::ssrf::{self, Blocked};
+use crate::traces;
 
 /// `postback/<version>`, sent as the `User-Agent` of every delivery.
 pub const USER_AGENT_VALUE: &str = concat!("postback/", env!("CARGO_PKG_VERSION"));
@@ -127,6 +128,10 @@ impl Sender {
             if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
                 put(name, value);
             }
+        }
+        // Exported, the attempt's own span replaces any the producer asked for.
+        if let Some(traceparent) = traces::traceparent(&tracing::Span::current()) {
+            put(HeaderName::from_static("traceparent"), &traceparent);
         }
         h
     }

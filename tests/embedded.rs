@@ -229,6 +229,7 @@ async fn a_closed_store_frees_its_file_and_keeps_what_it_stored() {
         topic: None,
         rate_key: "merchant.example.com".into(),
         tenant: Default::default(),
+        traceparent: None,
     };
     let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
     store.enqueue(&n, None).await.unwrap();

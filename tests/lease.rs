@@ -26,6 +26,7 @@ fn notification() -> Notification {
         topic: None,
         rate_key: "merchant.example.com".into(),
         tenant: Default::default(),
+        traceparent: None,
     }
 }
 

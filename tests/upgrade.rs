@@ -37,6 +37,7 @@ fn legacy_spec() -> JobSpec {
         expect_body: None,
         topic: Some("payment.succeeded".into()),
         rate_key: "merchant.example.com".into(),
+        traceparent: None,
         tenant: Default::default(),
     }
 }

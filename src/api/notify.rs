@@ -10,6 +10,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::ToSchema;
 
@@ -24,6 +25,7 @@ use crate::domain::{
     Notification, Payload, Placement, Schedule, Tenant, MAX_TIERS,
 };
 use crate::store::Idempotency;
+use crate::traces;
 
 const MAX_LABEL: usize = 256;
 const MAX_EXPECT_BODY: usize = 1024;
@@ -139,11 +141,16 @@ pub async fn notify(
         .policy
         .placement
         .new_id(idempotency.as_ref().map(Idempotency::scoped).as_deref());
-    let notification = validate(request, id, tenant, &state.policy)?;
+    let mut notification = validate(request, id, tenant, &state.policy)?;
+    let span = traces::registration(headers.get("traceparent").and_then(|v| v.to_str().ok()));
+    notification.traceparent = traces::traceparent(&span);
     let enqueued = state
         .store
         .enqueue(&notification, idempotency.as_ref())
+        .instrument(span.clone())
         .await?;
+    // A repeated Idempotency-Key names the notification it registered before.
+    span.record("id", tracing::field::display(&enqueued.id));
     if enqueued.mismatch {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -305,6 +312,7 @@ fn validate(
         topic,
         rate_key,
         tenant,
+        traceparent: None,
     })
 }
 

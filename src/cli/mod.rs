@@ -356,12 +356,16 @@ pub fn main() -> ExitCode {
 
 fn serve(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
     let config = Config::load(path.as_deref(), insecure_no_auth)?;
-    crate::telemetry::init(&config.settings.log)?;
     crate::sender::install_crypto_provider();
-    tokio::runtime::Builder::new_multi_thread()
+    let export = crate::telemetry::init(&config.settings.log, &config.settings.traces)?;
+    let served = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(crate::app::serve(config))
+        .block_on(crate::app::serve(config));
+    if let Some(export) = export {
+        export.shutdown();
+    }
+    served
 }
 
 fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {

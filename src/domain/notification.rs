@@ -21,6 +21,9 @@ pub struct Notification {
     pub topic: Option<String>,
     pub rate_key: String,
     pub tenant: Tenant,
+    /// The W3C `traceparent` of its registration's span, when traces are exported: its
+    /// attempts' spans are that span's children.
+    pub traceparent: Option<String>,
 }
 
 impl Notification {
@@ -36,6 +39,7 @@ impl Notification {
             expect_body: self.expect_body.clone(),
             topic: self.topic.clone(),
             rate_key: self.rate_key.clone(),
+            traceparent: self.traceparent.clone(),
             tenant: self.tenant.clone(),
         }
     }
@@ -56,6 +60,8 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
     pub rate_key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     #[serde(default, skip_serializing_if = "Tenant::is_default")]
     pub tenant: Tenant,
 }

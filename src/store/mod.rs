@@ -496,6 +496,7 @@ mod tests {
                 expect_body: None,
                 topic: None,
                 rate_key: "merchant.example.com".into(),
+                traceparent: None,
                 tenant: Default::default(),
             },
             reserved: false,

@@ -52,6 +52,9 @@ struct Meta<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     rate_key: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    traceparent: Option<Cow<'a, str>>,
+    /// Last, where the scripts read it (`tenant_of` in common.lua).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     tenant: Option<Tenant>,
 }
 
@@ -67,6 +70,7 @@ pub fn encode(spec: &JobSpec) -> String {
         expect_body: spec.expect_body.as_deref().map(Cow::Borrowed),
         topic: spec.topic.as_deref().map(Cow::Borrowed),
         rate_key: (spec.rate_key != host).then_some(Cow::Borrowed(&spec.rate_key)),
+        traceparent: spec.traceparent.as_deref().map(Cow::Borrowed),
         tenant: (!spec.tenant.is_default()).then(|| spec.tenant.clone()),
     };
     let meta = serde_json::to_string(&meta).expect("a spec serializes");
@@ -133,6 +137,7 @@ pub fn decode(raw: &str) -> serde_json::Result<JobSpec> {
         expect_body: meta.expect_body.map(Cow::into_owned),
         topic: meta.topic.map(Cow::into_owned),
         rate_key: String::new(),
+        traceparent: meta.traceparent.map(Cow::into_owned),
         tenant: meta.tenant.unwrap_or_default(),
     };
     spec.rate_key = meta.rate_key.map_or_else(|| spec.host(), Cow::into_owned);
@@ -184,6 +189,7 @@ mod tests {
             expect_body: None,
             topic: Some("payment.succeeded".into()),
             rate_key: "pay.example.com".into(),
+            traceparent: None,
             tenant: Tenant::default(),
         }
     }
@@ -212,10 +218,17 @@ mod tests {
             expect_body: Some("success".into()),
             topic: None,
             rate_key: "merchant-7".into(),
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             tenant: Tenant::parse("shop-7", "tenant").unwrap(),
             ..spec()
         };
-        assert_eq!(decode(&value(&s)).unwrap(), s);
+        let raw = value(&s);
+        let meta = raw.lines().nth(1).unwrap();
+        assert!(
+            meta.ends_with(r#","tenant":"shop-7"}"#),
+            "the scripts read the tenant last: {meta}"
+        );
+        assert_eq!(decode(&raw).unwrap(), s);
     }
 
     #[test]

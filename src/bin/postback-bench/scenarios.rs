@@ -494,6 +494,7 @@ async fn fill(backend: &Backend, pending: usize) -> anyhow::Result<f64> {
                 topic: Some("payment.succeeded".into()),
                 rate_key: "merchant.example.com".into(),
                 tenant: Default::default(),
+                traceparent: None,
             };
             let store = &*store;
             async move { store.enqueue(&n, None).await.map(drop).map_err(Into::into) }
