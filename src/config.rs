@@ -91,6 +91,8 @@ pub struct ServerSettings {
     pub listen: SocketAddr,
     pub api_tokens: StringList,
     pub max_body_bytes: usize,
+    /// Largest `POST /notify/batch` body; each item is still held to `max_body_bytes`.
+    pub max_batch_bytes: usize,
     /// Requests handled at once; those beyond are answered `503 overloaded` at once.
     pub max_concurrent_requests: usize,
     #[serde(with = "humantime_serde")]
@@ -285,6 +287,7 @@ impl Default for ServerSettings {
             listen: "127.0.0.1:8080".parse().expect("valid address"),
             api_tokens: StringList::default(),
             max_body_bytes: 256 * 1024,
+            max_batch_bytes: 2 * 1024 * 1024,
             max_concurrent_requests: 512,
             idempotency_ttl: Duration::from_secs(24 * 3600),
             metrics_token: None,
@@ -499,6 +502,11 @@ impl Config {
             s.server.max_body_bytes >= 1024,
             "server.max_body_bytes",
             "must be at least 1024",
+        )?;
+        check(
+            s.server.max_batch_bytes >= s.server.max_body_bytes,
+            "server.max_batch_bytes",
+            "must be at least server.max_body_bytes",
         )?;
         check(
             s.server.max_concurrent_requests >= 1,

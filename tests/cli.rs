@@ -495,3 +495,69 @@ async fn the_walk_through_receiver_answers_and_fails_where_asked() {
         "{printed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_notifications_is_registered_line_by_line() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("settlement.jsonl");
+    let good = |n: u32| {
+        format!(
+            r#"{{"url":"{}","body":{{"order":{n}}},"idempotency_key":"order-{n}"}}"#,
+            receiver.url(&format!("/o/{n}"))
+        )
+    };
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n\n{}\n{{\"url\":\"ftp://x\",\"body\":{{}}}}\n",
+            good(1),
+            good(2)
+        ),
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+
+    let out = cli(&pb, &["notify", "--batch", path]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "one line was refused: {stdout}{stderr}"
+    );
+    assert!(stderr.contains("registered 2, refused 1"), "{stderr}");
+    assert!(
+        stdout.contains("LINE") && stdout.contains("invalid_field"),
+        "{stdout}"
+    );
+    assert!(receiver.wait_for(2, WAIT).await);
+    assert_eq!(
+        receiver.requests()[0].body.len() + receiver.requests()[1].body.len(),
+        22
+    );
+
+    // Again, as JSON: the same ids for the same keys; the line numbers of the file.
+    let out = cli(&pb, &["notify", "--batch", path, "--json"]);
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let items = answer["items"].as_array().unwrap();
+    assert_eq!(
+        items
+            .iter()
+            .map(|i| i["line"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 3, 4]
+    );
+    assert_eq!(items[0]["idempotent_replayed"], true);
+    assert_eq!(items[2]["error"]["field"], "url");
+    assert_eq!(receiver.count(), 2, "nothing registered twice");
+
+    let out = cli(&pb, &["notify", "--batch", path, "--url", "http://x"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--batch takes no fields of its own"
+    );
+}

@@ -17,6 +17,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/dead-letters/{id}"),
     ("delete", "/dead-letters/{id}"),
     ("post", "/dead-letters/{id}/replay"),
+    ("post", "/notify/batch"),
     ("post", "/dead-letters/replay"),
     ("post", "/dead-letters/purge"),
     ("get", "/stats"),

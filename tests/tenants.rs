@@ -141,6 +141,12 @@ const ROUTES: &[(&str, &str, &str, Option<&str>)] = &[
         "/notify",
         Some(r#"{"url":"http://127.0.0.1:9/x","body":{},"delay":"1h"}"#),
     ),
+    (
+        "notify",
+        "POST",
+        "/notify/batch",
+        Some(r#"{"items":[{"url":"http://127.0.0.1:9/x","body":{},"delay":"1h"}]}"#),
+    ),
     ("notify|read", "GET", "/notifications/{id}", None),
     ("read", "GET", "/dead-letters", None),
     ("read", "GET", "/notifications?state=dead", None),

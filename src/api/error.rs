@@ -127,12 +127,12 @@ pub fn invalid_query(r: axum::extract::rejection::QueryRejection) -> ApiError {
 impl ApiError {
     /// A body that could not be read: larger than `limit` (413, naming the limit and its
     /// key) or broken.
-    pub fn body(r: BytesRejection, limit: usize) -> Self {
+    pub fn body(r: BytesRejection, (limit, key): (usize, &str)) -> Self {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             return Self::new(
                 r.status(),
                 "invalid_body",
-                format!("the body is larger than {limit} bytes (server.max_body_bytes)"),
+                format!("the body is larger than {limit} bytes ({key})"),
             );
         }
         Self::new(r.status(), "invalid_body", r.body_text())
@@ -191,8 +191,9 @@ fn log_unavailable(e: &StoreError) {
     tracing::warn!(error = %e, refused, "store unavailable: the API answers 503 until it is back");
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// Its status and the JSON it is answered with (a batch item's result is the JSON).
+    pub fn into_body(self) -> (StatusCode, ErrorBody) {
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code,
@@ -200,12 +201,19 @@ impl IntoResponse for ApiError {
                 field: self.field,
             },
         };
-        let mut response = (self.status, Json(body)).into_response();
+        (self.status, body)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = self.into_body();
+        let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();
-        if self.status == StatusCode::UNAUTHORIZED {
+        if status == StatusCode::UNAUTHORIZED {
             headers.insert("www-authenticate", HeaderValue::from_static("Bearer"));
         }
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if status == StatusCode::SERVICE_UNAVAILABLE {
             headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response

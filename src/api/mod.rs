@@ -20,6 +20,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 mod audit;
 mod auth;
+mod batch;
 mod body;
 mod browser;
 mod dead_letters;
@@ -62,6 +63,8 @@ pub struct AppState {
     pub host_labels: bool,
     /// `server.max_body_bytes`, which a `413` names.
     pub max_body_bytes: usize,
+    /// `server.max_batch_bytes`, the larger limit of `POST /notify/batch`.
+    pub max_batch_bytes: usize,
     /// `server.body_timeout`: a body not read whole by then is answered `408`.
     pub body_timeout: std::time::Duration,
     /// The SHA-256 of `server.metrics_token`: `/metrics` needs it when set.
@@ -95,7 +98,7 @@ impl utoipa::Modify for BearerAuth {
 
 pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings) -> Router {
     let shed = limits::Limit::new(server.max_concurrent_requests);
-    let protected = protected_routes()
+    let protected = protected_routes(server)
         .route_layer(middleware::from_fn_with_state(tokens, auth::require_token))
         .route_layer(middleware::from_fn_with_state(shed, limits::shed));
     let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
@@ -138,8 +141,14 @@ async fn count_request(request: Request, next: Next) -> Response {
 }
 
 /// The routes that need a bearer token, with their documentation.
-fn protected_routes() -> OpenApiRouter<AppState> {
+fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
+    // A batch may be larger than one registration; this limit is read inside the
+    // router-wide one, so it wins for this route.
+    let batch = OpenApiRouter::new()
+        .routes(routes!(batch::register_batch))
+        .layer(DefaultBodyLimit::max(server.max_batch_bytes));
     OpenApiRouter::new()
+        .merge(batch)
         .routes(routes!(notify::notify))
         .routes(routes!(notifications::list))
         .routes(routes!(notifications::show, notifications::cancel))

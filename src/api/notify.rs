@@ -24,7 +24,7 @@ use crate::domain::{
     parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, HostAllowList, JobId,
     Notification, Payload, Placement, Schedule, Tenant, MAX_TIERS,
 };
-use crate::store::Idempotency;
+use crate::store::{Idempotency, JobStatus};
 use crate::traces;
 
 const MAX_LABEL: usize = 256;
@@ -126,37 +126,96 @@ pub async fn notify(
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     auth::require(&caller, Role::Notify)?;
-    let key = idempotency_key(&headers)?;
+    // A value that is not visible ASCII reads as empty, which checked_key refuses.
+    let key = headers
+        .get("idempotency-key")
+        .map(|raw| checked_key(raw.to_str().unwrap_or_default(), "Idempotency-Key"))
+        .transpose()?;
     let request: NotifyRequest = parse_json(&body)?;
-    let tenant = auth::registering_tenant(&caller, request.tenant.as_deref(), |t| {
+    let registration = prepare(&state, &caller, request, key, &body)?;
+    let accepted = register(&state, registration, traceparent(&headers)).await?;
+    let mut response = (
+        StatusCode::ACCEPTED,
+        Json(Registered::new(&accepted.id, &accepted.status)),
+    )
+        .into_response();
+    if accepted.duplicate {
+        response.headers_mut().insert(
+            "idempotent-replayed",
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
+    Ok(response)
+}
+
+/// A registration checked and ready to store.
+pub(super) struct Registration {
+    notification: Notification,
+    idempotency: Option<Idempotency>,
+}
+
+/// What the store made of a registration: the notification (an earlier one, for a
+/// repeated idempotency key) and its status.
+pub(super) struct Accepted {
+    pub id: JobId,
+    pub status: JobStatus,
+    pub duplicate: bool,
+}
+
+/// Checks a request of `caller` into a registration: its tenant, its id, every field.
+/// `raw` is the request as sent, whose fingerprint an idempotency key keeps.
+pub(super) fn prepare(
+    state: &AppState,
+    caller: &Principal,
+    request: NotifyRequest,
+    key: Option<String>,
+    raw: &[u8],
+) -> Result<Registration, ApiError> {
+    let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
         state.policy.tenants.contains_key(t)
     })?;
     let idempotency = key.map(|key| Idempotency {
         key,
         tenant: tenant.clone(),
-        fingerprint: fingerprint(&body),
+        fingerprint: fingerprint(raw),
         ttl: state.policy.idempotency_ttl,
     });
     let id = state
         .policy
         .placement
         .new_id(idempotency.as_ref().map(Idempotency::scoped).as_deref());
-    let mut notification = validate(request, id, tenant, &state.policy)?;
-    let span = traces::registration(headers.get("traceparent").and_then(|v| v.to_str().ok()));
+    let notification = validate(request, id, tenant, &state.policy)?;
+    Ok(Registration {
+        notification,
+        idempotency,
+    })
+}
+
+/// Stores a registration, in a span that is the child of the producer's `traceparent`.
+pub(super) async fn register(
+    state: &AppState,
+    registration: Registration,
+    traceparent: Option<&str>,
+) -> Result<Accepted, ApiError> {
+    let Registration {
+        mut notification,
+        idempotency,
+    } = registration;
+    let span = traces::registration(traceparent);
     notification.traceparent = traces::traceparent(&span);
     let enqueued = state
         .store
         .enqueue(&notification, idempotency.as_ref())
         .instrument(span.clone())
         .await?;
-    // A repeated Idempotency-Key names the notification it registered before.
+    // A repeated idempotency key names the notification it registered before.
     span.record("id", tracing::field::display(&enqueued.id));
     if enqueued.mismatch {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "idempotency_key_mismatch",
             format!(
-                "this Idempotency-Key registered {} with another request body; use a new key for a new notification",
+                "this idempotency key registered {} with another request body; use a new key for a new notification",
                 enqueued.id
             ),
         ));
@@ -173,23 +232,21 @@ pub async fn notify(
             StatusCode::CONFLICT,
             "idempotency_key_reused",
             format!(
-                "this Idempotency-Key registered {}, which has finished and been deleted by retention; use a new key to register again",
+                "this idempotency key registered {}, which has finished and been deleted by retention; use a new key to register again",
                 enqueued.id
             ),
         ));
     };
-    let mut response = (
-        StatusCode::ACCEPTED,
-        Json(Registered::new(&enqueued.id, &status)),
-    )
-        .into_response();
-    if enqueued.duplicate {
-        response.headers_mut().insert(
-            "idempotent-replayed",
-            axum::http::HeaderValue::from_static("true"),
-        );
-    }
-    Ok(response)
+    Ok(Accepted {
+        id: enqueued.id,
+        status,
+        duplicate: enqueued.duplicate,
+    })
+}
+
+/// The producer's W3C `traceparent`, if it sent one.
+pub(super) fn traceparent(headers: &HeaderMap) -> Option<&str> {
+    headers.get("traceparent").and_then(|v| v.to_str().ok())
 }
 
 /// The fingerprint of a request body, kept with its idempotency key: the first 16 bytes
@@ -198,24 +255,20 @@ fn fingerprint(body: &[u8]) -> String {
     access::hex(&Sha256::digest(body)[..16])
 }
 
-fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(raw) = headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    let bad = || {
-        FieldError::new(
-            "Idempotency-Key",
-            format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
-        )
-    };
-    let key = raw.to_str().map_err(|_| bad())?.trim();
+/// An idempotency key as sent (the header's value, or a batch item's field): 1 to
+/// `MAX_IDEMPOTENCY_KEY` visible ASCII characters, trimmed.
+pub(super) fn checked_key(raw: &str, field: &str) -> Result<String, FieldError> {
+    let key = raw.trim();
     if key.is_empty()
         || key.len() > MAX_IDEMPOTENCY_KEY
         || !key.bytes().all(|b| b.is_ascii_graphic())
     {
-        return Err(bad().into());
+        return Err(FieldError::new(
+            field,
+            format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+        ));
     }
-    Ok(Some(key.to_string()))
+    Ok(key.to_string())
 }
 
 /// Parses a JSON object into `T`, naming the offending field on error.

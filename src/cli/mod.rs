@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 use crate::access::{self, Role, Scope};
 use crate::config::{Config, RedisTarget, StoreTarget};
 
+mod batch;
 mod client;
 mod print;
 mod receive;
@@ -208,10 +209,10 @@ struct ApiArgs {
 #[derive(Args)]
 struct NotifyArgs {
     /// Callback URL.
-    #[arg(long)]
-    url: String,
+    #[arg(long, required_unless_present = "batch")]
+    url: Option<String>,
     /// The body as JSON, or @FILE to read it from a file.
-    #[arg(long, group = "payload", required_unless_present = "body_text")]
+    #[arg(long, group = "payload", required_unless_present_any = ["body_text", "batch"])]
     body: Option<String>,
     /// The body as plain text, sent as is, or @FILE.
     #[arg(long, group = "payload")]
@@ -243,6 +244,11 @@ struct NotifyArgs {
     /// The tenant it is for (a token for every tenant only).
     #[arg(long)]
     tenant: Option<String>,
+    /// Register every line of FILE (`-`: standard input) instead, each a `POST /notify`
+    /// body with an optional `idempotency_key`, 1,000 per request; exits 1 if any is
+    /// refused.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "body", "body_text", "schedule", "delay", "timeout", "expect_body", "topic", "rate_key", "headers", "idempotency_key", "tenant"])]
+    batch: Option<PathBuf>,
     #[command(flatten)]
     api: ApiArgs,
 }
@@ -506,6 +512,9 @@ fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Result<()> {
 }
 
 async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
+    if let Some(file) = &args.batch {
+        return batch::register(file, &args.api).await;
+    }
     let body = match (&args.body, &args.body_text) {
         (Some(raw), _) => {
             let text = read_arg(raw)?;
@@ -516,7 +525,7 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         (None, Some(raw)) => Value::String(read_arg(raw)?),
         (None, None) => unreachable!("clap requires a body"),
     };
-    let mut request = json!({"url": args.url, "body": body});
+    let mut request = json!({"url": args.url.unwrap_or_default(), "body": body});
     let fields = [
         ("delay", &args.delay),
         ("timeout", &args.timeout),

@@ -287,7 +287,7 @@ fn fields(a: &Value, keys: &[&str], out: &mut Out) {
     }
 }
 
-fn table(header: &[&str]) -> Table {
+pub(super) fn table(header: &[&str]) -> Table {
     let mut t = Table::new();
     t.load_preset(presets::NOTHING).set_header(header.to_vec());
     t
@@ -295,7 +295,7 @@ fn table(header: &[&str]) -> Table {
 
 /// A value as a cell: strings without quotes, null as `-`, control characters other than
 /// line breaks and tabs escaped.
-fn text(v: &Value) -> String {
+pub(super) fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => printable(s).into_owned(),

@@ -1,0 +1,173 @@
+//! `POST /notify/batch`: up to `MAX_ITEMS` registrations in one request. Each item is a
+//! `POST /notify` body with an optional `idempotency_key`, checked and stored on its own
+//! (all at once, so that the store gathers them into a few calls per shard) and answered
+//! in order: its registration, or its own error. A refused item stores nothing and
+//! refuses none of the others; only a malformed request is refused whole.
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::{Extension, Json};
+use futures_util::future::join_all;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::openapi::schema::{AllOfBuilder, ArrayBuilder, ObjectBuilder, Ref, Schema, Type};
+use utoipa::ToSchema;
+
+use super::auth;
+use super::body::Body;
+use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
+use super::notify::{self, parse_json, NotifyRequest, Registration};
+use super::view::Registered;
+use super::AppState;
+use crate::access::{Principal, Role};
+use crate::domain::FieldError;
+
+/// Most notifications in one batch.
+pub const MAX_ITEMS: usize = 1000;
+
+/// What `POST /notify/batch` accepts.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// 1 to 1,000 notifications, each a `POST /notify` body with an optional
+    /// `idempotency_key` (which makes that item safe to send again, as the
+    /// `Idempotency-Key` header does for `POST /notify`).
+    #[schema(required = true, schema_with = items_schema)]
+    items: Option<Value>,
+}
+
+/// The answer: one result per item, in the items' order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchRegistered {
+    items: Vec<ItemResult>,
+}
+
+/// An item's result: its registration, or why it was refused.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum ItemResult {
+    Registered(ItemRegistered),
+    Refused(ErrorBody),
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ItemRegistered {
+    #[serde(flatten)]
+    registered: Registered,
+    /// Present (`true`) when the item's `idempotency_key` had registered it before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    idempotent_replayed: Option<bool>,
+}
+
+fn items_schema() -> Schema {
+    let key = ObjectBuilder::new().property(
+        "idempotency_key",
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .min_length(Some(1))
+            .max_length(Some(255)),
+    );
+    let item = AllOfBuilder::new()
+        .item(Ref::from_schema_name("NotifyRequest"))
+        .item(key);
+    ArrayBuilder::new()
+        .items(item)
+        .min_items(Some(1))
+        .max_items(Some(MAX_ITEMS))
+        .into()
+}
+
+/// Register up to 1,000 notifications. Role `notify`; each belongs to the token's
+/// tenant (or, for a token of every tenant, to the one it names).
+#[utoipa::path(
+    post,
+    path = "/notify/batch",
+    operation_id = "registerNotifications",
+    tag = "notifications",
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "One result per item, in order: `{id, state, next_attempt_at}` (with `idempotent_replayed` for a repeated key), or `{error}` for that item alone, which stored nothing", body = BatchRegistered),
+        (status = 422, description = "`items` is missing, empty, not a list or longer than 1,000, or the request has another field; nothing was stored", body = ErrorBody),
+        BadInput,
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn register_batch(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    headers: HeaderMap,
+    Body(body): Body,
+) -> Result<Json<BatchRegistered>, ApiError> {
+    auth::require(&caller, Role::Notify)?;
+    let request: BatchRequest = parse_json(&body)?;
+    let items = items(request.items)?;
+    let traceparent = notify::traceparent(&headers);
+    let results = join_all(items.into_iter().map(|item| {
+        let (state, caller) = (&state, &caller);
+        async move {
+            let registration = registration(state, caller, item)?;
+            notify::register(state, registration, traceparent).await
+        }
+    }))
+    .await;
+    let items = results
+        .into_iter()
+        .map(|r| match r {
+            Ok(accepted) => ItemResult::Registered(ItemRegistered {
+                registered: Registered::new(&accepted.id, &accepted.status),
+                idempotent_replayed: accepted.duplicate.then_some(true),
+            }),
+            Err(e) => ItemResult::Refused(e.into_body().1),
+        })
+        .collect();
+    Ok(Json(BatchRegistered { items }))
+}
+
+/// The list of items: 1 to `MAX_ITEMS` of them.
+fn items(raw: Option<Value>) -> Result<Vec<Value>, FieldError> {
+    let wrong = || {
+        FieldError::new(
+            "items",
+            format!("must be a list of 1 to {MAX_ITEMS} notifications"),
+        )
+    };
+    match raw {
+        Some(Value::Array(items)) if (1..=MAX_ITEMS).contains(&items.len()) => Ok(items),
+        None => Err(FieldError::new("items", "required")),
+        Some(_) => Err(wrong()),
+    }
+}
+
+/// One item checked as `POST /notify` checks its body, its key as the header's.
+fn registration(
+    state: &AppState,
+    caller: &Principal,
+    item: Value,
+) -> Result<Registration, ApiError> {
+    let Value::Object(mut fields) = item else {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "an item must be a JSON object",
+        ));
+    };
+    let key = match fields.remove("idempotency_key") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(key)) => Some(notify::checked_key(&key, "idempotency_key")?),
+        Some(_) => return Err(FieldError::new("idempotency_key", "must be a string").into()),
+    };
+    let raw = serde_json::to_vec(&fields).expect("a JSON object serializes");
+    if raw.len() > state.max_body_bytes {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_body",
+            format!(
+                "this notification is larger than {} bytes (server.max_body_bytes)",
+                state.max_body_bytes
+            ),
+        ));
+    }
+    let request: NotifyRequest = parse_json(&raw)?;
+    notify::prepare(state, caller, request, key, &raw)
+}
