@@ -52,6 +52,10 @@ pub struct Opts {
     /// Registrations in flight at once from the producer.
     #[arg(long, default_value_t = 64)]
     pub producers: usize,
+    /// burst: register through `POST /notify/batch`, this many per request, with
+    /// `--producers` requests in flight (0: one per `POST /notify`).
+    #[arg(long, default_value_t = 0)]
+    pub batch: usize,
     /// postback's `delivery.concurrency`.
     #[arg(long, default_value_t = 256)]
     pub concurrency: usize,

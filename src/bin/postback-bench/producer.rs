@@ -1,5 +1,6 @@
-//! The benchmark's producer: registers notifications through `POST /notify` with many
-//! requests in flight, and keeps, per notification, when it was sent and when it is due.
+//! The benchmark's producer: registers notifications through `POST /notify` (or
+//! `POST /notify/batch`) with many requests in flight, and keeps, per notification, when
+//! it was sent and when it is due.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -72,15 +73,26 @@ impl Producer {
         if status.as_u16() != 202 {
             bail!("POST /notify answered {status}: {answer}");
         }
-        let due = answer["next_attempt_at"]
-            .as_str()
-            .and_then(|t| humantime::parse_rfc3339(t).ok())
-            .context("no next_attempt_at")?;
-        Ok(Registered {
-            id: answer["id"].as_str().context("no id")?.to_string(),
-            sent,
-            due,
-        })
+        registered(&answer, sent)
+    }
+
+    /// Registers `bodies` with one `POST /notify/batch` to the next instance in turn.
+    async fn register_batch(&self, bodies: &[Value]) -> anyhow::Result<Vec<Registered>> {
+        let sent = SystemTime::now();
+        let response = self
+            .client
+            .post(format!("{}/batch", self.next_url()))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({ "items": bodies }))
+            .send()
+            .await?;
+        let status = response.status();
+        let answer: Value = response.json().await?;
+        if status.as_u16() != 200 {
+            bail!("POST /notify/batch answered {status}: {answer}");
+        }
+        let items = answer["items"].as_array().context("no items")?;
+        items.iter().map(|item| registered(item, sent)).collect()
     }
 
     /// Registers every body with `in_flight` requests at a time; the registrations in
@@ -100,4 +112,46 @@ impl Producer {
         let took = start.elapsed().unwrap_or_default();
         Ok((results.into_iter().collect::<anyhow::Result<_>>()?, took))
     }
+
+    /// As `register_all`, but `per_request` at a time through `POST /notify/batch`
+    /// (`per_request` 0: one at a time through `POST /notify`).
+    pub async fn register_in_batches(
+        &self,
+        bodies: Vec<Value>,
+        in_flight: usize,
+        per_request: usize,
+    ) -> anyhow::Result<(Vec<Registered>, Duration)> {
+        if per_request == 0 {
+            return self.register_all(bodies, in_flight).await;
+        }
+        let start = SystemTime::now();
+        let results: Vec<anyhow::Result<Vec<Registered>>> =
+            stream::iter(bodies.chunks(per_request))
+                .map(|chunk| self.register_batch(chunk))
+                .buffer_unordered(in_flight)
+                .collect()
+                .await;
+        let took = start.elapsed().unwrap_or_default();
+        let mut all = Vec::with_capacity(bodies.len());
+        for batch in results {
+            all.extend(batch?);
+        }
+        Ok((all, took))
+    }
+}
+
+/// A registration from its answer (`POST /notify`'s, or a batch item's).
+fn registered(answer: &Value, sent: SystemTime) -> anyhow::Result<Registered> {
+    if let Some(error) = answer.get("error") {
+        bail!("refused: {error}");
+    }
+    let due = answer["next_attempt_at"]
+        .as_str()
+        .and_then(|t| humantime::parse_rfc3339(t).ok())
+        .context("no next_attempt_at")?;
+    Ok(Registered {
+        id: answer["id"].as_str().context("no id")?.to_string(),
+        sent,
+        due,
+    })
 }

@@ -164,8 +164,9 @@ impl Rig {
     }
 }
 
-/// N registrations as fast as the producer can, receiver always 200: enqueue rate and
-/// end-to-end throughput; then N more all due at one instant: delivery-only throughput.
+/// N registrations as fast as the producer can (one per request, or `--batch` per
+/// request), receiver always 200: enqueue rate and end-to-end throughput; then N more all
+/// due at one instant: delivery-only throughput.
 pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let rig = Rig::start(opts).await?;
     let (store, receiver, addr, pb, producer) = rig.parts();
@@ -176,7 +177,9 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
         .map(|i| json!({"url": url, "body": payment(i)}))
         .collect();
     let start = SystemTime::now();
-    let (registered, took) = producer.register_all(bodies, opts.producers).await?;
+    let (registered, took) = producer
+        .register_in_batches(bodies, opts.producers, opts.batch)
+        .await?;
     r.add(
         "burst",
         run,
@@ -200,7 +203,9 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     let margin = took.mul_f64(1.5) + Duration::from_secs(2);
     let due = SystemTime::now() + margin;
     let bodies = (0..opts.n).map(|i| json!({"url": url, "body": payment(i), "delay": format!("{}ms", ms(margin) as u64)})).collect();
-    let (registered, _) = producer.register_all(bodies, opts.producers).await?;
+    let (registered, _) = producer
+        .register_in_batches(bodies, opts.producers, opts.batch)
+        .await?;
     let first_due = registered.iter().map(|x| x.due).min().unwrap_or(due);
     if SystemTime::now() > first_due {
         bail!("registration overran the common due time");
