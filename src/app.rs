@@ -86,7 +86,6 @@ impl App {
             pipeline: pipeline.clone(),
             host_labels: s.metrics.host_labels,
             max_body_bytes: s.server.max_body_bytes,
-            max_batch_bytes: s.server.max_batch_bytes,
             body_timeout: s.server.body_timeout,
             metrics_token: s.server.metrics_token.as_deref().map(access::digest),
         };

@@ -15,6 +15,7 @@ use serde::Serialize;
 use utoipa::openapi::{self, ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{IntoResponses, ToSchema};
 
+use super::body::BodyLimit;
 use crate::domain::FieldError;
 use crate::store::StoreError;
 
@@ -125,14 +126,15 @@ pub fn invalid_query(r: axum::extract::rejection::QueryRejection) -> ApiError {
 }
 
 impl ApiError {
-    /// A body that could not be read: larger than `limit` (413, naming the limit and its
-    /// key) or broken.
-    pub fn body(r: BytesRejection, (limit, key): (usize, &str)) -> Self {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+    /// A body that could not be read: larger than its route's `limit` (413, naming the
+    /// limit and its key) or broken.
+    pub fn body(r: BytesRejection, limit: Option<BodyLimit>) -> Self {
+        if let (StatusCode::PAYLOAD_TOO_LARGE, Some(BodyLimit { bytes, key })) = (r.status(), limit)
+        {
             return Self::new(
                 r.status(),
                 "invalid_body",
-                format!("the body is larger than {limit} bytes ({key})"),
+                format!("the body is larger than {bytes} bytes ({key})"),
             );
         }
         Self::new(r.status(), "invalid_body", r.body_text())

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
@@ -44,6 +44,7 @@ use crate::config::ServerSettings;
 use crate::metrics;
 use crate::policy::Policy;
 use crate::store::Store;
+use body::BodyLimit;
 use error::ErrorBody;
 use view::Health;
 
@@ -61,10 +62,8 @@ pub struct AppState {
     pub pipeline: Pipeline,
     /// Label open-circuit series with their endpoint (`metrics.host_labels`).
     pub host_labels: bool,
-    /// `server.max_body_bytes`, which a `413` names.
+    /// `server.max_body_bytes`, which each notification of a batch is held to.
     pub max_body_bytes: usize,
-    /// `server.max_batch_bytes`, the larger limit of `POST /notify/batch`.
-    pub max_batch_bytes: usize,
     /// `server.body_timeout`: a body not read whole by then is answered `408`.
     pub body_timeout: std::time::Duration,
     /// The SHA-256 of `server.metrics_token`: `/metrics` needs it when set.
@@ -118,7 +117,13 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
                 "method not allowed on this route",
             )
         })
-        .layer(DefaultBodyLimit::max(server.max_body_bytes))
+        .layer(
+            BodyLimit {
+                bytes: server.max_body_bytes,
+                key: "server.max_body_bytes",
+            }
+            .layer(),
+        )
         .layer(middleware::from_fn(limits::limit_headers))
         .layer(middleware::from_fn(count_request));
     browser::with_security_headers(routes).with_state(state)
@@ -142,11 +147,14 @@ async fn count_request(request: Request, next: Next) -> Response {
 
 /// The routes that need a bearer token, with their documentation.
 fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
-    // A batch may be larger than one registration; this limit is read inside the
-    // router-wide one, so it wins for this route.
+    // A batch may be larger than one registration.
+    let batch_limit = BodyLimit {
+        bytes: server.max_batch_bytes,
+        key: "server.max_batch_bytes",
+    };
     let batch = OpenApiRouter::new()
         .routes(routes!(batch::register_batch))
-        .layer(DefaultBodyLimit::max(server.max_batch_bytes));
+        .layer(batch_limit.layer());
     OpenApiRouter::new()
         .merge(batch)
         .routes(routes!(notify::notify))

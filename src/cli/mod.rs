@@ -1,9 +1,9 @@
-//! The `postback` command line: `serve` runs the service, `token new` makes an API
-//! token, `receive` is a receiver to try it against, `completions` prints a shell's
-//! completion script; the other commands are the operator's client of a running
-//! instance's API (`notify`, `status`, `list`, `cancel`, `stats`,
-//! `dlq list|show|replay|discard|purge`, `audit`), printing readable tables or, with
-//! `--json`, the API's JSON answer.
+//! The `postback` command line: `serve` runs the service, `config check` checks its
+//! configuration, `token new` makes an API token, `receive` is a receiver to try it
+//! against, `completions` prints a shell's completion script; the other commands are the
+//! operator's client of a running instance's API (`notify`, also `--batch` from a file,
+//! `status`, `list`, `cancel`, `stats`, `dlq list|show|replay|discard|purge`, `audit`),
+//! printing readable tables or, with `--json`, the API's JSON answer.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -404,7 +404,7 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
         | Command::Completions { .. }
         | Command::Config { .. }
         | Command::Receive { .. } => {
-            unreachable!("serve, token, completions and receive run without the API")
+            unreachable!("serve, token, completions, config and receive run without the API")
         }
         Command::Notify(args) => notify(args).await,
         Command::Status {
@@ -482,13 +482,14 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
     }
 }
 
-/// Prints a fresh token and the `[tokens.<name>]` lines that accept it.
+/// Prints the completion script of `shell`.
 fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "postback", &mut script);
     print::emit(&String::from_utf8(script)?)
 }
 
+/// Prints a fresh token and the `[tokens.<name>]` lines that accept it.
 fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Result<()> {
     let bare_key = !name.is_empty()
         && name
