@@ -90,12 +90,7 @@ async fn a_thousand_are_registered_and_each_delivered_once() {
         .collect();
     let (status, answer) = batch(&pb, json!(items)).await;
     assert_eq!(status, 200);
-    let ids: Vec<&str> = answer["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap())
-        .collect();
+    let ids = support::item_ids(&answer);
     assert_eq!(ids.len(), 1000);
     assert!(
         receiver.wait_for(1000, WAIT).await,

@@ -35,12 +35,7 @@ async fn the_oldest_dead_letters_beyond_the_count_are_trimmed_and_counted() {
     }
 
     let (_, list) = pb.get("/dead-letters").await;
-    let listed: Vec<&str> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["id"].as_str().unwrap())
-        .collect();
+    let listed = support::item_ids(&list);
     assert_eq!(listed, vec![&ids[4], &ids[3], &ids[2]], "newest three kept");
     assert_eq!(pb.get(&format!("/notifications/{}", ids[0])).await.0, 404);
     let s = stats(&pb).await;

@@ -297,12 +297,7 @@ async fn a_token_for_one_tenant_never_sees_or_touches_another_tenants() {
         );
     }
     let (_, list) = f.get("tok-ops-a", "/dead-letters").await;
-    let ids: Vec<&str> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["id"].as_str().unwrap())
-        .collect();
+    let ids = support::item_ids(&list);
     assert_eq!(
         ids,
         vec![dead_a.as_str()],
@@ -311,12 +306,7 @@ async fn a_token_for_one_tenant_never_sees_or_touches_another_tenants() {
     assert_eq!(list["items"][0]["tenant"], "shop-a");
 
     let (_, queue) = f.get("tok-ops-a", "/notifications?state=dead").await;
-    let listed: Vec<&str> = queue["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["id"].as_str().unwrap())
-        .collect();
+    let listed = support::item_ids(&queue);
     assert_eq!(
         listed,
         vec![dead_a.as_str()],

@@ -109,6 +109,16 @@ pub async fn start_any(env: &[(&str, &str)]) -> (Backend, Receiver, Postback) {
     (backend, receiver, pb)
 }
 
+/// The `id` of each of a list's (or a batch answer's) `items`, in order.
+pub fn item_ids(list: &serde_json::Value) -> Vec<&str> {
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect()
+}
+
 /// The `error` of each attempt in a notification's history ("" for none).
 pub fn errors(n: &serde_json::Value) -> Vec<String> {
     let history = n["history"].as_array().unwrap();
