@@ -152,8 +152,9 @@ try {
   await page.getByLabel("action").selectOption("replay_matching");
   await page.getByRole("button", { name: "Filter" }).click();
   await page.waitForURL(/action=replay_matching/);
-  await rows.first().waitFor();
-  assert.equal(await rows.count(), 1);
+  // The URL changes before the filtered page replaces the unfiltered table.
+  await eventually("the filtered audit log", async () => (await rows.count()) === 1);
+  assert.match(await rows.nth(0).textContent(), /replay matching/);
 
   // The queue: a tab per state, soonest due first, paged; the search box finds a
   // notification by its idempotency key, and its detail cancels it.
@@ -162,7 +163,11 @@ try {
     const r = await fetch(`${api}/notify`, {
       method: "POST",
       headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json", "Idempotency-Key": key },
-      body: JSON.stringify({ url: target(`/up/refunds/${key}`), body: { key }, delay: `${hours}h`, topic: "refund" }),
+      body: JSON.stringify({
+        url: target(`/up/refunds/${key}`), body: { key }, delay: `${hours}h`, topic: "refund",
+        // One shows what decides its delivery: an ordering key, a profile and its rule.
+        ...(key === "order-2002" ? { ordering_key: "refund-2002", profile: "alipay" } : {}),
+      }),
     });
     scheduled.push((await r.json()).id);
   }
@@ -177,12 +182,10 @@ try {
     scheduled, "soonest due first");
   await page.screenshot({ path: `${shots}/ui-queue.png`, fullPage: true });
   await page.goto(`${api}/ui#/queue?state=scheduled&limit=2`);
-  await queueRows.nth(1).waitFor();
-  assert.equal(await queueRows.count(), 2);
+  await eventually("the first page of two", async () => (await queueRows.count()) === 2);
   await page.getByRole("link", { name: "Next page" }).click();
   await page.waitForURL(/cursor=/);
-  await queueRows.first().waitFor();
-  assert.equal(await queueRows.count(), 1);
+  await eventually("the last page of one", async () => (await queueRows.count()) === 1);
   assert.equal(await queueRows.first().locator("a").textContent(), scheduled[2]);
   await page.getByRole("link", { name: "Delivered", exact: true }).click();
   await page.waitForURL(/state=delivered/);
@@ -193,6 +196,9 @@ try {
   await page.getByRole("heading", { name: "Look up a notification" }).waitFor();
   await page.waitForURL(new RegExp(`#/lookup/${scheduled[1]}`));
   assert.equal(await page.locator("#lookup-state").textContent(), "scheduled");
+  assert.equal(await page.locator("#ordering-key").textContent(), "refund-2002");
+  assert.equal(await page.locator("#profile").textContent(), "alipay");
+  assert.equal(await page.locator("#success-rule").textContent(), "2xx and body `success`");
   await page.getByRole("button", { name: "Cancel…" }).click();
   await page.locator("dialog[open]").getByRole("button", { name: "Cancel it" }).click();
   await eventually("the cancel", async () =>
