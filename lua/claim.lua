@@ -67,7 +67,7 @@ end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local wake = -1
-if next_due[2] then wake = tonumber(next_due[2]) end
+if next_due[2] and tonumber(next_due[2]) < WAITING then wake = tonumber(next_due[2]) end
 if next_lease[2] and (wake < 0 or tonumber(next_lease[2]) < wake) then
   wake = tonumber(next_lease[2])
 end

@@ -1,17 +1,23 @@
 -- commit: write the changes postback worked out (src/lifecycle) for a batch of
 -- notifications, each only if the notification is still as it was when it was worked
--- out: its stored record the expected one, in the expected index. No rules here: a
--- settle, deferral, release, hand-back of an expired lease, cancel and replay all come
--- this way (src/store/redis/commit.rs builds the arguments).
--- KEYS: the shard's keys (see common.lua)
+-- out: its stored record the expected one, in the expected index. No rules here but an
+-- ordering key's turn (below): a settle, deferral, release, hand-back of an expired
+-- lease, cancel and replay all come this way (src/store/redis/commit.rs builds the
+-- arguments).
+-- KEYS: the shard's keys (see common.lua), then the ordering key lists of those that have
+--       one
 -- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms,
---       5 retention budget (0: none), then per notification 9 values: id, the record it
+--       5 retention budget (0: none), then per notification 11 values: id, the record it
 --       was worked out from ('' when the caller has none: only the answer is wanted),
 --       the index it was in ('due', 'inflight', 'dead' or 'done'), a time in ms the
 --       change assumes Redis has reached (0: none), the new record, the index it moves
 --       to ('' when it stays where it is), its score there, an attempt for its history
---       (JSON; '' for none), a new spec ('' keeps it), and its tenant ('' for the
---       default one; a move is counted in the tenants hash)
+--       (JSON; '' for none), a new spec ('' keeps it), its tenant ('' for the
+--       default one; a move is counted in the tenants hash), and the index in KEYS of its
+--       ordering key's list (0: none)
+-- A notification of an ordering key that finishes (moves from due or in flight to dead
+-- or done) leaves its key's list, and if it was first the next takes its turn; a replay
+-- joins the back, and waits there behind any other (common.lua).
 -- A notification cannot leave the in-flight index without its record changing, so there
 -- the record alone tells (one claimed once and never changed has none, and still has
 -- none); in another index it is also asked whether it is still there. Otherwise
@@ -20,9 +26,10 @@
 -- attempt's end reckoned ahead of its clock) is answered 2, to be worked out again from
 -- the same state at Redis's time.
 -- Then retention, in the finished indexes the batch added to, at most the budget.
--- Returns {new earliest 0|1, number trimmed, now µs, then per notification: 1 written, 2
--- unchanged but ahead of now, or its state now (see held_of in common.lua)}.
-local FIRST, WIDTH = 6, 10
+-- Returns {0, or 1 + ms until due when one is the shard's new earliest, number trimmed,
+-- now µs, then per notification: 1 written, 2 unchanged but ahead of now, or its state
+-- now (see held_of in common.lua)}.
+local FIRST, WIDTH = 6, 11
 local time_us = now_us()
 local now = math.ceil(time_us / 1000)
 local out = {0, 0, time_us}
@@ -48,11 +55,26 @@ end
 
 -- What the batch writes: field/value pairs for HSET, members for ZREM by index, and
 -- score/member pairs for ZADD by index.
-local w = {state = {}, jobs = {}, entries = {}, leave = {}, enter = {}}
+-- `turns`: score/member pairs of those whose turn in their ordering key came.
+local w = {state = {}, jobs = {}, entries = {}, leave = {}, enter = {}, turns = {}}
 for name in pairs(INDEX) do
   w.leave[name], w.enter[name] = {}, {}
 end
 local seen = {}
+
+-- Keeps the ordering key's list of a notification moving `from` one index `to` another
+-- (arguments from ARGV[i]). Its score in `to`.
+local function reorder(i, id, from, to)
+  local list, at = tonumber(ARGV[i + 10]), ARGV[i + 6]
+  if list == 0 then return at end
+  if (to == 'dead' or to == 'done') and (from == 'due' or from == 'inflight') then
+    local turn = leave_order(KEYS[list], id, now)
+    if turn[1] then w.turns[#w.turns + 1], w.turns[#w.turns + 2] = turn[1], turn[2] end
+  elseif from == 'dead' and to == 'due' then
+    return join_order(KEYS[list], id, tonumber(at))
+  end
+  return at
+end
 
 local function commit_one(j, i)
   local id = ids[j]
@@ -61,13 +83,15 @@ local function commit_one(j, i)
   if tonumber(ARGV[i + 3]) > now then return 2 end
   seen[id] = true
   if ARGV[i + 5] ~= '' then
-    local from, to = w.leave[ARGV[i + 2]], w.enter[ARGV[i + 5]]
-    from[#from + 1] = id
-    to[#to + 1], to[#to + 2] = ARGV[i + 6], id
+    local from, to = ARGV[i + 2], ARGV[i + 5]
+    local at = reorder(i, id, from, to)
+    local leave, enter = w.leave[from], w.enter[to]
+    leave[#leave + 1] = id
+    enter[#enter + 1], enter[#enter + 2] = at, id
     -- Only a tenant counted apart pays for reading the scores.
     if ARGV[i + 9] ~= '' then
-      tally(ARGV[i + 9], ARGV[i + 2], tonumber(score), -1, now)
-      tally(ARGV[i + 9], ARGV[i + 5], tonumber(ARGV[i + 6]), 1, now)
+      tally(ARGV[i + 9], from, tonumber(score), -1, now)
+      tally(ARGV[i + 9], to, tonumber(at), 1, now)
     end
   end
   w.state[#w.state + 1], w.state[#w.state + 2] = id, ARGV[i + 4]
@@ -101,7 +125,10 @@ end
 for name, members in pairs(w.enter) do
   if #members > 0 then redis.call('ZADD', INDEX[name], unpack(members)) end
 end
-if #w.enter.due > 0 and announce_if_heads(ARGV[1], w.enter.due) then out[1] = 1 end
+for _, fresh in ipairs({w.enter.due, w.turns}) do
+  local due_in = #fresh > 0 and announce_if_heads(ARGV[1], fresh, now)
+  if due_in and (out[1] == 0 or 1 + due_in < out[1]) then out[1] = 1 + due_in end
+end
 flush_tally()
 local budget = tonumber(ARGV[5])
 if budget > 0 then

@@ -35,30 +35,83 @@ local function index_of(id)
   return nil, nil
 end
 
--- The tenant `spec` names, '' for the default one. It is the last field of the meta
--- line (src/store/spec.rs), so its `"tenant":"…"}` ends that line; no string inside the
--- JSON can imitate it, as its quotes are escaped. Specs of earlier layouts have none.
-local function tenant_of(spec)
+-- The last `n` bytes of `spec`'s meta line (src/store/spec.rs), or '' for a spec of an
+-- earlier layout, which has none.
+local function meta_tail(spec, n)
   if not spec or not has_first_line(spec) then return '' end
   local first = string.find(spec, '\n', 1, true)
   local last = first and string.find(spec, '\n', first + 1, true)
   if not last then return '' end
-  local tail = string.sub(spec, math.max(first + 1, last - 80), last - 1)
-  local tenant = string.match(tail, '"tenant":"([%w%-_%.]+)"}$')
+  return string.sub(spec, math.max(first + 1, last - n), last - 1)
+end
+
+-- The tenant `spec` names, '' for the default one. It is the last field of the meta
+-- line, so its `"tenant":"…"}` ends that line; no string inside the JSON can imitate
+-- it, as its quotes are escaped.
+local function tenant_of(spec)
+  local tenant = string.match(meta_tail(spec, 80), '"tenant":"([%w%-_%.]+)"}$')
   if not tenant or tenant == 'default' then return '' end
   return tenant
+end
+
+-- The ordering key `spec` names, '' for none. It stands just before the tenant at the
+-- end of the meta line and holds no quote, so `"ordering_key":"` there cannot be part of
+-- a string inside the JSON, whose quotes are escaped.
+local function ordering_of(spec)
+  return string.match(meta_tail(spec, 320), '"ordering_key":"([^"]+)"') or ''
 end
 
 -- How `id` is now, for postback to work a change out from: {its state record, or false
 -- when it has none yet; its spec when it has no record (postback makes the record its
 -- registration gave it from the spec's first line), otherwise false; the index that
 -- holds it ('' for none: it is gone); its score there (false for none); its tenant
--- ('' for the default one)}.
+-- ('' for the default one); its ordering key ('' for none)}.
 local function held_of(id)
   local record = redis.call('HGET', KEYS[5], id)
   local spec = redis.call('HGET', KEYS[4], id)
   local index, score = index_of(id)
-  return {record or false, not record and spec or false, index or '', score or false, tenant_of(spec)}
+  return {record or false, not record and spec or false, index or '', score or false,
+    tenant_of(spec), ordering_of(spec)}
+end
+
+-- Ordering keys: each key's notifications in registration order, in the shard's list
+-- `order:<key>`. Only the first is in the due index at its own time; the others are
+-- there WAITING later (lifecycle::WAITING_OFFSET_MS), where no claim reaches them,
+-- until their turn. Scores are written with '%d': Lua would format them with %.14g.
+local WAITING = 281474976710656
+
+-- Puts `id`, due at `due` (ms), at the back of the ordering key's list `list`. Its
+-- score in the due index, as text: `due`, or WAITING later behind another.
+local function join_order(list, id, due)
+  if redis.call('RPUSH', list, id) > 1 then due = due + WAITING end
+  return string.format('%d', due)
+end
+
+-- Takes `id` out of the ordering key's list `list`. When it was first, the next one
+-- waiting takes its turn: due at its own time, or `now` if that has passed. Returns
+-- {score, id} of the one whose turn it is now, or an empty table.
+local function leave_order(list, id, now)
+  if redis.call('LINDEX', list, 0) ~= id then
+    redis.call('LREM', list, 1, id)
+    return {}
+  end
+  redis.call('LPOP', list)
+  -- Every notification leaves the list as it leaves the due and in-flight indexes;
+  -- one found in neither (a list edited by hand) is passed over, a bounded few per call.
+  for _ = 1, 16 do
+    local next_id = redis.call('LINDEX', list, 0)
+    if not next_id then return {} end
+    local score = tonumber(redis.call('ZSCORE', KEYS[1], next_id))
+    if score and score < WAITING then return {} end
+    if score then
+      local due = string.format('%d', math.max(score - WAITING, now))
+      redis.call('ZADD', KEYS[1], due, next_id)
+      return {due, next_id}
+    end
+    if redis.call('ZSCORE', KEYS[2], next_id) then return {} end
+    redis.call('LPOP', list)
+  end
+  return {}
 end
 
 -- Counts per tenant, in the tenants hash (KEYS[9]), for every tenant but the default
@@ -106,17 +159,19 @@ local function forget_old_windows(now)
 end
 
 -- Tells the schedulers on `channel` when one of `due` (score/member pairs just added to
--- the due set) heads it now: the message is the shard's due key, so that a scheduler
--- claims from that shard. True when it does.
-local function announce_if_heads(channel, due)
+-- the due set) heads it now: the message is the shard's due key and the ms from `now`
+-- until it is due, so that a scheduler claims from that shard then. Returns those ms
+-- (nil when none heads it).
+local function announce_if_heads(channel, due, now)
   local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
   for k = 2, #due, 2 do
-    if due[k] == head then
-      redis.call('PUBLISH', channel, KEYS[1])
-      return true
+    if due[k] == head and tonumber(due[k - 1]) < WAITING then
+      local due_in = math.max(0, tonumber(due[k - 1]) - now)
+      redis.call('PUBLISH', channel, KEYS[1] .. ' ' .. string.format('%d', due_in))
+      return due_in
     end
   end
-  return false
+  return nil
 end
 
 -- Deletes every record of a notification that is in no index any more.

@@ -1,10 +1,12 @@
 -- enqueue: register a group of notifications and schedule each one's first attempt.
--- KEYS: the shard's keys (see common.lua), then the idempotency keys of those that have one
+-- KEYS: the shard's keys (see common.lua), then the idempotency keys and ordering key
+--       lists of those that have one
 -- ARGV: 1 wake channel, 2 the layout version the first line starts with
---       (src/store/spec.rs), then per notification 8 values: id, spec (meta JSON and
+--       (src/store/spec.rs), then per notification 9 values: id, spec (meta JSON and
 --       body), schedule (as records keep it), delay ms, index in KEYS of its idempotency
 --       key (0: none), idempotency ttl ms, the fingerprint of its request, its tenant
---       ('' for the default one; counted in the tenants hash)
+--       ('' for the default one; counted in the tenants hash), index in KEYS of its
+--       ordering key's list (0: none; behind another of its key, it waits: common.lua)
 -- An idempotency key holds `<id> <fingerprint>` (keys of builds before fingerprints:
 -- `<id>`). A notification whose idempotency key was seen before (earlier, or earlier in
 -- this group) stores nothing: the first notification of that key is answered instead,
@@ -14,10 +16,12 @@
 -- time, delay and schedule in front, and the due time. No state record is written until
 -- the notification first changes: until then its record is the one
 -- lifecycle::transitions::register gives it from that first line.
--- Returns {new earliest 0|1, registration time ms, then per notification: id, duplicate
+-- Returns {0, or 1 + ms until due when one is the shard's new earliest, registration
+-- time ms, then per notification: id, duplicate
 -- 0|1 (2: of another request), and for a duplicate of the same request the state of the
--- first (held_of in common.lua), or false when that one is in this group or refused}.
-local WIDTH = 8
+-- first (held_of in common.lua), or false when that one is in this group or refused;
+-- for a new one, 1 when it waits behind another of its ordering key, else false}.
+local WIDTH = 9
 local now = now_ms(true)
 -- Times go into the spec and the due set as text formatted here: Lua would format a
 -- number with %.14g and Redis a number argument with %.17g, both through glibc's slow
@@ -44,12 +48,18 @@ for i = 3, #ARGV, WIDTH do
     if key > 0 then redis.call('SET', KEYS[key], id .. ' ' .. fingerprint, 'PX', ARGV[i + 5]) end
     local delay_text = ARGV[i + 3]
     local next_text = delay_text == '0' and now_text or string.format('%d', now + tonumber(delay_text))
+    local waits = false
+    local list = tonumber(ARGV[i + 8])
+    if list > 0 then
+      next_text = join_order(KEYS[list], id, now + tonumber(delay_text))
+      waits = tonumber(next_text) >= WAITING and 1
+    end
     created[id] = true
     local jobs, due = w.jobs, w.due
     local line = version .. now_text .. ' ' .. delay_text .. ' ' .. ARGV[i + 2] .. '\n'
     jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
-    out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, false
+    out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, waits
     if ARGV[i + 7] ~= '' then tally(ARGV[i + 7], 'due', nil, 1, now) end
   end
 end
@@ -58,6 +68,7 @@ flush_tally()
 if #w.due > 0 then
   redis.call('HSET', KEYS[4], unpack(w.jobs))
   redis.call('ZADD', KEYS[1], unpack(w.due))
-  if announce_if_heads(ARGV[1], w.due) then out[1] = 1 end
+  local due_in = announce_if_heads(ARGV[1], w.due, now)
+  if due_in then out[1] = 1 + due_in end
 end
 return out

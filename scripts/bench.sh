@@ -2,12 +2,14 @@
 # Measures postback beside BullMQ in one session, on this machine: the peer comparator of
 # ../shared/peers (copied to a scratch directory, since shared/ is read-only) runs its
 # baseline (redis-benchmark, wrk on its receiver) and BullMQ's burst, retry and delayed
-# scenarios; postback-bench runs the same scenarios and its own (isolation, backlog, idle).
+# scenarios; postback-bench runs the same scenarios, the burst also through
+# `POST /notify/batch`, and its own (isolation, idle, backlog, fleet).
 # Every scenario is repeated REPEATS times, interleaved, and the figures end up in
 # bench-results/results.tsv; scripts/bench_summary.py prints medians and the ratios that
 # BENCHMARKS.md reports.
 #
-#   scripts/bench.sh [REPEATS]        (default 3; about 3 minutes per repeat, plus the backlog)
+#   scripts/bench.sh [REPEATS]        (default 3; about 3 minutes per repeat, plus the backlog
+#                                     and the fleet, about 4 minutes each)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeats="${1:-3}"
@@ -37,8 +39,10 @@ for r in $(seq "$repeats"); do
     (cd "$peers" && TSV="$tsv" ./run.sh bullmq "$sc" "$r")
     postback "$r" "$sc"
   done
+  postback "$r" burst --batch 1000 --producers 4
   postback "$r" isolation
   postback "$r" idle
 done
 postback 1 backlog
+postback 1 fleet
 python3 scripts/bench_summary.py "$tsv"

@@ -30,6 +30,9 @@ def main(path):
         values = figures.get((peer, scenario, metric))
         return statistics.median(values) if values else None
 
+    def fleet(case):
+        return med("postback", f"fleet_{case}", "redis_commands_per_delivery")
+
     def per_delivery_bullmq(scenario, n):
         cpu = med("bullmq", scenario, "redis_cpu")
         return None if cpu is None else cpu * 1e6 / n
@@ -43,6 +46,8 @@ def main(path):
     rows = [
         ("burst e2e throughput, postback / BullMQ", "≥ 2",
          ratio(med("postback", "burst", "e2e_throughput"), med("bullmq", "burst", "e2e_throughput"))),
+        ("batch burst e2e throughput (`/notify/batch`), postback / BullMQ `addBulk`", "≥ 3",
+         ratio(med("postback", "burst_batch", "e2e_throughput"), med("bullmq", "burst", "e2e_throughput"))),
         ("burst delivery-only throughput / receiver ceiling (wrk)", "≥ 0.20",
          ratio(med("postback", "burst", "delivery_only_throughput"), ceiling)),
     ]
@@ -64,11 +69,44 @@ def main(path):
         ("idle: Redis commands per second", "≤ 5", med("postback", "idle", "redis_commands_per_second")),
         ("isolation: healthy p99 beside a hanging host / alone", "≤ 1.20",
          med("postback", "isolation", "healthy_p99_ratio")),
+        ("fleet: Redis commands per delivery, 12 shards / 1 shard", "≤ 2",
+         ratio(fleet("12s_1i"), fleet("1s_1i"))),
+        ("fleet: Redis commands per delivery, 4 instances / 1 (12 shards)", "≤ 1.20",
+         ratio(fleet("12s_4i"), fleet("12s_1i"))),
     ]
+    print_fleet(figures)
     print("\n| target | goal | measured |\n|---|---|---|")
     for name, goal, value in rows:
         shown = "NA" if value is None else f"{value:.2f}"
         print(f"| {name} | {goal} | {shown} |")
+
+
+def print_fleet(figures):
+    """The fleet scenario's cases, each beside the first (1 shard, 1 instance)."""
+    cases = sorted({scenario for (peer, scenario, _) in figures
+                    if peer == "postback" and scenario.startswith("fleet_")},
+                   key=lambda c: tuple(int(x[:-1]) for x in c.split("_")[1:]))
+    if not cases:
+        return
+
+    def med(case, metric):
+        values = figures.get(("postback", case, metric))
+        return statistics.median(values) if values else None
+
+    base = med("fleet_1s_1i", "redis_commands_per_delivery")
+    print("\n| shards, instances | Redis commands per delivery (ratio) | after registration "
+          "| Redis CPU per delivery (µs) | lateness p99 (ms) |\n|---|---|---|---|---|")
+    for case in cases:
+        shards, instances = (x[:-1] for x in case.split("_")[1:])
+        cmds = med(case, "redis_commands_per_delivery")
+        shown = "NA" if cmds is None else f"{cmds:.2f} ({ratio(cmds, base) or 0:.2f})"
+        after = med(case, "redis_commands_per_delivery_after_registration")
+        cpu, p99 = med(case, "redis_cpu_per_delivery"), med(case, "lateness_p99")
+        print(f"| {shards}, {instances} | {shown} | {fmt(after, 2)} | {fmt(cpu)} | {fmt(p99)} |")
+
+
+def fmt(value, digits=1):
+    return "NA" if value is None else f"{value:.{digits}f}"
 
 
 def ratio(a, b):

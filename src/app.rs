@@ -16,14 +16,13 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::access;
-use crate::api::{self, AppState, NotifyPolicy};
+use crate::api::{self, AppState, NotifyPolicy, TenantRules};
 use crate::config::{redact, Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
 use crate::policy::Policy;
 use crate::retention;
 use crate::scheduler::Dispatcher;
 use crate::sender::Sender;
-use crate::signing::Signer;
 use crate::store::{EmbeddedStore, HealthListener, RedisStore, Store};
 
 /// Runs an instance until SIGTERM or Ctrl-C.
@@ -61,13 +60,8 @@ impl App {
             tracing::warn!("API authentication is off (--insecure-no-auth)");
         }
         let wake = Arc::new(Notify::new());
-        let tenant_secrets = config
-            .tenants
-            .iter()
-            .map(|(t, c)| (t.clone(), c.secrets.clone()))
-            .collect();
-        let signer = Signer::new(config.secrets.clone(), tenant_secrets);
-        let sender = Sender::new(&s.delivery, signer)?;
+        let signer = config.signer();
+        let sender = Sender::new(&s.delivery, signer.clone(), &config.tenants)?;
         let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas()));
         let dispatcher = Dispatcher::new(
             store.clone(),
@@ -75,6 +69,7 @@ impl App {
             delivery.clone(),
             wake.clone(),
             s.delivery.clone(),
+            config.shards,
         );
         let pipeline = Pipeline::default();
         let state = AppState {
@@ -88,6 +83,7 @@ impl App {
             max_body_bytes: s.server.max_body_bytes,
             body_timeout: s.server.body_timeout,
             metrics_token: s.server.metrics_token.as_deref().map(access::digest),
+            signer,
         };
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {
@@ -193,7 +189,7 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         RedisTarget::Cluster(seeds) => ("redis cluster", seeds.iter().collect()),
     };
     let urls: Vec<String> = urls.into_iter().map(|u| redact::url(u)).collect();
-    tracing::info!(store = kind, url = %urls.join(","), shards = config.shards, "store connected");
+    tracing::info!(store = kind, url = %urls.join(","), shards = config.shards, instance = store.instance(), "store connected");
     Ok(Arc::new(store))
 }
 
@@ -211,10 +207,17 @@ fn notify_policy(config: &Config) -> NotifyPolicy {
             Destinations::PublicOnly
         },
         placement: Placement::new(config.shards),
+        profiles: config.profiles.clone(),
         tenants: config
             .tenants
             .iter()
-            .map(|(t, c)| (t.clone(), c.allowed_hosts.clone()))
+            .map(|(t, c)| {
+                let rules = TenantRules {
+                    allowed_hosts: c.allowed_hosts.clone(),
+                    require_https: c.require_https,
+                };
+                (t.clone(), rules)
+            })
             .collect(),
     }
 }

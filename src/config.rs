@@ -15,14 +15,18 @@ use serde::{Deserialize, Serialize};
 use crate::access::{self, Principal, Role, Scope, TokenTable};
 use crate::domain::{HostAllowList, Schedule, Tenant};
 use crate::policy::{Limits, Quota, Quotas};
-use crate::signing::Secret;
+use crate::signing::{Keys, Secret, Signer, SigningKey};
 
 mod percent;
+mod profiles;
 pub mod redact;
 mod string_list;
+mod tenant_tls;
 
 pub use percent::Percent;
+pub use profiles::{Profile, ProfileSettings};
 pub use string_list::StringList;
+pub use tenant_tls::TenantTls;
 
 /// Sections that environment variables may address (`POSTBACK_<SECTION>_<KEY>`).
 const SECTIONS: &[&str] = &[
@@ -53,6 +57,8 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     pub traces: TraceSettings,
     pub schedules: BTreeMap<String, Schedule>,
+    /// Named bundles of a schedule and a success rule (`profile` on `POST /notify`).
+    pub profiles: BTreeMap<String, ProfileSettings>,
     /// Rate-limit quotas per `rate_key` of the default tenant, overriding
     /// `delivery.rate_limit`.
     pub quotas: BTreeMap<String, Quota>,
@@ -80,9 +86,20 @@ pub struct TokenSettings {
 #[serde(default, deny_unknown_fields)]
 pub struct TenantSettings {
     pub secrets: StringList,
+    /// ed25519 signing keys (`whsk_…`), whose public halves `GET /signing-keys` shows.
+    pub keys: StringList,
     pub rate_limit: Option<Quota>,
     pub quotas: BTreeMap<String, Quota>,
     pub allowed_hosts: Option<StringList>,
+    /// Refuse plain `http` callbacks, at registration and at replay (and send none).
+    pub require_https: bool,
+    /// Mutual TLS: the certificate chain (PEM) this tenant's deliveries present.
+    pub client_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub client_key: Option<PathBuf>,
+    /// The roots (PEM) this tenant's receivers are verified against, instead of the
+    /// system's: a merchant's private CA.
+    pub ca_certs: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -133,6 +150,11 @@ pub struct StoreSettings {
     pub connect_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub response_timeout: Duration,
+    /// How long an instance's hold on its shards lasts without renewal: instances
+    /// sharing a Redis divide its shards among the live ones, and a killed instance's
+    /// shards are taken over within this (`store/redis/fleet.rs`).
+    #[serde(with = "humantime_serde")]
+    pub shard_lease: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -211,6 +233,8 @@ pub struct RetentionSettings {
 #[serde(default, deny_unknown_fields)]
 pub struct SigningSettings {
     pub secrets: StringList,
+    /// ed25519 signing keys (`whsk_…`) of tenants without their own.
+    pub keys: StringList,
 }
 
 /// What `/metrics` shows.
@@ -273,6 +297,7 @@ impl Default for Settings {
             metrics: MetricsSettings::default(),
             traces: TraceSettings::default(),
             schedules: default_schedules(),
+            profiles: profiles::default_profiles(),
             quotas: BTreeMap::new(),
             secrets: BTreeMap::new(),
             tokens: BTreeMap::new(),
@@ -311,6 +336,7 @@ impl Default for StoreSettings {
             connect_wait: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            shard_lease: Duration::from_secs(3),
         }
     }
 }
@@ -380,6 +406,9 @@ fn default_schedules() -> BTreeMap<String, Schedule> {
 /// hold some, few enough that claiming every one stays cheap.
 pub const CLUSTER_SHARDS: u16 = 12;
 
+/// The shortest `store.shard_lease`: it is renewed every quarter of it.
+const MIN_SHARD_LEASE: Duration = Duration::from_millis(200);
+
 /// Where the notifications are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreTarget {
@@ -406,16 +435,24 @@ pub struct Config {
     /// Secrets stay text in `Settings`, which is printable and comparable; these are
     /// the keys they decode to.
     pub secrets: Vec<Secret>,
+    /// The instance's signing keys, as `secrets`.
+    pub keys: Vec<SigningKey>,
     /// Every configured tenant (`default` always), with its secrets and allowed hosts.
     pub tenants: BTreeMap<Tenant, TenantConfig>,
     /// The API's tokens (empty: authentication is off).
     pub tokens: TokenTable,
+    /// The profiles, each with its schedule and success rule.
+    pub profiles: BTreeMap<String, Profile>,
 }
 
 /// A tenant's decoded settings.
 #[derive(Debug, Clone, Default)]
 pub struct TenantConfig {
+    pub require_https: bool,
+    /// Its own TLS set-up for deliveries (client certificate, roots), if any.
+    pub tls: Option<TenantTls>,
     pub secrets: Vec<Secret>,
+    pub keys: Vec<SigningKey>,
     pub allowed_hosts: Option<HostAllowList>,
     /// The default quota of its rate keys, if it has one.
     pub rate_limit: Option<Quota>,
@@ -536,6 +573,11 @@ impl Config {
         };
         check(shards >= 1, "store.shards", "must be at least 1")?;
         check(
+            s.store.shard_lease >= MIN_SHARD_LEASE,
+            "store.shard_lease",
+            "must be at least 200ms (it is renewed four times per lease)",
+        )?;
+        check(
             s.schedules.contains_key("default"),
             "schedules.default",
             "a default schedule is required",
@@ -546,10 +588,12 @@ impl Config {
             "must be from 0% to 90%",
         )?;
         let secrets = parse_secrets(&s.signing.secrets, "signing.secrets")?;
+        let keys = parse_keys(&s.signing.keys, "signing.keys")?;
         if let Some(key) = s.secrets.keys().next() {
             bail!("secrets.{key} (POSTBACK_SECRETS_{}): secrets per rate key are gone, since any producer could name a rate key; move them to the `secrets` of a [tenants.<name>] section and register that merchant's notifications with a token of that tenant", key.to_ascii_uppercase());
         }
         let tenants = tenants(&s.tenants)?;
+        let profiles = profiles::profiles(&s.profiles, &s.schedules)?;
         let tokens = if insecure_no_auth && s.server.api_tokens.is_empty() && s.tokens.is_empty() {
             TokenTable::default()
         } else {
@@ -560,9 +604,25 @@ impl Config {
             store,
             shards,
             secrets,
+            keys,
             tenants,
             tokens,
+            profiles,
         })
+    }
+
+    /// What signs each tenant's deliveries: its own secrets and keys, or the instance's.
+    pub fn signer(&self) -> Signer {
+        let keys = |secrets: &[Secret], keys: &[SigningKey]| Keys {
+            secrets: secrets.to_vec(),
+            keys: keys.to_vec(),
+        };
+        let per_tenant = self
+            .tenants
+            .iter()
+            .map(|(t, c)| (t.clone(), keys(&c.secrets, &c.keys)))
+            .collect();
+        Signer::new(keys(&self.secrets, &self.keys), per_tenant)
     }
 
     /// The rate-limit quota of every tenant's rate keys: its own, its tenant's default,
@@ -601,6 +661,8 @@ fn tenants(
         let tenant = Tenant::parse(name, "tenant")
             .map_err(|e| anyhow::anyhow!("tenants.{name}: {}", e.message))?;
         let secrets = parse_secrets(&t.secrets, &format!("tenants.{name}.secrets"))?;
+        let keys = parse_keys(&t.keys, &format!("tenants.{name}.keys"))?;
+        let tls = TenantTls::read(t, &format!("tenants.{name}"))?;
         let allowed_hosts = t
             .allowed_hosts
             .as_ref()
@@ -610,7 +672,10 @@ fn tenants(
         out.insert(
             tenant,
             TenantConfig {
+                require_https: t.require_https,
+                tls,
                 secrets,
+                keys,
                 allowed_hosts,
                 rate_limit: t.rate_limit,
                 quotas: t.quotas.clone(),
@@ -723,6 +788,12 @@ fn env_provider() -> Env {
 fn parse_secrets(raw: &StringList, key: &str) -> anyhow::Result<Vec<Secret>> {
     raw.iter()
         .map(|s| Secret::parse(s).map_err(|e| anyhow::anyhow!("{key}: {e}")))
+        .collect()
+}
+
+fn parse_keys(raw: &StringList, key: &str) -> anyhow::Result<Vec<SigningKey>> {
+    raw.iter()
+        .map(|s| SigningKey::parse(s).map_err(|e| anyhow::anyhow!("{key}: {e}")))
         .collect()
 }
 
@@ -884,6 +955,10 @@ mod tests {
             (&token("*", ""), "tokens.x.roles: must name at least one"),
             ("[tokens.x]\ntenant = \"*\"\nroles = [\"read\"]", "missing field `sha256`"),
             ("[tenants.\"shop a\"]", "tenants.shop a: a tenant is"),
+            ("[tenants.a]\nkeys = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]", "tenants.a.keys: a signing key must start with `whsk_`"),
+            ("[signing]\nkeys = \"whsk_YWJj\"", "signing.keys: a signing key holds 32 bytes"),
+            ("[profiles.p]\nschedule = \"nope\"", "profiles.p.schedule: no schedule named `nope`"),
+            ("[profiles.p]\nsuccess = { status = [410] }", "profiles.p.success.status: 410 is not"),
             ("[tenants.a]\nallowed_hosts = [\"http://x\"]", "tenants.a.allowed_hosts: `http://x` is not a host name"),
             ("[tenants.a]\nsecrets = [\"nope\"]", "tenants.a.secrets: a secret must start with"),
             (&format!("{}\n[tokens.y]\nsha256 = \"{}\"\ntenant = \"*\"\nroles = [\"read\"]", token("*", "\"read\""), access::digest_hex("tok-x")), "tokens.y.sha256: the same token as x"),

@@ -23,17 +23,19 @@ const API_REQUESTS: &str = "postback_api_requests_total";
 const API_DURATION: &str = "postback_api_request_duration_seconds";
 
 /// Why a claimed notification is put back without an attempt.
-const DEFERRAL_REASONS: [&str; 4] = [
+const DEFERRAL_REASONS: [&str; 5] = [
     "rate_limit",
     "retry_after",
     "host_busy",
     "quota_unavailable",
+    "slots_busy",
 ];
 /// The store operations whose failures are counted.
-const STORE_OPERATIONS: [&str; 8] = [
+const STORE_OPERATIONS: [&str; 9] = [
     "api",
     "audit",
     "claim",
+    "fleet",
     "pause",
     "publish_health",
     "reserve",
@@ -166,7 +168,21 @@ fn describe() {
         "postback_store_up",
         "1 when the store answered the last scrape's read of queue depths, 0 when it did not"
     );
+    describe_gauge!(
+        "postback_fleet_instances",
+        "Live instances sharing this instance's Redis, itself included, at its last renewal"
+    );
+    describe_gauge!(
+        "postback_shards_owned",
+        "Shards this instance owns among the fleet, and claims from"
+    );
     describe_gauge!("postback_build_info", "The running version");
+}
+
+/// What this instance's last fleet renewal said: live instances, and shards it owns.
+pub fn fleet(instances: usize, owned: usize) {
+    gauge!("postback_fleet_instances").set(instances as f64);
+    gauge!("postback_shards_owned").set(owned as f64);
 }
 
 pub fn accepted() {

@@ -1,10 +1,13 @@
 //! The scheduler: claims due notifications in batches, asks the delivery policy whether
 //! each may go now, hands those that may (or that wait a moment for a fast host's slot)
 //! to the sender on their own task, and queues every outcome (attempt or deferral) for
-//! the settler. A claim also takes what falls due within the next `CLAIM_AHEAD`, each held
-//! on its own task until its due time, so that a steady stream is claimed in groups
-//! rather than one store call per notification. It sleeps until shortly before the next
-//! due time (capped), and wakes at once when a new earliest notification is announced.
+//! the settler. A claim also takes what falls due within the next `CLAIM_AHEAD` (or, in a
+//! shard with few due, up to four times that: see the store), each held on its own task
+//! until its due time, so that a steady stream is claimed in groups rather than one store
+//! call per notification. A held notification takes a delivery slot only when it is due,
+//! and gives it back when its outcome is queued for the settler.
+//! It sleeps until shortly before the next due time (capped), and wakes at once when a
+//! new earliest notification is announced.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +41,15 @@ const CLAIM_AHEAD: Duration = Duration::from_millis(40);
 /// that fraction instead of waiting for the next claim.
 const BUSY_CLAIM_AHEAD: Duration = Duration::from_millis(2);
 
+/// Notifications an instance has claimed and not yet settled at most (held until due,
+/// being sent, or waiting for the settler), as a multiple of its delivery slots.
+const CLAIMED_PER_SLOT: usize = 4;
+
+/// How long a held notification that has fallen due waits for a delivery slot at most;
+/// past it, it is released to be due again at once (for this or another instance), so
+/// that its lease cannot run out while it waits.
+const SLOT_WAIT: Duration = Duration::from_secs(2);
+
 /// The delivery pipeline of one instance: scheduler, sender tasks and settler.
 pub struct Dispatcher {
     store: Arc<dyn Store>,
@@ -45,6 +57,8 @@ pub struct Dispatcher {
     policy: Arc<Policy>,
     wake: Arc<Notify>,
     settings: DeliverySettings,
+    /// The store's shards: settle batches grow with them (`settler::Batching`).
+    shards: u16,
 }
 
 impl Dispatcher {
@@ -54,6 +68,7 @@ impl Dispatcher {
         policy: Arc<Policy>,
         wake: Arc<Notify>,
         settings: DeliverySettings,
+        shards: u16,
     ) -> Self {
         Self {
             store,
@@ -61,6 +76,7 @@ impl Dispatcher {
             policy,
             wake,
             settings,
+            shards,
         }
     }
 
@@ -68,7 +84,9 @@ impl Dispatcher {
     /// period, settles them, and releases whatever did not finish.
     pub async fn run(self, stop: CancellationToken) {
         let slots = Arc::new(Semaphore::new(self.settings.concurrency));
-        let (tx, rx) = mpsc::channel(self.settings.concurrency);
+        let claimed = Arc::new(Semaphore::new(CLAIMED_PER_SLOT * self.settings.concurrency));
+        let batching = settler::Batching::new(self.settings.concurrency, self.shards);
+        let (tx, rx) = mpsc::channel(batching.size());
         let leases = Leases::default();
         let abort = CancellationToken::new();
         let give_up = CancellationToken::new();
@@ -79,7 +97,7 @@ impl Dispatcher {
             leases.clone(),
             self.wake.clone(),
             give_up.clone(),
-            self.settings.concurrency,
+            batching,
         ));
 
         let ctx = AttemptContext {
@@ -87,11 +105,13 @@ impl Dispatcher {
             sender: self.sender.clone(),
             policy: self.policy.clone(),
             settle: tx,
+            slots: slots.clone(),
             leases: leases.clone(),
             abort: abort.clone(),
             jitter: self.settings.jitter,
         };
-        self.claim_loop(&slots, &ctx, &tasks, &stop).await;
+        self.claim_loop((&slots, &claimed), &ctx, &tasks, &stop)
+            .await;
         drop(ctx);
 
         tasks.close();
@@ -109,27 +129,33 @@ impl Dispatcher {
         self.release(leases.take_all()).await;
     }
 
+    /// Claims while a delivery slot is free: as many as are free when busy (at least a
+    /// quarter of the slots in use), otherwise up to `claim_batch`, to hold until due.
+    /// Every claimed notification holds a place among the claimed until it is settled.
     async fn claim_loop(
         &self,
-        slots: &Arc<Semaphore>,
+        (slots, claimed): (&Arc<Semaphore>, &Arc<Semaphore>),
         ctx: &AttemptContext,
         tasks: &TaskTracker,
         stop: &CancellationToken,
     ) {
         let mut failures = 0u32;
         loop {
-            let Some(permits) = self.free_slots(slots, stop).await else {
+            if !self.slot_free(slots, stop).await {
                 return;
-            };
-            let free = permits.len() + slots.available_permits();
-            let ahead = if 4 * free >= 3 * self.settings.concurrency {
-                CLAIM_AHEAD
+            }
+            let free = slots.available_permits();
+            let (limit, ahead) = if 4 * free >= 3 * self.settings.concurrency {
+                (self.settings.claim_batch, CLAIM_AHEAD)
             } else {
-                BUSY_CLAIM_AHEAD
+                (free.clamp(1, self.settings.claim_batch), BUSY_CLAIM_AHEAD)
+            };
+            let Some(places) = self.places(claimed, limit, stop).await else {
+                return;
             };
             let claim = self
                 .store
-                .claim(permits.len(), self.settings.lease, ahead)
+                .claim(places.len(), self.settings.lease, ahead)
                 .await;
             match claim {
                 Ok(claim) => {
@@ -137,9 +163,8 @@ impl Dispatcher {
                         tracing::info!(failures, "claiming resumed");
                         failures = 0;
                     }
-                    let full = claim.jobs.len() == permits.len();
-                    ctx.dispatch(claim.jobs.into_iter().zip(permits).collect(), tasks)
-                        .await;
+                    let full = claim.jobs.len() == places.len();
+                    ctx.dispatch(claim.jobs, places, tasks).await;
                     if !full {
                         let nap = claim.next_wake.map_or(self.settings.max_idle_sleep, |d| {
                             before_due(d).min(self.settings.max_idle_sleep)
@@ -155,7 +180,7 @@ impl Dispatcher {
                         tracing::error!(error = %e, "cannot claim notifications; retrying with backoff");
                     }
                     failures += 1;
-                    drop(permits);
+                    drop(places);
                     if !self.nap(backoff(failures), stop).await {
                         return;
                     }
@@ -164,25 +189,29 @@ impl Dispatcher {
         }
     }
 
-    /// Waits for at least one free delivery slot, then takes as many as are free, up to
-    /// the claim batch. `None` when told to stop.
-    async fn free_slots(
+    /// Waits until a delivery slot is free (without taking it); false when told to stop.
+    async fn slot_free(&self, slots: &Arc<Semaphore>, stop: &CancellationToken) -> bool {
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            p = slots.acquire() => p.is_ok(),
+        }
+    }
+
+    /// Waits for at least one free place among the claimed, then takes as many as are
+    /// free, up to `limit`. `None` when told to stop.
+    async fn places(
         &self,
-        slots: &Arc<Semaphore>,
+        claimed: &Arc<Semaphore>,
+        limit: usize,
         stop: &CancellationToken,
     ) -> Option<Vec<OwnedSemaphorePermit>> {
         let first = tokio::select! {
             _ = stop.cancelled() => return None,
-            p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
+            p = claimed.clone().acquire_owned() => p.ok()?,
         };
-        let mut permits = vec![first];
-        while permits.len() < self.settings.claim_batch {
-            match slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
-            }
-        }
-        Some(permits)
+        let mut places = vec![first];
+        places.extend((1..limit).map_while(|_| claimed.clone().try_acquire_owned().ok()));
+        Some(places)
     }
 
     /// Sleeps for `d` unless woken; false when told to stop.
@@ -221,6 +250,15 @@ fn before_due(d: Duration) -> Duration {
     }
 }
 
+/// What a claimed notification holds: its place among those this instance has claimed,
+/// from the claim until its outcome is recorded (which bounds what it holds in memory
+/// and what a crash would repeat), and a delivery slot from its due time until its
+/// outcome is queued for the settler.
+struct Place {
+    claimed: OwnedSemaphorePermit,
+    slot: Option<OwnedSemaphorePermit>,
+}
+
 /// What a sender task needs: shared by every attempt of this instance.
 #[derive(Clone)]
 struct AttemptContext {
@@ -228,6 +266,8 @@ struct AttemptContext {
     sender: Arc<Sender>,
     policy: Arc<Policy>,
     settle: mpsc::Sender<Queued>,
+    /// The delivery slots, which a held notification waits for when it falls due.
+    slots: Arc<Semaphore>,
     leases: Leases,
     abort: CancellationToken,
     /// ± spread of retry intervals.
@@ -240,87 +280,107 @@ impl AttemptContext {
     /// otherwise defers it, or records a fail-fast attempt, without holding a delivery
     /// slot. One whose time is a moment away waits on its own task until then, and only
     /// then asks the policy; one whose time is further is deferred to it in the store.
+    /// Each job comes with its place among the claimed (`claims`), and takes a
+    /// delivery slot when it is due.
     async fn dispatch(
         &self,
-        claimed: Vec<(ClaimedJob, OwnedSemaphorePermit)>,
+        jobs: Vec<ClaimedJob>,
+        claims: Vec<OwnedSemaphorePermit>,
         tasks: &TaskTracker,
     ) {
-        for (job, _) in &claimed {
+        for job in &jobs {
             self.leases.hold(job.id, job.lease);
         }
-        let jobs: Vec<&ClaimedJob> = claimed.iter().map(|(job, _)| job).collect();
-        let times = reservations::send_times(self.store.as_ref(), &self.policy, &jobs).await;
-        for ((job, permit), at) in claimed.into_iter().zip(times) {
+        let refs: Vec<&ClaimedJob> = jobs.iter().collect();
+        let times = reservations::send_times(self.store.as_ref(), &self.policy, &refs).await;
+        for ((job, at), claimed) in jobs.into_iter().zip(times).zip(claims) {
+            let mut place = Place {
+                claimed,
+                slot: None,
+            };
             match at {
-                SendAt::After(wait) if wait.is_zero() => self.admit(job, permit, tasks).await,
+                SendAt::After(wait) if wait.is_zero() => {
+                    match self.slots.clone().try_acquire_owned() {
+                        Ok(slot) => {
+                            place.slot = Some(slot);
+                            self.admit(job, place, tasks).await
+                        }
+                        Err(_) => {
+                            tasks.spawn(self.clone().when_due(wait, job, place, tasks.clone()));
+                        }
+                    }
+                }
                 SendAt::After(wait) => {
-                    tasks.spawn(self.clone().when_due(wait, job, permit, tasks.clone()));
+                    tasks.spawn(self.clone().when_due(wait, job, place, tasks.clone()));
                 }
                 SendAt::Deferred {
                     wait,
                     reserved,
                     reason,
-                } => self.defer(job, permit, wait, reserved, reason).await,
+                } => self.defer(job, place, wait, reserved, reason).await,
             }
         }
     }
 
-    async fn when_due(
-        self,
-        wait: Duration,
-        job: ClaimedJob,
-        permit: OwnedSemaphorePermit,
-        tasks: TaskTracker,
-    ) {
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => self.admit(job, permit, &tasks).await,
-            _ = self.abort.cancelled() => {}
+    /// Waits until the job is due and for a delivery slot, then asks the policy. One that
+    /// finds no slot within `SLOT_WAIT` is handed back, due at once.
+    async fn when_due(self, wait: Duration, job: ClaimedJob, mut place: Place, tasks: TaskTracker) {
+        let slot = tokio::select! {
+            _ = self.abort.cancelled() => return,
+            slot = async {
+                tokio::time::sleep(wait).await;
+                tokio::time::timeout(SLOT_WAIT, self.slots.clone().acquire_owned()).await
+            } => slot,
+        };
+        match slot {
+            Ok(Ok(slot)) => {
+                place.slot = Some(slot);
+                self.admit(job, place, &tasks).await
+            }
+            _ => {
+                self.defer(job, place, Duration::ZERO, false, "slots_busy")
+                    .await
+            }
         }
     }
 
-    async fn admit(&self, job: ClaimedJob, permit: OwnedSemaphorePermit, tasks: &TaskTracker) {
+    async fn admit(&self, job: ClaimedJob, place: Place, tasks: &TaskTracker) {
         let target = job.spec.target();
         match self
             .policy
             .admit(&target.host, &target.endpoint, job.is_last())
         {
             Admission::Send(slot) => {
-                tasks.spawn(self.clone().attempt(job, target, permit, slot));
+                tasks.spawn(self.clone().attempt(job, target, place, slot));
             }
             Admission::WaitForHost => {
-                tasks.spawn(self.clone().wait_for_host(job, target, permit));
+                tasks.spawn(self.clone().wait_for_host(job, target, place));
             }
-            Admission::Refuse(refusal) => self.refuse(refusal, job, &target, permit).await,
+            Admission::Refuse(refusal) => self.refuse(refusal, job, &target, place).await,
         }
     }
 
     /// Waits for a slot at the job's host, then sends it or turns it away.
-    async fn wait_for_host(self, job: ClaimedJob, target: Target, permit: OwnedSemaphorePermit) {
+    async fn wait_for_host(self, job: ClaimedJob, target: Target, place: Place) {
         let admission = tokio::select! {
             a = self.policy.admit_after_wait(&target.host, &target.endpoint, job.is_last()) => a,
             _ = self.abort.cancelled() => return,
         };
         match admission {
-            Ok(slot) => self.attempt(job, target, permit, slot).await,
-            Err(refusal) => self.refuse(refusal, job, &target, permit).await,
+            Ok(slot) => self.attempt(job, target, place, slot).await,
+            Err(refusal) => self.refuse(refusal, job, &target, place).await,
         }
     }
 
-    async fn refuse(
-        &self,
-        refusal: Refusal,
-        job: ClaimedJob,
-        target: &Target,
-        permit: OwnedSemaphorePermit,
-    ) {
+    async fn refuse(&self, refusal: Refusal, job: ClaimedJob, target: &Target, place: Place) {
         match refusal {
-            Refusal::Defer { wait, reason } => self.defer(job, permit, wait, false, reason).await,
+            Refusal::Defer { wait, reason } => self.defer(job, place, wait, false, reason).await,
             Refusal::CircuitOpen => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
                 attempt_span(&job, &target.host).in_scope(|| log_outcome(&report));
                 let settlement = self.settlement(&job, report);
-                self.report(Report::Attempted(settlement), permit).await;
+                self.report(Report::Attempted(settlement), place).await;
             }
         }
     }
@@ -330,7 +390,7 @@ impl AttemptContext {
     async fn defer(
         &self,
         job: ClaimedJob,
-        permit: OwnedSemaphorePermit,
+        place: Place,
         wait: Duration,
         reserved: bool,
         reason: &'static str,
@@ -343,7 +403,7 @@ impl AttemptContext {
             delay: wait,
             reserved,
         };
-        self.report(Report::Deferred(deferral), permit).await;
+        self.report(Report::Deferred(deferral), place).await;
     }
 
     /// What the fleet learns from an attempt: the breaker counts it here, and on its own
@@ -375,13 +435,7 @@ impl AttemptContext {
         });
     }
 
-    async fn attempt(
-        self,
-        job: ClaimedJob,
-        target: Target,
-        permit: OwnedSemaphorePermit,
-        slot: HostSlot,
-    ) {
+    async fn attempt(self, job: ClaimedJob, target: Target, place: Place, slot: HostSlot) {
         let span = attempt_span(&job, &target.host);
         record_lateness(&job);
         async move {
@@ -394,7 +448,7 @@ impl AttemptContext {
             log_outcome(&report);
             traces::attempt_ended(&tracing::Span::current(), &report);
             let settlement = self.settlement(&job, report);
-            self.report(Report::Attempted(settlement), permit).await;
+            self.report(Report::Attempted(settlement), place).await;
         }
         .instrument(span)
         .await
@@ -407,6 +461,7 @@ impl AttemptContext {
             lease: job.lease,
             report,
             ended_at: job.store_now(),
+            ordered: job.spec.ordering_key.is_some(),
             jitter_permille: if spread == 0 {
                 0
             } else {
@@ -415,13 +470,20 @@ impl AttemptContext {
         }
     }
 
-    /// Queues a report for the settler, with the delivery slot it holds until the report
-    /// goes to the store; past the grace period the lease is released instead.
-    async fn report(&self, report: Report, slot: OwnedSemaphorePermit) {
+    /// Queues a report for the settler with the notification's place among the claimed,
+    /// which it holds until the report goes to the store. The delivery slot is held until
+    /// the queue takes the report, so a settler that falls behind slows sending, and what
+    /// is sent but not recorded (what a crash would repeat) stays within the slots, the
+    /// queue and one batch. Past the grace period the lease is released instead.
+    async fn report(&self, report: Report, place: Place) {
+        let Place {
+            claimed,
+            slot: _slot,
+        } = place;
         tokio::select! {
             _ = self.settle.send(Queued {
                 report,
-                _slot: slot,
+                _claimed: claimed,
             }) => {}
             _ = self.abort.cancelled() => {}
         }

@@ -1,9 +1,10 @@
 //! The sender: makes one HTTP attempt for a claimed notification and says how it went.
 //! One pooled client; no proxy; redirects are not followed; unless private networks are
 //! allowed, it connects only to public addresses (`ssrf`); the response is read up to a
-//! small cap; success is a 2xx status (and the expected body, when one is asked for);
+//! small cap; success is what the notification's `SuccessRule` says (any 2xx by default);
 //! `410 Gone` gives up at once, and `Retry-After` on 429 or 503 is reported.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -11,9 +12,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AF
 use reqwest::redirect::Policy;
 use reqwest::StatusCode;
 
-use crate::config::DeliverySettings;
-use crate::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach};
-use crate::signing::{signature_header, Signer};
+use crate::config::{DeliverySettings, TenantConfig, TenantTls};
+use crate::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant};
+use crate::signing::Signer;
 use crate::ssrf::{self, Blocked};
 use crate::traces;
 
@@ -22,6 +23,10 @@ pub const USER_AGENT_VALUE: &str = concat!("postback/", env!("CARGO_PKG_VERSION"
 
 pub struct Sender {
     client: reqwest::Client,
+    /// The clients of tenants with TLS of their own (a client certificate, roots).
+    tenant_clients: BTreeMap<Tenant, reqwest::Client>,
+    /// Tenants whose deliveries go over `https` only.
+    https_only: BTreeSet<Tenant>,
     signer: Signer,
     public_only: bool,
     max_timeout: Duration,
@@ -36,23 +41,31 @@ pub fn install_crypto_provider() {
 }
 
 impl Sender {
-    pub fn new(settings: &DeliverySettings, signer: Signer) -> anyhow::Result<Self> {
+    /// A sender with `settings`, signing with `signer`, each of `tenants` with its own
+    /// TLS set-up and `https` rule.
+    pub fn new(
+        settings: &DeliverySettings,
+        signer: Signer,
+        tenants: &BTreeMap<Tenant, TenantConfig>,
+    ) -> anyhow::Result<Self> {
         install_crypto_provider();
-        let mut builder = reqwest::Client::builder();
-        if !settings.allow_private_networks {
-            builder = builder.dns_resolver(ssrf::PublicOnlyResolver);
+        let mut tenant_clients = BTreeMap::new();
+        for (tenant, t) in tenants {
+            if let Some(tls) = &t.tls {
+                let client = client(settings, Some(tls))
+                    .map_err(|e| anyhow::anyhow!("tenants.{tenant}: its TLS set-up: {e}"))?;
+                tenant_clients.insert(tenant.clone(), client);
+            }
         }
-        let client = builder
-            .no_proxy()
-            .redirect(Policy::none())
-            .connect_timeout(settings.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(settings.concurrency.min(64))
-            .tcp_nodelay(true)
-            .user_agent(USER_AGENT_VALUE)
-            .build()?;
+        let https_only = tenants
+            .iter()
+            .filter(|(_, t)| t.require_https)
+            .map(|(tenant, _)| tenant.clone())
+            .collect();
         Ok(Self {
-            client,
+            client: client(settings, None)?,
+            tenant_clients,
+            https_only,
             signer,
             public_only: !settings.allow_private_networks,
             max_timeout: settings.max_timeout,
@@ -67,9 +80,19 @@ impl Sender {
         if let Some(blocked) = self.blocked_literal(spec) {
             return AttemptReport::blocked(blocked.to_string());
         }
+        if self.https_only.contains(&spec.tenant) && !spec.url.starts_with("https:") {
+            let why = format!(
+                "the tenant `{}` requires https: not sent over http",
+                spec.tenant
+            );
+            return AttemptReport::blocked(why);
+        }
         let timeout = Duration::from_millis(spec.timeout_ms).min(self.max_timeout);
-        let result = self
-            .client
+        let client = self
+            .tenant_clients
+            .get(&spec.tenant)
+            .unwrap_or(&self.client);
+        let result = client
             .post(&spec.url)
             .headers(self.headers(id, spec))
             .body(spec.body.clone())
@@ -119,9 +142,10 @@ impl Sender {
             HeaderName::from_static("webhook-timestamp"),
             &timestamp.to_string(),
         );
-        let secrets = self.signer.secrets_for(&spec.tenant);
-        if !secrets.is_empty() {
-            let sig = signature_header(secrets, &id, timestamp, spec.body.as_bytes());
+        if let Some(sig) = self
+            .signer
+            .header(&spec.tenant, &id, timestamp, spec.body.as_bytes())
+        {
             put(HeaderName::from_static("webhook-signature"), &sig);
         }
         for (name, value) in &spec.headers {
@@ -175,11 +199,7 @@ impl Sender {
         let status = response.status();
         let mut body = Vec::new();
         let mut read_error = None;
-        while body.len()
-            < self
-                .response_bytes
-                .max(spec.expect_body.as_ref().map_or(0, |e| e.len() + 64))
-        {
+        while body.len() < self.response_bytes.max(spec.success.body_bytes()) {
             match response.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
                 Ok(None) => break,
@@ -204,17 +224,11 @@ impl Sender {
                 ..AttemptReport::failure(code, "HTTP 410: gone for good".into(), snippet)
             };
         }
-        if !status.is_success() {
+        if !spec.success.accepts_status(status.as_u16()) {
             return AttemptReport::failure(code, format!("HTTP {}", status.as_u16()), snippet);
         }
-        if let Some(expected) = &spec.expect_body {
-            if text.trim() != expected {
-                return AttemptReport::failure(
-                    code,
-                    format!("response body is not `{expected}`"),
-                    snippet,
-                );
-            }
+        if let Some(why) = spec.success.refuses_body(&text) {
+            return AttemptReport::failure(code, why, snippet);
         }
         AttemptReport {
             outcome: Outcome::Delivered,
@@ -222,6 +236,31 @@ impl Sender {
             ..AttemptReport::failure(code, String::new(), snippet)
         }
     }
+}
+
+/// The HTTP client of the deliveries: no proxy, no redirects, the SSRF guard unless
+/// private networks are allowed; with a tenant's `tls`, its client certificate and its
+/// roots instead of the system's.
+fn client(settings: &DeliverySettings, tls: Option<&TenantTls>) -> anyhow::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder();
+    if !settings.allow_private_networks {
+        builder = builder.dns_resolver(ssrf::PublicOnlyResolver);
+    }
+    if let Some(pem) = tls.and_then(|t| t.identity.as_deref()) {
+        builder = builder.identity(reqwest::Identity::from_pem(pem)?);
+    }
+    if let Some(pem) = tls.and_then(|t| t.roots.as_deref()) {
+        builder = builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(pem)?);
+    }
+    Ok(builder
+        .no_proxy()
+        .redirect(Policy::none())
+        .connect_timeout(settings.connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(settings.concurrency.min(64))
+        .tcp_nodelay(true)
+        .user_agent(USER_AGENT_VALUE)
+        .build()?)
 }
 
 /// No response: refused by the SSRF guard (the host is not to blame), or a connection

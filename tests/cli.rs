@@ -32,6 +32,13 @@ fn ok(pb: &Postback, args: &[&str]) -> String {
     stdout
 }
 
+/// `notify --url URL --body {}` with `more` arguments; the id it printed.
+fn notify(pb: &Postback, url: &str, more: &[&str]) -> String {
+    let mut args = vec!["notify", "--url", url, "--body", "{}"];
+    args.extend_from_slice(more);
+    json(pb, &args)["id"].as_str().unwrap().to_string()
+}
+
 fn json(pb: &Postback, args: &[&str]) -> Value {
     let mut args = args.to_vec();
     args.push("--json");
@@ -313,29 +320,16 @@ async fn what_came_from_outside_cannot_drive_the_terminal() {
 async fn list_browses_a_state_and_status_finds_a_notification_by_its_key() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
     let url = receiver.url("/orders");
-    let keyed = json(
-        &pb,
-        &[
-            "notify",
-            "--url",
-            &url,
-            "--body",
-            "{}",
-            "--delay",
-            "1h",
-            "--topic",
-            "order.paid",
-            "--idempotency-key",
-            "order-1001",
-        ],
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let delivered = json(&pb, &["notify", "--url", &url, "--body", "{}"])["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let more = [
+        "--delay",
+        "1h",
+        "--topic",
+        "order.paid",
+        "--idempotency-key",
+        "order-1001",
+    ];
+    let keyed = notify(&pb, &url, &more);
+    let delivered = notify(&pb, &url, &[]);
     pb.wait_state(&delivered, "delivered", WAIT).await;
 
     let table = ok(&pb, &["list", "--state", "scheduled"]);
@@ -559,5 +553,42 @@ async fn a_file_of_notifications_is_registered_line_by_line() {
         out.status.code(),
         Some(2),
         "--batch takes no fields of its own"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_ordering_key_the_profile_and_the_success_rule() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/paid");
+    let more = [
+        "--ordering-key",
+        "order-9",
+        "--profile",
+        "alipay",
+        "--delay",
+        "1h",
+    ];
+    let first = notify(&pb, &url, &more);
+    let rule = r#"{"status":[200,204],"json_pointer":"/code","json_equals":"SUCCESS"}"#;
+    let second = notify(&pb, &url, &["--ordering-key", "order-9", "--success", rule]);
+    let head = ok(&pb, &["status", &first]);
+    assert!(head.contains("ordering_key:     order-9"), "{head}");
+    assert!(head.contains("waiting:          false"), "{head}");
+    assert!(head.contains("profile:          alipay"), "{head}");
+    assert!(
+        head.contains("success:          2xx and body `success`"),
+        "{head}"
+    );
+    let behind = ok(&pb, &["status", &second]);
+    assert!(behind.contains("waiting:          true"), "{behind}");
+    assert!(
+        behind.contains(r#"success:          200|204 and JSON `/code` = "SUCCESS""#),
+        "{behind}"
+    );
+    let plain = notify(&pb, &url, &["--delay", "1h"]);
+    let plain = ok(&pb, &["status", &plain]);
+    assert!(
+        !plain.contains("waiting:") && !plain.contains("success:"),
+        "{plain}"
     );
 }

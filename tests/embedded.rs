@@ -225,11 +225,13 @@ async fn a_closed_store_frees_its_file_and_keeps_what_it_stored() {
         schedule: Schedule::parse(&["1s"]).unwrap(),
         delay: Duration::from_secs(60),
         timeout: Duration::from_secs(1),
-        expect_body: None,
+        success: Default::default(),
+        profile: None,
         topic: None,
         rate_key: "merchant.example.com".into(),
         tenant: Default::default(),
         traceparent: None,
+        ordering_key: None,
     };
     let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
     store.enqueue(&n, None).await.unwrap();

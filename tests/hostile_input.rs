@@ -1,5 +1,6 @@
 //! Hostile input. Property tests throw arbitrary text at every parser of outside input
-//! (durations, schedules, callback URLs, extra headers, bodies, ids, cursors, quotas):
+//! (durations, schedules, callback URLs, extra headers, bodies, ids, cursors, quotas,
+//! ordering keys, success rules):
 //! each answers `Ok` or an error and never panics, and what it accepts keeps the type's
 //! promises. Then the HTTP edge: deep JSON, huge headers and broken encodings get a 4xx
 //! and store nothing.
@@ -9,7 +10,8 @@ mod support;
 use std::time::Duration;
 
 use postback::domain::{
-    parse_duration, CallbackUrl, Destinations, ExtraHeaders, JobId, Payload, Schedule,
+    parse_duration, CallbackUrl, Destinations, ExtraHeaders, JobId, OrderingKey, Payload,
+    RawSuccess, Schedule, SuccessRule,
 };
 use postback::policy::Quota;
 use postback::store::Cursor;
@@ -112,6 +114,41 @@ proptest! {
         prop_assert_eq!(id.to_string().parse::<JobId>().ok(), Some(id));
         let cursor = Cursor { at, id };
         prop_assert_eq!(Cursor::decode(&cursor.encode()), Some(cursor));
+    }
+
+    #[test]
+    fn an_accepted_ordering_key_reads_the_same_in_a_store_key_and_in_json(
+        s in prop_oneof![any::<String>(), "[ -~]{0,210}"],
+    ) {
+        if let Ok(key) = OrderingKey::parse(&s) {
+            prop_assert!(!key.as_str().contains([' ', '"', '\\']) && key.as_str().len() <= 200);
+            prop_assert_eq!(serde_json::to_string(&key).unwrap(), format!("\"{s}\""));
+        }
+    }
+
+    #[test]
+    fn success_rules_parse_or_refuse_and_judge_any_answer(
+        status in prop::option::of(prop::collection::vec(any::<u16>(), 0..4)),
+        text in prop::option::of("[ -~]{0,40}"),
+        pattern in prop::option::of(prop_oneof!["[ -~]{0,40}", "[()*+?{}|\\[\\]a-z0-9,]{0,40}"]),
+        pointer in prop::option::of("(/[a-z~01]{0,5}){0,3}"),
+        equals in prop::option::of(json_value()),
+        answer in any::<String>(),
+        code in any::<u16>(),
+    ) {
+        let raw = RawSuccess {
+            status,
+            body_equals: text.clone(),
+            body_equals_ignoring_case: None,
+            body_matches: pattern,
+            json_pointer: pointer,
+            json_equals: equals,
+        };
+        if let Ok(rule) = SuccessRule::parse(raw, "success") {
+            let _ = (rule.accepts_status(code), rule.refuses_body(&answer));
+            let back: SuccessRule = serde_json::from_value(serde_json::to_value(&rule).unwrap()).unwrap();
+            prop_assert_eq!(back, rule);
+        }
     }
 
     #[test]

@@ -22,11 +22,13 @@ fn notification() -> Notification {
         schedule: Schedule::parse(&["100ms"]).unwrap(),
         delay: Duration::ZERO,
         timeout: Duration::from_secs(1),
-        expect_body: None,
+        success: Default::default(),
+        profile: None,
         topic: None,
         rate_key: "merchant.example.com".into(),
         tenant: Default::default(),
         traceparent: None,
+        ordering_key: None,
     }
 }
 
@@ -66,6 +68,7 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
         },
         jitter_permille: 0,
         ended_at: i64::MAX,
+        ordered: false,
     }
 }
 

@@ -8,12 +8,7 @@ use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The value of the series whose line starts with `series` (name and labels).
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
+use support::metric_value as value;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_attempts_lateness_and_queue_depths() {

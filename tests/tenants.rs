@@ -6,36 +6,11 @@ mod support;
 
 use std::time::Duration;
 
-use hmac::{Hmac, Mac};
 use reqwest::Method;
 use serde_json::{json, Value};
-use sha2::Sha256;
 
+use support::signatures;
 use support::tenants::{sha256_hex, start, GLOBAL, SECRET_A, SECRET_A2, SECRET_B, TOKENS, WAIT};
-
-/// The `v1,` signature of a delivery under `secret`, computed here from the Standard
-/// Webhooks definition: HMAC-SHA256 over `{id}.{timestamp}.{body}` with the base64
-/// key after `whsec_`.
-fn signature(secret: &str, r: &support::receiver::Received) -> String {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let key = b64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-    let content = format!(
-        "{}.{}.",
-        r.header("webhook-id").unwrap(),
-        r.header("webhook-timestamp").unwrap()
-    );
-    mac.update(content.as_bytes());
-    mac.update(&r.body);
-    format!("v1,{}", b64.encode(mac.finalize().into_bytes()))
-}
-
-/// The signatures a delivery carries.
-fn signatures(r: &support::receiver::Received) -> Vec<String> {
-    let header = r.header("webhook-signature").unwrap_or_default();
-    header.split(' ').map(str::to_string).collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delivery_is_signed_with_its_tenants_secrets_and_no_others() {
@@ -69,23 +44,26 @@ async fn a_delivery_is_signed_with_its_tenants_secrets_and_no_others() {
     let got = |id: &str| f.receiver.requests_for(id).remove(0);
     let (ra, rb, rc, rp) = (got(&a), got(&b), got(&c), got(&b_by_producer));
     assert_eq!(
-        signatures(&ra),
-        vec![signature(SECRET_A, &ra), signature(SECRET_A2, &ra)],
+        signatures::of(&ra),
+        vec![
+            signatures::v1(SECRET_A, &ra),
+            signatures::v1(SECRET_A2, &ra)
+        ],
         "shop-a rotates: one signature per secret"
     );
     assert_eq!(
-        signatures(&rb),
-        vec![signature(SECRET_B, &rb)],
+        signatures::of(&rb),
+        vec![signatures::v1(SECRET_B, &rb)],
         "shop-b's own, even with another tenant's rate key's name"
     );
     assert_eq!(
-        signatures(&rc),
-        vec![signature(GLOBAL, &rc)],
+        signatures::of(&rc),
+        vec![signatures::v1(GLOBAL, &rc)],
         "a tenant without secrets: the global ones"
     );
     assert_eq!(
-        signatures(&rp),
-        vec![signature(SECRET_B, &rp)],
+        signatures::of(&rp),
+        vec![signatures::v1(SECRET_B, &rp)],
         "a `*` token registering for shop-b"
     );
     let (_, seen) = f

@@ -34,10 +34,12 @@ fn legacy_spec() -> JobSpec {
         content_type: "application/json".into(),
         headers: Vec::new(),
         timeout_ms: 1_000,
-        expect_body: None,
+        success: Default::default(),
+        profile: None,
         topic: Some("payment.succeeded".into()),
         rate_key: "merchant.example.com".into(),
         traceparent: None,
+        ordering_key: None,
         tenant: Default::default(),
     }
 }
@@ -112,6 +114,7 @@ fn settlement(job: &ClaimedJob, outcome: Outcome) -> Settlement {
         },
         jitter_permille: 0,
         ended_at: job.claimed_at_us / 1000,
+        ordered: false,
     }
 }
 

@@ -83,6 +83,29 @@ function confirmAction(text, okLabel) {
 // ---- helpers -------------------------------------------------------------
 
 const when = (t) => (t ? new Date(t).toLocaleString() : "—");
+
+// A success rule as a sentence: its statuses (any 2xx by default) and its body rule.
+function successText(rule) {
+  if (!rule) return "any 2xx";
+  const statuses = rule.status ? rule.status.join(" or ") : "2xx";
+  const body =
+    rule.body_equals !== undefined ? `body \`${rule.body_equals}\`` :
+    rule.body_equals_ignoring_case !== undefined ? `body \`${rule.body_equals_ignoring_case}\` in any case` :
+    rule.body_matches !== undefined ? `body matching \`${rule.body_matches}\`` :
+    rule.json_pointer !== undefined ? `JSON \`${rule.json_pointer}\` = ${JSON.stringify(rule.json_equals)}` : null;
+  return body ? `${statuses} and ${body}` : statuses;
+}
+
+// What decides how a notification is delivered: its ordering key (and whether it waits
+// behind an earlier one), its profile, its success rule.
+function deliveryRules(n) {
+  const key = n.ordering_key ? `${n.ordering_key}${n.waiting ? " (waiting behind an earlier one)" : ""}` : "—";
+  return [
+    el("dt", {}, "Ordering key"), el("dd", { id: "ordering-key" }, key),
+    el("dt", {}, "Profile"), el("dd", { id: "profile" }, n.profile || "—"),
+    el("dt", {}, "Success"), el("dd", { id: "success-rule" }, successText(n.success)),
+  ];
+}
 const stateBadge = (s) => el("span", { class: `state state-${s}` }, s.replace("_", " "));
 const outcome = (a) => (a.status !== null ? `HTTP ${a.status}` : a.error || "no response");
 // How a list item's last attempt ended: its status, and why when the status does not
@@ -292,6 +315,7 @@ async function deadLetter(id) {
       el("dt", {}, "Tenant"), el("dd", {}, d.tenant),
       el("dt", {}, "Callback"), el("dd", {}, d.url),
       el("dt", {}, "Topic"), el("dd", {}, d.topic || "—"),
+      ...deliveryRules(d),
       el("dt", {}, "Attempts"), el("dd", {}, `${d.attempts} of ${d.max_attempts}`),
       el("dt", {}, "Created"), el("dd", {}, when(d.created_at)),
       el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
@@ -406,8 +430,9 @@ async function lookup(id) {
         el("dt", {}, "State"), el("dd", { id: "lookup-state" }, stateBadge(n.state)),
         el("dt", {}, "Tenant"), el("dd", {}, n.tenant),
         el("dt", {}, "Callback"), el("dd", {}, n.url),
+        ...deliveryRules(n),
         el("dt", {}, "Attempts"), el("dd", {}, `${n.attempts} of ${n.max_attempts}`),
-        el("dt", {}, "Next attempt"), el("dd", {}, when(n.next_attempt_at)),
+        el("dt", {}, "Next attempt"), el("dd", {}, n.waiting ? "after the one before it" : when(n.next_attempt_at)),
         el("dt", {}, "Created"), el("dd", {}, when(n.created_at)),
         el("dt", {}, "Finished"), el("dd", {}, when(n.finished_at)),
         el("dt", {}, "Replays"), el("dd", {}, n.replays))),

@@ -163,6 +163,15 @@ pub async fn replay(
         new.url = url.to_string();
         spec = Some(new);
     }
+    // The callback it goes to: a new one was checked above, the stored one is checked here.
+    let url = spec.as_ref().map_or(&found.spec.url, |s| &s.url);
+    state
+        .policy
+        .check_https(&found.spec.tenant, url.starts_with("https:"))
+        .map_err(|e| {
+            let hint = format!("{}: give an https `url` to replay it", e.message);
+            FieldError::new(e.field, hint)
+        })?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.policy)?;
     let status = state
@@ -179,7 +188,7 @@ pub async fn replay(
         attempts: status.attempts,
         max_attempts: status.max_attempts,
         url: spec.map_or(found.spec.url, |s| s.url),
-        next_attempt_at: status.next_at.map(super::view::rfc3339),
+        next_attempt_at: super::view::next_attempt_at(&status),
     }))
 }
 

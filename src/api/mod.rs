@@ -31,11 +31,12 @@ mod notify;
 mod overview;
 mod paging;
 mod server;
+mod signing_keys;
 mod ui;
 mod view;
 
 pub use error::ApiError;
-pub use notify::NotifyPolicy;
+pub use notify::{NotifyPolicy, TenantRules};
 pub use server::{serve, ServerLimits};
 
 use crate::access::TokenTable;
@@ -43,6 +44,7 @@ use crate::app::Pipeline;
 use crate::config::ServerSettings;
 use crate::metrics;
 use crate::policy::Policy;
+use crate::signing::Signer;
 use crate::store::Store;
 use body::BodyLimit;
 use error::ErrorBody;
@@ -68,6 +70,8 @@ pub struct AppState {
     pub body_timeout: std::time::Duration,
     /// The SHA-256 of `server.metrics_token`: `/metrics` needs it when set.
     pub metrics_token: Option<[u8; 32]>,
+    /// What signs each tenant's deliveries, for `GET /signing-keys`.
+    pub signer: Signer,
 }
 
 #[derive(OpenApi)]
@@ -75,7 +79,7 @@ pub struct AppState {
     info(
         title = "postback",
         description = "Webhook notification dispatcher with tiered retries and dead-lettering. \
-            Every route but the health checks and the metrics needs `Authorization: Bearer <token>`."
+            Every route but the health checks, the metrics and the signing keys needs `Authorization: Bearer <token>`."
     ),
     modifiers(&BearerAuth),
     components(schemas(ErrorBody))
@@ -105,6 +109,7 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
         .routes(routes!(healthz))
         .routes(routes!(readyz))
         .routes(routes!(prometheus))
+        .routes(routes!(signing_keys::list))
         .split_for_parts();
     let routes = routes
         .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))

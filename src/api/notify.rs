@@ -20,9 +20,11 @@ use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::view::Registered;
 use super::AppState;
 use crate::access::{self, Principal, Role};
+use crate::config::Profile;
 use crate::domain::{
     parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, HostAllowList, JobId,
-    Notification, Payload, Placement, Schedule, Tenant, MAX_TIERS,
+    Notification, OrderingKey, Payload, Placement, RawSuccess, Schedule, SuccessRule, Tenant,
+    MAX_TIERS,
 };
 use crate::store::{Idempotency, JobStatus};
 use crate::traces;
@@ -54,9 +56,17 @@ pub struct NotifyRequest {
     /// Per attempt; default `delivery.timeout`, at most `delivery.max_timeout`.
     #[schema(example = "10s")]
     timeout: Option<String>,
-    /// Success also needs the trimmed response body to equal this.
+    /// Success also needs the trimmed response body to equal this (the same as
+    /// `success.body_equals`).
     #[schema(example = "SUCCESS")]
     expect_body: Option<String>,
+    /// What counts as delivered: accepted statuses (default any 2xx) and at most one
+    /// body rule. Overrides the profile's.
+    success: Option<RawSuccess>,
+    /// A configured profile: its schedule and success rule, unless `schedule` or
+    /// `success`/`expect_body` are given too.
+    #[schema(example = "alipay")]
+    profile: Option<String>,
     /// A free label for filtering.
     #[schema(example = "payment.succeeded")]
     topic: Option<String>,
@@ -65,6 +75,11 @@ pub struct NotifyRequest {
     /// Whose notification it is: only from a token for every tenant (default
     /// `default`); a tenant-bound token's own otherwise.
     tenant: Option<String>,
+    /// Notifications with the same key (within the tenant) are attempted one at a time,
+    /// in registration order: each after the one before it is delivered, dead or
+    /// cancelled. 1 to 200 printable ASCII characters without spaces, `"` or `\`.
+    #[schema(example = "order-42")]
+    ordering_key: Option<String>,
 }
 
 /// The limits a registration is checked against, from configuration.
@@ -79,24 +94,50 @@ pub struct NotifyPolicy {
     pub destinations: Destinations,
     /// Which shard each new notification goes to.
     pub placement: Placement,
-    /// The configured tenants, each with the callback hosts it may use (`None`: any).
-    pub tenants: BTreeMap<Tenant, Option<HostAllowList>>,
+    /// The configured tenants, each with what its callbacks must be.
+    pub tenants: BTreeMap<Tenant, TenantRules>,
+    /// The configured profiles.
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+/// What a tenant's callbacks must be.
+#[derive(Debug, Clone, Default)]
+pub struct TenantRules {
+    /// The hosts it may use (`None`: any).
+    pub allowed_hosts: Option<HostAllowList>,
+    /// `https` only (`require_https`).
+    pub require_https: bool,
 }
 
 impl NotifyPolicy {
-    /// A callback URL `tenant` may use: valid, past the SSRF guard, and one of the
-    /// tenant's allowed hosts if it has a list.
+    /// A callback URL `tenant` may use: valid, past the SSRF guard, one of the tenant's
+    /// allowed hosts if it has a list, and `https` if it requires that.
     pub fn callback(&self, raw: &str, tenant: &Tenant) -> Result<CallbackUrl, FieldError> {
         let url = CallbackUrl::parse(raw, self.destinations)?;
-        match self.tenants.get(tenant) {
-            Some(Some(allowed)) if !allowed.allows(url.host()) => Err(FieldError::new(
+        let rules = self.tenants.get(tenant).cloned().unwrap_or_default();
+        if rules
+            .allowed_hosts
+            .is_some_and(|allowed| !allowed.allows(url.host()))
+        {
+            let message = format!(
+                "{} is not one of the tenant `{tenant}`'s allowed hosts",
+                url.host()
+            );
+            return Err(FieldError::new("url", message));
+        }
+        self.check_https(tenant, url.is_https())?;
+        Ok(url)
+    }
+
+    /// Refuses a callback that is not `https` (`is_https` false) of a tenant that
+    /// requires `https`.
+    pub fn check_https(&self, tenant: &Tenant, is_https: bool) -> Result<(), FieldError> {
+        match self.tenants.get(tenant).is_some_and(|r| r.require_https) && !is_https {
+            true => Err(FieldError::new(
                 "url",
-                format!(
-                    "{} is not one of the tenant `{tenant}`'s allowed hosts",
-                    url.host()
-                ),
+                format!("the tenant `{tenant}` requires https callbacks"),
             )),
-            _ => Ok(url),
+            false => Ok(()),
         }
     }
 }
@@ -180,11 +221,20 @@ pub(super) fn prepare(
         fingerprint: fingerprint(raw),
         ttl: state.policy.idempotency_ttl,
     });
-    let id = state
-        .policy
-        .placement
-        .new_id(idempotency.as_ref().map(Idempotency::scoped).as_deref());
-    let notification = validate(request, id, tenant, &state.policy)?;
+    let ordering_key = request
+        .ordering_key
+        .as_deref()
+        .map(OrderingKey::parse)
+        .transpose()?;
+    // Every notification of an ordering key lives on one shard, whose scripts keep the
+    // key's order; with an idempotency key too, the ordering key places it.
+    let placed_by = match &ordering_key {
+        Some(k) => Some(format!("ordering {}", k.scoped(&tenant))),
+        None => idempotency.as_ref().map(Idempotency::scoped),
+    };
+    let id = state.policy.placement.new_id(placed_by.as_deref());
+    let mut notification = validate(request, id, tenant, &state.policy)?;
+    notification.ordering_key = ordering_key;
     Ok(Registration {
         notification,
         idempotency,
@@ -220,7 +270,7 @@ pub(super) async fn register(
             ),
         ));
     }
-    if enqueued.earliest {
+    if enqueued.earliest.is_some() {
         state.wake.notify_one();
     }
     if !enqueued.duplicate {
@@ -334,7 +384,15 @@ fn validate(
     )?;
     let payload = Payload::from_json(r.body.unwrap_or(Value::Null))?;
     let headers = ExtraHeaders::parse(r.headers.unwrap_or_default().into_iter().collect())?;
-    let schedule = schedule(r.schedule, &policy.schedules)?;
+    let profile = match r.profile.as_deref() {
+        Some(name) => Some((name, profile(name, &policy.profiles)?)),
+        None => None,
+    };
+    let schedule = match (r.schedule, profile) {
+        (None, Some((_, p))) => p.schedule.clone(),
+        (raw, _) => schedule(raw, &policy.schedules)?,
+    };
+    let success = success(r.expect_body, r.success, profile.map(|(_, p)| &p.success))?;
     let delay = bounded_duration(
         "delay",
         r.delay.as_deref(),
@@ -349,7 +407,6 @@ fn validate(
         Duration::from_millis(1),
         policy.max_timeout,
     )?;
-    let expect_body = label("expect_body", r.expect_body, MAX_EXPECT_BODY)?;
     let topic = label("topic", r.topic, MAX_LABEL)?;
     let rate_key =
         label("rate_key", r.rate_key, MAX_LABEL)?.unwrap_or_else(|| url.host().to_string());
@@ -361,12 +418,50 @@ fn validate(
         schedule,
         delay,
         timeout,
-        expect_body,
+        success,
+        profile: profile.map(|(name, _)| name.to_string()),
         topic,
         rate_key,
         tenant,
         traceparent: None,
+        ordering_key: None,
     })
+}
+
+/// The configured profile `name`.
+fn profile<'a>(
+    name: &str,
+    profiles: &'a BTreeMap<String, Profile>,
+) -> Result<&'a Profile, FieldError> {
+    profiles.get(name).ok_or_else(|| {
+        let known: Vec<&str> = profiles.keys().map(String::as_str).collect();
+        FieldError::new(
+            "profile",
+            format!(
+                "no profile named `{name}` (configured: {})",
+                known.join(", ")
+            ),
+        )
+    })
+}
+
+/// The success rule of a registration: `expect_body` or `success` (not both body rules),
+/// else its profile's, else any 2xx.
+fn success(
+    expect_body: Option<String>,
+    raw: Option<RawSuccess>,
+    profile: Option<&SuccessRule>,
+) -> Result<SuccessRule, FieldError> {
+    let expect_body = label("expect_body", expect_body, MAX_EXPECT_BODY)?;
+    match (expect_body, raw) {
+        (Some(_), Some(raw)) if raw != RawSuccess::default() => Err(FieldError::new(
+            "expect_body",
+            "give expect_body or success, not both",
+        )),
+        (Some(text), _) => Ok(SuccessRule::body_equals(text)),
+        (None, Some(raw)) => SuccessRule::parse(raw, "success"),
+        (None, None) => Ok(profile.cloned().unwrap_or_default()),
+    }
 }
 
 /// The document's schema of a `schedule` field: a list of durations, or the name of a
@@ -473,8 +568,20 @@ mod tests {
             idempotency_ttl: Duration::from_secs(60),
             destinations: Destinations::PublicOnly,
             placement: Placement::new(1),
-            tenants: BTreeMap::from([(Tenant::default(), None)]),
+            tenants: BTreeMap::from([(Tenant::default(), TenantRules::default())]),
+            profiles: BTreeMap::from([(
+                "alipay".into(),
+                Profile {
+                    schedule: Schedule::parse(&["4m", "10m"]).unwrap(),
+                    success: SuccessRule::body_equals("success".into()),
+                },
+            )]),
         }
+    }
+
+    fn valid(body: &str) -> Notification {
+        let r: NotifyRequest = parse_json(body.as_bytes()).unwrap();
+        validate(r, JobId::new(0), Tenant::default(), &policy()).unwrap()
     }
 
     fn field_of(body: &str) -> String {
@@ -517,6 +624,35 @@ mod tests {
         assert!(field_of(r#"{"url":"http://a.b","body":1,"shedule":[]}"#).contains("shedule"));
         assert!(field_of(r#"{"url":"#).contains("invalid_json"));
         assert!(field_of("[1]").contains("must be a JSON object"));
+        assert_eq!(
+            field_of(r#"{"url":"http://a.b","body":1,"profile":"paypol"}"#),
+            "profile"
+        );
+        assert_eq!(
+            field_of(r#"{"url":"http://a.b","body":1,"success":{"body_matches":"("}}"#),
+            "success.body_matches"
+        );
+        assert_eq!(
+            field_of(
+                r#"{"url":"http://a.b","body":1,"expect_body":"a","success":{"body_equals":"b"}}"#
+            ),
+            "expect_body"
+        );
+    }
+
+    #[test]
+    fn a_profile_gives_its_schedule_and_success_rule_unless_the_request_does() {
+        let n = valid(r#"{"url":"https://a.b/cb","body":1,"profile":"alipay"}"#);
+        assert_eq!(
+            (n.schedule.max_attempts(), n.profile.as_deref()),
+            (3, Some("alipay"))
+        );
+        assert_eq!(n.success, SuccessRule::body_equals("success".into()));
+        let n = valid(
+            r#"{"url":"https://a.b/cb","body":1,"profile":"alipay","schedule":["1s"],"expect_body":"OK"}"#,
+        );
+        assert_eq!(n.schedule.max_attempts(), 2);
+        assert_eq!(n.success, SuccessRule::body_equals("OK".into()));
     }
 
     #[test]

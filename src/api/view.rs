@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::Attempt;
+use crate::domain::{Attempt, RawSuccess};
 use crate::store::{JobState, JobStatus, JobView, Listed, StateCounts, Stats, Trimmed};
 
 /// Milliseconds since the epoch as RFC 3339 UTC with milliseconds.
@@ -92,6 +92,17 @@ pub struct NotificationView {
     pub rate_key: String,
     /// Whose notification it is.
     pub tenant: String,
+    /// Attempted one at a time with the others of this key, in registration order.
+    #[schema(example = "order-42")]
+    pub ordering_key: Option<String>,
+    /// Scheduled behind an earlier notification of its ordering key: it has no time of
+    /// its own (`next_attempt_at` is null) until that one is delivered, dead or cancelled.
+    pub waiting: bool,
+    /// The configured profile it was registered with.
+    #[schema(example = "alipay")]
+    pub profile: Option<String>,
+    /// What counts as delivered; absent for the default, any 2xx.
+    pub success: Option<RawSuccess>,
     /// Attempts made so far (since the last replay).
     pub attempts: u32,
     pub max_attempts: u32,
@@ -115,6 +126,10 @@ impl From<&JobView> for NotificationView {
             topic: v.spec.topic.clone(),
             rate_key: v.spec.rate_key.clone(),
             tenant: v.spec.tenant.to_string(),
+            ordering_key: v.spec.ordering_key.as_ref().map(ToString::to_string),
+            waiting: s.waiting,
+            profile: v.spec.profile.clone(),
+            success: (!v.spec.success.is_default()).then(|| v.spec.success.clone().into()),
             attempts: s.attempts,
             max_attempts: s.max_attempts,
             next_attempt_at: next_attempt_at(s),
@@ -197,6 +212,9 @@ pub struct NotificationItem {
     pub url: String,
     pub topic: Option<String>,
     pub tenant: String,
+    pub ordering_key: Option<String>,
+    /// Waiting behind an earlier notification of its ordering key.
+    pub waiting: bool,
     /// Attempts made so far (since the last replay).
     pub attempts: u32,
     pub max_attempts: u32,
@@ -218,9 +236,11 @@ impl From<&JobView> for NotificationItem {
             url: v.spec.url.clone(),
             topic: v.spec.topic.clone(),
             tenant: v.spec.tenant.to_string(),
+            ordering_key: v.spec.ordering_key.as_ref().map(ToString::to_string),
+            waiting: s.waiting,
             attempts: s.attempts,
             max_attempts: s.max_attempts,
-            next_attempt_at: s.next_at.map(rfc3339),
+            next_attempt_at: next_attempt_at(s),
             finished_at: s.finished_at.map(rfc3339),
             created_at: rfc3339(s.created_at),
             last_attempt_at: last.map(|a| rfc3339(a.at)),
@@ -342,9 +362,10 @@ impl From<Trimmed> for TrimmedView {
     }
 }
 
-/// When the next attempt is due, while one is pending.
-fn next_attempt_at(s: &JobStatus) -> Option<String> {
-    let pending = matches!(s.state, JobState::Scheduled | JobState::InFlight);
+/// When the next attempt is due, while one is pending and not waiting behind its
+/// ordering key.
+pub fn next_attempt_at(s: &JobStatus) -> Option<String> {
+    let pending = matches!(s.state, JobState::Scheduled | JobState::InFlight) && !s.waiting;
     s.next_at.filter(|_| pending).map(rfc3339)
 }
 

@@ -1,5 +1,6 @@
 //! The `postback` command line: `serve` runs the service, `config check` checks its
-//! configuration, `token new` makes an API token, `receive` is a receiver to try it
+//! configuration, `token new` makes an API token, `signing-key new` an ed25519 signing
+//! key, `receive` is a receiver to try it
 //! against, `completions` prints a shell's completion script; the other commands are the
 //! operator's client of a running instance's API (`notify`, also `--batch` from a file,
 //! `status`, `list`, `cancel`, `stats`, `dlq list|show|replay|discard|purge`, `audit`),
@@ -133,6 +134,11 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// ed25519 signing keys (`v1a` signatures).
+    SigningKey {
+        #[command(subcommand)]
+        command: SigningKeyCommand,
+    },
     /// A receiver to try postback against on one machine: 200 to every request, 503
     /// under /fail; prints each request it gets.
     Receive {
@@ -182,6 +188,13 @@ enum TokenCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum SigningKeyCommand {
+    /// Print a fresh signing key (`whsk_…`, for `signing.keys` or a tenant's `keys`) and
+    /// its public key (`whpk_…`, what `GET /signing-keys` will publish).
+    New,
+}
+
 /// Where the API is and how to talk to it.
 #[derive(Args)]
 struct ApiArgs {
@@ -229,6 +242,16 @@ struct NotifyArgs {
     /// Success also needs the trimmed response body to equal this.
     #[arg(long)]
     expect_body: Option<String>,
+    /// What counts as delivered, as JSON (`{"json_pointer": "/code", "json_equals":
+    /// "SUCCESS"}`), or @FILE.
+    #[arg(long)]
+    success: Option<String>,
+    /// A configured profile (schedule and success rule): `alipay`, `wechatpay`, ….
+    #[arg(long)]
+    profile: Option<String>,
+    /// Attempted one at a time with the others of this key, in registration order.
+    #[arg(long)]
+    ordering_key: Option<String>,
     /// A label to filter by (`payment.succeeded`).
     #[arg(long)]
     topic: Option<String>,
@@ -247,7 +270,7 @@ struct NotifyArgs {
     /// Register every line of FILE (`-`: standard input) instead, each a `POST /notify`
     /// body with an optional `idempotency_key`, 1,000 per request; exits 1 if any is
     /// refused.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "body", "body_text", "schedule", "delay", "timeout", "expect_body", "topic", "rate_key", "headers", "idempotency_key", "tenant"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "body", "body_text", "schedule", "delay", "timeout", "expect_body", "success", "profile", "ordering_key", "topic", "rate_key", "headers", "idempotency_key", "tenant"])]
     batch: Option<PathBuf>,
     #[command(flatten)]
     api: ApiArgs,
@@ -336,6 +359,9 @@ pub fn main() -> ExitCode {
                     roles,
                 },
         } => new_token(&name, &tenant, &roles),
+        Command::SigningKey {
+            command: SigningKeyCommand::New,
+        } => new_signing_key(),
         Command::Config {
             command:
                 ConfigCommand::Check {
@@ -401,6 +427,7 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve { .. }
         | Command::Token { .. }
+        | Command::SigningKey { .. }
         | Command::Completions { .. }
         | Command::Config { .. }
         | Command::Receive { .. } => {
@@ -512,6 +539,18 @@ fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn new_signing_key() -> anyhow::Result<()> {
+    let (key, public) = crate::signing::SigningKey::generate()?;
+    print::emit(&format!("{key}\n"))?;
+    eprintln!(
+        "\nThe signing key above is shown once: put it in the configuration and keep no copy."
+    );
+    eprintln!("Add it to `keys` of a [tenants.<name>] section, or to [signing] keys for every");
+    eprintln!("tenant without its own. Its public key, which GET /signing-keys publishes:\n");
+    eprintln!("{public}");
+    Ok(())
+}
+
 async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     if let Some(file) = &args.batch {
         return batch::register(file, &args.api).await;
@@ -534,6 +573,8 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
         ("topic", &args.topic),
         ("rate_key", &args.rate_key),
         ("tenant", &args.tenant),
+        ("profile", &args.profile),
+        ("ordering_key", &args.ordering_key),
     ];
     for (field, value) in fields {
         if let Some(v) = value {
@@ -542,6 +583,10 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     }
     if let Some(s) = &args.schedule {
         request["schedule"] = schedule(s);
+    }
+    if let Some(raw) = &args.success {
+        request["success"] = serde_json::from_str(&read_arg(raw)?)
+            .map_err(|e| anyhow::anyhow!("--success is not JSON ({e})"))?;
     }
     if !args.headers.is_empty() {
         request["headers"] = Value::Object(headers(&args.headers)?);

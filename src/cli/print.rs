@@ -71,6 +71,10 @@ pub fn notification(a: &Value, out: &mut Out) {
             "tenant",
             "url",
             "topic",
+            "ordering_key",
+            "waiting",
+            "profile",
+            "success",
             "attempts",
             "max_attempts",
             "next_attempt_at",
@@ -94,6 +98,9 @@ pub fn dead_letter(a: &Value, out: &mut Out) {
             "tenant",
             "url",
             "topic",
+            "ordering_key",
+            "profile",
+            "success",
             "attempts",
             "dead_at",
             "created_at",
@@ -281,10 +288,26 @@ fn history(a: &Value, out: &mut Out) {
 fn fields(a: &Value, keys: &[&str], out: &mut Out) {
     let width = keys.iter().map(|k| k.len()).max().unwrap_or(0) + 1;
     for key in keys {
-        if let Some(v) = a.get(*key).filter(|v| !v.is_null()) {
-            out.line(format!("{:width$} {}", format!("{key}:"), text(v)));
+        let shown = match (*key, a.get(*key)) {
+            (_, None | Some(Value::Null)) => None,
+            // Only a notification of an ordering key waits, or not.
+            ("waiting", Some(_)) if a["ordering_key"].is_null() => None,
+            ("success", Some(rule)) => Some(success_rule(rule)),
+            (_, Some(v)) => Some(text(v)),
+        };
+        if let Some(shown) = shown {
+            out.line(format!("{:width$} {shown}", format!("{key}:")));
         }
     }
+}
+
+/// A success rule as a sentence (`200|204 and body `success``), or its JSON if it does
+/// not read as one.
+fn success_rule(v: &Value) -> String {
+    serde_json::from_value::<crate::domain::SuccessRule>(v.clone()).map_or_else(
+        |_| text(v),
+        |rule| printable(&rule.to_string()).into_owned(),
+    )
 }
 
 pub(super) fn table(header: &[&str]) -> Table {

@@ -1,5 +1,5 @@
 //! Settings with their secrets taken out, for `postback config check` and for logs: API
-//! and metrics tokens, signing secrets, and the passwords in store URLs.
+//! and metrics tokens, signing secrets and keys, and the passwords in store URLs.
 
 use super::{Settings, StringList};
 
@@ -18,8 +18,10 @@ impl Settings {
         s.store.redis_url = s.store.redis_url.as_deref().map(url);
         s.store.cluster_urls = s.store.cluster_urls.iter().map(|u| url(u)).collect();
         s.signing.secrets = hidden(&s.signing.secrets);
+        s.signing.keys = hidden(&s.signing.keys);
         for tenant in s.tenants.values_mut() {
             tenant.secrets = hidden(&tenant.secrets);
+            tenant.keys = hidden(&tenant.keys);
         }
         for secrets in s.secrets.values_mut() {
             *secrets = hidden(secrets);

@@ -66,6 +66,11 @@ impl CallbackUrl {
     pub fn host(&self) -> &str {
         self.0.host_str().unwrap_or_default()
     }
+
+    /// Whether it is `https`.
+    pub fn is_https(&self) -> bool {
+        self.0.scheme() == "https"
+    }
 }
 
 impl fmt::Display for CallbackUrl {

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CallbackUrl, ExtraHeaders, JobId, Payload, Schedule, Tenant};
+use super::{
+    CallbackUrl, ExtraHeaders, JobId, OrderingKey, Payload, Schedule, SuccessRule, Tenant,
+};
 
 /// A notification ready to be stored: every field already validated.
 #[derive(Debug, Clone)]
@@ -17,10 +19,16 @@ pub struct Notification {
     pub schedule: Schedule,
     pub delay: Duration,
     pub timeout: Duration,
-    pub expect_body: Option<String>,
+    /// What counts as delivered (from `expect_body`, `success` or the profile).
+    pub success: SuccessRule,
+    /// The configured profile it was registered with, for readers.
+    pub profile: Option<String>,
     pub topic: Option<String>,
     pub rate_key: String,
     pub tenant: Tenant,
+    /// Attempted after every earlier notification of this key (within the tenant) is
+    /// delivered, dead or cancelled.
+    pub ordering_key: Option<OrderingKey>,
     /// The W3C `traceparent` of its registration's span, when traces are exported: its
     /// attempts' spans are that span's children.
     pub traceparent: Option<String>,
@@ -36,10 +44,12 @@ impl Notification {
             content_type: content_type.to_string(),
             headers: self.headers.pairs().to_vec(),
             timeout_ms: self.timeout.as_millis() as u64,
-            expect_body: self.expect_body.clone(),
+            success: self.success.clone(),
+            profile: self.profile.clone(),
             topic: self.topic.clone(),
             rate_key: self.rate_key.clone(),
             traceparent: self.traceparent.clone(),
+            ordering_key: self.ordering_key.clone(),
             tenant: self.tenant.clone(),
         }
     }
@@ -55,13 +65,17 @@ pub struct JobSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<(String, String)>,
     pub timeout_ms: u64,
+    #[serde(default, skip_serializing_if = "SuccessRule::is_default")]
+    pub success: SuccessRule,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expect_body: Option<String>,
+    pub profile: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
     pub rate_key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<OrderingKey>,
     #[serde(default, skip_serializing_if = "Tenant::is_default")]
     pub tenant: Tenant,
 }
@@ -70,6 +84,11 @@ impl JobSpec {
     /// Its rate key as a key of its tenant, which names its quota and pauses.
     pub fn quota_key(&self) -> String {
         self.tenant.rate_key(&self.rate_key)
+    }
+
+    /// Its ordering key as stores name the key's queue (`OrderingKey::scoped`).
+    pub fn ordering(&self) -> Option<String> {
+        self.ordering_key.as_ref().map(|k| k.scoped(&self.tenant))
     }
 
     /// The callback URL's host (empty if the stored URL cannot be read).

@@ -21,6 +21,8 @@ pub mod transitions;
 #[cfg(test)]
 mod properties;
 
-pub use record::{schedule_intervals, schedule_text, Index, JobState, JobStatus, Record};
+pub use record::{
+    schedule_intervals, schedule_text, Index, JobState, JobStatus, Record, WAITING_OFFSET_MS,
+};
 pub use time::Now;
 pub use transitions::{Cancelled, Verdict};

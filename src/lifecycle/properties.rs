@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::transitions::{self, Cancelled};
-use super::{JobState, Now, Record, Verdict};
+use super::{JobState, Now, Record, Verdict, WAITING_OFFSET_MS};
 use crate::domain::Outcome;
 
 #[derive(Debug, Clone)]
@@ -33,6 +33,10 @@ enum Event {
     Replay {
         schedule: Option<Vec<u64>>,
     },
+    /// Put behind an earlier notification of its ordering key.
+    Wait,
+    /// The one before it in its ordering key finished.
+    TakeTurn,
 }
 
 fn schedule() -> impl Strategy<Value = Vec<u64>> {
@@ -59,6 +63,8 @@ fn event() -> impl Strategy<Value = Event> {
         1 => Just(Event::Expire),
         1 => Just(Event::Cancel),
         1 => prop::option::of(schedule()).prop_map(|schedule| Event::Replay { schedule }),
+        1 => Just(Event::Wait),
+        1 => Just(Event::TakeTurn),
     ]
 }
 
@@ -101,6 +107,8 @@ fn apply(r: &Record, e: &Event, now: Now) -> Option<Record> {
         },
         Event::Cancel => transitions::cancel(r, now).1,
         Event::Replay { schedule } => transitions::replay(r, now, 0, schedule.as_deref()),
+        Event::Wait => transitions::wait(r),
+        Event::TakeTurn => transitions::take_turn(r, now),
     }
 }
 
@@ -120,6 +128,20 @@ fn check(
         "every record has its index: {:?}",
         after
     );
+    if after.waiting {
+        prop_assert_eq!(
+            after.state,
+            JobState::Scheduled,
+            "only a scheduled one waits"
+        );
+        prop_assert!(
+            after.position().unwrap().1 >= WAITING_OFFSET_MS,
+            "a waiting one is out of every claim's reach"
+        );
+    }
+    if before.waiting {
+        prop_assert!(!matches!(e, Event::Claim), "a waiting one is never claimed");
+    }
     if before.state.is_finished() {
         prop_assert!(
             matches!(e, Event::Replay { .. }) && before.state == JobState::Dead,
@@ -173,6 +195,14 @@ fn check(
             );
         }
         Event::Replay { .. } => prop_assert!(!after.reserved),
+        Event::Wait => prop_assert_eq!(after.next_at, before.next_at, "it keeps its own time"),
+        Event::TakeTurn => {
+            prop_assert!(!after.waiting);
+            prop_assert!(
+                after.next_at >= before.next_at && after.next_at >= Some(now.up()),
+                "its turn is never before its own time, nor in the past"
+            );
+        }
         _ => {}
     }
     Ok(())

@@ -63,6 +63,10 @@ pub struct JobStatus {
     /// replay); `None` while it has not.
     #[serde(default)]
     pub moved_at: Option<i64>,
+    /// Scheduled behind an earlier notification of its ordering key: it has no time of
+    /// its own until that one is delivered, dead or cancelled.
+    #[serde(default)]
+    pub waiting: bool,
 }
 
 impl JobStatus {
@@ -113,7 +117,19 @@ pub struct Record {
     /// When it last came back to `scheduled` (`JobStatus::moved_at`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved_at: Option<i64>,
+    /// Scheduled behind an earlier notification of its ordering key
+    /// (`transitions::wait`): due at `next_at` only once its turn comes
+    /// (`transitions::take_turn`), and kept in the due index `WAITING_OFFSET_MS` later
+    /// until then, so that no claim reaches it. Written by the embedded store; Redis
+    /// keeps only that offset in its score, which readers take it from.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub waiting: bool,
 }
+
+/// How much later than its own due time a waiting notification is kept in the due index:
+/// 2^48 ms, about 8,900 years, so that no claim reaches it, and its own time (the score
+/// less this) stays exact in a sorted set's double.
+pub const WAITING_OFFSET_MS: i64 = 1 << 48;
 
 /// The layout of a record: written as this build's, read up to it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -184,6 +200,9 @@ impl Record {
     /// The index entry this record belongs in, and its score there.
     pub fn position(&self) -> Option<(Index, i64)> {
         match self.state {
+            JobState::Scheduled if self.waiting => self
+                .next_at
+                .map(|at| (Index::Due, at.saturating_add(WAITING_OFFSET_MS))),
             JobState::Scheduled => self.next_at.map(|at| (Index::Due, at)),
             JobState::InFlight => self.lease_until.map(|at| (Index::InFlight, at)),
             JobState::Dead => self.finished_at.map(|at| (Index::Dead, at)),
@@ -205,7 +224,19 @@ impl Record {
             replays: self.replays,
             cancel_requested: self.cancel_requested,
             moved_at: self.moved_at,
+            waiting: self.waiting,
         }
+    }
+
+    /// As the index that holds it at `score` says: waiting behind an earlier notification
+    /// of its ordering key when its due score is `WAITING_OFFSET_MS` late.
+    pub fn placed(mut self, index: Index, score: i64) -> Self {
+        match index {
+            Index::InFlight => self.state = JobState::InFlight,
+            Index::Due => self.waiting = score >= WAITING_OFFSET_MS,
+            Index::Dead | Index::Done => {}
+        }
+        self
     }
 
     pub fn encode(&self) -> String {

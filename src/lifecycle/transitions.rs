@@ -58,13 +58,15 @@ pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
         lease_until: None,
         reserved: false,
         moved_at: None,
+        waiting: false,
     }
 }
 
-/// Leased for one attempt until `lease_until`. The lease number does not change here:
-/// it goes up when the notification leaves flight.
+/// Leased for one attempt until `lease_until`; not while it waits behind its ordering
+/// key. The lease number does not change here: it goes up when the notification leaves
+/// flight.
 pub fn claim(r: &Record, lease_until: i64) -> Option<Record> {
-    (r.state == JobState::Scheduled).then(|| Record {
+    (r.state == JobState::Scheduled && !r.waiting).then(|| Record {
         state: JobState::InFlight,
         lease_until: Some(lease_until),
         ..r.clone()
@@ -148,6 +150,7 @@ fn finish(r: &mut Record, state: JobState, at: i64) {
     r.state = state;
     r.next_at = None;
     r.finished_at = Some(at);
+    r.waiting = false;
 }
 
 /// Back to scheduled at `now`, due `at`.
@@ -204,6 +207,27 @@ pub fn replay(r: &Record, now: Now, delay_ms: u64, schedule: Option<&[u64]>) -> 
     r.replays += 1;
     r.finished_at = None;
     schedule_at(&mut r, now.up() + delay_ms as i64, now);
+    Some(r)
+}
+
+/// A scheduled notification put behind an earlier one of its ordering key (at its
+/// registration or replay): it keeps its own due time for when its turn comes.
+pub fn wait(r: &Record) -> Option<Record> {
+    (r.state == JobState::Scheduled && !r.waiting).then(|| Record {
+        waiting: true,
+        ..r.clone()
+    })
+}
+
+/// Its turn: the notification before it in its ordering key was delivered, dead or
+/// cancelled. Due at its own time, or now if that has passed.
+pub fn take_turn(r: &Record, now: Now) -> Option<Record> {
+    if r.state != JobState::Scheduled || !r.waiting {
+        return None;
+    }
+    let mut r = r.clone();
+    r.waiting = false;
+    r.next_at = r.next_at.map(|at| at.max(now.up()));
     Some(r)
 }
 

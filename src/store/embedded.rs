@@ -70,10 +70,11 @@ impl EmbeddedStore {
             .and_then(|_| create_tables(&db))
             .with_context(|| format!("{key}: cannot write {}", path.display()))?;
         let db = Arc::new(db);
+        let announced = Arc::new(Notify::new());
         Ok(Self {
-            writer: Writer::start(db.clone())?,
+            writer: Writer::start(db.clone(), announced.clone())?,
             db,
-            announced: Arc::new(Notify::new()),
+            announced,
             retention: Retention {
                 dead_max_age_ms: retention.dead_max_age.as_millis() as i64,
                 dead_max_count: retention.dead_max_count,
@@ -148,7 +149,7 @@ impl Store for EmbeddedStore {
             .writer
             .run(move |t, now| transitions::enqueue(t, now, &job))
             .await?;
-        self.announce(enqueued.earliest);
+        self.announce(enqueued.earliest.is_some());
         Ok(enqueued)
     }
 

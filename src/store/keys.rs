@@ -93,6 +93,12 @@ impl ShardKeys {
     pub fn idempotency(&self, key: &str) -> String {
         format!("{}:idem:{key}", self.tag)
     }
+
+    /// The list of an ordering key's notifications in registration order (`scoped`:
+    /// `OrderingKey::scoped`), while it has any.
+    pub fn ordering(&self, scoped: &str) -> String {
+        format!("{}:order:{scoped}", self.tag)
+    }
 }
 
 /// The pub/sub channel on which enqueues and retries announce a new earliest due time.

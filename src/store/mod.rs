@@ -66,8 +66,9 @@ pub struct Enqueued {
     /// The idempotency key was first used with another request: nothing was stored, and
     /// `id` is the notification of that request.
     pub mismatch: bool,
-    /// It is now the earliest due notification of its shard: schedulers should wake.
-    pub earliest: bool,
+    /// It is now the earliest due notification of its shard, due in this long:
+    /// schedulers should wake then.
+    pub earliest: Option<Duration>,
 }
 
 /// An idempotency key, whose tenant it is, the fingerprint of the request that came
@@ -202,6 +203,9 @@ pub struct Settlement {
     /// store counts the next interval from then, not from when the settle reaches it, so
     /// that a settle held up (a busy or unreachable store) does not make the retry late.
     pub ended_at: i64,
+    /// It has an ordering key, whose next notification waits for this outcome to be
+    /// recorded.
+    pub ordered: bool,
 }
 
 impl Settlement {
@@ -358,7 +362,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Enqueued>;
 
     /// Leases for `lease` up to `limit` notifications due now or within `ahead` (the
-    /// caller holds those until they are due; `due_at` says when).
+    /// caller holds those until they are due; `due_at` says when). A store of several
+    /// shards may reach further ahead in a shard that has few due (up to four times as
+    /// far), so that its claims come in larger groups.
     async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim>;
 
     /// Records attempts and moves each notification to its next state.
@@ -493,10 +499,12 @@ mod tests {
                 content_type: "application/json".into(),
                 headers: Vec::new(),
                 timeout_ms: 1000,
-                expect_body: None,
+                success: Default::default(),
+                profile: None,
                 topic: None,
                 rate_key: "merchant.example.com".into(),
                 traceparent: None,
+                ordering_key: None,
                 tenant: Default::default(),
             },
             reserved: false,

@@ -28,13 +28,14 @@ use crate::backoff::backoff;
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{Attempt, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::{retention, Record};
-use crate::lifecycle::{transitions, Index, Now};
+use crate::lifecycle::{transitions, Index, Now, WAITING_OFFSET_MS};
 use crate::policy::{RateAsk, Slots};
 
 mod audit;
 mod commit;
 mod conn;
 mod enqueue;
+mod fleet;
 mod health;
 mod leases;
 mod page;
@@ -46,6 +47,7 @@ use audit::AuditLog;
 use commit::{commit, Change, Committed, Decision, Held, Shard};
 use conn::Conn;
 use enqueue::{Enqueuer, Item};
+use fleet::Fleet;
 use health::HealthChannel;
 use leases::Leases;
 use page::{Order, ShardPage};
@@ -107,6 +109,10 @@ pub struct RedisStore {
     connect_timeout: Duration,
     /// Which shards have work, so that a claim asks only those (and one more in turn).
     clock: ShardClock,
+    /// The instances sharing this Redis, and which shards this one owns.
+    fleet: Fleet,
+    /// Told when another instance announced a change of the fleet: renew now.
+    fleet_changed: Notify,
     /// The due key of each shard, which wake-up messages name, to its index.
     due_keys: HashMap<String, usize>,
     /// Claim records of claims that failed without a reply: (shard, record key).
@@ -156,6 +162,7 @@ impl RedisStore {
             }
         };
         check_eviction(&mut conn.clone(), settings.allow_eviction).await?;
+        let instance = format!("{:016x}", fastrand::u64(..));
         let shards: Vec<ShardKeys> = (0..shard_count)
             .map(|s| ShardKeys::new(&settings.key_prefix, s))
             .collect();
@@ -177,10 +184,17 @@ impl RedisStore {
             conn,
             shards,
             wake_channel: wake_channel(&settings.key_prefix),
-            health: HealthChannel::new(&settings.key_prefix),
+            health: HealthChannel::new(&settings.key_prefix, &instance),
             rate_prefix: format!("{}:rate:", settings.key_prefix),
             connect_timeout: settings.connect_timeout,
             clock: ShardClock::new(usize::from(shard_count)),
+            fleet: Fleet::new(
+                &settings.key_prefix,
+                &instance,
+                settings.shard_lease,
+                usize::from(shard_count),
+            ),
+            fleet_changed: Notify::new(),
             due_keys,
             unsure_claims: Mutex::new(Vec::new()),
             leases: Leases::default(),
@@ -193,6 +207,11 @@ impl RedisStore {
             enqueuer,
             audit: AuditLog::new(&settings.key_prefix, retention.audit_max_age),
         })
+    }
+
+    /// This instance's id among those sharing the Redis (`fleet.rs`).
+    pub fn instance(&self) -> &str {
+        &self.fleet.instance
     }
 
     /// The counts per tenant of one shard (`store::tenant_counts`).
@@ -234,7 +253,7 @@ impl RedisStore {
         again: impl Fn(&T, Option<Held>, Now) -> StoreResult<Decision<A>>,
     ) -> StoreResult<Committed<A>> {
         let mut answers: Vec<Option<A>> = requests.iter().map(|_| None).collect();
-        let (mut earliest, mut trimmed) = (false, 0);
+        let (mut earliest, mut trimmed) = (None, 0);
         for (shard, mine) in self.by_shard(requests, id) {
             let (at, mine): (Vec<usize>, Vec<&T>) = mine.into_iter().unzip();
             let done = commit(
@@ -245,10 +264,10 @@ impl RedisStore {
                 |r, held, now| again(r, held, now),
             )
             .await?;
-            if done.earliest {
-                self.clock.wake(shard);
+            if let Some(due_in) = done.earliest {
+                self.clock.wake_in(shard, due_in);
             }
-            earliest |= done.earliest;
+            earliest = earliest.into_iter().chain(done.earliest).min();
             trimmed += done.trimmed;
             for (k, answer) in at.into_iter().zip(done.answers) {
                 answers[k] = Some(answer);
@@ -433,7 +452,8 @@ impl RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let (specs, states, histories, leased): (Fields, Fields, Fields, Vec<Option<f64>>) =
+        type Scores = Vec<Option<f64>>;
+        let (specs, states, histories, leased, due): (Fields, Fields, Fields, Scores, Scores) =
             redis::pipe()
                 .cmd("HMGET")
                 .arg(keys.jobs())
@@ -447,26 +467,36 @@ impl RedisStore {
                 .cmd("ZMSCORE")
                 .arg(keys.inflight())
                 .arg(ids)
+                .cmd("ZMSCORE")
+                .arg(keys.due())
+                .arg(ids)
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(store_error)?;
         let mut out = Vec::with_capacity(ids.len());
         for (i, id) in ids.iter().enumerate() {
             let Some(spec) = &specs[i] else { continue };
-            let status = match &states[i] {
-                Some(state) => parse_record(state)?.status(),
+            let record = match &states[i] {
+                Some(state) => parse_record(state)?,
                 // Never attempted: the state it has from its registration.
                 None => match spec::registration(spec) {
-                    Some(record) => record.status(),
+                    Some(record) => record,
                     None => continue,
                 },
             };
-            let mut view = job_view(id, spec, status, histories[i].as_deref())?;
-            // A claim does not write the record: the in-flight index says it is in flight.
-            if leased[i].is_some() {
-                view.status.state = JobState::InFlight;
-            }
-            out.push(view);
+            // A claim does not write the record: the in-flight index says it is in flight;
+            // and the due index's score whether it waits behind its ordering key.
+            let record = match (leased[i], due[i]) {
+                (Some(_), _) => record.placed(Index::InFlight, 0),
+                (None, Some(score)) => record.placed(Index::Due, score as i64),
+                (None, None) => record,
+            };
+            out.push(job_view(
+                id,
+                spec,
+                record.status(),
+                histories[i].as_deref(),
+            )?);
         }
         Ok(out)
     }
@@ -490,10 +520,14 @@ impl Store for RedisStore {
                 (keys.idempotency(&i.scoped()), ttl, i.fingerprint.clone())
             }),
             tenant: counted(&n.tenant).to_string(),
+            ordering: n
+                .ordering_key
+                .as_ref()
+                .map(|k| keys.ordering(&k.scoped(&n.tenant))),
         };
         let enqueued = self.enqueuer.enqueue(item).await?;
-        if enqueued.earliest {
-            self.clock.wake(usize::from(n.id.shard()));
+        if let Some(due_in) = enqueued.earliest {
+            self.clock.wake_in(usize::from(n.id.shard()), due_in);
         }
         Ok(enqueued)
     }
@@ -508,19 +542,22 @@ impl Store for RedisStore {
                 break;
             }
             let (mut jobs, mut wake, expired) = self
-                .claim_shard(ask.shard, remaining, (lease, ahead))
+                .claim_shard(ask.shard, remaining, (lease, ask.ahead))
                 .await?;
             // What was handed back may be due now: claim once more rather than wait for
             // the next wake-up.
             if expired && jobs.len() < remaining {
                 let more = remaining - jobs.len();
-                let (again, next, _) = self.claim_shard(ask.shard, more, (lease, ahead)).await?;
+                let (again, next, _) = self
+                    .claim_shard(ask.shard, more, (lease, ask.ahead))
+                    .await?;
                 jobs.extend(again);
                 wake = next;
             }
+            let (took, limited) = (jobs.len(), jobs.len() == remaining);
             claim.jobs.extend(jobs);
-            self.clock
-                .claimed(ask, wake.map(|ms| Duration::from_millis(ms as u64)));
+            let next = wake.map(|ms| Duration::from_millis(ms as u64));
+            self.clock.claimed(ask, took, limited, next);
         }
         claim.next_wake = self.clock.next_wake();
         Ok(claim)
@@ -543,7 +580,7 @@ impl Store for RedisStore {
         Ok(Settled {
             dead_lettered: done.answers.iter().filter(dead).count(),
             applied: done.answers.iter().map(Option::is_some).collect(),
-            earliest: done.earliest,
+            earliest: done.earliest.is_some(),
             trimmed: done.trimmed,
         })
     }
@@ -565,7 +602,7 @@ impl Store for RedisStore {
         let done = self
             .commit_by_shard(batch, |d| &d.id, |_| 0, first, defer)
             .await?;
-        Ok(done.earliest)
+        Ok(done.earliest.is_some())
     }
 
     async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<Slots>> {
@@ -632,7 +669,20 @@ impl Store for RedisStore {
         let done = self
             .replay_ids(&[*id], spec.as_deref(), schedule, delay)
             .await?;
-        Ok(done.into_iter().next().flatten())
+        let Some(mut status) = done.into_iter().next().flatten() else {
+            return Ok(None);
+        };
+        // Whether it waits behind others of its ordering key, `commit.lua` decided: its
+        // score in the due index says (none if it was claimed meanwhile: not waiting).
+        let keys = self.keys(id)?;
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(keys.due())
+            .arg(id.to_string())
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        status.waiting = score.is_some_and(|s| s as i64 >= WAITING_OFFSET_MS);
+        Ok(Some(status))
     }
 
     async fn replay_many(
@@ -897,9 +947,19 @@ impl Store for RedisStore {
     }
 
     async fn watch(&self, wake: Arc<Notify>, health: HealthListener, cancel: CancellationToken) {
+        tokio::join!(
+            self.subscribe(&wake, &health, &cancel),
+            self.keep_membership(&wake, &cancel)
+        );
+    }
+}
+
+impl RedisStore {
+    /// Keeps the wake-up, health and fleet subscription, resubscribing with backoff.
+    async fn subscribe(&self, wake: &Notify, health: &HealthListener, cancel: &CancellationToken) {
         let mut failures = 0u32;
         while !cancel.is_cancelled() {
-            match self.listen(&wake, &health, &cancel).await {
+            match self.listen(wake, health, cancel).await {
                 Ok(()) => failures = 0,
                 Err(e) => {
                     if failures == 0 {
@@ -911,6 +971,46 @@ impl Store for RedisStore {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(backoff(failures)) => {}
+            }
+        }
+    }
+
+    /// Renews this instance's place in the fleet until `cancel`, then leaves it so that
+    /// the others take its shards at once. Wakes the scheduler when it gains shards.
+    async fn keep_membership(&self, wake: &Notify, cancel: &CancellationToken) {
+        let mut failures = 0u32;
+        while !cancel.is_cancelled() {
+            match self.fleet.renew(&self.conn).await {
+                Ok(m) => {
+                    if failures > 0 {
+                        tracing::info!(failures, "fleet membership renewed again");
+                        failures = 0;
+                    }
+                    crate::metrics::fleet(m.instances, m.shards.len());
+                    if self.clock.own(&m.shards, m.until) {
+                        wake.notify_one();
+                    }
+                }
+                Err(e) => {
+                    if failures == 0 {
+                        tracing::warn!(error = %e, "cannot renew fleet membership; retrying");
+                    }
+                    crate::metrics::store_error("fleet");
+                    failures += 1;
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(self.fleet.every()) => {}
+                _ = self.fleet_changed.notified() => {}
+            }
+        }
+        match self.fleet.leave(&self.conn).await {
+            Ok(()) => {
+                tracing::info!(instance = %self.fleet.instance, "left the fleet: its shards are handed over")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot leave the fleet; its shards are taken over when its lease ends")
             }
         }
     }
@@ -1031,16 +1131,28 @@ impl RedisStore {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting for pub/sub")
             })??;
         pubsub
-            .subscribe(&[&self.wake_channel, &self.health.channel])
+            .subscribe(&[
+                &self.wake_channel,
+                &self.health.channel,
+                &self.fleet.channel,
+            ])
             .await?;
-        // Anything published while unsubscribed was missed: look at every shard once.
+        // Anything published while unsubscribed was missed: look at every shard once, and
+        // at the fleet.
         self.clock.wake_all();
         wake.notify_one();
+        self.fleet_changed.notify_one();
         let mut messages = pubsub.on_message();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
                 msg = messages.next() => match msg {
+                    Some(msg) if msg.get_channel_name() == self.fleet.channel => {
+                        let from: String = msg.get_payload().unwrap_or_default();
+                        if self.fleet.is_another(&from) {
+                            self.fleet_changed.notify_one();
+                        }
+                    }
                     Some(msg) if msg.get_channel_name() == self.health.channel => {
                         let text: String = msg.get_payload().unwrap_or_default();
                         if let Some((endpoint, healthy)) = self.health.heard(&text) {
@@ -1048,12 +1160,20 @@ impl RedisStore {
                         }
                     }
                     Some(msg) => {
-                        let due_key: String = msg.get_payload().unwrap_or_default();
-                        match self.due_keys.get(&due_key) {
-                            Some(&shard) => self.clock.wake(shard),
-                            None => self.clock.wake_all(),
+                        let text: String = msg.get_payload().unwrap_or_default();
+                        let (due_key, due_in) = wake_message(&text);
+                        // Only the shard's owner claims it: the other instances'
+                        // schedulers need not look again.
+                        let look = match self.due_keys.get(due_key) {
+                            Some(&shard) => self.clock.wake_in(shard, due_in),
+                            None => {
+                                self.clock.wake_all();
+                                true
+                            }
+                        };
+                        if look {
+                            wake.notify_one();
                         }
-                        wake.notify_one();
                     }
                     None => return Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "pub/sub connection closed").into()),
                 },
@@ -1134,7 +1254,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
     };
     let decoded =
         spec::decode(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?;
-    let held = Held::claimed(&id, stored, &spec, &decoded.tenant)?;
+    let held = Held::claimed(&id, stored, &spec, &decoded)?;
     let job = ClaimedJob {
         id: id
             .parse()
@@ -1150,6 +1270,15 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
         reserved: held.record.reserved,
     };
     Ok((job, held))
+}
+
+/// A wake-up message: a shard's due key and the ms until its new earliest is due (a
+/// message of earlier builds has no ms: due now).
+fn wake_message(text: &str) -> (&str, Duration) {
+    match text.rsplit_once(' ') {
+        Some((key, ms)) => (key, Duration::from_millis(ms.parse().unwrap_or(0))),
+        None => (text, Duration::ZERO),
+    }
 }
 
 /// A settle of `s` worked out from `held` at `now`: written only if Redis's clock has

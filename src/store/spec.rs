@@ -23,7 +23,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{JobSpec, Payload, Tenant};
+use crate::domain::{JobSpec, OrderingKey, Payload, SuccessRule, Tenant};
 use crate::lifecycle::{schedule_intervals, schedule_text, transitions, Now, Record};
 
 /// What this build writes in front of the first line.
@@ -45,14 +45,25 @@ struct Meta<'a> {
     headers: Cow<'a, [(String, String)]>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
+    /// A success rule that is only a body text, as builds before success rules wrote it
+    /// and read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     expect_body: Option<Cow<'a, str>>,
+    /// Any other success rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    success: Option<SuccessRule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    profile: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     topic: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     rate_key: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     traceparent: Option<Cow<'a, str>>,
+    /// Just before the tenant, where the scripts find it (`ordering_of` in common.lua):
+    /// its characters need no escaping in JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ordering_key: Option<OrderingKey>,
     /// Last, where the scripts read it (`tenant_of` in common.lua).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     tenant: Option<Tenant>,
@@ -67,10 +78,14 @@ pub fn encode(spec: &JobSpec) -> String {
         content_type: (spec.content_type != JSON).then_some(Cow::Borrowed(&spec.content_type)),
         headers: Cow::Borrowed(&spec.headers),
         timeout_ms: (spec.timeout_ms != IMPLIED_TIMEOUT_MS).then_some(spec.timeout_ms),
-        expect_body: spec.expect_body.as_deref().map(Cow::Borrowed),
+        expect_body: spec.success.as_expect_body().map(Cow::Borrowed),
+        success: (spec.success.as_expect_body().is_none() && !spec.success.is_default())
+            .then(|| spec.success.clone()),
+        profile: spec.profile.as_deref().map(Cow::Borrowed),
         topic: spec.topic.as_deref().map(Cow::Borrowed),
         rate_key: (spec.rate_key != host).then_some(Cow::Borrowed(&spec.rate_key)),
         traceparent: spec.traceparent.as_deref().map(Cow::Borrowed),
+        ordering_key: spec.ordering_key.clone(),
         tenant: (!spec.tenant.is_default()).then(|| spec.tenant.clone()),
     };
     let meta = serde_json::to_string(&meta).expect("a spec serializes");
@@ -134,10 +149,16 @@ pub fn decode(raw: &str) -> serde_json::Result<JobSpec> {
         content_type: meta.content_type.map_or(JSON.to_string(), Cow::into_owned),
         headers: meta.headers.into_owned(),
         timeout_ms: meta.timeout_ms.unwrap_or(IMPLIED_TIMEOUT_MS),
-        expect_body: meta.expect_body.map(Cow::into_owned),
+        success: match (meta.success, meta.expect_body) {
+            (Some(rule), _) => rule,
+            (None, Some(text)) => SuccessRule::body_equals(text.into_owned()),
+            (None, None) => SuccessRule::default(),
+        },
+        profile: meta.profile.map(Cow::into_owned),
         topic: meta.topic.map(Cow::into_owned),
         rate_key: String::new(),
         traceparent: meta.traceparent.map(Cow::into_owned),
+        ordering_key: meta.ordering_key,
         tenant: meta.tenant.unwrap_or_default(),
     };
     spec.rate_key = meta.rate_key.map_or_else(|| spec.host(), Cow::into_owned);
@@ -155,6 +176,22 @@ pub fn tenant(raw: &str) -> Tenant {
         .ok()
         .and_then(|m| m.tenant)
         .unwrap_or_default()
+}
+
+/// The ordering key a stored value names, within its tenant (`OrderingKey::scoped`):
+/// the meta line alone is decoded, not the body. `None` for none, or a value that does
+/// not read.
+pub fn ordering(raw: &str) -> Option<String> {
+    let Ok(Layout::Lines { rest, .. }) = Layout::of(raw) else {
+        return None;
+    };
+    let meta = rest.split_once('\n').map_or(rest, |(meta, _)| meta);
+    if !meta.contains("\"ordering_key\":") {
+        return None;
+    }
+    let meta = serde_json::from_str::<Meta>(meta).ok()?;
+    let tenant = meta.tenant.unwrap_or_default();
+    meta.ordering_key.map(|k| k.scoped(&tenant))
 }
 
 /// The record a notification has from its registration, made from the first line of its
@@ -186,10 +223,12 @@ mod tests {
             content_type: JSON.into(),
             headers: Vec::new(),
             timeout_ms: IMPLIED_TIMEOUT_MS,
-            expect_body: None,
+            success: SuccessRule::default(),
+            profile: None,
             topic: Some("payment.succeeded".into()),
             rate_key: "pay.example.com".into(),
             traceparent: None,
+            ordering_key: None,
             tenant: Tenant::default(),
         }
     }
@@ -215,17 +254,19 @@ mod tests {
             content_type: "text/plain; charset=utf-8".into(),
             headers: vec![("x-shop".into(), "7".into())],
             timeout_ms: 2_500,
-            expect_body: Some("success".into()),
+            success: SuccessRule::body_equals("success".into()),
+            profile: Some("alipay".into()),
             topic: None,
             rate_key: "merchant-7".into(),
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            ordering_key: Some(OrderingKey::parse("order:7").unwrap()),
             tenant: Tenant::parse("shop-7", "tenant").unwrap(),
             ..spec()
         };
         let raw = value(&s);
         let meta = raw.lines().nth(1).unwrap();
         assert!(
-            meta.ends_with(r#","tenant":"shop-7"}"#),
+            meta.ends_with(r#","ordering_key":"order:7","tenant":"shop-7"}"#),
             "the scripts read the tenant last: {meta}"
         );
         assert_eq!(decode(&raw).unwrap(), s);

@@ -9,7 +9,9 @@ pub mod postback;
 pub mod receiver;
 pub mod redis_cluster;
 pub mod redis_server;
+pub mod signatures;
 pub mod tenants;
+pub mod tls_receiver;
 
 pub use postback::Postback;
 pub use receiver::Receiver;
@@ -84,15 +86,24 @@ impl Backend {
     }
 
     /// Whether the store holds nothing, as far as it can be seen while `pb` runs on it:
-    /// not one key in a standalone Redis; no notification in any state otherwise.
+    /// not one key in a standalone Redis but the instances' membership; no notification
+    /// in any state otherwise.
     pub async fn holds_nothing(&self, pb: &Postback) -> bool {
         if let Self::Standalone(redis) = self {
-            return redis.dbsize() == 0;
+            return redis.notification_keys().is_empty();
         }
         let (_, stats) = pb.get("/stats").await;
         ["scheduled", "in_flight", "dead", "finished"]
             .iter()
             .all(|state| stats[state] == 0)
+    }
+
+    /// How many shards postback uses on this store by default.
+    pub fn shards(&self) -> usize {
+        match self {
+            Self::Cluster(_) => usize::from(::postback::config::CLUSTER_SHARDS),
+            Self::Standalone(_) | Self::Embedded(_) => 1,
+        }
     }
 
     /// Whether this is Redis, which instances can share and which has shards.
@@ -129,6 +140,14 @@ pub fn errors(n: &serde_json::Value) -> Vec<String> {
 }
 
 /// A port that was free a moment ago.
+/// The value of the series whose line in a Prometheus exposition starts with `series`
+/// (its name and labels).
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -188,6 +188,30 @@ impl Postback {
         (resp.status().as_u16(), resp.text().await.unwrap())
     }
 
+    /// Registers `items` with one `POST /notify/batch` that must be accepted whole: the
+    /// ids, in order.
+    pub async fn register_batch(&self, items: Vec<Value>) -> Vec<String> {
+        let n = items.len();
+        let body = serde_json::json!({ "items": items });
+        let (status, answer) = self
+            .request(reqwest::Method::POST, "/notify/batch", Some(body), &[])
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        let ids: Vec<String> = super::item_ids(&answer)
+            .into_iter()
+            .map(String::from)
+            .collect();
+        assert_eq!(ids.len(), n, "every item accepted: {answer}");
+        ids
+    }
+
+    /// The value of one series on `GET /metrics` (its name and labels as written there),
+    /// `None` when it is not served.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let (_, text) = self.get_text("/metrics").await;
+        super::metric_value(&text, series)
+    }
+
     /// `GET path` with the test token.
     pub async fn get(&self, path: &str) -> (u16, Value) {
         self.request(reqwest::Method::GET, path, None, &[]).await

@@ -2,7 +2,8 @@
 //! the callback URL says:
 //! `fail=N` answers `status` (default 500) to the first N requests of each webhook-id,
 //! with a `Retry-After: V` header when `retry_after=V`; `flaky=P` answers 500 to a random
-//! P% of requests; `reply=TEXT` is the body of a success; `redirect=1` always answers
+//! P% of requests; `reply=TEXT` is the body of a success, and `ok_status=N` its status
+//! (default 200); `redirect=1` always answers
 //! 302; `sleep_ms=N` waits before answering.
 
 use std::collections::HashMap;
@@ -167,8 +168,9 @@ async fn answer(
         }
         return response;
     }
+    let ok = q.get("ok_status").map_or(200, |s| s.parse().unwrap());
     (
-        StatusCode::OK,
+        StatusCode::from_u16(ok).unwrap(),
         q.get("reply").cloned().unwrap_or_else(|| "ok".into()),
     )
         .into_response()

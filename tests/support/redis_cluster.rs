@@ -29,9 +29,9 @@ impl RedisCluster {
 
     fn try_start(primaries: usize, replicas: usize) -> Result<Self, String> {
         let dir = tempfile::tempdir().unwrap();
-        let nodes: Vec<(u16, Child)> = (0..primaries * (1 + replicas))
-            .map(|_| {
-                let port = cluster_port();
+        let nodes: Vec<(u16, Child)> = cluster_ports(primaries * (1 + replicas))
+            .into_iter()
+            .map(|port| {
                 let node_dir = dir.path().join(port.to_string());
                 std::fs::create_dir(&node_dir).unwrap();
                 let child = Command::new("redis-server")
@@ -183,14 +183,25 @@ impl RedisCluster {
     }
 }
 
-/// A free port whose cluster bus port (10,000 higher) is free too and within range.
-fn cluster_port() -> u16 {
-    loop {
+/// `n` free ports whose cluster bus ports (10,000 higher) are free too and within
+/// range, none of them another's port or bus port: each is released before its node
+/// binds it, so the system may hand the same one out again meanwhile.
+fn cluster_ports(n: usize) -> Vec<u16> {
+    let mut ports: Vec<u16> = Vec::with_capacity(n);
+    while ports.len() < n {
         let port = super::free_port();
-        if port <= 55_535 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
+        if port > 55_535 {
+            continue;
+        }
+        let bus = port + 10_000;
+        let taken = ports
+            .iter()
+            .any(|&p| [p, p + 10_000].contains(&port) || p == bus);
+        if !taken && std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok() {
+            ports.push(port);
         }
     }
+    ports
 }
 
 fn node(port: u16) -> redis::Client {

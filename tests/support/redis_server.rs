@@ -125,9 +125,13 @@ impl RedisServer {
         cmd.query(&mut c).unwrap()
     }
 
-    /// How many keys the server holds.
-    pub fn dbsize(&self) -> i64 {
-        self.query(&mut redis::cmd("DBSIZE"))
+    /// The keys that hold notifications or anything about them: every key but those of
+    /// the running instances' membership (`{postback:fleet}:…`).
+    pub fn notification_keys(&self) -> Vec<String> {
+        let keys: Vec<String> = self.query(redis::cmd("KEYS").arg("*"));
+        keys.into_iter()
+            .filter(|k| !k.starts_with("{postback:fleet}:"))
+            .collect()
     }
 
     pub fn reset_stats(&self) {

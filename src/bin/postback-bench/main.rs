@@ -3,13 +3,14 @@
 //! `RESULT` line per figure, then the median of each figure over the runs.
 //!
 //! `cargo run --release --bin postback-bench -- SCENARIO [--runs 3] [--n 20000]`
-//! Scenarios: `burst`, `retry`, `delayed`, `isolation`, `backlog`, `idle`, `overload`,
-//! `quota`, `walk`, `all`.
+//! Scenarios: `burst`, `retry`, `delayed`, `fleet`, `isolation`, `ordering`, `backlog`,
+//! `idle`, `overload`, `quota`, `walk`, `all`.
 
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+mod ordering;
 mod processes;
 mod producer;
 mod quota;
@@ -22,7 +23,9 @@ enum Scenario {
     Burst,
     Retry,
     Delayed,
+    Fleet,
     Isolation,
+    Ordering,
     Backlog,
     Idle,
     Overload,
@@ -39,7 +42,7 @@ pub enum StoreKind {
 }
 
 /// Benchmark postback against a real Redis and a fast local receiver.
-#[derive(Parser)]
+#[derive(Parser, Clone)]
 pub struct Opts {
     #[arg(value_enum)]
     scenario: Scenario,
@@ -62,13 +65,13 @@ pub struct Opts {
     /// postback's `delivery.host_concurrency`.
     #[arg(long, default_value_t = 32)]
     pub host_concurrency: usize,
-    /// delayed: the delays are spread uniformly over this.
+    /// delayed, fleet: the delays are spread uniformly over this.
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub spread: Duration,
-    /// isolation: healthy registrations per second.
+    /// isolation, ordering: registrations per second.
     #[arg(long, default_value_t = 100.0)]
     pub rate: f64,
-    /// isolation: seconds of healthy traffic per phase.
+    /// isolation, ordering: seconds of paced traffic per phase.
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
     /// isolation: notifications to the hanging merchant.
@@ -144,7 +147,9 @@ async fn main() -> anyhow::Result<()> {
             Scenario::Burst,
             Scenario::Retry,
             Scenario::Delayed,
+            Scenario::Fleet,
             Scenario::Isolation,
+            Scenario::Ordering,
             Scenario::Backlog,
             Scenario::Idle,
             Scenario::Overload,
@@ -159,7 +164,9 @@ async fn main() -> anyhow::Result<()> {
                 Scenario::Burst => scenarios::burst(&opts, r, run).await?,
                 Scenario::Retry => scenarios::retry(&opts, r, run).await?,
                 Scenario::Delayed => scenarios::delayed(&opts, r, run).await?,
+                Scenario::Fleet => scenarios::fleet(&opts, r, run).await?,
                 Scenario::Isolation => scenarios::isolation(&opts, r, run).await?,
+                Scenario::Ordering => ordering::ordering(&opts, r, run).await?,
                 Scenario::Backlog => scenarios::backlog(&opts, r, run).await?,
                 Scenario::Idle => scenarios::idle(&opts, r, run).await?,
                 Scenario::Overload => scenarios::overload(&opts, r, run).await?,

@@ -145,10 +145,14 @@ fn registered(answer: &Value, sent: SystemTime) -> anyhow::Result<Registered> {
     if let Some(error) = answer.get("error") {
         bail!("refused: {error}");
     }
-    let due = answer["next_attempt_at"]
-        .as_str()
-        .and_then(|t| humantime::parse_rfc3339(t).ok())
-        .context("no next_attempt_at")?;
+    // One waiting behind its ordering key has no due time of its own yet: its send time.
+    let due = match &answer["next_attempt_at"] {
+        Value::Null if answer["state"] == "scheduled" => sent,
+        at => at
+            .as_str()
+            .and_then(|t| humantime::parse_rfc3339(t).ok())
+            .context("no next_attempt_at")?,
+    };
     Ok(Registered {
         id: answer["id"].as_str().context("no id")?.to_string(),
         sent,

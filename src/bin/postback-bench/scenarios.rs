@@ -114,7 +114,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// `later - earlier` in ms, negative when `later` is earlier.
-fn ms_between(earlier: SystemTime, later: SystemTime) -> f64 {
+pub fn ms_between(earlier: SystemTime, later: SystemTime) -> f64 {
     match later.duration_since(earlier) {
         Ok(d) => ms(d),
         Err(e) => -ms(e.duration()),
@@ -124,7 +124,7 @@ fn ms_between(earlier: SystemTime, later: SystemTime) -> f64 {
 /// What a scenario runs against: a fresh Redis (or cluster), the receiver on 127.0.0.1,
 /// `--instances` postbacks on them (the first printing its metrics each second with
 /// `--watch-metrics`), and a producer spreading registrations over them.
-struct Rig {
+pub struct Rig {
     _watch: Option<WatchGuard>,
     producer: Producer,
     instances: Vec<Postback>,
@@ -134,7 +134,7 @@ struct Rig {
 }
 
 impl Rig {
-    async fn start(opts: &Opts) -> anyhow::Result<Self> {
+    pub async fn start(opts: &Opts) -> anyhow::Result<Self> {
         let store = opts.store()?;
         let receiver = Receiver::default();
         let addr = receiver.listen("127.0.0.1").await?;
@@ -153,7 +153,7 @@ impl Rig {
         })
     }
 
-    fn parts(&self) -> (&Backend, &Receiver, SocketAddr, &[Postback], &Producer) {
+    pub fn parts(&self) -> (&Backend, &Receiver, SocketAddr, &[Postback], &Producer) {
         (
             &self.store,
             &self.receiver,
@@ -166,8 +166,14 @@ impl Rig {
 
 /// N registrations as fast as the producer can (one per request, or `--batch` per
 /// request), receiver always 200: enqueue rate and end-to-end throughput; then N more all
-/// due at one instant: delivery-only throughput.
+/// due at one instant: delivery-only throughput. Reported as `burst_batch` with
+/// `--batch` above 1.
 pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    let name = if opts.batch > 1 {
+        "burst_batch"
+    } else {
+        "burst"
+    };
     let rig = Rig::start(opts).await?;
     let (store, receiver, addr, pb, producer) = rig.parts();
     let url = format!("http://{addr}/hook");
@@ -181,7 +187,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
         .register_in_batches(bodies, opts.producers, opts.batch)
         .await?;
     r.add(
-        "burst",
+        name,
         run,
         "enqueue_rate",
         opts.n as f64 / took.as_secs_f64(),
@@ -189,14 +195,14 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     );
     let last = wait_all(receiver, &registered).await?;
     r.add(
-        "burst",
+        name,
         run,
         "e2e_throughput",
         opts.n as f64 / (ms_between(start, last) / 1000.0),
         "notifications/s",
     );
-    check_exactly_once(receiver, &registered, r, "burst", run)?;
-    meter.report(r, "burst", run, opts.n)?;
+    check_exactly_once(receiver, &registered, r, name, run)?;
+    meter.report(r, name, run, opts.n)?;
 
     // Every one due at the same instant, far enough ahead for the registration to finish.
     receiver.reset();
@@ -212,7 +218,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     }
     let last = wait_all(receiver, &registered).await?;
     r.add(
-        "burst",
+        name,
         run,
         "delivery_only_throughput",
         opts.n as f64 / (ms_between(first_due, last) / 1000.0),
@@ -261,6 +267,29 @@ pub async fn retry(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
 /// N notifications with delays spread uniformly over `spread`: how late each first
 /// attempt came after its due time (1,000 falling due per second by default).
 pub async fn delayed(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    delayed_as("delayed", opts, r, run).await
+}
+
+/// The (shards, instances) of each `fleet` case: shards at one instance, then instances
+/// on the cluster default of 12 shards.
+const FLEET: [(u16, usize); 6] = [(1, 1), (12, 1), (48, 1), (12, 3), (12, 4), (12, 10)];
+
+/// The delayed scenario (a fixed rate of `n` over `spread`) over several shard counts
+/// and instance counts, each as its own scenario `fleet_<shards>s_<instances>i`: what
+/// shards and instances cost Redis per delivery, on one machine.
+pub async fn fleet(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    for (shards, instances) in FLEET {
+        let case = Opts {
+            shards: Some(shards),
+            instances,
+            ..opts.clone()
+        };
+        delayed_as(&format!("fleet_{shards}s_{instances}i"), &case, r, run).await?;
+    }
+    Ok(())
+}
+
+async fn delayed_as(name: &str, opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let rig = Rig::start(opts).await?;
     let (store, receiver, addr, pb, producer) = rig.parts();
     let meter = Meter::start(store, pb)?;
@@ -269,42 +298,41 @@ pub async fn delayed(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
         .map(|i| json!({"url": format!("http://{addr}/hook"), "body": payment(i), "delay": format!("{}ms", fastrand::u64(0..spread))}))
         .collect();
     let (registered, _) = producer.register_all(bodies, opts.producers).await?;
+    let (at_registered, delivered_then) = (store.commands()?, receiver.snapshot().len());
     wait_all(receiver, &registered).await?;
-    check_exactly_once(receiver, &registered, r, "delayed", run)?;
+    check_exactly_once(receiver, &registered, r, name, run)?;
+    // The delivery side alone (claims, settles): what the store ran once every
+    // notification was registered, per notification delivered since.
+    r.add(
+        name,
+        run,
+        "redis_commands_per_delivery_after_registration",
+        (store.commands()? - at_registered) as f64
+            / (registered.len() - delivered_then).max(1) as f64,
+        "cmd",
+    );
     let log = receiver.snapshot();
     let lateness: Vec<f64> = registered
         .iter()
         .filter_map(|x| Some(ms_between(x.due, log.get(&x.id)?.delivered_at()?)))
         .collect();
+    r.add(name, run, "lateness_p50", percentile(&lateness, 50.0), "ms");
+    r.add(name, run, "lateness_p99", percentile(&lateness, 99.0), "ms");
     r.add(
-        "delayed",
-        run,
-        "lateness_p50",
-        percentile(&lateness, 50.0),
-        "ms",
-    );
-    r.add(
-        "delayed",
-        run,
-        "lateness_p99",
-        percentile(&lateness, 99.0),
-        "ms",
-    );
-    r.add(
-        "delayed",
+        name,
         run,
         "lateness_max",
         percentile(&lateness, 100.0),
         "ms",
     );
     r.add(
-        "delayed",
+        name,
         run,
         "early",
         lateness.iter().filter(|l| **l < 0.0).count() as f64,
         "notifications",
     );
-    meter.report(r, "delayed", run, opts.n)?;
+    meter.report(r, name, run, opts.n)?;
     Ok(())
 }
 
@@ -370,12 +398,25 @@ async fn paced_latencies(
     opts: &Opts,
 ) -> anyhow::Result<Vec<f64>> {
     let url = format!("http://{addr}/ok");
+    let body = |i| json!({"url": url, "body": payment(i)});
+    let registered = paced(producer, receiver, opts, body).await?;
+    latencies(receiver, &registered)
+}
+
+/// Registers `body(i)` at `opts.rate` per second for `opts.seconds`, and waits until
+/// every one was delivered.
+pub async fn paced(
+    producer: &Producer,
+    receiver: &Receiver,
+    opts: &Opts,
+    body: impl Fn(usize) -> Value,
+) -> anyhow::Result<Vec<Registered>> {
     let count = (opts.rate * opts.seconds) as usize;
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / opts.rate));
     let mut tasks = Vec::with_capacity(count);
     for i in 0..count {
         tick.tick().await;
-        let (producer, body) = (producer.clone(), json!({"url": url, "body": payment(i)}));
+        let (producer, body) = (producer.clone(), body(i));
         tasks.push(tokio::spawn(async move { producer.register(&body).await }));
     }
     let mut registered = Vec::with_capacity(count);
@@ -383,11 +424,19 @@ async fn paced_latencies(
         registered.push(t.await??);
     }
     wait_all(receiver, &registered).await?;
+    Ok(registered)
+}
+
+/// Each registration's latency to its delivery, in ms, in order.
+pub fn latencies(receiver: &Receiver, registered: &[Registered]) -> anyhow::Result<Vec<f64>> {
     let log = receiver.snapshot();
-    Ok(registered
+    registered
         .iter()
-        .filter_map(|x| Some(ms_between(x.sent, log.get(&x.id)?.delivered_at()?)))
-        .collect())
+        .map(|x| {
+            let at = log.get(&x.id).and_then(|d| d.delivered_at());
+            Ok(ms_between(x.sent, at.context("delivered")?))
+        })
+        .collect()
 }
 
 /// Waits until every registration was delivered; the time of the last delivery.
@@ -495,11 +544,13 @@ async fn fill(backend: &Backend, pending: usize) -> anyhow::Result<f64> {
                 schedule: schedule.clone(),
                 delay: Duration::from_secs(24 * 3600),
                 timeout: Duration::from_secs(10),
-                expect_body: None,
+                success: Default::default(),
+                profile: None,
                 topic: Some("payment.succeeded".into()),
                 rate_key: "merchant.example.com".into(),
                 tenant: Default::default(),
                 traceparent: None,
+                ordering_key: None,
             };
             let store = &*store;
             async move { store.enqueue(&n, None).await.map(drop).map_err(Into::into) }

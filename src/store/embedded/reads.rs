@@ -8,7 +8,7 @@ use super::tables::{
     IDEMPOTENCY, INFLIGHT, RECORDS, SPECS, TENANTS,
 };
 use crate::domain::{Attempt, JobId, Tenant};
-use crate::lifecycle::Record;
+use crate::lifecycle::{Record, WAITING_OFFSET_MS};
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
 use crate::store::{
@@ -159,8 +159,10 @@ fn page(
 
 /// When the earliest notification falls due or the earliest lease ends, if any.
 pub fn next_wake_at(tx: &ReadTransaction) -> DbResult<Option<i64>> {
+    // A notification waiting behind its ordering key is not due until its turn.
     let head = |def: Index| -> DbResult<Option<i64>> {
-        Ok(tx.open_table(def)?.first()?.map(|(k, _)| k.value().0))
+        let first = tx.open_table(def)?.first()?.map(|(k, _)| k.value().0);
+        Ok(first.filter(|at| *at < WAITING_OFFSET_MS))
     };
     Ok(match (head(DUE)?, head(INFLIGHT)?) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -6,7 +6,7 @@ use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTr
 use serde::Deserialize;
 
 use crate::domain::Tenant;
-use crate::lifecycle::{Index, Now, Record};
+use crate::lifecycle::{transitions as life, Index, Now, Record};
 use crate::store::{spec, tenant_counts};
 
 /// What a step of the embedded store gives: any error aborts its transaction.
@@ -77,6 +77,9 @@ pub const RATES: TableDefinition<&str, (i64, i64)> = TableDefinition::new("rates
 pub const AUDIT: TableDefinition<(i64, u64), &str> = TableDefinition::new("audit");
 /// Counts per tenant but the default one, by field (`store::tenant_counts`).
 pub const TENANTS: TableDefinition<&str, i64> = TableDefinition::new("tenant_counts");
+/// (ordering key within its tenant, place) → id: each ordering key's notifications in
+/// registration order, while they are scheduled or in flight.
+pub const ORDERS: TableDefinition<(&str, u64), &str> = TableDefinition::new("orders");
 
 /// The table of `index`.
 pub fn index_table(index: Index) -> TableDefinition<'static, (i64, &'static str), ()> {
@@ -103,8 +106,11 @@ pub struct Tables<'t> {
     pub rates: Table<'t, &'static str, (i64, i64)>,
     pub audit: Table<'t, (i64, u64), &'static str>,
     pub tenants: Table<'t, &'static str, i64>,
-    /// The transaction's time (ms), which window counts are kept by.
-    now_ms: i64,
+    pub orders: Table<'t, (&'static str, u64), &'static str>,
+    /// The transaction's time, which window counts are kept by and turns taken at.
+    now: Now,
+    /// An ordering key's next notification took its turn in this transaction.
+    pub turned: bool,
 }
 
 impl<'t> Tables<'t> {
@@ -123,7 +129,9 @@ impl<'t> Tables<'t> {
             rates: tx.open_table(RATES)?,
             audit: tx.open_table(AUDIT)?,
             tenants: tx.open_table(TENANTS)?,
-            now_ms: now.down(),
+            orders: tx.open_table(ORDERS)?,
+            now,
+            turned: false,
         })
     }
 
@@ -144,9 +152,89 @@ impl<'t> Tables<'t> {
     }
 
     /// Writes `new` over `old` (if any), moving the notification between indexes and
-    /// counting the move for its tenant. A registration (no `old`) reads its tenant from
-    /// its spec, written first; a later move only while any tenant is counted apart.
-    pub fn save(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<()> {
+    /// counting the move for its tenant, and keeping its ordering key's order
+    /// (`keep_order`). A registration (no `old`) reads its tenant from its spec, written
+    /// first; a later move only while any tenant is counted apart. The record as saved.
+    pub fn save(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<Record> {
+        let new = self.keep_order(id, old, new)?;
+        self.save_as_is(id, old, &new)?;
+        Ok(new)
+    }
+
+    /// Keeps the order of `id`'s ordering key, if it has one, as it goes from `old` to
+    /// `new`: registered or replayed, it joins the back of its key (and waits behind any
+    /// other); finished, it leaves, and the next of its key takes its turn. `new` as it
+    /// is to be saved.
+    fn keep_order(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<Record> {
+        let index = |r: Option<&Record>| r.and_then(Record::position).map(|(index, _)| index);
+        let (from, to) = (index(old), index(Some(new)));
+        let joins = to == Some(Index::Due) && matches!(from, None | Some(Index::Dead));
+        let leaves = matches!(from, Some(Index::Due | Index::InFlight))
+            && matches!(to, Some(Index::Dead | Index::Done));
+        if !(joins || leaves && self.orders.first()?.is_some()) {
+            return Ok(new.clone());
+        }
+        let Some(key) = self.ordering_of(id)? else {
+            return Ok(new.clone());
+        };
+        if leaves {
+            self.leave_order(&key, id)?;
+            return Ok(new.clone());
+        }
+        match self.join_order(&key, id)? {
+            true => Ok(life::wait(new).unwrap_or_else(|| new.clone())),
+            false => Ok(new.clone()),
+        }
+    }
+
+    /// The ordering key (within its tenant) that `id`'s spec names.
+    fn ordering_of(&self, id: &str) -> DbResult<Option<String>> {
+        Ok(self.specs.get(id)?.and_then(|v| spec::ordering(v.value())))
+    }
+
+    /// Puts `id` at the back of ordering key `key`. Whether another is before it.
+    fn join_order(&mut self, key: &str, id: &str) -> DbResult<bool> {
+        let last = self
+            .orders
+            .range((key, 0)..=(key, u64::MAX))?
+            .next_back()
+            .transpose()?
+            .map(|(k, _)| k.value().1);
+        self.orders.insert((key, last.map_or(0, |at| at + 1)), id)?;
+        Ok(last.is_some())
+    }
+
+    /// Takes `id` out of ordering key `key`; when it was first, the next one takes its
+    /// turn.
+    fn leave_order(&mut self, key: &str, id: &str) -> DbResult<()> {
+        let (mut place, mut first, mut next) = (None, true, None);
+        for entry in self.orders.range((key, 0)..=(key, u64::MAX))? {
+            let (k, v) = entry?;
+            if place.is_some() {
+                next = Some(v.value().to_string());
+                break;
+            }
+            match v.value() == id {
+                true => place = Some(k.value().1),
+                false => first = false,
+            }
+        }
+        let Some(place) = place else { return Ok(()) };
+        self.orders.remove((key, place))?;
+        let Some(next) = next.filter(|_| first) else {
+            return Ok(());
+        };
+        let old = self.record(&next)?;
+        if let Some(new) = old.as_ref().and_then(|r| life::take_turn(r, self.now)) {
+            self.save_as_is(&next, old.as_ref(), &new)?;
+            self.turned = true;
+        }
+        Ok(())
+    }
+
+    /// Writes `new` over `old` (if any), moving the notification between indexes and
+    /// counting the move for its tenant.
+    fn save_as_is(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<()> {
         let (from, to) = (old.and_then(Record::position), new.position());
         if from != to {
             let tenant = match old {
@@ -186,7 +274,7 @@ impl<'t> Tables<'t> {
     /// Counts a move of one of `tenant`'s notifications into (`by` 1) or out of (-1)
     /// `index` at `at`.
     pub fn tally(&mut self, tenant: &Tenant, index: Index, at: i64, by: i64) -> DbResult<()> {
-        for (field, by) in tenant_counts::tally(tenant, index, at, by, self.now_ms) {
+        for (field, by) in tenant_counts::tally(tenant, index, at, by, self.now.down()) {
             self.add_to_tenant(&field, by)?;
         }
         Ok(())
@@ -211,7 +299,7 @@ impl<'t> Tables<'t> {
         let mut old = Vec::new();
         for entry in self.tenants.iter()? {
             let field = entry?.0.value().to_string();
-            if tenant_counts::is_old_window(&field, self.now_ms) {
+            if tenant_counts::is_old_window(&field, self.now.down()) {
                 old.push(field);
             }
         }

@@ -8,7 +8,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions as life, Cancelled, Index, Now, Record};
+use crate::lifecycle::{transitions as life, Cancelled, Index, Now, Record, WAITING_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, Slots};
 use crate::store::spec;
 use crate::store::{
@@ -57,7 +57,7 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
                 status,
                 duplicate: true,
                 mismatch,
-                earliest: false,
+                earliest: None,
             });
         }
         forget_key(t, key)?;
@@ -69,8 +69,8 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
     let record = life::register(job.schedule.clone(), now, job.delay_ms);
     let value = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
     t.specs.insert(id.as_str(), value.as_str())?;
-    t.save(&id, None, &record)?;
-    let earliest = heads(t, &id, &record)?;
+    let record = t.save(&id, None, &record)?;
+    let earliest = heads(t, &id, &record)?.then_some(Duration::ZERO);
     Ok(Enqueued {
         id: job.id,
         status: Some(record.status()),
@@ -80,10 +80,11 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
     })
 }
 
-/// Whether `record` is scheduled and heads the due index.
+/// Whether `record` is scheduled (not waiting behind its ordering key) and heads the due
+/// index.
 pub fn heads(t: &Tables, id: &str, record: &Record) -> DbResult<bool> {
     match record.position() {
-        Some((Index::Due, at)) => t.heads_due(at, id),
+        Some((Index::Due, at)) if !record.waiting => t.heads_due(at, id),
         _ => Ok(false),
     }
 }
@@ -111,7 +112,7 @@ pub fn claim(
     for (until, id) in first_until(&t.inflight, now_ms, limit)? {
         let old = t.record(&id)?;
         match old.as_ref().and_then(|old| life::expire(old, now)) {
-            Some(new) => t.save(&id, old.as_ref(), &new)?,
+            Some(new) => drop(t.save(&id, old.as_ref(), &new)?),
             None => drop(t.inflight.remove((until, id.as_str()))?),
         }
     }
@@ -138,7 +139,8 @@ pub fn claim(
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {
-        Ok(table.first()?.map(|(k, _)| k.value().0))
+        let first = table.first()?.map(|(k, _)| k.value().0);
+        Ok(first.filter(|at| *at < WAITING_OFFSET_MS))
     };
     let wake = match (head(&t.due)?, head(&t.inflight)?) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -178,8 +180,7 @@ fn apply(
     let Some(new) = step(&old) else {
         return Ok(None);
     };
-    t.save(id, Some(&old), &new)?;
-    Ok(Some(new))
+    Ok(Some(t.save(id, Some(&old), &new)?))
 }
 
 /// Records one attempt and moves the notification on. Its new record; `None` when the

@@ -8,7 +8,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use redb::Database;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::tables::{DbResult, Tables};
 use super::transitions::store_error;
@@ -69,11 +69,13 @@ impl Drop for Writer {
 }
 
 impl Writer {
-    pub fn start(db: Arc<Database>) -> std::io::Result<Self> {
+    /// Starts the writer thread; it signals `turns` after a transaction in which an
+    /// ordering key's next notification took its turn (so is due now, or soon).
+    pub fn start(db: Arc<Database>, turns: Arc<Notify>) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel(4 * MAX_GROUP);
         let thread = std::thread::Builder::new()
             .name("postback-store-writer".into())
-            .spawn(move || run(&db, rx))?;
+            .spawn(move || run(&db, rx, &turns))?;
         Ok(Self {
             tx: Some(tx),
             thread: Some(thread),
@@ -99,7 +101,7 @@ impl Writer {
     }
 }
 
-fn run(db: &Database, mut rx: mpsc::Receiver<Box<dyn Step>>) {
+fn run(db: &Database, mut rx: mpsc::Receiver<Box<dyn Step>>, turns: &Notify) {
     let mut group: Vec<Box<dyn Step>> = Vec::with_capacity(MAX_GROUP);
     while let Some(first) = rx.blocking_recv() {
         group.push(first);
@@ -110,18 +112,22 @@ fn run(db: &Database, mut rx: mpsc::Receiver<Box<dyn Step>>) {
             }
         }
         let committed = commit_guarded(db, &mut group);
+        if matches!(committed, Ok(true)) {
+            turns.notify_one();
+        }
+        let committed = committed.map(|_| ());
         for step in group.drain(..) {
             step.answer(committed.clone());
         }
     }
 }
 
-/// Commits the group; a failure, or a panic in one of its steps, fails the whole group
-/// and leaves the writer running.
-fn commit_guarded(db: &Database, group: &mut [Box<dyn Step>]) -> Result<(), StoreError> {
+/// Commits the group (whether a turn was taken in it); a failure, or a panic in one of
+/// its steps, fails the whole group and leaves the writer running.
+fn commit_guarded(db: &Database, group: &mut [Box<dyn Step>]) -> Result<bool, StoreError> {
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| commit(db, group)));
     let error = match outcome {
-        Ok(Ok(())) => return Ok(()),
+        Ok(Ok(turned)) => return Ok(turned),
         Ok(Err(e)) => store_error(e),
         Err(_) => StoreError::Corrupt("a step of the transaction panicked".into()),
     };
@@ -129,15 +135,16 @@ fn commit_guarded(db: &Database, group: &mut [Box<dyn Step>]) -> Result<(), Stor
     Err(error)
 }
 
-fn commit(db: &Database, group: &mut [Box<dyn Step>]) -> DbResult<()> {
+fn commit(db: &Database, group: &mut [Box<dyn Step>]) -> DbResult<bool> {
     let tx = db.begin_write()?;
-    {
+    let turned = {
         let now = Now::read();
         let mut tables = Tables::open(&tx, now)?;
         for step in group.iter_mut() {
             step.apply(&mut tables, now)?;
         }
-    }
+        tables.turned
+    };
     tx.commit()?;
-    Ok(())
+    Ok(turned)
 }

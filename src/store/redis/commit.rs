@@ -5,12 +5,14 @@
 //! a claim meanwhile), the script answers with how it is now, and the change is worked
 //! out again from that, in a further round.
 
+use std::time::Duration;
+
 use redis::{Script, Value};
 
 use super::conn::Conn;
-use super::reply::{int_at, text_at};
+use super::reply::{earliest_at, int_at, text_at};
 use super::store_error;
-use crate::domain::Tenant;
+use crate::domain::{FieldError, JobSpec, OrderingKey, Tenant};
 use crate::lifecycle::{Index, JobState, Now, Record};
 use crate::store::keys::ShardKeys;
 use crate::store::spec;
@@ -36,24 +38,21 @@ pub struct Held {
     pub score: i64,
     /// Its tenant as the scripts name it (`tenant_counts::counted`).
     pub tenant: String,
+    /// Its ordering key within its tenant (`OrderingKey::scoped`), if it has one.
+    pub ordering: Option<String>,
 }
 
 impl Held {
-    /// As a claim returns it: `text` its stored record, or none (`None`) and its `spec`,
-    /// which names `tenant`.
-    pub fn claimed(
-        id: &str,
-        text: Option<String>,
-        spec: &str,
-        tenant: &Tenant,
-    ) -> StoreResult<Self> {
-        let (record, text) = record_of(id, text, spec)?;
+    /// As a claim returns it: `text` its stored record, or none (`None`) and its `spec`.
+    pub fn claimed(id: &str, text: Option<String>, raw: &str, spec: &JobSpec) -> StoreResult<Self> {
+        let (record, text) = record_of(id, text, raw)?;
         Ok(Self {
             text,
-            record: in_index(record, Index::InFlight),
+            record: record.placed(Index::InFlight, 0),
             index: Index::InFlight,
             score: 0,
-            tenant: counted(tenant).to_string(),
+            tenant: counted(&spec.tenant).to_string(),
+            ordering: spec.ordering(),
         })
     }
 
@@ -77,14 +76,35 @@ impl Held {
             _ => String::new(),
         };
         let (record, text) = record_of(id, text, &spec)?;
+        let score = int_at(parts, 3)?;
+        let tenant = text_at(parts, 4)?;
+        let ordering = scoped_ordering(id, &text_at(parts, 5)?, &tenant)?;
         Ok(Some(Self {
             text,
-            record: in_index(record, index),
+            record: record.placed(index, score),
             index,
-            score: int_at(parts, 3)?,
-            tenant: text_at(parts, 4)?,
+            score,
+            tenant,
+            ordering,
         }))
     }
+}
+
+/// The ordering key `held_of` read off `id`'s spec (`''` for none), scoped by its tenant
+/// as the scripts name it (`''` for the default one), as `OrderingKey::scoped` scopes it.
+fn scoped_ordering(id: &str, key: &str, tenant: &str) -> StoreResult<Option<String>> {
+    if key.is_empty() {
+        return Ok(None);
+    }
+    let corrupt =
+        |e: FieldError| StoreError::Corrupt(format!("ordering key of {id}: {}", e.message));
+    let tenant = match tenant {
+        "" => Tenant::default(),
+        name => Tenant::parse(name, "tenant").map_err(corrupt)?,
+    };
+    Ok(Some(
+        OrderingKey::parse(key).map_err(corrupt)?.scoped(&tenant),
+    ))
 }
 
 /// The record of `id` and its text: the stored one, or the one its spec's first line
@@ -106,14 +126,6 @@ fn record_of(id: &str, text: Option<String>, spec: &str) -> StoreResult<(Record,
     }
 }
 
-/// A record as the index that holds it says: in flight in the in-flight index.
-fn in_index(mut record: Record, index: Index) -> Record {
-    if index == Index::InFlight {
-        record.state = JobState::InFlight;
-    }
-    record
-}
-
 /// One notification's change, as `commit.lua` takes it (10 values).
 #[derive(Debug, Clone)]
 pub struct Change {
@@ -132,6 +144,8 @@ pub struct Change {
     source: Option<Box<Held>>,
     /// Its tenant, for the counts per tenant.
     tenant: String,
+    /// Its ordering key (scoped), whose list a finish or a replay changes.
+    ordering: Option<String>,
 }
 
 impl Change {
@@ -152,6 +166,7 @@ impl Change {
             spec: None,
             source: Some(Box::new(held.clone())),
             tenant: held.tenant.clone(),
+            ordering: held.ordering.clone(),
         }
     }
 
@@ -168,6 +183,7 @@ impl Change {
             spec: None,
             source: None,
             tenant: String::new(),
+            ordering: None,
         }
     }
 
@@ -213,8 +229,9 @@ pub struct Shard<'a> {
 /// What a commit came to: an answer per request, in order.
 pub struct Committed<A> {
     pub answers: Vec<A>,
-    /// A notification now heads the shard's due set: schedulers should wake.
-    pub earliest: bool,
+    /// A notification now heads the shard's due set, due in this long: schedulers
+    /// should wake then.
+    pub earliest: Option<Duration>,
     pub trimmed: usize,
 }
 
@@ -236,14 +253,14 @@ pub async fn commit<T, A>(
     for (k, request) in requests.iter().enumerate() {
         place(k, first(request)?, &mut pending, &mut answers);
     }
-    let (mut earliest, mut trimmed) = (false, 0);
+    let (mut earliest, mut trimmed) = (None, 0);
     for _ in 0..MAX_ROUNDS {
         if pending.is_empty() {
             break;
         }
         let changes: Vec<&Change> = pending.iter().map(|(_, c, _)| c).collect();
         let reply = run(shard, &changes, budget(changes.len())).await?;
-        earliest |= int_at(&reply, 0)? == 1;
+        earliest = earliest.into_iter().chain(earliest_at(&reply, 0)?).min();
         trimmed += int_at(&reply, 1)? as usize;
         let now = Now::from_micros(int_at(&reply, 2)?);
         let mut next = Vec::new();
@@ -293,8 +310,18 @@ async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResu
     call.arg(shard.wake_channel)
         .arg(&shard.retention[..])
         .arg(budget);
+    let shard_keys = shard.keys.all().len();
+    let mut lists = 0;
     for c in changes {
         let (to, score) = c.to.map_or(("", 0), |(index, at)| (index.name(), at));
+        let list = match &c.ordering {
+            Some(key) => {
+                call.key(shard.keys.ordering(key));
+                lists += 1;
+                shard_keys + lists
+            }
+            None => 0,
+        };
         call.arg(&c.id)
             .arg(&c.expected)
             .arg(c.from.name())
@@ -304,7 +331,8 @@ async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResu
             .arg(score)
             .arg(c.entry.as_deref().unwrap_or_default())
             .arg(c.spec.as_deref().unwrap_or_default())
-            .arg(&c.tenant);
+            .arg(&c.tenant)
+            .arg(list);
     }
     let reply: Vec<Value> = call
         .invoke_async(&mut shard.conn.clone())

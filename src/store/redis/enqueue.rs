@@ -9,10 +9,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::commit::Held;
 use super::conn::Conn;
-use super::reply::{int_at, text_at};
+use super::reply::{earliest_at, int_at, text_at};
 use super::store_error;
 use crate::domain::JobId;
-use crate::lifecycle::{schedule_text, transitions, Now};
+use crate::lifecycle::{schedule_text, transitions, JobStatus, Now};
 use crate::store::keys::ShardKeys;
 use crate::store::spec;
 use crate::store::{Enqueued, StoreError, StoreResult};
@@ -32,6 +32,8 @@ pub struct Item {
     pub idempotency: Option<(String, u64, String)>,
     /// Its tenant as the scripts name it (`tenant_counts::counted`).
     pub tenant: String,
+    /// Its ordering key's list (`ShardKeys::ordering`), if it has one.
+    pub ordering: Option<String>,
 }
 
 struct Pending {
@@ -109,15 +111,21 @@ async fn store_group(
     let mut call = target.script.key(keys.all().as_slice());
     call.arg(&target.wake_channel).arg(spec::VERSION);
     let mut extra_keys = 0;
+    let mut extra_key = |key: &str| {
+        call.key(key);
+        extra_keys += 1;
+        keys.all().len() + extra_keys
+    };
+    let mut per_item = Vec::with_capacity(items.len());
     for item in items {
         let (key_index, ttl, fingerprint) = match &item.idempotency {
-            Some((key, ttl, fingerprint)) => {
-                call.key(key);
-                extra_keys += 1;
-                (keys.all().len() + extra_keys, *ttl, fingerprint.as_str())
-            }
+            Some((key, ttl, fingerprint)) => (extra_key(key), *ttl, fingerprint.as_str()),
             None => (0, 1, ""),
         };
+        let list_index = item.ordering.as_deref().map_or(0, &mut extra_key);
+        per_item.push((key_index, ttl, fingerprint, list_index));
+    }
+    for (item, (key_index, ttl, fingerprint, list_index)) in items.iter().zip(per_item) {
         call.arg(item.id.to_string())
             .arg(&item.spec)
             .arg(schedule_text(&item.schedule))
@@ -125,13 +133,14 @@ async fn store_group(
             .arg(key_index)
             .arg(ttl)
             .arg(fingerprint)
-            .arg(&item.tenant);
+            .arg(&item.tenant)
+            .arg(list_index);
     }
     let reply: Vec<Value> = call
         .invoke_async(&mut target.conn.clone())
         .await
         .map_err(store_error)?;
-    let earliest = int_at(&reply, 0)? == 1;
+    let earliest = earliest_at(&reply, 0)?;
     let now = Now::from_millis(int_at(&reply, 1)?);
     // One answer per item, in order: the item's own id, or its key's first notification.
     reply[2..]
@@ -150,6 +159,10 @@ async fn store_group(
                 Some(Value::Array(_)) => {
                     Held::parse(&id.to_string(), &c[2])?.map(|h| h.record.status())
                 }
+                Some(Value::Int(1)) if !duplicate => Some(JobStatus {
+                    waiting: true,
+                    ..registered(item)
+                }),
                 _ if !duplicate => Some(registered(item)),
                 _ if mismatch => None,
                 _ => items.iter().find(|first| first.id == id).map(registered),

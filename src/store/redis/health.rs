@@ -5,15 +5,15 @@
 
 pub struct HealthChannel {
     pub channel: String,
-    /// This instance's name on the channel, random per start.
+    /// This instance's id (`fleet.rs`).
     instance: String,
 }
 
 impl HealthChannel {
-    pub fn new(key_prefix: &str) -> Self {
+    pub fn new(key_prefix: &str, instance: &str) -> Self {
         Self {
             channel: format!("{key_prefix}:health"),
-            instance: format!("{:016x}", fastrand::u64(..)),
+            instance: instance.to_string(),
         }
     }
 
@@ -43,7 +43,7 @@ mod tests {
 
     #[test]
     fn hears_the_others_not_itself() {
-        let (a, b) = (HealthChannel::new("p"), HealthChannel::new("p"));
+        let (a, b) = (HealthChannel::new("p", "a"), HealthChannel::new("p", "b"));
         let said = a.message("https://shop.example:443/hook", false);
         assert_eq!(a.heard(&said), None);
         assert_eq!(

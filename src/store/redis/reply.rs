@@ -1,5 +1,7 @@
 //! Reading the mixed arrays that the Lua scripts return.
 
+use std::time::Duration;
+
 use redis::Value;
 
 use crate::store::{StoreError, StoreResult};
@@ -23,6 +25,13 @@ pub fn text_at(reply: &[Value], i: usize) -> StoreResult<String> {
         Some(Value::SimpleString(s)) => Ok(s.clone()),
         _ => Err(bad(i, "text")),
     }
+}
+
+/// A script's "new earliest" answer (`announce_if_heads` in common.lua): 0 for none, else
+/// 1 + the ms until it is due.
+pub fn earliest_at(reply: &[Value], i: usize) -> StoreResult<Option<Duration>> {
+    let n = int_at(reply, i)?;
+    Ok((n >= 1).then(|| Duration::from_millis((n - 1) as u64)))
 }
 
 fn bad(i: usize, what: &str) -> StoreError {

@@ -1,39 +1,79 @@
 //! What this instance knows of when each shard next has work, so that a claim asks only
-//! the shards that have some. It learns from each claim's reply (the shard's next due
-//! time or lease end) and from wake-ups that name a shard (a registration or retry that
-//! became its earliest, from this instance or another through pub/sub). Each claim also
-//! asks one more shard in turn, whatever it knows: that bounds what a lost wake-up can
-//! cost, and on a cluster with many shards keeps an idle instance at about one command
-//! per idle sleep instead of one per shard.
+//! the shards that have some, and how far ahead each is claimed. It learns from each
+//! claim's reply (the shard's next due time or lease end) and from wake-ups that name a
+//! shard and when its new earliest is due (a registration or retry, from this instance or
+//! another through pub/sub). A shard with few due is claimed further ahead (up to four
+//! times as far), so that a load spread over many shards is claimed in larger groups.
+//! Every `TURN_EVERY` a claim also asks one more shard in turn, whatever it knows: that
+//! bounds what a lost wake-up can cost, and keeps an idle instance on a cluster with many
+//! shards at about one command per idle sleep instead of one per shard.
+//! Where instances share the shards (`fleet.rs`), it asks only the shards this instance
+//! owns, for as long as its ownership is renewed; past that, every shard again.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+/// A claim that takes fewer than this many notifications doubles how far ahead its shard
+/// is next claimed; one that takes four times as many, or is cut short by its limit,
+/// halves it, so that a shard with few due is claimed in larger groups.
+const TARGET_BATCH: usize = 8;
+/// How far ahead a sparse shard's claim may reach at most, as a multiple of the
+/// scheduler's own look-ahead. What a claim takes is in flight, held by the scheduler
+/// until due: it no longer lists as retrying, and a cancel no longer stops its attempt,
+/// so this stays a small multiple.
+const MAX_STRETCH: u32 = 4;
+/// How often an instance also asks one shard in turn, whatever it knows of it: that is
+/// what bounds the cost of a lost wake-up (an idle instance asks one per idle sleep).
+const TURN_EVERY: Duration = Duration::from_millis(250);
 
 struct Shard {
     /// When it next has work; `None` when it has none that this instance knows of.
     next: Option<Instant>,
     /// Bumped by every wake-up, so that a claim's older reply cannot hide a newer one.
     wakes: u64,
+    /// How much further ahead than the scheduler's look-ahead this shard is claimed.
+    stretch: u32,
 }
 
 impl Shard {
     fn wake(&mut self) {
-        self.next = Some(Instant::now());
+        self.wake_at(Instant::now());
+    }
+
+    fn wake_at(&mut self, at: Instant) {
+        self.next = Some(self.next.map_or(at, |next| next.min(at)));
         self.wakes += 1;
     }
 }
 
-pub struct ShardClock {
-    shards: Mutex<Vec<Shard>>,
+struct Clock {
+    shards: Vec<Shard>,
+    /// The shards this instance owns, until when; `None` (not known, or not renewed in
+    /// time): every shard.
+    owned: Option<(Vec<bool>, Instant)>,
     /// The shard asked next whatever is known of it (modulo the number of shards).
-    turn: AtomicUsize,
+    turn: usize,
+    last_turn: Instant,
 }
 
-/// A shard to claim from, and how many wake-ups it had had when it was chosen.
+impl Clock {
+    /// Whether this instance claims `shard`: it owns it, or its ownership is not known.
+    fn claims(&self, shard: usize, now: Instant) -> bool {
+        match &self.owned {
+            Some((owned, until)) if now < *until => owned[shard],
+            _ => true,
+        }
+    }
+}
+
+pub struct ShardClock(Mutex<Clock>);
+
+/// A shard to claim from, how far ahead, and how many wake-ups it had had when it was
+/// chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ask {
     pub shard: usize,
+    pub ahead: Duration,
     wakes: u64,
 }
 
@@ -45,70 +85,124 @@ impl ShardClock {
             .map(|_| Shard {
                 next: Some(now),
                 wakes: 0,
+                stretch: 1,
             })
             .collect();
-        Self {
-            shards: Mutex::new(shards),
-            turn: AtomicUsize::new(0),
-        }
+        Self(Mutex::new(Clock {
+            shards,
+            owned: None,
+            turn: 0,
+            last_turn: now,
+        }))
     }
 
     /// A shard has work now.
     pub fn wake(&self, shard: usize) {
-        if let Some(s) = self.lock().get_mut(shard) {
-            s.wake();
+        self.wake_in(shard, Duration::ZERO);
+    }
+
+    /// A shard has work in `due_in` (or earlier, if this instance knows of some). True
+    /// when this instance claims that shard, so that its scheduler should look again;
+    /// another's shard is remembered for when this instance gains it or stops knowing
+    /// what it owns.
+    pub fn wake_in(&self, shard: usize, due_in: Duration) -> bool {
+        let mut clock = self.lock();
+        let now = Instant::now();
+        let Some(s) = clock.shards.get_mut(shard) else {
+            return false;
+        };
+        s.wake_at(now + due_in);
+        clock.claims(shard, now)
+    }
+
+    /// This instance owns `shards` (and no other) until `until`. The shards it did not
+    /// own before are due now, since their work was another's; true when there are any.
+    pub fn own(&self, shards: &[usize], until: Instant) -> bool {
+        let mut clock = self.lock();
+        let now = Instant::now();
+        let n = clock.shards.len();
+        let mut owned = vec![false; n];
+        let mut gained = false;
+        for &shard in shards.iter().filter(|&&s| s < n) {
+            owned[shard] = true;
+            if !clock.claims(shard, now) {
+                clock.shards[shard].wake();
+                gained = true;
+            }
         }
+        clock.owned = Some((owned, until));
+        gained
     }
 
     /// Every shard may have work now (after a gap in the wake-ups).
     pub fn wake_all(&self) {
-        self.lock().iter_mut().for_each(Shard::wake);
+        self.lock().shards.iter_mut().for_each(Shard::wake);
     }
 
-    /// The shards to claim from now: those with work due within `ahead`, then one more in
-    /// turn.
+    /// The shards to claim from now, of those this instance claims: those with work due
+    /// within `ahead`, each to be claimed as far ahead as its own stretch says, then one
+    /// more in turn when `TURN_EVERY` has passed since the last.
     pub fn to_ask(&self, ahead: Duration) -> Vec<Ask> {
-        let horizon = Instant::now() + ahead;
-        let shards = self.lock();
-        let n = shards.len();
-        let start = self.turn.fetch_add(1, Ordering::Relaxed) % n;
-        let ask = |shard: usize| Ask {
-            shard,
-            wakes: shards[shard].wakes,
-        };
-        let mut asks: Vec<Ask> = (0..n)
-            .map(|i| (start + i) % n)
-            .filter(|&s| shards[s].next.is_some_and(|at| at <= horizon))
-            .map(ask)
+        let now = Instant::now();
+        let horizon = now + ahead;
+        let mut clock = self.lock();
+        let n = clock.shards.len();
+        let mine: Vec<usize> = (0..n)
+            .map(|i| (clock.turn + i) % n)
+            .filter(|&i| clock.claims(i, now))
             .collect();
-        if !asks.iter().any(|a| a.shard == start) {
-            asks.push(ask(start));
+        let ask = |shard: usize, s: &Shard| Ask {
+            shard,
+            ahead: ahead * s.stretch,
+            wakes: s.wakes,
+        };
+        let mut asks: Vec<Ask> = mine
+            .iter()
+            .filter(|&&i| clock.shards[i].next.is_some_and(|at| at <= horizon))
+            .map(|&i| ask(i, &clock.shards[i]))
+            .collect();
+        if now >= clock.last_turn + TURN_EVERY {
+            if let Some(&next) = mine.first() {
+                if !asks.iter().any(|a| a.shard == next) {
+                    asks.push(ask(next, &clock.shards[next]));
+                }
+                clock.turn = next + 1;
+            }
+            clock.last_turn = now;
         }
         asks
     }
 
-    /// What a claim of `ask` learnt: the shard next has work in `next` (`None`: none).
-    /// A wake-up since the shard was chosen wins.
-    pub fn claimed(&self, ask: Ask, next: Option<Duration>) {
-        let mut shards = self.lock();
-        let s = &mut shards[ask.shard];
+    /// What a claim of `ask` learnt: it took `took` notifications (`limited`: as many as
+    /// it was allowed), and the shard next has work in `next` (`None`: none). A wake-up
+    /// since the shard was chosen wins.
+    pub fn claimed(&self, ask: Ask, took: usize, limited: bool, next: Option<Duration>) {
+        let mut clock = self.lock();
+        let s = &mut clock.shards[ask.shard];
+        if limited || took >= 4 * TARGET_BATCH {
+            s.stretch = (s.stretch / 2).max(1);
+        } else if took < TARGET_BATCH {
+            s.stretch = (s.stretch * 2).min(MAX_STRETCH);
+        }
         if s.wakes == ask.wakes {
             s.next = next.map(|d| Instant::now() + d);
         }
     }
 
-    /// How long until the earliest work known of; zero when some is due.
+    /// How long until the earliest work known of in the shards this instance claims;
+    /// zero when some is due.
     pub fn next_wake(&self) -> Option<Duration> {
         let now = Instant::now();
-        self.lock()
-            .iter()
-            .filter_map(|s| s.next)
+        let clock = self.lock();
+        (0..clock.shards.len())
+            .filter(|&i| clock.claims(i, now))
+            .filter_map(|i| clock.shards[i].next)
             .min()
             .map(|at| at.saturating_duration_since(now))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Shard>> {
-        self.shards.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Clock> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -120,33 +214,122 @@ mod tests {
         asks.iter().map(|a| a.shard).collect()
     }
 
+    fn claimed_none(clock: &ShardClock, asks: Vec<Ask>) {
+        for ask in asks {
+            clock.claimed(ask, 0, false, None);
+        }
+    }
+
     #[test]
-    fn asks_due_shards_and_one_more_in_turn() {
+    fn asks_due_shards_and_one_in_turn_every_so_often() {
         let clock = ShardClock::new(4);
         let first = clock.to_ask(Duration::ZERO);
         assert_eq!(shards(&first), vec![0, 1, 2, 3], "all unknown, so all due");
-        for ask in first {
-            clock.claimed(ask, None);
-        }
+        claimed_none(&clock, first);
+        assert_eq!(clock.next_wake(), None);
+        std::thread::sleep(TURN_EVERY);
+        assert_eq!(
+            shards(&clock.to_ask(Duration::ZERO)),
+            vec![0],
+            "one in turn"
+        );
+        assert!(clock.to_ask(Duration::ZERO).is_empty(), "not again at once");
+        clock.wake(3);
+        let ask = clock.to_ask(Duration::ZERO);
+        assert_eq!(shards(&ask), vec![3]);
+        clock.claimed(ask[0], 1, false, Some(Duration::from_secs(60)));
+        assert!(clock.next_wake().unwrap() > Duration::from_secs(59));
+        std::thread::sleep(TURN_EVERY);
         assert_eq!(
             shards(&clock.to_ask(Duration::ZERO)),
             vec![1],
-            "none due: one in turn"
+            "the next in turn"
         );
-        assert_eq!(clock.next_wake(), None);
-        clock.wake(3);
-        assert_eq!(shards(&clock.to_ask(Duration::ZERO)), vec![3, 2]);
-        let later = clock.to_ask(Duration::ZERO)[0];
-        clock.claimed(later, Some(Duration::from_secs(60)));
-        assert!(clock.next_wake().unwrap() > Duration::from_secs(59));
+    }
+
+    #[test]
+    fn a_wake_up_names_when_the_shard_is_due() {
+        let clock = ShardClock::new(2);
+        claimed_none(&clock, clock.to_ask(Duration::ZERO));
+        clock.wake_in(1, Duration::from_millis(500));
+        assert!(clock.to_ask(Duration::from_millis(40)).is_empty());
+        let wake = clock.next_wake().unwrap();
+        assert!(wake > Duration::from_millis(400) && wake <= Duration::from_millis(500));
+        assert_eq!(shards(&clock.to_ask(Duration::from_millis(600))), vec![1]);
+        clock.wake_in(1, Duration::from_secs(5));
+        assert!(
+            clock.next_wake().unwrap() <= Duration::from_millis(500),
+            "the earlier stands"
+        );
+    }
+
+    #[test]
+    fn a_sparse_shard_is_claimed_further_ahead_and_a_busy_one_less() {
+        let base = Duration::from_millis(40);
+        let clock = ShardClock::new(1);
+        let mut reaches = Vec::new();
+        for _ in 0..4 {
+            let ask = clock.to_ask(base)[0];
+            reaches.push(ask.ahead.as_millis());
+            clock.claimed(ask, 1, false, Some(Duration::ZERO));
+        }
+        assert_eq!(reaches, vec![40, 80, 160, 160]);
+        let reach = |took: usize, limited: bool| {
+            let ask = clock.to_ask(base)[0];
+            clock.claimed(ask, took, limited, Some(Duration::ZERO));
+            clock.to_ask(base)[0].ahead.as_millis()
+        };
+        assert_eq!(reach(50, true), 80, "cut short: less far");
+        assert_eq!(reach(4 * TARGET_BATCH, false), 40, "plenty: less far");
+        assert_eq!(reach(1, false), 80, "few: further");
+        assert_eq!(reach(TARGET_BATCH, false), 80, "enough: as it was");
+    }
+
+    #[test]
+    fn asks_only_the_shards_it_owns_while_it_owns_them() {
+        let clock = ShardClock::new(4);
+        claimed_none(&clock, clock.to_ask(Duration::ZERO));
+        let until = Instant::now() + Duration::from_millis(600);
+        assert!(
+            !clock.own(&[1, 3], until),
+            "it claimed every shard until now: nothing gained"
+        );
+        clock.wake_all();
+        assert!(
+            !clock.wake_in(2, Duration::ZERO),
+            "another's shard: no need to look again"
+        );
+        assert!(clock.wake_in(3, Duration::ZERO), "its own");
+        let asked = shards(&clock.to_ask(Duration::ZERO));
+        assert_eq!(
+            asked,
+            vec![1, 3],
+            "a wake-up of another's shard is not for it"
+        );
+        claimed_none(&clock, clock.to_ask(Duration::ZERO));
+        assert!(clock.own(&[0, 1, 3], until), "shard 0 gained");
+        assert_eq!(shards(&clock.to_ask(Duration::ZERO)), vec![0], "and due");
+        claimed_none(&clock, clock.to_ask(Duration::ZERO));
+        std::thread::sleep(TURN_EVERY);
+        assert_eq!(
+            shards(&clock.to_ask(Duration::ZERO)),
+            vec![0],
+            "its own in turn"
+        );
+        assert_eq!(clock.next_wake(), None, "shard 2's work is another's");
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(
+            clock.next_wake(),
+            Some(Duration::ZERO),
+            "ownership not renewed: every shard again"
+        );
+        assert!(shards(&clock.to_ask(Duration::ZERO)).contains(&2));
     }
 
     #[test]
     fn waking_all_makes_every_shard_due() {
         let clock = ShardClock::new(3);
-        for ask in clock.to_ask(Duration::ZERO) {
-            clock.claimed(ask, None);
-        }
+        claimed_none(&clock, clock.to_ask(Duration::ZERO));
         clock.wake_all();
         assert_eq!(shards(&clock.to_ask(Duration::ZERO)).len(), 3);
     }
@@ -156,7 +339,7 @@ mod tests {
         let clock = ShardClock::new(2);
         let ask = clock.to_ask(Duration::ZERO)[0];
         clock.wake(ask.shard);
-        clock.claimed(ask, None);
+        clock.claimed(ask, 0, false, None);
         assert_eq!(clock.next_wake(), Some(Duration::ZERO));
     }
 }

@@ -1,0 +1,78 @@
+//! `GET /signing-keys`: the ed25519 public keys (`whpk_…`) that verify a tenant's `v1a`
+//! signatures. Public keys are public: the route needs no token, so that a merchant's
+//! receiver can fetch them and verify deliveries without holding any secret.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{invalid_query, ApiError, ErrorBody};
+use super::AppState;
+use crate::domain::Tenant;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct KeysQuery {
+    /// Whose keys; default `default`.
+    tenant: Option<String>,
+}
+
+/// The keys that sign a tenant's deliveries now: its own, or the instance's when it has
+/// none. During a rotation there are several; a signature that verifies with any of them
+/// is good.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SigningKeys {
+    pub tenant: String,
+    pub keys: Vec<PublicKey>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PublicKey {
+    /// The signature it verifies: `v1a,` in `webhook-signature`.
+    #[schema(example = "v1a")]
+    pub version: &'static str,
+    #[schema(example = "ed25519")]
+    pub algorithm: &'static str,
+    /// `whpk_` and the base64 of the 32-byte public key.
+    #[schema(example = "whpk_ZpfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKY=")]
+    pub public_key: String,
+}
+
+/// The public keys that verify a tenant's `v1a` signatures. No token needed.
+#[utoipa::path(
+    get,
+    path = "/signing-keys",
+    operation_id = "listSigningKeys",
+    tag = "operations",
+    params(KeysQuery),
+    responses(
+        (status = 200, body = SigningKeys),
+        (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        (status = 404, description = "No such tenant is configured", body = ErrorBody),
+    )
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<KeysQuery>, QueryRejection>,
+) -> Result<Json<SigningKeys>, ApiError> {
+    let Query(q) = query.map_err(invalid_query)?;
+    let tenant = match q.tenant.as_deref() {
+        None => Tenant::default(),
+        Some(raw) => Tenant::parse(raw, "tenant").map_err(|_| ApiError::not_found("tenant"))?,
+    };
+    if !state.policy.tenants.contains_key(&tenant) {
+        return Err(ApiError::not_found("tenant"));
+    }
+    let keys = state.signer.keys_for(&tenant).iter().map(|k| PublicKey {
+        version: "v1a",
+        algorithm: "ed25519",
+        public_key: k.public_key(),
+    });
+    Ok(Json(SigningKeys {
+        tenant: tenant.to_string(),
+        keys: keys.collect(),
+    }))
+}

@@ -1,0 +1,99 @@
+//! The fleet: instances sharing one Redis divide its shards among themselves, so that each
+//! claims only its own and claim and settle batches stay large however many instances
+//! run. Each instance renews its membership every quarter of `store.shard_lease`
+//! (`fleet.lua`, which also reassigns shards when members come or go) and learns its
+//! shards from the reply; it renews at once when another announces a change on the fleet
+//! channel. A member not renewed for three quarters of the lease is forgotten, so a killed
+//! instance's shards are taken over within one lease; a stopping one leaves at once.
+//! Ownership only saves work: a claim is atomic whoever makes it, so an instance whose
+//! ownership has not been renewed for a whole lease claims every shard again.
+
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use super::conn::Conn;
+use super::reply::int_at;
+use super::store_error;
+use crate::store::StoreResult;
+
+pub struct Fleet {
+    script: Script,
+    /// `{<prefix>:fleet}:members` and `{<prefix>:fleet}:owners`.
+    keys: [String; 2],
+    /// Where a member that changed the fleet says so (`<prefix>:fleet`).
+    pub channel: String,
+    /// This instance's id, random per start.
+    pub instance: String,
+    lease: Duration,
+    shards: usize,
+}
+
+/// What one renewal learnt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// Live instances, this one included.
+    pub instances: usize,
+    /// The shards this instance owns.
+    pub shards: Vec<usize>,
+    /// Until when it owns them unless renewed.
+    pub until: Instant,
+}
+
+impl Fleet {
+    pub fn new(prefix: &str, instance: &str, lease: Duration, shards: usize) -> Self {
+        let tag = format!("{{{prefix}:fleet}}");
+        Self {
+            script: Script::new(include_str!("../../../lua/fleet.lua")),
+            keys: [format!("{tag}:members"), format!("{tag}:owners")],
+            channel: format!("{prefix}:fleet"),
+            instance: instance.to_string(),
+            lease,
+            shards,
+        }
+    }
+
+    /// How often membership is renewed.
+    pub fn every(&self) -> Duration {
+        self.lease / 4
+    }
+
+    /// Renews this instance's membership: the live instances and the shards it owns.
+    pub async fn renew(&self, conn: &Conn) -> StoreResult<Membership> {
+        let asked = Instant::now();
+        let reply = self.run(conn, self.lease * 3 / 4).await?;
+        let instances = int_at(&reply, 0)? as usize;
+        let shards = (1..reply.len())
+            .map(|i| int_at(&reply, i).map(|s| s as usize))
+            .collect::<StoreResult<_>>()?;
+        Ok(Membership {
+            instances,
+            shards,
+            until: asked + self.lease,
+        })
+    }
+
+    /// Leaves the fleet: the others take this instance's shards at once.
+    pub async fn leave(&self, conn: &Conn) -> StoreResult<()> {
+        self.run(conn, Duration::ZERO).await.map(drop)
+    }
+
+    async fn run(&self, conn: &Conn, membership: Duration) -> StoreResult<Vec<redis::Value>> {
+        self.script
+            .key(&self.keys[0])
+            .key(&self.keys[1])
+            .arg(&self.instance)
+            .arg(membership.as_millis() as u64)
+            .arg(self.shards)
+            .arg(&self.channel)
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(store_error)
+    }
+
+    /// Whether a message on the fleet channel (the id of the instance that sent it) came
+    /// from another instance.
+    pub fn is_another(&self, message: &str) -> bool {
+        message != self.instance
+    }
+}

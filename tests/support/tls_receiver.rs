@@ -1,0 +1,141 @@
+//! Mutual TLS for the tests: `Pki`, a certificate authority made in the test with its
+//! server certificate (for `localhost` and 127.0.0.1) and a client certificate, as PEM
+//! files; and `TlsReceiver`, an HTTPS receiver that requires a client certificate that
+//! authority signed, and counts the requests it answered and the handshakes it refused.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+use tokio_rustls::TlsAcceptor;
+
+/// A certificate authority, the receiver's certificate and a client's, made fresh.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+    /// The authority's certificate (PEM): the roots to verify the receiver against.
+    pub ca: PathBuf,
+    /// The client's certificate and key (PEM).
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    ca_der: CertificateDer<'static>,
+    server: (CertificateDer<'static>, Vec<u8>),
+}
+
+impl Pki {
+    pub fn new() -> Self {
+        let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let signed = |names: Vec<String>| {
+            let key = KeyPair::generate().unwrap();
+            let cert = CertificateParams::new(names)
+                .unwrap()
+                .signed_by(&key, &ca, &ca_key)
+                .unwrap();
+            (cert, key)
+        };
+        let (server, server_key) = signed(vec!["localhost".into(), "127.0.0.1".into()]);
+        let (client, client_key) = signed(vec!["shop-a.client".into()]);
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, pem: String| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, pem).unwrap();
+            path
+        };
+        Self {
+            ca: write("ca.pem", ca.pem()),
+            client_cert: write("client.crt", client.pem()),
+            client_key: write("client.key", client_key.serialize_pem()),
+            ca_der: ca.der().clone(),
+            server: (server.der().clone(), server_key.serialize_der()),
+            dir,
+        }
+    }
+}
+
+/// An HTTPS receiver on 127.0.0.1 that answers 200 only over a connection whose client
+/// presented a certificate the `Pki`'s authority signed.
+pub struct TlsReceiver {
+    pub addr: SocketAddr,
+    answered: Arc<AtomicUsize>,
+    refused: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TlsReceiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TlsReceiver {
+    pub async fn start(pki: &Pki) -> Self {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        roots.add(pki.ca_der.clone()).unwrap();
+        let verifier =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .unwrap();
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.server.1.clone()));
+        let config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![pki.server.0.clone()], key)
+            .unwrap();
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (answered, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let counts = (answered.clone(), refused.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, (answered, refused)) = (acceptor.clone(), counts.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        refused.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    };
+                    let service = hyper::service::service_fn(move |_req| {
+                        answered.fetch_add(1, Ordering::SeqCst);
+                        async {
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                axum::body::Body::from("ok"),
+                            ))
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            answered,
+            refused,
+            task,
+        }
+    }
+
+    /// The callback URL for `path`, by the name the certificate carries.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.addr.port())
+    }
+
+    pub fn answered(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
+    }
+
+    pub fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
+    }
+}
