@@ -17,8 +17,9 @@ use super::JobId;
 /// Most registrations in a row placed on one shard.
 const RUN: usize = 32;
 /// How long a run lasts at most: a registration later than this after the first of its
-/// run goes to the next shard.
-const RUN_FOR: Duration = Duration::from_millis(1);
+/// run goes to the next shard. Longer than the enqueuer's linger (`store/redis/
+/// enqueue.rs`), so that one instance's group is not split over shards by its run.
+const RUN_FOR: Duration = Duration::from_millis(4);
 
 /// The run of unkeyed registrations going on now.
 #[derive(Debug)]

@@ -1,8 +1,13 @@
 //! Registrations in groups: concurrent `enqueue` calls are gathered per shard and stored
 //! by one `enqueue.lua` call, so that a busy API costs Redis one round trip per group
-//! rather than one per notification. A lone registration goes at once, as a group of one.
+//! rather than one per notification. A lone registration goes at once, as a group of one;
+//! registrations that came together wait a moment for more while more keep coming
+//! (`GAP`, `LINGER`), until there are `ENOUGH`, so that a group holds about what the
+//! instance's producers have in flight rather than what arrived during one round trip.
+//! Without it, producers spread over several instances gave each groups of only a few.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -19,6 +24,18 @@ use crate::store::{Enqueued, StoreError, StoreResult};
 
 /// Most registrations stored by one script call.
 const MAX_GROUP: usize = 256;
+
+/// A group this large goes without waiting for more: what it saves of Redis's work per
+/// registration is already small.
+const ENOUGH: usize = 16;
+
+/// How long registrations that came together wait for more at most. Their producers
+/// wait for it (an answer comes once its group is stored), so it is short.
+const LINGER: Duration = Duration::from_millis(3);
+/// How long after the last arrival such a group waits for the next: a lull this long
+/// means the producers with something to send have sent it. One tick of tokio's timer,
+/// whose deadlines are rounded up to whole milliseconds.
+const GAP: Duration = Duration::from_millis(1);
 
 /// One registration, ready for the script.
 pub struct Item {
@@ -75,7 +92,7 @@ impl Enqueuer {
 
 async fn run(target: Target, mut rx: mpsc::Receiver<Pending>) {
     let mut batch = Vec::with_capacity(MAX_GROUP);
-    while rx.recv_many(&mut batch, MAX_GROUP).await > 0 {
+    while gather(&mut rx, &mut batch).await {
         let mut by_shard: BTreeMap<u16, Vec<Pending>> = BTreeMap::new();
         for p in batch.drain(..) {
             by_shard.entry(p.item.id.shard()).or_default().push(p);
@@ -101,6 +118,27 @@ async fn run(target: Target, mut rx: mpsc::Receiver<Pending>) {
             }
         }
     }
+}
+
+/// Waits for a first registration; when others came with it, for more while they keep
+/// coming (each within `GAP` of the last), for `LINGER` at most, until there are
+/// `ENOUGH`. False when every `Enqueuer` is gone.
+async fn gather(rx: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>) -> bool {
+    if rx.recv_many(batch, MAX_GROUP).await == 0 {
+        return false;
+    }
+    if batch.len() > 1 {
+        let deadline = tokio::time::Instant::now() + LINGER;
+        while batch.len() < ENOUGH {
+            let room = MAX_GROUP - batch.len();
+            let until = deadline.min(tokio::time::Instant::now() + GAP);
+            match tokio::time::timeout_at(until, rx.recv_many(batch, room)).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+    true
 }
 
 async fn store_group(
@@ -176,4 +214,93 @@ async fn store_group(
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::task::JoinHandle;
+    use tokio::time::{advance, Instant};
+
+    use super::*;
+
+    fn pending() -> Pending {
+        let (reply, _) = oneshot::channel();
+        let item = Item {
+            id: JobId::new(0),
+            spec: String::new(),
+            schedule: Vec::new(),
+            delay_ms: 0,
+            idempotency: None,
+            tenant: String::new(),
+            ordering: None,
+        };
+        Pending { item, reply }
+    }
+
+    /// A gathering started with `first` registrations queued: what it took, and when.
+    fn gathering(first: usize) -> (mpsc::Sender<Pending>, JoinHandle<(usize, Duration)>) {
+        let (tx, mut rx) = mpsc::channel(MAX_GROUP);
+        for _ in 0..first {
+            tx.try_send(pending()).expect("room");
+        }
+        let task = tokio::spawn(async move {
+            let (start, mut batch) = (Instant::now(), Vec::new());
+            assert!(gather(&mut rx, &mut batch).await);
+            (batch.len(), start.elapsed())
+        });
+        (tx, task)
+    }
+
+    /// Lets the clock move on by `d`, and the gathering see what came meanwhile.
+    async fn after(d: Duration) {
+        tokio::task::yield_now().await;
+        advance(d).await;
+        tokio::task::yield_now().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_registration_goes_at_once() {
+        let (tx, task) = gathering(1);
+        after(GAP / 2).await;
+        let _ = tx.send(pending()).await;
+        assert_eq!(task.await.unwrap(), (1, Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn company_waits_while_more_keep_coming() {
+        let (start, (tx, task)) = (Instant::now(), gathering(2));
+        for _ in 0..3 {
+            after(GAP / 5).await;
+            let _ = tx.send(pending()).await;
+        }
+        // A lull of two GAPs, still short of LINGER since the first.
+        after(2 * GAP).await;
+        assert!(start.elapsed() < LINGER);
+        assert!(task.is_finished(), "a lull ends the group before LINGER");
+        let _ = tx.send(pending()).await;
+        assert_eq!(task.await.unwrap().0, 5);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_waits_no_longer_than_the_linger() {
+        let (tx, task) = gathering(2);
+        for _ in 0..3 * ENOUGH {
+            after(LINGER / ENOUGH as u32 * 2).await;
+            if task.is_finished() {
+                break;
+            }
+            let _ = tx.send(pending()).await;
+        }
+        let (took, waited) = task.await.unwrap();
+        assert!(took < ENOUGH, "{took}");
+        assert!(waited >= LINGER && waited < LINGER + GAP, "{waited:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_large_enough_goes_at_once() {
+        let (tx, task) = gathering(ENOUGH);
+        after(GAP / 2).await;
+        let _ = tx.send(pending()).await;
+        assert_eq!(task.await.unwrap(), (ENOUGH, Duration::ZERO));
+    }
 }
