@@ -90,8 +90,10 @@ async fn a_burst_allowance_lets_that_many_go_at_once_then_spaces_the_rest() {
     }
     let at = arrivals(&receiver, "/shop");
     let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    // Spaced at the quota, the first five would span 400 ms; together, a few ms. The
+    // bound between leaves room for a busy machine's stall.
     assert!(
-        at[4] - at[0] < Duration::from_millis(80),
+        at[4] - at[0] < Duration::from_millis(250),
         "the first five go at once: {gaps:?}"
     );
     assert!(

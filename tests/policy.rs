@@ -131,8 +131,12 @@ async fn a_burst_to_one_fast_host_waits_for_its_slots_instead_of_going_back_to_t
         max_at_once <= 4,
         "the host's cap holds: {max_at_once} at once"
     );
+    // Going back to the store whenever the host's slots are busy would defer nearly all
+    // 500 (all but 4 find them busy). A fast host is waited for instead; only those that
+    // find the wait too long go back: a few, or some dozens when a busy machine slows
+    // the host's answers down.
     assert!(
-        deferred < 50.0,
+        deferred < 150.0,
         "500 notifications for a fast host at its cap went back to the store {deferred} times"
     );
     assert_eq!(receiver.per_id().len(), 500);
