@@ -16,8 +16,8 @@ local function now_ms(round_up)
   return math.floor(ms)
 end
 
--- True when `spec` starts with a registration line ("v2 <created_at> <delay> <schedule>",
--- or without the "v2 " as builds up to 2026-11-23 wrote it; src/store/spec.rs); a spec
+-- True when `spec` starts with a registration line ("v3 <created_at> <delay> <schedule>",
+-- or as earlier builds wrote it, "v2 …" or with no version; src/store/spec.rs); a spec
 -- of an earlier build is one JSON object ('{' first) and always came with a state record.
 local function has_first_line(spec)
   return string.byte(spec, 1) ~= 123

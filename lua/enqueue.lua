@@ -1,12 +1,14 @@
 -- enqueue: register a group of notifications and schedule each one's first attempt.
--- KEYS: the shard's keys (see common.lua), then the idempotency keys and ordering key
---       lists of those that have one
+-- KEYS: the shard's keys (see common.lua), 10 the shard's shared schedules, then the
+--       idempotency keys and ordering key lists of those that have one
 -- ARGV: 1 wake channel, 2 the layout version the first line starts with
---       (src/store/spec.rs), then per notification 9 values: id, spec (meta JSON and
---       body), schedule (as records keep it), delay ms, index in KEYS of its idempotency
---       key (0: none), idempotency ttl ms, the fingerprint of its request, its tenant
---       ('' for the default one; counted in the tenants hash), index in KEYS of its
---       ordering key's list (0: none; behind another of its key, it waits: common.lua)
+--       (src/store/spec.rs), 3 most schedules the shard keeps once, then per notification
+--       11 values: id, spec (meta JSON and body), schedule (as records keep it), its
+--       reference ('' for none: kept once under it, if it can be), delay ms, the delay as
+--       the first line writes it, index in KEYS of its idempotency key (0: none),
+--       idempotency ttl ms, the fingerprint of its request, its tenant ('' for the default
+--       one; counted in the tenants hash), index in KEYS of its ordering key's list (0:
+--       none; behind another of its key, it waits: common.lua)
 -- An idempotency key holds `<id> <fingerprint>` (keys of builds before fingerprints:
 -- `<id>`). A notification whose idempotency key was seen before (earlier, or earlier in
 -- this group) stores nothing: the first notification of that key is answered instead,
@@ -21,20 +23,47 @@
 -- 0|1 (2: of another request), and for a duplicate of the same request the state of the
 -- first (held_of in common.lua), or false when that one is in this group or refused;
 -- for a new one, 1 when it waits behind another of its ordering key, else false}.
-local WIDTH = 9
+local FIRST, WIDTH = 4, 11
 local now = now_ms(true)
--- Times go into the spec and the due set as text formatted here: Lua would format a
--- number with %.14g and Redis a number argument with %.17g, both through glibc's slow
--- path, and most of a group shares one due time.
+-- Times go into the due set as text formatted here: Lua would format a number with
+-- %.14g and Redis a number argument with %.17g, both through glibc's slow path, and
+-- most of a group shares one due time. The first line has it in base 36.
 local now_text = string.format('%d', now)
-local version = ARGV[2] .. ' '
+local function base36(n)
+  local digits, s = '0123456789abcdefghijklmnopqrstuvwxyz', ''
+  repeat
+    local d = n % 36
+    s = string.sub(digits, d + 1, d + 1) .. s
+    n = (n - d) / 36
+  until n == 0
+  return s
+end
+local line_start = ARGV[2] .. ' ' .. base36(now) .. ' '
 local out = {0, now}
 local w = {jobs = {}, due = {}}
 local created = {}
 
-for i = 3, #ARGV, WIDTH do
-  local id, key = ARGV[i], tonumber(ARGV[i + 4])
-  local fingerprint = ARGV[i + 6]
+-- The schedules the shard keeps once, by reference, as this call found or added them
+-- (false: the reference holds another schedule, or the shard keeps as many as it may).
+local shared = {}
+local function schedule_word(text, reference)
+  if reference == '' then return text end
+  local kept = shared[reference]
+  if kept == nil then
+    kept = redis.call('HGET', KEYS[10], reference)
+    if not kept and redis.call('HLEN', KEYS[10]) < tonumber(ARGV[3]) then
+      redis.call('HSET', KEYS[10], reference, text)
+      kept = text
+    end
+    shared[reference] = kept or false
+  end
+  if kept == text then return '#' .. reference end
+  return text
+end
+
+for i = FIRST, #ARGV, WIDTH do
+  local id, key = ARGV[i], tonumber(ARGV[i + 6])
+  local fingerprint = ARGV[i + 8]
   local existing = key > 0 and redis.call('GET', KEYS[key])
   if existing then
     local first, seen = string.match(existing, '^(%S+) ?(%S*)$')
@@ -45,22 +74,22 @@ for i = 3, #ARGV, WIDTH do
       out[#out + 1], out[#out + 2], out[#out + 3] = first, 1, held
     end
   else
-    if key > 0 then redis.call('SET', KEYS[key], id .. ' ' .. fingerprint, 'PX', ARGV[i + 5]) end
-    local delay_text = ARGV[i + 3]
-    local next_text = delay_text == '0' and now_text or string.format('%d', now + tonumber(delay_text))
+    if key > 0 then redis.call('SET', KEYS[key], id .. ' ' .. fingerprint, 'PX', ARGV[i + 7]) end
+    local delay_ms = ARGV[i + 4]
+    local next_text = delay_ms == '0' and now_text or string.format('%d', now + tonumber(delay_ms))
     local waits = false
-    local list = tonumber(ARGV[i + 8])
+    local list = tonumber(ARGV[i + 10])
     if list > 0 then
-      next_text = join_order(KEYS[list], id, now + tonumber(delay_text))
+      next_text = join_order(KEYS[list], id, now + tonumber(delay_ms))
       waits = tonumber(next_text) >= WAITING and 1
     end
     created[id] = true
     local jobs, due = w.jobs, w.due
-    local line = version .. now_text .. ' ' .. delay_text .. ' ' .. ARGV[i + 2] .. '\n'
+    local line = line_start .. ARGV[i + 5] .. ' ' .. schedule_word(ARGV[i + 2], ARGV[i + 3]) .. '\n'
     jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
     out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, waits
-    if ARGV[i + 7] ~= '' then tally(ARGV[i + 7], 'due', nil, 1, now) end
+    if ARGV[i + 9] ~= '' then tally(ARGV[i + 9], 'due', nil, 1, now) end
   end
 end
 flush_tally()

@@ -36,7 +36,21 @@ NOW = "1795384073315"
 # As postback hands it to enqueue.lua (src/store/spec.rs); stored with the
 # registration's line in front.
 SPEC = '{"url":"http://127.0.0.1:9/cb"}\n{"i":1}'
-STORED_SPEC = "v2 " + NOW + " 0 " + SCHEDULE + "\n" + SPEC
+
+
+def base36(n):
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, d = divmod(n, 36)
+        out = digits[d] + out
+        if n == 0:
+            return out
+
+
+STORED_SPEC = "v3 " + base36(int(NOW)) + " 0 " + SCHEDULE + "\n" + SPEC
+# The schedule's reference (src/store/spec.rs, schedule_reference); any 4 digits serve.
+REFERENCE = "bnch"
 
 
 def state(name, lease, attempts=0, at="next_at"):
@@ -79,16 +93,19 @@ def call(kind, sha, first, batch, conflict):
         return resp(["EVALSHA", sha, str(len(keys))] + keys + [str(batch), "60000", "0"])
     args = ["EVALSHA", sha, str(len(KEYS))] + KEYS
     if kind == "enqueue":
-        args += ["postback:wake", "v2"]
+        args = ["EVALSHA", sha, str(len(KEYS) + 1)] + KEYS + ["{postback:0}:schedules"]
+        args += ["postback:wake", "v3", "256"]
         for i in range(first, first + batch):
-            args += [notification_id(i), SPEC, SCHEDULE, "0", "0", "1", "", ""]
+            args += [notification_id(i), SPEC, SCHEDULE, REFERENCE, "0", "0", "0", "1", "",
+                     "", "0"]
         return resp(args)
     args += ["postback:wake", "2592000000", "1000000", "604800000", str(2 * batch + 16)]
     entry = '{"at":%d,"status":200,"error":null,"duration_ms":3,"response":"ok"}' % (int(NOW) - 3)
     for i in range(first, first + batch):
         expected = "" if conflict else state("scheduled", 0)
         after = state("delivered", 1, attempts=1, at="finished_at")
-        args += [notification_id(i), expected, "inflight", NOW, after, "done", NOW, entry, "", ""]
+        args += [notification_id(i), expected, "inflight", NOW, after, "done", NOW, entry, "", "",
+                 "0"]
     return resp(args)
 
 

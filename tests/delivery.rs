@@ -164,6 +164,59 @@ async fn a_steady_stream_falling_due_arrives_never_early_with_few_store_calls() 
     }
 }
 
+/// A notification keeps its own schedule whether the store keeps that schedule once for
+/// many (a shard keeps at most 256) or writes it out, and whichever instance reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_notification_keeps_its_schedule_whoever_reads_it() {
+    let backend = Backend::start();
+    let receiver = Receiver::start().await;
+    let mut registrar = backend.postback(&[]).await;
+    let retry = |path: &str, schedule: &[&str]| json!({"url": receiver.url(path), "body": {}, "schedule": schedule, "delay": "2s"});
+    let early = registrar
+        .register(retry("/early?fail=2", &["300ms", "300ms"]))
+        .await;
+    // More distinct schedules than a shard keeps once, each of 1 to 3 intervals.
+    let own = (0..300usize)
+        .map(|i| {
+            let schedule = vec![format!("{}s", i + 1); 1 + i % 3];
+            json!({"url": receiver.url("/own"), "body": {}, "schedule": schedule, "delay": "1h"})
+        })
+        .collect();
+    let own = registrar.register_batch(own).await;
+    let late = registrar.register(retry("/late?fail=1", &["400ms"])).await;
+    let configured = registrar
+        .register(json!({"url": receiver.url("/default"), "body": {}, "delay": "1h"}))
+        .await;
+
+    // On Redis, another instance (which has read no schedule yet) takes over.
+    let reader = match backend.is_redis() {
+        true => {
+            registrar.terminate();
+            backend.postback(&[]).await
+        }
+        false => registrar,
+    };
+    for (i, id) in own.iter().enumerate() {
+        let n = reader.notification(id).await;
+        assert_eq!(n["max_attempts"], 2 + i % 3, "{n}");
+        assert_eq!(n["attempts"], 0, "{n}");
+    }
+    assert_eq!(reader.notification(&configured).await["max_attempts"], 10);
+    for (id, gaps) in [(&early, vec![300, 300]), (&late, vec![400])] {
+        let done = reader.wait_state(id, "delivered", WAIT).await;
+        assert_eq!(done["attempts"], gaps.len() + 1, "{done}");
+        let got = receiver.requests_for(id);
+        for (k, ms) in gaps.into_iter().enumerate() {
+            let gap = got[k + 1].at - got[k].at;
+            assert!(
+                gap >= Duration::from_millis(ms),
+                "retry {} after {gap:?}",
+                k + 1
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exhausted_schedule_lands_in_dead_letters() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;

@@ -22,7 +22,8 @@ pub mod transitions;
 mod properties;
 
 pub use record::{
-    schedule_intervals, schedule_text, Index, JobState, JobStatus, Record, WAITING_OFFSET_MS,
+    interval_ms, schedule_intervals, schedule_text, Index, JobState, JobStatus, Record,
+    WAITING_OFFSET_MS,
 };
 pub use time::Now;
 pub use transitions::{Cancelled, Verdict};

@@ -271,8 +271,9 @@ pub fn schedule_intervals(text: &str) -> Vec<u64> {
     text.split(',').map(interval_ms).collect()
 }
 
-/// One interval of a schedule as the records keep it (`15s`, or ms: `250`), in ms.
-fn interval_ms(text: &str) -> u64 {
+/// One interval of a schedule as the records keep it (`15s`, or ms: `250`), in ms; 0 when
+/// it does not read.
+pub fn interval_ms(text: &str) -> u64 {
     let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit = match &text[digits.len()..] {
         "h" => 3_600_000,

@@ -8,6 +8,7 @@ use crate::lifecycle::Index;
 pub struct ShardKeys {
     tag: String,
     all: [String; 9],
+    schedules: String,
 }
 
 impl ShardKeys {
@@ -26,6 +27,7 @@ impl ShardKeys {
                 key("counters"),
                 key("tenants"),
             ],
+            schedules: key("schedules"),
             tag,
         }
     }
@@ -84,6 +86,11 @@ impl ShardKeys {
         &self.all[8]
     }
 
+    /// The schedules the shard keeps once, which specs refer to (`redis/schedules.rs`).
+    pub fn schedules(&self) -> &str {
+        &self.schedules
+    }
+
     /// The record of what one claim call leased, named by its token.
     pub fn claim_record(&self, token: &str) -> String {
         format!("{}:claim:{token}", self.tag)
@@ -115,5 +122,6 @@ mod tests {
         let k = ShardKeys::new("postback", 3);
         assert!(k.all().iter().all(|key| key.starts_with("{postback:3}:")));
         assert!(k.idempotency("abc").starts_with("{postback:3}:"));
+        assert!(k.schedules().starts_with("{postback:3}:"));
     }
 }

@@ -40,6 +40,7 @@ mod health;
 mod leases;
 mod page;
 mod reply;
+mod schedules;
 mod shard_clock;
 
 use super::spec;
@@ -52,6 +53,7 @@ use health::HealthChannel;
 use leases::Leases;
 use page::{Order, ShardPage};
 use reply::{int_at, text_at};
+use schedules::ScheduleBook;
 use shard_clock::ShardClock;
 
 /// A script from `lua/`, with the shared helpers of `lua/common.lua` in front.
@@ -119,6 +121,8 @@ pub struct RedisStore {
     unsure_claims: Mutex<Vec<(usize, String)>>,
     /// The notifications this instance holds leases on, as claimed.
     leases: Leases,
+    /// The schedules shards keep once, as this instance has read them.
+    schedules: Arc<ScheduleBook>,
     /// The retention policy as script arguments: dead max age ms, dead max count per
     /// shard, finished max age ms.
     retention: [u64; 3],
@@ -167,11 +171,13 @@ impl RedisStore {
             .map(|s| ShardKeys::new(&settings.key_prefix, s))
             .collect();
         let scripts = Scripts::load();
+        let schedules = Arc::new(ScheduleBook::default());
         let enqueuer = Enqueuer::start(enqueue::Target {
             conn: conn.clone(),
             script: scripts.enqueue.clone(),
             shards: shards.clone(),
             wake_channel: wake_channel(&settings.key_prefix),
+            schedules: schedules.clone(),
         });
         let due_keys = shards
             .iter()
@@ -198,6 +204,7 @@ impl RedisStore {
             due_keys,
             unsure_claims: Mutex::new(Vec::new()),
             leases: Leases::default(),
+            schedules,
             retention: [
                 retention.dead_max_age.as_millis() as u64,
                 retention.dead_max_count.div_ceil(u64::from(shard_count)),
@@ -236,6 +243,7 @@ impl RedisStore {
             conn: &self.conn,
             script: &self.scripts.commit,
             keys: &self.shards[shard],
+            schedules: &self.schedules,
             wake_channel: &self.wake_channel,
             retention: self.retention,
         }
@@ -327,9 +335,15 @@ impl RedisStore {
         let (ended, claimed) = reply[3..].split_at((2 * expired).min(reply.len() - 3));
         self.hand_back_expired(shard, ended, Now::from_micros(now_us))
             .await?;
-        let mut jobs = Vec::with_capacity(claimed.len() / 3);
-        for c in claimed.chunks(3) {
-            let (job, held) = claimed_job(c, now_us, asked)?;
+        let read = |shared: &dyn spec::SharedSchedules| {
+            claimed
+                .chunks(3)
+                .map(|c| claimed_job(c, now_us, asked, shared))
+                .collect::<StoreResult<Vec<_>>>()
+        };
+        let claimed = self.schedules.reading(&self.conn, keys, read).await?;
+        let mut jobs = Vec::with_capacity(claimed.len());
+        for (job, held) in claimed {
             self.leases.remember(job.id, job.lease, held, now_us, asked);
             jobs.push(job);
         }
@@ -344,13 +358,19 @@ impl RedisStore {
         if ended.is_empty() {
             return Ok(());
         }
-        let held = ended
-            .chunks(2)
-            .map(|pair| {
-                let id = text_at(pair, 0)?;
-                Ok((id.clone(), Held::parse(&id, &pair[1])?))
-            })
-            .collect::<StoreResult<Vec<_>>>()?;
+        let read = |shared: &dyn spec::SharedSchedules| {
+            ended
+                .chunks(2)
+                .map(|pair| {
+                    let id = text_at(pair, 0)?;
+                    Ok((id.clone(), Held::parse(&id, &pair[1], shared)?))
+                })
+                .collect::<StoreResult<Vec<_>>>()
+        };
+        let held = self
+            .schedules
+            .reading(&self.conn, &self.shards[shard], read)
+            .await?;
         let expire = |id: &str, held: Option<Held>, now: Now| {
             let change = held.filter(|h| h.index == Index::InFlight).and_then(|h| {
                 transitions::expire(&h.record, now).map(|new| Change::new(id, &h, &new))
@@ -473,32 +493,36 @@ impl RedisStore {
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(store_error)?;
-        let mut out = Vec::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            let Some(spec) = &specs[i] else { continue };
-            let record = match &states[i] {
-                Some(state) => parse_record(state)?,
-                // Never attempted: the state it has from its registration.
-                None => match spec::registration(spec) {
-                    Some(record) => record,
-                    None => continue,
-                },
-            };
-            // A claim does not write the record: the in-flight index says it is in flight;
-            // and the due index's score whether it waits behind its ordering key.
-            let record = match (leased[i], due[i]) {
-                (Some(_), _) => record.placed(Index::InFlight, 0),
-                (None, Some(score)) => record.placed(Index::Due, score as i64),
-                (None, None) => record,
-            };
-            out.push(job_view(
-                id,
-                spec,
-                record.status(),
-                histories[i].as_deref(),
-            )?);
-        }
-        Ok(out)
+        let read = |shared: &dyn spec::SharedSchedules| {
+            let mut out = Vec::with_capacity(ids.len());
+            for (i, id) in ids.iter().enumerate() {
+                let Some(spec) = &specs[i] else { continue };
+                let record = match &states[i] {
+                    Some(state) => parse_record(state)?,
+                    // Never attempted: the state it has from its registration.
+                    None => match spec::registration(spec, shared) {
+                        Some(record) => record,
+                        None => continue,
+                    },
+                };
+                // A claim does not write the record: the in-flight index says it is in
+                // flight; and the due index's score whether it waits behind its ordering
+                // key.
+                let record = match (leased[i], due[i]) {
+                    (Some(_), _) => record.placed(Index::InFlight, 0),
+                    (None, Some(score)) => record.placed(Index::Due, score as i64),
+                    (None, None) => record,
+                };
+                out.push(job_view(
+                    id,
+                    spec,
+                    record.status(),
+                    histories[i].as_deref(),
+                )?);
+            }
+            Ok(out)
+        };
+        self.schedules.reading(&self.conn, keys, read).await
     }
 }
 
@@ -1245,7 +1269,12 @@ async fn check_eviction(conn: &mut Conn, allowed: bool) -> anyhow::Result<()> {
 
 /// A claimed notification from a claim's reply (`c`: id, state record or nil, spec), and
 /// how it was claimed, for its settle.
-fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(ClaimedJob, Held)> {
+fn claimed_job(
+    c: &[Value],
+    claimed_at_us: i64,
+    asked: Instant,
+    shared: &dyn spec::SharedSchedules,
+) -> StoreResult<(ClaimedJob, Held)> {
     let id = text_at(c, 0)?;
     let spec = text_at(c, 2)?;
     let stored = match c.get(1) {
@@ -1254,7 +1283,7 @@ fn claimed_job(c: &[Value], claimed_at_us: i64, asked: Instant) -> StoreResult<(
     };
     let decoded =
         spec::decode(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?;
-    let held = Held::claimed(&id, stored, &spec, &decoded)?;
+    let held = Held::claimed(&id, stored, (&spec, &decoded), shared)?;
     let job = ClaimedJob {
         id: id
             .parse()

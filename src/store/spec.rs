@@ -1,33 +1,47 @@
 //! How a notification's spec is stored, the same in every store: one value,
-//! `v2 <created_at> <delay> <schedule>\n<meta JSON>\n<body>`.
+//! `v3 <created_at> <delay> <schedule>\n<meta JSON>\n<body>`.
 //!
-//! - The first line starts with the layout's version (`v2`), then Redis's (or the
-//!   embedded store's) time of the registration, the delay (ms) and the schedule (as
-//!   records keep it). Until its first change (an attempt settled, a deferral, a
-//!   hand-back, a cancel), a notification on Redis has no state record and is due at
-//!   `created_at + delay`: `registration` makes its record from this line, with
+//! - The first line starts with the layout's version (`v3`), then Redis's (or the
+//!   embedded store's) time of the registration in ms, written in base 36 (8 digits
+//!   rather than 13), the delay and the schedule, both as records keep intervals (`15s`,
+//!   `24h`, a bare number of ms). Until its first change (an attempt settled, a
+//!   deferral, a hand-back, a cancel), a notification on Redis has no state record and is
+//!   due at `created_at + delay`: `registration` makes its record from this line, with
 //!   `lifecycle::transitions::register`.
+//! - The schedule is either written out (`15s,3m,1h`) or, on Redis, a reference to one
+//!   kept once for the shard (`#` and 4 base-62 digits of its text's SHA-256,
+//!   `SharedSchedules`): most notifications share a few configured schedules, and their
+//!   text was a fifth of a pending notification's value.
 //! - The meta JSON is the spec without its body, leaving out what is implied: the
 //!   content type when it is JSON, the rate key when it is the URL's host, the timeout
 //!   when it is 10 s, the tenant when it is `default` (so a spec of a build before
 //!   tenants is read as the default tenant's, and that build reads this one's).
 //! - The body follows as it is sent, unescaped, to the end of the value.
 //!
-//! Earlier layouts are read by a decoder each: version 1 (builds up to 2026-11-23) is
-//! the same without the `v2 ` in front, so its first line starts with a digit; version 0
-//! (earlier builds, and the embedded store's specs until then) is one JSON object with
-//! the body escaped inside it. Nothing is rewritten: a value keeps its layout until a
-//! replay gives it a new spec.
+//! Earlier layouts are read by a decoder each: version 2 (builds up to 2026-11-25) wrote
+//! the time in decimal, the delay in ms and the schedule always written out; version 1
+//! (builds up to 2026-11-23) is version 2 without the `v2 ` in front, so its first line
+//! starts with a digit; version 0 (earlier builds, and the embedded store's specs until
+//! then) is one JSON object with the body escaped inside it. Nothing is rewritten: a
+//! value keeps its layout until a replay gives it a new spec.
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{JobSpec, OrderingKey, Payload, SuccessRule, Tenant};
-use crate::lifecycle::{schedule_intervals, schedule_text, transitions, Now, Record};
+use sha2::{Digest, Sha256};
+
+use crate::lifecycle::{interval_ms, schedule_intervals, schedule_text, transitions, Now, Record};
 
 /// What this build writes in front of the first line.
-pub const VERSION: &str = "v2";
+pub const VERSION: &str = "v3";
+
+/// What marks a schedule kept once for the shard, in front of its reference.
+const SHARED: char = '#';
+/// The digits of a reference to a shared schedule.
+const REFERENCE_DIGITS: usize = 4;
+const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /// The timeout a spec leaves out.
 const IMPLIED_TIMEOUT_MS: u64 = 10_000;
@@ -92,20 +106,74 @@ pub fn encode(spec: &JobSpec) -> String {
     format!("{meta}\n{}", spec.body)
 }
 
-/// The whole stored value: the first line, then `encoded` (from `encode`).
+/// The whole stored value: the first line, with the schedule written out, then
+/// `encoded` (from `encode`).
 pub fn stored(created_at: i64, delay_ms: u64, schedule: &[u64], encoded: &str) -> String {
     format!(
-        "{VERSION} {created_at} {delay_ms} {}\n{encoded}",
+        "{VERSION} {} {} {}\n{encoded}",
+        base36(created_at),
+        delay_text(delay_ms),
         schedule_text(schedule)
     )
+}
+
+/// A delay as the first line keeps it (`24h`, `250`), as records keep an interval.
+pub fn delay_text(delay_ms: u64) -> String {
+    schedule_text(&[delay_ms])
+}
+
+/// The reference under which a schedule (as records keep it, `15s,3m`) is kept once
+/// for the shard: 4 base-62 digits of its SHA-256; `None` for one no longer than its
+/// reference would be, which is written out. Two schedules may share one; the store
+/// keeps the first and writes the other out (`lua/enqueue.lua`).
+pub fn schedule_reference(text: &str) -> Option<String> {
+    if text.len() <= 1 + REFERENCE_DIGITS {
+        return None;
+    }
+    let digest = Sha256::digest(text.as_bytes());
+    let mut n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    let mut digits = String::with_capacity(REFERENCE_DIGITS);
+    for _ in 0..REFERENCE_DIGITS {
+        digits.push(BASE62[(n % 62) as usize] as char);
+        n /= 62;
+    }
+    Some(digits)
+}
+
+/// The schedules a store keeps once, which first lines refer to as `#<reference>`.
+pub trait SharedSchedules {
+    /// The intervals (ms) kept under `reference`, if known.
+    fn get(&self, reference: &str) -> Option<Vec<u64>>;
+}
+
+fn base36(n: i64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let (negative, mut n) = (n < 0, n.unsigned_abs());
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    if negative {
+        out.push(b'-');
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ASCII digits")
 }
 
 /// The layout of a stored value, by its first bytes.
 enum Layout<'a> {
     /// One JSON object.
     V0,
-    /// The first line, the meta line and the body; `line` without any version.
-    Lines { line: &'a str, rest: &'a str },
+    /// The first line, the meta line and the body; `line` without its version.
+    Lines {
+        version: u8,
+        line: &'a str,
+        rest: &'a str,
+    },
 }
 
 impl<'a> Layout<'a> {
@@ -117,10 +185,11 @@ impl<'a> Layout<'a> {
         let (line, rest) = raw
             .split_once('\n')
             .ok_or_else(|| Error::custom("no registration line"))?;
-        let line = match line.strip_prefix('v') {
-            None => line,
+        let (version, line) = match line.strip_prefix('v') {
+            None => (1, line),
             Some(versioned) => match versioned.split_once(' ') {
-                Some(("2", line)) => line,
+                Some(("2", line)) => (2, line),
+                Some(("3", line)) => (3, line),
                 _ => {
                     return Err(Error::custom(format!(
                         "a spec of layout `{line}`, not one this build reads"
@@ -128,7 +197,11 @@ impl<'a> Layout<'a> {
                 }
             },
         };
-        Ok(Layout::Lines { line, rest })
+        Ok(Layout::Lines {
+            version,
+            line,
+            rest,
+        })
     }
 }
 
@@ -196,15 +269,27 @@ pub fn ordering(raw: &str) -> Option<String> {
 
 /// The record a notification has from its registration, made from the first line of its
 /// stored value: what it has until its first change (on Redis, where no record is
-/// written until then). `None` for a value of layout 0, which always came with a record.
-pub fn registration(raw: &str) -> Option<Record> {
-    let Ok(Layout::Lines { line, .. }) = Layout::of(raw) else {
+/// written until then). `None` for a value of layout 0, which always came with a record,
+/// or one whose schedule `shared` does not know.
+pub fn registration(raw: &str, shared: &dyn SharedSchedules) -> Option<Record> {
+    let Ok(Layout::Lines { version, line, .. }) = Layout::of(raw) else {
         return None;
     };
     let mut words = line.splitn(3, ' ');
-    let created_at: i64 = words.next()?.parse().ok()?;
-    let delay_ms: u64 = words.next()?.parse().ok()?;
-    let schedule = schedule_intervals(words.next()?);
+    let (created_at, delay_ms) = match version {
+        3 => (
+            i64::from_str_radix(words.next()?, 36).ok()?,
+            interval_ms(words.next()?),
+        ),
+        _ => (words.next()?.parse().ok()?, words.next()?.parse().ok()?),
+    };
+    let schedule = match words.next()? {
+        text if version < 3 => schedule_intervals(text),
+        text => match text.strip_prefix(SHARED) {
+            Some(reference) => shared.get(reference)?,
+            None => schedule_intervals(text),
+        },
+    };
     Some(transitions::register(
         schedule,
         Now::from_millis(created_at),
@@ -243,7 +328,7 @@ mod tests {
         let raw = value(&s);
         assert_eq!(
             raw,
-            "v2 1700000000000 15000 15s,3m\n{\"url\":\"https://pay.example.com/hook\",\"topic\":\"payment.succeeded\"}\n{\"order\":1,\n\"note\":\"two\\nlines\"}"
+            "v3 loyw3v28 15s 15s,3m\n{\"url\":\"https://pay.example.com/hook\",\"topic\":\"payment.succeeded\"}\n{\"order\":1,\n\"note\":\"two\\nlines\"}"
         );
         assert_eq!(decode(&raw).unwrap(), s);
     }
@@ -272,27 +357,102 @@ mod tests {
         assert_eq!(decode(&raw).unwrap(), s);
     }
 
+    /// What the embedded store keeps: no schedule once.
+    struct NoSharedSchedules;
+
+    impl SharedSchedules for NoSharedSchedules {
+        fn get(&self, _: &str) -> Option<Vec<u64>> {
+            None
+        }
+    }
+
+    /// One shared schedule, `15s,3m`.
+    struct OneShared;
+
+    impl SharedSchedules for OneShared {
+        fn get(&self, reference: &str) -> Option<Vec<u64>> {
+            (Some(reference) == schedule_reference("15s,3m").as_deref())
+                .then(|| vec![15_000, 180_000])
+        }
+    }
+
     #[test]
     fn specs_of_earlier_layouts_are_read() {
         let s = spec();
+        let this = registration(&value(&s), &NoSharedSchedules);
+        assert!(this.is_some());
         let v0 = serde_json::to_string(&s).unwrap();
         assert_eq!(decode(&v0).unwrap(), s);
-        assert!(registration(&v0).is_none());
-        let v1 = value(&s).replacen("v2 ", "", 1);
+        assert!(registration(&v0, &NoSharedSchedules).is_none());
+        let rest = value(&s).split_once('\n').unwrap().1.to_string();
+        let v2 = format!("v2 1700000000000 15000 15s,3m\n{rest}");
+        assert_eq!(decode(&v2).unwrap(), s);
+        assert_eq!(registration(&v2, &NoSharedSchedules), this);
+        let v1 = v2.replacen("v2 ", "", 1);
         assert_eq!(decode(&v1).unwrap(), s);
-        assert_eq!(registration(&v1), registration(&value(&s)));
+        assert_eq!(registration(&v1, &NoSharedSchedules), this);
+    }
+
+    #[test]
+    fn a_shared_schedule_is_read_through_its_reference() {
+        let s = spec();
+        let written_out = value(&s);
+        let reference = schedule_reference("15s,3m").unwrap();
+        let shared = written_out.replacen(" 15s,3m\n", &format!(" #{reference}\n"), 1);
+        assert!(shared.len() < written_out.len());
+        assert_eq!(decode(&shared).unwrap(), s);
+        assert_eq!(
+            registration(&shared, &OneShared),
+            registration(&written_out, &NoSharedSchedules)
+        );
+        assert!(
+            registration(&shared, &NoSharedSchedules).is_none(),
+            "an unknown reference is not read as no retries"
+        );
+    }
+
+    #[test]
+    fn a_schedule_reference_is_four_base62_digits_of_its_text() {
+        let a = schedule_reference("15s,3m,10m,30m,30m,1h,2h,6h,15h").unwrap();
+        assert_eq!(a.len(), REFERENCE_DIGITS);
+        assert!(a.bytes().all(|b| b.is_ascii_alphanumeric()));
+        assert_eq!(
+            Some(&a),
+            schedule_reference("15s,3m,10m,30m,30m,1h,2h,6h,15h").as_ref()
+        );
+        assert_ne!(
+            Some(&a),
+            schedule_reference("15s,3m,10m,30m,30m,1h,2h,6h,16h").as_ref()
+        );
+        for short in ["", "1s", "15s", "1s,1s", "24h,1h"] {
+            assert_eq!(
+                schedule_reference(short).is_some(),
+                short.len() > 5,
+                "a reference only where it is shorter: {short}"
+            );
+        }
     }
 
     #[test]
     fn a_layout_of_a_later_build_is_refused_rather_than_misread() {
-        let v9 = value(&spec()).replacen("v2 ", "v9 ", 1);
+        let v9 = value(&spec()).replacen("v3 ", "v9 ", 1);
         assert!(decode(&v9).is_err());
-        assert!(registration(&v9).is_none());
+        assert!(registration(&v9, &NoSharedSchedules).is_none());
+    }
+
+    #[test]
+    fn times_before_1970_and_delays_in_ms_round_trip() {
+        for (created_at, delay_ms) in [(0, 0), (-1, 250), (1_700_000_000_001, 86_400_000)] {
+            let raw = stored(created_at, delay_ms, &[], &encode(&spec()));
+            let record = registration(&raw, &NoSharedSchedules).unwrap();
+            assert_eq!(record.created_at, created_at);
+            assert_eq!(record.status().next_at, Some(created_at + delay_ms as i64));
+        }
     }
 
     #[test]
     fn a_registration_is_due_after_its_delay() {
-        let record = registration(&value(&spec())).unwrap();
+        let record = registration(&value(&spec()), &NoSharedSchedules).unwrap();
         assert_eq!(record.status().next_at, Some(1_700_000_015_000));
         assert_eq!(
             (record.attempts, record.lease, record.max_attempts),

@@ -11,11 +11,12 @@ use redis::{Script, Value};
 
 use super::conn::Conn;
 use super::reply::{earliest_at, int_at, text_at};
+use super::schedules::ScheduleBook;
 use super::store_error;
 use crate::domain::{FieldError, JobSpec, OrderingKey, Tenant};
 use crate::lifecycle::{Index, JobState, Now, Record};
 use crate::store::keys::ShardKeys;
-use crate::store::spec;
+use crate::store::spec::{self, SharedSchedules};
 use crate::store::tenant_counts::counted;
 use crate::store::{StoreError, StoreResult};
 
@@ -43,9 +44,15 @@ pub struct Held {
 }
 
 impl Held {
-    /// As a claim returns it: `text` its stored record, or none (`None`) and its `spec`.
-    pub fn claimed(id: &str, text: Option<String>, raw: &str, spec: &JobSpec) -> StoreResult<Self> {
-        let (record, text) = record_of(id, text, raw)?;
+    /// As a claim returns it: `text` its stored record, or none (`None`) and its `spec`
+    /// (whose schedule may be one of `shared`).
+    pub fn claimed(
+        id: &str,
+        text: Option<String>,
+        (raw, spec): (&str, &JobSpec),
+        shared: &dyn SharedSchedules,
+    ) -> StoreResult<Self> {
+        let (record, text) = record_of(id, text, raw, shared)?;
         Ok(Self {
             text,
             record: record.placed(Index::InFlight, 0),
@@ -57,7 +64,7 @@ impl Held {
     }
 
     /// As a script returns it (`held_of` in `lua/common.lua`); `None` when it is gone.
-    pub fn parse(id: &str, v: &Value) -> StoreResult<Option<Self>> {
+    pub fn parse(id: &str, v: &Value, shared: &dyn SharedSchedules) -> StoreResult<Option<Self>> {
         let Value::Array(parts) = v else {
             return Err(StoreError::Corrupt(format!(
                 "state of {id} in a script reply"
@@ -75,7 +82,7 @@ impl Held {
             Some(Value::BulkString(_)) => text_at(parts, 1)?,
             _ => String::new(),
         };
-        let (record, text) = record_of(id, text, &spec)?;
+        let (record, text) = record_of(id, text, &spec, shared)?;
         let score = int_at(parts, 3)?;
         let tenant = text_at(parts, 4)?;
         let ordering = scoped_ordering(id, &text_at(parts, 5)?, &tenant)?;
@@ -109,7 +116,12 @@ fn scoped_ordering(id: &str, key: &str, tenant: &str) -> StoreResult<Option<Stri
 
 /// The record of `id` and its text: the stored one, or the one its spec's first line
 /// gives it.
-fn record_of(id: &str, text: Option<String>, spec: &str) -> StoreResult<(Record, String)> {
+fn record_of(
+    id: &str,
+    text: Option<String>,
+    spec: &str,
+    shared: &dyn SharedSchedules,
+) -> StoreResult<(Record, String)> {
     match text {
         Some(text) => {
             let record = Record::decode(&text)
@@ -117,7 +129,7 @@ fn record_of(id: &str, text: Option<String>, spec: &str) -> StoreResult<(Record,
             Ok((record, text))
         }
         None => {
-            let record = spec::registration(spec).ok_or_else(|| {
+            let record = spec::registration(spec, shared).ok_or_else(|| {
                 StoreError::Corrupt(format!("{id} has neither a state record nor a first line"))
             })?;
             let text = record.encode();
@@ -221,6 +233,7 @@ pub struct Shard<'a> {
     pub conn: &'a Conn,
     pub script: &'a Script,
     pub keys: &'a ShardKeys,
+    pub schedules: &'a ScheduleBook,
     pub wake_channel: &'a str,
     /// Dead max age ms, dead max count per shard, finished max age ms.
     pub retention: [u64; 3],
@@ -263,8 +276,12 @@ pub async fn commit<T, A>(
         earliest = earliest.into_iter().chain(earliest_at(&reply, 0)?).min();
         trimmed += int_at(&reply, 1)? as usize;
         let now = Now::from_micros(int_at(&reply, 2)?);
+        let results = &reply[3..];
+        let now_held = now_held(shard, &pending, results).await?;
         let mut next = Vec::new();
-        for ((k, change, answer), result) in pending.into_iter().zip(&reply[3..]) {
+        for (((k, change, answer), result), now_held) in
+            pending.into_iter().zip(results).zip(now_held)
+        {
             match (result, answer) {
                 (Value::Int(1), Some(answer)) => answers[k] = Some(answer),
                 // As it was, but Redis's clock is behind the time the change assumed.
@@ -272,10 +289,12 @@ pub async fn commit<T, A>(
                     let held = change.source.clone().map(|h| *h);
                     place(k, again(&requests[k], held, now)?, &mut next, &mut answers);
                 }
-                _ => {
-                    let held = Held::parse(&change.id, result)?;
-                    place(k, again(&requests[k], held, now)?, &mut next, &mut answers);
-                }
+                _ => place(
+                    k,
+                    again(&requests[k], now_held, now)?,
+                    &mut next,
+                    &mut answers,
+                ),
             }
         }
         pending = next;
@@ -294,6 +313,26 @@ pub async fn commit<T, A>(
         earliest,
         trimmed,
     })
+}
+
+/// How each notification of a round that was not written is now, as the script answered
+/// (`None` for those written, and those gone).
+async fn now_held<A>(
+    shard: &Shard<'_>,
+    pending: &[Pending<A>],
+    results: &[Value],
+) -> StoreResult<Vec<Option<Held>>> {
+    let read = |shared: &dyn SharedSchedules| {
+        pending
+            .iter()
+            .zip(results)
+            .map(|((_, change, answer), result)| match (result, answer) {
+                (Value::Int(1 | 2), Some(_)) => Ok(None),
+                _ => Held::parse(&change.id, result, shared),
+            })
+            .collect()
+    };
+    shard.schedules.reading(shard.conn, shard.keys, read).await
 }
 
 fn place<A>(k: usize, d: Decision<A>, pending: &mut Vec<Pending<A>>, answers: &mut [Option<A>]) {

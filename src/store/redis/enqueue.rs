@@ -7,6 +7,7 @@
 //! Without it, producers spread over several instances gave each groups of only a few.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Script, Value};
@@ -15,11 +16,12 @@ use tokio::sync::{mpsc, oneshot};
 use super::commit::Held;
 use super::conn::Conn;
 use super::reply::{earliest_at, int_at, text_at};
+use super::schedules::{ScheduleBook, MAX_SHARED};
 use super::store_error;
 use crate::domain::JobId;
 use crate::lifecycle::{schedule_text, transitions, JobStatus, Now};
 use crate::store::keys::ShardKeys;
-use crate::store::spec;
+use crate::store::spec::{self, SharedSchedules};
 use crate::store::{Enqueued, StoreError, StoreResult};
 
 /// Most registrations stored by one script call.
@@ -69,6 +71,7 @@ pub struct Target {
     pub script: Script,
     pub shards: Vec<ShardKeys>,
     pub wake_channel: String,
+    pub schedules: Arc<ScheduleBook>,
 }
 
 impl Enqueuer {
@@ -147,12 +150,15 @@ async fn store_group(
     items: &[Item],
 ) -> StoreResult<Vec<Enqueued>> {
     let mut call = target.script.key(keys.all().as_slice());
-    call.arg(&target.wake_channel).arg(spec::VERSION);
+    call.key(keys.schedules());
+    call.arg(&target.wake_channel)
+        .arg(spec::VERSION)
+        .arg(MAX_SHARED);
     let mut extra_keys = 0;
     let mut extra_key = |key: &str| {
         call.key(key);
         extra_keys += 1;
-        keys.all().len() + extra_keys
+        keys.all().len() + 1 + extra_keys
     };
     let mut per_item = Vec::with_capacity(items.len());
     for item in items {
@@ -164,10 +170,14 @@ async fn store_group(
         per_item.push((key_index, ttl, fingerprint, list_index));
     }
     for (item, (key_index, ttl, fingerprint, list_index)) in items.iter().zip(per_item) {
+        let schedule = schedule_text(&item.schedule);
+        let reference = spec::schedule_reference(&schedule).unwrap_or_default();
         call.arg(item.id.to_string())
             .arg(&item.spec)
-            .arg(schedule_text(&item.schedule))
+            .arg(schedule)
+            .arg(reference)
             .arg(item.delay_ms)
+            .arg(spec::delay_text(item.delay_ms))
             .arg(key_index)
             .arg(ttl)
             .arg(fingerprint)
@@ -180,8 +190,19 @@ async fn store_group(
         .map_err(store_error)?;
     let earliest = earliest_at(&reply, 0)?;
     let now = Now::from_millis(int_at(&reply, 1)?);
-    // One answer per item, in order: the item's own id, or its key's first notification.
-    reply[2..]
+    let read = |shared: &dyn SharedSchedules| answers(&reply[2..], items, now, earliest, shared);
+    target.schedules.reading(&target.conn, keys, read).await
+}
+
+/// One answer per item, in order: the item's own id, or its key's first notification.
+fn answers(
+    replies: &[Value],
+    items: &[Item],
+    now: Now,
+    earliest: Option<Duration>,
+    shared: &dyn SharedSchedules,
+) -> StoreResult<Vec<Enqueued>> {
+    replies
         .chunks(3)
         .zip(items)
         .map(|(c, item)| {
@@ -195,7 +216,7 @@ async fn store_group(
                 |by: &Item| transitions::register(by.schedule.clone(), now, by.delay_ms).status();
             let status = match c.get(2) {
                 Some(Value::Array(_)) => {
-                    Held::parse(&id.to_string(), &c[2])?.map(|h| h.record.status())
+                    Held::parse(&id.to_string(), &c[2], shared)?.map(|h| h.record.status())
                 }
                 Some(Value::Int(1)) if !duplicate => Some(JobStatus {
                     waiting: true,
