@@ -20,7 +20,15 @@ local limit = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local until_ms = now + tonumber(ARGV[3])
 
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+-- The earliest lease end. Leases that ended are read only when there are some (they
+-- stay in flight until handed back), and the earliest once this call is done is this
+-- one or the end of the leases it grants, so the set is not read again.
+local first_lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+local next_lease = first_lease[2] and tonumber(first_lease[2])
+local expired = {}
+if next_lease and next_lease <= now then
+  expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+end
 local out = {time_us, -1, #expired}
 for _, id in ipairs(expired) do
   out[#out + 1], out[#out + 2] = id, held_of(id)
@@ -49,7 +57,11 @@ if #ids > 0 then
       claimed[#claimed + 1] = id
     end
   end
-  if #leases > 0 then redis.call('ZADD', KEYS[2], unpack(leases)) end
+  if #leases > 0 then
+    redis.call('ZADD', KEYS[2], unpack(leases))
+    local ends = now + lease_ms
+    if not next_lease or ends < next_lease then next_lease = ends end
+  end
   -- A spec that names a tenant always has its first line, so each is among those claimed.
   if #claimed > 0 and has_tenants() then
     for j = 1, #ids do
@@ -65,11 +77,8 @@ if #ids > 0 then
 end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local next_lease = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local wake = -1
 if next_due[2] and tonumber(next_due[2]) < WAITING then wake = tonumber(next_due[2]) end
-if next_lease[2] and (wake < 0 or tonumber(next_lease[2]) < wake) then
-  wake = tonumber(next_lease[2])
-end
+if next_lease and (wake < 0 or next_lease < wake) then wake = next_lease end
 out[2] = wake
 return out

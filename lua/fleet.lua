@@ -11,7 +11,8 @@
 -- over the rest, and nothing moves while the members stay the same. When membership or
 -- ownership changed, publishes the caller's id on the fleet channel, so that every
 -- instance asks again at once and learns its shards.
--- Returns {number of live members, then the shards the caller owns}.
+-- Returns {number of live members, ms until the first other member's membership ends
+-- (-1: none), then the shards the caller owns}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -22,8 +23,22 @@ if ttl > 0 then
 else
   changed = redis.call('ZREM', KEYS[1], me) == 1
 end
-if redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) > 0 then changed = true end
-local live = redis.call('ZRANGE', KEYS[1], 0, -1)
+-- Members whose membership ended are forgotten; the others' next end is reported.
+local live, ended, next_end = {}, {}, -1
+local scored = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #scored, 2 do
+  local id, ends_in = scored[i], tonumber(scored[i + 1]) - now
+  if ends_in <= 0 then
+    ended[#ended + 1] = id
+  else
+    live[#live + 1] = id
+    if id ~= me and (next_end < 0 or ends_in < next_end) then next_end = ends_in end
+  end
+end
+if #ended > 0 then
+  redis.call('ZREM', KEYS[1], unpack(ended))
+  changed = true
+end
 
 local owners = {}
 local flat = redis.call('HGETALL', KEYS[2])
@@ -68,7 +83,7 @@ for _, s in ipairs(orphans) do
   end
 end
 
-local out = {#live}
+local out = {#live, next_end}
 for s = 0, n - 1 do
   local to = assigned[s]
   if to ~= owners[s] then

@@ -406,7 +406,7 @@ fn default_schedules() -> BTreeMap<String, Schedule> {
 /// hold some, few enough that claiming every one stays cheap.
 pub const CLUSTER_SHARDS: u16 = 12;
 
-/// The shortest `store.shard_lease`: it is renewed every quarter of it.
+/// The shortest `store.shard_lease`: it is renewed every half of it.
 const MIN_SHARD_LEASE: Duration = Duration::from_millis(200);
 
 /// Where the notifications are kept.

@@ -1,7 +1,7 @@
 //! Instances sharing one Redis divide its shards among themselves: each claims only the
 //! shards it owns, so batches stay large as instances are added. An instance that stops
-//! hands its shards over at once; one killed has them taken over within one shard
-//! lease; one that joins takes its share at once. Nothing is lost or sent twice.
+//! hands its shards over at once; one killed has them taken over within three quarters
+//! of a shard lease; one that joins takes its share at once. Nothing is lost or sent twice.
 
 mod support;
 
@@ -123,13 +123,14 @@ async fn instances_divide_the_shards_and_each_delivers_its_share_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_instances_shards_are_taken_over_within_one_lease() {
+async fn a_killed_instances_shards_are_taken_over_within_three_quarters_of_a_lease() {
     let (_redis, receiver, a, mut b) = two_instances("1s").await;
     b.kill();
     // Due 300 ms after the kill or later; the shards of the killed instance are taken
-    // over within the 1 s lease of the kill.
+    // over within 750 ms of its last renewal (three quarters of the 1 s lease), so
+    // those due first are up to 450 ms late.
     let due = register_spread(&a, &receiver, 40, Duration::from_millis(300)).await;
-    assert_on_time(&receiver, &due, Duration::from_millis(1000)).await;
+    assert_on_time(&receiver, &due, Duration::from_millis(800)).await;
     assert_eq!(owned(&[&a]).await, vec![4]);
     assert_eq!(a.metric("postback_fleet_instances").await, Some(1.0));
 }

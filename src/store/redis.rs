@@ -1004,7 +1004,7 @@ impl RedisStore {
     async fn keep_membership(&self, wake: &Notify, cancel: &CancellationToken) {
         let mut failures = 0u32;
         while !cancel.is_cancelled() {
-            match self.fleet.renew(&self.conn).await {
+            let next = match self.fleet.renew(&self.conn).await {
                 Ok(m) => {
                     if failures > 0 {
                         tracing::info!(failures, "fleet membership renewed again");
@@ -1014,6 +1014,7 @@ impl RedisStore {
                     if self.clock.own(&m.shards, m.until) {
                         wake.notify_one();
                     }
+                    m.renew_in
                 }
                 Err(e) => {
                     if failures == 0 {
@@ -1021,11 +1022,12 @@ impl RedisStore {
                     }
                     crate::metrics::store_error("fleet");
                     failures += 1;
+                    backoff(failures).min(self.fleet.every())
                 }
-            }
+            };
             tokio::select! {
                 _ = cancel.cancelled() => {}
-                _ = tokio::time::sleep(self.fleet.every()) => {}
+                _ = tokio::time::sleep(next) => {}
                 _ = self.fleet_changed.notified() => {}
             }
         }

@@ -1,10 +1,11 @@
 //! The fleet: instances sharing one Redis divide its shards among themselves, so that each
 //! claims only its own and claim and settle batches stay large however many instances
-//! run. Each instance renews its membership every quarter of `store.shard_lease`
+//! run. Each instance renews its membership every half of `store.shard_lease`
 //! (`fleet.lua`, which also reassigns shards when members come or go) and learns its
 //! shards from the reply; it renews at once when another announces a change on the fleet
-//! channel. A member not renewed for three quarters of the lease is forgotten, so a killed
-//! instance's shards are taken over within one lease; a stopping one leaves at once.
+//! channel, and when another's membership is due to end. A member not renewed for three
+//! quarters of the lease is forgotten, so a killed instance's shards are taken over
+//! within three quarters of the lease; a stopping one leaves at once.
 //! Ownership only saves work: a claim is atomic whoever makes it, so an instance whose
 //! ownership has not been renewed for a whole lease claims every shard again.
 
@@ -16,6 +17,9 @@ use super::conn::Conn;
 use super::reply::int_at;
 use super::store_error;
 use crate::store::StoreResult;
+
+/// How long after another member's membership was due to end a renewal looks again.
+const AFTER_ANOTHER_ENDS: Duration = Duration::from_millis(10);
 
 pub struct Fleet {
     script: Script,
@@ -38,6 +42,9 @@ pub struct Membership {
     pub shards: Vec<usize>,
     /// Until when it owns them unless renewed.
     pub until: Instant,
+    /// When to renew next: in half a lease, or as the first other member's membership
+    /// ends (if it was not renewed, its shards are then taken over).
+    pub renew_in: Duration,
 }
 
 impl Fleet {
@@ -53,9 +60,9 @@ impl Fleet {
         }
     }
 
-    /// How often membership is renewed.
+    /// The longest a membership goes without a renewal (while Redis answers).
     pub fn every(&self) -> Duration {
-        self.lease / 4
+        self.lease / 2
     }
 
     /// Renews this instance's membership: the live instances and the shards it owns.
@@ -63,13 +70,18 @@ impl Fleet {
         let asked = Instant::now();
         let reply = self.run(conn, self.lease * 3 / 4).await?;
         let instances = int_at(&reply, 0)? as usize;
-        let shards = (1..reply.len())
+        let other_ends = u64::try_from(int_at(&reply, 1)?).ok().map(|ms| {
+            // Just after it, so that Redis's clock has passed it too.
+            Duration::from_millis(ms) + AFTER_ANOTHER_ENDS
+        });
+        let shards = (2..reply.len())
             .map(|i| int_at(&reply, i).map(|s| s as usize))
             .collect::<StoreResult<_>>()?;
         Ok(Membership {
             instances,
             shards,
             until: asked + self.lease,
+            renew_in: other_ends.map_or(self.every(), |ends| ends.min(self.every())),
         })
     }
 
