@@ -9,7 +9,8 @@ use uuid::Uuid;
 const PREFIX: &str = "ntf_";
 
 /// Digits in ASCII order, so that ids of the same width sort as their UUIDs do.
-const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+pub(crate) const BASE62: &[u8; 62] =
+    b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 /// Base-62 digits of a 128-bit UUID (62^22 > 2^128).
 const BASE62_WIDTH: usize = 22;
 

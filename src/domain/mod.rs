@@ -20,6 +20,7 @@ pub use callback_url::{CallbackUrl, Destinations};
 pub use error::FieldError;
 pub use headers::ExtraHeaders;
 pub use job_id::JobId;
+pub(crate) use job_id::BASE62;
 pub use notification::{JobSpec, Notification, Target};
 pub use ordering_key::OrderingKey;
 pub use payload::Payload;

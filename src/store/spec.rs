@@ -29,7 +29,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{JobSpec, OrderingKey, Payload, SuccessRule, Tenant};
+use crate::domain::{JobSpec, OrderingKey, Payload, SuccessRule, Tenant, BASE62};
 use sha2::{Digest, Sha256};
 
 use crate::lifecycle::{interval_ms, schedule_intervals, schedule_text, transitions, Now, Record};
@@ -41,7 +41,6 @@ pub const VERSION: &str = "v3";
 const SHARED: char = '#';
 /// The digits of a reference to a shared schedule.
 const REFERENCE_DIGITS: usize = 4;
-const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
 /// The timeout a spec leaves out.
 const IMPLIED_TIMEOUT_MS: u64 = 10_000;
@@ -283,12 +282,10 @@ pub fn registration(raw: &str, shared: &dyn SharedSchedules) -> Option<Record> {
         ),
         _ => (words.next()?.parse().ok()?, words.next()?.parse().ok()?),
     };
-    let schedule = match words.next()? {
-        text if version < 3 => schedule_intervals(text),
-        text => match text.strip_prefix(SHARED) {
-            Some(reference) => shared.get(reference)?,
-            None => schedule_intervals(text),
-        },
+    let word = words.next()?;
+    let schedule = match word.strip_prefix(SHARED) {
+        Some(reference) if version >= 3 => shared.get(reference)?,
+        _ => schedule_intervals(word),
     };
     Some(transitions::register(
         schedule,
