@@ -35,7 +35,16 @@ impl Deliveries {
 
 #[derive(Clone, Default)]
 pub struct Receiver {
-    log: Arc<Mutex<HashMap<String, Deliveries>>>,
+    log: Arc<Mutex<Log>>,
+}
+
+#[derive(Default)]
+struct Log {
+    by_id: HashMap<String, Deliveries>,
+    /// Each id's first 2xx answer, in order: waiting for a burst reads only what came
+    /// since it last looked, so that the receiver's lock is held for little time while
+    /// the notifications pour in.
+    delivered: Vec<(String, SystemTime)>,
 }
 
 impl Receiver {
@@ -48,19 +57,18 @@ impl Receiver {
         Ok(addr)
     }
 
-    /// How many of `ids` got a 2xx answer, and when the last of those came.
-    pub fn delivered_among(&self, ids: &[&str]) -> (usize, Option<SystemTime>) {
+    /// The ids first answered 2xx since the `from`-th such answer, and when.
+    pub fn delivered_since(&self, from: usize) -> Vec<(String, SystemTime)> {
         let log = self.log.lock().expect("receiver log");
-        let times = ids.iter().filter_map(|id| log.get(*id)?.delivered_at());
-        times.fold((0, None), |(n, last), t| (n + 1, last.max(Some(t))))
+        log.delivered.get(from..).unwrap_or_default().to_vec()
     }
 
     pub fn snapshot(&self) -> HashMap<String, Deliveries> {
-        self.log.lock().expect("receiver log").clone()
+        self.log.lock().expect("receiver log").by_id.clone()
     }
 
     pub fn reset(&self) {
-        self.log.lock().expect("receiver log").clear();
+        *self.log.lock().expect("receiver log") = Log::default();
     }
 }
 
@@ -78,9 +86,13 @@ async fn answer(
     let fail: usize = q.get("fail").and_then(|v| v.parse().ok()).unwrap_or(0);
     let ok = {
         let mut log = receiver.log.lock().expect("receiver log");
-        let d = log.entry(id).or_default();
+        let d = log.by_id.entry(id.clone()).or_default();
         let ok = d.arrivals.len() >= fail;
+        let first = ok && d.delivered_at().is_none();
         d.arrivals.push((at, ok));
+        if first {
+            log.delivered.push((id, at));
+        }
         ok
     };
     if let Some(ms) = q.get("sleep_ms").and_then(|v| v.parse().ok()) {

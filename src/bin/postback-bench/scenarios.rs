@@ -1,6 +1,7 @@
 //! The benchmark scenarios. Each starts a fresh Redis, the receiver and postback, drives
 //! one kind of traffic, and reports its figures.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
@@ -444,17 +445,25 @@ pub async fn wait_all(
     receiver: &Receiver,
     registered: &[Registered],
 ) -> anyhow::Result<SystemTime> {
-    let ids: Vec<&str> = registered.iter().map(|x| x.id.as_str()).collect();
+    let mut pending: HashSet<&str> = registered.iter().map(|x| x.id.as_str()).collect();
+    let (total, mut seen, mut last) = (pending.len(), 0, None);
     let mut progress = (0, std::time::Instant::now());
     loop {
-        let (delivered, last) = receiver.delivered_among(&ids);
-        if delivered == ids.len() {
+        let news = receiver.delivered_since(seen);
+        seen += news.len();
+        for (id, at) in &news {
+            if pending.remove(id.as_str()) {
+                last = last.max(Some(*at));
+            }
+        }
+        let delivered = total - pending.len();
+        if pending.is_empty() {
             return last.context("nothing registered");
         }
         if delivered > progress.0 {
             progress = (delivered, std::time::Instant::now());
         } else if progress.1.elapsed() > STALL {
-            bail!("stalled: {delivered} of {} delivered", ids.len());
+            bail!("stalled: {delivered} of {total} delivered");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
