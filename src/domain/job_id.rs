@@ -51,19 +51,33 @@ impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{PREFIX}{}_", self.shard)?;
         match self.form {
-            Form::Base62 => f.write_str(&to_base62(self.uuid.as_u128())),
+            Form::Base62 => {
+                let digits = to_base62(self.uuid.as_u128());
+                f.write_str(std::str::from_utf8(&digits).map_err(|_| fmt::Error)?)
+            }
             Form::Hex => write!(f, "{}", self.uuid.simple()),
         }
     }
 }
 
-fn to_base62(mut n: u128) -> String {
+/// 62^10, the most digits whose value fits a `u64`: the digits are taken ten at a time
+/// from `u64`s, since each 128-bit division is many times slower (ids are written into
+/// every record, header and answer).
+const TEN_DIGITS: u128 = 839_299_365_868_340_224;
+
+fn to_base62(n: u128) -> [u8; BASE62_WIDTH] {
     let mut digits = [b'0'; BASE62_WIDTH];
-    for d in digits.iter_mut().rev() {
-        *d = BASE62[(n % 62) as usize];
-        n /= 62;
+    let (high, low) = (n / TEN_DIGITS, (n % TEN_DIGITS) as u64);
+    let (top, middle) = ((high / TEN_DIGITS) as u64, (high % TEN_DIGITS) as u64);
+    let (head, rest) = digits.split_at_mut(BASE62_WIDTH - 20);
+    let (mid, tail) = rest.split_at_mut(10);
+    for (part, mut value) in [(head, top), (mid, middle), (tail, low)] {
+        for d in part.iter_mut().rev() {
+            *d = BASE62[(value % 62) as usize];
+            value /= 62;
+        }
     }
-    digits.iter().map(|&b| b as char).collect()
+    digits
 }
 
 fn from_base62(text: &str) -> Option<u128> {
@@ -71,8 +85,13 @@ fn from_base62(text: &str) -> Option<u128> {
         return None;
     }
     text.bytes().try_fold(0u128, |n, b| {
-        let digit = BASE62.iter().position(|&d| d == b)?;
-        n.checked_mul(62)?.checked_add(digit as u128)
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'A'..=b'Z' => b - b'A' + 10,
+            b'a'..=b'z' => b - b'a' + 36,
+            _ => return None,
+        };
+        n.checked_mul(62)?.checked_add(u128::from(digit))
     })
 }
 
@@ -141,12 +160,47 @@ mod tests {
         assert_eq!(sorted, ids);
     }
 
+    fn base62_text(n: u128) -> String {
+        String::from_utf8(to_base62(n).to_vec()).unwrap()
+    }
+
     #[test]
     fn the_extremes_of_a_uuid_round_trip() {
-        for n in [0, 1, 61, 62, u128::MAX] {
-            assert_eq!(from_base62(&to_base62(n)), Some(n));
+        for n in [0, 1, 61, 62, u128::from(u64::MAX), u128::MAX] {
+            assert_eq!(from_base62(&base62_text(n)), Some(n));
         }
         assert_eq!(from_base62("zzzzzzzzzzzzzzzzzzzzzz"), None);
+    }
+
+    /// Ids already handed out must read the same: the digits are those of the plain
+    /// one-digit-at-a-time conversion.
+    #[test]
+    fn digits_are_those_of_the_plain_conversion() {
+        let plain = |mut n: u128| {
+            let mut digits = [b'0'; BASE62_WIDTH];
+            for d in digits.iter_mut().rev() {
+                *d = BASE62[(n % 62) as usize];
+                n /= 62;
+            }
+            String::from_utf8(digits.to_vec()).unwrap()
+        };
+        let samples = (0..1000).map(|_| Uuid::now_v7().as_u128());
+        for n in samples.chain([
+            0,
+            TEN_DIGITS - 1,
+            TEN_DIGITS,
+            TEN_DIGITS * TEN_DIGITS,
+            u128::MAX,
+        ]) {
+            assert_eq!(base62_text(n), plain(n), "{n}");
+        }
+        assert_eq!(
+            "ntf_0_0352MTUd4Uo7EJoE0LjAvZ"
+                .parse::<JobId>()
+                .unwrap()
+                .to_string(),
+            "ntf_0_0352MTUd4Uo7EJoE0LjAvZ"
+        );
     }
 
     #[test]

@@ -248,18 +248,23 @@ impl Record {
     }
 }
 
-/// A schedule as the records keep it: `15s,3m,10m,1h`.
+/// A schedule as the records keep it: `15s,3m,10m,1h`. Written into one string: every
+/// record written (registration, claim, settlement) writes its schedule.
 pub fn schedule_text(intervals_ms: &[u64]) -> String {
     let units = [(3_600_000, "h"), (60_000, "m"), (1_000, "s")];
-    let text = |ms: u64| match units
-        .iter()
-        .find(|(size, _)| ms >= *size && ms.is_multiple_of(*size))
-    {
-        Some((size, unit)) => format!("{}{unit}", ms / size),
-        None => ms.to_string(),
-    };
-    let each: Vec<String> = intervals_ms.iter().copied().map(text).collect();
-    each.join(",")
+    let mut text = String::with_capacity(intervals_ms.len() * 4);
+    for (i, &ms) in intervals_ms.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        let unit = units
+            .iter()
+            .find(|(size, _)| ms >= *size && ms.is_multiple_of(*size));
+        let (count, unit) = unit.map_or((ms, ""), |(size, unit)| (ms / size, unit));
+        text.push_str(itoa::Buffer::new().format(count));
+        text.push_str(unit);
+    }
+    text
 }
 
 /// The intervals in ms of a schedule as the records keep it (or as earlier builds kept
