@@ -440,7 +440,7 @@ impl AttemptContext {
         record_lateness(&job);
         async move {
             let report = tokio::select! {
-                r = self.sender.send(&job.id, &job.spec) => r,
+                r = self.sender.send(&job.id, &job.spec, target.url.as_ref()) => r,
                 _ = self.abort.cancelled() => return,
             };
             slot.finish(Duration::from_millis(report.duration_ms));

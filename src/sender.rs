@@ -74,10 +74,14 @@ impl Sender {
         })
     }
 
-    /// Makes one attempt. Never fails: every problem is an outcome to record.
-    pub async fn send(&self, id: &JobId, spec: &JobSpec) -> AttemptReport {
+    /// Makes one attempt to `url`, the spec's URL as read for the delivery's target (`None`
+    /// if it cannot be read). Never fails: every problem is an outcome to record.
+    pub async fn send(&self, id: &JobId, spec: &JobSpec, url: Option<&url::Url>) -> AttemptReport {
         let started = Instant::now();
-        if let Some(blocked) = self.blocked_literal(spec) {
+        let Some(url) = url else {
+            return AttemptReport::blocked(format!("the stored URL cannot be read: {}", spec.url));
+        };
+        if let Some(blocked) = self.blocked_literal(url) {
             return AttemptReport::blocked(blocked.to_string());
         }
         if self.https_only.contains(&spec.tenant) && !spec.url.starts_with("https:") {
@@ -93,7 +97,7 @@ impl Sender {
             .get(&spec.tenant)
             .unwrap_or(&self.client);
         let result = client
-            .post(&spec.url)
+            .post(url.clone())
             .headers(self.headers(id, spec))
             .body(spec.body.clone())
             .timeout(timeout)
@@ -111,11 +115,10 @@ impl Sender {
 
     /// A callback whose host is a literal internal address, while the guard is on. (Host
     /// names are checked by the resolver.)
-    fn blocked_literal(&self, spec: &JobSpec) -> Option<Blocked> {
+    fn blocked_literal(&self, url: &url::Url) -> Option<Blocked> {
         if !self.public_only {
             return None;
         }
-        let url = url::Url::parse(&spec.url).ok()?;
         let ip: IpAddr = match url.host()? {
             url::Host::Ipv4(ip) => ip.into(),
             url::Host::Ipv6(ip) => ip.into(),

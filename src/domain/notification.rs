@@ -99,26 +99,31 @@ impl JobSpec {
             .unwrap_or_default()
     }
 
-    /// Where a delivery goes, from one reading of the URL (both empty if the stored URL
-    /// cannot be read).
+    /// Where a delivery goes, from one reading of the URL (empty if the stored URL cannot
+    /// be read).
     pub fn target(&self) -> Target {
-        let Ok(u) = url::Url::parse(&self.url) else {
+        let Ok(url) = url::Url::parse(&self.url) else {
             return Target::default();
         };
-        let host = u.host_str().unwrap_or_default().to_string();
-        let endpoint = match u.port_or_known_default() {
-            Some(port) => format!("{}://{host}:{port}{}", u.scheme(), u.path()),
-            None => format!("{}://{host}{}", u.scheme(), u.path()),
+        let host = url.host_str().unwrap_or_default().to_string();
+        let endpoint = match url.port_or_known_default() {
+            Some(port) => format!("{}://{host}:{port}{}", url.scheme(), url.path()),
+            None => format!("{}://{host}{}", url.scheme(), url.path()),
         };
-        Target { host, endpoint }
+        Target {
+            host,
+            endpoint,
+            url: Some(url),
+        }
     }
 }
 
 /// Where a delivery goes: its host (what per-host limits count) and its endpoint
 /// (scheme, host, port and path, without the query: what a circuit is kept for; two
-/// merchants on one host are two endpoints).
+/// merchants on one host are two endpoints), and the URL read once for the sender.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Target {
     pub host: String,
     pub endpoint: String,
+    pub url: Option<url::Url>,
 }
