@@ -20,6 +20,20 @@ async fn batch(pb: &support::Postback, items: Value) -> (u16, Value) {
     .await
 }
 
+/// A batch sent as written, spacing and field order included.
+async fn batch_text(pb: &support::Postback, text: String) -> (u16, Value) {
+    let resp = pb
+        .http
+        .post(pb.url("/notify/batch"))
+        .bearer_auth(support::postback::TOKEN)
+        .header("content-type", "application/json")
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap())
+}
+
 async fn stored(pb: &support::Postback) -> u64 {
     let (_, stats) = pb.get("/stats").await;
     ["scheduled", "in_flight", "dead", "finished"]
@@ -80,6 +94,37 @@ async fn each_item_is_registered_or_refused_on_its_own_in_order() {
         "{again}"
     );
     assert_eq!(stored(&pb).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_item_sent_again_is_the_same_whatever_its_spacing_and_field_order() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/k");
+    let (status, first) = batch_text(
+        &pb,
+        format!(
+            r#"{{"items": [{{"url": "{url}", "body": {{"a": 1, "b": 2}}, "idempotency_key": "k-1"}},
+                {{"url": "{url}", "body": {{}}, "idempotency_key": null}}]}}"#
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let keyed = first["items"][0]["id"].as_str().unwrap();
+    assert!(
+        first["items"][1]["id"].is_string(),
+        "a null key is no key: {first}"
+    );
+    let (status, again) = batch_text(
+        &pb,
+        format!(
+            r#"{{"items":[ {{ "idempotency_key":"k-1","body":{{"b":2,"a":1}},   "url":"{url}" }} ]}}"#
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["items"][0]["id"], keyed, "{again}");
+    assert_eq!(again["items"][0]["idempotent_replayed"], true, "{again}");
+    assert_eq!(stored(&pb).await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

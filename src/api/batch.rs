@@ -8,7 +8,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::{Extension, Json};
 use futures_util::future::join_all;
-use serde::{Deserialize, Serialize};
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, SchemaType};
 use utoipa::ToSchema;
@@ -33,7 +35,7 @@ pub struct BatchRequest {
     /// `idempotency_key` (which makes that item safe to send again, as the
     /// `Idempotency-Key` header does for `POST /notify`).
     #[schema(required = true, schema_with = items_schema)]
-    items: Option<Value>,
+    items: Option<Box<RawValue>>,
 }
 
 /// The answer: one result per item, in the items' order.
@@ -99,7 +101,7 @@ pub async fn register_batch(
 ) -> Result<Json<BatchRegistered>, ApiError> {
     auth::require(&caller, Role::Notify)?;
     let request: BatchRequest = parse_json(&body)?;
-    let items = items(request.items)?;
+    let items = items(request.items.as_deref())?;
     let traceparent = notify::traceparent(&headers);
     let results = join_all(items.into_iter().map(|item| {
         let (state, caller) = (&state, &caller);
@@ -122,33 +124,59 @@ pub async fn register_batch(
     Ok(Json(BatchRegistered { items }))
 }
 
-/// The list of items: 1 to `MAX_ITEMS` of them.
-fn items(raw: Option<Value>) -> Result<Vec<Value>, FieldError> {
-    let wrong = || {
-        FieldError::new(
+/// The list of items: 1 to `MAX_ITEMS` of them, each as sent.
+fn items(raw: Option<&RawValue>) -> Result<Vec<&RawValue>, FieldError> {
+    let raw = raw.ok_or_else(|| FieldError::new("items", "required"))?;
+    match serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
+        Ok(items) if (1..=MAX_ITEMS).contains(&items.len()) => Ok(items),
+        _ => Err(FieldError::new(
             "items",
             format!("must be a list of 1 to {MAX_ITEMS} notifications"),
-        )
-    };
-    match raw {
-        Some(Value::Array(items)) if (1..=MAX_ITEMS).contains(&items.len()) => Ok(items),
-        None => Err(FieldError::new("items", "required")),
-        Some(_) => Err(wrong()),
+        )),
     }
 }
 
-/// One item checked as `POST /notify` checks its body, its key as the header's.
+/// Whether an item has an `idempotency_key` field (with any value, `null` too), found
+/// without building the item.
+#[derive(Deserialize)]
+struct KeyField {
+    #[serde(default, deserialize_with = "present")]
+    idempotency_key: bool,
+}
+
+fn present<'de, D: Deserializer<'de>>(field: D) -> Result<bool, D::Error> {
+    IgnoredAny::deserialize(field).map(|_| true)
+}
+
+/// One item checked as `POST /notify` checks its body, its key as the header's. An item
+/// without a key is read as it came; one with a key is read without it, and its
+/// fingerprint is that of the rest written out again (so that the key's fingerprint
+/// does not depend on spacing or field order).
 fn registration(
     state: &AppState,
     caller: &Principal,
-    item: Value,
+    item: &RawValue,
 ) -> Result<Registration, ApiError> {
-    let Value::Object(mut fields) = item else {
-        return Err(ApiError::new(
+    let not_object = || {
+        ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_json",
             "an item must be a JSON object",
-        ));
+        )
+    };
+    if !item.get().starts_with('{') {
+        return Err(not_object());
+    }
+    let has_key = serde_json::from_str::<KeyField>(item.get())
+        .map_err(|_| not_object())?
+        .idempotency_key;
+    if !has_key {
+        let raw = item.get().as_bytes();
+        check_size(state, raw)?;
+        return notify::prepare(state, caller, parse_json(raw)?, None, raw);
+    }
+    let Ok(Value::Object(mut fields)) = serde_json::from_str(item.get()) else {
+        return Err(not_object());
     };
     let key = match fields.remove("idempotency_key") {
         None | Some(Value::Null) => None,
@@ -156,16 +184,22 @@ fn registration(
         Some(_) => return Err(FieldError::new("idempotency_key", "must be a string").into()),
     };
     let raw = serde_json::to_vec(&fields).expect("a JSON object serializes");
-    if raw.len() > state.max_body_bytes {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_body",
-            format!(
-                "this notification is larger than {} bytes (server.max_body_bytes)",
-                state.max_body_bytes
-            ),
-        ));
-    }
+    check_size(state, &raw)?;
     let request: NotifyRequest = parse_json(&raw)?;
     notify::prepare(state, caller, request, key, &raw)
+}
+
+/// Refuses an item larger than `server.max_body_bytes`, the limit of one `POST /notify`.
+fn check_size(state: &AppState, raw: &[u8]) -> Result<(), ApiError> {
+    if raw.len() <= state.max_body_bytes {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_body",
+        format!(
+            "this notification is larger than {} bytes (server.max_body_bytes)",
+            state.max_body_bytes
+        ),
+    ))
 }
