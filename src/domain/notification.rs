@@ -91,12 +91,16 @@ impl JobSpec {
         self.ordering_key.as_ref().map(|k| k.scoped(&self.tenant))
     }
 
-    /// The callback URL's host (empty if the stored URL cannot be read).
+    /// The callback URL's host (empty if the stored URL cannot be read). Every claim
+    /// asks (it is the default rate key), so the usual form is read off the text.
     pub fn host(&self) -> String {
-        url::Url::parse(&self.url)
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_string))
-            .unwrap_or_default()
+        match plain_host(&self.url) {
+            Some(host) => host.to_string(),
+            None => url::Url::parse(&self.url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_string))
+                .unwrap_or_default(),
+        }
     }
 
     /// Where a delivery goes, from one reading of the URL (empty if the stored URL cannot
@@ -118,6 +122,21 @@ impl JobSpec {
     }
 }
 
+/// The host of `http(s)://host[:port]/…` whose host is a lowercase name or an IPv4
+/// address (no user info, no IPv6), as `url` writes such URLs out (`CallbackUrl`), which
+/// is what `url` would read; `None` for any other form, to be parsed.
+fn plain_host(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority
+        .split_once(':')
+        .map_or(authority, |(host, _)| host);
+    let plain = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-';
+    (!host.is_empty() && !authority.contains('@') && host.bytes().all(plain)).then_some(host)
+}
+
 /// Where a delivery goes: its host (what per-host limits count) and its endpoint
 /// (scheme, host, port and path, without the query: what a circuit is kept for; two
 /// merchants on one host are two endpoints), and the URL read once for the sender.
@@ -126,4 +145,62 @@ pub struct Target {
     pub host: String,
     pub endpoint: String,
     pub url: Option<url::Url>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_read_off_a_stored_url_is_the_one_url_reads() {
+        let sent = [
+            "http://merchant.example.com/hook",
+            "https://Merchant.Example.COM:8443/a/b?x=1#f",
+            "http://127.0.0.1:9000",
+            "http://127.1/",
+            "http://0x7f.0.0.1/",
+            "https://user:pw@merchant.example.com/hook",
+            "http://[::1]:8080/hook",
+            "https://bücher.example/",
+            "http://example.com.?q=1",
+            "https://a-b.example:443/",
+            "http://exa%6dple.com/",
+            "HTTP://EXAMPLE.COM",
+        ];
+        for raw in sent {
+            let stored = url::Url::parse(raw).unwrap().to_string();
+            let spec = JobSpec {
+                url: stored.clone(),
+                ..spec()
+            };
+            let read = url::Url::parse(&stored).unwrap();
+            assert_eq!(
+                spec.host(),
+                read.host_str().unwrap(),
+                "{raw} stored as {stored}"
+            );
+        }
+        let unreadable = JobSpec {
+            url: "not a url".into(),
+            ..spec()
+        };
+        assert_eq!(unreadable.host(), "");
+    }
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            url: String::new(),
+            body: String::new(),
+            content_type: "application/json".into(),
+            headers: Vec::new(),
+            timeout_ms: 10_000,
+            success: SuccessRule::default(),
+            profile: None,
+            topic: None,
+            rate_key: String::new(),
+            traceparent: None,
+            ordering_key: None,
+            tenant: Tenant::default(),
+        }
+    }
 }
