@@ -1,14 +1,16 @@
 //! The benchmark's receiver: a lean in-process HTTP sink that records, per `webhook-id`,
 //! when each request arrived and what it was answered. Query parameters set its answer:
 //! `fail=N` answers 500 to the first N requests of each id, `sleep_ms=N` waits first.
+//! Like the peers' receiver, it reads what it needs in place, without copying the
+//! headers or building a map of the query.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
 use axum::Router;
 
 /// Every request one id received: arrival times (wall clock, comparable with the due
@@ -72,22 +74,13 @@ impl Receiver {
     }
 }
 
-async fn answer(
-    State(receiver): State<Receiver>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> StatusCode {
+async fn answer(State(receiver): State<Receiver>, request: Request) -> StatusCode {
     let at = SystemTime::now();
-    let id = headers
-        .get("webhook-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let fail: usize = q.get("fail").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let (id, fail, sleep_ms) = read(&request);
     let ok = {
         let mut log = receiver.log.lock().expect("receiver log");
         let d = log.by_id.entry(id.clone()).or_default();
-        let ok = d.arrivals.len() >= fail;
+        let ok = d.arrivals.len() as u64 >= fail;
         let first = ok && d.delivered_at().is_none();
         d.arrivals.push((at, ok));
         if first {
@@ -95,7 +88,7 @@ async fn answer(
         }
         ok
     };
-    if let Some(ms) = q.get("sleep_ms").and_then(|v| v.parse().ok()) {
+    if let Some(ms) = sleep_ms {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     if ok {
@@ -103,4 +96,21 @@ async fn answer(
     } else {
         StatusCode::INTERNAL_SERVER_ERROR
     }
+}
+
+/// A request's `webhook-id`, and its `fail` and `sleep_ms` parameters.
+fn read(request: &Request) -> (String, u64, Option<u64>) {
+    let id = request
+        .headers()
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let query = |name: &str| {
+        let pairs = request.uri().query().unwrap_or_default().split('&');
+        pairs
+            .filter_map(|pair| pair.split_once('='))
+            .find_map(|(key, value)| (key == name).then(|| value.parse::<u64>().ok())?)
+    };
+    (id, query("fail").unwrap_or(0), query("sleep_ms"))
 }
