@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # postback beside an earlier build of itself, in one session: REV (a commit) is built in
-# a scratch worktree, and both builds run the same scenarios (burst, retry, delayed,
-# backlog) REPEATS times, interleaved. Prints the medians as a markdown table, with this
-# build's figures as a ratio to REV's: what a change did, told apart from what the
-# machine did that day.
+# a scratch worktree, and both builds run the same scenarios (burst, batch burst, retry,
+# delayed, backlog) REPEATS times, interleaved, both driven by this build's harness
+# (postback-bench runs the `postback` beside it), so that the ratios are postback's
+# alone. Prints the medians as a markdown table, with this build's figures as a ratio to
+# REV's: what a change did, told apart from what the machine did that day. REV must
+# start with the settings this harness gives postback (`postback-bench`'s `Postback`).
 #
 #   scripts/bench-builds.sh REV [REPEATS] [BACKLOG]   (default 3 repeats; backlog sizes
 #                                                      10000,100000, once per repeat)
@@ -20,14 +22,17 @@ bash scripts/ensure-redis.sh
 
 base="$out/build-$rev"
 if [ ! -d "$base" ]; then git worktree add --detach "$base" "$rev" >&2; fi
-(cd "$base" && CARGO_TARGET_DIR="$out/target-$rev" cargo build --release --bins >&2)
+(cd "$base" && CARGO_TARGET_DIR="$out/target-$rev" cargo build --release --bin postback >&2)
 cargo build --release --bins >&2
+previous="$out/previous-$rev"
+mkdir -p "$previous"
+cp "$out/target-$rev/release/postback" target/release/postback-bench "$previous/"
 
 # RESULT lines of one postback-bench run, filed under the build $1 (`previous`, `this`).
 run() {
   local build="$1"; shift
   local bench=target/release/postback-bench
-  [ "$build" = previous ] && bench="$out/target-$rev/release/postback-bench"
+  [ "$build" = previous ] && bench="$previous/postback-bench"
   "$bench" "$@" --concurrency "${CONCURRENCY:-64}" |
     awk -v label="$build" -v fields="scenario metric value" -f scripts/results-tsv.awk |
     tee -a "$tsv"
@@ -36,6 +41,7 @@ run() {
 for _ in $(seq "$repeats"); do
   for build in previous this; do
     for scenario in burst retry delayed; do run "$build" "$scenario"; done
+    run "$build" burst --batch 1000 --producers 4
     run "$build" backlog --backlog "$backlog"
   done
 done
