@@ -94,13 +94,7 @@ impl JobSpec {
     /// The callback URL's host (empty if the stored URL cannot be read). Every claim
     /// asks (it is the default rate key), so the usual form is read off the text.
     pub fn host(&self) -> String {
-        match plain_host(&self.url) {
-            Some(host) => host.to_string(),
-            None => url::Url::parse(&self.url)
-                .ok()
-                .and_then(|u| u.host_str().map(str::to_string))
-                .unwrap_or_default(),
-        }
+        plain_host(&self.url).map_or_else(|| self.target().host, str::to_string)
     }
 
     /// Where a delivery goes, from one reading of the URL (empty if the stored URL cannot
