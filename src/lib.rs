@@ -5,7 +5,8 @@
 //! Redis, a Redis Cluster, or an embedded file). The rules of its life (when it is due,
 //! what an attempt leads to, when it is dead) are pure functions in `lifecycle`, which
 //! every store applies. The scheduler (`scheduler`) claims it when due, under the
-//! delivery policy (`policy`: quotas, per-host limits, circuits); the sender (`sender`,
+//! delivery policy (`policy`: quotas, per-host limits, circuits), and holds it to one of
+//! the instance's delivery slots (`slots`); the sender (`sender`,
 //! signed by `signing`, guarded by `ssrf`) posts it, and the settler (`settler`) records
 //! the outcome; when the store does not answer, each waits as `backoff` says.
 //! `retention` sweeps out what has expired; `metrics`, `telemetry` (logs) and `traces`
@@ -31,6 +32,7 @@ pub(crate) mod scheduler;
 pub mod sender;
 pub(crate) mod settler;
 pub mod signing;
+pub(crate) mod slots;
 pub mod ssrf;
 pub mod store;
 pub(crate) mod telemetry;

@@ -5,7 +5,8 @@
 //! shard with few due, up to four times that: see the store), each held on its own task
 //! until its due time, so that a steady stream is claimed in groups rather than one store
 //! call per notification. A held notification takes a delivery slot only when it is due,
-//! and gives it back when its outcome is queued for the settler.
+//! and gives it back when its outcome is queued for the settler. A busy scheduler also
+//! claims a reserve of due notifications to queue for the next slots that free (`slots`).
 //! It sleeps until shortly before the next due time (capped), and wakes at once when a
 //! new earliest notification is announced.
 
@@ -25,6 +26,7 @@ use crate::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
 use crate::reservations::{self, SendAt};
 use crate::sender::Sender;
 use crate::settler::{self, Leases, Queued, Report};
+use crate::slots::{InQueue, Slot, Slots};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
 use crate::traces;
 
@@ -83,7 +85,7 @@ impl Dispatcher {
     /// Runs until `stop` fires, then lets deliveries in flight finish within the grace
     /// period, settles them, and releases whatever did not finish.
     pub async fn run(self, stop: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(self.settings.concurrency));
+        let slots = Arc::new(Slots::new(self.settings.concurrency));
         let claimed = Arc::new(Semaphore::new(CLAIMED_PER_SLOT * self.settings.concurrency));
         let batching = settler::Batching::new(self.settings.concurrency, self.shards);
         let (tx, rx) = mpsc::channel(batching.size());
@@ -129,26 +131,28 @@ impl Dispatcher {
         self.release(leases.take_all()).await;
     }
 
-    /// Claims while a delivery slot is free: as many as are free when busy (at least a
-    /// quarter of the slots in use), otherwise up to `claim_batch`, to hold until due.
-    /// Every claimed notification holds a place among the claimed until it is settled.
+    /// Claims while more are worth claiming (`Slots::claimable`): when busy (at least a
+    /// quarter of the slots in use), the free slots and what their reserve lacks, due
+    /// now; otherwise up to `claim_batch`, to hold until due. Every claimed notification
+    /// holds a place among the claimed until it is settled.
     async fn claim_loop(
         &self,
-        (slots, claimed): (&Arc<Semaphore>, &Arc<Semaphore>),
+        (slots, claimed): (&Arc<Slots>, &Arc<Semaphore>),
         ctx: &AttemptContext,
         tasks: &TaskTracker,
         stop: &CancellationToken,
     ) {
         let mut failures = 0u32;
         loop {
-            if !self.slot_free(slots, stop).await {
-                return;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = slots.claimable() => {}
             }
-            let free = slots.available_permits();
-            let (limit, ahead) = if 4 * free >= 3 * self.settings.concurrency {
+            let (limit, ahead) = if slots.mostly_free() {
                 (self.settings.claim_batch, CLAIM_AHEAD)
             } else {
-                (free.clamp(1, self.settings.claim_batch), BUSY_CLAIM_AHEAD)
+                let wanted = slots.wanted();
+                (wanted.clamp(1, self.settings.claim_batch), BUSY_CLAIM_AHEAD)
             };
             let Some(places) = self.places(claimed, limit, stop).await else {
                 return;
@@ -186,14 +190,6 @@ impl Dispatcher {
                     }
                 }
             }
-        }
-    }
-
-    /// Waits until a delivery slot is free (without taking it); false when told to stop.
-    async fn slot_free(&self, slots: &Arc<Semaphore>, stop: &CancellationToken) -> bool {
-        tokio::select! {
-            _ = stop.cancelled() => false,
-            p = slots.acquire() => p.is_ok(),
         }
     }
 
@@ -256,7 +252,7 @@ fn before_due(d: Duration) -> Duration {
 /// outcome is queued for the settler.
 struct Place {
     claimed: OwnedSemaphorePermit,
-    slot: Option<OwnedSemaphorePermit>,
+    slot: Option<Slot>,
 }
 
 /// What a sender task needs: shared by every attempt of this instance.
@@ -266,8 +262,8 @@ struct AttemptContext {
     sender: Arc<Sender>,
     policy: Arc<Policy>,
     settle: mpsc::Sender<Queued>,
-    /// The delivery slots, which a held notification waits for when it falls due.
-    slots: Arc<Semaphore>,
+    /// The delivery slots, which a claimed notification queues for when it falls due.
+    slots: Arc<Slots>,
     leases: Leases,
     abort: CancellationToken,
     /// ± spread of retry intervals.
@@ -299,17 +295,21 @@ impl AttemptContext {
                 slot: None,
             };
             match at {
-                SendAt::After(wait) if wait.is_zero() => {
-                    match self.slots.clone().try_acquire_owned() {
-                        Ok(slot) => {
-                            place.slot = Some(slot);
-                            self.admit(job, place, tasks).await
-                        }
-                        Err(_) => {
-                            tasks.spawn(self.clone().when_due(wait, job, place, tasks.clone()));
-                        }
+                SendAt::After(wait) if wait.is_zero() => match self.slots.try_take() {
+                    Some(slot) => {
+                        place.slot = Some(slot);
+                        self.admit(job, place, tasks).await
                     }
-                }
+                    None => {
+                        let queued = self.slots.queue();
+                        tasks.spawn(self.clone().when_slot_frees(
+                            queued,
+                            job,
+                            place,
+                            tasks.clone(),
+                        ));
+                    }
+                },
                 SendAt::After(wait) => {
                     tasks.spawn(self.clone().when_due(wait, job, place, tasks.clone()));
                 }
@@ -322,22 +322,35 @@ impl AttemptContext {
         }
     }
 
-    /// Waits until the job is due and for a delivery slot, then asks the policy. One that
-    /// finds no slot within `SLOT_WAIT` is handed back, due at once.
-    async fn when_due(self, wait: Duration, job: ClaimedJob, mut place: Place, tasks: TaskTracker) {
+    /// Waits until the job is due, then for a delivery slot.
+    async fn when_due(self, wait: Duration, job: ClaimedJob, place: Place, tasks: TaskTracker) {
+        tokio::select! {
+            _ = self.abort.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let queued = self.slots.queue();
+        self.when_slot_frees(queued, job, place, tasks).await
+    }
+
+    /// Waits in the queue for a delivery slot, then asks the policy. One that finds no
+    /// slot within `SLOT_WAIT` is handed back, due at once.
+    async fn when_slot_frees(
+        self,
+        queued: InQueue,
+        job: ClaimedJob,
+        mut place: Place,
+        tasks: TaskTracker,
+    ) {
         let slot = tokio::select! {
             _ = self.abort.cancelled() => return,
-            slot = async {
-                tokio::time::sleep(wait).await;
-                tokio::time::timeout(SLOT_WAIT, self.slots.clone().acquire_owned()).await
-            } => slot,
+            slot = queued.take(SLOT_WAIT) => slot,
         };
         match slot {
-            Ok(Ok(slot)) => {
+            Some(slot) => {
                 place.slot = Some(slot);
                 self.admit(job, place, &tasks).await
             }
-            _ => {
+            None => {
                 self.defer(job, place, Duration::ZERO, false, "slots_busy")
                     .await
             }

@@ -451,3 +451,29 @@ async fn a_retry_is_due_after_the_failure_even_when_its_settle_is_held_up() {
         "1 s after the failure answered at 300 ms, not after the settle: {gap:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_beyond_the_slots_of_a_slow_host_is_sent_once_each_and_never_more_at_once() {
+    let (_backend, receiver, pb) = support::start_any(&[
+        ("POSTBACK_DELIVERY_CONCURRENCY", "2"),
+        ("POSTBACK_DELIVERY_HOST_CONCURRENCY", "2"),
+    ])
+    .await;
+    // Each answer takes longer than a claimed notification waits for a slot (2 s), so
+    // those claimed beyond the free slots go back to the store and come again.
+    let url = receiver.url("/slow?sleep_ms=2300");
+    let batch = (0..6).map(|i| pb.register(json!({"url": url, "body": {"n": i}})));
+    let ids = futures_util::future::join_all(batch).await;
+    for id in &ids {
+        let done = pb
+            .wait_state(id, "delivered", Duration::from_secs(30))
+            .await;
+        assert_eq!(done["attempts"], 1, "{done}");
+    }
+    assert_exactly_once(&receiver, &ids);
+    assert!(
+        receiver.max_concurrent() <= 2,
+        "{} at once",
+        receiver.max_concurrent()
+    );
+}
