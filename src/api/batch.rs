@@ -7,7 +7,6 @@
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::{Extension, Json};
-use futures_util::future::join_all;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
@@ -102,15 +101,12 @@ pub async fn register_batch(
     auth::require(&caller, Role::Notify)?;
     let request: BatchRequest = parse_json(&body)?;
     let items = items(request.items.as_deref())?;
+    let registrations = items
+        .into_iter()
+        .map(|item| registration(&state, &caller, item))
+        .collect();
     let traceparent = notify::traceparent(&headers);
-    let results = join_all(items.into_iter().map(|item| {
-        let (state, caller) = (&state, &caller);
-        async move {
-            let registration = registration(state, caller, item)?;
-            notify::register(state, registration, traceparent).await
-        }
-    }))
-    .await;
+    let results = notify::register_many(&state, registrations, traceparent).await;
     let items = results
         .into_iter()
         .map(|r| match r {

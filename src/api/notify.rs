@@ -10,7 +10,7 @@ use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::ToSchema;
 
@@ -26,7 +26,7 @@ use crate::domain::{
     Notification, OrderingKey, Payload, Placement, RawSuccess, Schedule, SuccessRule, Tenant,
     MAX_TIERS,
 };
-use crate::store::{Idempotency, JobStatus};
+use crate::store::{Enqueued, Idempotency, JobStatus, StoreResult};
 use crate::traces;
 
 const MAX_LABEL: usize = 256;
@@ -247,17 +247,60 @@ pub(super) async fn register(
     registration: Registration,
     traceparent: Option<&str>,
 ) -> Result<Accepted, ApiError> {
-    let Registration {
-        mut notification,
-        idempotency,
-    } = registration;
-    let span = traces::registration(traceparent);
-    notification.traceparent = traces::traceparent(&span);
+    let (registration, span) = traced(registration, traceparent);
     let enqueued = state
         .store
-        .enqueue(&notification, idempotency.as_ref())
+        .enqueue(
+            &registration.notification,
+            registration.idempotency.as_ref(),
+        )
         .instrument(span.clone())
-        .await?;
+        .await;
+    accepted(state, &registration.notification, enqueued, &span)
+}
+
+/// Stores registrations together (each in its own span, as `register` does): one
+/// result each, in order, a refused one's refusal as it came.
+pub(super) async fn register_many(
+    state: &AppState,
+    registrations: Vec<Result<Registration, ApiError>>,
+    traceparent: Option<&str>,
+) -> Vec<Result<Accepted, ApiError>> {
+    let traced: Vec<_> = registrations
+        .into_iter()
+        .map(|r| r.map(|r| traced(r, traceparent)))
+        .collect();
+    let stored: Vec<_> = traced
+        .iter()
+        .flatten()
+        .map(|(r, _)| (&r.notification, r.idempotency.as_ref()))
+        .collect();
+    let mut enqueued = state.store.enqueue_many(&stored).await.into_iter();
+    traced
+        .into_iter()
+        .map(|r| {
+            let (registration, span) = r?;
+            let result = enqueued.next().expect("one result per registration stored");
+            accepted(state, &registration.notification, result, &span)
+        })
+        .collect()
+}
+
+/// A registration with the span it is stored in, whose `traceparent` it keeps.
+fn traced(mut registration: Registration, traceparent: Option<&str>) -> (Registration, Span) {
+    let span = traces::registration(traceparent);
+    registration.notification.traceparent = traces::traceparent(&span);
+    (registration, span)
+}
+
+/// What the store made of a registration, as the API answers it.
+fn accepted(
+    state: &AppState,
+    notification: &Notification,
+    enqueued: StoreResult<Enqueued>,
+    span: &Span,
+) -> Result<Accepted, ApiError> {
+    let enqueued = enqueued?;
     // A repeated idempotency key names the notification it registered before.
     span.record("id", tracing::field::display(&enqueued.id));
     if enqueued.mismatch {

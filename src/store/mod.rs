@@ -361,6 +361,16 @@ pub trait Store: Send + Sync + 'static {
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Enqueued>;
 
+    /// Stores several registrations, each as `enqueue` would: one result each, in order.
+    /// A store that gathers registrations into groups takes these as one.
+    async fn enqueue_many(
+        &self,
+        registrations: &[(&Notification, Option<&Idempotency>)],
+    ) -> Vec<StoreResult<Enqueued>> {
+        let each = registrations.iter().map(|(n, i)| self.enqueue(n, *i));
+        futures_util::future::join_all(each).await
+    }
+
     /// Leases for `lease` up to `limit` notifications due now or within `ahead` (the
     /// caller holds those until they are due; `due_at` says when). A store of several
     /// shards may reach further ahead in a shard that has few due (up to four times as

@@ -132,6 +132,35 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
+    /// A registration as the enqueue script takes it.
+    fn item(&self, n: &Notification, idempotency: Option<&Idempotency>) -> StoreResult<Item> {
+        let keys = self.keys(&n.id)?;
+        Ok(Item {
+            id: n.id,
+            spec: spec::encode(&n.spec()),
+            schedule: n.schedule.intervals_ms(),
+            delay_ms: n.delay.as_millis() as u64,
+            idempotency: idempotency.map(|i| {
+                let ttl = (i.ttl.as_millis() as u64).max(1);
+                (keys.idempotency(&i.scoped()), ttl, i.fingerprint.clone())
+            }),
+            tenant: counted(&n.tenant).to_string(),
+            ordering: n
+                .ordering_key
+                .as_ref()
+                .map(|k| keys.ordering(&k.scoped(&n.tenant))),
+        })
+    }
+
+    /// A registration's answer; the shard's clock learns when its earliest is due.
+    fn enqueued(&self, n: &Notification, enqueued: StoreResult<Enqueued>) -> StoreResult<Enqueued> {
+        let enqueued = enqueued?;
+        if let Some(due_in) = enqueued.earliest {
+            self.clock.wake_in(usize::from(n.id.shard()), due_in);
+        }
+        Ok(enqueued)
+    }
+
     /// Connects to `target` with `shard_count` shards, retrying until
     /// `settings.connect_wait` has passed.
     pub async fn connect(
@@ -533,27 +562,32 @@ impl Store for RedisStore {
         n: &Notification,
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Enqueued> {
-        let keys = self.keys(&n.id)?;
-        let item = Item {
-            id: n.id,
-            spec: spec::encode(&n.spec()),
-            schedule: n.schedule.intervals_ms(),
-            delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| {
-                let ttl = (i.ttl.as_millis() as u64).max(1);
-                (keys.idempotency(&i.scoped()), ttl, i.fingerprint.clone())
-            }),
-            tenant: counted(&n.tenant).to_string(),
-            ordering: n
-                .ordering_key
-                .as_ref()
-                .map(|k| keys.ordering(&k.scoped(&n.tenant))),
-        };
-        let enqueued = self.enqueuer.enqueue(item).await?;
-        if let Some(due_in) = enqueued.earliest {
-            self.clock.wake_in(usize::from(n.id.shard()), due_in);
+        let enqueued = self.enqueuer.enqueue(self.item(n, idempotency)?).await;
+        self.enqueued(n, enqueued)
+    }
+
+    /// Hands every registration to the group-storing task at once and then waits for
+    /// their answers, rather than with one future each.
+    async fn enqueue_many(
+        &self,
+        registrations: &[(&Notification, Option<&Idempotency>)],
+    ) -> Vec<StoreResult<Enqueued>> {
+        let mut answers = Vec::with_capacity(registrations.len());
+        for (n, idempotency) in registrations {
+            answers.push(match self.item(n, *idempotency) {
+                Ok(item) => Ok(self.enqueuer.send(item).await),
+                Err(e) => Err(e),
+            });
         }
-        Ok(enqueued)
+        let mut results = Vec::with_capacity(registrations.len());
+        for ((n, _), answer) in registrations.iter().zip(answers) {
+            let enqueued = match answer {
+                Ok(answer) => answer.wait().await,
+                Err(e) => Err(e),
+            };
+            results.push(self.enqueued(n, enqueued));
+        }
+        results
     }
 
     async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {

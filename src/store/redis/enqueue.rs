@@ -83,13 +83,27 @@ impl Enqueuer {
     }
 
     pub async fn enqueue(&self, item: Item) -> StoreResult<Enqueued> {
+        self.send(item).await.wait().await
+    }
+
+    /// Queues a registration to be stored; its answer comes through what this returns.
+    pub async fn send(&self, item: Item) -> Answer {
         let (reply, answer) = oneshot::channel();
+        let queued = self.tx.send(Pending { item, reply }).await.is_ok();
+        Answer(queued.then_some(answer))
+    }
+}
+
+/// A queued registration's answer, to wait for.
+pub struct Answer(Option<oneshot::Receiver<StoreResult<Enqueued>>>);
+
+impl Answer {
+    pub async fn wait(self) -> StoreResult<Enqueued> {
         let gone = || StoreError::Unavailable("the registration queue has stopped".into());
-        self.tx
-            .send(Pending { item, reply })
-            .await
-            .map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
+        match self.0 {
+            Some(answer) => answer.await.map_err(|_| gone())?,
+            None => Err(gone()),
+        }
     }
 }
 
