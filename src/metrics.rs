@@ -5,13 +5,16 @@
 //! `metrics.host_labels` is on, since an endpoint names a merchant.
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Histogram,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::domain::{AttemptReport, Reach};
+use crate::domain::{AttemptReport, Outcome, Reach};
 use crate::store::Stats;
 
 /// Hosts named in labels at most; the rest are only counted.
@@ -43,6 +46,24 @@ const STORE_OPERATIONS: [&str; 9] = [
     "trim",
 ];
 
+/// Outcomes of `postback_attempts_total`: an attempt's `Outcome`, or why none was sent.
+const ATTEMPT_OUTCOMES: [&str; 5] = ["delivered", "failed", "gone", "circuit_open", "blocked"];
+/// Status classes of `postback_attempts_total`: `none` when no response came.
+const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "none"];
+
+/// The series written at every registration and attempt, found in the recorder once:
+/// the macros hash a series' name and labels and look it up at each call.
+struct Frequent {
+    accepted: Counter,
+    duration: Histogram,
+    lateness: Histogram,
+    /// `postback_attempts_total` by outcome and status class, each found at its first
+    /// use, so that only the combinations that happened are shown.
+    attempts: [[OnceLock<Counter>; STATUS_CLASSES.len()]; ATTEMPT_OUTCOMES.len()],
+}
+
+static FREQUENT: OnceLock<Frequent> = OnceLock::new();
+
 /// Installs the global recorder; the handle renders the exposition text.
 pub fn install() -> anyhow::Result<PrometheusHandle> {
     let handle = PrometheusBuilder::new()
@@ -69,6 +90,12 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
     describe();
     start_at_zero();
     gauge!("postback_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    let _ = FREQUENT.set(Frequent {
+        accepted: counter!("postback_notifications_accepted_total"),
+        duration: histogram!(DURATION),
+        lateness: histogram!(LATENESS),
+        attempts: Default::default(),
+    });
     Ok(handle)
 }
 
@@ -186,28 +213,42 @@ pub fn fleet(instances: usize, owned: usize) {
 }
 
 pub fn accepted() {
-    counter!("postback_notifications_accepted_total").increment(1);
+    if let Some(f) = FREQUENT.get() {
+        f.accepted.increment(1);
+    }
 }
 
 /// An attempt that was made (or failed fast), and how long it took when it was sent.
 pub fn attempt(report: &AttemptReport) {
+    let Some(f) = FREQUENT.get() else {
+        return;
+    };
     let outcome = match report.reach {
-        Reach::CircuitOpen => "circuit_open",
-        Reach::Blocked => "blocked",
-        Reach::Sent { .. } => report.outcome.as_str(),
+        Reach::CircuitOpen => 3,
+        Reach::Blocked => 4,
+        Reach::Sent { .. } => match report.outcome {
+            Outcome::Delivered => 0,
+            Outcome::Failed => 1,
+            Outcome::Gone => 2,
+        },
     };
-    let class = match report.status {
-        Some(s) => ["1xx", "2xx", "3xx", "4xx", "5xx"][(s / 100).clamp(1, 5) as usize - 1],
-        None => "none",
-    };
-    counter!("postback_attempts_total", "outcome" => outcome, "status_class" => class).increment(1);
+    let class = report
+        .status
+        .map_or(5, |s| (s / 100).clamp(1, 5) as usize - 1);
+    let attempts = f.attempts[outcome][class].get_or_init(|| {
+        let (outcome, class) = (ATTEMPT_OUTCOMES[outcome], STATUS_CLASSES[class]);
+        counter!("postback_attempts_total", "outcome" => outcome, "status_class" => class)
+    });
+    attempts.increment(1);
     if matches!(report.reach, Reach::Sent { .. }) {
-        histogram!(DURATION).record(report.duration_ms as f64 / 1000.0);
+        f.duration.record(report.duration_ms as f64 / 1000.0);
     }
 }
 
 pub fn lateness(late: Duration) {
-    histogram!(LATENESS).record(late.as_secs_f64());
+    if let Some(f) = FREQUENT.get() {
+        f.lateness.record(late.as_secs_f64());
+    }
 }
 
 /// A claimed notification put back for later: one of `DEFERRAL_REASONS`.
