@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use reqwest::redirect::Policy;
-use reqwest::StatusCode;
+use reqwest::{Method, StatusCode};
 
 use crate::config::{DeliverySettings, TenantConfig, TenantTls};
 use crate::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant};
@@ -96,13 +96,11 @@ impl Sender {
             .tenant_clients
             .get(&spec.tenant)
             .unwrap_or(&self.client);
-        let result = client
-            .post(url.clone())
-            .headers(self.headers(id, spec))
-            .body(spec.body.clone())
-            .timeout(timeout)
-            .send()
-            .await;
+        let mut request = reqwest::Request::new(Method::POST, url.clone());
+        *request.headers_mut() = self.headers(id, spec);
+        *request.body_mut() = Some(spec.body.clone().into());
+        *request.timeout_mut() = Some(timeout);
+        let result = client.execute(request).await;
         let report = match result {
             Ok(response) => self.judge(response, spec).await,
             Err(e) => transport_failure(&e, timeout),
@@ -133,18 +131,18 @@ impl Sender {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let mut h = HeaderMap::with_capacity(spec.headers.len() + 5);
+        h.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        h.insert(
+            HeaderName::from_static("webhook-timestamp"),
+            HeaderValue::from(timestamp),
+        );
         let mut put = |name: HeaderName, value: &str| {
             if let Ok(v) = HeaderValue::from_str(value) {
                 h.insert(name, v);
             }
         };
         put(CONTENT_TYPE, &spec.content_type);
-        put(USER_AGENT, USER_AGENT_VALUE);
         put(HeaderName::from_static("webhook-id"), &id);
-        put(
-            HeaderName::from_static("webhook-timestamp"),
-            &timestamp.to_string(),
-        );
         if let Some(sig) = self
             .signer
             .header(&spec.tenant, &id, timestamp, spec.body.as_bytes())
