@@ -143,10 +143,14 @@ impl Dispatcher {
         stop: &CancellationToken,
     ) {
         let mut failures = 0u32;
+        // Whether the last claim took all it asked for: the store may have more due,
+        // worth topping the reserve up for. After one that came back short, only a free
+        // slot (or a wake-up, in the nap) makes the next claim.
+        let mut more_due = true;
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = slots.claimable() => {}
+                _ = slots.claimable(more_due) => {}
             }
             let (limit, ahead) = if slots.mostly_free() {
                 (self.settings.claim_batch, CLAIM_AHEAD)
@@ -168,6 +172,7 @@ impl Dispatcher {
                         failures = 0;
                     }
                     let full = claim.jobs.len() == places.len();
+                    more_due = full;
                     ctx.dispatch(claim.jobs, places, tasks).await;
                     if !full {
                         let nap = claim.next_wake.map_or(self.settings.max_idle_sleep, |d| {

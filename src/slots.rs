@@ -7,7 +7,8 @@
 //! are slots, which queue here for one: a slot that frees is taken at once, and the
 //! scheduler tops the reserve up once half of it has taken slots. It tops up only as
 //! the reserve takes slots, not as it gives up waiting, so that while every slot is held
-//! by a slow host the reserve is not claimed, given back and claimed again.
+//! by a slow host the reserve is not claimed, given back and claimed again, and only
+//! while the store may have more due (the last claim took all it asked for).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -65,16 +66,17 @@ impl Slots {
         }
     }
 
-    /// Waits until more are worth claiming: a slot is free, or queued notifications have
-    /// taken slots and at most half the reserve is left.
-    pub async fn claimable(&self) {
+    /// Waits until more are worth claiming: a slot is free, or (when `top_up`, as when
+    /// the store may have more due) queued notifications have taken slots and at most
+    /// half the reserve is left.
+    pub async fn claimable(&self, top_up: bool) {
         loop {
             if self.free() > 0 {
                 return;
             }
             tokio::select! {
                 _ = self.permits.acquire() => return,
-                _ = self.taken.notified() => {
+                _ = self.taken.notified(), if top_up => {
                     if self.queued.load(Ordering::Relaxed) <= self.reserve / 2 {
                         return;
                     }
@@ -126,7 +128,7 @@ mod tests {
     const MOMENT: Duration = Duration::from_millis(50);
 
     async fn claimable_within(slots: &Slots, d: Duration) -> bool {
-        tokio::time::timeout(d, slots.claimable()).await.is_ok()
+        tokio::time::timeout(d, slots.claimable(true)).await.is_ok()
     }
 
     #[tokio::test]
@@ -169,6 +171,21 @@ mod tests {
         assert!(slot.is_some());
         assert!(claimable_within(&slots, Duration::from_secs(5)).await);
         assert_eq!(slots.wanted(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_drained_store_is_asked_again_only_for_a_free_slot() {
+        let slots = Arc::new(Slots::new(2));
+        let mut held: Vec<_> = (0..2).filter_map(|_| slots.try_take()).collect();
+        let taking = tokio::spawn(slots.queue().take(Duration::from_secs(5)));
+        tokio::task::yield_now().await;
+        drop(held.pop());
+        let taken = taking.await.unwrap();
+        assert!(taken.is_some());
+        let ask = |top_up| tokio::time::timeout(MOMENT, slots.claimable(top_up));
+        assert!(ask(false).await.is_err(), "no slot free");
+        drop(held);
+        assert!(ask(false).await.is_ok(), "a slot free");
     }
 
     #[tokio::test]
