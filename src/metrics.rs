@@ -47,7 +47,13 @@ const STORE_OPERATIONS: [&str; 9] = [
 ];
 
 /// Outcomes of `postback_attempts_total`: an attempt's `Outcome`, or why none was sent.
-const ATTEMPT_OUTCOMES: [&str; 5] = ["delivered", "failed", "gone", "circuit_open", "blocked"];
+const ATTEMPT_OUTCOMES: [&str; 5] = [
+    Outcome::Delivered.as_str(),
+    Outcome::Failed.as_str(),
+    Outcome::Gone.as_str(),
+    "circuit_open",
+    "blocked",
+];
 /// Status classes of `postback_attempts_total`: `none` when no response came.
 const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "none"];
 

@@ -17,7 +17,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Outcome::Delivered => "delivered",
             Outcome::Failed => "failed",
