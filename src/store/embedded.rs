@@ -140,10 +140,7 @@ impl Store for EmbeddedStore {
             spec: spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| {
-                let ttl = (i.ttl.as_millis() as u64).max(1);
-                (i.scoped(), ttl, i.value(&n.id))
-            }),
+            idempotency: idempotency.map(|i| (i.scoped(), i.ttl_ms(), i.value(&n.id))),
         };
         let enqueued = self
             .writer

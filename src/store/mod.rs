@@ -91,6 +91,12 @@ impl Idempotency {
         Self::scope(&self.key, &self.tenant)
     }
 
+    /// How long the key is kept, in whole ms and at least 1 (a store would not keep a
+    /// key for 0).
+    pub fn ttl_ms(&self) -> u64 {
+        (self.ttl.as_millis() as u64).max(1)
+    }
+
     /// `key` within `tenant`, as `scoped`.
     pub fn scope(key: &str, tenant: &Tenant) -> String {
         if tenant.is_default() {

@@ -141,8 +141,11 @@ impl RedisStore {
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
             idempotency: idempotency.map(|i| {
-                let ttl = (i.ttl.as_millis() as u64).max(1);
-                (keys.idempotency(&i.scoped()), ttl, i.fingerprint.clone())
+                (
+                    keys.idempotency(&i.scoped()),
+                    i.ttl_ms(),
+                    i.fingerprint.clone(),
+                )
             }),
             tenant: counted(&n.tenant).to_string(),
             ordering: n
