@@ -156,12 +156,16 @@ impl SuccessRule {
             )),
         };
         let mut rules = Vec::new();
+        // The answer is compared trimmed, so the text is kept trimmed, and its length is
+        // that of what is kept: a text of spaces alone would be kept empty, which a
+        // stored rule read back refuses.
         if let Some(t) = raw.body_equals {
-            rules.push(BodyRule::Equals(text("body_equals", t)?.trim().to_string()));
+            let t = text("body_equals", t.trim().to_string())?;
+            rules.push(BodyRule::Equals(t));
         }
         if let Some(t) = raw.body_equals_ignoring_case {
-            let t = text("body_equals_ignoring_case", t)?;
-            rules.push(BodyRule::EqualsIgnoringCase(t.trim().to_string()));
+            let t = text("body_equals_ignoring_case", t.trim().to_string())?;
+            rules.push(BodyRule::EqualsIgnoringCase(t));
         }
         if let Some(t) = raw.body_matches {
             let source = text("body_matches", t)?;
@@ -377,6 +381,11 @@ mod tests {
                 "success.body_matches",
             ),
             (json!({"body_equals": ""}), "success.body_equals"),
+            (json!({"body_equals": " \n"}), "success.body_equals"),
+            (
+                json!({"body_equals_ignoring_case": "\t"}),
+                "success.body_equals_ignoring_case",
+            ),
             (
                 json!({"json_pointer": "code", "json_equals": 1}),
                 "success.json_pointer",
