@@ -30,6 +30,9 @@
 -- now µs, then per notification: 1 written, 2 unchanged but ahead of now, or its state
 -- now (see held_of in common.lua)}.
 local FIRST, WIDTH = 6, 11
+if #ARGV < FIRST - 1 or (#ARGV - FIRST + 1) % WIDTH ~= 0 then
+  return redis.error_reply('commit: ' .. #ARGV .. ' arguments are not records of ' .. WIDTH)
+end
 local time_us = now_us()
 local now = math.ceil(time_us / 1000)
 local out = {0, 0, time_us}

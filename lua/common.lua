@@ -35,30 +35,36 @@ local function index_of(id)
   return nil, nil
 end
 
--- The last `n` bytes of `spec`'s meta line (src/store/spec.rs), or '' for a spec of an
--- earlier layout, which has none.
-local function meta_tail(spec, n)
-  if not spec or not has_first_line(spec) then return '' end
-  local first = string.find(spec, '\n', 1, true)
-  local last = first and string.find(spec, '\n', first + 1, true)
-  if not last then return '' end
-  return string.sub(spec, math.max(first + 1, last - n), last - 1)
+-- What a spec says of its notification besides its content: {its tenant ('' for the
+-- default one), its ordering key ('' for none)}. Since layout 4 (src/store/spec.rs)
+-- they are the last words of the first line, which postback writes from validated
+-- values (neither holds a space): `v4 <created> <delay> <schedule>[ <tenant>[ <key>]]`.
+-- Nothing is looked for inside the meta JSON or the body, which callers wrote.
+local function about(spec)
+  if not spec or not has_first_line(spec) then return '', '' end
+  local line_end = string.find(spec, '\n', 1, true)
+  if not line_end then return '', '' end
+  local line = string.sub(spec, 1, line_end - 1)
+  if string.sub(line, 1, 3) == 'v4 ' then
+    local tenant, key = string.match(line, '^%S+ %S+ %S+ %S+ ?(%S*) ?(%S*)$')
+    return tenant or '', key or ''
+  end
+  -- A spec of an earlier layout: postback wrote the ordering key and the tenant as the
+  -- last fields of the meta line, so only the end of that line is read, where no value
+  -- a caller wrote can stand (its strings' quotes are escaped, its objects end in '}}').
+  local meta_end = string.find(spec, '\n', line_end + 1, true)
+  if not meta_end then return '', '' end
+  local tail = string.sub(spec, math.max(line_end + 1, meta_end - 320), meta_end - 1)
+  local tenant = string.match(tail, ',"tenant":"([%w%-_%.]+)"}$') or ''
+  if tenant == 'default' then tenant = '' end
+  local key = string.match(tail, ',"ordering_key":"([^"]+)","tenant":"[%w%-_%.]+"}$')
+    or string.match(tail, ',"ordering_key":"([^"]+)"}$') or ''
+  return tenant, key
 end
 
--- The tenant `spec` names, '' for the default one. It is the last field of the meta
--- line, so its `"tenant":"…"}` ends that line; no string inside the JSON can imitate
--- it, as its quotes are escaped.
+-- The tenant `spec` names, '' for the default one.
 local function tenant_of(spec)
-  local tenant = string.match(meta_tail(spec, 80), '"tenant":"([%w%-_%.]+)"}$')
-  if not tenant or tenant == 'default' then return '' end
-  return tenant
-end
-
--- The ordering key `spec` names, '' for none. It stands just before the tenant at the
--- end of the meta line and holds no quote, so `"ordering_key":"` there cannot be part of
--- a string inside the JSON, whose quotes are escaped.
-local function ordering_of(spec)
-  return string.match(meta_tail(spec, 320), '"ordering_key":"([^"]+)"') or ''
+  return (about(spec))
 end
 
 -- How `id` is now, for postback to work a change out from: {its state record, or false
@@ -70,8 +76,9 @@ local function held_of(id)
   local record = redis.call('HGET', KEYS[5], id)
   local spec = redis.call('HGET', KEYS[4], id)
   local index, score = index_of(id)
+  local tenant, key = about(spec)
   return {record or false, not record and spec or false, index or '', score or false,
-    tenant_of(spec), ordering_of(spec)}
+    tenant, key}
 end
 
 -- Ordering keys: each key's notifications in registration order, in the shard's list

@@ -3,7 +3,8 @@
 --       idempotency keys and ordering key lists of those that have one
 -- ARGV: 1 wake channel, 2 the layout version the first line starts with
 --       (src/store/spec.rs), 3 most schedules the shard keeps once, then per notification
---       11 values: id, spec (meta JSON and body), schedule (as records keep it), its
+--       11 values: id, spec (what follows the schedule: the first line's last words,
+--       tenant and ordering key, then the meta JSON and the body), schedule (as records keep it), its
 --       reference ('' for none: kept once under it, if it can be), delay ms, the delay as
 --       the first line writes it, index in KEYS of its idempotency key (0: none),
 --       idempotency ttl ms, the fingerprint of its request, its tenant ('' for the default
@@ -24,6 +25,9 @@
 -- first (held_of in common.lua), or false when that one is in this group or refused;
 -- for a new one, 1 when it waits behind another of its ordering key, else false}.
 local FIRST, WIDTH = 4, 11
+if #ARGV < FIRST or (#ARGV - FIRST + 1) % WIDTH ~= 0 then
+  return redis.error_reply('enqueue: ' .. #ARGV .. ' arguments are not records of ' .. WIDTH)
+end
 local now = now_ms(true)
 -- Times go into the due set as text formatted here: Lua would format a number with
 -- %.14g and Redis a number argument with %.17g, both through glibc's slow path, and
@@ -61,10 +65,21 @@ local function schedule_word(text, reference)
   return text
 end
 
+-- Every record's numbers are checked and every idempotency key read before anything is
+-- written, so that a group this script refuses, or fails to read, is not half stored.
+local seen = {}
+for i = FIRST, #ARGV, WIDTH do
+  local key, list = tonumber(ARGV[i + 6]), tonumber(ARGV[i + 10])
+  if not (key and list and tonumber(ARGV[i + 4]) and tonumber(ARGV[i + 7])) then
+    return redis.error_reply('enqueue: record ' .. ARGV[i] .. ' has a number that is not one')
+  end
+  if key > 0 and seen[key] == nil then seen[key] = redis.call('GET', KEYS[key]) or false end
+end
+
 for i = FIRST, #ARGV, WIDTH do
   local id, key = ARGV[i], tonumber(ARGV[i + 6])
   local fingerprint = ARGV[i + 8]
-  local existing = key > 0 and redis.call('GET', KEYS[key])
+  local existing = key > 0 and seen[key]
   if existing then
     local first, seen = string.match(existing, '^(%S+) ?(%S*)$')
     if seen ~= '' and seen ~= fingerprint then
@@ -74,7 +89,10 @@ for i = FIRST, #ARGV, WIDTH do
       out[#out + 1], out[#out + 2], out[#out + 3] = first, 1, held
     end
   else
-    if key > 0 then redis.call('SET', KEYS[key], id .. ' ' .. fingerprint, 'PX', ARGV[i + 7]) end
+    if key > 0 then
+      seen[key] = id .. ' ' .. fingerprint
+      redis.call('SET', KEYS[key], seen[key], 'PX', ARGV[i + 7])
+    end
     local delay_ms = ARGV[i + 4]
     local next_text = delay_ms == '0' and now_text or string.format('%d', now + tonumber(delay_ms))
     local waits = false
@@ -85,7 +103,7 @@ for i = FIRST, #ARGV, WIDTH do
     end
     created[id] = true
     local jobs, due = w.jobs, w.due
-    local line = line_start .. ARGV[i + 5] .. ' ' .. schedule_word(ARGV[i + 2], ARGV[i + 3]) .. '\n'
+    local line = line_start .. ARGV[i + 5] .. ' ' .. schedule_word(ARGV[i + 2], ARGV[i + 3])
     jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
     out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, waits

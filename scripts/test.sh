@@ -12,7 +12,7 @@ PATH="$(bash scripts/ensure-promtool.sh):$PATH"
 export PATH
 cargo test --locked "$@"
 if [ $# -eq 0 ]; then
-  conformance=(delivery dead_letters cancel policy fleet_policy retention lease tenants audit browse batch ordering success_rules signing_keys tenant_tls)
+  conformance=(delivery dead_letters cancel policy fleet_policy retention lease tenants audit browse batch ordering success_rules signing_keys tenant_tls hostile_tenants)
   POSTBACK_TEST_BACKEND=cluster cargo test --locked "${conformance[@]/#/--test=}"
   POSTBACK_TEST_BACKEND=embedded cargo test --locked "${conformance[@]/#/--test=}" \
     --test=shutdown --test=api --test=cli --test=metrics --test=overview --test=openapi \

@@ -112,6 +112,7 @@ fn start_at_zero() {
         "postback_notifications_accepted_total",
         "postback_dead_lettered_total",
         "postback_requests_shed_total",
+        "postback_script_errors_total",
     ] {
         counter!(name).absolute(0);
     }
@@ -196,6 +197,10 @@ fn describe() {
     describe_counter!(
         "postback_store_errors_total",
         "Store operations that failed, by operation"
+    );
+    describe_counter!(
+        "postback_script_errors_total",
+        "Store scripts that failed (a bug, not an outage: only the request that met it fails), by script"
     );
     describe_gauge!(
         "postback_store_up",
@@ -288,6 +293,11 @@ pub fn request_shed() {
 
 pub fn store_error(operation: &'static str) {
     counter!("postback_store_errors_total", "operation" => operation).increment(1);
+}
+
+/// A store script that failed (`StoreError::Script`): a bug, never an outage.
+pub fn script_error(script: &'static str) {
+    counter!("postback_script_errors_total", "script" => script).increment(1);
 }
 
 /// The endpoints whose circuit is open now: a total and, when `labels` is on, one series

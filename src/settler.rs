@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::backoff;
 use crate::domain::{JobId, Outcome};
-use crate::store::{Deferral, Settlement, Store, StoreError, StoreResult};
+use crate::store::{Deferral, Settlement, Store, StoreResult};
 
 /// Most reports recorded by one batch.
 const MAX_BATCH: usize = 256;
@@ -244,7 +244,7 @@ where
                 if failures == 0 {
                     tracing::error!(error = %e, "cannot {what}; retrying");
                 }
-                if matches!(e, StoreError::Corrupt(_)) || give_up.is_cancelled() {
+                if e.is_bug() || give_up.is_cancelled() {
                     tracing::error!(error = %e, "gave up trying to {what}; the leases will expire and the notifications come back");
                     return None;
                 }

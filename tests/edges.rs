@@ -245,3 +245,55 @@ async fn a_slow_body_is_held_to_the_body_limit_not_the_heads() {
         .unwrap();
     assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
 }
+
+/// A store script that fails (here `enqueue.lua`, meeting an idempotency key that is not
+/// a string) is a bug, not an outage: the item that met it gets `500 internal` at once,
+/// the other items of its batch are stored, and the failure is counted by script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_error_fails_only_the_request_that_met_it() {
+    let (redis, receiver, pb) = support::start(&[]).await;
+    let _: () = redis.query(
+        redis::cmd("HSET")
+            .arg("{postback:0}:idem:broken")
+            .arg("x")
+            .arg("y"),
+    );
+    let item = |n: u32| json!({"url": receiver.url("/e"), "body": {"n": n}});
+    let mut broken = item(0);
+    broken["idempotency_key"] = json!("broken");
+    let started = Instant::now();
+    let (status, answer) = pb
+        .request(
+            Method::POST,
+            "/notify/batch",
+            Some(json!({"items": [item(1), broken, item(2)]})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let items = answer["items"].as_array().unwrap();
+    assert_eq!(items[1]["error"]["code"], "internal", "{answer}");
+    for n in [0, 2] {
+        let id = items[n]["id"].as_str().expect("its neighbours are stored");
+        pb.wait_state(id, "delivered", Duration::from_secs(10))
+            .await;
+    }
+    let (status, alone) = pb
+        .notify_with(item(3), &[("idempotency-key", "broken")])
+        .await;
+    assert_eq!(
+        (status, &alone["error"]["code"]),
+        (500, &json!("internal")),
+        "{alone}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "not retried as an outage"
+    );
+    let failed = pb
+        .metric("postback_script_errors_total{script=\"enqueue\"}")
+        .await
+        .unwrap();
+    assert!(failed >= 2.0, "{failed}");
+    assert_eq!(receiver.count(), 2);
+}

@@ -164,7 +164,7 @@ impl From<StoreError> for ApiError {
                     "the store is unreachable; try again shortly",
                 )
             }
-            StoreError::Corrupt(_) => {
+            StoreError::Corrupt(_) | StoreError::Script { .. } => {
                 tracing::error!(error = %e, "store error");
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,

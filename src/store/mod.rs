@@ -42,6 +42,21 @@ pub enum StoreError {
     /// The backend answered with data this version cannot read.
     #[error("store data is corrupt: {0}")]
     Corrupt(String),
+    /// A store script failed: a bug in it or in what postback handed it, not an outage.
+    /// Only the request that met it fails, and it is not tried again.
+    #[error("store script {script} failed: {message}")]
+    Script {
+        script: &'static str,
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// Whether trying again cannot help: the data or a script is at fault, not the
+    /// store's reach.
+    pub fn is_bug(&self) -> bool {
+        !matches!(self, Self::Unavailable(_))
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -357,7 +357,7 @@ impl RedisStore {
                     .lock()
                     .expect("claim list")
                     .push((shard, record));
-                return Err(store_error(e));
+                return Err(script_error("claim")(e));
             }
         };
         let now_us = int_at(&reply, 0)?;
@@ -769,7 +769,7 @@ impl Store for RedisStore {
             let n: usize = call
                 .invoke_async(&mut self.conn.clone())
                 .await
-                .map_err(store_error)?;
+                .map_err(script_error("discard"))?;
             discarded += n;
         }
         Ok(discarded)
@@ -787,7 +787,7 @@ impl Store for RedisStore {
                     .arg(retention::SWEEP_BUDGET)
                     .invoke_async(&mut self.conn.clone())
                     .await
-                    .map_err(store_error)?;
+                    .map_err(script_error("trim"))?;
                 trimmed += n;
                 if n < retention::SWEEP_BUDGET {
                     break;
@@ -1262,7 +1262,12 @@ impl RedisStore {
         let reply: Vec<Value> = call
             .invoke_async(&mut self.conn.clone())
             .await
-            .map_err(store_error)?;
+            .map_err(script_error("reserve"))?;
+        if reply.len() != 1 + 2 * asks.len() {
+            return Err(StoreError::Corrupt(
+                "reserve reply of the wrong length".into(),
+            ));
+        }
         let now_us = int_at(&reply, 0)?;
         let slots = asks.iter().enumerate().map(|(i, ask)| {
             Ok(Slots {
@@ -1389,6 +1394,29 @@ fn job_view(
 
 fn parse_record(state: &str) -> StoreResult<Record> {
     Record::decode(state).map_err(|e| StoreError::Corrupt(format!("state record: {e}")))
+}
+
+/// How a call of the script `script` failed. An error the script itself answered (a Lua
+/// error, or a refusal of its arguments) is a bug, not an outage: logged with the script's
+/// name and counted, it fails the request that met it and is not tried again. Anything
+/// else is `store_error`'s.
+fn script_error(script: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
+    use redis::{ErrorKind, ServerErrorKind};
+    move |e| match e.kind() {
+        ErrorKind::Server(ServerErrorKind::ResponseError) => bug(script, e),
+        _ if e.code() == Some("WRONGTYPE") => bug(script, e),
+        _ => store_error(e),
+    }
+}
+
+/// A script's own failure: logged with its name, counted, and never retried.
+fn bug(script: &'static str, e: redis::RedisError) -> StoreError {
+    crate::metrics::script_error(script);
+    tracing::error!(script, error = %e, "a store script failed");
+    StoreError::Script {
+        script,
+        message: e.to_string(),
+    }
 }
 
 fn store_error(e: redis::RedisError) -> StoreError {

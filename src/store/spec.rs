@@ -1,7 +1,7 @@
 //! How a notification's spec is stored, the same in every store: one value,
-//! `v3 <created_at> <delay> <schedule>\n<meta JSON>\n<body>`.
+//! `v4 <created_at> <delay> <schedule>[ <tenant>[ <ordering key>]]\n<meta JSON>\n<body>`.
 //!
-//! - The first line starts with the layout's version (`v3`), then Redis's (or the
+//! - The first line starts with the layout's version (`v4`), then Redis's (or the
 //!   embedded store's) time of the registration in ms, written in base 36 (8 digits
 //!   rather than 13), the delay and the schedule, both as records keep intervals (`15s`,
 //!   `24h`, a bare number of ms). Until its first change (an attempt settled, a
@@ -12,13 +12,19 @@
 //!   kept once for the shard (`#` and 4 base-62 digits of its text's SHA-256,
 //!   `SharedSchedules`): most notifications share a few configured schedules, and their
 //!   text was a fifth of a pending notification's value.
-//! - The meta JSON is the spec without its body, leaving out what is implied: the
-//!   content type when it is JSON, the rate key when it is the URL's host, the timeout
-//!   when it is 10 s, the tenant when it is `default` (so a spec of a build before
-//!   tenants is read as the default tenant's, and that build reads this one's).
+//! - Then what the scripts need to know of a notification besides its content, as words
+//!   of their own: its tenant (empty for the default one) and its ordering key, each left
+//!   out when empty and nothing follows. Both are validated types without spaces, so a
+//!   script reads them by position (`about` in `lua/common.lua`) and never looks inside
+//!   the JSON or the body, which callers wrote.
+//! - The meta JSON is the rest of the spec without its body, leaving out what is
+//!   implied: the content type when it is JSON, the rate key when it is the URL's host,
+//!   the timeout when it is 10 s.
 //! - The body follows as it is sent, unescaped, to the end of the value.
 //!
-//! Earlier layouts are read by a decoder each: version 2 (builds up to 2026-11-25) wrote
+//! Earlier layouts are read by a decoder each: version 3 kept the tenant and the
+//! ordering key as the last fields of the meta JSON (the scripts read them off the end
+//! of that line); version 2 (builds up to 2026-11-25) wrote
 //! the time in decimal, the delay in ms and the schedule always written out; version 1
 //! (builds up to 2026-11-23) is version 2 without the `v2 ` in front, so its first line
 //! starts with a digit; version 0 (earlier builds, and the embedded store's specs until
@@ -35,7 +41,7 @@ use sha2::{Digest, Sha256};
 use crate::lifecycle::{interval_ms, schedule_intervals, schedule_text, transitions, Now, Record};
 
 /// What this build writes in front of the first line.
-pub const VERSION: &str = "v3";
+pub const VERSION: &str = "v4";
 
 /// What marks a schedule kept once for the shard, in front of its reference.
 const SHARED: char = '#';
@@ -73,17 +79,16 @@ struct Meta<'a> {
     rate_key: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     traceparent: Option<Cow<'a, str>>,
-    /// Just before the tenant, where the scripts find it (`ordering_of` in common.lua):
-    /// its characters need no escaping in JSON.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Layouts up to 3 only: since layout 4 it is a word of the first line.
+    #[serde(default, skip_serializing)]
     ordering_key: Option<OrderingKey>,
-    /// Last, where the scripts read it (`tenant_of` in common.lua).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Layouts up to 3 only, likewise.
+    #[serde(default, skip_serializing)]
     tenant: Option<Tenant>,
 }
 
-/// The spec as `enqueue.lua` takes it: the meta line and the body (it puts the first
-/// line in front).
+/// The spec as `enqueue.lua` takes it: the first line's last words (tenant and ordering
+/// key), the meta line and the body; it puts the rest of the first line in front.
 pub fn encode(spec: &JobSpec) -> String {
     let host = spec.host();
     let meta = Meta {
@@ -98,18 +103,28 @@ pub fn encode(spec: &JobSpec) -> String {
         topic: spec.topic.as_deref().map(Cow::Borrowed),
         rate_key: (spec.rate_key != host).then_some(Cow::Borrowed(&spec.rate_key)),
         traceparent: spec.traceparent.as_deref().map(Cow::Borrowed),
-        ordering_key: spec.ordering_key.clone(),
-        tenant: (!spec.tenant.is_default()).then(|| spec.tenant.clone()),
+        ordering_key: None,
+        tenant: None,
     };
     let meta = serde_json::to_string(&meta).expect("a spec serializes");
-    format!("{meta}\n{}", spec.body)
+    let tenant: &str = if spec.tenant.is_default() {
+        ""
+    } else {
+        &spec.tenant
+    };
+    let words = match &spec.ordering_key {
+        Some(key) => format!(" {tenant} {key}"),
+        None if tenant.is_empty() => String::new(),
+        None => format!(" {tenant}"),
+    };
+    format!("{words}\n{meta}\n{}", spec.body)
 }
 
 /// The whole stored value: the first line, with the schedule written out, then
-/// `encoded` (from `encode`).
+/// `encoded` (from `encode`, which ends the first line).
 pub fn stored(created_at: i64, delay_ms: u64, schedule: &[u64], encoded: &str) -> String {
     format!(
-        "{VERSION} {} {} {}\n{encoded}",
+        "{VERSION} {} {} {}{encoded}",
         base36(created_at),
         delay_text(delay_ms),
         schedule_text(schedule)
@@ -189,6 +204,7 @@ impl<'a> Layout<'a> {
             Some(versioned) => match versioned.split_once(' ') {
                 Some(("2", line)) => (2, line),
                 Some(("3", line)) => (3, line),
+                Some(("4", line)) => (4, line),
                 _ => {
                     return Err(Error::custom(format!(
                         "a spec of layout `{line}`, not one this build reads"
@@ -207,14 +223,22 @@ impl<'a> Layout<'a> {
 /// The spec of a stored value, of this build or an earlier one.
 pub fn decode(raw: &str) -> serde_json::Result<JobSpec> {
     use serde::de::Error;
-    let rest = match Layout::of(raw)? {
+    let (version, line, rest) = match Layout::of(raw)? {
         Layout::V0 => return serde_json::from_str(raw),
-        Layout::Lines { rest, .. } => rest,
+        Layout::Lines {
+            version,
+            line,
+            rest,
+        } => (version, line, rest),
     };
     let (meta, body) = rest
         .split_once('\n')
         .ok_or_else(|| Error::custom("no body"))?;
-    let meta: Meta = serde_json::from_str(meta)?;
+    let mut meta: Meta = serde_json::from_str(meta)?;
+    if version >= 4 {
+        let (tenant, ordering_key) = words(line).map_err(Error::custom)?;
+        (meta.tenant, meta.ordering_key) = (Some(tenant), ordering_key);
+    }
     let mut spec = JobSpec {
         url: meta.url.into_owned(),
         body: body.to_string(),
@@ -237,33 +261,55 @@ pub fn decode(raw: &str) -> serde_json::Result<JobSpec> {
     Ok(spec)
 }
 
-/// The tenant a stored value names (the default one for a value of layout 0, or one that
-/// does not read): the meta line alone is decoded, not the body.
-pub fn tenant(raw: &str) -> Tenant {
-    let Ok(Layout::Lines { rest, .. }) = Layout::of(raw) else {
-        return Tenant::default();
+/// The tenant and ordering key of a first line of layout 4 (without its version): its
+/// fifth and sixth words, each empty or absent for none.
+fn words(line: &str) -> Result<(Tenant, Option<OrderingKey>), String> {
+    let mut words = line.split(' ').skip(3);
+    let tenant = match words.next() {
+        None | Some("") => Tenant::default(),
+        Some(name) => Tenant::parse(name, "tenant").map_err(|e| e.message)?,
     };
+    let key = match words.next() {
+        None | Some("") => None,
+        Some(key) => Some(OrderingKey::parse(key).map_err(|e| e.message)?),
+    };
+    match words.next() {
+        None => Ok((tenant, key)),
+        Some(_) => Err("a first line with more words than layout 4 has".into()),
+    }
+}
+
+/// The tenant and ordering key a stored value names, without decoding its body (the
+/// default tenant and none for a value of layout 0, or one that does not read).
+fn identity(raw: &str) -> (Tenant, Option<OrderingKey>) {
+    let Ok(Layout::Lines {
+        version,
+        line,
+        rest,
+    }) = Layout::of(raw)
+    else {
+        return (Tenant::default(), None);
+    };
+    if version >= 4 {
+        return words(line).unwrap_or_default();
+    }
     let meta = rest.split_once('\n').map_or(rest, |(meta, _)| meta);
     serde_json::from_str::<Meta>(meta)
-        .ok()
-        .and_then(|m| m.tenant)
+        .map(|m| (m.tenant.unwrap_or_default(), m.ordering_key))
         .unwrap_or_default()
 }
 
-/// The ordering key a stored value names, within its tenant (`OrderingKey::scoped`):
-/// the meta line alone is decoded, not the body. `None` for none, or a value that does
-/// not read.
+/// The tenant a stored value names (the default one for a value of layout 0, or one that
+/// does not read).
+pub fn tenant(raw: &str) -> Tenant {
+    identity(raw).0
+}
+
+/// The ordering key a stored value names, within its tenant (`OrderingKey::scoped`).
+/// `None` for none, or a value that does not read.
 pub fn ordering(raw: &str) -> Option<String> {
-    let Ok(Layout::Lines { rest, .. }) = Layout::of(raw) else {
-        return None;
-    };
-    let meta = rest.split_once('\n').map_or(rest, |(meta, _)| meta);
-    if !meta.contains("\"ordering_key\":") {
-        return None;
-    }
-    let meta = serde_json::from_str::<Meta>(meta).ok()?;
-    let tenant = meta.tenant.unwrap_or_default();
-    meta.ordering_key.map(|k| k.scoped(&tenant))
+    let (tenant, key) = identity(raw);
+    key.map(|k| k.scoped(&tenant))
 }
 
 /// The record a notification has from its registration, made from the first line of its
@@ -274,9 +320,9 @@ pub fn registration(raw: &str, shared: &dyn SharedSchedules) -> Option<Record> {
     let Ok(Layout::Lines { version, line, .. }) = Layout::of(raw) else {
         return None;
     };
-    let mut words = line.splitn(3, ' ');
+    let mut words = line.split(' ');
     let (created_at, delay_ms) = match version {
-        3 => (
+        3.. => (
             i64::from_str_radix(words.next()?, 36).ok()?,
             interval_ms(words.next()?),
         ),
@@ -325,7 +371,7 @@ mod tests {
         let raw = value(&s);
         assert_eq!(
             raw,
-            "v3 loyw3v28 15s 15s,3m\n{\"url\":\"https://pay.example.com/hook\",\"topic\":\"payment.succeeded\"}\n{\"order\":1,\n\"note\":\"two\\nlines\"}"
+            "v4 loyw3v28 15s 15s,3m\n{\"url\":\"https://pay.example.com/hook\",\"topic\":\"payment.succeeded\"}\n{\"order\":1,\n\"note\":\"two\\nlines\"}"
         );
         assert_eq!(decode(&raw).unwrap(), s);
     }
@@ -346,12 +392,62 @@ mod tests {
             ..spec()
         };
         let raw = value(&s);
+        let first = raw.lines().next().unwrap();
+        assert_eq!(
+            first, "v4 loyw3v28 15s 15s,3m shop-7 order:7",
+            "words of their own"
+        );
         let meta = raw.lines().nth(1).unwrap();
         assert!(
-            meta.ends_with(r#","ordering_key":"order:7","tenant":"shop-7"}"#),
-            "the scripts read the tenant last: {meta}"
+            !meta.contains("shop-7") && !meta.contains("order:7"),
+            "{meta}"
         );
         assert_eq!(decode(&raw).unwrap(), s);
+        assert_eq!(tenant(&raw), s.tenant);
+        assert_eq!(ordering(&raw).as_deref(), Some("shop-7 order:7"));
+        assert_eq!(
+            registration(&raw, &NoSharedSchedules),
+            registration(&value(&spec()), &NoSharedSchedules)
+        );
+    }
+
+    #[test]
+    fn a_default_tenant_with_an_ordering_key_leaves_the_tenant_word_empty() {
+        let s = JobSpec {
+            ordering_key: Some(OrderingKey::parse("o").unwrap()),
+            ..spec()
+        };
+        let raw = value(&s);
+        assert!(raw.starts_with("v4 loyw3v28 15s 15s,3m  o\n"), "{raw}");
+        assert_eq!(decode(&raw).unwrap(), s);
+        assert_eq!(ordering(&raw).as_deref(), Some("o"));
+    }
+
+    #[test]
+    fn what_a_caller_wrote_never_reads_as_a_tenant_or_an_ordering_key() {
+        let s = JobSpec {
+            success: serde_json::from_value(serde_json::json!(
+                {"json_pointer": "/a", "json_equals": {"ordering_key": "x y", "tenant": "shop-b"}}
+            ))
+            .unwrap(),
+            body: "\",\"ordering_key\":\"q\",\"tenant\":\"shop-b\"}".into(),
+            ..spec()
+        };
+        let raw = value(&s);
+        assert_eq!(tenant(&raw), Tenant::default());
+        assert_eq!(ordering(&raw), None);
+        assert_eq!(decode(&raw).unwrap(), s);
+    }
+
+    #[test]
+    fn a_spec_of_layout_3_keeps_its_tenant_and_ordering_key_in_the_meta_line() {
+        let raw = "v3 loyw3v28 15s 15s,3m\n{\"url\":\"https://pay.example.com/hook\",\"ordering_key\":\"order:7\",\"tenant\":\"shop-7\"}\n{}";
+        let s = decode(raw).unwrap();
+        assert_eq!(
+            (&*s.tenant, s.ordering_key.as_ref().map(OrderingKey::as_str)),
+            ("shop-7", Some("order:7"))
+        );
+        assert_eq!(ordering(raw).as_deref(), Some("shop-7 order:7"));
     }
 
     /// What the embedded store keeps: no schedule once.
@@ -432,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_layout_of_a_later_build_is_refused_rather_than_misread() {
-        let v9 = value(&spec()).replacen("v3 ", "v9 ", 1);
+        let v9 = value(&spec()).replacen("v4 ", "v9 ", 1);
         assert!(decode(&v9).is_err());
         assert!(registration(&v9, &NoSharedSchedules).is_none());
     }

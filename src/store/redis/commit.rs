@@ -12,7 +12,7 @@ use redis::{Script, Value};
 use super::conn::Conn;
 use super::reply::{earliest_at, int_at, text_at};
 use super::schedules::ScheduleBook;
-use super::store_error;
+use super::script_error;
 use crate::domain::{FieldError, JobSpec, OrderingKey, Tenant};
 use crate::lifecycle::{Index, JobState, Now, Record};
 use crate::store::keys::ShardKeys;
@@ -376,7 +376,7 @@ async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResu
     let reply: Vec<Value> = call
         .invoke_async(&mut shard.conn.clone())
         .await
-        .map_err(store_error)?;
+        .map_err(script_error("commit"))?;
     if reply.len() != 3 + changes.len() {
         return Err(StoreError::Corrupt(
             "commit reply of the wrong length".into(),

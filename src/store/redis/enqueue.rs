@@ -17,7 +17,7 @@ use super::commit::Held;
 use super::conn::Conn;
 use super::reply::{earliest_at, int_at, text_at};
 use super::schedules::{ScheduleBook, MAX_SHARED};
-use super::store_error;
+use super::script_error;
 use crate::domain::JobId;
 use crate::lifecycle::{schedule_text, transitions, JobStatus, Now};
 use crate::store::keys::ShardKeys;
@@ -118,23 +118,40 @@ async fn run(target: Target, mut rx: mpsc::Receiver<Pending>) {
             let (items, replies): (Vec<Item>, Vec<_>) =
                 group.into_iter().map(|p| (p.item, p.reply)).unzip();
             let answers = match target.shards.get(shard as usize) {
-                Some(keys) => store_group(&target, keys, &items).await,
-                None => Err(StoreError::Corrupt(format!("no shard {shard}"))),
+                Some(keys) => store_apart(&target, keys, &items).await,
+                None => vec![Err(StoreError::Corrupt(format!("no shard {shard}"))); items.len()],
             };
-            match answers {
-                Ok(answers) => {
-                    for (reply, answer) in replies.into_iter().zip(answers) {
-                        let _ = reply.send(Ok(answer));
-                    }
-                }
-                Err(e) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(e.clone()));
-                    }
-                }
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
             }
         }
     }
+}
+
+/// One answer per item of a group. When the script fails for the group (a bug that some
+/// item met), each item is stored again alone, so that the error is the answer of the
+/// item that met it and of no other; an outage is every item's answer.
+async fn store_apart(
+    target: &Target,
+    keys: &ShardKeys,
+    items: &[Item],
+) -> Vec<StoreResult<Enqueued>> {
+    match store_group(target, keys, items).await {
+        Ok(answers) => answers,
+        Err(StoreError::Script { .. }) if items.len() > 1 => {
+            let mut answers = Vec::with_capacity(items.len());
+            for item in items {
+                let alone = store_group(target, keys, std::slice::from_ref(item)).await;
+                answers.push(alone.and_then(|mut a| a.pop().unwrap_or_else(|| Err(short()))));
+            }
+            answers
+        }
+        Err(e) => vec![Err(e); items.len()],
+    }
+}
+
+fn short() -> StoreError {
+    StoreError::Corrupt("enqueue answered fewer notifications than it was given".into())
 }
 
 /// Waits for a first registration; when others came with it, for more while they keep
@@ -158,11 +175,12 @@ async fn gather(rx: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>) -> b
     true
 }
 
+/// Stores `items` with one script call: its answers, one per item, or the call's error.
 async fn store_group(
     target: &Target,
     keys: &ShardKeys,
     items: &[Item],
-) -> StoreResult<Vec<Enqueued>> {
+) -> StoreResult<Vec<StoreResult<Enqueued>>> {
     let mut call = target.script.key(keys.all().as_slice());
     call.key(keys.schedules());
     call.arg(&target.wake_channel)
@@ -201,7 +219,10 @@ async fn store_group(
     let reply: Vec<Value> = call
         .invoke_async(&mut target.conn.clone())
         .await
-        .map_err(store_error)?;
+        .map_err(script_error("enqueue"))?;
+    if reply.len() != 2 + 3 * items.len() {
+        return Err(short());
+    }
     let earliest = earliest_at(&reply, 0)?;
     let now = Now::from_millis(int_at(&reply, 1)?);
     let read = |shared: &dyn SharedSchedules| answers(&reply[2..], items, now, earliest, shared);
@@ -209,14 +230,15 @@ async fn store_group(
 }
 
 /// One answer per item, in order: the item's own id, or its key's first notification.
+/// An answer that does not read is that item's error alone.
 fn answers(
     replies: &[Value],
     items: &[Item],
     now: Now,
     earliest: Option<Duration>,
     shared: &dyn SharedSchedules,
-) -> StoreResult<Vec<Enqueued>> {
-    replies
+) -> StoreResult<Vec<StoreResult<Enqueued>>> {
+    Ok(replies
         .chunks(3)
         .zip(items)
         .map(|(c, item)| {
@@ -248,7 +270,7 @@ fn answers(
                 earliest,
             })
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use redis::Script;
 
 use super::conn::Conn;
 use super::reply::int_at;
-use super::store_error;
+use super::script_error;
 use crate::store::StoreResult;
 
 /// How long after another member's membership was due to end a renewal looks again.
@@ -100,7 +100,7 @@ impl Fleet {
             .arg(&self.channel)
             .invoke_async(&mut conn.clone())
             .await
-            .map_err(store_error)
+            .map_err(script_error("fleet"))
     }
 
     /// Whether a message on the fleet channel (the id of the instance that sent it) came

@@ -1,0 +1,150 @@
+//! A hostile tenant against its neighbours, on every backend: nothing one tenant writes
+//! (a success rule, an idempotency key, an ordering key, a timeout, a failing endpoint)
+//! changes what another tenant gets. Each case plays the attack and asserts what the
+//! other tenant sees.
+
+mod support;
+
+use futures_util::future::join_all;
+use proptest::prelude::*;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use support::tenants::{start, Fleet, WAIT};
+
+/// A success rule whose JSON imitates what the stores keep of a notification beside
+/// its spec: an ordering key with a space, and another tenant.
+fn poison() -> Value {
+    json!({"json_pointer": "/a", "json_equals": {"ordering_key": "x y", "tenant": "shop-b"}})
+}
+
+async fn notify_keyed(f: &Fleet, token: &str, body: &Value, key: &str) -> (u16, Value) {
+    let headers = [("idempotency-key", key)];
+    f.pb.request_as(token, Method::POST, "/notify", Some(body.clone()), &headers)
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_success_rule_breaks_no_other_registration() {
+    let f = start(&[]).await;
+    let poisoned =
+        json!({"url": f.receiver.url("/a"), "body": {}, "delay": "30days", "success": poison()});
+    let (status, first) = notify_keyed(&f, "tok-checkout-a", &poisoned, "poison").await;
+    assert_eq!(status, 202, "{first}");
+
+    let repeats = (0..100).map(|_| notify_keyed(&f, "tok-checkout-a", &poisoned, "poison"));
+    let neighbours = (0..100).map(|n| {
+        f.notify(
+            "tok-all-b",
+            json!({"url": f.receiver.url("/b"), "body": {"n": n}, "delay": "1h"}),
+        )
+    });
+    let (repeats, neighbours) = tokio::join!(join_all(repeats), join_all(neighbours));
+
+    for (status, answer) in &neighbours {
+        assert_eq!(*status, 202, "shop-b's own registration: {answer}");
+    }
+    for (status, answer) in &repeats {
+        assert_eq!(*status, 202, "a repeat with the key: {answer}");
+        assert_eq!(answer["id"], first["id"], "the same notification");
+    }
+    let (_, stats) = f.get("tok-all-b", "/stats").await;
+    assert_eq!(
+        stats["scheduled"], 100,
+        "what shop-b was told is what was stored"
+    );
+    let (_, view) = f
+        .get(
+            "tok-checkout-a",
+            &format!("/notifications/{}", first["id"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(view["tenant"], "shop-a", "{view}");
+    assert!(
+        view.get("ordering_key").is_none_or(Value::is_null),
+        "{view}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_notification_that_falls_due_stops_no_shard() {
+    let f = start(&[]).await;
+    let (mut poisoned, mut plain) = (Vec::new(), Vec::new());
+    for n in 0..6 {
+        let a = json!({"url": f.receiver.url("/a"), "body": {"a": n}, "success": poison(),
+                       "schedule": ["100ms"], "ordering_key": format!("o{}", n % 3)});
+        poisoned.push(f.register("tok-checkout-a", a).await);
+        let b = json!({"url": f.receiver.url("/b"), "body": {"n": n}});
+        plain.push(f.register("tok-all-b", b).await);
+    }
+    for id in &plain {
+        let view = f.pb.wait_state(id, "delivered", WAIT).await;
+        assert_eq!(view["attempts"], 1, "{view}");
+    }
+    for id in &poisoned {
+        let view = f.pb.wait_state(id, "dead", WAIT).await;
+        assert_eq!(
+            view["attempts"], 2,
+            "its rule is not met, and it is tried as scheduled: {view}"
+        );
+    }
+    assert_eq!(
+        f.receiver.count(),
+        plain.len() + 2 * poisoned.len(),
+        "each sent as scheduled"
+    );
+}
+
+/// What postback reports of a notification after storing it equals what it was given,
+/// whatever the caller put in its rule, topic, ordering key and body.
+fn case() -> impl Strategy<Value = (Value, Option<String>, Option<String>, String)> {
+    let text = prop_oneof![
+        "[ -~]{0,24}",
+        Just("\"ordering_key\":\"a b\"".to_string()),
+        Just("\",\"tenant\":\"shop-b\"}".to_string()),
+    ];
+    let rule = (text.clone(), text.clone()).prop_map(|(k, v)| {
+        json!({"json_pointer": "/a", "json_equals": {k: v, "ordering_key": "x y", "tenant": "shop-b"}})
+    });
+    let ordering = proptest::option::of("[!#-\\[\\]-~]{1,24}");
+    let topic = proptest::option::of("[a-z.]{1,16}");
+    (rule, ordering, topic, text)
+}
+
+#[test]
+fn what_is_stored_of_a_notification_is_what_was_registered() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let f = runtime.block_on(start(&[]));
+    let config = ProptestConfig::with_cases(40);
+    proptest!(config, |((rule, ordering, topic, body) in case())| {
+        let (seen, stats) = runtime.block_on(async {
+            let mut request = json!({"url": f.receiver.url("/p"), "body": body, "delay": "1h",
+                                     "success": rule});
+            if let Some(key) = &ordering {
+                request["ordering_key"] = json!(key);
+            }
+            if let Some(topic) = &topic {
+                request["topic"] = json!(topic);
+            }
+            let key = format!("k{}", rand_key());
+            let (status, first) = notify_keyed(&f, "tok-checkout-a", &request, &key).await;
+            assert_eq!(status, 202, "{first}");
+            let (status, again) = notify_keyed(&f, "tok-checkout-a", &request, &key).await;
+            assert_eq!(status, 202, "{again}");
+            assert_eq!(again["id"], first["id"]);
+            let id = first["id"].as_str().unwrap();
+            let (_, seen) = f.get("tok-checkout-a", &format!("/notifications/{id}")).await;
+            let (_, stats) = f.get("tok-all-b", "/stats").await;
+            (seen, stats)
+        });
+        prop_assert_eq!(&seen["tenant"], "shop-a");
+        prop_assert_eq!(seen["ordering_key"].as_str().map(String::from), ordering);
+        prop_assert_eq!(seen["topic"].as_str().map(String::from), topic);
+        prop_assert_eq!(&seen["state"], "scheduled");
+        prop_assert_eq!(&stats["scheduled"], 0, "nothing counted for shop-b");
+    });
+}
+
+fn rand_key() -> u128 {
+    uuid::Uuid::now_v7().as_u128()
+}
