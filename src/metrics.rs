@@ -188,11 +188,11 @@ fn describe() {
     );
     describe_gauge!(
         "postback_circuits_open",
-        "Endpoints whose circuit is open in this instance"
+        "Circuits (a tenant's endpoint each) open in this instance"
     );
     describe_gauge!(
         "postback_circuit_open",
-        "Per endpoint (the first 20 seen open; with metrics.host_labels): 1 while its circuit is open in this instance"
+        "Per tenant and endpoint (the first 20 seen open; with metrics.host_labels): 1 while its circuit is open in this instance"
     );
     describe_counter!(
         "postback_store_errors_total",
@@ -300,9 +300,9 @@ pub fn script_error(script: &'static str) {
     counter!("postback_script_errors_total", "script" => script).increment(1);
 }
 
-/// The endpoints whose circuit is open now: a total and, when `labels` is on, one series
-/// per endpoint for the first `MAX_HOST_LABELS` endpoints ever seen open (1 while open,
-/// 0 after), so that the number of series stays bounded.
+/// The circuits open now (`Target::circuit`, `<tenant> <endpoint>`): a total and, when
+/// `labels` is on, one series per tenant and endpoint for the first `MAX_HOST_LABELS`
+/// ever seen open (1 while open, 0 after), so that the number of series stays bounded.
 pub fn open_circuits(open: &[String], labels: bool) {
     static LABELLED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     gauge!("postback_circuits_open").set(open.len() as f64);
@@ -315,9 +315,14 @@ pub fn open_circuits(open: &[String], labels: bool) {
             labelled.insert(endpoint.clone());
         }
     }
-    for endpoint in labelled.iter() {
-        let state = if open.contains(endpoint) { 1.0 } else { 0.0 };
-        gauge!("postback_circuit_open", "endpoint" => endpoint.clone()).set(state);
+    for circuit in labelled.iter() {
+        let state = if open.contains(circuit) { 1.0 } else { 0.0 };
+        let (tenant, endpoint) = circuit.split_once(' ').unwrap_or(("", circuit));
+        let labels = [
+            ("tenant", tenant.to_string()),
+            ("endpoint", endpoint.to_string()),
+        ];
+        gauge!("postback_circuit_open", &labels).set(state);
     }
 }
 

@@ -366,7 +366,7 @@ impl AttemptContext {
         let target = job.spec.target();
         match self
             .policy
-            .admit(&target.host, &target.endpoint, job.is_last())
+            .admit(&target.host_key, &target.circuit, job.is_last())
         {
             Admission::Send(slot) => {
                 tasks.spawn(self.clone().attempt(job, target, place, slot));
@@ -381,7 +381,7 @@ impl AttemptContext {
     /// Waits for a slot at the job's host, then sends it or turns it away.
     async fn wait_for_host(self, job: ClaimedJob, target: Target, place: Place) {
         let admission = tokio::select! {
-            a = self.policy.admit_after_wait(&target.host, &target.endpoint, job.is_last()) => a,
+            a = self.policy.admit_after_wait(&target.host_key, &target.circuit, job.is_last()) => a,
             _ = self.abort.cancelled() => return,
         };
         match admission {
@@ -462,7 +462,7 @@ impl AttemptContext {
                 _ = self.abort.cancelled() => return,
             };
             slot.finish(Duration::from_millis(report.duration_ms));
-            self.learn_from(&job, &target.endpoint, &report);
+            self.learn_from(&job, &target.circuit, &report);
             log_outcome(&report);
             traces::attempt_ended(&tracing::Span::current(), &report);
             let settlement = self.settlement(&job, report);

@@ -148,3 +148,45 @@ fn what_is_stored_of_a_notification_is_what_was_registered() {
 fn rand_key() -> u128 {
     uuid::Uuid::now_v7().as_u128()
 }
+
+/// The errors of a notification's attempts, oldest first (`""` for none).
+fn errors(view: &Value) -> Vec<String> {
+    view["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["error"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_failures_open_no_circuit_of_another() {
+    let f = start(&[
+        ("POSTBACK_DELIVERY_BREAKER_FAILURES", "3"),
+        ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "30s"),
+    ])
+    .await;
+    for n in 0..4 {
+        let timing_out = json!({"url": f.receiver.url("/shared?sleep_ms=300"), "body": {"n": n},
+                                "timeout": "1ms", "schedule": []});
+        let id = f.register("tok-checkout-a", timing_out).await;
+        f.pb.wait_state(&id, "dead", WAIT).await;
+    }
+    let next =
+        json!({"url": f.receiver.url("/shared"), "body": {}, "schedule": ["100ms", "100ms"]});
+    let a = f.register("tok-checkout-a", next.clone()).await;
+    let b = f.register("tok-all-b", next).await;
+
+    let b = f.pb.wait_state(&b, "delivered", WAIT).await;
+    assert_eq!(
+        errors(&b),
+        vec![""],
+        "shop-b's first attempt went and succeeded"
+    );
+    let a = f.pb.wait_state(&a, "delivered", WAIT).await;
+    assert_eq!(
+        errors(&a).first().map(String::as_str),
+        Some("circuit_open"),
+        "shop-a's own circuit is open: {a}"
+    );
+}

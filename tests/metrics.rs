@@ -141,7 +141,7 @@ async fn deferrals_and_open_circuits_are_counted_with_bounded_labels() {
     assert_eq!(v("postback_dead_lettered_total"), 2.0, "the two that died");
     assert_eq!(v("postback_circuits_open"), 1.0);
     let endpoint = format!("http://localhost:{}/down", receiver.port);
-    let labelled = format!(r#"postback_circuit_open{{endpoint="{endpoint}"}}"#);
+    let labelled = format!(r#"postback_circuit_open{{tenant="default",endpoint="{endpoint}"}}"#);
     assert_eq!(v(&labelled), 1.0);
     assert_eq!(
         v(r#"postback_attempts_total{outcome="circuit_open",status_class="none"}"#),

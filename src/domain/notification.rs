@@ -109,6 +109,8 @@ impl JobSpec {
             None => format!("{}://{host}{}", url.scheme(), url.path()),
         };
         Target {
+            host_key: format!("{} {host}", self.tenant),
+            circuit: format!("{} {endpoint}", self.tenant),
             host,
             endpoint,
             url: Some(url),
@@ -131,13 +133,19 @@ fn plain_host(url: &str) -> Option<&str> {
     (!host.is_empty() && !authority.contains('@') && host.bytes().all(plain)).then_some(host)
 }
 
-/// Where a delivery goes: its host (what per-host limits count) and its endpoint
-/// (scheme, host, port and path, without the query: what a circuit is kept for; two
-/// merchants on one host are two endpoints), and the URL read once for the sender.
+/// Where a delivery goes: its host and its endpoint (scheme, host, port and path,
+/// without the query; two merchants on one host are two endpoints), the URL read once
+/// for the sender, and what the delivery policy keeps per tenant for them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Target {
     pub host: String,
     pub endpoint: String,
+    /// `<tenant> <host>`: what per-host slots and slowness are counted under, so that
+    /// one tenant's attempts at a host never fill another tenant's slots there.
+    pub host_key: String,
+    /// `<tenant> <endpoint>`: what a circuit is kept for, so that one tenant's failures
+    /// (or the timeouts it sets) never open another tenant's circuit.
+    pub circuit: String,
     pub url: Option<url::Url>,
 }
 

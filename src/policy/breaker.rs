@@ -1,5 +1,6 @@
-//! A circuit breaker per endpoint (scheme, host, port and path: two merchants on one
-//! host are two endpoints): after `threshold` consecutive failures the circuit opens and
+//! A circuit breaker per endpoint of a tenant (`Target::circuit`: the tenant, then
+//! scheme, host, port and path; two merchants on one host are two endpoints, and two
+//! tenants' notifications to one endpoint are two circuits): after `threshold` consecutive failures the circuit opens and
 //! the endpoint's attempts fail at once, without traffic; after `cooldown` one probe is
 //! let through, and its success closes the circuit (its failure opens it again). The
 //! policy never asks about a notification's last attempt (`Policy::admit`): that one is
