@@ -60,7 +60,7 @@ impl App {
             tracing::warn!("API authentication is off (--insecure-no-auth)");
         }
         let wake = Arc::new(Notify::new());
-        let signer = config.signer();
+        let signer = config.signer()?;
         let sender = Sender::new(&s.delivery, signer.clone(), &config.tenants)?;
         let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas()));
         let dispatcher = Dispatcher::new(

@@ -599,7 +599,7 @@ impl Config {
         } else {
             token_table(s, &tenants)?
         };
-        Ok(Self {
+        let config = Self {
             settings,
             store,
             shards,
@@ -608,11 +608,15 @@ impl Config {
             tenants,
             tokens,
             profiles,
-        })
+        };
+        config.signer()?;
+        Ok(config)
     }
 
-    /// What signs each tenant's deliveries: its own secrets and keys, or the instance's.
-    pub fn signer(&self) -> Signer {
+    /// What signs each tenant's deliveries: its own secrets and keys, or the instance's
+    /// (for the default tenant) or ones derived from them (`signing`). Refused when two
+    /// tenants would sign with the same one.
+    pub fn signer(&self) -> anyhow::Result<Signer> {
         let keys = |secrets: &[Secret], keys: &[SigningKey]| Keys {
             secrets: secrets.to_vec(),
             keys: keys.to_vec(),
@@ -622,7 +626,7 @@ impl Config {
             .iter()
             .map(|(t, c)| (t.clone(), keys(&c.secrets, &c.keys)))
             .collect();
-        Signer::new(keys(&self.secrets, &self.keys), per_tenant)
+        Signer::new(keys(&self.secrets, &self.keys), per_tenant).map_err(anyhow::Error::msg)
     }
 
     /// The rate-limit quota of every tenant's rate keys: its own, its tenant's default,

@@ -3,8 +3,18 @@
 //! secret (`whsec_…`), and `v1a,<base64 ed25519>` per signing key (`whsk_…`), which a
 //! merchant verifies with the public key alone (`whpk_…`, published at
 //! `GET /signing-keys`). Several of each, so that receivers can rotate without missing a
-//! notification; a tenant may have secrets and keys of its own.
+//! notification.
+//!
+//! No two tenants sign with the same secret or key. A tenant signs with its own; of a
+//! kind it has none of, the `default` tenant signs with the instance's, and every other
+//! tenant with one derived from each of the instance's, so that a delivery of one tenant
+//! never verifies at another tenant's receiver: HKDF-SHA256 (RFC 5869) with the
+//! instance secret's bytes (or signing key's 32-byte seed) as input keying material, no
+//! salt, and the info `postback tenant secret <tenant>` (or `postback tenant key
+//! <tenant>`), 32 bytes, which are the derived secret (or seed). `postback config
+//! signing <tenant>` prints what signs a tenant's deliveries.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -12,6 +22,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use hmac::{Hmac, Mac};
+use ring::hkdf;
 use ring::signature::{Ed25519KeyPair, KeyPair};
 use sha2::Sha256;
 
@@ -41,6 +52,16 @@ impl Secret {
         Ok(Self(key))
     }
 
+    /// `tenant`'s secret derived from this one (the module's doc says how).
+    fn derive(&self, tenant: &Tenant) -> Self {
+        Self(derive(&self.0, &format!("postback tenant secret {tenant}")).to_vec())
+    }
+
+    /// As configured: `whsec_` and the base64 of its bytes.
+    pub fn expose(&self) -> String {
+        format!("{PREFIX}{}", B64.encode(&self.0))
+    }
+
     fn sign(&self, content: &[u8]) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
         mac.update(content);
@@ -54,10 +75,23 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// 32 bytes of HKDF-SHA256 of `secret` with no salt and `info`.
+fn derive(secret: &[u8], info: &str) -> [u8; SEED_LEN] {
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(secret);
+    let mut out = [0u8; SEED_LEN];
+    prk.expand(&[info.as_bytes()], hkdf::HKDF_SHA256)
+        .and_then(|okm| okm.fill(&mut out))
+        .expect("HKDF-SHA256 gives 32 bytes");
+    out
+}
+
 /// An ed25519 signing key (`whsk_` followed by the base64 of its 32-byte seed, or of
 /// the seed and its public key, 64 bytes, as libsodium writes it). Never printed.
 #[derive(Clone)]
-pub struct SigningKey(Arc<Ed25519KeyPair>);
+pub struct SigningKey {
+    pair: Arc<Ed25519KeyPair>,
+    seed: Arc<[u8; SEED_LEN]>,
+}
 
 impl SigningKey {
     pub fn parse(raw: &str) -> Result<Self, String> {
@@ -78,7 +112,27 @@ impl SigningKey {
             }
         }
         .map_err(|_| "not an ed25519 key (its public half does not match its seed)".to_string())?;
-        Ok(Self(Arc::new(pair)))
+        let mut seed = [0u8; SEED_LEN];
+        seed.copy_from_slice(&bytes[..SEED_LEN]);
+        Ok(Self {
+            pair: Arc::new(pair),
+            seed: Arc::new(seed),
+        })
+    }
+
+    /// `tenant`'s key derived from this one (the module's doc says how).
+    fn derive(&self, tenant: &Tenant) -> Self {
+        let seed = derive(&*self.seed, &format!("postback tenant key {tenant}"));
+        let pair = Ed25519KeyPair::from_seed_unchecked(&seed).expect("any 32 bytes are a seed");
+        Self {
+            pair: Arc::new(pair),
+            seed: Arc::new(seed),
+        }
+    }
+
+    /// As configured: `whsk_` and the base64 of its seed.
+    pub fn expose(&self) -> String {
+        format!("{KEY_PREFIX}{}", B64.encode(*self.seed))
     }
 
     /// A fresh key from the system's randomness: the `whsk_` and `whpk_` to configure
@@ -98,12 +152,12 @@ impl SigningKey {
     pub fn public_key(&self) -> String {
         format!(
             "{PUBLIC_PREFIX}{}",
-            B64.encode(self.0.public_key().as_ref())
+            B64.encode(self.pair.public_key().as_ref())
         )
     }
 
     fn sign(&self, content: &[u8]) -> String {
-        format!("v1a,{}", B64.encode(self.0.sign(content).as_ref()))
+        format!("v1a,{}", B64.encode(self.pair.sign(content).as_ref()))
     }
 }
 
@@ -120,9 +174,30 @@ pub struct Keys {
     pub keys: Vec<SigningKey>,
 }
 
-/// Which secrets and keys sign a delivery: those of its tenant, or, of either kind the
-/// tenant has none of, the instance's. The tenant is the registering token's, so no
-/// caller can have a delivery signed with the secret of a tenant it does not act for.
+impl Keys {
+    /// What `tenant` signs with: `own`, and of a kind it has none of, the instance's
+    /// (`global`) for the default tenant, or one derived from each of them for another.
+    fn of(tenant: &Tenant, own: &Keys, global: &Keys) -> Self {
+        Keys {
+            secrets: fill(tenant, &own.secrets, &global.secrets, |s| s.derive(tenant)),
+            keys: fill(tenant, &own.keys, &global.keys, |k| k.derive(tenant)),
+        }
+    }
+}
+
+/// A tenant's `own` of one kind, or when it has none, the instance's (`global`) for the
+/// default tenant and one `derive`d from each of them for another.
+fn fill<T: Clone>(tenant: &Tenant, own: &[T], global: &[T], derive: impl Fn(&T) -> T) -> Vec<T> {
+    match (own.is_empty(), tenant.is_default()) {
+        (false, _) => own.to_vec(),
+        (true, true) => global.to_vec(),
+        (true, false) => global.iter().map(derive).collect(),
+    }
+}
+
+/// Which secrets and keys sign each tenant's deliveries (`Keys::of`). The tenant is the
+/// registering token's, so no caller can have a delivery signed with the secret of a
+/// tenant it does not act for.
 #[derive(Debug, Clone, Default)]
 pub struct Signer {
     global: Keys,
@@ -130,36 +205,43 @@ pub struct Signer {
 }
 
 impl Signer {
-    pub fn new(global: Keys, per_tenant: BTreeMap<Tenant, Keys>) -> Self {
-        Self { global, per_tenant }
-    }
-
-    /// The shared secrets that sign `tenant`'s deliveries.
-    pub fn secrets_for(&self, tenant: &Tenant) -> &[Secret] {
-        match self.per_tenant.get(tenant) {
-            Some(own) if !own.secrets.is_empty() => &own.secrets,
-            _ => &self.global.secrets,
+    /// The signer of `per_tenant`'s own secrets and keys and the instance's (`global`).
+    /// Refused when two tenants would sign with the same secret or key.
+    pub fn new(global: Keys, per_tenant: BTreeMap<Tenant, Keys>) -> Result<Self, String> {
+        let per_tenant: BTreeMap<Tenant, Keys> = per_tenant
+            .into_iter()
+            .map(|(t, own)| (t.clone(), Keys::of(&t, &own, &global)))
+            .collect();
+        let mut seen: BTreeMap<String, &Tenant> = BTreeMap::new();
+        for (tenant, keys) in &per_tenant {
+            let secrets = keys.secrets.iter().map(Secret::expose);
+            for secret in secrets.chain(keys.keys.iter().map(SigningKey::public_key)) {
+                if let Some(other) = seen.insert(secret, tenant).filter(|o| *o != tenant) {
+                    return Err(format!("tenants.{other} and tenants.{tenant} sign with the same secret or key; each tenant needs its own"));
+                }
+            }
         }
+        Ok(Self { global, per_tenant })
     }
 
-    /// The signing keys that sign `tenant`'s deliveries.
-    pub fn keys_for(&self, tenant: &Tenant) -> &[SigningKey] {
+    /// The secrets and keys that sign `tenant`'s deliveries.
+    pub fn keys_of(&self, tenant: &Tenant) -> Cow<'_, Keys> {
         match self.per_tenant.get(tenant) {
-            Some(own) if !own.keys.is_empty() => &own.keys,
-            _ => &self.global.keys,
+            Some(keys) => Cow::Borrowed(keys),
+            None => Cow::Owned(Keys::of(tenant, &Keys::default(), &self.global)),
         }
     }
 
     /// The `webhook-signature` header of one of `tenant`'s deliveries; `None` when
     /// nothing signs them.
     pub fn header(&self, tenant: &Tenant, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
-        let (secrets, keys) = (self.secrets_for(tenant), self.keys_for(tenant));
-        if secrets.is_empty() && keys.is_empty() {
+        let keys = self.keys_of(tenant);
+        if keys.secrets.is_empty() && keys.keys.is_empty() {
             return None;
         }
         let content = signed_content(id, timestamp, body);
-        let macs = secrets.iter().map(|s| s.sign(&content));
-        let signatures = keys.iter().map(|k| k.sign(&content));
+        let macs = keys.secrets.iter().map(|s| s.sign(&content));
+        let signatures = keys.keys.iter().map(|k| k.sign(&content));
         Some(macs.chain(signatures).collect::<Vec<_>>().join(" "))
     }
 }
@@ -179,6 +261,7 @@ mod tests {
     use super::*;
 
     const VECTOR_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const DERIVED_SHOP_A: &str = "whsec_dC/vMniTdjCAb5zwAClBwdpZ5myIf3KMY1PgbibDI+4=";
 
     fn tenant(name: &str) -> Tenant {
         Tenant::parse(name, "tenant").unwrap()
@@ -193,7 +276,7 @@ mod tests {
 
     #[test]
     fn matches_the_standard_webhooks_test_vector() {
-        let signer = Signer::new(secrets(&[VECTOR_SECRET]), BTreeMap::new());
+        let signer = Signer::new(secrets(&[VECTOR_SECRET]), BTreeMap::new()).unwrap();
         let sig = signer.header(
             &Tenant::default(),
             "msg_p5jXN8AQM9LWM0D4loKWxJek",
@@ -213,7 +296,7 @@ mod tests {
             keys: vec![SigningKey::parse(&raw).unwrap()],
             ..secrets(&[VECTOR_SECRET, &format!("whsec_{}", B64.encode([7u8; 32]))])
         };
-        let signer = Signer::new(global, BTreeMap::new());
+        let signer = Signer::new(global, BTreeMap::new()).unwrap();
         let header = signer.header(&Tenant::default(), "id", 1, b"{}").unwrap();
         let parts: Vec<&str> = header.split(' ').collect();
         assert_eq!(parts.len(), 3);
@@ -228,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tenant_uses_its_own_of_each_kind_and_the_instances_otherwise() {
+    fn a_tenant_uses_its_own_of_each_kind_and_one_derived_from_the_instances_otherwise() {
         let (own_key, _) = SigningKey::generate().unwrap();
         let (instance_key, _) = SigningKey::generate().unwrap();
         let global = Keys {
@@ -241,28 +324,71 @@ mod tests {
             secrets: Vec::new(),
         };
         let signer = Signer::new(
-            global,
+            global.clone(),
             BTreeMap::from([
-                (tenant("shop"), shop),
+                (tenant("shop"), shop.clone()),
                 (tenant("keyed"), keyed),
                 (tenant("bare"), Keys::default()),
+                (Tenant::default(), Keys::default()),
+            ]),
+        )
+        .unwrap();
+        let secret = |t: &str| signer.keys_of(&tenant(t)).secrets[0].expose();
+        let public = |t: &str| signer.keys_of(&tenant(t)).keys[0].public_key();
+        assert_eq!(secret("shop"), shop.secrets[0].expose(), "its own");
+        assert_eq!(
+            public("keyed"),
+            SigningKey::parse(&own_key).unwrap().public_key()
+        );
+        assert_eq!(
+            secret("default"),
+            VECTOR_SECRET,
+            "the default tenant: the instance's"
+        );
+        assert_eq!(public("default"), global.keys[0].public_key());
+        let all = ["shop", "keyed", "bare", "default", "unconfigured"];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(public(a), public(b), "{a} and {b}");
+                if *a != "keyed" && *b != "keyed" {
+                    assert_ne!(secret(a), secret(b), "{a} and {b}");
+                }
+            }
+        }
+        assert_eq!(
+            secret("bare"),
+            global.secrets[0].derive(&tenant("bare")).expose(),
+            "derived, and the same on every instance"
+        );
+    }
+
+    #[test]
+    fn a_derived_secret_is_hkdf_sha256_of_the_instance_secret_and_the_tenant() {
+        // RFC 5869 HKDF-SHA256 of the vector secret's bytes, no salt, info
+        // "postback tenant secret shop-a", 32 bytes; computed independently with
+        // Python's `cryptography` package (HKDF(SHA256(), 32, None, info)).
+        let derived = Secret::parse(VECTOR_SECRET)
+            .unwrap()
+            .derive(&tenant("shop-a"));
+        assert_eq!(derived.expose(), DERIVED_SHOP_A);
+    }
+
+    #[test]
+    fn two_tenants_configured_with_one_secret_are_refused() {
+        let shared = secrets(&[VECTOR_SECRET]);
+        let refused = Signer::new(
+            Keys::default(),
+            BTreeMap::from([(tenant("a"), shared.clone()), (tenant("b"), shared)]),
+        );
+        assert!(refused.unwrap_err().contains("tenants.a and tenants.b"));
+        let instance = Signer::new(
+            secrets(&[VECTOR_SECRET]),
+            BTreeMap::from([
+                (Tenant::default(), Keys::default()),
+                (tenant("b"), secrets(&[VECTOR_SECRET])),
             ]),
         );
-        let sign = |t: &str| signer.header(&tenant(t), "id", 1, b"{}").unwrap();
-        assert_ne!(sign("shop"), sign("other"));
-        assert_eq!(
-            sign("other"),
-            sign("bare"),
-            "nothing of its own: the instance's"
-        );
-        let public = |t: &str| signer.keys_for(&tenant(t))[0].public_key();
-        assert_ne!(public("keyed"), public("shop"));
-        assert_eq!(
-            public("shop"),
-            public("bare"),
-            "no keys of its own: the instance's"
-        );
-        assert_eq!(signer.secrets_for(&tenant("keyed")).len(), 1);
+        assert!(instance.is_err(), "b's own is the default tenant's");
     }
 
     #[test]

@@ -190,3 +190,33 @@ async fn one_tenants_failures_open_no_circuit_of_another() {
         "shop-a's own circuit is open: {a}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_of_one_tenant_never_verifies_as_another_tenants() {
+    let f = start(&[]).await;
+    let body = |path: &str| json!({"url": f.receiver.url(path), "body": {"pay": 100}});
+    let (c, d) = (
+        f.register("tok-plain-c", body("/c")).await,
+        f.register("tok-producer", body("/d")).await,
+    );
+    for id in [&c, &d] {
+        f.pb.wait_state(id, "delivered", WAIT).await;
+    }
+    let got = |id: &str| f.receiver.requests_for(id).remove(0);
+    let (c, d) = (got(&c), got(&d));
+    let (c_secret, d_secret) = (f.signing_secret("shop-c"), f.signing_secret("default"));
+    assert_ne!(c_secret, d_secret);
+    assert_eq!(
+        support::signatures::of(&c),
+        vec![support::signatures::v1(&c_secret, &c)]
+    );
+    assert_eq!(
+        support::signatures::of(&d),
+        vec![support::signatures::v1(&d_secret, &d)]
+    );
+    assert_ne!(
+        support::signatures::of(&c),
+        vec![support::signatures::v1(&d_secret, &c)],
+        "shop-c's delivery, replayed to the default tenant's receiver, does not verify there"
+    );
+}

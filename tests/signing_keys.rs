@@ -1,6 +1,7 @@
 //! Asymmetric signatures: a delivery carries a `v1a,` ed25519 signature per signing key
-//! of its tenant (or of the instance, for a tenant without keys), which a merchant
-//! verifies with the public key alone, fetched without a token from `GET /signing-keys`.
+//! of its tenant (for a tenant without keys, one derived from each of the instance's, or
+//! the instance's own for the default tenant), which a merchant verifies with the public
+//! key alone, fetched without a token from `GET /signing-keys`.
 
 mod support;
 
@@ -66,20 +67,27 @@ async fn each_tenants_deliveries_verify_with_its_published_public_keys_alone() {
         published(&pb, "shop-a").await,
         (200, vec![old_public.clone(), new_public.clone()])
     );
+    let (status, b_public) = published(&pb, "shop-b").await;
+    assert_eq!(status, 200);
+    assert_eq!(b_public.len(), 1, "one derived from the instance's one");
+    assert_ne!(b_public[0], instance_public, "shop-b's own, derived");
     assert_eq!(
-        published(&pb, "shop-b").await,
-        (200, vec![instance_public.clone()])
+        b_public,
+        signing_printed(&path, "shop-b"),
+        "as `config signing` prints it"
     );
     assert_eq!(
         published(&pb, "default").await,
         (200, vec![instance_public.clone()])
     );
-    // Refused: a tenant that is not configured, a name no tenant can have, a query it
-    // does not take.
-    assert_eq!(published(&pb, "shop-z").await.0, 404, "no such tenant");
+    // A tenant that is not configured is answered alike (nobody learns which exist);
+    // refused: a name no tenant can have, a query it does not take.
+    let (status, z_public) = published(&pb, "shop-z").await;
+    assert_eq!((status, z_public.len()), (200, 1), "no existence oracle");
+    assert!(!z_public.contains(&b_public[0]) && !z_public.contains(&instance_public));
     assert_eq!(
         published(&pb, "shop%20a").await.0,
-        404,
+        422,
         "not a tenant's name"
     );
     let (status, _) = pb.get_text("/signing-keys?tenant=shop-a&secret=1").await;
@@ -98,12 +106,37 @@ async fn each_tenants_deliveries_verify_with_its_published_public_keys_alone() {
         "not the instance's key"
     );
     let b = delivered_for(&pb, &receiver, "shop-b").await;
-    assert!(signatures::v1a_verifies(&instance_public, &b));
+    assert!(signatures::v1a_verifies(&b_public[0], &b));
     assert!(
-        !signatures::v1a_verifies(&old_public, &b),
-        "not another tenant's key"
+        !signatures::v1a_verifies(&old_public, &b)
+            && !signatures::v1a_verifies(&instance_public, &b),
+        "neither another tenant's key nor the instance's"
     );
+    let d = delivered_for(&pb, &receiver, "default").await;
+    assert!(signatures::v1a_verifies(&instance_public, &d));
+    assert!(!signatures::v1a_verifies(&instance_public, &a));
     assert!(!pb.logs().contains("whsk_"), "keys never logged");
+}
+
+/// The public keys `postback config signing <tenant>` prints for the configuration at
+/// `path`.
+fn signing_printed(path: &std::path::Path, tenant: &str) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["config", "signing", tenant, "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    printed
+        .lines()
+        .filter_map(|l| l.strip_prefix("public_key "))
+        .map(String::from)
+        .collect()
 }
 
 #[tokio::test]

@@ -58,9 +58,10 @@ async fn a_delivery_is_signed_with_its_tenants_secrets_and_no_others() {
     );
     assert_eq!(
         signatures::of(&rc),
-        vec![signatures::v1(GLOBAL, &rc)],
-        "a tenant without secrets: the global ones"
+        vec![signatures::v1(&f.signing_secret("shop-c"), &rc)],
+        "a tenant without secrets: its own, derived from the instance's"
     );
+    assert_ne!(signatures::of(&rc), vec![signatures::v1(GLOBAL, &rc)]);
     assert_eq!(
         signatures::of(&rp),
         vec![signatures::v1(SECRET_B, &rp)],

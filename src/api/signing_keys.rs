@@ -1,6 +1,9 @@
 //! `GET /signing-keys`: the ed25519 public keys (`whpk_…`) that verify a tenant's `v1a`
 //! signatures. Public keys are public: the route needs no token, so that a merchant's
-//! receiver can fetch them and verify deliveries without holding any secret.
+//! receiver can fetch them and verify deliveries without holding any secret. It answers
+//! alike for every well-formed tenant name, configured or not (a name that is not
+//! configured gets the keys its deliveries would be signed with), so that it tells
+//! nobody which tenants exist.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -20,9 +23,9 @@ pub struct KeysQuery {
     tenant: Option<String>,
 }
 
-/// The keys that sign a tenant's deliveries now: its own, or the instance's when it has
-/// none. During a rotation there are several; a signature that verifies with any of them
-/// is good.
+/// The keys that sign a tenant's deliveries now: its own, or ones derived from the
+/// instance's when it has none (the instance's own for the `default` tenant). During a
+/// rotation there are several; a signature that verifies with any of them is good.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SigningKeys {
     pub tenant: String,
@@ -51,7 +54,7 @@ pub struct PublicKey {
     responses(
         (status = 200, body = SigningKeys),
         (status = 400, description = "An unknown query parameter", body = ErrorBody),
-        (status = 404, description = "No such tenant is configured", body = ErrorBody),
+        (status = 422, description = "A tenant name that cannot be one", body = ErrorBody),
     )
 )]
 pub async fn list(
@@ -61,12 +64,10 @@ pub async fn list(
     let Query(q) = query.map_err(invalid_query)?;
     let tenant = match q.tenant.as_deref() {
         None => Tenant::default(),
-        Some(raw) => Tenant::parse(raw, "tenant").map_err(|_| ApiError::not_found("tenant"))?,
+        Some(raw) => Tenant::parse(raw, "tenant")?,
     };
-    if !state.policy.tenants.contains_key(&tenant) {
-        return Err(ApiError::not_found("tenant"));
-    }
-    let keys = state.signer.keys_for(&tenant).iter().map(|k| PublicKey {
+    let keys = state.signer.keys_of(&tenant);
+    let keys = keys.keys.iter().map(|k| PublicKey {
         version: "v1a",
         algorithm: "ed25519",
         public_key: k.public_key(),

@@ -1,5 +1,6 @@
 //! The `postback` command line: `serve` runs the service, `config check` checks its
-//! configuration, `token new` makes an API token, `signing-key new` an ed25519 signing
+//! configuration, `config signing` prints what verifies a tenant's deliveries,
+//! `token new` makes an API token, `signing-key new` an ed25519 signing
 //! key, `receive` is a receiver to try it
 //! against, `completions` prints a shell's completion script; the other commands are the
 //! operator's client of a running instance's API (`notify`, also `--batch` from a file,
@@ -15,6 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::access::{self, Role, Scope};
 use crate::config::{Config, RedisTarget, StoreTarget};
+use crate::domain::Tenant;
 
 mod batch;
 mod client;
@@ -168,6 +170,16 @@ enum ConfigCommand {
         /// Accept a configuration without API tokens, as `serve --insecure-no-auth` does.
         #[arg(long)]
         insecure_no_auth: bool,
+    },
+    /// Print what verifies a tenant's deliveries, to hand to its merchant: the shared
+    /// secrets (`whsec_…`, for `v1` signatures) and the public keys (`whpk_…`, for
+    /// `v1a`), its own or derived from the instance's.
+    Signing {
+        /// The tenant.
+        tenant: String,
+        /// TOML configuration file; `POSTBACK_<SECTION>_<KEY>` variables override it.
+        #[arg(long, env = "POSTBACK_CONFIG")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -369,6 +381,9 @@ pub fn main() -> ExitCode {
                     insecure_no_auth,
                 },
         } => check_config(config, insecure_no_auth),
+        Command::Config {
+            command: ConfigCommand::Signing { tenant, config },
+        } => print_signing(&tenant, config),
         Command::Completions { shell } => completions(shell),
         Command::Receive { listen } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -413,6 +428,23 @@ fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result
         config.shards,
         config.tenants.len()
     );
+    Ok(())
+}
+
+fn print_signing(tenant: &str, path: Option<PathBuf>) -> anyhow::Result<()> {
+    let tenant = Tenant::parse(tenant, "tenant").map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let config = Config::load(path.as_deref(), true)?;
+    let signer = config.signer()?;
+    let keys = signer.keys_of(&tenant);
+    for secret in &keys.secrets {
+        println!("secret {}", secret.expose());
+    }
+    for key in &keys.keys {
+        println!("public_key {}", key.public_key());
+    }
+    if keys.secrets.is_empty() && keys.keys.is_empty() {
+        eprintln!("postback: nothing signs {tenant}'s deliveries: no secret or key is configured");
+    }
     Ok(())
 }
 

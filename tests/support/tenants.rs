@@ -61,7 +61,7 @@ pub fn config() -> String {
 
 pub struct Fleet {
     _backend: Backend,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     pub receiver: Receiver,
     pub pb: Postback,
 }
@@ -78,7 +78,7 @@ pub async fn start(env: &[(&str, &str)]) -> Fleet {
     let pb = backend.postback(&env).await;
     Fleet {
         _backend: backend,
-        _dir: dir,
+        dir,
         receiver,
         pb,
     }
@@ -109,6 +109,24 @@ impl Fleet {
         let (status, answer) = self.notify(token, body).await;
         assert_eq!(status, 202, "{answer}");
         answer["id"].as_str().unwrap().to_string()
+    }
+
+    /// The shared secret that signs `tenant`'s deliveries, as `postback config signing`
+    /// prints it.
+    pub fn signing_secret(&self, tenant: &str) -> String {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(["config", "signing", tenant, "--config"])
+            .arg(self.dir.path().join("postback.toml"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed = String::from_utf8(out.stdout).unwrap();
+        let secret = printed.lines().find_map(|l| l.strip_prefix("secret "));
+        secret.expect("a secret").to_string()
     }
 
     /// A dead letter of `token`'s tenant (or of `tenant`, for a `*` token).
