@@ -24,6 +24,7 @@ use crate::retention;
 use crate::scheduler::Dispatcher;
 use crate::sender::Sender;
 use crate::store::{EmbeddedStore, HealthListener, RedisStore, Store};
+use crate::tenant_shares::TenantShares;
 
 /// Runs an instance until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -63,9 +64,19 @@ impl App {
         let signer = config.signer()?;
         let sender = Sender::new(&s.delivery, signer.clone(), &config.tenants)?;
         let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas()));
+        let shares = config
+            .tenants
+            .iter()
+            .map(|(t, c)| (t.clone(), c.max_concurrency));
+        let shares = TenantShares::new(
+            s.delivery.concurrency,
+            s.delivery.tenant_reserve.get(),
+            shares.collect(),
+        );
         let dispatcher = Dispatcher::new(
             store.clone(),
             sender,
+            shares,
             delivery.clone(),
             wake.clone(),
             s.delivery.clone(),

@@ -93,6 +93,9 @@ pub struct TenantSettings {
     pub allowed_hosts: Option<StringList>,
     /// Refuse plain `http` callbacks, at registration and at replay (and send none).
     pub require_https: bool,
+    /// Delivery slots of an instance this tenant's notifications hold at most at once
+    /// (never more than `delivery.tenant_reserve` leaves any tenant).
+    pub max_concurrency: Option<usize>,
     /// Mutual TLS: the certificate chain (PEM) this tenant's deliveries present.
     pub client_cert: Option<PathBuf>,
     /// Its private key (PEM).
@@ -197,6 +200,9 @@ pub struct DeliverySettings {
     pub breaker_cooldown: Duration,
     /// Retry intervals vary by up to ± this percentage (`0%` keeps them exact).
     pub jitter: Percent,
+    /// With several tenants, the part of `concurrency` that no one tenant may hold: kept
+    /// for the others (`tenant_shares`).
+    pub tenant_reserve: Percent,
 }
 
 impl DeliverySettings {
@@ -362,6 +368,7 @@ impl Default for DeliverySettings {
             breaker_failures: 10,
             breaker_cooldown: Duration::from_secs(30),
             jitter: Percent::default(),
+            tenant_reserve: Percent::new(25).expect("a percentage"),
         }
     }
 }
@@ -458,6 +465,8 @@ pub struct TenantConfig {
     pub rate_limit: Option<Quota>,
     /// Quotas of some of its rate keys, by rate key.
     pub quotas: BTreeMap<String, Quota>,
+    /// Delivery slots it holds at most at once, if it has a limit of its own.
+    pub max_concurrency: Option<usize>,
 }
 
 impl Config {
@@ -583,6 +592,11 @@ impl Config {
             "a default schedule is required",
         )?;
         check(
+            s.delivery.tenant_reserve.get() <= 90,
+            "delivery.tenant_reserve",
+            "must be from 0% to 90% (each tenant may hold the rest)",
+        )?;
+        check(
             s.delivery.jitter.get() <= 90,
             "delivery.jitter",
             "must be from 0% to 90%",
@@ -667,6 +681,9 @@ fn tenants(
         let secrets = parse_secrets(&t.secrets, &format!("tenants.{name}.secrets"))?;
         let keys = parse_keys(&t.keys, &format!("tenants.{name}.keys"))?;
         let tls = TenantTls::read(t, &format!("tenants.{name}"))?;
+        if t.max_concurrency == Some(0) {
+            bail!("tenants.{name}.max_concurrency: must be at least 1");
+        }
         let allowed_hosts = t
             .allowed_hosts
             .as_ref()
@@ -683,6 +700,7 @@ fn tenants(
                 allowed_hosts,
                 rate_limit: t.rate_limit,
                 quotas: t.quotas.clone(),
+                max_concurrency: t.max_concurrency,
             },
         );
     }

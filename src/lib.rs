@@ -6,7 +6,8 @@
 //! what an attempt leads to, when it is dead) are pure functions in `lifecycle`, which
 //! every store applies. The scheduler (`scheduler`) claims it when due, under the
 //! delivery policy (`policy`: quotas, per-host limits, circuits), and holds it to one of
-//! the instance's delivery slots (`slots`); the sender (`sender`,
+//! the instance's delivery slots (`slots`), of which no tenant takes every one
+//! (`tenant_shares`); the sender (`sender`,
 //! signed by `signing`, guarded by `ssrf`) posts it, and the settler (`settler`) records
 //! the outcome; when the store does not answer, each waits as `backoff` says.
 //! `retention` sweeps out what has expired; `metrics`, `telemetry` (logs) and `traces`
@@ -36,4 +37,5 @@ pub(crate) mod slots;
 pub mod ssrf;
 pub mod store;
 pub(crate) mod telemetry;
+pub(crate) mod tenant_shares;
 pub(crate) mod traces;

@@ -26,12 +26,13 @@ const API_REQUESTS: &str = "postback_api_requests_total";
 const API_DURATION: &str = "postback_api_request_duration_seconds";
 
 /// Why a claimed notification is put back without an attempt.
-const DEFERRAL_REASONS: [&str; 5] = [
+const DEFERRAL_REASONS: [&str; 6] = [
     "rate_limit",
     "retry_after",
     "host_busy",
     "quota_unavailable",
     "slots_busy",
+    "tenant_busy",
 ];
 /// The store operations whose failures are counted.
 const STORE_OPERATIONS: [&str; 9] = [

@@ -28,6 +28,7 @@ use crate::sender::Sender;
 use crate::settler::{self, Leases, Queued, Report};
 use crate::slots::{InQueue, Slot, Slots};
 use crate::store::{ClaimedJob, Deferral, Settlement, Store};
+use crate::tenant_shares::{Share, TenantShares};
 use crate::traces;
 
 /// How far ahead of their due time notifications are claimed while at least three
@@ -52,10 +53,16 @@ const CLAIMED_PER_SLOT: usize = 4;
 /// that its lease cannot run out while it waits.
 const SLOT_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a notification whose tenant holds all the slots it may is deferred: about
+/// as long as a slow attempt, so that it is not claimed again and again meanwhile.
+const TENANT_WAIT: Duration = Duration::from_millis(500);
+
 /// The delivery pipeline of one instance: scheduler, sender tasks and settler.
 pub struct Dispatcher {
     store: Arc<dyn Store>,
     sender: Arc<Sender>,
+    /// Each tenant's share of the delivery slots, taken before a slot.
+    shares: Arc<TenantShares>,
     policy: Arc<Policy>,
     wake: Arc<Notify>,
     settings: DeliverySettings,
@@ -64,9 +71,12 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
+    /// The pipeline of `store`'s notifications, sent by `sender` within the tenants'
+    /// `shares` of the delivery slots.
     pub fn new(
         store: Arc<dyn Store>,
         sender: Sender,
+        shares: TenantShares,
         policy: Arc<Policy>,
         wake: Arc<Notify>,
         settings: DeliverySettings,
@@ -75,6 +85,7 @@ impl Dispatcher {
         Self {
             store,
             sender: Arc::new(sender),
+            shares: Arc::new(shares),
             policy,
             wake,
             settings,
@@ -108,6 +119,7 @@ impl Dispatcher {
             policy: self.policy.clone(),
             settle: tx,
             slots: slots.clone(),
+            shares: self.shares.clone(),
             leases: leases.clone(),
             abort: abort.clone(),
             jitter: self.settings.jitter,
@@ -257,6 +269,8 @@ fn before_due(d: Duration) -> Duration {
 /// outcome is queued for the settler.
 struct Place {
     claimed: OwnedSemaphorePermit,
+    /// Its tenant's share of the slots, taken when it is due, then its slot.
+    share: Option<Share>,
     slot: Option<Slot>,
 }
 
@@ -269,6 +283,7 @@ struct AttemptContext {
     settle: mpsc::Sender<Queued>,
     /// The delivery slots, which a claimed notification queues for when it falls due.
     slots: Arc<Slots>,
+    shares: Arc<TenantShares>,
     leases: Leases,
     abort: CancellationToken,
     /// ± spread of retry intervals.
@@ -295,26 +310,13 @@ impl AttemptContext {
         let refs: Vec<&ClaimedJob> = jobs.iter().collect();
         let times = reservations::send_times(self.store.as_ref(), &self.policy, &refs).await;
         for ((job, at), claimed) in jobs.into_iter().zip(times).zip(claims) {
-            let mut place = Place {
+            let place = Place {
                 claimed,
+                share: None,
                 slot: None,
             };
             match at {
-                SendAt::After(wait) if wait.is_zero() => match self.slots.try_take() {
-                    Some(slot) => {
-                        place.slot = Some(slot);
-                        self.admit(job, place, tasks).await
-                    }
-                    None => {
-                        let queued = self.slots.queue();
-                        tasks.spawn(self.clone().when_slot_frees(
-                            queued,
-                            job,
-                            place,
-                            tasks.clone(),
-                        ));
-                    }
-                },
+                SendAt::After(wait) if wait.is_zero() => self.take_slot(job, place, tasks).await,
                 SendAt::After(wait) => {
                     tasks.spawn(self.clone().when_due(wait, job, place, tasks.clone()));
                 }
@@ -327,14 +329,38 @@ impl AttemptContext {
         }
     }
 
+    /// A due notification takes its tenant's share of the slots (or, when its tenant
+    /// holds all it may, is deferred `tenant_busy`, so that other tenants' notifications
+    /// behind it are claimed meanwhile), then a free slot, or queues for the next.
+    async fn take_slot(&self, job: ClaimedJob, mut place: Place, tasks: &TaskTracker) {
+        let Some(share) = self.shares.take(&job.spec.tenant) else {
+            return self
+                .defer(job, place, TENANT_WAIT, false, "tenant_busy")
+                .await;
+        };
+        place.share = Some(share);
+        match self.slots.try_take() {
+            Some(slot) => {
+                place.slot = Some(slot);
+                self.admit(job, place, tasks).await
+            }
+            None => {
+                let queued = self.slots.queue();
+                tasks.spawn(
+                    self.clone()
+                        .when_slot_frees(queued, job, place, tasks.clone()),
+                );
+            }
+        }
+    }
+
     /// Waits until the job is due, then for a delivery slot.
     async fn when_due(self, wait: Duration, job: ClaimedJob, place: Place, tasks: TaskTracker) {
         tokio::select! {
             _ = self.abort.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        let queued = self.slots.queue();
-        self.when_slot_frees(queued, job, place, tasks).await
+        self.take_slot(job, place, &tasks).await
     }
 
     /// Waits in the queue for a delivery slot, then asks the policy. One that finds no
@@ -496,6 +522,7 @@ impl AttemptContext {
     async fn report(&self, report: Report, place: Place) {
         let Place {
             claimed,
+            share: _share,
             slot: _slot,
         } = place;
         tokio::select! {

@@ -220,3 +220,49 @@ async fn a_delivery_of_one_tenant_never_verifies_as_another_tenants() {
         "shop-c's delivery, replayed to the default tenant's receiver, does not verify there"
     );
 }
+
+/// shop-b points long attempts at a host that hangs, more of them than there are
+/// delivery slots (the per-host cap set out of the way, as many hosts would put it);
+/// shop-c's burst to a healthy host still goes at once, through the slots kept free
+/// for the other tenants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenant_hanging_never_holds_every_delivery_slot() {
+    let f = start(&[
+        ("POSTBACK_DELIVERY_CONCURRENCY", "16"),
+        ("POSTBACK_DELIVERY_HOST_CONCURRENCY", "1000"),
+    ])
+    .await;
+    let hang = json!({"url": f.receiver.url("/hang?sleep_ms=6000"), "body": {}, "timeout": "8s"});
+    let hanging = (0..200).map(|_| f.notify("tok-all-b", hang.clone()));
+    for (status, answer) in join_all(hanging).await {
+        assert_eq!(status, 202, "{answer}");
+    }
+    assert!(
+        f.receiver.wait_for(12, WAIT).await,
+        "shop-b's attempts hold their share of the slots"
+    );
+    let started = std::time::Instant::now();
+    let mut burst = Vec::new();
+    for n in 0..20 {
+        let b = json!({"url": f.receiver.url("/fast"), "body": {"n": n}});
+        burst.push(f.register("tok-plain-c", b).await);
+    }
+    for id in &burst {
+        f.pb.wait_state(id, "delivered", WAIT).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(4),
+        "shop-c waited {took:?}, as long as shop-b's hanging attempts"
+    );
+    let hanging = f
+        .receiver
+        .requests()
+        .iter()
+        .filter(|r| r.path.starts_with("/hang"))
+        .count();
+    assert_eq!(
+        hanging, 12,
+        "shop-b holds three quarters of the 16 slots, no more"
+    );
+}
