@@ -13,7 +13,7 @@ use reqwest::redirect::Policy;
 use reqwest::{Method, StatusCode};
 
 use crate::config::{DeliverySettings, TenantConfig, TenantTls};
-use crate::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant};
+use crate::domain::{truncate, AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant};
 use crate::signing::Signer;
 use crate::ssrf::{self, Blocked};
 use crate::traces;
@@ -302,25 +302,4 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
         cause = next;
     }
     cause.to_string()
-}
-
-/// At most `max` bytes of `text`, cut on a character boundary.
-fn truncate(text: &str, max: usize) -> String {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncate;
-
-    #[test]
-    fn truncates_on_a_character_boundary() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("héllo", 3), "hé");
-        assert_eq!(truncate("ok", 10), "ok");
-    }
 }

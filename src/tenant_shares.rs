@@ -90,7 +90,10 @@ mod tests {
         assert_eq!(taken(&shares, "b").len(), 3, "its own max_concurrency");
         assert_eq!(taken(&shares, "c").len(), 12, "never more than any tenant");
         assert_eq!(taken(&shares, "unknown").len(), 12);
-        assert!(shares.take(&tenant("a")).is_none(), "a's share is still held");
+        assert!(
+            shares.take(&tenant("a")).is_none(),
+            "a's share is still held"
+        );
         drop(a);
         assert!(shares.take(&tenant("a")).is_some());
     }

@@ -266,3 +266,25 @@ async fn one_tenant_hanging_never_holds_every_delivery_slot() {
         "shop-b holds three quarters of the 16 slots, no more"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_caller_wrote_is_not_echoed_into_every_attempt() {
+    let f = start(&[]).await;
+    let expected = "x".repeat(100_000);
+    let body = json!({"url": f.receiver.url("/big"), "body": {},
+                      "success": {"json_pointer": "/a", "json_equals": expected},
+                      "schedule": ["100ms", "100ms"]});
+    let id = f.register("tok-all-b", body).await;
+    let dead = f.pb.wait_state(&id, "dead", WAIT).await;
+    for error in errors(&dead) {
+        assert!(
+            !error.is_empty() && error.len() <= 256,
+            "{} bytes",
+            error.len()
+        );
+    }
+    assert!(
+        dead["history"].to_string().len() < 2_000,
+        "the history stays small"
+    );
+}

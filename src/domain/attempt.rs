@@ -37,6 +37,19 @@ pub struct Attempt {
     pub response: String,
 }
 
+/// The most of an attempt's error text a history keeps: an error may quote what a
+/// caller wrote (a success rule's expected value), and is kept once per attempt.
+pub const MAX_ERROR_BYTES: usize = 256;
+
+/// The first `max` bytes of `text`, cut at a character boundary.
+pub fn truncate(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
 /// How one attempt went, before it is recorded.
 #[derive(Debug, Clone)]
 pub struct AttemptReport {
@@ -62,8 +75,13 @@ pub enum Reach {
 }
 
 impl AttemptReport {
-    /// A failed attempt that reached the host, which did not seem healthy.
+    /// A failed attempt that reached the host, which did not seem healthy; its error
+    /// text cut to `MAX_ERROR_BYTES` (`…` marks the cut).
     pub fn failure(status: Option<u16>, error: String, response: String) -> Self {
+        let error = match error.len() > MAX_ERROR_BYTES {
+            true => truncate(&error, MAX_ERROR_BYTES - '…'.len_utf8()) + "…",
+            false => error,
+        };
         Self {
             outcome: Outcome::Failed,
             status,
@@ -89,5 +107,32 @@ impl AttemptReport {
             reach: Reach::Blocked,
             ..Self::failure(None, why, String::new())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncates_on_a_character_boundary() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("héllo", 3), "hé");
+        assert_eq!(truncate("ok", 10), "ok");
+    }
+
+    #[test]
+    fn an_error_is_kept_to_its_first_bytes() {
+        let long = format!("response body is not `{}`", "é".repeat(100_000));
+        let kept = AttemptReport::failure(Some(200), long, String::new())
+            .error
+            .unwrap();
+        assert!(
+            kept.len() <= MAX_ERROR_BYTES && kept.ends_with('…'),
+            "{}",
+            kept.len()
+        );
+        let short = AttemptReport::failure(None, "timeout".into(), String::new());
+        assert_eq!(short.error.as_deref(), Some("timeout"));
     }
 }

@@ -15,7 +15,7 @@ mod schedule;
 mod success;
 mod tenant;
 
-pub use attempt::{Attempt, AttemptReport, Outcome, Reach};
+pub use attempt::{truncate, Attempt, AttemptReport, Outcome, Reach};
 pub use callback_url::{CallbackUrl, Destinations};
 pub use error::FieldError;
 pub use headers::ExtraHeaders;
