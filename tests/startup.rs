@@ -84,6 +84,11 @@ secrets = ["whsec_c2VjcmV0LXNpZ25pbmcta2V5LW9mLXRoZS1pbnN0YW5jZQ=="]
 [tenants.shop-a]
 secrets = ["whsec_dGVuYW50LWEtc2lnbmluZy1rZXktdGhhdC1pcy1zZWNyZXQ="]
 allowed_hosts = ["hooks.shop-a.example"]
+
+[tokens.checkout]
+sha256 = "9f2c5d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e"
+tenant = "shop-a"
+roles = ["notify"]
 "#,
     )
     .unwrap();
@@ -129,6 +134,7 @@ allowed_hosts = ["hooks.shop-a.example"]
         "redis-pass",
         "c2VjcmV0LXNpZ25pbmcta2V5",
         "dGVuYW50LWEtc2lnbmluZy1rZXk",
+        "9f2c5d8e7b6a5f4e",
     ] {
         assert!(
             !stdout.contains(secret) && !stderr.contains(secret),
@@ -141,6 +147,15 @@ allowed_hosts = ["hooks.shop-a.example"]
     );
     assert_eq!(
         effective["server"]["metrics_token"].as_str(),
+        Some("REDACTED")
+    );
+    assert_eq!(
+        effective["tokens"]["checkout"]["tenant"].as_str(),
+        Some("shop-a"),
+        "a token's name, tenant and roles show; its hash does not"
+    );
+    assert_eq!(
+        effective["tokens"]["checkout"]["sha256"].as_str(),
         Some("REDACTED")
     );
     assert_eq!(

@@ -1,5 +1,7 @@
 //! Settings with their secrets taken out, for `postback config check` and for logs: API
-//! and metrics tokens, signing secrets and keys, and the passwords in store URLs.
+//! and metrics tokens, the SHA-256 of each configured token (a hash of a short token can
+//! be reversed, and an init container's logs are read by many), signing secrets and
+//! keys, and the passwords in store URLs.
 
 use super::{Settings, StringList};
 
@@ -19,6 +21,9 @@ impl Settings {
         s.store.cluster_urls = s.store.cluster_urls.iter().map(|u| url(u)).collect();
         s.signing.secrets = hidden(&s.signing.secrets);
         s.signing.keys = hidden(&s.signing.keys);
+        for token in s.tokens.values_mut() {
+            token.sha256 = REDACTED.into();
+        }
         for tenant in s.tenants.values_mut() {
             tenant.secrets = hidden(&tenant.secrets);
             tenant.keys = hidden(&tenant.keys);
