@@ -288,3 +288,61 @@ async fn what_a_caller_wrote_is_not_echoed_into_every_attempt() {
         "the history stays small"
     );
 }
+
+/// A replay to a new URL sends what the operator chose, not the producer's headers
+/// (an `Authorization` meant for the old receiver), and the audit log says where it went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_to_a_new_url_forwards_no_stored_header_and_is_audited_with_both_urls() {
+    let f = start(&[]).await;
+    let old = f.receiver.url("/old?fail=9");
+    let body = json!({"url": old, "body": {}, "schedule": [],
+                      "headers": {"authorization": "Bearer for-the-old-receiver"}});
+    let id = f.register("tok-all-b", body).await;
+    f.pb.wait_state(&id, "dead", WAIT).await;
+    let new = f.receiver.url("/new");
+    let path = format!("/dead-letters/{id}/replay");
+    let replay = Some(json!({"url": new}));
+    let (status, answer) = f.call("tok-all-b", Method::POST, &path, replay).await;
+    assert_eq!(status, 200, "{answer}");
+    f.pb.wait_state(&id, "delivered", WAIT).await;
+    let sent = f
+        .receiver
+        .requests()
+        .into_iter()
+        .find(|r| r.path.starts_with("/new"))
+        .unwrap();
+    assert_eq!(
+        sent.header("authorization"),
+        None,
+        "not forwarded to the new URL"
+    );
+
+    let (_, audit) = f.get("tok-all-b", "/audit?action=replay").await;
+    let entry = &audit["items"][0];
+    assert_eq!(entry["url"], json!({"from": old, "to": new}), "{audit}");
+
+    let again = f
+        .register("tok-all-b", json!({"url": old, "body": {}, "schedule": []}))
+        .await;
+    f.pb.wait_state(&again, "dead", WAIT).await;
+    let headers = json!({"x-shop": "7"});
+    let path = format!("/dead-letters/{again}/replay");
+    let bad = json!({"url": f.receiver.url("/x"), "headers": {"webhook-id": "forged"}});
+    let (status, answer) = f.call("tok-all-b", Method::POST, &path, Some(bad)).await;
+    assert_eq!(status, 422, "headers are checked as at registration: {answer}");
+    let body = json!({"url": f.receiver.url("/newer"), "headers": headers});
+    let (status, answer) = f.call("tok-all-b", Method::POST, &path, Some(body)).await;
+    assert_eq!(status, 200, "{answer}");
+    f.pb.wait_state(&again, "delivered", WAIT).await;
+    let sent = f
+        .receiver
+        .requests()
+        .into_iter()
+        .find(|r| r.path.starts_with("/newer"))
+        .unwrap();
+    assert_eq!(
+        sent.header("x-shop").as_deref(),
+        Some("7"),
+        "the replay's own headers"
+    );
+}

@@ -20,6 +20,7 @@ use crate::access::{Principal, Role};
 use crate::domain::FieldError;
 use crate::store::{
     self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, JobView, ListFilter,
+    UrlChange,
 };
 
 /// Attempts at writing an entry, 100 ms apart, before it is left to the log.
@@ -68,6 +69,9 @@ pub struct AuditItem {
     pub filter: Option<Map<String, Value>>,
     /// How many notifications it changed.
     pub count: u64,
+    /// A replay to a new URL: `{"from": <old>, "to": <new>}`; null otherwise.
+    #[schema(value_type = Option<Object>)]
+    pub url: Option<UrlChange>,
 }
 
 /// A page of the audit log, newest first; pass `next_cursor` back as `cursor`.
@@ -88,6 +92,7 @@ impl From<AuditEntry> for AuditItem {
             target: r.target,
             filter: r.filter,
             count: r.count,
+            url: r.url,
         }
     }
 }
@@ -169,6 +174,7 @@ pub fn on_one(caller: &Principal, action: AuditAction, on: &JobView) -> AuditRec
         target: Some(on.id.to_string()),
         filter: None,
         count: 1,
+        url: None,
     }
 }
 
@@ -186,6 +192,7 @@ pub fn on_matching(
         target: None,
         filter: Some(filter_of(filter)),
         count: count as u64,
+        url: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! history, replay one (optionally to a new URL or schedule), discard one, and replay or
 //! purge every dead letter a filter matches.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
@@ -19,8 +20,8 @@ use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replaye
 use super::AppState;
 use super::{audit, auth, paging};
 use crate::access::{Principal, Role};
-use crate::domain::{FieldError, JobId, Schedule};
-use crate::store::{bulk, AuditAction, Cursor, JobState, JobView, ListFilter};
+use crate::domain::{ExtraHeaders, FieldError, JobId, JobSpec, Schedule};
+use crate::store::{bulk, AuditAction, Cursor, JobState, JobView, ListFilter, UrlChange};
 
 /// The filters and paging of `GET /dead-letters`; every filter given must hold.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -88,8 +89,11 @@ pub async fn list(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
-    /// A new callback URL.
+    /// A new callback URL. The stored extra headers are not sent to it (they were meant
+    /// for the old receiver): only `headers`, if given.
     url: Option<String>,
+    /// Extra request headers instead of the stored ones, checked as at registration.
+    headers: Option<BTreeMap<String, String>>,
     /// A new schedule: a list of durations or a configured schedule's name.
     #[schema(required = false, schema_with = schedule_schema)]
     schedule: Option<Value>,
@@ -153,16 +157,7 @@ pub async fn replay(
         parse_json(&body)?
     };
     let found = dead_letter(&state, &caller, &id).await?;
-    let mut spec = None;
-    if let Some(raw) = &request.url {
-        let url = state.policy.callback(raw, &found.spec.tenant)?;
-        let mut new = found.spec.clone();
-        if new.host() == new.rate_key {
-            new.rate_key = url.host().to_string();
-        }
-        new.url = url.to_string();
-        spec = Some(new);
-    }
+    let spec = replayed_spec(&state.policy, &found.spec, &request)?;
     // The callback it goes to: a new one was checked above, the stored one is checked here.
     let url = spec.as_ref().map_or(&found.spec.url, |s| &s.url);
     state
@@ -181,7 +176,14 @@ pub async fn replay(
         .ok_or_else(|| ApiError::not_found("dead letter"))?;
     tracing::info!(id = %found.id, actor = %caller.actor, new_url = spec.is_some(), "dead letter replayed");
     state.wake.notify_one();
-    audit::record(&state, audit::on_one(&caller, AuditAction::Replay, &found)).await;
+    let mut entry = audit::on_one(&caller, AuditAction::Replay, &found);
+    if let Some(new) = spec.as_ref().filter(|new| new.url != found.spec.url) {
+        entry.url = Some(UrlChange {
+            from: found.spec.url.clone(),
+            to: new.url.clone(),
+        });
+    }
+    audit::record(&state, entry).await;
     Ok(Json(Replayed {
         id: found.id.to_string(),
         state: status.state.into(),
@@ -190,6 +192,32 @@ pub async fn replay(
         url: spec.map_or(found.spec.url, |s| s.url),
         next_attempt_at: super::view::next_attempt_at(&status),
     }))
+}
+
+/// The spec a replay gives a dead letter, if it changes it: a new URL (one the tenant may
+/// use) sends none of the stored extra headers, and new `headers` replace them.
+fn replayed_spec(
+    policy: &NotifyPolicy,
+    stored: &JobSpec,
+    request: &ReplayRequest,
+) -> Result<Option<JobSpec>, ApiError> {
+    if request.url.is_none() && request.headers.is_none() {
+        return Ok(None);
+    }
+    let mut new = stored.clone();
+    if let Some(raw) = &request.url {
+        let url = policy.callback(raw, &stored.tenant)?;
+        if new.host() == new.rate_key {
+            new.rate_key = url.host().to_string();
+        }
+        new.url = url.to_string();
+        new.headers.clear();
+    }
+    if let Some(headers) = &request.headers {
+        let pairs = headers.iter().map(|(k, v)| (k.clone(), v.clone()));
+        new.headers = ExtraHeaders::parse(pairs.collect())?.pairs().to_vec();
+    }
+    Ok(Some(new))
 }
 
 /// Discard a dead letter for good. Role `operate`, for one of the token's tenant.

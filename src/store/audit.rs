@@ -75,6 +75,16 @@ pub struct AuditRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<serde_json::Map<String, serde_json::Value>>,
     pub count: u64,
+    /// A replay that sent the notification to a new URL: where it went before and now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<UrlChange>,
+}
+
+/// The callback URL an action changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UrlChange {
+    pub from: String,
+    pub to: String,
 }
 
 /// Where an entry sits: its store time in ms and its sequence within that millisecond.
@@ -231,6 +241,7 @@ mod tests {
                 target: None,
                 filter: None,
                 count: 3,
+                url: None,
             },
         }
     }

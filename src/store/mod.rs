@@ -28,7 +28,9 @@ mod tenant_counts;
 
 pub use self::embedded::{EmbeddedStore, FILE_NAME as EMBEDDED_FILE};
 pub use self::redis::RedisStore;
-pub use audit::{AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord};
+pub use audit::{
+    AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord, UrlChange,
+};
 pub use cursor::{Cursor, WalkCursor};
 pub use listing::{ListPage, Listed};
 pub use tenant_counts::{window_of, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
