@@ -114,7 +114,7 @@ async fn every_operators_action_is_recorded_and_listed_newest_first() {
         summary(&all),
         vec![
             ("all-b".into(), "purge".into(), "shop-b".into(), 1),
-            ("ops".into(), "replay_matching".into(), "*".into(), 1),
+            ("ops".into(), "replay_matching".into(), "shop-a".into(), 1),
             ("ops-a".into(), "discard".into(), "shop-a".into(), 1),
             ("ops-a".into(), "replay".into(), "shop-a".into(), 1),
             ("ops-a".into(), "cancel".into(), "shop-a".into(), 1),
@@ -139,7 +139,11 @@ async fn every_operators_action_is_recorded_and_listed_newest_first() {
         vec![("all-b".into(), "purge".into(), "shop-b".into(), 1)]
     );
     let by_tenant = walk(&f, "tok-auditor", "tenant=shop-a").await;
-    assert_eq!(by_tenant.len(), 3);
+    assert_eq!(
+        by_tenant.len(),
+        4,
+        "the bulk replay over every tenant changed shop-a's"
+    );
     let since = all[1]["at"].as_str().unwrap();
     let recent = walk(&f, "tok-auditor", &format!("since={since}")).await;
     assert!(recent.len() >= 2 && recent.len() < 5, "{recent:?}");
@@ -160,4 +164,34 @@ async fn every_operators_action_is_recorded_and_listed_newest_first() {
     );
     let logs = f.pb.logs();
     assert!(!logs.contains("tok-ops"), "no token in the logs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_over_every_tenant_is_seen_by_each_tenants_auditors() {
+    let f = start(&[]).await;
+    for _ in 0..2 {
+        f.dead_letter("tok-producer", Some("shop-a"), "paid").await;
+    }
+    f.dead_letter("tok-all-b", None, "paid").await;
+    let body = Some(json!({"topic": "paid"}));
+    let (status, answer) = f
+        .call("tok-ops", Method::POST, "/dead-letters/purge", body)
+        .await;
+    assert_eq!((status, &answer["count"]), (200, &json!(3)), "{answer}");
+
+    let f = &f;
+    let seen = |token: &'static str| async move { summary(&walk(f, token, "").await) };
+    let purge = |tenant: &str, n| {
+        (
+            "ops".to_string(),
+            "purge".to_string(),
+            tenant.to_string(),
+            n,
+        )
+    };
+    assert_eq!(seen("tok-audit-a").await, vec![purge("shop-a", 2)]);
+    assert_eq!(seen("tok-all-b").await, vec![purge("shop-b", 1)]);
+    let mut all = seen("tok-auditor").await;
+    all.sort();
+    assert_eq!(all, vec![purge("shop-a", 2), purge("shop-b", 1)]);
 }

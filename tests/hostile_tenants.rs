@@ -329,7 +329,10 @@ async fn a_replay_to_a_new_url_forwards_no_stored_header_and_is_audited_with_bot
     let path = format!("/dead-letters/{again}/replay");
     let bad = json!({"url": f.receiver.url("/x"), "headers": {"webhook-id": "forged"}});
     let (status, answer) = f.call("tok-all-b", Method::POST, &path, Some(bad)).await;
-    assert_eq!(status, 422, "headers are checked as at registration: {answer}");
+    assert_eq!(
+        status, 422,
+        "headers are checked as at registration: {answer}"
+    );
     let body = json!({"url": f.receiver.url("/newer"), "headers": headers});
     let (status, answer) = f.call("tok-all-b", Method::POST, &path, Some(body)).await;
     assert_eq!(status, 200, "{answer}");

@@ -17,7 +17,8 @@ use super::view::rfc3339;
 use super::AppState;
 use super::{auth, paging};
 use crate::access::{Principal, Role};
-use crate::domain::FieldError;
+use crate::domain::{FieldError, Tenant};
+use crate::store::bulk::PerTenant;
 use crate::store::{
     self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, JobView, ListFilter,
     UrlChange,
@@ -57,7 +58,8 @@ pub struct AuditItem {
     pub at: String,
     /// The token's name.
     pub actor: String,
-    /// The tenant acted on; null for a bulk action over every tenant.
+    /// The tenant acted on. A bulk action over every tenant is recorded once per tenant it
+    /// changed (null when it changed none).
     pub tenant: Option<String>,
     /// `cancel`, `replay`, `replay_matching`, `discard` or `purge`.
     pub action: String,
@@ -178,21 +180,34 @@ pub fn on_one(caller: &Principal, action: AuditAction, on: &JobView) -> AuditRec
     }
 }
 
-/// The entry of an action on every dead letter `filter` matches, `count` of them.
-pub fn on_matching(
+/// Records an action on every dead letter `filter` matches, `done` of them per tenant:
+/// one entry, or for an action over every tenant (a `*` token without `tenant`) one per
+/// tenant it changed, so that each tenant's auditors see what it did to theirs.
+pub async fn record_matching(
+    state: &AppState,
     caller: &Principal,
     action: AuditAction,
     filter: &ListFilter,
-    count: usize,
-) -> AuditRecord {
-    AuditRecord {
+    done: &PerTenant,
+) {
+    let entry = |tenant: Option<Tenant>, count: usize| AuditRecord {
         actor: caller.actor.clone(),
-        tenant: filter.tenant.clone(),
+        tenant,
         action,
         target: None,
         filter: Some(filter_of(filter)),
         count: count as u64,
         url: None,
+    };
+    let entries: Vec<AuditRecord> = match &filter.tenant {
+        None if !done.is_empty() => done
+            .iter()
+            .map(|(t, n)| entry(Some(t.clone()), *n))
+            .collect(),
+        tenant => vec![entry(tenant.clone(), done.values().sum())],
+    };
+    for e in entries {
+        record(state, e).await;
     }
 }
 

@@ -331,12 +331,12 @@ pub async fn replay_matching(
     let filter = request.filter(&caller)?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.policy)?;
-    let count =
+    let done =
         bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
+    let count = done.values().sum();
     tracing::info!(count, ?filter, actor = %caller.actor, "dead letters replayed in bulk");
     state.wake.notify_one();
-    let entry = audit::on_matching(&caller, AuditAction::ReplayMatching, &filter, count);
-    audit::record(&state, entry).await;
+    audit::record_matching(&state, &caller, AuditAction::ReplayMatching, &filter, &done).await;
     Ok(Json(Count { count }))
 }
 
@@ -371,13 +371,10 @@ pub async fn purge(
         }
     }
     let filter = request.filter(&caller)?;
-    let count = bulk::discard_matching(state.store.as_ref(), &filter).await?;
+    let done = bulk::discard_matching(state.store.as_ref(), &filter).await?;
+    let count = done.values().sum();
     tracing::info!(count, ?filter, actor = %caller.actor, "dead letters purged");
-    audit::record(
-        &state,
-        audit::on_matching(&caller, AuditAction::Purge, &filter, count),
-    )
-    .await;
+    audit::record_matching(&state, &caller, AuditAction::Purge, &filter, &done).await;
     Ok(Json(Count { count }))
 }
 
