@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::access;
+use crate::api::paging::CursorSeal;
 use crate::api::{self, AppState, NotifyPolicy, TenantRules};
 use crate::config::{redact, Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
@@ -95,6 +96,7 @@ impl App {
             body_timeout: s.server.body_timeout,
             metrics_token: s.server.metrics_token.as_deref().map(access::digest),
             signer,
+            cursors: Arc::new(CursorSeal::new(&config.tokens.fingerprint())),
         };
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {

@@ -349,3 +349,65 @@ async fn a_replay_to_a_new_url_forwards_no_stored_header_and_is_audited_with_bot
         "the replay's own headers"
     );
 }
+
+/// What a cursor holds, as a caller can read it: its base64 decoded, lossily.
+fn readable(cursor: &str) -> String {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(cursor)
+        .unwrap_or_default();
+    String::from_utf8_lossy(&bytes).to_string()
+}
+
+/// A page cut short by the scan limit among another tenant's notifications gives a
+/// cursor that names none of them, and following it still finds the caller's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_names_nothing_of_another_tenant() {
+    let f = start(&[]).await;
+    let item = json!({"url": f.receiver.url("/b"), "body": {}, "delay": "1h"});
+    for _ in 0..6 {
+        let items: Vec<Value> = (0..1000).map(|_| item.clone()).collect();
+        let (status, answer) = f
+            .call(
+                "tok-all-b",
+                Method::POST,
+                "/notify/batch",
+                Some(json!({"items": items})),
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let own = f
+        .register(
+            "tok-plain-c",
+            json!({"url": f.receiver.url("/c"), "body": {}, "delay": "2h"}),
+        )
+        .await;
+    let (mut found, mut cursor, mut pages) = (Vec::new(), String::new(), 0);
+    loop {
+        let path = format!("/notifications?state=scheduled&limit=10{cursor}");
+        let (status, page) = f.get("tok-plain-c", &path).await;
+        assert_eq!(status, 200, "{page}");
+        found.extend(
+            page["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["id"].clone()),
+        );
+        pages += 1;
+        match page["next_cursor"].as_str() {
+            Some(next) => {
+                let seen = readable(next);
+                assert!(
+                    !seen.contains("ntf_"),
+                    "a cursor names a notification: {seen}"
+                );
+                cursor = format!("&cursor={next}");
+            }
+            None => break,
+        }
+    }
+    assert!(pages > 1, "the scan limit cut the first page short");
+    assert_eq!(found, vec![json!(own)]);
+}

@@ -124,7 +124,7 @@ pub async fn list(
     auth::require(&caller, Role::Audit)?;
     let Query(q) = query.map_err(invalid_query)?;
     let limit = paging::limit(q.limit)?;
-    let cursor = paging::cursor(q.cursor.as_deref(), AuditPosition::decode)?;
+    let cursor = paging::cursor(&state.cursors, q.cursor.as_deref(), AuditPosition::decode)?;
     let filter = AuditFilter {
         actor: q.actor,
         action: q
@@ -139,7 +139,7 @@ pub async fn list(
     let page = store::audit::page(state.store.as_ref(), &filter, limit, cursor).await?;
     Ok(Json(AuditPageView {
         items: page.items.into_iter().map(AuditItem::from).collect(),
-        next_cursor: page.next_cursor.map(|c| c.encode()),
+        next_cursor: page.next_cursor.map(|c| state.cursors.seal(&c.encode())),
     }))
 }
 

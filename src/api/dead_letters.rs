@@ -72,7 +72,7 @@ pub async fn list(
     auth::require(&caller, Role::Read)?;
     let Query(q) = query.map_err(invalid_query)?;
     let limit = paging::limit(q.limit)?;
-    let cursor = paging::cursor(q.cursor.as_deref(), Cursor::decode)?;
+    let cursor = paging::cursor(&state.cursors, q.cursor.as_deref(), Cursor::decode)?;
     let mut filter = paging::filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let page = state
@@ -81,7 +81,7 @@ pub async fn list(
         .await?;
     Ok(Json(DeadLetterPage {
         items: page.items.iter().map(DeadLetterItem::from).collect(),
-        next_cursor: page.next_cursor.map(|c| c.encode()),
+        next_cursor: page.next_cursor.map(|c| state.cursors.seal(&c.encode())),
     }))
 }
 

@@ -29,7 +29,7 @@ mod limits;
 mod notifications;
 mod notify;
 mod overview;
-mod paging;
+pub(crate) mod paging;
 mod server;
 mod signing_keys;
 mod ui;
@@ -72,6 +72,8 @@ pub struct AppState {
     pub metrics_token: Option<[u8; 32]>,
     /// What signs each tenant's deliveries, for `GET /signing-keys`.
     pub signer: Signer,
+    /// Seals the list routes' cursors (`paging`).
+    pub cursors: Arc<paging::CursorSeal>,
 }
 
 #[derive(OpenApi)]

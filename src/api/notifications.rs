@@ -176,7 +176,7 @@ pub async fn list(
     let Query(q) = query.map_err(invalid_query)?;
     let listed = q.state.as_deref().map(listed).transpose()?;
     let limit = paging::limit(q.limit)?;
-    let cursor = paging::cursor(q.cursor.as_deref(), WalkCursor::decode)?;
+    let cursor = paging::cursor(&state.cursors, q.cursor.as_deref(), WalkCursor::decode)?;
     let mut filter = paging::filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     if let Some(key) = q.idempotency_key {
@@ -196,7 +196,10 @@ pub async fn list(
         .store
         .list(listed, &filter, limit, cursor.as_ref())
         .await?;
-    let next = page.next_cursor.as_ref().map(WalkCursor::encode);
+    let next = page
+        .next_cursor
+        .as_ref()
+        .map(|c| state.cursors.seal(&c.encode()));
     Ok(Json(NotificationPage::of(page.items.iter(), next, limit)))
 }
 

@@ -1,6 +1,16 @@
 //! What the list routes share (`GET /notifications`, `GET /dead-letters`, `GET /audit`):
 //! the page size, the cursor each gives back, the RFC 3339 times of their `since` and
 //! `until`, and the filter of the notification lists.
+//!
+//! A cursor is sealed (`CursorSeal`): a page cut short by the scan limit ends at the
+//! last notification it examined, which may be another tenant's, so a cursor must say
+//! nothing a caller could read. Every instance with the same tokens seals alike, so a
+//! walk may go on at another instance.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
+use ring::rand::{SecureRandom, SystemRandom};
 
 use crate::domain::FieldError;
 use crate::store::ListFilter;
@@ -20,12 +30,61 @@ pub fn limit(raw: Option<usize>) -> Result<usize, FieldError> {
     Ok(limit)
 }
 
-/// The cursor of a previous page, if given, read by `decode`.
+/// Seals cursors with ChaCha20-Poly1305 under a key derived from the instance's tokens
+/// (`TokenTable::fingerprint`), which every instance of a deployment shares.
+pub struct CursorSeal {
+    key: LessSafeKey,
+    random: SystemRandom,
+}
+
+impl CursorSeal {
+    pub fn new(secret: &[u8; 32]) -> Self {
+        let key = UnboundKey::new(&CHACHA20_POLY1305, secret).expect("a 32-byte key");
+        Self {
+            key: LessSafeKey::new(key),
+            random: SystemRandom::new(),
+        }
+    }
+
+    /// `plain`, sealed under a fresh nonce, as URL-safe base64.
+    pub fn seal(&self, plain: &str) -> String {
+        let mut nonce = [0u8; NONCE_LEN];
+        self.random
+            .fill(&mut nonce)
+            .expect("the system's randomness");
+        let mut sealed = plain.as_bytes().to_vec();
+        self.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::empty(),
+                &mut sealed,
+            )
+            .expect("a cursor is short");
+        B64.encode([&nonce[..], &sealed].concat())
+    }
+
+    /// What `seal` sealed; `None` for anything else.
+    pub fn open(&self, sealed: &str) -> Option<String> {
+        let bytes = B64.decode(sealed).ok()?;
+        let (nonce, rest) = bytes.split_at_checked(NONCE_LEN)?;
+        let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
+        let mut rest = rest.to_vec();
+        let plain = self
+            .key
+            .open_in_place(nonce, Aad::empty(), &mut rest)
+            .ok()?;
+        String::from_utf8(plain.to_vec()).ok()
+    }
+}
+
+/// The cursor of a previous page, if given: opened with `seal`, then read by `decode`.
 pub fn cursor<T>(
+    seal: &CursorSeal,
     raw: Option<&str>,
     decode: impl Fn(&str) -> Option<T>,
 ) -> Result<Option<T>, FieldError> {
-    raw.map(|r| decode(r).ok_or_else(|| FieldError::new("cursor", "not a cursor from this API")))
+    let read = |r: &str| seal.open(r).and_then(|plain| decode(&plain));
+    raw.map(|r| read(r).ok_or_else(|| FieldError::new("cursor", "not a cursor from this API")))
         .transpose()
 }
 
