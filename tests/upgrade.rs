@@ -186,6 +186,84 @@ async fn a_notification_an_earlier_build_left_in_flight_comes_back_when_its_leas
     );
 }
 
+/// Layout 3 (builds up to 2026-11-25) kept the ordering key and the tenant as the last
+/// fields of the meta line, where the scripts read them; no state record until the
+/// first change. Such a notification is claimed, counted for its tenant and settled,
+/// and leaves its ordering key's list.
+#[tokio::test]
+async fn a_notification_of_layout_3_keeps_its_tenant_and_ordering_key() {
+    let backend = Backend::Standalone(RedisServer::start());
+    let store = backend.store().await;
+    let Backend::Standalone(redis) = &backend else {
+        unreachable!()
+    };
+    let (now, id) = (now_ms(), JobId::new(0));
+    let (key, list) = (id.to_string(), "{postback:0}:order:shop-a o1");
+    let created = radix36(now);
+    let spec = format!(
+        "v3 {created} 0 150\n{{\"url\":\"http://merchant.example.com/cb\",\"success\":{{\"json_pointer\":\"/a\",\"json_equals\":{{\"ordering_key\":\"x y\"}}}},\"ordering_key\":\"o1\",\"tenant\":\"shop-a\"}}\n{{}}"
+    );
+    redis.query::<()>(
+        redis::cmd("HSET")
+            .arg("{postback:0}:jobs")
+            .arg(&key)
+            .arg(spec),
+    );
+    redis.query::<()>(
+        redis::cmd("ZADD")
+            .arg("{postback:0}:due")
+            .arg(now)
+            .arg(&key),
+    );
+    redis.query::<()>(redis::cmd("RPUSH").arg(list).arg(&key));
+    redis.query::<()>(
+        redis::cmd("HSET")
+            .arg("{postback:0}:tenants")
+            .arg("shop-a due")
+            .arg(1),
+    );
+
+    let job = claim_one(&*store).await;
+    assert_eq!(
+        (
+            &*job.spec.tenant,
+            job.spec.ordering_key.as_ref().map(|k| k.as_str())
+        ),
+        ("shop-a", Some("o1"))
+    );
+    let counts = |field: &str| -> i64 {
+        redis
+            .query::<Option<i64>>(redis::cmd("HGET").arg("{postback:0}:tenants").arg(field))
+            .unwrap_or(0)
+    };
+    assert_eq!((counts("shop-a due"), counts("shop-a inflight")), (0, 1));
+    let delivered = Settlement {
+        ordered: true,
+        ..settlement(&job, Outcome::Delivered)
+    };
+    assert_eq!(store.settle(&[delivered]).await.unwrap().applied, [true]);
+    assert_eq!((counts("shop-a inflight"), counts("shop-a done")), (0, 1));
+    assert_eq!(
+        redis.query::<i64>(redis::cmd("EXISTS").arg(list)),
+        0,
+        "it left its key's list"
+    );
+}
+
+fn radix36(mut n: u64) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(digits[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
+
 /// One notification as the embedded store of an earlier build kept it: its record (with
 /// the schedule in ms) and its index entry.
 struct EarlierRow {
