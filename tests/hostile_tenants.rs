@@ -271,7 +271,7 @@ async fn one_tenant_hanging_never_holds_every_delivery_slot() {
 async fn what_a_caller_wrote_is_not_echoed_into_every_attempt() {
     let f = start(&[]).await;
     let expected = "x".repeat(100_000);
-    let body = json!({"url": f.receiver.url("/big"), "body": {},
+    let body = json!({"url": f.receiver.url("/big?reply=%7B%22a%22%3A1%7D"), "body": {},
                       "success": {"json_pointer": "/a", "json_equals": expected},
                       "schedule": ["100ms", "100ms"]});
     let id = f.register("tok-all-b", body).await;
@@ -363,7 +363,14 @@ fn readable(cursor: &str) -> String {
 /// cursor that names none of them, and following it still finds the caller's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_names_nothing_of_another_tenant() {
-    let f = start(&[]).await;
+    // One shard (the embedded store has no other), so that one page examines every
+    // notification up to the scan limit.
+    let embedded = std::env::var("POSTBACK_TEST_BACKEND").as_deref() == Ok("embedded");
+    let one_shard: &[(&str, &str)] = match embedded {
+        true => &[],
+        false => &[("POSTBACK_STORE_SHARDS", "1")],
+    };
+    let f = start(one_shard).await;
     let item = json!({"url": f.receiver.url("/b"), "body": {}, "delay": "1h"});
     let mut stored = 0;
     while stored < 6000 {
