@@ -289,6 +289,14 @@ async fn what_a_caller_wrote_is_not_echoed_into_every_attempt() {
     );
 }
 
+/// The request the receiver got at `path`.
+fn sent_to(f: &Fleet, path: &str) -> support::receiver::Received {
+    let got = f.receiver.requests().into_iter();
+    got.rev()
+        .find(|r| r.path.starts_with(path))
+        .expect("a request")
+}
+
 /// A replay to a new URL sends what the operator chose, not the producer's headers
 /// (an `Authorization` meant for the old receiver), and the audit log says where it went.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,12 +313,7 @@ async fn a_replay_to_a_new_url_forwards_no_stored_header_and_is_audited_with_bot
     let (status, answer) = f.call("tok-all-b", Method::POST, &path, replay).await;
     assert_eq!(status, 200, "{answer}");
     f.pb.wait_state(&id, "delivered", WAIT).await;
-    let sent = f
-        .receiver
-        .requests()
-        .into_iter()
-        .find(|r| r.path.starts_with("/new"))
-        .unwrap();
+    let sent = sent_to(&f, "/new");
     assert_eq!(
         sent.header("authorization"),
         None,
@@ -337,12 +340,7 @@ async fn a_replay_to_a_new_url_forwards_no_stored_header_and_is_audited_with_bot
     let (status, answer) = f.call("tok-all-b", Method::POST, &path, Some(body)).await;
     assert_eq!(status, 200, "{answer}");
     f.pb.wait_state(&again, "delivered", WAIT).await;
-    let sent = f
-        .receiver
-        .requests()
-        .into_iter()
-        .find(|r| r.path.starts_with("/newer"))
-        .unwrap();
+    let sent = sent_to(&f, "/newer");
     assert_eq!(
         sent.header("x-shop").as_deref(),
         Some("7"),

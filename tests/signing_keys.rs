@@ -73,7 +73,7 @@ async fn each_tenants_deliveries_verify_with_its_published_public_keys_alone() {
     assert_ne!(b_public[0], instance_public, "shop-b's own, derived");
     assert_eq!(
         b_public,
-        signing_printed(&path, "shop-b"),
+        signatures::printed(&path, "shop-b", "public_key"),
         "as `config signing` prints it"
     );
     assert_eq!(
@@ -116,27 +116,6 @@ async fn each_tenants_deliveries_verify_with_its_published_public_keys_alone() {
     assert!(signatures::v1a_verifies(&instance_public, &d));
     assert!(!signatures::v1a_verifies(&instance_public, &a));
     assert!(!pb.logs().contains("whsk_"), "keys never logged");
-}
-
-/// The public keys `postback config signing <tenant>` prints for the configuration at
-/// `path`.
-fn signing_printed(path: &std::path::Path, tenant: &str) -> Vec<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_postback"))
-        .args(["config", "signing", tenant, "--config"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed = String::from_utf8(out.stdout).unwrap();
-    printed
-        .lines()
-        .filter_map(|l| l.strip_prefix("public_key "))
-        .map(String::from)
-        .collect()
 }
 
 #[tokio::test]

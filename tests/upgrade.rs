@@ -197,31 +197,18 @@ async fn a_notification_of_layout_3_keeps_its_tenant_and_ordering_key() {
     let Backend::Standalone(redis) = &backend else {
         unreachable!()
     };
-    let (now, id) = (now_ms(), JobId::new(0));
-    let (key, list) = (id.to_string(), "{postback:0}:order:shop-a o1");
-    let created = radix36(now);
-    let spec = format!(
-        "v3 {created} 0 150\n{{\"url\":\"http://merchant.example.com/cb\",\"success\":{{\"json_pointer\":\"/a\",\"json_equals\":{{\"ordering_key\":\"x y\"}}}},\"ordering_key\":\"o1\",\"tenant\":\"shop-a\"}}\n{{}}"
-    );
-    redis.query::<()>(
-        redis::cmd("HSET")
-            .arg("{postback:0}:jobs")
-            .arg(&key)
-            .arg(spec),
-    );
-    redis.query::<()>(
-        redis::cmd("ZADD")
-            .arg("{postback:0}:due")
-            .arg(now)
-            .arg(&key),
-    );
-    redis.query::<()>(redis::cmd("RPUSH").arg(list).arg(&key));
-    redis.query::<()>(
-        redis::cmd("HSET")
-            .arg("{postback:0}:tenants")
-            .arg("shop-a due")
-            .arg(1),
-    );
+    let (now, id) = (now_ms().to_string(), JobId::new(0).to_string());
+    let list = "{postback:0}:order:shop-a o1";
+    // Registered in 2023 (`loyw3v28`, base 36), and due now by its place in the index.
+    let spec = "v3 loyw3v28 0 150\n{\"url\":\"http://merchant.example.com/cb\",\"success\":{\"json_pointer\":\"/a\",\"json_equals\":{\"ordering_key\":\"x y\"}},\"ordering_key\":\"o1\",\"tenant\":\"shop-a\"}\n{}";
+    for args in [
+        ["HSET", "{postback:0}:jobs", &id, spec],
+        ["ZADD", "{postback:0}:due", &now, &id],
+        ["HSET", "{postback:0}:tenants", "shop-a due", "1"],
+    ] {
+        redis.query::<()>(redis::cmd(args[0]).arg(&args[1..]));
+    }
+    redis.query::<()>(redis::cmd("RPUSH").arg(list).arg(&id));
 
     let job = claim_one(&*store).await;
     assert_eq!(
@@ -248,20 +235,6 @@ async fn a_notification_of_layout_3_keeps_its_tenant_and_ordering_key() {
         0,
         "it left its key's list"
     );
-}
-
-fn radix36(mut n: u64) -> String {
-    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(digits[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).unwrap()
 }
 
 /// One notification as the embedded store of an earlier build kept it: its record (with

@@ -50,3 +50,21 @@ pub fn v1a_verifies(public: &str, r: &Received) -> bool {
                 .is_ok_and(|sig| verifier.verify(&content, &sig).is_ok())
         })
 }
+
+/// What `postback config signing <tenant>` prints for the configuration at `path` under
+/// `label` (`secret` or `public_key`), one value per line.
+pub fn printed(path: &std::path::Path, tenant: &str, label: &str) -> Vec<String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["config", "signing", tenant, "--config"])
+        .arg(path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let prefix = format!("{label} ");
+    let values = printed
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix.as_str()));
+    values.map(String::from).collect()
+}

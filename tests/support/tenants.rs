@@ -114,19 +114,9 @@ impl Fleet {
     /// The shared secret that signs `tenant`'s deliveries, as `postback config signing`
     /// prints it.
     pub fn signing_secret(&self, tenant: &str) -> String {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_postback"))
-            .args(["config", "signing", tenant, "--config"])
-            .arg(self.dir.path().join("postback.toml"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let printed = String::from_utf8(out.stdout).unwrap();
-        let secret = printed.lines().find_map(|l| l.strip_prefix("secret "));
-        secret.expect("a secret").to_string()
+        let path = self.dir.path().join("postback.toml");
+        let secrets = super::signatures::printed(&path, tenant, "secret");
+        secrets.into_iter().next().expect("a secret")
     }
 
     /// A dead letter of `token`'s tenant (or of `tenant`, for a `*` token).
