@@ -269,7 +269,7 @@ fn before_due(d: Duration) -> Duration {
 /// outcome is queued for the settler.
 struct Place {
     claimed: OwnedSemaphorePermit,
-    /// Its tenant's share of the slots, taken when it is due, then its slot.
+    /// Its tenant's share of the slots, taken with its slot.
     share: Option<Share>,
     slot: Option<Slot>,
 }
@@ -329,21 +329,10 @@ impl AttemptContext {
         }
     }
 
-    /// A due notification takes its tenant's share of the slots (or, when its tenant
-    /// holds all it may, is deferred `tenant_busy`, so that other tenants' notifications
-    /// behind it are claimed meanwhile), then a free slot, or queues for the next.
-    async fn take_slot(&self, job: ClaimedJob, mut place: Place, tasks: &TaskTracker) {
-        let Some(share) = self.shares.take(&job.spec.tenant) else {
-            return self
-                .defer(job, place, TENANT_WAIT, false, "tenant_busy")
-                .await;
-        };
-        place.share = Some(share);
+    /// A due notification takes a free slot, or queues for the next.
+    async fn take_slot(&self, job: ClaimedJob, place: Place, tasks: &TaskTracker) {
         match self.slots.try_take() {
-            Some(slot) => {
-                place.slot = Some(slot);
-                self.admit(job, place, tasks).await
-            }
+            Some(slot) => self.with_slot(job, place, slot, tasks).await,
             None => {
                 let queued = self.slots.queue();
                 tasks.spawn(
@@ -369,7 +358,7 @@ impl AttemptContext {
         self,
         queued: InQueue,
         job: ClaimedJob,
-        mut place: Place,
+        place: Place,
         tasks: TaskTracker,
     ) {
         let slot = tokio::select! {
@@ -377,15 +366,28 @@ impl AttemptContext {
             slot = queued.take(SLOT_WAIT) => slot,
         };
         match slot {
-            Some(slot) => {
-                place.slot = Some(slot);
-                self.admit(job, place, &tasks).await
-            }
+            Some(slot) => self.with_slot(job, place, slot, &tasks).await,
             None => {
                 self.defer(job, place, Duration::ZERO, false, "slots_busy")
                     .await
             }
         }
+    }
+
+    /// With a slot, its tenant's share of the slots too (a share counts slots held, not
+    /// places in the queue for one); when its tenant holds all it may, the slot goes
+    /// back and the notification is deferred `tenant_busy`, so that other tenants'
+    /// notifications behind it are claimed meanwhile.
+    async fn with_slot(&self, job: ClaimedJob, mut place: Place, slot: Slot, tasks: &TaskTracker) {
+        let Some(share) = self.shares.take(&job.spec.tenant) else {
+            drop(slot);
+            return self
+                .defer(job, place, TENANT_WAIT, false, "tenant_busy")
+                .await;
+        };
+        place.slot = Some(slot);
+        place.share = Some(share);
+        self.admit(job, place, tasks).await
     }
 
     async fn admit(&self, job: ClaimedJob, place: Place, tasks: &TaskTracker) {

@@ -5,9 +5,10 @@
 //! one within the last second), each may hold at most an equal part of the slots. So a
 //! tenant whose hosts hang, or who sets long timeouts, never holds every slot, and the
 //! other tenants' deliveries start at once and come to an equal share as its attempts
-//! end. A notification takes its tenant's share when it is due, before a slot; one whose
-//! tenant holds all it may is deferred (`tenant_busy`), so that the others behind it in
-//! the due order are claimed meanwhile.
+//! end. A notification takes its tenant's share with its slot (a share counts slots
+//! held, not places queued for one); one whose tenant holds all it may gives the slot
+//! back and is deferred (`tenant_busy`), so that the others behind it in the due order
+//! are claimed meanwhile.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
