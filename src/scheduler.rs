@@ -424,7 +424,7 @@ impl AttemptContext {
             Refusal::CircuitOpen => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
-                attempt_span(&job, &target.host).in_scope(|| log_outcome(&report));
+                attempt_span(&job, &target.host).in_scope(|| log_outcome(&job, &report));
                 let settlement = self.settlement(&job, report);
                 self.report(Report::Attempted(settlement), place).await;
             }
@@ -491,7 +491,7 @@ impl AttemptContext {
             };
             slot.finish(Duration::from_millis(report.duration_ms));
             self.learn_from(&job, &target.circuit, &report);
-            log_outcome(&report);
+            log_outcome(&job, &report);
             traces::attempt_ended(&tracing::Span::current(), &report);
             let settlement = self.settlement(&job, report);
             self.report(Report::Attempted(settlement), place).await;
@@ -549,18 +549,31 @@ fn record_lateness(job: &ClaimedJob) {
     metrics::lateness(Duration::from_millis(job.lateness_ms() as u64));
 }
 
-/// Logs and counts how an attempt ended.
-fn log_outcome(report: &AttemptReport) {
+/// Logs and counts how an attempt ended: one line at `info` for a delivery, at `warn`
+/// for an attempt that makes its notification a dead letter (gone, or its last), in the
+/// attempt's span (which names the notification and the attempt).
+fn log_outcome(job: &ClaimedJob, report: &AttemptReport) {
     metrics::attempt(report);
+    let (tenant, status, ms) = (&*job.spec.tenant, report.status, report.duration_ms);
+    let error = report.error.as_deref();
     match report.outcome {
-        Outcome::Delivered => {
-            tracing::debug!(status = report.status, ms = report.duration_ms, "delivered")
-        }
-        Outcome::Failed | Outcome::Gone => tracing::info!(
-            status = report.status,
-            error = report.error.as_deref(),
-            ms = report.duration_ms,
-            "attempt failed"
+        Outcome::Delivered => tracing::info!(tenant, status, ms, "delivered"),
+        Outcome::Gone => tracing::warn!(
+            tenant,
+            status,
+            error,
+            ms,
+            "dead-lettered: the receiver answered 410 Gone"
         ),
+        Outcome::Failed if job.is_last() => {
+            tracing::warn!(
+                tenant,
+                status,
+                error,
+                ms,
+                "dead-lettered: its last attempt failed"
+            )
+        }
+        Outcome::Failed => tracing::info!(tenant, status, error, ms, "attempt failed"),
     }
 }

@@ -1,6 +1,10 @@
 //! Logging and traces: `tracing` to stdout, as text or JSON lines, the level from
-//! `RUST_LOG` when set, otherwise from `log.level`; and, when `traces.otlp_endpoint` is
-//! set, OpenTelemetry spans (`crate::traces`), whatever the log level.
+//! `RUST_LOG` when set, otherwise from `log.level`, in colour only on a terminal and
+//! without `NO_COLOR` (a file, systemd or `docker logs` gets plain text); and, when
+//! `traces.otlp_endpoint` is set, OpenTelemetry spans (`crate::traces`), whatever the
+//! log level.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -20,7 +24,11 @@ pub fn init(log: &LogSettings, traces: &TraceSettings) -> anyhow::Result<Option<
             .map_err(|e| anyhow::anyhow!("log.level (POSTBACK_LOG_LEVEL): {e}"))?,
     };
     let (spans, export) = traces::start(traces)?.unzip();
-    let lines = tracing_subscriber::fmt::layer().with_target(false);
+    let colour = std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let lines = tracing_subscriber::fmt::layer()
+        .with_target(false)
+        .with_ansi(colour);
     let registry = tracing_subscriber::registry().with(spans);
     match log.format {
         LogFormat::Json => registry

@@ -477,3 +477,34 @@ async fn a_burst_beyond_the_slots_of_a_slow_host_is_sent_once_each_and_never_mor
         receiver.max_concurrent()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_says_in_plain_text_how_each_notification_ended() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let delivered = pb
+        .register(json!({"url": receiver.url("/ok"), "body": {}}))
+        .await;
+    let dead = pb
+        .register(json!({"url": receiver.url("/no?fail=9"), "body": {}, "schedule": ["100ms"]}))
+        .await;
+    pb.wait_state(&delivered, "delivered", WAIT).await;
+    pb.wait_state(&dead, "dead", WAIT).await;
+    let logs = pb.logs();
+    assert!(!logs.contains('\u{1b}'), "no colour codes in a file");
+    let line = |id: &str, what: &str| {
+        logs.lines()
+            .find(|l| l.contains(id) && l.contains(what))
+            .unwrap_or_else(|| panic!("no `{what}` line for {id} in\n{logs}"))
+            .to_string()
+    };
+    let ok = line(&delivered, " delivered");
+    assert!(
+        ok.contains("INFO") && ok.contains("default") && ok.contains("200"),
+        "{ok}"
+    );
+    let died = line(&dead, "dead-lettered");
+    assert!(
+        died.contains("WARN") && died.contains("attempt=2") && died.contains("500"),
+        "{died}"
+    );
+}
