@@ -385,7 +385,7 @@ async function queue(params) {
           el("th", { class: "wide" }, "Topic"), el("th", { class: "wide" }, "Tenant"),
           el("th", { class: "wide" }, "Attempts"), el("th", {}, "Last attempt"))),
         el("tbody", {}, page.items.map((n) => el("tr", {},
-          el("td", { class: "url" }, el("a", { href: `#/lookup/${n.id}` }, n.id), el("div", { class: "muted" }, n.url)),
+          el("td", { class: "url" }, el("a", { href: `#/lookup/${n.id}` }, n.url), el("div", { class: "muted id" }, n.id)),
           el("td", {}, when(pending ? n.next_attempt_at : n.finished_at)),
           el("td", { class: "wide" }, n.topic || "—"),
           el("td", { class: "wide" }, n.tenant),

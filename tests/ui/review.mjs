@@ -178,7 +178,7 @@ try {
   const queueRows = page.getByRole("table", { name: "Scheduled" }).locator("tbody tr");
   await queueRows.nth(2).waitFor();
   assert.deepEqual(
-    await queueRows.evaluateAll((rows) => rows.map((r) => r.querySelector("a").textContent)),
+    await queueRows.evaluateAll((rows) => rows.map((r) => r.querySelector(".id").textContent)),
     scheduled, "soonest due first");
   await page.screenshot({ path: `${shots}/ui-queue.png`, fullPage: true });
   await page.goto(`${api}/ui#/queue?state=scheduled&limit=2`);
@@ -186,7 +186,7 @@ try {
   await page.getByRole("link", { name: "Next page" }).click();
   await page.waitForURL(/cursor=/);
   await eventually("the last page of one", async () => (await queueRows.count()) === 1);
-  assert.equal(await queueRows.first().locator("a").textContent(), scheduled[2]);
+  assert.equal(await queueRows.first().locator(".id").textContent(), scheduled[2]);
   await page.getByRole("link", { name: "Delivered", exact: true }).click();
   await page.waitForURL(/state=delivered/);
   await page.getByRole("table", { name: "Delivered" }).locator("tbody tr").first().waitFor();
