@@ -206,7 +206,7 @@ try {
   await page.goto(`${api}/ui#/queue?state=cancelled`);
   const cancelledRows = page.getByRole("table", { name: "Cancelled" }).locator("tbody tr");
   await cancelledRows.first().waitFor();
-  assert.equal(await cancelledRows.first().locator("a").textContent(), scheduled[1]);
+  assert.equal(await cancelledRows.first().locator(".id").textContent(), scheduled[1]);
 
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
