@@ -61,7 +61,7 @@ const TENANT_WAIT: Duration = Duration::from_millis(500);
 pub struct Dispatcher {
     store: Arc<dyn Store>,
     sender: Arc<Sender>,
-    /// Each tenant's share of the delivery slots, taken before a slot.
+    /// Each tenant's share of the delivery slots, taken with a slot.
     shares: Arc<TenantShares>,
     policy: Arc<Policy>,
     wake: Arc<Notify>,
