@@ -2,7 +2,7 @@
 -- notifications, each only if the notification is still as it was when it was worked
 -- out: its stored record the expected one, in the expected index. No rules here but an
 -- ordering key's turn (below): a settle, deferral, release, hand-back of an expired
--- lease, cancel and replay all come this way (src/store/redis/commit.rs builds the
+-- lease, cancel and replay all come this way (src/store/redis_store/commit.rs builds the
 -- arguments).
 -- KEYS: the shard's keys (see common.lua), then the ordering key lists of those that have
 --       one

@@ -1,4 +1,4 @@
--- Helpers put in front of every script by src/store/redis.rs. Every script receives the
+-- Helpers put in front of every script by src/store/redis_store.rs. Every script receives the
 -- shard's keys in this order: KEYS 1 due, 2 inflight, 3 dead, 4 jobs, 5 state,
 -- 6 history, 7 done, 8 counters, 9 tenants (then its own extra keys).
 
@@ -122,7 +122,7 @@ local function leave_order(list, id, now)
 end
 
 -- Counts per tenant, in the tenants hash (KEYS[9]), for every tenant but the default
--- one, whose counts are the shard's totals less these (src/store/redis/tenants.rs):
+-- one, whose counts are the shard's totals less these (src/store/tenant_counts.rs):
 -- `<tenant> <index>` notifications in each index; `<tenant> <index>@<window>` those in
 -- dead and done by the five-minute window of their finish time, for the last hour
 -- (trim.lua deletes older windows); `<tenant> <counter>` what retention deleted.

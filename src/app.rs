@@ -135,11 +135,14 @@ impl App {
         });
         let watching = {
             let (store, wake, token) = (self.store.clone(), self.wake, tasks.child_token());
-            let delivery = self.delivery;
-            let health: HealthListener = Arc::new(move |endpoint, healthy| {
-                delivery.learn(endpoint, healthy);
-            });
-            tokio::spawn(async move { store.watch(wake, health, token).await })
+            if let Some(fleet) = store.fleet() {
+                let delivery = self.delivery;
+                let health: HealthListener = Arc::new(move |endpoint, healthy| {
+                    delivery.learn(endpoint, healthy);
+                });
+                fleet.on_health(health);
+            }
+            tokio::spawn(async move { store.watch(wake, token).await })
         };
         let sweeping = tokio::spawn(retention::sweep(
             self.store,

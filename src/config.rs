@@ -155,7 +155,7 @@ pub struct StoreSettings {
     pub response_timeout: Duration,
     /// How long an instance's hold on its shards lasts without renewal: instances
     /// sharing a Redis divide its shards among the live ones, and a killed instance's
-    /// shards are taken over within this (`store/redis/fleet.rs`).
+    /// shards are taken over within this (`store/redis_store/fleet.rs`).
     #[serde(with = "humantime_serde")]
     pub shard_lease: Duration,
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::metrics;
 use crate::policy::Policy;
-use crate::store::{ClaimedJob, Store};
+use crate::store::{ClaimedJob, RateReservations};
 
 /// A send time further away than this is not waited for in process (holding a delivery
 /// slot): the notification is deferred to it in the store, once.
@@ -33,7 +33,11 @@ pub enum SendAt {
 }
 
 /// When each of `jobs` goes, in order.
-pub async fn send_times(store: &dyn Store, policy: &Policy, jobs: &[&ClaimedJob]) -> Vec<SendAt> {
+pub async fn send_times(
+    store: &dyn RateReservations,
+    policy: &Policy,
+    jobs: &[&ClaimedJob],
+) -> Vec<SendAt> {
     let mut by_key: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, job) in jobs.iter().enumerate().filter(|(_, j)| !j.reserved) {
         by_key.entry(job.spec.quota_key()).or_default().push(i);
@@ -53,12 +57,12 @@ pub async fn send_times(store: &dyn Store, policy: &Policy, jobs: &[&ClaimedJob]
         })
         .collect();
     match store.reserve(&asks).await {
-        Ok(slots) => {
+        Ok(reserved) => {
             metrics::reserved(by_key.values().map(Vec::len).sum());
-            for ((members, slots), ask) in by_key.values().zip(slots).zip(&asks) {
-                let paused = slots.start_us > slots.now_us.max(ask.not_before_us);
+            for ((members, key_times), ask) in by_key.values().zip(reserved).zip(&asks) {
+                let paused = key_times.start_us > key_times.now_us.max(ask.not_before_us);
                 for (k, &i) in members.iter().enumerate() {
-                    let wait = slots.wait(k as u32).max(jobs[i].until_due());
+                    let wait = key_times.wait(k as u32).max(jobs[i].until_due());
                     times[i] = send_at(wait, paused);
                 }
             }

@@ -457,7 +457,10 @@ impl AttemptContext {
     /// instances are told of the endpoint's health, and a receiver's `Retry-After` pauses
     /// its rate key in the store.
     fn learn_from(&self, job: &ClaimedJob, endpoint: &str, report: &AttemptReport) {
-        let tell = self.policy.record(endpoint, report);
+        let tell = self
+            .policy
+            .record(endpoint, report)
+            .filter(|_| self.store.fleet().is_some());
         let pause = report
             .retry_after
             .map(|wait| RateAsk::pause(&job.spec.quota_key(), wait));
@@ -466,8 +469,8 @@ impl AttemptContext {
         }
         let (store, endpoint) = (self.store.clone(), endpoint.to_string());
         tokio::spawn(async move {
-            if let Some(healthy) = tell {
-                if let Err(e) = store.publish_health(&endpoint, healthy).await {
+            if let (Some(healthy), Some(fleet)) = (tell, store.fleet()) {
+                if let Err(e) = fleet.publish_health(&endpoint, healthy).await {
                     metrics::store_error("publish_health");
                     tracing::debug!(error = %e, "cannot tell the other instances of an endpoint's health");
                 }

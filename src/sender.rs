@@ -1,5 +1,5 @@
 //! The sender: makes one HTTP attempt for a claimed notification and says how it went.
-//! One pooled client; no proxy; redirects are not followed; unless private networks are
+//! A pooled client for the instance and one for each tenant with TLS of its own; no proxy; redirects are not followed; unless private networks are
 //! allowed, it connects only to public addresses (`ssrf`); the response is read up to a
 //! small cap; success is what the notification's `SuccessRule` says (any 2xx by default);
 //! `410 Gone` gives up at once, and `Retry-After` on 429 or 503 is reported.

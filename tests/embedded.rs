@@ -212,7 +212,7 @@ async fn a_closed_store_frees_its_file_and_keeps_what_it_stored() {
     use postback::domain::{
         CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
     };
-    use postback::store::{EmbeddedStore, Store};
+    use postback::store::{EmbeddedStore, Queue, Reads};
 
     let dir = tempfile::tempdir().unwrap();
     let retention = RetentionSettings::default();

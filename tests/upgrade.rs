@@ -10,7 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postback::config::RetentionSettings;
 use postback::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach};
-use postback::store::{ClaimedJob, EmbeddedStore, Settlement, Store, EMBEDDED_FILE};
+use postback::store::{
+    ClaimedJob, EmbeddedStore, OperatorActions, Queue, Reads, Settlement, Store, EMBEDDED_FILE,
+};
 use support::redis_server::RedisServer;
 use support::Backend;
 

@@ -5,7 +5,7 @@
 //! has both); the others take the shards in
 //! turn, spreading the load evenly. Registrations that arrive together (within
 //! `RUN_FOR`, up to `RUN` of them) share a shard, so that they are stored with one
-//! script call (`store/redis/enqueue.rs`) rather than one per shard.
+//! script call (`store/redis_store/enqueue.rs`) rather than one per shard.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -17,8 +17,9 @@ use super::JobId;
 /// Most registrations in a row placed on one shard.
 const RUN: usize = 32;
 /// How long a run lasts at most: a registration later than this after the first of its
-/// run goes to the next shard. Longer than the enqueuer's linger (`store/redis/
-/// enqueue.rs`), so that one instance's group is not split over shards by its run.
+/// run goes to the next shard. Longer than the enqueuer's linger
+/// (`store/redis_store/enqueue.rs`), so that one instance's group is not split over
+/// shards by its run.
 const RUN_FOR: Duration = Duration::from_millis(4);
 
 /// The run of unkeyed registrations going on now.

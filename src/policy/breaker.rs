@@ -7,7 +7,7 @@
 //! always a real request.
 //!
 //! Instances share what they learn: each failure, and each success that ends a run of
-//! failures, is published through the store (`Store::publish_health`), and `learn`
+//! failures, is published through the store (`FleetMessaging::publish_health`), and `learn`
 //! counts it here as if it were this instance's own. So a dead endpoint costs the fleet
 //! `threshold` requests, and every instance opens and closes with the others.
 //!

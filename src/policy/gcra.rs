@@ -78,9 +78,9 @@ impl RateAsk {
     }
 }
 
-/// The send times one call reserved in one key: the `i`-th is `Slots::at(i)`.
+/// The send times one call reserved in one key: the `i`-th is `SendTimes::at(i)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slots {
+pub struct SendTimes {
     /// The store's clock when it reserved them.
     pub now_us: i64,
     /// No send before this: now, the end of a pause, or the asked `not_before`.
@@ -91,7 +91,7 @@ pub struct Slots {
     pub tolerance_us: i64,
 }
 
-impl Slots {
+impl SendTimes {
     /// The `i`-th reserved send time.
     pub fn at(&self, i: u32) -> i64 {
         let evenly = self.tat_us + i64::from(i) * self.interval_us;
@@ -106,7 +106,7 @@ impl Slots {
 
 /// Reserves `ask.count` send times at `now_us` (after any pause it asks for): the new
 /// state and the send times.
-pub fn reserve(state: RateState, now_us: i64, ask: &RateAsk) -> (RateState, Slots) {
+pub fn reserve(state: RateState, now_us: i64, ask: &RateAsk) -> (RateState, SendTimes) {
     let mut paused_until_us = state.paused_until_us;
     if ask.pause_us > 0 {
         paused_until_us = paused_until_us.max(now_us + ask.pause_us);
@@ -117,14 +117,14 @@ pub fn reserve(state: RateState, now_us: i64, ask: &RateAsk) -> (RateState, Slot
         tat_us: tat_us + i64::from(ask.count) * ask.interval_us,
         paused_until_us,
     };
-    let slots = Slots {
+    let times = SendTimes {
         now_us,
         start_us,
         tat_us,
         interval_us: ask.interval_us,
         tolerance_us: ask.tolerance_us,
     };
-    (new, slots)
+    (new, times)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ mod host_slots;
 mod quota;
 
 pub use breaker::{Breaker, Recorded, Verdict};
-pub use gcra::{reserve, RateAsk, RateState, Slots};
+pub use gcra::{reserve, RateAsk, RateState, SendTimes};
 pub use host_slots::{Busy, HostSlot, HostSlots};
 pub use quota::{Quota, Quotas};
 

@@ -16,15 +16,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::spec;
 use super::{
-    AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cancelled, Claim, Cursor, DeadPage,
-    Deferral, Enqueued, HealthListener, Idempotency, JobState, JobStatus, JobView, ListFilter,
-    ListPage, Listed, Outcomes, Settled, Settlement, Stats, Store, StoreError, StoreResult,
-    WalkCursor,
+    AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
+    DeadPage, Deferral, Enqueued, FleetMessaging, Idempotency, JobState, JobStatus, JobView,
+    ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue, RateReservations, Reads,
+    Settled, Settlement, Stats, Store, StoreError, StoreResult, WalkCursor,
 };
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::{retention, Index, Now, Record};
-use crate::policy::{RateAsk, Slots};
+use crate::policy::{RateAsk, SendTimes};
 
 mod audit;
 mod reads;
@@ -129,7 +129,7 @@ fn any_heads(t: &Tables, records: &[(String, Record)]) -> DbResult<bool> {
 }
 
 #[async_trait]
-impl Store for EmbeddedStore {
+impl Queue for EmbeddedStore {
     async fn enqueue(
         &self,
         n: &Notification,
@@ -221,17 +221,61 @@ impl Store for EmbeddedStore {
         Ok(earliest)
     }
 
-    async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<Slots>> {
-        let asks = asks.to_vec();
-        self.writer
-            .run(move |t, now| transitions::reserve(t, now, &asks))
-            .await
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
+        let leases = leases.to_vec();
+        let (released, earliest) = self
+            .writer
+            .run(move |t, now| {
+                let mut moved = Vec::new();
+                for (id, lease) in &leases {
+                    let record = transitions::release(t, now, id, *lease)?;
+                    moved.extend(record.map(|r| (id.to_string(), r)));
+                }
+                let due = moved.iter().filter(|(_, r)| r.next_at.is_some()).count();
+                Ok((due, any_heads(t, &moved)?))
+            })
+            .await?;
+        self.announce(earliest);
+        Ok(released)
     }
 
-    async fn publish_health(&self, _endpoint: &str, _healthy: bool) -> StoreResult<()> {
-        Ok(())
+    async fn trim(&self) -> StoreResult<usize> {
+        let mut trimmed = 0;
+        loop {
+            let retention = self.retention;
+            let n = self
+                .writer
+                .run(move |t, now| {
+                    t.forget_old_windows()?;
+                    transitions::apply_retention(
+                        t,
+                        now,
+                        &retention,
+                        retention::SWEEP_BUDGET,
+                        (true, true),
+                    )
+                })
+                .await?;
+            trimmed += n;
+            if n < retention::SWEEP_BUDGET {
+                return Ok(trimmed);
+            }
+        }
     }
 
+    /// One instance only: there are no other instances' health reports to hear.
+    async fn watch(&self, wake: Arc<Notify>, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = self.announced.notified() => wake.notify_one(),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl OperatorActions for EmbeddedStore {
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
         let id = *id;
         self.writer
@@ -309,29 +353,42 @@ impl Store for EmbeddedStore {
             })
             .await
     }
+}
 
-    async fn trim(&self) -> StoreResult<usize> {
-        let mut trimmed = 0;
-        loop {
-            let retention = self.retention;
-            let n = self
-                .writer
-                .run(move |t, now| {
-                    t.forget_old_windows()?;
-                    transitions::apply_retention(
-                        t,
-                        now,
-                        &retention,
-                        retention::SWEEP_BUDGET,
-                        (true, true),
-                    )
-                })
-                .await?;
-            trimmed += n;
-            if n < retention::SWEEP_BUDGET {
-                return Ok(trimmed);
-            }
-        }
+#[async_trait]
+impl Reads for EmbeddedStore {
+    async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>> {
+        let id = id.to_string();
+        self.read(move |tx| reads::view(tx, &id)).await
+    }
+
+    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>> {
+        let (key, now) = (scoped_key.to_string(), Now::read().down());
+        self.read(move |tx| reads::by_key(tx, &key, now)).await
+    }
+
+    async fn list(
+        &self,
+        listed: Listed,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&WalkCursor>,
+    ) -> StoreResult<ListPage> {
+        let walk_from = after.map_or_else(|| Now::read().down(), |c| c.walk_from);
+        let (filter, position) = (filter.clone(), after.map(|c| c.position.clone()));
+        self.read(move |tx| reads::list(tx, (listed, walk_from), &filter, limit, position.as_ref()))
+            .await
+    }
+
+    async fn dead_letters(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&Cursor>,
+    ) -> StoreResult<DeadPage> {
+        let (filter, after) = (filter.clone(), after.cloned());
+        self.read(move |tx| reads::dead_letters(tx, &filter, limit, after.as_ref()))
+            .await
     }
 
     async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats> {
@@ -350,58 +407,23 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
-        let leases = leases.to_vec();
-        let (released, earliest) = self
-            .writer
-            .run(move |t, now| {
-                let mut moved = Vec::new();
-                for (id, lease) in &leases {
-                    let record = transitions::release(t, now, id, *lease)?;
-                    moved.extend(record.map(|r| (id.to_string(), r)));
-                }
-                let due = moved.iter().filter(|(_, r)| r.next_at.is_some()).count();
-                Ok((due, any_heads(t, &moved)?))
-            })
-            .await?;
-        self.announce(earliest);
-        Ok(released)
+    async fn ping(&self) -> StoreResult<()> {
+        self.read(|_| Ok(())).await
     }
+}
 
-    async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>> {
-        let id = id.to_string();
-        self.read(move |tx| reads::view(tx, &id)).await
-    }
-
-    async fn dead_letters(
-        &self,
-        filter: &ListFilter,
-        limit: usize,
-        after: Option<&Cursor>,
-    ) -> StoreResult<DeadPage> {
-        let (filter, after) = (filter.clone(), after.cloned());
-        self.read(move |tx| reads::dead_letters(tx, &filter, limit, after.as_ref()))
+#[async_trait]
+impl RateReservations for EmbeddedStore {
+    async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<SendTimes>> {
+        let asks = asks.to_vec();
+        self.writer
+            .run(move |t, now| transitions::reserve(t, now, &asks))
             .await
     }
+}
 
-    async fn list(
-        &self,
-        listed: Listed,
-        filter: &ListFilter,
-        limit: usize,
-        after: Option<&WalkCursor>,
-    ) -> StoreResult<ListPage> {
-        let walk_from = after.map_or_else(|| Now::read().down(), |c| c.walk_from);
-        let (filter, position) = (filter.clone(), after.map(|c| c.position.clone()));
-        self.read(move |tx| reads::list(tx, (listed, walk_from), &filter, limit, position.as_ref()))
-            .await
-    }
-
-    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>> {
-        let (key, now) = (scoped_key.to_string(), Now::read().down());
-        self.read(move |tx| reads::by_key(tx, &key, now)).await
-    }
-
+#[async_trait]
+impl AuditLog for EmbeddedStore {
     async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
         let json = serde_json::to_string(record).expect("a record serializes");
         let max_age = self.audit_max_age_ms;
@@ -420,18 +442,11 @@ impl Store for EmbeddedStore {
         self.read(move |tx| audit::read(tx, &filter, before, n))
             .await
     }
+}
 
-    async fn ping(&self) -> StoreResult<()> {
-        self.read(|_| Ok(())).await
-    }
-
-    /// One instance only: there are no other instances' health reports to hear.
-    async fn watch(&self, wake: Arc<Notify>, _health: HealthListener, cancel: CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = self.announced.notified() => wake.notify_one(),
-            }
-        }
+impl Store for EmbeddedStore {
+    /// One instance: there is no fleet to tell of endpoints' health.
+    fn fleet(&self) -> Option<&dyn FleetMessaging> {
+        None
     }
 }

@@ -62,7 +62,7 @@ pub fn dead_letters(
     Ok(DeadPage { items, next_cursor })
 }
 
-/// A page of the list `listed` (`Store::list`) in a walk that began at `walk_from`.
+/// A page of the list `listed` (`Reads::list`) in a walk that began at `walk_from`.
 pub fn list(
     tx: &ReadTransaction,
     (listed, walk_from): (Listed, i64),

@@ -9,7 +9,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::domain::{Attempt, JobId};
 use crate::lifecycle::{transitions as life, Cancelled, Index, Now, Record, WAITING_OFFSET_MS};
-use crate::policy::{self, RateAsk, RateState, Slots};
+use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::{
     idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError,
@@ -335,7 +335,7 @@ pub fn store_error(e: DbError) -> StoreError {
 
 /// Reserves send times in each ask's rate key (`policy::reserve`), keeping each key's
 /// state only while it matters.
-pub fn reserve(t: &mut Tables, now: Now, asks: &[RateAsk]) -> DbResult<Vec<Slots>> {
+pub fn reserve(t: &mut Tables, now: Now, asks: &[RateAsk]) -> DbResult<Vec<SendTimes>> {
     let now_us = now.micros();
     let mut out = Vec::with_capacity(asks.len());
     for ask in asks {

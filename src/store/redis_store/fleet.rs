@@ -15,7 +15,11 @@ use redis::Script;
 
 use super::conn::Conn;
 use super::reply::int_at;
-use super::script_error;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::{script_error, RedisStore};
+use crate::backoff::backoff;
 use crate::store::StoreResult;
 
 /// How long after another member's membership was due to end a renewal looks again.
@@ -107,5 +111,49 @@ impl Fleet {
     /// from another instance.
     pub fn is_another(&self, message: &str) -> bool {
         message != self.instance
+    }
+}
+
+impl RedisStore {
+    /// Renews this instance's place in the fleet until `cancel`, then leaves it so that
+    /// the others take its shards at once. Wakes the scheduler when it gains shards.
+    pub(super) async fn keep_membership(&self, wake: &Notify, cancel: &CancellationToken) {
+        let mut failures = 0u32;
+        while !cancel.is_cancelled() {
+            let next = match self.fleet.renew(&self.conn).await {
+                Ok(m) => {
+                    if failures > 0 {
+                        tracing::info!(failures, "fleet membership renewed again");
+                        failures = 0;
+                    }
+                    crate::metrics::fleet(m.instances, m.shards.len());
+                    if self.clock.own(&m.shards, m.until) {
+                        wake.notify_one();
+                    }
+                    m.renew_in
+                }
+                Err(e) => {
+                    if failures == 0 {
+                        tracing::warn!(error = %e, "cannot renew fleet membership; retrying");
+                    }
+                    crate::metrics::store_error("fleet");
+                    failures += 1;
+                    backoff(failures).min(self.fleet.every())
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(next) => {}
+                _ = self.fleet_changed.notified() => {}
+            }
+        }
+        match self.fleet.leave(&self.conn).await {
+            Ok(()) => {
+                tracing::info!(instance = %self.fleet.instance, "left the fleet: its shards are handed over")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot leave the fleet; its shards are taken over when its lease ends")
+            }
+        }
     }
 }

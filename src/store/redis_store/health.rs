@@ -3,6 +3,11 @@
 //! failures. A message is `<instance> <0|1> <endpoint>`: who sent it (an instance
 //! ignores its own, which it has counted already), failed or healthy, and the endpoint.
 
+use async_trait::async_trait;
+
+use super::{store_error, RedisStore};
+use crate::store::{FleetMessaging, HealthListener, StoreResult};
+
 pub struct HealthChannel {
     pub channel: String,
     /// This instance's id (`fleet.rs`).
@@ -34,6 +39,23 @@ impl HealthChannel {
             "1" => Some((endpoint, true)),
             _ => None,
         }
+    }
+}
+
+#[async_trait]
+impl FleetMessaging for RedisStore {
+    async fn publish_health(&self, endpoint: &str, healthy: bool) -> StoreResult<()> {
+        redis::cmd("PUBLISH")
+            .arg(&self.health.channel)
+            .arg(self.health.message(endpoint, healthy))
+            .query_async::<i64>(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(())
+    }
+
+    fn on_health(&self, listener: HealthListener) {
+        *self.health_listener.write().expect("health listener") = Some(listener);
     }
 }
 

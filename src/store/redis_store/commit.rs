@@ -138,7 +138,8 @@ fn record_of(
     }
 }
 
-/// One notification's change, as `commit.lua` takes it (10 values).
+/// One notification's change, as `commit.lua` takes it: 11 values, from the id to the
+/// ordering list's key number (`run`).
 #[derive(Debug, Clone)]
 pub struct Change {
     id: String,

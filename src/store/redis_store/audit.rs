@@ -5,16 +5,18 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::conn::Conn;
-use super::store_error;
-use crate::store::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, StoreResult};
+use async_trait::async_trait;
 
-pub struct AuditLog {
+use super::conn::Conn;
+use super::{store_error, RedisStore};
+use crate::store::{AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, StoreResult};
+
+pub struct AuditStream {
     key: String,
     max_age: Duration,
 }
 
-impl AuditLog {
+impl AuditStream {
     pub fn new(key_prefix: &str, max_age: Duration) -> Self {
         Self {
             key: format!("{{{key_prefix}:audit}}"),
@@ -79,5 +81,21 @@ impl AuditLog {
                 AuditEntry::decode(at, json)
             })
             .collect()
+    }
+}
+
+#[async_trait]
+impl AuditLog for RedisStore {
+    async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
+        self.audit.record(&self.conn, record).await
+    }
+
+    async fn audit_entries(
+        &self,
+        filter: &AuditFilter,
+        before: Option<AuditPosition>,
+        n: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        self.audit.read(&self.conn, filter, before, n).await
     }
 }

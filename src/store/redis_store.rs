@@ -1,0 +1,371 @@
+//! The Redis store: notifications sharded over hash-tagged keys, time from Redis `TIME`.
+//! Registration (`enqueue.lua`), claims (`claim.lua`) and retention (`trim.lua`) choose
+//! by score inside Redis; every other change is worked out in Rust by `lifecycle` and
+//! written by `commit.lua` where the notification is still as it was (`commit`). Scripts
+//! are run with EVALSHA and a NOSCRIPT fallback.
+//!
+//! Each role of the port has a file: `queue.rs`, `operator.rs`, `reads.rs`, `rates.rs`,
+//! `audit.rs` (the audit log's stream), `health.rs` (fleet messaging); the pub/sub
+//! subscription they share is `subscription.rs`, the fleet's membership `fleet.rs`.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use redis::Script;
+use tokio::sync::Notify;
+
+use super::keys::{wake_channel, ShardKeys};
+use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
+use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
+use crate::domain::JobId;
+use crate::lifecycle::Now;
+
+mod audit;
+mod commit;
+mod conn;
+mod enqueue;
+mod fleet;
+mod health;
+mod leases;
+mod operator;
+mod page;
+mod queue;
+mod rates;
+mod reads;
+mod reply;
+mod schedules;
+mod shard_clock;
+mod subscription;
+
+use audit::AuditStream;
+use commit::{commit, Committed, Decision, Held, Shard};
+use conn::Conn;
+use enqueue::Enqueuer;
+use fleet::Fleet;
+use health::HealthChannel;
+use leases::Leases;
+use schedules::ScheduleBook;
+use shard_clock::ShardClock;
+
+/// A script from `lua/`, with the shared helpers of `lua/common.lua` in front.
+macro_rules! script {
+    ($name:literal) => {
+        Script::new(concat!(
+            include_str!("../../lua/common.lua"),
+            include_str!(concat!("../../lua/", $name, ".lua"))
+        ))
+    };
+}
+
+struct Scripts {
+    enqueue: Script,
+    claim: Script,
+    commit: Script,
+    discard: Script,
+    trim: Script,
+    reserve: Script,
+}
+
+impl Scripts {
+    fn load() -> Self {
+        Self {
+            enqueue: script!("enqueue"),
+            claim: script!("claim"),
+            commit: script!("commit"),
+            discard: script!("discard"),
+            trim: script!("trim"),
+            reserve: Script::new(include_str!("../../lua/reserve.lua")),
+        }
+    }
+}
+
+pub struct RedisStore {
+    /// Where the wake-up subscription connects: the server, or each cluster seed in turn.
+    pubsub: Vec<redis::Client>,
+    next_pubsub: AtomicUsize,
+    conn: Conn,
+    shards: Vec<ShardKeys>,
+    wake_channel: String,
+    health: HealthChannel,
+    /// Told what other instances publish of endpoints' health (`FleetMessaging`).
+    health_listener: RwLock<Option<HealthListener>>,
+    /// Keys of rate keys' quota states start with this (`<prefix>:rate:`), within a
+    /// hash tag of their own, so that each lives on its own slot of a cluster.
+    rate_prefix: String,
+    connect_timeout: Duration,
+    /// Which shards have work, so that a claim asks only those (and one more in turn).
+    clock: ShardClock,
+    /// The instances sharing this Redis, and which shards this one owns.
+    fleet: Fleet,
+    /// Told when another instance announced a change of the fleet: renew now.
+    fleet_changed: Notify,
+    /// The due key of each shard, which wake-up messages name, to its index.
+    due_keys: HashMap<String, usize>,
+    /// Claim records of claims that failed without a reply: (shard, record key).
+    unsure_claims: Mutex<Vec<(usize, String)>>,
+    /// The notifications this instance holds leases on, as claimed.
+    leases: Leases,
+    /// The schedules shards keep once, as this instance has read them.
+    schedules: Arc<ScheduleBook>,
+    /// The retention policy as script arguments: dead max age ms, dead max count per
+    /// shard, finished max age ms.
+    retention: [u64; 3],
+    scripts: Scripts,
+    enqueuer: Enqueuer,
+    audit: AuditStream,
+}
+
+impl RedisStore {
+    /// Connects to `target` with `shard_count` shards, retrying until
+    /// `settings.connect_wait` has passed.
+    pub async fn connect(
+        target: &RedisTarget,
+        shard_count: u16,
+        settings: &StoreSettings,
+        retention: &RetentionSettings,
+    ) -> anyhow::Result<Self> {
+        let (key, urls) = match target {
+            RedisTarget::Standalone(url) => ("store.redis_url", vec![url.clone()]),
+            RedisTarget::Cluster(seeds) => ("store.cluster_urls", seeds.clone()),
+        };
+        let pubsub = urls
+            .iter()
+            .map(|url| redis::Client::open(url.as_str()))
+            .collect::<redis::RedisResult<_>>()?;
+        let deadline = tokio::time::Instant::now() + settings.connect_wait;
+        let conn = loop {
+            match Conn::open(target, settings).await {
+                Ok(conn) => break conn,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    anyhow::bail!(
+                        "{key}: Redis at {} is unreachable after {}: {e}",
+                        urls.join(", "),
+                        humantime::format_duration(settings.connect_wait)
+                    )
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "waiting for Redis");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        };
+        check_eviction(&mut conn.clone(), settings.allow_eviction).await?;
+        let instance = format!("{:016x}", fastrand::u64(..));
+        let shards: Vec<ShardKeys> = (0..shard_count)
+            .map(|s| ShardKeys::new(&settings.key_prefix, s))
+            .collect();
+        let scripts = Scripts::load();
+        let schedules = Arc::new(ScheduleBook::default());
+        let enqueuer = Enqueuer::start(enqueue::Target {
+            conn: conn.clone(),
+            script: scripts.enqueue.clone(),
+            shards: shards.clone(),
+            wake_channel: wake_channel(&settings.key_prefix),
+            schedules: schedules.clone(),
+        });
+        let due_keys = shards
+            .iter()
+            .enumerate()
+            .map(|(i, keys)| (keys.due().to_string(), i))
+            .collect();
+        Ok(Self {
+            pubsub,
+            next_pubsub: AtomicUsize::new(0),
+            conn,
+            shards,
+            wake_channel: wake_channel(&settings.key_prefix),
+            health: HealthChannel::new(&settings.key_prefix, &instance),
+            health_listener: RwLock::new(None),
+            rate_prefix: format!("{}:rate:", settings.key_prefix),
+            connect_timeout: settings.connect_timeout,
+            clock: ShardClock::new(usize::from(shard_count)),
+            fleet: Fleet::new(
+                &settings.key_prefix,
+                &instance,
+                settings.shard_lease,
+                usize::from(shard_count),
+            ),
+            fleet_changed: Notify::new(),
+            due_keys,
+            unsure_claims: Mutex::new(Vec::new()),
+            leases: Leases::default(),
+            schedules,
+            retention: [
+                retention.dead_max_age.as_millis() as u64,
+                retention.dead_max_count.div_ceil(u64::from(shard_count)),
+                retention.finished_max_age.as_millis() as u64,
+            ],
+            scripts,
+            enqueuer,
+            audit: AuditStream::new(&settings.key_prefix, retention.audit_max_age),
+        })
+    }
+
+    /// This instance's id among those sharing the Redis (`fleet.rs`).
+    pub fn instance(&self) -> &str {
+        &self.fleet.instance
+    }
+
+    fn keys(&self, id: &JobId) -> StoreResult<&ShardKeys> {
+        self.shards.get(id.shard() as usize).ok_or_else(|| {
+            StoreError::Corrupt(format!("{id} names a shard this instance does not have"))
+        })
+    }
+
+    /// What `commit` needs of shard `shard`.
+    fn shard(&self, shard: usize) -> Shard<'_> {
+        Shard {
+            conn: &self.conn,
+            script: &self.scripts.commit,
+            keys: &self.shards[shard],
+            schedules: &self.schedules,
+            wake_channel: &self.wake_channel,
+            retention: self.retention,
+        }
+    }
+
+    /// Commits `requests`, grouped by the shard of their id (`id`), and gathers the
+    /// answers in their order; wakes this instance's scheduler for a shard with a new
+    /// earliest due notification.
+    async fn commit_by_shard<T, A>(
+        &self,
+        requests: &[T],
+        id: impl Fn(&T) -> &JobId,
+        budget: impl Fn(usize) -> usize + Copy,
+        first: impl Fn(&T) -> StoreResult<Decision<A>>,
+        again: impl Fn(&T, Option<Held>, Now) -> StoreResult<Decision<A>>,
+    ) -> StoreResult<Committed<A>> {
+        let mut answers: Vec<Option<A>> = requests.iter().map(|_| None).collect();
+        let (mut earliest, mut trimmed) = (None, 0);
+        for (shard, mine) in self.by_shard(requests, id) {
+            let (at, mine): (Vec<usize>, Vec<&T>) = mine.into_iter().unzip();
+            let done = commit(
+                &self.shard(shard),
+                &mine,
+                budget,
+                |r| first(r),
+                |r, held, now| again(r, held, now),
+            )
+            .await?;
+            if let Some(due_in) = done.earliest {
+                self.clock.wake_in(shard, due_in);
+            }
+            earliest = earliest.into_iter().chain(done.earliest).min();
+            trimmed += done.trimmed;
+            for (k, answer) in at.into_iter().zip(done.answers) {
+                answers[k] = Some(answer);
+            }
+        }
+        Ok(Committed {
+            answers: answers
+                .into_iter()
+                .map(|a| {
+                    a.ok_or_else(|| {
+                        StoreError::Corrupt("an id names no shard of this instance".into())
+                    })
+                })
+                .collect::<StoreResult<_>>()?,
+            earliest,
+            trimmed,
+        })
+    }
+
+    /// `items` grouped by the shard of their id, each with its position in `items`,
+    /// leaving out shards with none.
+    fn by_shard<'a, T>(
+        &self,
+        items: &'a [T],
+        id: impl Fn(&T) -> &JobId,
+    ) -> Vec<(usize, Vec<(usize, &'a T)>)> {
+        (0..self.shards.len())
+            .map(|shard| {
+                let mine = items
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, item)| id(item).shard() as usize == shard)
+                    .collect::<Vec<_>>();
+                (shard, mine)
+            })
+            .filter(|(_, mine)| !mine.is_empty())
+            .collect()
+    }
+}
+
+impl Store for RedisStore {
+    fn fleet(&self) -> Option<&dyn FleetMessaging> {
+        Some(self)
+    }
+}
+
+impl RedisStore {
+    /// Redis's clock, in ms.
+    async fn time_ms(&self) -> StoreResult<i64> {
+        let (s, us): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(s * 1000 + us / 1000)
+    }
+}
+
+/// Refuses a Redis whose `maxmemory-policy` may evict keys, unless allowed: an evicted key
+/// is a lost notification. A Redis that hides `CONFIG` (some managed services) is
+/// trusted, with a warning.
+async fn check_eviction(conn: &mut Conn, allowed: bool) -> anyhow::Result<()> {
+    let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(conn)
+        .await;
+    let policy = match reply {
+        Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read Redis's maxmemory-policy; make sure it is noeviction");
+            return Ok(());
+        }
+    };
+    if policy == "noeviction" || policy.is_empty() {
+        return Ok(());
+    }
+    if allowed {
+        tracing::warn!(%policy, "Redis's maxmemory-policy may evict keys, and with them notifications (store.allow_eviction is on)");
+        return Ok(());
+    }
+    anyhow::bail!(
+        "Redis's maxmemory-policy is {policy}, which may evict keys and so lose notifications; \
+         set it to noeviction, or set store.allow_eviction (POSTBACK_STORE_ALLOW_EVICTION=true) to start anyway"
+    )
+}
+
+/// How a call of the script `script` failed. An error the script itself answered (a Lua
+/// error, or a refusal of its arguments) is a bug, not an outage: logged with the script's
+/// name and counted, it fails the request that met it and is not tried again. Anything
+/// else is `store_error`'s.
+fn script_error(script: &'static str) -> impl Fn(redis::RedisError) -> StoreError {
+    use redis::{ErrorKind, ServerErrorKind};
+    move |e| match e.kind() {
+        ErrorKind::Server(ServerErrorKind::ResponseError) => bug(script, e),
+        _ if e.code() == Some("WRONGTYPE") => bug(script, e),
+        _ => store_error(e),
+    }
+}
+
+/// A script's own failure: logged with its name, counted, and never retried.
+fn bug(script: &'static str, e: redis::RedisError) -> StoreError {
+    crate::metrics::script_error(script);
+    tracing::error!(script, error = %e, "a store script failed");
+    StoreError::Script {
+        script,
+        message: e.to_string(),
+    }
+}
+
+fn store_error(e: redis::RedisError) -> StoreError {
+    use redis::ErrorKind;
+    match e.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Corrupt(e.to_string()),
+        _ => StoreError::Unavailable(e.to_string()),
+    }
+}

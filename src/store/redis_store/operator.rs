@@ -1,0 +1,146 @@
+//! What operators do on the Redis store: cancel, replay (one with a new spec or
+//! schedule, or many) and discard, each worked out by `lifecycle` and written by
+//! `commit.lua` (discard by `discard.lua`).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::commit::{Change, Decision, Held};
+use super::{script_error, store_error, RedisStore};
+use crate::domain::{JobId, JobSpec, Schedule};
+use crate::lifecycle::{transitions, Cancelled, JobStatus, Now, WAITING_OFFSET_MS};
+use crate::store::{spec, OperatorActions, StoreResult};
+
+impl RedisStore {
+    /// Replays each of `ids` that is dead, with a new spec (meta line and body) or
+    /// schedule when given: its new status, or `None` when it is not dead.
+    async fn replay_ids(
+        &self,
+        ids: &[JobId],
+        spec: Option<&str>,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<Vec<Option<JobStatus>>> {
+        let schedule = schedule.map(Schedule::intervals_ms);
+        let delay_ms = delay.as_millis() as u64;
+        let replay = |id: &JobId, held: Option<Held>, now: Now| {
+            let replayed = held.and_then(|h| {
+                let new = transitions::replay(&h.record, now, delay_ms, schedule.as_deref())?;
+                let mut change = Change::new(&id.to_string(), &h, &new);
+                if let Some(encoded) = spec {
+                    let value = spec::stored(new.created_at, 0, &new.schedule, encoded);
+                    change = change.with_spec(value);
+                }
+                Some((change, new.status()))
+            });
+            Ok(match replayed {
+                Some((change, status)) => Decision::Write(change, Some(status)),
+                None => Decision::Done(None),
+            })
+        };
+        let done = self
+            .commit_by_shard(
+                ids,
+                |id| id,
+                |_| 0,
+                |id| Ok(Decision::Ask(id.to_string())),
+                replay,
+            )
+            .await?;
+        Ok(done.answers)
+    }
+}
+
+#[async_trait]
+impl OperatorActions for RedisStore {
+    async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
+        if self.keys(id).is_err() {
+            return Ok(Cancelled::NotFound);
+        }
+        let cancel = |id: &JobId, held: Option<Held>, now: Now| {
+            let Some(h) = held else {
+                return Ok(Decision::Done(Cancelled::NotFound));
+            };
+            Ok(match transitions::cancel(&h.record, now) {
+                (answer, Some(new)) => {
+                    Decision::Write(Change::new(&id.to_string(), &h, &new), answer)
+                }
+                (answer, None) => Decision::Done(answer),
+            })
+        };
+        let done = self
+            .commit_by_shard(
+                &[*id],
+                |id| id,
+                |_| 0,
+                |id| Ok(Decision::Ask(id.to_string())),
+                cancel,
+            )
+            .await?;
+        Ok(done
+            .answers
+            .into_iter()
+            .next()
+            .unwrap_or(Cancelled::NotFound))
+    }
+
+    async fn replay(
+        &self,
+        id: &JobId,
+        spec: Option<&JobSpec>,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<Option<JobStatus>> {
+        if self.keys(id).is_err() {
+            return Ok(None);
+        }
+        let spec = spec.map(spec::encode);
+        let done = self
+            .replay_ids(&[*id], spec.as_deref(), schedule, delay)
+            .await?;
+        let Some(mut status) = done.into_iter().next().flatten() else {
+            return Ok(None);
+        };
+        // Whether it waits behind others of its ordering key, `commit.lua` decided: its
+        // score in the due index says (none if it was claimed meanwhile: not waiting).
+        let keys = self.keys(id)?;
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(keys.due())
+            .arg(id.to_string())
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        status.waiting = score.is_some_and(|s| s as i64 >= WAITING_OFFSET_MS);
+        Ok(Some(status))
+    }
+
+    async fn replay_many(
+        &self,
+        ids: &[JobId],
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<usize> {
+        let done = self.replay_ids(ids, None, schedule, delay).await?;
+        Ok(done.iter().filter(|status| status.is_some()).count())
+    }
+
+    async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
+        let mut discarded = 0;
+        for (shard, mine) in self.by_shard(ids, |id| id) {
+            let mut call = self
+                .scripts
+                .discard
+                .key(self.shards[shard].all().as_slice());
+            for (_, id) in mine {
+                call.arg(id.to_string());
+            }
+            let n: usize = call
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(script_error("discard"))?;
+            discarded += n;
+        }
+        Ok(discarded)
+    }
+}

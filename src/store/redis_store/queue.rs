@@ -1,0 +1,423 @@
+//! The Redis store's queue: registrations handed to the group-storing task (`enqueue`),
+//! claims of the shards with work (`claim.lua`, with expired leases handed back and the
+//! claims whose reply was lost released), and outcomes, deferrals and releases worked
+//! out by `lifecycle` from the leased records and written by `commit.lua`; retention
+//! (`trim.lua`); wake-ups.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use redis::Value;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::commit::{commit, Change, Decision, Held};
+use super::enqueue::Item;
+use super::reply::{int_at, text_at};
+use super::{script_error, store_error, RedisStore};
+use crate::domain::{JobId, Notification};
+use crate::lifecycle::{retention, transitions, Index, JobState, Now};
+use crate::store::spec;
+use crate::store::tenant_counts::counted;
+use crate::store::{
+    Claim, ClaimedJob, Deferral, Enqueued, Idempotency, Queue, Settled, Settlement, StoreError,
+    StoreResult,
+};
+
+impl RedisStore {
+    /// A registration as the enqueue script takes it.
+    fn item(&self, n: &Notification, idempotency: Option<&Idempotency>) -> StoreResult<Item> {
+        let keys = self.keys(&n.id)?;
+        Ok(Item {
+            id: n.id,
+            spec: spec::encode(&n.spec()),
+            schedule: n.schedule.intervals_ms(),
+            delay_ms: n.delay.as_millis() as u64,
+            idempotency: idempotency.map(|i| {
+                (
+                    keys.idempotency(&i.scoped()),
+                    i.ttl_ms(),
+                    i.fingerprint.clone(),
+                )
+            }),
+            tenant: counted(&n.tenant).to_string(),
+            ordering: n
+                .ordering_key
+                .as_ref()
+                .map(|k| keys.ordering(&k.scoped(&n.tenant))),
+        })
+    }
+
+    /// A registration's answer; the shard's clock learns when its earliest is due.
+    fn enqueued(&self, n: &Notification, enqueued: StoreResult<Enqueued>) -> StoreResult<Enqueued> {
+        let enqueued = enqueued?;
+        if let Some(due_in) = enqueued.earliest {
+            self.clock.wake_in(usize::from(n.id.shard()), due_in);
+        }
+        Ok(enqueued)
+    }
+
+    /// Claims up to `limit` notifications of shard `shard`, and hands back those whose
+    /// lease expired: what it claimed, how long until the shard's next due time or lease
+    /// end, and whether it handed any back.
+    async fn claim_shard(
+        &self,
+        shard: usize,
+        limit: usize,
+        (lease, ahead): (Duration, Duration),
+    ) -> StoreResult<(Vec<ClaimedJob>, Option<i64>, bool)> {
+        let keys = &self.shards[shard];
+        let record = keys.claim_record(&Uuid::now_v7().simple().to_string());
+        let asked = Instant::now();
+        let reply: Vec<Value> = match self
+            .scripts
+            .claim
+            .key(keys.all().as_slice())
+            .key(&record)
+            .arg(limit)
+            .arg(lease.as_millis() as u64)
+            .arg(ahead.as_millis() as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                // The claim may have run without its reply reaching us.
+                self.unsure_claims
+                    .lock()
+                    .expect("claim list")
+                    .push((shard, record));
+                return Err(script_error("claim")(e));
+            }
+        };
+        let now_us = int_at(&reply, 0)?;
+        let now = now_us / 1000;
+        let wake = int_at(&reply, 1)?;
+        let expired = int_at(&reply, 2)? as usize;
+        let (ended, claimed) = reply[3..].split_at((2 * expired).min(reply.len() - 3));
+        self.hand_back_expired(shard, ended, Now::from_micros(now_us))
+            .await?;
+        let read = |shared: &dyn spec::SharedSchedules| {
+            claimed
+                .chunks(3)
+                .map(|c| claimed_job(c, now_us, asked, shared))
+                .collect::<StoreResult<Vec<_>>>()
+        };
+        let claimed = self.schedules.reading(&self.conn, keys, read).await?;
+        let mut jobs = Vec::with_capacity(claimed.len());
+        for (job, held) in claimed {
+            self.leases.remember(job.id, job.lease, held, now_us, asked);
+            jobs.push(job);
+        }
+        let wake = (wake >= 0).then(|| (wake - now).max(0));
+        Ok((jobs, wake, expired > 0))
+    }
+
+    /// Hands back notifications whose lease expired (`ended`: id and state pairs from a
+    /// claim's reply), due again at once (or at their due time), or cancelled when a
+    /// cancel was asked for.
+    async fn hand_back_expired(&self, shard: usize, ended: &[Value], now: Now) -> StoreResult<()> {
+        if ended.is_empty() {
+            return Ok(());
+        }
+        let read = |shared: &dyn spec::SharedSchedules| {
+            ended
+                .chunks(2)
+                .map(|pair| {
+                    let id = text_at(pair, 0)?;
+                    Ok((id.clone(), Held::parse(&id, &pair[1], shared)?))
+                })
+                .collect::<StoreResult<Vec<_>>>()
+        };
+        let held = self
+            .schedules
+            .reading(&self.conn, &self.shards[shard], read)
+            .await?;
+        let expire = |id: &str, held: Option<Held>, now: Now| {
+            let change = held.filter(|h| h.index == Index::InFlight).and_then(|h| {
+                transitions::expire(&h.record, now).map(|new| Change::new(id, &h, &new))
+            });
+            Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
+        };
+        commit(
+            &self.shard(shard),
+            &held,
+            |_| 0,
+            |(id, h)| expire(id, h.clone(), now),
+            |(id, _), h, now| expire(id, h, now),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Hands back what claims whose reply was lost had leased (their claim record names
+    /// the lease deadline and the ids), so that it is due again at once rather than when
+    /// the lease ends.
+    async fn release_unsure_claims(&self) -> StoreResult<()> {
+        let unsure = std::mem::take(&mut *self.unsure_claims.lock().expect("claim list"));
+        for (i, (shard, record)) in unsure.iter().enumerate() {
+            if let Err(e) = self.release_claim(*shard, record).await {
+                self.unsure_claims
+                    .lock()
+                    .expect("claim list")
+                    .extend(unsure[i..].iter().cloned());
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    async fn release_claim(&self, shard: usize, record: &str) -> StoreResult<()> {
+        let saved: Option<String> = redis::cmd("GET")
+            .arg(record)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let Some(saved) = saved else { return Ok(()) };
+        let mut words = saved.split(' ');
+        let deadline: i64 = words.next().and_then(|d| d.parse().ok()).unwrap_or(-1);
+        let ids: Vec<String> = words.map(str::to_string).collect();
+        // Still leased by that claim: in flight with its deadline.
+        let release = |id: &String, held: Option<Held>, now: Now| {
+            let change = held
+                .filter(|h| h.index == Index::InFlight && h.score == deadline)
+                .and_then(|h| {
+                    transitions::release(&h.record, h.record.lease, now)
+                        .map(|new| Change::new(id, &h, &new))
+                });
+            Ok(change.map_or(Decision::Done(false), |c| Decision::Write(c, true)))
+        };
+        let done = commit(
+            &self.shard(shard),
+            &ids,
+            |_| 0,
+            |id| Ok(Decision::Ask(id.clone())),
+            release,
+        )
+        .await?;
+        let released = done.answers.iter().filter(|&&r| r).count();
+        if released > 0 {
+            tracing::info!(
+                released,
+                "released notifications of a claim whose reply was lost"
+            );
+            self.clock.wake(shard);
+        }
+        redis::cmd("DEL")
+            .arg(record)
+            .query_async::<()>(&mut self.conn.clone())
+            .await
+            .map_err(store_error)
+    }
+}
+
+#[async_trait]
+impl Queue for RedisStore {
+    async fn enqueue(
+        &self,
+        n: &Notification,
+        idempotency: Option<&Idempotency>,
+    ) -> StoreResult<Enqueued> {
+        let enqueued = self.enqueuer.enqueue(self.item(n, idempotency)?).await;
+        self.enqueued(n, enqueued)
+    }
+
+    /// Hands every registration to the group-storing task at once and then waits for
+    /// their answers, rather than with one future each.
+    async fn enqueue_many(
+        &self,
+        registrations: &[(&Notification, Option<&Idempotency>)],
+    ) -> Vec<StoreResult<Enqueued>> {
+        let mut answers = Vec::with_capacity(registrations.len());
+        for (n, idempotency) in registrations {
+            answers.push(match self.item(n, *idempotency) {
+                Ok(item) => Ok(self.enqueuer.send(item).await),
+                Err(e) => Err(e),
+            });
+        }
+        let mut results = Vec::with_capacity(registrations.len());
+        for ((n, _), answer) in registrations.iter().zip(answers) {
+            let enqueued = match answer {
+                Ok(answer) => answer.wait().await,
+                Err(e) => Err(e),
+            };
+            results.push(self.enqueued(n, enqueued));
+        }
+        results
+    }
+
+    async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
+        self.leases.forget_older_than(lease);
+        self.release_unsure_claims().await?;
+        let mut claim = Claim::default();
+        for ask in self.clock.to_ask(ahead) {
+            let remaining = limit.saturating_sub(claim.jobs.len());
+            if remaining == 0 {
+                break;
+            }
+            let (mut jobs, mut wake, expired) = self
+                .claim_shard(ask.shard, remaining, (lease, ask.ahead))
+                .await?;
+            // What was handed back may be due now: claim once more rather than wait for
+            // the next wake-up.
+            if expired && jobs.len() < remaining {
+                let more = remaining - jobs.len();
+                let (again, next, _) = self
+                    .claim_shard(ask.shard, more, (lease, ask.ahead))
+                    .await?;
+                jobs.extend(again);
+                wake = next;
+            }
+            let (took, limited) = (jobs.len(), jobs.len() == remaining);
+            claim.jobs.extend(jobs);
+            let next = wake.map(|ms| Duration::from_millis(ms as u64));
+            self.clock.claimed(ask, took, limited, next);
+        }
+        claim.next_wake = self.clock.next_wake();
+        Ok(claim)
+    }
+
+    async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
+        let first = |s: &Settlement| {
+            Ok(match self.leases.take(&s.id, s.lease) {
+                Some((held, _)) => settled(s, &held, Now::from_millis(s.ended_at)),
+                None => Decision::Ask(s.id.to_string()),
+            })
+        };
+        let again = |s: &Settlement, held: Option<Held>, now: Now| {
+            Ok(held.map_or(Decision::Done(None), |h| settled(s, &h, now)))
+        };
+        let done = self
+            .commit_by_shard(batch, |s| &s.id, retention::settle_budget, first, again)
+            .await?;
+        let dead = |state: &&Option<JobState>| **state == Some(JobState::Dead);
+        Ok(Settled {
+            dead_lettered: done.answers.iter().filter(dead).count(),
+            applied: done.answers.iter().map(Option::is_some).collect(),
+            earliest: done.earliest.is_some(),
+            trimmed: done.trimmed,
+        })
+    }
+
+    async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool> {
+        let defer = |d: &Deferral, held: Option<Held>, now: Now| {
+            let id = d.id.to_string();
+            let change = held.and_then(|h| {
+                let delay_ms = d.delay.as_millis() as u64;
+                transitions::defer(&h.record, d.lease, now, delay_ms, d.reserved)
+                    .map(|new| Change::new(&id, &h, &new))
+            });
+            Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
+        };
+        let first = |d: &Deferral| match self.leases.take(&d.id, d.lease) {
+            Some((held, now)) => defer(d, Some(held), now),
+            None => Ok(Decision::Ask(d.id.to_string())),
+        };
+        let done = self
+            .commit_by_shard(batch, |d| &d.id, |_| 0, first, defer)
+            .await?;
+        Ok(done.earliest.is_some())
+    }
+
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
+        let release = |(id, lease): &(JobId, u64), held: Option<Held>, now: Now| {
+            let change = held.and_then(|h| {
+                transitions::release(&h.record, *lease, now).map(|new| {
+                    (
+                        new.state == JobState::Scheduled,
+                        Change::new(&id.to_string(), &h, &new),
+                    )
+                })
+            });
+            Ok(change.map_or(Decision::Done(false), |(due, c)| Decision::Write(c, due)))
+        };
+        let first = |l: &(JobId, u64)| match self.leases.take(&l.0, l.1) {
+            Some((held, now)) => release(l, Some(held), now),
+            None => Ok(Decision::Ask(l.0.to_string())),
+        };
+        let done = self
+            .commit_by_shard(leases, |(id, _)| id, |_| 0, first, release)
+            .await?;
+        Ok(done.answers.iter().filter(|&&due| due).count())
+    }
+
+    async fn trim(&self) -> StoreResult<usize> {
+        let mut trimmed = 0;
+        for keys in &self.shards {
+            loop {
+                let n: usize = self
+                    .scripts
+                    .trim
+                    .key(keys.all().as_slice())
+                    .arg(&self.retention[..])
+                    .arg(retention::SWEEP_BUDGET)
+                    .invoke_async(&mut self.conn.clone())
+                    .await
+                    .map_err(script_error("trim"))?;
+                trimmed += n;
+                if n < retention::SWEEP_BUDGET {
+                    break;
+                }
+            }
+        }
+        Ok(trimmed)
+    }
+
+    async fn watch(&self, wake: Arc<Notify>, cancel: CancellationToken) {
+        tokio::join!(
+            self.subscribe(&wake, &cancel),
+            self.keep_membership(&wake, &cancel)
+        );
+    }
+}
+
+/// A claimed notification from a claim's reply (`c`: id, state record or nil, spec), and
+/// how it was claimed, for its settle.
+fn claimed_job(
+    c: &[Value],
+    claimed_at_us: i64,
+    asked: Instant,
+    shared: &dyn spec::SharedSchedules,
+) -> StoreResult<(ClaimedJob, Held)> {
+    let id = text_at(c, 0)?;
+    let spec = text_at(c, 2)?;
+    let stored = match c.get(1) {
+        Some(Value::Nil) | Some(Value::Boolean(false)) => None,
+        _ => Some(text_at(c, 1)?),
+    };
+    let decoded =
+        spec::decode(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?;
+    let held = Held::claimed(&id, stored, (&spec, &decoded), shared)?;
+    let job = ClaimedJob {
+        id: id
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("bad id `{id}` in due set")))?,
+        lease: held.record.lease,
+        attempt: held.record.attempts + 1,
+        max_attempts: held.record.max_attempts,
+        // A scheduled notification's `next_at` is its score in the due set.
+        due_at: held.record.next_at.unwrap_or(claimed_at_us / 1000),
+        claimed_at_us,
+        claim_asked: asked,
+        spec: decoded,
+        reserved: held.record.reserved,
+    };
+    Ok((job, held))
+}
+
+/// A settle of `s` worked out from `held` at `now`: written only if Redis's clock has
+/// reached the attempt's end. Its answer is the new state (`None`: its lease was lost).
+fn settled(s: &Settlement, held: &Held, now: Now) -> Decision<Option<JobState>> {
+    let verdict = s.verdict();
+    let Some(new) = transitions::settle(&held.record, s.lease, &verdict, now) else {
+        return Decision::Done(None);
+    };
+    let ended = verdict.ended(now);
+    let entry = serde_json::to_string(&s.attempt(ended)).expect("an attempt serializes");
+    let change = Change::new(&s.id.to_string(), held, &new)
+        .not_before(ended)
+        .with_entry(entry);
+    Decision::Write(change, Some(new.state))
+}

@@ -1,0 +1,189 @@
+//! The storage port, by role: what the pipeline asks of the queue, what operators do,
+//! what readers read, the fleet's rate reservations and messages, and the audit log.
+//! A backend implements each role it serves; `Store` is every role but fleet messaging,
+//! which a backend of one instance has no use for (`Store::fleet`). Each call is atomic
+//! where it changes anything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::types::{
+    Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobView, ListFilter, Settled,
+    Settlement, Stats, StoreResult,
+};
+use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
+use super::{Outcomes, WalkCursor};
+use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
+use crate::lifecycle::{Cancelled, JobStatus};
+use crate::policy::{RateAsk, SendTimes};
+
+/// The queue as the pipeline drives it: registrations in, claims out, outcomes back.
+#[async_trait]
+pub trait Queue: Send + Sync {
+    /// Stores a notification and schedules its first attempt.
+    async fn enqueue(
+        &self,
+        notification: &Notification,
+        idempotency: Option<&Idempotency>,
+    ) -> StoreResult<Enqueued>;
+
+    /// Stores several registrations, each as `enqueue` would: one result each, in order.
+    /// A store that gathers registrations into groups takes these as one.
+    async fn enqueue_many(
+        &self,
+        registrations: &[(&Notification, Option<&Idempotency>)],
+    ) -> Vec<StoreResult<Enqueued>> {
+        let each = registrations.iter().map(|(n, i)| self.enqueue(n, *i));
+        futures_util::future::join_all(each).await
+    }
+
+    /// Leases for `lease` up to `limit` notifications due now or within `ahead` (the
+    /// caller holds those until they are due; `due_at` says when). A store of several
+    /// shards may reach further ahead in a shard that has few due (up to four times as
+    /// far), so that its claims come in larger groups.
+    async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim>;
+
+    /// Records attempts and moves each notification to its next state.
+    async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled>;
+
+    /// Hands leased notifications back to the due set for later, without counting an
+    /// attempt. Whether one became the earliest due (schedulers should wake).
+    async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool>;
+
+    /// Hands leased notifications back, due at once, without counting an attempt.
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize>;
+
+    /// Applies retention once over every shard (bounded work per call). How many
+    /// notifications were deleted.
+    async fn trim(&self) -> StoreResult<usize>;
+
+    /// Until `cancel` fires: calls `wake.notify_one()` whenever a notification becomes
+    /// due earlier than any before it (registered or retried by this instance or, on a
+    /// shared store, by another), and whenever this instance is handed more of the work.
+    async fn watch(&self, wake: Arc<Notify>, cancel: CancellationToken);
+}
+
+/// What operators do to single notifications and dead letters.
+#[async_trait]
+pub trait OperatorActions: Send + Sync {
+    /// Cancels a notification that has not finished.
+    async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled>;
+
+    /// Schedules a dead letter again from a fresh attempt count, with a new spec or
+    /// schedule when given. Its new status, or `None` when there is no such dead letter.
+    async fn replay(
+        &self,
+        id: &JobId,
+        spec: Option<&JobSpec>,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<Option<JobStatus>>;
+
+    /// Schedules each of `ids` that is still dead again from a fresh attempt count, with
+    /// a new schedule when given. How many were replayed.
+    async fn replay_many(
+        &self,
+        ids: &[JobId],
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<usize>;
+
+    /// Deletes the dead letters among `ids`. How many were deleted.
+    async fn discard(&self, ids: &[JobId]) -> StoreResult<usize>;
+}
+
+/// What the API and the operator read: notifications, lists, counts.
+#[async_trait]
+pub trait Reads: Send + Sync {
+    /// One notification with its history.
+    async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>>;
+
+    /// The notification an idempotency key registered (`Idempotency::scoped`), while the
+    /// key is kept.
+    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>>;
+
+    /// A page of the notifications in `listed` that `filter` matches, in its order
+    /// (`Listed::soonest_first`), after `after`. A walk leaves out what came to the
+    /// state after its first page (`Listed::keeps`), so that it returns each at most
+    /// once. Each shard examines a bounded number per page: a page may come back short
+    /// with a cursor to go on from.
+    async fn list(
+        &self,
+        listed: Listed,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&WalkCursor>,
+    ) -> StoreResult<ListPage>;
+
+    /// Dead letters, newest first, `limit` at a time, after `cursor`.
+    async fn dead_letters(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&Cursor>,
+    ) -> StoreResult<DeadPage>;
+
+    /// Counts by state and of what retention deleted, of every tenant or of one.
+    async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats>;
+
+    /// How many notifications finished (delivered or cancelled) and how many were
+    /// dead-lettered in each of `windows` consecutive windows (`OUTCOME_WINDOW_MS` wide,
+    /// numbered from the epoch) from `first_window`, the last one open-ended; of every
+    /// tenant or of one (whose windows are kept for the last `OUTCOME_WINDOWS` only).
+    async fn outcomes(
+        &self,
+        tenant: Option<&Tenant>,
+        first_window: i64,
+        windows: usize,
+    ) -> StoreResult<Vec<Outcomes>>;
+
+    /// Succeeds when the store answers.
+    async fn ping(&self) -> StoreResult<()>;
+}
+
+/// Send times in rate keys' quotas, for every instance of the fleet at once.
+#[async_trait]
+pub trait RateReservations: Send + Sync {
+    /// Reserves send times (`policy::reserve`), after any pause an ask sets: per ask, in
+    /// order, its send times.
+    async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<SendTimes>>;
+}
+
+/// Operators' actions, kept for `retention.audit_max_age`.
+#[async_trait]
+pub trait AuditLog: Send + Sync {
+    /// Adds an operator's action to the audit log, at the store's time, and deletes
+    /// entries past `retention.audit_max_age`.
+    async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()>;
+
+    /// Up to `n` audit entries older than `before` (or the newest), within `filter`'s
+    /// time range, newest first: one bounded read, which `audit::page` pages with.
+    async fn audit_entries(
+        &self,
+        filter: &AuditFilter,
+        before: Option<AuditPosition>,
+        n: usize,
+    ) -> StoreResult<Vec<AuditEntry>>;
+}
+
+/// What the instances sharing a store tell each other of endpoints' health, so that
+/// every instance's circuit breakers count every instance's failures.
+#[async_trait]
+pub trait FleetMessaging: Send + Sync {
+    /// Tells the other instances how an attempt at `endpoint` went (best effort: a
+    /// message lost costs only a circuit opened or closed a little later).
+    async fn publish_health(&self, endpoint: &str, healthy: bool) -> StoreResult<()>;
+
+    /// Calls `listener` with what other instances publish, while `Queue::watch` runs.
+    fn on_health(&self, listener: HealthListener);
+}
+
+/// Every role a backend serves an instance with.
+pub trait Store: Queue + OperatorActions + Reads + RateReservations + AuditLog + 'static {
+    /// The instances sharing this store, if it can be shared.
+    fn fleet(&self) -> Option<&dyn FleetMessaging>;
+}

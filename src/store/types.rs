@@ -1,0 +1,386 @@
+//! What goes into the store and comes out of it, whatever the backend: the answers of
+//! its roles (`roles.rs`) and the values they take, and the store's errors.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::Cursor;
+use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Tenant};
+use crate::lifecycle::{JobStatus, Verdict};
+
+/// The store could not do what was asked.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The backend is unreachable or timed out; the caller may try again later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The backend answered with data this version cannot read.
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
+    /// A store script failed: a bug in it or in what postback handed it, not an outage.
+    /// Only the request that met it fails, and it is not tried again.
+    #[error("store script {script} failed: {message}")]
+    Script {
+        script: &'static str,
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// Whether trying again cannot help: the data or a script is at fault, not the
+    /// store's reach.
+    pub fn is_bug(&self) -> bool {
+        !matches!(self, Self::Unavailable(_))
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A notification as a reader sees it: what it is, where it is, what happened so far.
+#[derive(Debug, Clone)]
+pub struct JobView {
+    pub id: JobId,
+    pub spec: JobSpec,
+    pub status: JobStatus,
+    pub history: Vec<Attempt>,
+}
+
+/// The answer to an enqueue.
+#[derive(Debug, Clone)]
+pub struct Enqueued {
+    pub id: JobId,
+    /// `None` only for a duplicate whose notification retention has since deleted.
+    pub status: Option<JobStatus>,
+    /// The idempotency key was seen before; nothing new was stored.
+    pub duplicate: bool,
+    /// The idempotency key was first used with another request: nothing was stored, and
+    /// `id` is the notification of that request.
+    pub mismatch: bool,
+    /// It is now the earliest due notification of its shard, due in this long:
+    /// schedulers should wake then.
+    pub earliest: Option<Duration>,
+}
+
+/// An idempotency key, whose tenant it is, the fingerprint of the request that came
+/// with it, and how long it is remembered.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    /// As the producer sent it: visible ASCII, no spaces.
+    pub key: String,
+    pub tenant: Tenant,
+    /// Of the request body: a key repeated with another body is refused.
+    pub fingerprint: String,
+    pub ttl: Duration,
+}
+
+impl Idempotency {
+    /// The key within its tenant: the producer's key for the default tenant (as builds
+    /// before tenants kept it), `<tenant> <key>` for another (a key holds no space, so
+    /// no key of one tenant is another's).
+    pub fn scoped(&self) -> String {
+        Self::scope(&self.key, &self.tenant)
+    }
+
+    /// How long the key is kept, in whole ms and at least 1 (a store would not keep a
+    /// key for 0).
+    pub fn ttl_ms(&self) -> u64 {
+        (self.ttl.as_millis() as u64).max(1)
+    }
+
+    /// `key` within `tenant`, as `scoped`.
+    pub fn scope(key: &str, tenant: &Tenant) -> String {
+        if tenant.is_default() {
+            key.to_string()
+        } else {
+            format!("{tenant} {key}")
+        }
+    }
+
+    /// What a store keeps under the key: the notification's id and the fingerprint.
+    pub fn value(&self, id: &JobId) -> String {
+        format!("{id} {}", self.fingerprint)
+    }
+}
+
+/// The id and fingerprint of what a store keeps under an idempotency key (`None`: kept
+/// by a build before fingerprints).
+pub fn idempotency_value(raw: &str) -> (&str, Option<&str>) {
+    match raw.split_once(' ') {
+        Some((id, fingerprint)) => (id, Some(fingerprint)),
+        None => (raw, None),
+    }
+}
+
+/// What to do with an endpoint's health that another instance published.
+pub type HealthListener = Arc<dyn Fn(&str, bool) + Send + Sync>;
+
+/// A notification leased to this instance for one attempt.
+#[derive(Debug, Clone)]
+pub struct ClaimedJob {
+    pub id: JobId,
+    pub lease: u64,
+    /// The number of this attempt (1 for the first).
+    pub attempt: u32,
+    /// Attempts in all: the last one is `attempt == max_attempts`.
+    pub max_attempts: u32,
+    /// When it was due, ms since the epoch (store clock).
+    pub due_at: i64,
+    /// When it was claimed, µs since the epoch (store clock, rounded down).
+    pub claimed_at_us: i64,
+    /// When this instance asked for the claim (its monotonic clock): the store clock read
+    /// `claimed_at_us` at or after this instant.
+    pub claim_asked: Instant,
+    pub spec: JobSpec,
+    /// Its send time is reserved in its rate key's quota: it goes when due.
+    pub reserved: bool,
+}
+
+impl ClaimedJob {
+    /// The store clock now in ms, rounded up, from `claimed_at_us` and this instance's
+    /// monotonic clock: never behind the store's own reading (it may be ahead by up to
+    /// the claim's request latency plus 1 ms).
+    pub fn store_now(&self) -> i64 {
+        (self.store_now_us() + 999) / 1000
+    }
+
+    /// An upper bound of the store clock now, in µs: the store read `claimed_at_us`
+    /// (rounded down, hence + 1) no earlier than `claim_asked`.
+    fn store_now_us(&self) -> i64 {
+        store_clock_us(self.claimed_at_us, self.claim_asked)
+    }
+
+    /// Whether this is its last attempt.
+    pub fn is_last(&self) -> bool {
+        self.attempt >= self.max_attempts
+    }
+
+    /// How long to hold it before it is due, counted from when the claim's reply arrived
+    /// (any moment after it will do: the store read `claimed_at_us` before answering, so
+    /// `due_at - claimed_at_us` later it is due, or a little earlier).
+    pub fn until_due(&self) -> Duration {
+        Duration::from_micros((self.due_at * 1000 - self.claimed_at_us).max(0) as u64)
+    }
+
+    /// How late an attempt starting now is, in ms: from the due time to now on the store's
+    /// clock (an upper bound, by the claim's round trip).
+    pub fn lateness_ms(&self) -> i64 {
+        (self.store_now_us() - self.due_at * 1000).max(0) / 1000
+    }
+}
+
+/// An upper bound of the store clock now, in µs, from a claim's reading of it
+/// (`claimed_at_us`, rounded down, hence + 1) taken no earlier than `asked`.
+pub(crate) fn store_clock_us(claimed_at_us: i64, asked: Instant) -> i64 {
+    let since = asked.elapsed();
+    let elapsed_us =
+        since.as_micros() as i64 + i64::from(!since.subsec_nanos().is_multiple_of(1_000));
+    claimed_at_us + 1 + elapsed_us
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, Default)]
+pub struct Claim {
+    pub jobs: Vec<ClaimedJob>,
+    /// How long until the next notification falls due or a lease expires, if any.
+    pub next_wake: Option<Duration>,
+}
+
+/// What one attempt came to, to be recorded by `settle`.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    pub id: JobId,
+    pub lease: u64,
+    /// How the attempt went, as the sender said (its `retry_after`: the next attempt is
+    /// not due before it).
+    pub report: AttemptReport,
+    /// The next interval is stretched or shrunk by this many thousandths (jitter).
+    pub jitter_permille: i32,
+    /// When the attempt ended, store clock (`ClaimedJob::store_now`; never early). The
+    /// store counts the next interval from then, not from when the settle reaches it, so
+    /// that a settle held up (a busy or unreachable store) does not make the retry late.
+    pub ended_at: i64,
+    /// It has an ordering key, whose next notification waits for this outcome to be
+    /// recorded.
+    pub ordered: bool,
+}
+
+impl Settlement {
+    /// Its entry in the history, when it ended at `ended` (store clock).
+    pub fn attempt(&self, ended: i64) -> Attempt {
+        let r = &self.report;
+        Attempt {
+            at: ended - r.duration_ms as i64,
+            status: r.status,
+            error: r.error.clone(),
+            duration_ms: r.duration_ms,
+            response: r.response.clone(),
+        }
+    }
+
+    /// How the attempt ended, as the lifecycle takes it.
+    pub fn verdict(&self) -> Verdict {
+        Verdict {
+            outcome: self.report.outcome,
+            ended_at: self.ended_at,
+            retry_after_ms: self.report.retry_after.map_or(0, |d| d.as_millis() as i64),
+            jitter_permille: self.jitter_permille,
+        }
+    }
+}
+
+/// A leased notification that may not be sent yet (rate limit, busy host): due again
+/// after `delay`, without counting an attempt.
+#[derive(Debug, Clone)]
+pub struct Deferral {
+    pub id: JobId,
+    pub lease: u64,
+    pub delay: Duration,
+    /// The time it is deferred to is its send time reserved in its rate key's quota.
+    pub reserved: bool,
+}
+
+/// The answer to a settle.
+#[derive(Debug, Clone, Default)]
+pub struct Settled {
+    /// Per settlement, in order: whether it was applied (false: its lease was lost).
+    pub applied: Vec<bool>,
+    /// A retry became the earliest due notification: schedulers should wake.
+    pub earliest: bool,
+    /// Finished notifications that retention deleted meanwhile.
+    pub trimmed: usize,
+    /// Settlements that made their notification a dead letter.
+    pub dead_lettered: usize,
+}
+
+/// How many notifications are in each state, over all shards and per shard, and how many
+/// retention deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    #[serde(flatten)]
+    pub total: StateCounts,
+    /// The same counts for each shard, in shard order.
+    pub shards: Vec<StateCounts>,
+    pub trimmed: Trimmed,
+}
+
+/// What ended in one window of time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Outcomes {
+    /// Delivered or cancelled.
+    pub finished: u64,
+    /// Dead-lettered.
+    pub dead: u64,
+}
+
+/// Notifications per state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StateCounts {
+    pub scheduled: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+    /// Delivered or cancelled, not yet deleted by retention.
+    pub finished: u64,
+}
+
+impl StateCounts {
+    pub fn add(&mut self, other: &StateCounts) {
+        self.scheduled += other.scheduled;
+        self.in_flight += other.in_flight;
+        self.dead += other.dead;
+        self.finished += other.finished;
+    }
+}
+
+/// Notifications deleted by retention since the store was created, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Trimmed {
+    pub dead_by_age: u64,
+    pub dead_by_count: u64,
+    pub finished_by_age: u64,
+}
+
+impl Trimmed {
+    pub fn add(&mut self, other: &Trimmed) {
+        self.dead_by_age += other.dead_by_age;
+        self.dead_by_count += other.dead_by_count;
+        self.finished_by_age += other.finished_by_age;
+    }
+}
+
+/// Which notifications a list (of dead letters, or of one state of the queue) shows;
+/// every condition given must hold.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub topic: Option<String>,
+    /// The callback URL's host.
+    pub host: Option<String>,
+    /// At or after, ms since the epoch, in the time the list is ordered by (its index's
+    /// score: the next attempt, the lease's end, the finish).
+    pub since: Option<i64>,
+    /// At or before, as `since`.
+    pub until: Option<i64>,
+    pub tenant: Option<Tenant>,
+}
+
+impl ListFilter {
+    /// Whether `v` passes the topic, host and tenant conditions (times are the store's
+    /// range).
+    pub fn matches(&self, v: &JobView) -> bool {
+        if self.tenant.as_ref().is_some_and(|t| *t != v.spec.tenant) {
+            return false;
+        }
+        let topic_ok = self
+            .topic
+            .as_ref()
+            .is_none_or(|t| v.spec.topic.as_ref() == Some(t));
+        let host_ok = self
+            .host
+            .as_ref()
+            .is_none_or(|h| v.spec.host().eq_ignore_ascii_case(h));
+        topic_ok && host_ok
+    }
+}
+
+/// A page of dead letters, newest first.
+#[derive(Debug, Clone)]
+pub struct DeadPage {
+    pub items: Vec<JobView>,
+    pub next_cursor: Option<Cursor>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_clock_is_never_behind_a_reading_rounded_down() {
+        // Read at 1000.999 ms, reported as 1000999 µs, and the reply came back at once.
+        let job = ClaimedJob {
+            id: JobId::new(0),
+            lease: 1,
+            attempt: 1,
+            max_attempts: 3,
+            due_at: 1000,
+            claimed_at_us: 1_000_999,
+            claim_asked: Instant::now(),
+            spec: JobSpec {
+                url: "http://merchant.example.com/cb".into(),
+                body: "{}".into(),
+                content_type: "application/json".into(),
+                headers: Vec::new(),
+                timeout_ms: 1000,
+                success: Default::default(),
+                profile: None,
+                topic: None,
+                rate_key: "merchant.example.com".into(),
+                traceparent: None,
+                ordering_key: None,
+                tenant: Default::default(),
+            },
+            reserved: false,
+        };
+        assert!(job.store_now() >= 1001);
+    }
+}
