@@ -17,14 +17,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::access;
 use crate::api::paging::CursorSeal;
-use crate::api::{self, AppState, NotifyPolicy, TenantRules};
+use crate::api::{self, AppState, RegistrationRules, TenantRules};
 use crate::config::{redact, Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
 use crate::policy::Policy;
-use crate::retention;
 use crate::scheduler::Dispatcher;
 use crate::sender::Sender;
 use crate::store::{EmbeddedStore, HealthListener, RedisStore, Store};
+use crate::sweep;
 use crate::tenant_shares::TenantShares;
 
 /// Runs an instance until SIGTERM or Ctrl-C.
@@ -87,7 +87,7 @@ impl App {
         let state = AppState {
             store: store.clone(),
             wake: wake.clone(),
-            policy: Arc::new(notify_policy(&config)),
+            rules: Arc::new(registration_rules(&config)),
             delivery: delivery.clone(),
             metrics: crate::metrics::install()?,
             pipeline: pipeline.clone(),
@@ -144,7 +144,7 @@ impl App {
             }
             tokio::spawn(async move { store.watch(wake, token).await })
         };
-        let sweeping = tokio::spawn(retention::sweep(
+        let sweeping = tokio::spawn(sweep::run(
             self.store,
             self.sweep_interval,
             tasks.child_token(),
@@ -209,9 +209,9 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     Ok(Arc::new(store))
 }
 
-fn notify_policy(config: &Config) -> NotifyPolicy {
+fn registration_rules(config: &Config) -> RegistrationRules {
     let d = &config.settings.delivery;
-    NotifyPolicy {
+    RegistrationRules {
         schedules: config.settings.schedules.clone(),
         default_timeout: d.timeout,
         max_timeout: d.max_timeout,

@@ -10,7 +10,7 @@
 //! (`tenant_shares`); the sender (`sender`,
 //! signed by `signing`, guarded by `ssrf`) posts it, and the settler (`settler`) records
 //! the outcome; when the store does not answer, each waits as `backoff` says.
-//! `retention` sweeps out what has expired; `metrics`, `telemetry` (logs) and `traces`
+//! `sweep` deletes what retention has expired; `metrics`, `telemetry` (logs) and `traces`
 //! (OpenTelemetry spans of registrations and attempts) are what operators read. `app` wires them together for `postback serve`; `cli` is the
 //! command line, the operator's client of the API.
 //!
@@ -28,7 +28,6 @@ pub(crate) mod lifecycle;
 pub(crate) mod metrics;
 pub mod policy;
 pub(crate) mod reservations;
-pub(crate) mod retention;
 pub(crate) mod scheduler;
 pub mod sender;
 pub(crate) mod settler;
@@ -36,6 +35,7 @@ pub mod signing;
 pub(crate) mod slots;
 pub mod ssrf;
 pub mod store;
+pub(crate) mod sweep;
 pub(crate) mod telemetry;
 pub(crate) mod tenant_shares;
 pub(crate) mod traces;

@@ -17,7 +17,9 @@ use utoipa::ToSchema;
 use super::auth;
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
-use super::notify::{self, parse_json, NotifyRequest, Registration};
+use super::notify::NotifyRequest;
+use super::parse::{checked_key, parse_json};
+use super::registration::{self, Registration};
 use super::view::Registered;
 use super::AppState;
 use crate::access::{Principal, Role};
@@ -105,8 +107,8 @@ pub async fn register_batch(
         .into_iter()
         .map(|item| registration(&state, &caller, item))
         .collect();
-    let traceparent = notify::traceparent(&headers);
-    let results = notify::register_many(&state, registrations, traceparent).await;
+    let traceparent = registration::traceparent(&headers);
+    let results = registration::register_many(&state, registrations, traceparent).await;
     let items = results
         .into_iter()
         .map(|r| match r {
@@ -169,20 +171,20 @@ fn registration(
     if !has_key {
         let raw = item.get().as_bytes();
         check_size(state, raw)?;
-        return notify::prepare(state, caller, parse_json(raw)?, None, raw);
+        return registration::prepare(state, caller, parse_json(raw)?, None, raw);
     }
     let Ok(Value::Object(mut fields)) = serde_json::from_str(item.get()) else {
         return Err(not_object());
     };
     let key = match fields.remove("idempotency_key") {
         None | Some(Value::Null) => None,
-        Some(Value::String(key)) => Some(notify::checked_key(&key, "idempotency_key")?),
+        Some(Value::String(key)) => Some(checked_key(&key, "idempotency_key")?),
         Some(_) => return Err(FieldError::new("idempotency_key", "must be a string").into()),
     };
     let raw = serde_json::to_vec(&fields).expect("a JSON object serializes");
     check_size(state, &raw)?;
     let request: NotifyRequest = parse_json(&raw)?;
-    notify::prepare(state, caller, request, key, &raw)
+    registration::prepare(state, caller, request, key, &raw)
 }
 
 /// Refuses an item larger than `server.max_body_bytes`, the limit of one `POST /notify`.

@@ -15,7 +15,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::body::Body;
 use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
-use super::notify::{bounded_duration, parse_json, schedule, schedule_schema, NotifyPolicy};
+use super::parse::parse_json;
+use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRules};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
 use super::{audit, auth, paging};
@@ -157,18 +158,18 @@ pub async fn replay(
         parse_json(&body)?
     };
     let found = dead_letter(&state, &caller, &id).await?;
-    let spec = replayed_spec(&state.policy, &found.spec, &request)?;
+    let spec = replayed_spec(&state.rules, &found.spec, &request)?;
     // The callback it goes to: a new one was checked above, the stored one is checked here.
     let url = spec.as_ref().map_or(&found.spec.url, |s| &s.url);
     state
-        .policy
+        .rules
         .check_https(&found.spec.tenant, url.starts_with("https:"))
         .map_err(|e| {
             let hint = format!("{}: give an https `url` to replay it", e.message);
             FieldError::new(e.field, hint)
         })?;
     let (schedule, delay) =
-        replay_timing(request.schedule, request.delay.as_deref(), &state.policy)?;
+        replay_timing(request.schedule, request.delay.as_deref(), &state.rules)?;
     let status = state
         .store
         .replay(&found.id, spec.as_ref(), schedule.as_ref(), delay)
@@ -197,7 +198,7 @@ pub async fn replay(
 /// The spec a replay gives a dead letter, if it changes it: a new URL (one the tenant may
 /// use) sends none of the stored extra headers, and new `headers` replace them.
 fn replayed_spec(
-    policy: &NotifyPolicy,
+    rules: &RegistrationRules,
     stored: &JobSpec,
     request: &ReplayRequest,
 ) -> Result<Option<JobSpec>, ApiError> {
@@ -206,7 +207,7 @@ fn replayed_spec(
     }
     let mut new = stored.clone();
     if let Some(raw) = &request.url {
-        let url = policy.callback(raw, &stored.tenant)?;
+        let url = rules.callback(raw, &stored.tenant)?;
         if new.host() == new.rate_key {
             new.rate_key = url.host().to_string();
         }
@@ -330,7 +331,7 @@ pub async fn replay_matching(
     let request: BulkRequest = parse_json(&body)?;
     let filter = request.filter(&caller)?;
     let (schedule, delay) =
-        replay_timing(request.schedule, request.delay.as_deref(), &state.policy)?;
+        replay_timing(request.schedule, request.delay.as_deref(), &state.rules)?;
     let done =
         bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
     let count = done.values().sum();
@@ -394,10 +395,10 @@ async fn dead_letter(state: &AppState, caller: &Principal, raw: &str) -> Result<
 fn replay_timing(
     raw_schedule: Option<Value>,
     raw_delay: Option<&str>,
-    policy: &NotifyPolicy,
+    rules: &RegistrationRules,
 ) -> Result<(Option<Schedule>, Duration), FieldError> {
     let schedule = match raw_schedule {
-        Some(v) => Some(schedule(Some(v), &policy.schedules)?),
+        Some(v) => Some(schedule(Some(v), &rules.schedules)?),
         None => None,
     };
     let delay = bounded_duration(
@@ -405,7 +406,7 @@ fn replay_timing(
         raw_delay,
         Duration::ZERO,
         Duration::ZERO,
-        policy.max_delay,
+        rules.max_delay,
     )?;
     Ok((schedule, delay))
 }

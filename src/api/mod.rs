@@ -30,13 +30,16 @@ mod notifications;
 mod notify;
 mod overview;
 pub(crate) mod paging;
+mod parse;
+mod registration;
+mod rules;
 mod server;
 mod signing_keys;
 mod ui;
 mod view;
 
 pub use error::ApiError;
-pub use notify::{NotifyPolicy, TenantRules};
+pub use rules::{RegistrationRules, TenantRules};
 pub use server::{serve, ServerLimits};
 
 use crate::access::TokenTable;
@@ -56,7 +59,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     /// Wakes this instance's scheduler when a registration becomes the earliest due.
     pub wake: Arc<Notify>,
-    pub policy: Arc<NotifyPolicy>,
+    /// What registrations and replays are checked against.
+    pub rules: Arc<RegistrationRules>,
     /// The delivery policy, for the circuit states in `/metrics`.
     pub delivery: Arc<Policy>,
     pub metrics: PrometheusHandle,

@@ -1,4 +1,6 @@
-//! `POST /notify`: parse and validate a registration, store it, answer `202`.
+//! `POST /notify`: the request, its validation into a `Notification` under the
+//! `RegistrationRules`, and the handler, which stores it through `registration` and
+//! answers `202`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,30 +10,25 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
-use tracing::{Instrument, Span};
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::auth;
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
+use super::parse::{checked_key, parse_json};
+use super::registration::{prepare, register, traceparent};
+use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRules};
 use super::view::Registered;
 use super::AppState;
-use crate::access::{self, Principal, Role};
+use crate::access::{Principal, Role};
 use crate::config::Profile;
 use crate::domain::{
-    parse_duration, CallbackUrl, Destinations, ExtraHeaders, FieldError, HostAllowList, JobId,
-    Notification, OrderingKey, Payload, Placement, RawSuccess, Schedule, SuccessRule, Tenant,
-    MAX_TIERS,
+    ExtraHeaders, FieldError, JobId, Notification, Payload, RawSuccess, SuccessRule, Tenant,
 };
-use crate::store::{Enqueued, Idempotency, JobStatus, StoreResult};
-use crate::traces;
 
 const MAX_LABEL: usize = 256;
 const MAX_EXPECT_BODY: usize = 1024;
-const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 /// What `POST /notify` accepts, before validation. Every field is optional here so that
 /// a missing one is reported by name.
@@ -74,72 +71,12 @@ pub struct NotifyRequest {
     rate_key: Option<String>,
     /// Whose notification it is: only from a token for every tenant (default
     /// `default`); a tenant-bound token's own otherwise.
-    tenant: Option<String>,
+    pub(super) tenant: Option<String>,
     /// Notifications with the same key (within the tenant) are attempted one at a time,
     /// in registration order: each after the one before it is delivered, dead or
     /// cancelled. 1 to 200 printable ASCII characters without spaces, `"` or `\`.
     #[schema(example = "order-42")]
-    ordering_key: Option<String>,
-}
-
-/// The limits a registration is checked against, from configuration.
-#[derive(Debug)]
-pub struct NotifyPolicy {
-    pub schedules: BTreeMap<String, Schedule>,
-    pub default_timeout: Duration,
-    pub max_timeout: Duration,
-    pub max_delay: Duration,
-    pub idempotency_ttl: Duration,
-    /// Which callback addresses are accepted (the SSRF guard).
-    pub destinations: Destinations,
-    /// Which shard each new notification goes to.
-    pub placement: Placement,
-    /// The configured tenants, each with what its callbacks must be.
-    pub tenants: BTreeMap<Tenant, TenantRules>,
-    /// The configured profiles.
-    pub profiles: BTreeMap<String, Profile>,
-}
-
-/// What a tenant's callbacks must be.
-#[derive(Debug, Clone, Default)]
-pub struct TenantRules {
-    /// The hosts it may use (`None`: any).
-    pub allowed_hosts: Option<HostAllowList>,
-    /// `https` only (`require_https`).
-    pub require_https: bool,
-}
-
-impl NotifyPolicy {
-    /// A callback URL `tenant` may use: valid, past the SSRF guard, one of the tenant's
-    /// allowed hosts if it has a list, and `https` if it requires that.
-    pub fn callback(&self, raw: &str, tenant: &Tenant) -> Result<CallbackUrl, FieldError> {
-        let url = CallbackUrl::parse(raw, self.destinations)?;
-        let rules = self.tenants.get(tenant).cloned().unwrap_or_default();
-        if rules
-            .allowed_hosts
-            .is_some_and(|allowed| !allowed.allows(url.host()))
-        {
-            let message = format!(
-                "{} is not one of the tenant `{tenant}`'s allowed hosts",
-                url.host()
-            );
-            return Err(FieldError::new("url", message));
-        }
-        self.check_https(tenant, url.is_https())?;
-        Ok(url)
-    }
-
-    /// Refuses a callback that is not `https` (`is_https` false) of a tenant that
-    /// requires `https`.
-    pub fn check_https(&self, tenant: &Tenant, is_https: bool) -> Result<(), FieldError> {
-        match self.tenants.get(tenant).is_some_and(|r| r.require_https) && !is_https {
-            true => Err(FieldError::new(
-                "url",
-                format!("the tenant `{tenant}` requires https callbacks"),
-            )),
-            false => Ok(()),
-        }
-    }
+    pub(super) ordering_key: Option<String>,
 }
 
 /// Register a notification. Role `notify`; it belongs to the token's tenant.
@@ -189,237 +126,14 @@ pub async fn notify(
     Ok(response)
 }
 
-/// A registration checked and ready to store.
-pub(super) struct Registration {
-    notification: Notification,
-    idempotency: Option<Idempotency>,
-}
-
-/// What the store made of a registration: the notification (an earlier one, for a
-/// repeated idempotency key) and its status.
-pub(super) struct Accepted {
-    pub id: JobId,
-    pub status: JobStatus,
-    pub duplicate: bool,
-}
-
-/// Checks a request of `caller` into a registration: its tenant, its id, every field.
-/// `raw` is the request as sent, whose fingerprint an idempotency key keeps.
-pub(super) fn prepare(
-    state: &AppState,
-    caller: &Principal,
-    request: NotifyRequest,
-    key: Option<String>,
-    raw: &[u8],
-) -> Result<Registration, ApiError> {
-    let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
-        state.policy.tenants.contains_key(t)
-    })?;
-    let idempotency = key.map(|key| Idempotency {
-        key,
-        tenant: tenant.clone(),
-        fingerprint: fingerprint(raw),
-        ttl: state.policy.idempotency_ttl,
-    });
-    let ordering_key = request
-        .ordering_key
-        .as_deref()
-        .map(OrderingKey::parse)
-        .transpose()?;
-    // Every notification of an ordering key lives on one shard, whose scripts keep the
-    // key's order; with an idempotency key too, the ordering key places it.
-    let placed_by = match &ordering_key {
-        Some(k) => Some(format!("ordering {}", k.scoped(&tenant))),
-        None => idempotency.as_ref().map(Idempotency::scoped),
-    };
-    let id = state.policy.placement.new_id(placed_by.as_deref());
-    let mut notification = validate(request, id, tenant, &state.policy)?;
-    notification.ordering_key = ordering_key;
-    Ok(Registration {
-        notification,
-        idempotency,
-    })
-}
-
-/// Stores a registration, in a span that is the child of the producer's `traceparent`.
-pub(super) async fn register(
-    state: &AppState,
-    registration: Registration,
-    traceparent: Option<&str>,
-) -> Result<Accepted, ApiError> {
-    let (registration, span) = traced(registration, traceparent);
-    let enqueued = state
-        .store
-        .enqueue(
-            &registration.notification,
-            registration.idempotency.as_ref(),
-        )
-        .instrument(span.clone())
-        .await;
-    accepted(state, &registration.notification, enqueued, &span)
-}
-
-/// Stores registrations together (each in its own span, as `register` does): one
-/// result each, in order, a refused one's refusal as it came.
-pub(super) async fn register_many(
-    state: &AppState,
-    registrations: Vec<Result<Registration, ApiError>>,
-    traceparent: Option<&str>,
-) -> Vec<Result<Accepted, ApiError>> {
-    let traced: Vec<_> = registrations
-        .into_iter()
-        .map(|r| r.map(|r| traced(r, traceparent)))
-        .collect();
-    let stored: Vec<_> = traced
-        .iter()
-        .flatten()
-        .map(|(r, _)| (&r.notification, r.idempotency.as_ref()))
-        .collect();
-    let mut enqueued = state.store.enqueue_many(&stored).await.into_iter();
-    traced
-        .into_iter()
-        .map(|r| {
-            let (registration, span) = r?;
-            let result = enqueued.next().expect("one result per registration stored");
-            accepted(state, &registration.notification, result, &span)
-        })
-        .collect()
-}
-
-/// A registration with the span it is stored in, whose `traceparent` it keeps.
-fn traced(mut registration: Registration, traceparent: Option<&str>) -> (Registration, Span) {
-    let span = traces::registration(traceparent);
-    registration.notification.traceparent = traces::traceparent(&span);
-    (registration, span)
-}
-
-/// What the store made of a registration, as the API answers it.
-fn accepted(
-    state: &AppState,
-    notification: &Notification,
-    enqueued: StoreResult<Enqueued>,
-    span: &Span,
-) -> Result<Accepted, ApiError> {
-    let enqueued = enqueued?;
-    // A repeated idempotency key names the notification it registered before.
-    span.record("id", tracing::field::display(&enqueued.id));
-    if enqueued.mismatch {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "idempotency_key_mismatch",
-            format!(
-                "this idempotency key registered {} with another request body; use a new key for a new notification",
-                enqueued.id
-            ),
-        ));
-    }
-    if enqueued.earliest.is_some() {
-        state.wake.notify_one();
-    }
-    if !enqueued.duplicate {
-        crate::metrics::accepted();
-        tracing::info!(id = %enqueued.id, host = %notification.url.host(), "notification registered");
-    }
-    let Some(status) = enqueued.status else {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "idempotency_key_reused",
-            format!(
-                "this idempotency key registered {}, which has finished and been deleted by retention; use a new key to register again",
-                enqueued.id
-            ),
-        ));
-    };
-    Ok(Accepted {
-        id: enqueued.id,
-        status,
-        duplicate: enqueued.duplicate,
-    })
-}
-
-/// The producer's W3C `traceparent`, if it sent one.
-pub(super) fn traceparent(headers: &HeaderMap) -> Option<&str> {
-    headers.get("traceparent").and_then(|v| v.to_str().ok())
-}
-
-/// The fingerprint of a request body, kept with its idempotency key: the first 16 bytes
-/// of its SHA-256, in hex.
-fn fingerprint(body: &[u8]) -> String {
-    access::hex(&Sha256::digest(body)[..16])
-}
-
-/// An idempotency key as sent (the header's value, or a batch item's field): 1 to
-/// `MAX_IDEMPOTENCY_KEY` visible ASCII characters, trimmed.
-pub(super) fn checked_key(raw: &str, field: &str) -> Result<String, FieldError> {
-    let key = raw.trim();
-    if key.is_empty()
-        || key.len() > MAX_IDEMPOTENCY_KEY
-        || !key.bytes().all(|b| b.is_ascii_graphic())
-    {
-        return Err(FieldError::new(
-            field,
-            format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
-        ));
-    }
-    Ok(key.to_string())
-}
-
-/// Parses a JSON object into `T`, naming the offending field on error.
-pub(super) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let invalid = |e: &serde_json::Error| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            format!("the body is not valid JSON: {e}"),
-        )
-    };
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            "the body must be a JSON object",
-        ));
-    }
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let inner = e.inner();
-        if inner.is_syntax() || inner.is_eof() {
-            return invalid(inner);
-        }
-        let path = e.path().to_string();
-        let message = inner.to_string();
-        let field = if path == "." {
-            unknown_field_name(&message).unwrap_or_default()
-        } else {
-            path
-        };
-        ApiError::from(FieldError::new(field, strip_position(&message)))
-    })?;
-    de.end().map_err(|e| invalid(&e))?;
-    Ok(request)
-}
-
-/// `unknown field `shedule`, expected …` → `shedule`.
-fn unknown_field_name(message: &str) -> Option<String> {
-    let rest = message.strip_prefix("unknown field `")?;
-    Some(rest.split('`').next()?.to_string())
-}
-
-fn strip_position(message: &str) -> String {
-    message
-        .split(" at line ")
-        .next()
-        .unwrap_or(message)
-        .to_string()
-}
-
-fn validate(
+/// Validates a request of `tenant` into the notification `id`, every field by name.
+pub(super) fn validate(
     r: NotifyRequest,
     id: JobId,
     tenant: Tenant,
-    policy: &NotifyPolicy,
+    rules: &RegistrationRules,
 ) -> Result<Notification, FieldError> {
-    let url = policy.callback(
+    let url = rules.callback(
         r.url
             .as_deref()
             .ok_or_else(|| FieldError::new("url", "required"))?,
@@ -428,12 +142,12 @@ fn validate(
     let payload = Payload::from_json(r.body.unwrap_or(Value::Null))?;
     let headers = ExtraHeaders::parse(r.headers.unwrap_or_default().into_iter().collect())?;
     let profile = match r.profile.as_deref() {
-        Some(name) => Some((name, profile(name, &policy.profiles)?)),
+        Some(name) => Some((name, profile(name, &rules.profiles)?)),
         None => None,
     };
     let schedule = match (r.schedule, profile) {
         (None, Some((_, p))) => p.schedule.clone(),
-        (raw, _) => schedule(raw, &policy.schedules)?,
+        (raw, _) => schedule(raw, &rules.schedules)?,
     };
     let success = success(r.expect_body, r.success, profile.map(|(_, p)| &p.success))?;
     let delay = bounded_duration(
@@ -441,14 +155,14 @@ fn validate(
         r.delay.as_deref(),
         Duration::ZERO,
         Duration::ZERO,
-        policy.max_delay,
+        rules.max_delay,
     )?;
     let timeout = bounded_duration(
         "timeout",
         r.timeout.as_deref(),
-        policy.default_timeout,
+        rules.default_timeout,
         Duration::from_millis(1),
-        policy.max_timeout,
+        rules.max_timeout,
     )?;
     let topic = label("topic", r.topic, MAX_LABEL)?;
     let rate_key =
@@ -507,85 +221,6 @@ fn success(
     }
 }
 
-/// The document's schema of a `schedule` field: a list of durations, or the name of a
-/// configured schedule.
-pub(super) fn schedule_schema() -> Schema {
-    let intervals = ArrayBuilder::new()
-        .items(ObjectBuilder::new().schema_type(Type::String))
-        .max_items(Some(MAX_TIERS))
-        .examples([json!(["15s", "3m", "10m"])]);
-    OneOfBuilder::new()
-        .item(intervals)
-        .item(
-            ObjectBuilder::new()
-                .schema_type(Type::String)
-                .examples(["default"]),
-        )
-        .item(ObjectBuilder::new().schema_type(Type::Null))
-        .build()
-        .into()
-}
-
-pub(super) fn schedule(
-    raw: Option<Value>,
-    named: &BTreeMap<String, Schedule>,
-) -> Result<Schedule, FieldError> {
-    let lookup = |name: &str| {
-        named.get(name).cloned().ok_or_else(|| {
-            let known: Vec<&str> = named.keys().map(String::as_str).collect();
-            FieldError::new(
-                "schedule",
-                format!(
-                    "no schedule named `{name}` (configured: {})",
-                    known.join(", ")
-                ),
-            )
-        })
-    };
-    match raw {
-        None | Some(Value::Null) => lookup("default"),
-        Some(Value::String(name)) => lookup(&name),
-        Some(Value::Array(items)) => {
-            let strings = items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    v.as_str().ok_or_else(|| {
-                        FieldError::new(
-                            format!("schedule[{i}]"),
-                            "must be a duration string like \"15s\"",
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Schedule::parse(&strings).map_err(|e| e.within("schedule"))
-        }
-        Some(_) => Err(FieldError::new(
-            "schedule",
-            "must be a list of durations or the name of a configured schedule",
-        )),
-    }
-}
-
-pub(super) fn bounded_duration(
-    field: &str,
-    raw: Option<&str>,
-    default: Duration,
-    min: Duration,
-    max: Duration,
-) -> Result<Duration, FieldError> {
-    let Some(raw) = raw else { return Ok(default) };
-    let d = parse_duration(raw).map_err(|e| e.within(field))?;
-    if d < min || d > max {
-        let f = humantime::format_duration;
-        return Err(FieldError::new(
-            field,
-            format!("must be between {} and {}", f(min), f(max)),
-        ));
-    }
-    Ok(d)
-}
-
 fn label(field: &str, raw: Option<String>, max: usize) -> Result<Option<String>, FieldError> {
     match raw {
         Some(s) if s.is_empty() || s.len() > max || s.chars().any(char::is_control) => {
@@ -601,9 +236,11 @@ fn label(field: &str, raw: Option<String>, max: usize) -> Result<Option<String>,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::rules::TenantRules;
+    use crate::domain::{Destinations, Placement, Schedule};
 
-    fn policy() -> NotifyPolicy {
-        NotifyPolicy {
+    fn rules() -> RegistrationRules {
+        RegistrationRules {
             schedules: BTreeMap::from([("default".into(), Schedule::parse(&["1s"]).unwrap())]),
             default_timeout: Duration::from_secs(10),
             max_timeout: Duration::from_secs(30),
@@ -624,7 +261,7 @@ mod tests {
 
     fn valid(body: &str) -> Notification {
         let r: NotifyRequest = parse_json(body.as_bytes()).unwrap();
-        validate(r, JobId::new(0), Tenant::default(), &policy()).unwrap()
+        validate(r, JobId::new(0), Tenant::default(), &rules()).unwrap()
     }
 
     fn field_of(body: &str) -> String {
@@ -632,7 +269,7 @@ mod tests {
         match parsed {
             Err(e) => format!("{e:?}"),
             Ok(r) => {
-                validate(r, JobId::new(0), Tenant::default(), &policy())
+                validate(r, JobId::new(0), Tenant::default(), &rules())
                     .unwrap_err()
                     .field
             }
@@ -702,7 +339,7 @@ mod tests {
     fn fills_defaults() {
         let r: NotifyRequest =
             parse_json(br#"{"url":"https://pay.example.com/cb","body":{"a":1}}"#).unwrap();
-        let n = validate(r, JobId::new(0), Tenant::default(), &policy()).unwrap();
+        let n = validate(r, JobId::new(0), Tenant::default(), &rules()).unwrap();
         assert_eq!(n.rate_key, "pay.example.com");
         assert_eq!(n.timeout, Duration::from_secs(10));
         assert_eq!(n.schedule.max_attempts(), 2);

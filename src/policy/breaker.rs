@@ -46,7 +46,7 @@ struct Circuit {
 
 /// Whether an attempt may go to the endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub enum CircuitState {
     Closed,
     /// The circuit is half open and this attempt is its probe.
     Probe,
@@ -100,20 +100,22 @@ impl Breaker {
         c
     }
 
-    pub fn check(&self, endpoint: &str) -> Verdict {
+    pub fn check(&self, endpoint: &str) -> CircuitState {
         let mut endpoints = self.endpoints.lock().expect("breaker");
         let Some(c) = endpoints.circuits.get_mut(endpoint) else {
-            return Verdict::Closed;
+            return CircuitState::Closed;
         };
         let now = Instant::now();
         match c.open_until {
-            None => Verdict::Closed,
-            Some(until) if now < until => Verdict::Open,
+            None => CircuitState::Closed,
+            Some(until) if now < until => CircuitState::Open,
             // A probe that never reported (its attempt was abandoned) is replaced.
-            Some(_) if c.probing_since.is_some_and(|t| now - t < self.cooldown) => Verdict::Open,
+            Some(_) if c.probing_since.is_some_and(|t| now - t < self.cooldown) => {
+                CircuitState::Open
+            }
             Some(_) => {
                 c.probing_since = Some(now);
-                Verdict::Probe
+                CircuitState::Probe
             }
         }
     }
@@ -187,24 +189,24 @@ mod tests {
     fn opens_after_the_threshold_probes_after_the_cooldown_and_closes() {
         let b = Breaker::new(3, Duration::from_millis(50));
         assert!(!b.record("e", false).opened && !b.record("e", false).opened);
-        assert_eq!(b.check("e"), Verdict::Closed);
+        assert_eq!(b.check("e"), CircuitState::Closed);
         assert!(b.record("e", false).opened, "third failure opens");
-        assert_eq!(b.check("e"), Verdict::Open);
+        assert_eq!(b.check("e"), CircuitState::Open);
         assert_eq!(b.open_endpoints(), vec!["e".to_string()]);
-        assert_eq!(b.check("other"), Verdict::Closed);
+        assert_eq!(b.check("other"), CircuitState::Closed);
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(b.check("e"), Verdict::Probe);
-        assert_eq!(b.check("e"), Verdict::Open, "one probe at a time");
+        assert_eq!(b.check("e"), CircuitState::Probe);
+        assert_eq!(b.check("e"), CircuitState::Open, "one probe at a time");
         assert!(b.record("e", false).opened, "a failed probe opens it again");
-        assert_eq!(b.check("e"), Verdict::Open);
+        assert_eq!(b.check("e"), CircuitState::Open);
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(b.check("e"), Verdict::Probe);
+        assert_eq!(b.check("e"), CircuitState::Probe);
         assert_eq!(
             b.record("e", true).tell,
             Some(true),
             "the others learn it closed"
         );
-        assert_eq!(b.check("e"), Verdict::Closed);
+        assert_eq!(b.check("e"), CircuitState::Closed);
         assert!(b.open_endpoints().is_empty());
         assert_eq!(
             b.record("e", true).tell,
@@ -222,9 +224,13 @@ mod tests {
             b.learn("e", false),
             "the third failure, wherever it happened, opens"
         );
-        assert_eq!(b.check("e"), Verdict::Open);
+        assert_eq!(b.check("e"), CircuitState::Open);
         b.learn("e", true);
-        assert_eq!(b.check("e"), Verdict::Closed, "a probe elsewhere closed it");
+        assert_eq!(
+            b.check("e"),
+            CircuitState::Closed,
+            "a probe elsewhere closed it"
+        );
     }
 
     #[test]
@@ -242,7 +248,7 @@ mod tests {
             "its two failures 150 ms ago were forgotten"
         );
         assert!(b.open_endpoints().is_empty(), "nor is `gone` open for good");
-        assert_eq!(b.check("gone"), Verdict::Closed);
+        assert_eq!(b.check("gone"), CircuitState::Closed);
     }
 
     #[test]
@@ -252,6 +258,6 @@ mod tests {
             b.record("e", false);
             b.learn("e", false);
         }
-        assert_eq!(b.check("e"), Verdict::Closed);
+        assert_eq!(b.check("e"), CircuitState::Closed);
     }
 }

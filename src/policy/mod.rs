@@ -14,7 +14,7 @@ mod gcra;
 mod host_slots;
 mod quota;
 
-pub use breaker::{Breaker, Recorded, Verdict};
+pub use breaker::{Breaker, CircuitState, Recorded};
 pub use gcra::{reserve, RateAsk, RateState, SendTimes};
 pub use host_slots::{Busy, HostSlot, HostSlots};
 pub use quota::{Quota, Quotas};
@@ -113,8 +113,8 @@ impl Policy {
             return Ok(slot);
         }
         match self.breaker.check(endpoint) {
-            Verdict::Open => Err(Refusal::CircuitOpen),
-            Verdict::Closed | Verdict::Probe => Ok(slot),
+            CircuitState::Open => Err(Refusal::CircuitOpen),
+            CircuitState::Closed | CircuitState::Probe => Ok(slot),
         }
     }
 

@@ -27,14 +27,14 @@ use crate::lifecycle::{retention, Index, Now, Record};
 use crate::policy::{RateAsk, SendTimes};
 
 mod audit;
+mod changes;
 mod reads;
 mod tables;
-mod transitions;
 mod upgrade;
 mod writer;
 
+use changes::{store_error, NewJob, Retention};
 use tables::{DbError, DbResult, Tables};
-use transitions::{store_error, NewJob, Retention};
 use writer::Writer;
 
 /// The file in `store.data_dir`.
@@ -121,7 +121,7 @@ fn create_tables(db: &Database) -> DbResult<()> {
 /// Whether any of the records is due and now heads the due index.
 fn any_heads(t: &Tables, records: &[(String, Record)]) -> DbResult<bool> {
     for (id, r) in records {
-        if transitions::heads(t, id, r)? {
+        if changes::heads(t, id, r)? {
             return Ok(true);
         }
     }
@@ -144,7 +144,7 @@ impl Queue for EmbeddedStore {
         };
         let enqueued = self
             .writer
-            .run(move |t, now| transitions::enqueue(t, now, &job))
+            .run(move |t, now| changes::enqueue(t, now, &job))
             .await?;
         self.announce(enqueued.earliest.is_some());
         Ok(enqueued)
@@ -168,7 +168,7 @@ impl Queue for EmbeddedStore {
         }
         let lease_ms = lease.as_millis() as i64;
         self.writer
-            .run(move |t, now| transitions::claim(t, now, limit, (lease_ms, ahead_ms), asked))
+            .run(move |t, now| changes::claim(t, now, limit, (lease_ms, ahead_ms), asked))
             .await
     }
 
@@ -181,7 +181,7 @@ impl Queue for EmbeddedStore {
                 let mut settled = Settled::default();
                 let mut moved = Vec::new();
                 for s in &batch {
-                    let record = transitions::settle(t, now, s)?;
+                    let record = changes::settle(t, now, s)?;
                     settled.applied.push(record.is_some());
                     let dead = record.as_ref().is_some_and(|r| r.state == JobState::Dead);
                     settled.dead_lettered += usize::from(dead);
@@ -195,8 +195,7 @@ impl Queue for EmbeddedStore {
                 };
                 let touched = (into(Index::Dead), into(Index::Done));
                 let budget = retention::settle_budget(batch.len());
-                settled.trimmed =
-                    transitions::apply_retention(t, now, &retention, budget, touched)?;
+                settled.trimmed = changes::apply_retention(t, now, &retention, budget, touched)?;
                 Ok(settled)
             })
             .await?;
@@ -211,7 +210,7 @@ impl Queue for EmbeddedStore {
             .run(move |t, now| {
                 let mut moved = Vec::new();
                 for d in &batch {
-                    let record = transitions::defer(t, now, d)?;
+                    let record = changes::defer(t, now, d)?;
                     moved.extend(record.map(|r| (d.id.to_string(), r)));
                 }
                 any_heads(t, &moved)
@@ -228,7 +227,7 @@ impl Queue for EmbeddedStore {
             .run(move |t, now| {
                 let mut moved = Vec::new();
                 for (id, lease) in &leases {
-                    let record = transitions::release(t, now, id, *lease)?;
+                    let record = changes::release(t, now, id, *lease)?;
                     moved.extend(record.map(|r| (id.to_string(), r)));
                 }
                 let due = moved.iter().filter(|(_, r)| r.next_at.is_some()).count();
@@ -247,7 +246,7 @@ impl Queue for EmbeddedStore {
                 .writer
                 .run(move |t, now| {
                     t.forget_old_windows()?;
-                    transitions::apply_retention(
+                    changes::apply_retention(
                         t,
                         now,
                         &retention,
@@ -279,7 +278,7 @@ impl OperatorActions for EmbeddedStore {
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
         let id = *id;
         self.writer
-            .run(move |t, now| transitions::cancel(t, now, &id))
+            .run(move |t, now| changes::cancel(t, now, &id))
             .await
     }
 
@@ -297,16 +296,10 @@ impl OperatorActions for EmbeddedStore {
         let (status, earliest) = self
             .writer
             .run(move |t, now| {
-                let record = transitions::replay(
-                    t,
-                    now,
-                    &id,
-                    spec.as_deref(),
-                    schedule.as_deref(),
-                    delay_ms,
-                )?;
+                let record =
+                    changes::replay(t, now, &id, spec.as_deref(), schedule.as_deref(), delay_ms)?;
                 let earliest = match &record {
-                    Some(r) => transitions::heads(t, &id.to_string(), r)?,
+                    Some(r) => changes::heads(t, &id.to_string(), r)?,
                     None => false,
                 };
                 Ok((record.map(|r| r.status()), earliest))
@@ -330,8 +323,7 @@ impl OperatorActions for EmbeddedStore {
             .run(move |t, now| {
                 let mut moved = Vec::new();
                 for id in &ids {
-                    let record =
-                        transitions::replay(t, now, id, None, schedule.as_deref(), delay_ms)?;
+                    let record = changes::replay(t, now, id, None, schedule.as_deref(), delay_ms)?;
                     moved.extend(record.map(|r| (id.to_string(), r)));
                 }
                 Ok((moved.len(), any_heads(t, &moved)?))
@@ -347,7 +339,7 @@ impl OperatorActions for EmbeddedStore {
             .run(move |t, _| {
                 let mut n = 0;
                 for id in &ids {
-                    n += usize::from(transitions::discard(t, id)?);
+                    n += usize::from(changes::discard(t, id)?);
                 }
                 Ok(n)
             })
@@ -417,7 +409,7 @@ impl RateReservations for EmbeddedStore {
     async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<SendTimes>> {
         let asks = asks.to_vec();
         self.writer
-            .run(move |t, now| transitions::reserve(t, now, &asks))
+            .run(move |t, now| changes::reserve(t, now, &asks))
             .await
     }
 }

@@ -23,12 +23,12 @@ use crate::domain::JobId;
 use crate::lifecycle::Now;
 
 mod audit;
+mod claimed;
 mod commit;
 mod conn;
 mod enqueue;
 mod fleet;
 mod health;
-mod leases;
 mod operator;
 mod page;
 mod queue;
@@ -40,12 +40,12 @@ mod shard_clock;
 mod subscription;
 
 use audit::AuditStream;
+use claimed::ClaimedRecords;
 use commit::{commit, Committed, Decision, Held, Shard};
 use conn::Conn;
 use enqueue::Enqueuer;
 use fleet::Fleet;
 use health::HealthChannel;
-use leases::Leases;
 use schedules::ScheduleBook;
 use shard_clock::ShardClock;
 
@@ -106,7 +106,7 @@ pub struct RedisStore {
     /// Claim records of claims that failed without a reply: (shard, record key).
     unsure_claims: Mutex<Vec<(usize, String)>>,
     /// The notifications this instance holds leases on, as claimed.
-    leases: Leases,
+    claimed: ClaimedRecords,
     /// The schedules shards keep once, as this instance has read them.
     schedules: Arc<ScheduleBook>,
     /// The retention policy as script arguments: dead max age ms, dead max count per
@@ -190,7 +190,7 @@ impl RedisStore {
             fleet_changed: Notify::new(),
             due_keys,
             unsure_claims: Mutex::new(Vec::new()),
-            leases: Leases::default(),
+            claimed: ClaimedRecords::default(),
             schedules,
             retention: [
                 retention.dead_max_age.as_millis() as u64,

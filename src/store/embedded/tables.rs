@@ -6,7 +6,7 @@ use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTr
 use serde::Deserialize;
 
 use crate::domain::Tenant;
-use crate::lifecycle::{transitions as life, Index, Now, Record};
+use crate::lifecycle::{transitions, Index, Now, Record};
 use crate::store::{spec, tenant_counts};
 
 /// What a step of the embedded store gives: any error aborts its transaction.
@@ -182,7 +182,7 @@ impl<'t> Tables<'t> {
             return Ok(new.clone());
         }
         match self.join_order(&key, id)? {
-            true => Ok(life::wait(new).unwrap_or_else(|| new.clone())),
+            true => Ok(transitions::wait(new).unwrap_or_else(|| new.clone())),
             false => Ok(new.clone()),
         }
     }
@@ -225,7 +225,10 @@ impl<'t> Tables<'t> {
             return Ok(());
         };
         let old = self.record(&next)?;
-        if let Some(new) = old.as_ref().and_then(|r| life::take_turn(r, self.now)) {
+        if let Some(new) = old
+            .as_ref()
+            .and_then(|r| transitions::take_turn(r, self.now))
+        {
             self.save_as_is(&next, old.as_ref(), &new)?;
             self.turned = true;
         }

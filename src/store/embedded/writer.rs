@@ -10,8 +10,8 @@ use std::sync::Arc;
 use redb::Database;
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use super::changes::store_error;
 use super::tables::{DbResult, Tables};
-use super::transitions::store_error;
 use crate::lifecycle::Now;
 use crate::store::{StoreError, StoreResult};
 

@@ -108,7 +108,8 @@ impl RedisStore {
         let claimed = self.schedules.reading(&self.conn, keys, read).await?;
         let mut jobs = Vec::with_capacity(claimed.len());
         for (job, held) in claimed {
-            self.leases.remember(job.id, job.lease, held, now_us, asked);
+            self.claimed
+                .remember(job.id, job.lease, held, now_us, asked);
             jobs.push(job);
         }
         let wake = (wake >= 0).then(|| (wake - now).max(0));
@@ -249,7 +250,7 @@ impl Queue for RedisStore {
     }
 
     async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
-        self.leases.forget_older_than(lease);
+        self.claimed.forget_older_than(lease);
         self.release_unsure_claims().await?;
         let mut claim = Claim::default();
         for ask in self.clock.to_ask(ahead) {
@@ -281,7 +282,7 @@ impl Queue for RedisStore {
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
         let first = |s: &Settlement| {
-            Ok(match self.leases.take(&s.id, s.lease) {
+            Ok(match self.claimed.take(&s.id, s.lease) {
                 Some((held, _)) => settled(s, &held, Now::from_millis(s.ended_at)),
                 None => Decision::Ask(s.id.to_string()),
             })
@@ -311,7 +312,7 @@ impl Queue for RedisStore {
             });
             Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
         };
-        let first = |d: &Deferral| match self.leases.take(&d.id, d.lease) {
+        let first = |d: &Deferral| match self.claimed.take(&d.id, d.lease) {
             Some((held, now)) => defer(d, Some(held), now),
             None => Ok(Decision::Ask(d.id.to_string())),
         };
@@ -333,7 +334,7 @@ impl Queue for RedisStore {
             });
             Ok(change.map_or(Decision::Done(false), |(due, c)| Decision::Write(c, due)))
         };
-        let first = |l: &(JobId, u64)| match self.leases.take(&l.0, l.1) {
+        let first = |l: &(JobId, u64)| match self.claimed.take(&l.0, l.1) {
             Some((held, now)) => release(l, Some(held), now),
             None => Ok(Decision::Ask(l.0.to_string())),
         };

@@ -1,4 +1,4 @@
-//! The embedded store's transitions, each over the tables of one write transaction: it
+//! The embedded store's changes, each over the tables of one write transaction: it
 //! reads the record, asks `lifecycle` what the event leads to, and writes the answer
 //! with its index entry (`Tables::save`). Nothing here decides a state.
 
@@ -8,7 +8,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions as life, Cancelled, Index, Now, Record, WAITING_OFFSET_MS};
+use crate::lifecycle::{transitions, Cancelled, Index, Now, Record, WAITING_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::{
@@ -66,7 +66,7 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
             .insert(key.as_str(), (value.as_str(), until))?;
         t.idempotency_expiry.insert((until, key.as_str()), ())?;
     }
-    let record = life::register(job.schedule.clone(), now, job.delay_ms);
+    let record = transitions::register(job.schedule.clone(), now, job.delay_ms);
     let value = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
     t.specs.insert(id.as_str(), value.as_str())?;
     let record = t.save(&id, None, &record)?;
@@ -111,7 +111,7 @@ pub fn claim(
     let now_ms = now.down();
     for (until, id) in first_until(&t.inflight, now_ms, limit)? {
         let old = t.record(&id)?;
-        match old.as_ref().and_then(|old| life::expire(old, now)) {
+        match old.as_ref().and_then(|old| transitions::expire(old, now)) {
             Some(new) => drop(t.save(&id, old.as_ref(), &new)?),
             None => drop(t.inflight.remove((until, id.as_str()))?),
         }
@@ -120,7 +120,9 @@ pub fn claim(
     for (due_at, id) in first_until(&t.due, now_ms + ahead_ms, limit)? {
         let spec = t.specs.get(id.as_str())?.map(|v| v.value().to_string());
         let old = t.record(&id)?;
-        let claimed = old.as_ref().and_then(|r| life::claim(r, now_ms + lease_ms));
+        let claimed = old
+            .as_ref()
+            .and_then(|r| transitions::claim(r, now_ms + lease_ms));
         let (Some(new), Some(spec)) = (claimed, spec) else {
             t.due.remove((due_at, id.as_str()))?;
             continue;
@@ -188,7 +190,7 @@ fn apply(
 pub fn settle(t: &mut Tables, now: Now, s: &Settlement) -> DbResult<Option<Record>> {
     let id = s.id.to_string();
     let verdict = s.verdict();
-    let Some(new) = apply(t, &id, |r| life::settle(r, s.lease, &verdict, now))? else {
+    let Some(new) = apply(t, &id, |r| transitions::settle(r, s.lease, &verdict, now))? else {
         return Ok(None);
     };
     append_history(t, &id, s, verdict.ended(now))?;
@@ -212,21 +214,21 @@ fn append_history(t: &mut Tables, id: &str, s: &Settlement, ended: i64) -> DbRes
 pub fn defer(t: &mut Tables, now: Now, d: &Deferral) -> DbResult<Option<Record>> {
     let delay_ms = d.delay.as_millis() as u64;
     apply(t, &d.id.to_string(), |r| {
-        life::defer(r, d.lease, now, delay_ms, d.reserved)
+        transitions::defer(r, d.lease, now, delay_ms, d.reserved)
     })
 }
 
 /// Hands a leased notification back, due at once (or when it was due, if that is
 /// later). Its new record; `None` when the lease was no longer current.
 pub fn release(t: &mut Tables, now: Now, id: &JobId, lease: u64) -> DbResult<Option<Record>> {
-    apply(t, &id.to_string(), |r| life::release(r, lease, now))
+    apply(t, &id.to_string(), |r| transitions::release(r, lease, now))
 }
 
 /// Cancels a scheduled notification at once, or one in flight after its attempt.
 pub fn cancel(t: &mut Tables, now: Now, id: &JobId) -> DbResult<Cancelled> {
     let mut answer = Cancelled::NotFound;
     apply(t, &id.to_string(), |r| {
-        let (said, new) = life::cancel(r, now);
+        let (said, new) = transitions::cancel(r, now);
         answer = said;
         new
     })?;
@@ -245,7 +247,7 @@ pub fn replay(
     delay_ms: u64,
 ) -> DbResult<Option<Record>> {
     let key = id.to_string();
-    let replayed = apply(t, &key, |r| life::replay(r, now, delay_ms, schedule))?;
+    let replayed = apply(t, &key, |r| transitions::replay(r, now, delay_ms, schedule))?;
     if let (Some(encoded), Some(r)) = (spec, &replayed) {
         let value = spec::stored(r.created_at, 0, &r.schedule, encoded);
         t.specs.insert(key.as_str(), value.as_str())?;
@@ -256,7 +258,7 @@ pub fn replay(
 /// Deletes a dead letter. Whether it was one.
 pub fn discard(t: &mut Tables, id: &JobId) -> DbResult<bool> {
     let key = id.to_string();
-    let Some(r) = t.record(&key)?.filter(life::discardable) else {
+    let Some(r) = t.record(&key)?.filter(transitions::discardable) else {
         return Ok(false);
     };
     if let Some((index, at)) = r.position() {

@@ -21,11 +21,11 @@ struct Claimed {
 }
 
 #[derive(Default)]
-pub struct Leases {
+pub struct ClaimedRecords {
     held: Mutex<HashMap<(JobId, u64), Claimed>>,
 }
 
-impl Leases {
+impl ClaimedRecords {
     pub fn remember(&self, id: JobId, lease: u64, held: Held, claimed_at_us: i64, asked: Instant) {
         let claimed = Claimed {
             held,

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::store::Store;
 
 /// Sweeps until `stop` fires. Errors are logged once per outage, not per sweep.
-pub async fn sweep(store: Arc<dyn Store>, every: Duration, stop: CancellationToken) {
+pub async fn run(store: Arc<dyn Store>, every: Duration, stop: CancellationToken) {
     let mut failing = false;
     loop {
         tokio::select! {

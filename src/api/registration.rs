@@ -1,0 +1,175 @@
+//! The registration pipeline `POST /notify` and `POST /notify/batch` share: a checked
+//! request becomes a `Registration` (its tenant, its id and shard, its idempotency key),
+//! is stored in a span of its own, and the store's answer becomes what the API answers.
+
+use axum::http::{HeaderMap, StatusCode};
+use sha2::{Digest, Sha256};
+use tracing::{Instrument, Span};
+
+use super::auth;
+use super::error::ApiError;
+use super::notify::{validate, NotifyRequest};
+use super::AppState;
+use crate::access::{self, Principal};
+use crate::domain::{JobId, Notification, OrderingKey};
+use crate::store::{Enqueued, Idempotency, JobStatus, StoreResult};
+use crate::traces;
+
+/// A registration checked and ready to store.
+pub(super) struct Registration {
+    notification: Notification,
+    idempotency: Option<Idempotency>,
+}
+
+/// What the store made of a registration: the notification (an earlier one, for a
+/// repeated idempotency key) and its status.
+pub(super) struct Accepted {
+    pub id: JobId,
+    pub status: JobStatus,
+    pub duplicate: bool,
+}
+
+/// Checks a request of `caller` into a registration: its tenant, its id, every field.
+/// `raw` is the request as sent, whose fingerprint an idempotency key keeps.
+pub(super) fn prepare(
+    state: &AppState,
+    caller: &Principal,
+    request: NotifyRequest,
+    key: Option<String>,
+    raw: &[u8],
+) -> Result<Registration, ApiError> {
+    let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
+        state.rules.tenants.contains_key(t)
+    })?;
+    let idempotency = key.map(|key| Idempotency {
+        key,
+        tenant: tenant.clone(),
+        fingerprint: fingerprint(raw),
+        ttl: state.rules.idempotency_ttl,
+    });
+    let ordering_key = request
+        .ordering_key
+        .as_deref()
+        .map(OrderingKey::parse)
+        .transpose()?;
+    // Every notification of an ordering key lives on one shard, whose scripts keep the
+    // key's order; with an idempotency key too, the ordering key places it.
+    let placed_by = match &ordering_key {
+        Some(k) => Some(format!("ordering {}", k.scoped(&tenant))),
+        None => idempotency.as_ref().map(Idempotency::scoped),
+    };
+    let id = state.rules.placement.new_id(placed_by.as_deref());
+    let mut notification = validate(request, id, tenant, &state.rules)?;
+    notification.ordering_key = ordering_key;
+    Ok(Registration {
+        notification,
+        idempotency,
+    })
+}
+
+/// Stores a registration, in a span that is the child of the producer's `traceparent`.
+pub(super) async fn register(
+    state: &AppState,
+    registration: Registration,
+    traceparent: Option<&str>,
+) -> Result<Accepted, ApiError> {
+    let (registration, span) = traced(registration, traceparent);
+    let enqueued = state
+        .store
+        .enqueue(
+            &registration.notification,
+            registration.idempotency.as_ref(),
+        )
+        .instrument(span.clone())
+        .await;
+    accepted(state, &registration.notification, enqueued, &span)
+}
+
+/// Stores registrations together (each in its own span, as `register` does): one
+/// result each, in order, a refused one's refusal as it came.
+pub(super) async fn register_many(
+    state: &AppState,
+    registrations: Vec<Result<Registration, ApiError>>,
+    traceparent: Option<&str>,
+) -> Vec<Result<Accepted, ApiError>> {
+    let traced: Vec<_> = registrations
+        .into_iter()
+        .map(|r| r.map(|r| traced(r, traceparent)))
+        .collect();
+    let stored: Vec<_> = traced
+        .iter()
+        .flatten()
+        .map(|(r, _)| (&r.notification, r.idempotency.as_ref()))
+        .collect();
+    let mut enqueued = state.store.enqueue_many(&stored).await.into_iter();
+    traced
+        .into_iter()
+        .map(|r| {
+            let (registration, span) = r?;
+            let result = enqueued.next().expect("one result per registration stored");
+            accepted(state, &registration.notification, result, &span)
+        })
+        .collect()
+}
+
+/// A registration with the span it is stored in, whose `traceparent` it keeps.
+fn traced(mut registration: Registration, traceparent: Option<&str>) -> (Registration, Span) {
+    let span = traces::registration(traceparent);
+    registration.notification.traceparent = traces::traceparent(&span);
+    (registration, span)
+}
+
+/// What the store made of a registration, as the API answers it.
+fn accepted(
+    state: &AppState,
+    notification: &Notification,
+    enqueued: StoreResult<Enqueued>,
+    span: &Span,
+) -> Result<Accepted, ApiError> {
+    let enqueued = enqueued?;
+    // A repeated idempotency key names the notification it registered before.
+    span.record("id", tracing::field::display(&enqueued.id));
+    if enqueued.mismatch {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency_key_mismatch",
+            format!(
+                "this idempotency key registered {} with another request body; use a new key for a new notification",
+                enqueued.id
+            ),
+        ));
+    }
+    if enqueued.earliest.is_some() {
+        state.wake.notify_one();
+    }
+    if !enqueued.duplicate {
+        crate::metrics::accepted();
+        tracing::info!(id = %enqueued.id, host = %notification.url.host(), "notification registered");
+    }
+    let Some(status) = enqueued.status else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_reused",
+            format!(
+                "this idempotency key registered {}, which has finished and been deleted by retention; use a new key to register again",
+                enqueued.id
+            ),
+        ));
+    };
+    Ok(Accepted {
+        id: enqueued.id,
+        status,
+        duplicate: enqueued.duplicate,
+    })
+}
+
+/// The producer's W3C `traceparent`, if it sent one.
+pub(super) fn traceparent(headers: &HeaderMap) -> Option<&str> {
+    headers.get("traceparent").and_then(|v| v.to_str().ok())
+}
+
+/// The fingerprint of a request body, kept with its idempotency key: the first 16 bytes
+/// of its SHA-256, in hex.
+fn fingerprint(body: &[u8]) -> String {
+    access::hex(&Sha256::digest(body)[..16])
+}
