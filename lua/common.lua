@@ -1,4 +1,6 @@
--- Helpers put in front of every script by src/store/redis_store.rs. Every script receives the
+-- Helpers put in front of every script by src/store/redis_store.rs, after the constants
+-- it writes from Rust's (`script_constants`: LAYOUT, WAITING, WINDOW_MS, WINDOWS,
+-- MAX_SHARED_SCHEDULES), so that no script has a number or a format of its own. Every script receives the
 -- shard's keys in this order: KEYS 1 due, 2 inflight, 3 dead, 4 jobs, 5 state,
 -- 6 history, 7 done, 8 counters, 9 tenants (then its own extra keys).
 
@@ -38,14 +40,14 @@ end
 -- What a spec says of its notification besides its content: {its tenant ('' for the
 -- default one), its ordering key ('' for none)}. Since layout 4 (src/store/spec.rs)
 -- they are the last words of the first line, which postback writes from validated
--- values (neither holds a space): `v4 <created> <delay> <schedule>[ <tenant>[ <key>]]`.
+-- values (neither holds a space): `<LAYOUT> <created> <delay> <schedule>[ <tenant>[ <key>]]`.
 -- Nothing is looked for inside the meta JSON or the body, which callers wrote.
 local function about(spec)
   if not spec or not has_first_line(spec) then return '', '' end
   local line_end = string.find(spec, '\n', 1, true)
   if not line_end then return '', '' end
   local line = string.sub(spec, 1, line_end - 1)
-  if string.sub(line, 1, 3) == 'v4 ' then
+  if string.sub(line, 1, #LAYOUT + 1) == LAYOUT .. ' ' then
     local tenant, key = string.match(line, '^%S+ %S+ %S+ %S+ ?(%S*) ?(%S*)$')
     return tenant or '', key or ''
   end
@@ -85,7 +87,6 @@ end
 -- `order:<key>`. Only the first is in the due index at its own time; the others are
 -- there WAITING later (lifecycle::WAITING_OFFSET_MS), where no claim reaches them,
 -- until their turn. Scores are written with '%d': Lua would format them with %.14g.
-local WAITING = 281474976710656
 
 -- Puts `id`, due at `due` (ms), at the back of the ordering key's list `list`. Its
 -- score in the due index, as text: `due`, or WAITING later behind another.
@@ -127,7 +128,6 @@ end
 -- dead and done by the five-minute window of their finish time, for the last hour
 -- (trim.lua deletes older windows); `<tenant> <counter>` what retention deleted.
 -- A script adds its changes up with `tally` and writes them with `flush_tally`.
-local WINDOW_MS, WINDOWS = 300000, 12
 local tallied = {}
 
 local function tally(tenant, index, score, by, now)

@@ -1,8 +1,7 @@
 -- enqueue: register a group of notifications and schedule each one's first attempt.
 -- KEYS: the shard's keys (see common.lua), 10 the shard's shared schedules, then the
 --       idempotency keys and ordering key lists of those that have one
--- ARGV: 1 wake channel, 2 the layout version the first line starts with
---       (src/store/spec.rs), 3 most schedules the shard keeps once, then per notification
+-- ARGV: 1 wake channel, then per notification
 --       11 values: id, spec (what follows the schedule: the first line's last words,
 --       tenant and ordering key, then the meta JSON and the body), schedule (as records keep it), its
 --       reference ('' for none: kept once under it, if it can be), delay ms, the delay as
@@ -24,7 +23,7 @@
 -- 0|1 (2: of another request), and for a duplicate of the same request the state of the
 -- first (held_of in common.lua), or false when that one is in this group or refused;
 -- for a new one, 1 when it waits behind another of its ordering key, else false}.
-local FIRST, WIDTH = 4, 11
+local FIRST, WIDTH = 2, 11
 if #ARGV < FIRST or (#ARGV - FIRST + 1) % WIDTH ~= 0 then
   return redis.error_reply('enqueue: ' .. #ARGV .. ' arguments are not records of ' .. WIDTH)
 end
@@ -42,7 +41,7 @@ local function base36(n)
   until n == 0
   return s
 end
-local line_start = ARGV[2] .. ' ' .. base36(now) .. ' '
+local line_start = LAYOUT .. ' ' .. base36(now) .. ' '
 local out = {0, now}
 local w = {jobs = {}, due = {}}
 local created = {}
@@ -55,7 +54,7 @@ local function schedule_word(text, reference)
   local kept = shared[reference]
   if kept == nil then
     kept = redis.call('HGET', KEYS[10], reference)
-    if not kept and redis.call('HLEN', KEYS[10]) < tonumber(ARGV[3]) then
+    if not kept and redis.call('HLEN', KEYS[10]) < MAX_SHARED_SCHEDULES then
       redis.call('HSET', KEYS[10], reference, text)
       kept = text
     end

@@ -23,6 +23,7 @@ cancel came meanwhile).
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import tempfile
@@ -94,7 +95,7 @@ def call(kind, sha, first, batch, conflict):
     args = ["EVALSHA", sha, str(len(KEYS))] + KEYS
     if kind == "enqueue":
         args = ["EVALSHA", sha, str(len(KEYS) + 1)] + KEYS + ["{postback:0}:schedules"]
-        args += ["postback:wake", "v3", "256"]
+        args += ["postback:wake"]
         for i in range(first, first + batch):
             args += [notification_id(i), SPEC, SCHEDULE, REFERENCE, "0", "0", "0", "1", "",
                      "", "0"]
@@ -143,6 +144,23 @@ def instructions(kind, body, n, batch, conflict):
             return next(int(line.split()[1]) for line in f if line.startswith("totals:"))
 
 
+def script_constants():
+    """The constants postback writes in front of every script (`script_constants` in
+    src/store/redis_store.rs), read from the Rust constants they come from."""
+    def const(path, name):
+        text = open(os.path.join(ROOT, path)).read()
+        value = re.search(r"const " + name + r": [^=]+= ([^;]+);", text).group(1)
+        return value.strip('"')
+    layout = const("src/store/spec.rs", "VERSION")
+    waiting = eval(const("src/lifecycle/record.rs", "WAITING_OFFSET_MS"))
+    window = eval(const("src/store/tenant_counts.rs", "OUTCOME_WINDOW_MS"))
+    windows = const("src/store/tenant_counts.rs", "OUTCOME_WINDOWS")
+    shared = const("src/store/redis_store/schedules.rs", "MAX_SHARED").replace("_", "")
+    return (f"local LAYOUT = '{layout}'\nlocal WAITING = {waiting}\n"
+            f"local WINDOW_MS, WINDOWS = {window}, {windows}\n"
+            f"local MAX_SHARED_SCHEDULES = {shared}\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("script", choices=["settle", "claim", "enqueue"])
@@ -151,7 +169,7 @@ def main():
     parser.add_argument("--conflict", action="store_true",
                         help="settle with no expected record: the script answers with the stored one")
     a = parser.parse_args()
-    common = open(os.path.join(ROOT, "lua", "common.lua")).read()
+    common = script_constants() + open(os.path.join(ROOT, "lua", "common.lua")).read()
     name = "commit" if a.script == "settle" else a.script
     real = common + open(os.path.join(ROOT, "lua", name + ".lua")).read()
     empty = common + "return {0, 0}"

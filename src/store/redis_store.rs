@@ -17,10 +17,11 @@ use redis::Script;
 use tokio::sync::Notify;
 
 use super::keys::{wake_channel, ShardKeys};
+use super::{spec, tenant_counts};
 use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::JobId;
-use crate::lifecycle::Now;
+use crate::lifecycle::{Now, WAITING_OFFSET_MS};
 
 mod audit;
 mod claimed;
@@ -49,14 +50,33 @@ use health::HealthChannel;
 use schedules::ScheduleBook;
 use shard_clock::ShardClock;
 
-/// A script from `lua/`, with the shared helpers of `lua/common.lua` in front.
+/// A script from `lua/`, with the constants of `script_constants` and the shared helpers
+/// of `lua/common.lua` in front.
 macro_rules! script {
     ($name:literal) => {
-        Script::new(concat!(
+        Script::new(&format!(
+            "{}{}{}",
+            script_constants(),
             include_str!("../../lua/common.lua"),
             include_str!(concat!("../../lua/", $name, ".lua"))
         ))
     };
+}
+
+/// What the scripts must agree on with the rest of postback, written from the Rust
+/// constants that decide it: the layout a spec's first line starts with, how much later
+/// a notification waiting behind its ordering key sits in the due index, the windows of
+/// the counts per tenant, and how many schedules a shard keeps once.
+fn script_constants() -> String {
+    format!(
+        "local LAYOUT = '{}'\nlocal WAITING = {}\nlocal WINDOW_MS, WINDOWS = {}, {}\n\
+         local MAX_SHARED_SCHEDULES = {}\n",
+        spec::VERSION,
+        WAITING_OFFSET_MS,
+        tenant_counts::OUTCOME_WINDOW_MS,
+        tenant_counts::OUTCOME_WINDOWS,
+        schedules::MAX_SHARED,
+    )
 }
 
 struct Scripts {

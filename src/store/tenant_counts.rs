@@ -20,7 +20,8 @@ use crate::lifecycle::Index;
 
 /// The width of the windows outcomes are counted in: five minutes.
 pub const OUTCOME_WINDOW_MS: i64 = 5 * 60 * 1000;
-/// How many windows back outcomes are counted per tenant (`WINDOWS` in `lua/common.lua`).
+/// How many windows back outcomes are counted per tenant (the scripts' `WINDOWS`, written
+/// from this).
 pub const OUTCOME_WINDOWS: i64 = 12;
 
 /// The window `at_ms` falls in.

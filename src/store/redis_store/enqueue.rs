@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::commit::Held;
 use super::conn::Conn;
 use super::reply::{earliest_at, int_at, text_at};
-use super::schedules::{ScheduleBook, MAX_SHARED};
+use super::schedules::ScheduleBook;
 use super::script_error;
 use crate::domain::JobId;
 use crate::lifecycle::{schedule_text, transitions, JobStatus, Now};
@@ -183,9 +183,7 @@ async fn store_group(
 ) -> StoreResult<Vec<StoreResult<Enqueued>>> {
     let mut call = target.script.key(keys.all().as_slice());
     call.key(keys.schedules());
-    call.arg(&target.wake_channel)
-        .arg(spec::VERSION)
-        .arg(MAX_SHARED);
+    call.arg(&target.wake_channel);
     let mut extra_keys = 0;
     let mut extra_key = |key: &str| {
         call.key(key);
