@@ -258,10 +258,13 @@ async fn the_breaker_can_be_switched_off() {
             .await;
         pb.wait_state(&id, "dead", WAIT).await;
     }
+    // The same endpoint, which twelve failures in a row would have opened a breaker on.
     let id = pb
-        .register(json!({"url": receiver.url("/ok"), "body": {}}))
+        .register(json!({"url": receiver.url("/down"), "body": {}}))
         .await;
-    assert_eq!(pb.wait_state(&id, "delivered", WAIT).await["attempts"], 1);
+    let delivered = pb.wait_state(&id, "delivered", WAIT).await;
+    assert_eq!(delivered["attempts"], 1, "{delivered}");
+    assert_eq!(receiver.requests_for(&id).len(), 1, "sent at once");
 }
 
 /// Jitter is read from the due time each retry is given (`next_attempt_at`, counted from
