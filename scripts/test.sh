@@ -2,9 +2,10 @@
 # Runs the whole test suite. Tests start their own redis-server on free ports, so this
 # only makes sure the binary is installed, and that promtool is at hand for the tests of
 # deploy/. Without arguments it then runs the
-# conformance tests (everything about the pipeline, not about Redis itself) again on
-# each other backend: a local Redis Cluster of 3 primaries, and the embedded store. With
-# arguments it passes them to `cargo test` and stops there.
+# conformance tests (tests/conformance: everything about the pipeline, not about Redis
+# itself) again on each other backend, a local Redis Cluster of 3 primaries and the
+# embedded store, and one instance's tests (tests/instance) on the embedded store too.
+# With arguments it passes them to `cargo test` and stops there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
@@ -12,9 +13,6 @@ PATH="$(bash scripts/ensure-promtool.sh):$PATH"
 export PATH
 cargo test --locked "$@"
 if [ $# -eq 0 ]; then
-  conformance=(delivery dead_letters cancel policy fleet_policy retention lease tenants audit browse batch ordering success_rules signing_keys tenant_tls hostile_tenants)
-  POSTBACK_TEST_BACKEND=cluster cargo test --locked "${conformance[@]/#/--test=}"
-  POSTBACK_TEST_BACKEND=embedded cargo test --locked "${conformance[@]/#/--test=}" \
-    --test=shutdown --test=api --test=cli --test=metrics --test=overview --test=openapi \
-    --test=hostile_input --test=crash
+  POSTBACK_TEST_BACKEND=cluster cargo test --locked --test conformance
+  POSTBACK_TEST_BACKEND=embedded cargo test --locked --test conformance --test instance
 fi

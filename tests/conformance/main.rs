@@ -1,0 +1,26 @@
+//! The conformance suite: what a user sees of the pipeline (delivery, retries, dead
+//! letters, cancels, the delivery policy, leases, tenants, audit, lists, batches,
+//! ordering keys, success rules, signing, tenants' TLS, tenants kept apart), the same on
+//! every store. `scripts/test.sh` runs it on a standalone Redis, a Redis Cluster
+//! (`POSTBACK_TEST_BACKEND=cluster`) and the embedded store
+//! (`POSTBACK_TEST_BACKEND=embedded`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod audit;
+mod batch;
+mod browse;
+mod cancel;
+mod dead_letters;
+mod delivery;
+mod fleet_policy;
+mod hostile_tenants;
+mod lease;
+mod ordering;
+mod policy;
+mod retention;
+mod signing_keys;
+mod success_rules;
+mod tenant_tls;
+mod tenants;

@@ -1,0 +1,594 @@
+//! The operator CLI against a running postback: register, look up, review the dead
+//! letters, replay one with a new URL, purge by filter; tables by default, JSON with
+//! `--json`, and one clear line with exit code 1 when something is wrong.
+
+use crate::support;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::postback::TOKEN;
+use support::Postback;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn cli(pb: &Postback, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(args)
+        .env_clear()
+        .env("POSTBACK_API_URL", pb.url(""))
+        .env("POSTBACK_API_TOKEN", TOKEN)
+        .output()
+        .unwrap()
+}
+
+/// Runs and asserts success; returns stdout.
+fn ok(pb: &Postback, args: &[&str]) -> String {
+    let out = cli(pb, args);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{args:?}: {stdout}{stderr}");
+    stdout
+}
+
+/// `notify --url URL --body {}` with `more` arguments; the id it printed.
+fn notify(pb: &Postback, url: &str, more: &[&str]) -> String {
+    let mut args = vec!["notify", "--url", url, "--body", "{}"];
+    args.extend_from_slice(more);
+    json(pb, &args)["id"].as_str().unwrap().to_string()
+}
+
+fn json(pb: &Postback, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.push("--json");
+    serde_json::from_str(&ok(pb, &args)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_finds_a_dead_letter_fixes_its_url_and_resends_it() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let down = receiver.url("/down?fail=99");
+    let registered = json(
+        &pb,
+        &[
+            "notify",
+            "--url",
+            &down,
+            "--body",
+            r#"{"order": 7}"#,
+            "--schedule",
+            "100ms",
+            "--topic",
+            "payment.succeeded",
+            "--header",
+            "X-Shop: 42",
+        ],
+    );
+    let id = registered["id"].as_str().unwrap().to_string();
+    pb.wait_state(&id, "dead", WAIT).await;
+    let first = &receiver.requests_for(&id)[0];
+    assert_eq!(first.body.as_ref(), br#"{"order":7}"#);
+    assert_eq!(first.header("x-shop").as_deref(), Some("42"));
+
+    let table = ok(&pb, &["dlq", "list", "--topic", "payment.succeeded"]);
+    let row = table.lines().find(|l| l.contains(&id)).expect(&table);
+    assert!(
+        row.contains("HTTP 500") && row.contains("payment.succeeded"),
+        "{table}"
+    );
+    assert!(
+        table.lines().next().unwrap().contains("LAST FAILURE"),
+        "{table}"
+    );
+    assert_eq!(
+        ok(&pb, &["dlq", "list", "--topic", "other"]).trim(),
+        "no dead letters"
+    );
+
+    let shown = ok(&pb, &["dlq", "show", &id]);
+    assert!(shown.contains(r#"body:         {"order":7}"#), "{shown}");
+    let attempts = shown
+        .lines()
+        .filter(|l| l.trim_start().starts_with(['1', '2', '3']) && l.contains(" 500 "))
+        .count();
+    assert_eq!(attempts, 2, "two attempts in the history:\n{shown}");
+
+    let fixed = receiver.url("/fixed");
+    let replayed = ok(&pb, &["dlq", "replay", &id, "--url", &fixed]);
+    assert!(
+        replayed.contains("state:") && replayed.contains(&fixed),
+        "{replayed}"
+    );
+    pb.wait_state(&id, "delivered", WAIT).await;
+    let status = json(&pb, &["status", &id]);
+    assert_eq!(
+        (status["state"].as_str(), status["replays"].as_u64()),
+        (Some("delivered"), Some(1))
+    );
+    assert!(ok(&pb, &["status", &id]).contains("state:            delivered"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_replay_and_purge_by_filter_report_their_counts() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let mut ids = Vec::new();
+    for topic in ["a", "a", "b"] {
+        let url = receiver.url("/down?fail=99");
+        let answer = json(
+            &pb,
+            &[
+                "notify",
+                "--url",
+                &url,
+                "--body-text",
+                "hi",
+                "--schedule",
+                "100ms",
+                "--topic",
+                topic,
+            ],
+        );
+        ids.push(answer["id"].as_str().unwrap().to_string());
+    }
+    for id in &ids {
+        pb.wait_state(id, "dead", WAIT).await;
+    }
+
+    let out = ok(&pb, &["dlq", "replay", "--topic", "b", "--delay", "1h"]);
+    assert_eq!(out.trim(), "replayed 1 dead letters");
+    assert_eq!(pb.notification(&ids[2]).await["state"], "scheduled");
+    assert_eq!(json(&pb, &["dlq", "purge", "--topic", "a"])["count"], 2);
+    assert_eq!(json(&pb, &["stats"])["dead"], 0);
+    assert!(ok(&pb, &["stats"]).contains("scheduled  1"));
+    assert_eq!(json(&pb, &["stats", "--tenant", "default"])["scheduled"], 1);
+    assert_eq!(json(&pb, &["stats", "--tenant", "shop-z"])["scheduled"], 0);
+    assert_eq!(pb.get(&format!("/notifications/{}", ids[0])).await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_one_clear_line_and_exit_code_one() {
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["status", "ntf_0_00000000000000000000000000000000"],
+            "404 not_found",
+        ),
+        (&["dlq", "purge"], "or --all to purge every dead letter"),
+        (&["dlq", "replay"], "or --all to replay every dead letter"),
+        (
+            &["notify", "--url", "ftp://x", "--body", "{}"],
+            "422 invalid_field",
+        ),
+        (
+            &["notify", "--url", "http://x", "--body", "not json"],
+            "--body is not JSON",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = cli(&pb, args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr.starts_with("postback: ") && stderr.contains(expected),
+            "{args:?}: {stderr}"
+        );
+    }
+
+    let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["stats", "--token", "wrong"])
+        .env("POSTBACK_API_URL", pb.url(""))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("401 unauthorized") && stderr.contains("POSTBACK_API_TOKEN"),
+        "{stderr}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["stats", "--api-url", "http://127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("cannot reach the postback API at http://127.0.0.1:1"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_token_works_once_configured_and_its_actions_are_audited() {
+    let made = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["token", "new", "--name", "night-ops", "--tenant", "*"])
+        .args(["--roles", "read,operate,audit"])
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let token = String::from_utf8(made.stdout).unwrap().trim().to_string();
+    let lines = String::from_utf8(made.stderr).unwrap();
+    assert!(
+        token.starts_with("pbk_") && !lines.contains(&token),
+        "shown once: {lines}"
+    );
+    let config: String = lines
+        .lines()
+        .skip_while(|l| !l.starts_with("[tokens."))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("postback.toml");
+    std::fs::write(&path, config).unwrap();
+
+    let (_backend, receiver, pb) =
+        support::start_any(&[("POSTBACK_CONFIG", path.to_str().unwrap())]).await;
+    let id = pb
+        .register(serde_json::json!({"url": receiver.url("/x"), "body": {}, "delay": "1h"}))
+        .await;
+    let as_night_ops = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(args)
+            .env_clear()
+            .env("POSTBACK_API_URL", pb.url(""))
+            .env("POSTBACK_API_TOKEN", &token)
+            .output()
+            .unwrap()
+    };
+    assert!(as_night_ops(&["cancel", &id]).status.success());
+    let refused = as_night_ops(&["notify", "--url", "http://127.0.0.1:9/", "--body", "{}"]);
+    assert!(!refused.status.success(), "no notify role");
+    assert!(String::from_utf8(refused.stderr)
+        .unwrap()
+        .contains("notify"));
+
+    let audit = as_night_ops(&["audit"]);
+    let table = String::from_utf8(audit.stdout).unwrap();
+    assert!(audit.status.success(), "{table}");
+    let row = table
+        .lines()
+        .find(|l| l.contains("cancel"))
+        .expect("a cancel row");
+    assert!(
+        row.contains("night-ops") && row.contains(&id) && row.contains("default"),
+        "{table}"
+    );
+
+    let bad = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args([
+            "token", "new", "--name", "x", "--tenant", "*", "--roles", "root",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_pipe_ends_the_output_without_a_panic() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let id = pb
+        .register(serde_json::json!({"url": receiver.url("/x"), "body": {}, "delay": "1h"}))
+        .await;
+    for _ in 0..5 {
+        // As `postback status ID | head -0`: the reader is gone before anything is written.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(["status", &id])
+            .env_clear()
+            .env("POSTBACK_API_URL", pb.url(""))
+            .env("POSTBACK_API_TOKEN", TOKEN)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(
+            matches!(out.status.code(), Some(0) | None),
+            "{:?}: {stderr}",
+            out.status
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_came_from_outside_cannot_drive_the_terminal() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let title = "\u{1b}]0;pwned\u{7}\u{1b}[2J";
+    let id = pb
+        .register(serde_json::json!({
+            "url": receiver.url("/x?fail=9"),
+            "body": format!("order=1&note={title}"),
+            "schedule": [],
+        }))
+        .await;
+    pb.wait_state(&id, "dead", WAIT).await;
+    for args in [
+        vec!["dlq", "show", &id],
+        vec!["dlq", "list"],
+        vec!["status", &id],
+    ] {
+        let shown = ok(&pb, &args);
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+            "{args:?}: {shown:?}"
+        );
+    }
+    assert!(ok(&pb, &["dlq", "show", &id]).contains("\\u{1b}]0;pwned"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_browses_a_state_and_status_finds_a_notification_by_its_key() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/orders");
+    let more = [
+        "--delay",
+        "1h",
+        "--topic",
+        "order.paid",
+        "--idempotency-key",
+        "order-1001",
+    ];
+    let keyed = notify(&pb, &url, &more);
+    let delivered = notify(&pb, &url, &[]);
+    pb.wait_state(&delivered, "delivered", WAIT).await;
+
+    let table = ok(&pb, &["list", "--state", "scheduled"]);
+    assert!(
+        table.trim_start().starts_with("ID"),
+        "a header line: {table}"
+    );
+    assert!(
+        table.contains(&keyed) && table.contains("order.paid"),
+        "{table}"
+    );
+    assert!(!table.contains(&delivered), "{table}");
+    let listed = json(&pb, &["list", "--state", "delivered", "--limit", "5"]);
+    assert_eq!(listed["items"][0]["id"], delivered.as_str());
+    let found = json(&pb, &["list", "--key", "order-1001"]);
+    assert_eq!(found["items"][0]["id"], keyed.as_str());
+
+    let status = ok(&pb, &["status", "--key", "order-1001"]);
+    assert!(
+        status.contains(&keyed) && status.contains("scheduled"),
+        "{status}"
+    );
+    assert_eq!(
+        json(&pb, &["status", "--key", "order-1001"])["id"],
+        keyed.as_str()
+    );
+    let out = cli(&pb, &["status", "--key", "order-9999"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("order-9999"), "{stderr}");
+    let out = cli(&pb, &["status"]);
+    assert_eq!(out.status.code(), Some(2), "an id or --key is needed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_key_says_so_and_a_body_mismatch_says_why() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/answers-ok");
+    let args = [
+        "notify",
+        "--url",
+        &url,
+        "--body",
+        "{}",
+        "--expect-body",
+        "success",
+        "--schedule",
+        "100ms",
+        "--idempotency-key",
+        "order-77",
+    ];
+    let first = cli(&pb, &args);
+    assert!(first.status.success());
+    assert!(
+        first.stderr.is_empty(),
+        "the first registration is not a repeat"
+    );
+    let again = cli(&pb, &args);
+    assert!(again.status.success());
+    let stderr = String::from_utf8(again.stderr).unwrap();
+    assert!(
+        stderr.contains("Idempotency-Key was used before"),
+        "{stderr}"
+    );
+    let id_of = |out: Vec<u8>| {
+        let text = String::from_utf8(out).unwrap();
+        text.lines()
+            .next()
+            .unwrap()
+            .trim_start_matches("id:")
+            .trim()
+            .to_string()
+    };
+    let id = id_of(first.stdout);
+    assert_eq!(id, id_of(again.stdout), "the same notification");
+    pb.wait_state(&id, "dead", WAIT).await;
+    let table = ok(&pb, &["dlq", "list"]);
+    assert!(
+        table.contains("HTTP 200: response body is not `success`"),
+        "{table}"
+    );
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "_postback()"),
+        ("zsh", "#compdef postback"),
+        ("fish", "complete -c postback"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{shell}");
+        assert!(
+            script.contains(marker) && script.contains("dlq"),
+            "{shell}: {script}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["completions", "cmd.exe"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walk_through_receiver_answers_and_fails_where_asked() {
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
+    let port = support::free_port();
+    let mut receiving = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .args(["receive", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        support::eventually(WAIT, || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await,
+        "the receiver never listened"
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let up = |path: &str| format!("{base}{path}");
+    let delivered = pb
+        .register(serde_json::json!({"url": up("/orders/42"), "body": {"order": 42}}))
+        .await;
+    let dead = pb
+        .register(
+            serde_json::json!({"url": up("/fail/orders/43"), "body": {}, "schedule": ["100ms"]}),
+        )
+        .await;
+    pb.wait_state(&delivered, "delivered", WAIT).await;
+    pb.wait_state(&dead, "dead", WAIT).await;
+    receiving.kill().unwrap();
+    let out = receiving.wait_with_output().unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        printed.contains(&format!(
+            "200 POST /orders/42 webhook-id={delivered} {{\"order\":42}}"
+        )),
+        "{printed}"
+    );
+    assert_eq!(
+        printed
+            .matches(&format!("503 POST /fail/orders/43 webhook-id={dead}"))
+            .count(),
+        2,
+        "{printed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_notifications_is_registered_line_by_line() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("settlement.jsonl");
+    let good = |n: u32| {
+        format!(
+            r#"{{"url":"{}","body":{{"order":{n}}},"idempotency_key":"order-{n}"}}"#,
+            receiver.url(&format!("/o/{n}"))
+        )
+    };
+    std::fs::write(
+        &file,
+        format!(
+            "{}\n\n{}\n{{\"url\":\"ftp://x\",\"body\":{{}}}}\n",
+            good(1),
+            good(2)
+        ),
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+
+    let out = cli(&pb, &["notify", "--batch", path]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "one line was refused: {stdout}{stderr}"
+    );
+    assert!(stderr.contains("registered 2, refused 1"), "{stderr}");
+    assert!(
+        stdout.contains("LINE") && stdout.contains("invalid_field"),
+        "{stdout}"
+    );
+    assert!(receiver.wait_for(2, WAIT).await);
+    assert_eq!(
+        receiver.requests()[0].body.len() + receiver.requests()[1].body.len(),
+        22
+    );
+
+    // Again, as JSON: the same ids for the same keys; the line numbers of the file.
+    let out = cli(&pb, &["notify", "--batch", path, "--json"]);
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let items = answer["items"].as_array().unwrap();
+    assert_eq!(
+        items
+            .iter()
+            .map(|i| i["line"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 3, 4]
+    );
+    assert_eq!(items[0]["idempotent_replayed"], true);
+    assert_eq!(items[2]["error"]["field"], "url");
+    assert_eq!(receiver.count(), 2, "nothing registered twice");
+
+    let out = cli(&pb, &["notify", "--batch", path, "--url", "http://x"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--batch takes no fields of its own"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_ordering_key_the_profile_and_the_success_rule() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/paid");
+    let more = [
+        "--ordering-key",
+        "order-9",
+        "--profile",
+        "alipay",
+        "--delay",
+        "1h",
+    ];
+    let first = notify(&pb, &url, &more);
+    let rule = r#"{"status":[200,204],"json_pointer":"/code","json_equals":"SUCCESS"}"#;
+    let second = notify(&pb, &url, &["--ordering-key", "order-9", "--success", rule]);
+    let head = ok(&pb, &["status", &first]);
+    assert!(head.contains("ordering_key:     order-9"), "{head}");
+    assert!(head.contains("waiting:          false"), "{head}");
+    assert!(head.contains("profile:          alipay"), "{head}");
+    assert!(
+        head.contains("success:          2xx and body `success`"),
+        "{head}"
+    );
+    let behind = ok(&pb, &["status", &second]);
+    assert!(behind.contains("waiting:          true"), "{behind}");
+    assert!(
+        behind.contains(r#"success:          200|204 and JSON `/code` = "SUCCESS""#),
+        "{behind}"
+    );
+    let plain = notify(&pb, &url, &["--delay", "1h"]);
+    let plain = ok(&pb, &["status", &plain]);
+    assert!(
+        !plain.contains("waiting:") && !plain.contains("success:"),
+        "{plain}"
+    );
+}

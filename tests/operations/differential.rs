@@ -1,0 +1,443 @@
+//! The Redis store and the embedded store are one state machine: random sequences of
+//! registrations (with delays, idempotency keys, ordering keys, tenants), claims,
+//! outcomes, deferrals, releases, cancels, replays, discards and retention, applied to
+//! both, must give the same answers and leave the same observable states (each
+//! notification's state, attempts, history, whether it waits behind its ordering key;
+//! the counts of every tenant and of one; the dead letters; idempotency keys).
+//!
+//! Times differ between the stores (each reads its own clock), so what is compared is
+//! what does not depend on the exact millisecond: every retry interval is an hour, a
+//! delay is none or an hour, and the operations are a few milliseconds apart.
+
+use crate::support;
+
+use std::time::Duration;
+
+use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
+use postback::domain::{
+    AttemptReport, CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, OrderingKey,
+    Outcome, Payload, Reach, Schedule, Tenant,
+};
+use postback::store::{
+    ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, ListFilter, RedisStore, Settlement,
+    Store,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use support::RedisServer;
+
+/// Sequences tried; `POSTBACK_DIFFERENTIAL_CASES` sets more for a longer search.
+const CASES: u32 = 32;
+const LEASE: Duration = Duration::from_secs(600);
+const LONG: Duration = Duration::from_secs(3600);
+
+#[derive(Debug, Clone)]
+enum Op {
+    Register {
+        delayed: bool,
+        tiers: usize,
+        ordering: Option<u8>,
+        key: Option<(u8, u8)>,
+        other_tenant: bool,
+    },
+    Claim {
+        limit: usize,
+    },
+    Settle {
+        pick: usize,
+        outcome: Outcome,
+    },
+    Defer {
+        pick: usize,
+    },
+    Release {
+        pick: usize,
+    },
+    Cancel {
+        pick: usize,
+    },
+    Replay {
+        pick: usize,
+        delayed: bool,
+        schedule: bool,
+    },
+    ReplayMany,
+    Discard {
+        pick: usize,
+    },
+    Trim,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let outcome = prop_oneof![
+        1 => Just(Outcome::Delivered),
+        1 => Just(Outcome::Failed),
+        2 => Just(Outcome::Gone)
+    ];
+    prop_oneof![
+        5 => (any::<bool>(), 1..4usize, prop::option::of(0..2u8), prop::option::of((0..2u8, 0..2u8)), any::<bool>())
+            .prop_map(|(d, tiers, ordering, key, other_tenant)| Op::Register {
+                delayed: d && ordering.is_none(),
+                tiers,
+                ordering,
+                key,
+                other_tenant,
+            }),
+        4 => (1..5usize).prop_map(|limit| Op::Claim { limit }),
+        6 => (any::<usize>(), outcome).prop_map(|(pick, outcome)| Op::Settle { pick, outcome }),
+        1 => any::<usize>().prop_map(|pick| Op::Defer { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::Release { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
+        2 => (any::<usize>(), any::<bool>(), any::<bool>())
+            .prop_map(|(pick, delayed, schedule)| Op::Replay { pick, delayed, schedule }),
+        1 => Just(Op::ReplayMany),
+        1 => any::<usize>().prop_map(|pick| Op::Discard { pick }),
+        1 => Just(Op::Trim),
+    ]
+}
+
+/// Retention that acts within a sequence: at most two dead letters are kept.
+fn retention() -> RetentionSettings {
+    RetentionSettings {
+        dead_max_count: 2,
+        ..RetentionSettings::default()
+    }
+}
+
+fn notification(id: JobId, tiers: usize, delayed: bool, tenant: &Tenant) -> Notification {
+    Notification {
+        id,
+        url: CallbackUrl::parse("http://merchant.example.com/cb", Destinations::PublicOnly)
+            .unwrap(),
+        payload: Payload::from_json(serde_json::json!({"n": 1})).unwrap(),
+        headers: ExtraHeaders::default(),
+        schedule: Schedule::parse(&vec!["1h"; tiers]).unwrap(),
+        delay: if delayed { LONG } else { Duration::ZERO },
+        timeout: Duration::from_secs(1),
+        success: Default::default(),
+        profile: None,
+        topic: None,
+        rate_key: "merchant.example.com".into(),
+        tenant: tenant.clone(),
+        traceparent: None,
+        ordering_key: None,
+    }
+}
+
+fn report(outcome: Outcome) -> AttemptReport {
+    AttemptReport {
+        outcome,
+        status: Some(if outcome == Outcome::Delivered {
+            200
+        } else {
+            500
+        }),
+        error: None,
+        duration_ms: 1,
+        response: String::new(),
+        retry_after: None,
+        reach: Reach::Sent {
+            healthy: outcome == Outcome::Delivered,
+        },
+    }
+}
+
+/// What a reader sees of a notification, but for times.
+fn seen(v: Option<JobView>) -> String {
+    let Some(v) = v else { return "gone".into() };
+    let s = &v.status;
+    let history: Vec<_> = v.history.iter().map(|a| a.status).collect();
+    format!(
+        "{:?} attempts {}/{} replays {} cancel_requested {} waiting {} next {} finished {} history {history:?} tenant {}",
+        s.state,
+        s.attempts,
+        s.max_attempts,
+        s.replays,
+        s.cancel_requested,
+        s.waiting,
+        s.next_at.is_some(),
+        s.finished_at.is_some(),
+        v.spec.tenant,
+    )
+}
+
+/// One store under test, with the leases it holds.
+struct Subject {
+    store: Box<dyn Store>,
+    held: Vec<ClaimedJob>,
+}
+
+impl Subject {
+    /// Applies `op` (the notifications it may name are `ids`): its answer, as text.
+    async fn apply(&mut self, op: &Op, ids: &[(Notification, Option<Idempotency>)]) -> String {
+        let store = &*self.store;
+        let pick = |i: usize| ids.get(i % ids.len().max(1)).map(|(n, _)| n.id);
+        match op {
+            Op::Register { .. } => {
+                let (n, key) = ids.last().expect("registered");
+                let e = store.enqueue(n, key.as_ref()).await.unwrap();
+                let state = e.status.map(|s| format!("{:?} {}", s.state, s.waiting));
+                format!("{} {state:?} {} {}", e.id, e.duplicate, e.mismatch)
+            }
+            Op::Claim { limit } => {
+                let claim = store.claim(*limit, LEASE, Duration::ZERO).await.unwrap();
+                let mut got: Vec<_> = claim
+                    .jobs
+                    .iter()
+                    .map(|j| {
+                        format!(
+                            "{} lease {} attempt {}/{}",
+                            j.id, j.lease, j.attempt, j.max_attempts
+                        )
+                    })
+                    .collect();
+                got.sort();
+                self.held.extend(claim.jobs);
+                self.held.sort_by_key(|j| j.id.to_string());
+                format!("{got:?}")
+            }
+            Op::Settle { pick, outcome } => {
+                let Some(job) = self.take(*pick) else {
+                    return "none held".into();
+                };
+                let s = Settlement {
+                    id: job.id,
+                    lease: job.lease,
+                    report: report(*outcome),
+                    jitter_permille: 0,
+                    ended_at: job.store_now(),
+                    ordered: job.spec.ordering_key.is_some(),
+                };
+                let settled = self.store.settle(&[s]).await.unwrap();
+                let (applied, dead) = (settled.applied, settled.dead_lettered);
+                format!("{applied:?} dead {dead} trimmed {}", settled.trimmed)
+            }
+            Op::Defer { pick } => {
+                let Some(job) = self.take(*pick) else {
+                    return "none held".into();
+                };
+                let d = Deferral {
+                    id: job.id,
+                    lease: job.lease,
+                    delay: LONG,
+                    reserved: false,
+                };
+                self.store.defer(&[d]).await.unwrap();
+                "deferred".into()
+            }
+            Op::Release { pick } => {
+                let Some(job) = self.take(*pick) else {
+                    return "none held".into();
+                };
+                let n = self.store.release(&[(job.id, job.lease)]).await.unwrap();
+                format!("released {n}")
+            }
+            Op::Cancel { pick: p } => match pick(*p) {
+                Some(id) => format!("{:?}", store.cancel(&id).await.unwrap()),
+                None => "nothing".into(),
+            },
+            Op::Replay {
+                pick: p,
+                delayed,
+                schedule,
+            } => {
+                let Some(id) = pick(*p) else {
+                    return "nothing".into();
+                };
+                let schedule = schedule.then(|| Schedule::parse(&["1h", "1h"]).unwrap());
+                let delay = if *delayed { LONG } else { Duration::ZERO };
+                let status = store
+                    .replay(&id, None, schedule.as_ref(), delay)
+                    .await
+                    .unwrap();
+                format!(
+                    "{:?}",
+                    status.map(|s| (s.state, s.attempts, s.max_attempts, s.waiting))
+                )
+            }
+            Op::ReplayMany => {
+                let all: Vec<JobId> = ids.iter().map(|(n, _)| n.id).collect();
+                let n = store.replay_many(&all, None, Duration::ZERO).await.unwrap();
+                format!("replayed {n}")
+            }
+            Op::Discard { pick: p } => match pick(*p) {
+                Some(id) => format!("discarded {}", store.discard(&[id]).await.unwrap()),
+                None => "nothing".into(),
+            },
+            Op::Trim => format!("trimmed {}", store.trim().await.unwrap()),
+        }
+    }
+
+    /// Takes a held lease out of the list (it is settled, deferred or released).
+    fn take(&mut self, pick: usize) -> Option<ClaimedJob> {
+        if self.held.is_empty() {
+            return None;
+        }
+        Some(self.held.remove(pick % self.held.len()))
+    }
+
+    /// Everything a reader can see, but for times.
+    async fn observe(&self, ids: &[(Notification, Option<Idempotency>)]) -> Vec<String> {
+        let store = &*self.store;
+        let mut seen_all = Vec::new();
+        for (n, key) in ids {
+            seen_all.push(format!(
+                "{} {}",
+                n.id,
+                seen(store.get(&n.id).await.unwrap())
+            ));
+            if let Some(key) = key {
+                let found = store.find_by_key(&key.scoped()).await.unwrap();
+                seen_all.push(format!("key {} → {:?}", key.scoped(), found.map(|v| v.id)));
+            }
+        }
+        for tenant in [None, Some(Tenant::parse("shop-a", "tenant").unwrap())] {
+            let stats = store.stats(tenant.as_ref()).await.unwrap();
+            seen_all.push(format!("{tenant:?} {:?} {:?}", stats.total, stats.trimmed));
+        }
+        let dead = store
+            .dead_letters(&ListFilter::default(), 100, None)
+            .await
+            .unwrap();
+        let mut dead: Vec<_> = dead.items.iter().map(|v| v.id.to_string()).collect();
+        dead.sort();
+        seen_all.push(format!("dead letters {dead:?}"));
+        seen_all
+    }
+}
+
+/// Applies `ops` to both stores, comparing every answer and, after each, what is seen.
+async fn run(redis: &RedisServer, ops: &[Op]) -> Result<(), TestCaseError> {
+    redis.query::<()>(&mut redis::cmd("FLUSHALL"));
+    let target = RedisTarget::Standalone(redis.url());
+    let on_redis = RedisStore::connect(&target, 1, &StoreSettings::default(), &retention())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let embedded = EmbeddedStore::open(dir.path(), &retention()).unwrap();
+    let mut subjects = [
+        Subject {
+            store: Box::new(on_redis),
+            held: Vec::new(),
+        },
+        Subject {
+            store: Box::new(embedded),
+            held: Vec::new(),
+        },
+    ];
+    let mut ids: Vec<(Notification, Option<Idempotency>)> = Vec::new();
+    for (step, op) in ops.iter().enumerate() {
+        if let Op::Register {
+            delayed,
+            tiers,
+            ordering,
+            key,
+            other_tenant,
+        } = op
+        {
+            ids.push(registration(
+                *delayed,
+                *tiers,
+                *ordering,
+                *key,
+                *other_tenant,
+            ));
+        }
+        // Registrations are due from the next millisecond; keep each step in its own.
+        tokio::time::sleep(Duration::from_millis(3)).await;
+        let mut answers = Vec::new();
+        for subject in &mut subjects {
+            answers.push(subject.apply(op, &ids).await);
+        }
+        prop_assert_eq!(
+            &answers[0],
+            &answers[1],
+            "step {} {:?}: Redis, then embedded",
+            step,
+            op
+        );
+        let redis_sees = subjects[0].observe(&ids).await;
+        let embedded_sees = subjects[1].observe(&ids).await;
+        prop_assert_eq!(
+            redis_sees,
+            embedded_sees,
+            "after step {} {:?}: Redis, then embedded",
+            step,
+            op
+        );
+    }
+    Ok(())
+}
+
+fn registration(
+    delayed: bool,
+    tiers: usize,
+    ordering: Option<u8>,
+    key: Option<(u8, u8)>,
+    other_tenant: bool,
+) -> (Notification, Option<Idempotency>) {
+    let tenant = match other_tenant {
+        true => Tenant::parse("shop-a", "tenant").unwrap(),
+        false => Tenant::default(),
+    };
+    let mut n = notification(JobId::new(0), tiers, delayed, &tenant);
+    n.ordering_key = ordering.map(|k| OrderingKey::parse(&format!("order-{k}")).unwrap());
+    let idempotency = key.map(|(k, body)| Idempotency {
+        key: format!("key-{k}"),
+        tenant,
+        fingerprint: format!("body-{body}"),
+        ttl: LONG,
+    });
+    (n, idempotency)
+}
+
+#[test]
+fn redis_and_embedded_stores_agree_on_every_sequence() {
+    let cases = std::env::var("POSTBACK_DIFFERENTIAL_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(CASES);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = RedisServer::start();
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let sequences = prop::collection::vec(op(), 1..80);
+    let result = runner.run(&sequences, |ops| runtime.block_on(run(&redis, &ops)));
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Retention by count, which random sequences reach only now and then.
+#[test]
+fn retention_by_count_deletes_the_same_dead_letters() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let redis = RedisServer::start();
+    let register = Op::Register {
+        delayed: false,
+        tiers: 1,
+        ordering: None,
+        key: None,
+        other_tenant: false,
+    };
+    let gone = Op::Settle {
+        pick: 0,
+        outcome: Outcome::Gone,
+    };
+    let mut ops = vec![register; 4];
+    ops.extend([
+        Op::Claim { limit: 4 },
+        gone.clone(),
+        gone.clone(),
+        gone.clone(),
+    ]);
+    ops.extend([gone, Op::Trim]);
+    runtime.block_on(run(&redis, &ops)).unwrap();
+}

@@ -1,0 +1,248 @@
+//! The embedded store: the default when no Redis is configured, one instance per file,
+//! and nothing accepted is lost when that instance is killed (`kill -9`) under load and
+//! started again on the same file.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::postback::TOKEN;
+use support::{Postback, Receiver};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_store_configured_it_keeps_notifications_in_data_and_says_so() {
+    let cwd = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_in(cwd.path(), &[]).await;
+
+    let id = pb
+        .register(json!({"url": receiver.url("/ok"), "body": {"a": 1}}))
+        .await;
+    pb.wait_state(&id, "delivered", Duration::from_secs(10))
+        .await;
+    assert!(cwd.path().join("data/postback.redb").is_file());
+    let logs = pb.logs();
+    let opened = logs
+        .lines()
+        .find(|l| l.contains("store opened"))
+        .unwrap_or_default();
+    assert!(
+        opened.contains("embedded") && opened.contains("data/postback.redb"),
+        "the start-up line names the store and its file: {opened:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_on_the_same_file_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = Postback::start_embedded(dir.path(), &[]).await;
+
+    let data_dir = dir.path().to_str().unwrap();
+    let said = Postback::refused_start(&[("POSTBACK_STORE_DATA_DIR", data_dir)]);
+    assert!(
+        said.contains("store.data_dir") && said.contains("in use by another postback instance"),
+        "{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_instance_does_not_write_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_embedded(dir.path(), &[]).await;
+    let id = pb
+        .register(json!({"url": receiver.url("/ok"), "body": {}, "delay": "1h"}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let file = dir.path().join("postback.redb");
+    let before = std::fs::metadata(&file).unwrap().modified().unwrap();
+    // Six idle sleeps of the test settings' 500 ms.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = std::fs::metadata(&file).unwrap().modified().unwrap();
+    assert_eq!(before, after, "nothing was due, yet the file was written");
+    assert_eq!(pb.notification(&id).await["state"], "scheduled");
+}
+
+#[test]
+fn a_data_dir_that_cannot_be_created_stops_start_up_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let in_the_way = dir.path().join("a-file");
+    std::fs::write(&in_the_way, "not a directory").unwrap();
+    let said =
+        Postback::refused_start(&[("POSTBACK_STORE_DATA_DIR", in_the_way.to_str().unwrap())]);
+    assert!(
+        said.contains("store.data_dir (POSTBACK_STORE_DATA_DIR): cannot create"),
+        "{said}"
+    );
+}
+
+/// Registrations from a producer that keeps each `Idempotency-Key`'s answer, and stops
+/// at the first request without one (the instance died under it).
+struct Producer {
+    accepted: Vec<(String, String)>,
+    unanswered: Vec<String>,
+}
+
+async fn produce(
+    url: String,
+    callback: String,
+    stop: Arc<AtomicBool>,
+    next: Arc<AtomicUsize>,
+) -> Producer {
+    let client = reqwest::Client::new();
+    let mut p = Producer {
+        accepted: Vec::new(),
+        unanswered: Vec::new(),
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let key = format!("order-{}", next.fetch_add(1, Ordering::Relaxed));
+        match register(&client, &url, &callback, &key).await {
+            Some(id) => p.accepted.push((key, id)),
+            None => {
+                p.unanswered.push(key);
+                break;
+            }
+        }
+    }
+    p
+}
+
+/// The id of the registration under `key`, or `None` when no answer came.
+async fn register(
+    client: &reqwest::Client,
+    url: &str,
+    callback: &str,
+    key: &str,
+) -> Option<String> {
+    let sent = client
+        .post(url)
+        .bearer_auth(TOKEN)
+        .header("idempotency-key", key)
+        .json(&json!({"url": callback, "body": {"key": key}, "schedule": ["100ms", "200ms"]}))
+        .send()
+        .await
+        .ok()?;
+    assert_eq!(sent.status(), 202);
+    let answer: Value = sent.json().await.ok()?;
+    Some(answer["id"].as_str().unwrap().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_load_then_restart_loses_nothing_accepted() {
+    let settings = [
+        ("POSTBACK_DELIVERY_TIMEOUT", "1s"),
+        ("POSTBACK_DELIVERY_MAX_TIMEOUT", "1s"),
+        ("POSTBACK_DELIVERY_LEASE", "6s"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start().await;
+    let mut first = Postback::start_embedded(dir.path(), &settings).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicUsize::new(0));
+    let producers: Vec<_> = (0..8)
+        .map(|_| {
+            let callback = receiver.url("/cb?flaky=30");
+            tokio::spawn(produce(
+                first.url("/notify"),
+                callback,
+                stop.clone(),
+                next.clone(),
+            ))
+        })
+        .collect();
+    assert!(receiver.wait_for(300, Duration::from_secs(20)).await);
+    first.kill();
+    stop.store(true, Ordering::Relaxed);
+    let mut accepted = Vec::new();
+    let mut unanswered = Vec::new();
+    for p in producers {
+        let p = p.await.unwrap();
+        accepted.extend(p.accepted);
+        unanswered.extend(p.unanswered);
+    }
+
+    let second = Postback::start_embedded(dir.path(), &settings).await;
+    // A careful producer sends what got no answer again, under the same key.
+    let client = reqwest::Client::new();
+    for key in &unanswered {
+        let callback = receiver.url("/cb?flaky=30");
+        let id = register(&client, &second.url("/notify"), &callback, key).await;
+        accepted.push((key.clone(), id.unwrap()));
+    }
+    let ids: BTreeSet<String> = accepted.iter().map(|(_, id)| id.clone()).collect();
+    assert_eq!(ids.len(), accepted.len(), "one notification per key");
+
+    let settled = support::eventually(Duration::from_secs(60), || async {
+        let (_, stats) = second.get("/stats").await;
+        stats["scheduled"] == 0 && stats["in_flight"] == 0
+    })
+    .await;
+    let (_, stats) = second.get("/stats").await;
+    assert!(settled, "{stats}\n{}", second.logs());
+    let finished = stats["finished"].as_u64().unwrap() + stats["dead"].as_u64().unwrap();
+    assert_eq!(
+        finished,
+        ids.len() as u64,
+        "every accepted one, nothing else: {stats}"
+    );
+    let seen = receiver.per_id();
+    let missing: Vec<_> = ids.iter().filter(|id| !seen.contains_key(*id)).collect();
+    assert!(missing.is_empty(), "never sent: {missing:?}");
+    for id in ids.iter().step_by(25) {
+        let n = second.notification(id).await;
+        let state = n["state"].as_str().unwrap();
+        assert!(state == "delivered" || state == "dead", "{n}");
+    }
+    eprintln!(
+        "{} accepted ({} of them sent again after the kill, unanswered before it); {} requests received",
+        ids.len(),
+        unanswered.len(),
+        receiver.count()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_store_frees_its_file_and_keeps_what_it_stored() {
+    use postback::config::RetentionSettings;
+    use postback::domain::{
+        CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
+    };
+    use postback::store::{EmbeddedStore, Queue, Reads};
+
+    let dir = tempfile::tempdir().unwrap();
+    let retention = RetentionSettings::default();
+    let n = Notification {
+        id: JobId::new(0),
+        url: CallbackUrl::parse("http://merchant.example.com/cb", Destinations::PublicOnly)
+            .unwrap(),
+        payload: Payload::from_json(json!({"a": 1})).unwrap(),
+        headers: ExtraHeaders::default(),
+        schedule: Schedule::parse(&["1s"]).unwrap(),
+        delay: Duration::from_secs(60),
+        timeout: Duration::from_secs(1),
+        success: Default::default(),
+        profile: None,
+        topic: None,
+        rate_key: "merchant.example.com".into(),
+        tenant: Default::default(),
+        traceparent: None,
+        ordering_key: None,
+    };
+    let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
+    store.enqueue(&n, None).await.unwrap();
+    assert!(
+        EmbeddedStore::open(dir.path(), &retention).is_err(),
+        "locked while open"
+    );
+    drop(store);
+
+    let again = EmbeddedStore::open(dir.path(), &retention).expect("free once closed");
+    let seen = again.get(&n.id).await.unwrap().expect("kept");
+    assert_eq!(seen.status.state, postback::store::JobState::Scheduled);
+    assert_eq!(seen.status.max_attempts, 2);
+}

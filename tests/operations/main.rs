@@ -1,0 +1,21 @@
+//! What runs around the pipeline, each on the store it is about: start-up and
+//! configuration, a Redis Cluster and shard ownership, Redis outages, overload, upgrades
+//! of stored data, the embedded store's file, the Redis and embedded stores compared
+//! (`differential`), the SSRF guard, traces, and the deployment files.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod app;
+mod cluster;
+mod deploy;
+mod differential;
+mod edges;
+mod embedded;
+mod outage;
+mod overload;
+mod shard_ownership;
+mod ssrf;
+mod startup;
+mod traces;
+mod upgrade;

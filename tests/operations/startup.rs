@@ -1,0 +1,193 @@
+//! Start-up checks: postback refuses to start, with a message naming the setting, when
+//! Redis may evict keys, when Redis stays unreachable, or when the configuration is bad;
+//! `postback config check` says the same without starting, and prints the effective
+//! configuration with its secrets redacted.
+
+use crate::support;
+
+use support::{Postback, RedisServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_redis_is_refused_unless_allowed() {
+    let redis = RedisServer::start();
+    redis.query::<()>(
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg("allkeys-lru"),
+    );
+    let url = redis.url();
+
+    let err = Postback::refused_start(&[("POSTBACK_STORE_REDIS_URL", &url)]);
+    assert!(
+        err.contains("maxmemory-policy")
+            && err.contains("allkeys-lru")
+            && err.contains("store.allow_eviction"),
+        "{err}"
+    );
+
+    let pb = Postback::start(&redis, &[("POSTBACK_STORE_ALLOW_EVICTION", "true")]).await;
+    assert_eq!(pb.status_without_token("/readyz").await, 200);
+    assert!(pb.logs().contains("may evict"), "warned:\n{}", pb.logs());
+}
+
+#[test]
+fn an_unreachable_redis_is_refused_after_the_wait() {
+    let url = format!("redis://127.0.0.1:{}", support::free_port());
+    let err = Postback::refused_start(&[("POSTBACK_STORE_REDIS_URL", &url)]);
+    assert!(
+        err.contains("store.redis_url") && err.contains("unreachable"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_setting_is_refused_by_name() {
+    let err = Postback::refused_start(&[("POSTBACK_DELIVERY_CONCURRENCY", "lots")]);
+    assert!(err.to_lowercase().contains("delivery.concurrency"), "{err}");
+    let err = Postback::refused_start(&[("POSTBACK_DELIVERY_RATE_LIMIT", "fast")]);
+    assert!(err.contains("delivery.rate_limit"), "{err}");
+}
+
+/// `postback config check` with `args`, nothing in its environment but `PATH` and `env`:
+/// its exit code, stdout and stderr.
+fn config_check(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_postback"));
+    cmd.args(["config", "check"])
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn config_check_prints_the_effective_configuration_without_its_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("postback.toml");
+    std::fs::write(
+        &file,
+        r#"
+[delivery]
+concurrency = 64
+
+[signing]
+secrets = ["whsec_c2VjcmV0LXNpZ25pbmcta2V5LW9mLXRoZS1pbnN0YW5jZQ=="]
+
+[tenants.shop-a]
+secrets = ["whsec_dGVuYW50LWEtc2lnbmluZy1rZXktdGhhdC1pcy1zZWNyZXQ="]
+allowed_hosts = ["hooks.shop-a.example"]
+
+[tokens.checkout]
+sha256 = "9f2c5d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e"
+tenant = "shop-a"
+roles = ["notify"]
+"#,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = config_check(
+        &["--config", file.to_str().unwrap()],
+        &[
+            (
+                "POSTBACK_SERVER_API_TOKENS",
+                "tok-very-secret-1,tok-very-secret-2",
+            ),
+            ("POSTBACK_SERVER_METRICS_TOKEN", "metrics-secret"),
+            (
+                "POSTBACK_STORE_REDIS_URL",
+                "redis://:redis-pass@10.0.0.5:6379/0",
+            ),
+            ("POSTBACK_DELIVERY_CONCURRENCY", "128"),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let effective: toml::Value =
+        toml::from_str(&stdout).unwrap_or_else(|e| panic!("{e}\n{stdout}"));
+    assert_eq!(
+        effective["delivery"]["concurrency"].as_integer(),
+        Some(128),
+        "the environment wins"
+    );
+    assert_eq!(
+        effective["delivery"]["timeout"].as_str(),
+        Some("10s"),
+        "defaults are shown"
+    );
+    assert_eq!(
+        effective["tenants"]["shop-a"]["allowed_hosts"][0].as_str(),
+        Some("hooks.shop-a.example")
+    );
+    assert_eq!(
+        effective["store"]["redis_url"].as_str(),
+        Some("redis://:REDACTED@10.0.0.5:6379/0")
+    );
+    for secret in [
+        "tok-very-secret",
+        "metrics-secret",
+        "redis-pass",
+        "c2VjcmV0LXNpZ25pbmcta2V5",
+        "dGVuYW50LWEtc2lnbmluZy1rZXk",
+        "9f2c5d8e7b6a5f4e",
+    ] {
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "{secret} shown:\n{stdout}{stderr}"
+        );
+    }
+    assert_eq!(
+        effective["server"]["api_tokens"].as_array().unwrap().len(),
+        2
+    );
+    assert_eq!(
+        effective["server"]["metrics_token"].as_str(),
+        Some("REDACTED")
+    );
+    assert_eq!(
+        effective["tokens"]["checkout"]["tenant"].as_str(),
+        Some("shop-a"),
+        "a token's name, tenant and roles show; its hash does not"
+    );
+    assert_eq!(
+        effective["tokens"]["checkout"]["sha256"].as_str(),
+        Some("REDACTED")
+    );
+    assert_eq!(
+        effective["signing"]["secrets"][0].as_str(),
+        Some("REDACTED")
+    );
+    assert!(stderr.contains("valid"), "{stderr}");
+}
+
+#[test]
+fn config_check_refuses_a_bad_setting_by_name_and_exits_1() {
+    let (code, stdout, stderr) = config_check(
+        &[],
+        &[
+            ("POSTBACK_SERVER_API_TOKENS", "t"),
+            ("POSTBACK_DELIVERY_CLAIM_BATCH", "0"),
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("delivery.claim_batch"), "{stderr}");
+
+    let (code, _, stderr) = config_check(&[], &[]);
+    assert_eq!(code, 1, "no token is refused as serve refuses it");
+    assert!(stderr.contains("server.api_tokens"), "{stderr}");
+    let (code, _, stderr) = config_check(&["--insecure-no-auth"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+
+    let (code, _, stderr) = config_check(
+        &["--config", "/nonexistent/postback.toml"],
+        &[("POSTBACK_SERVER_API_TOKENS", "t")],
+    );
+    assert_eq!(code, 1);
+    assert!(stderr.contains("/nonexistent/postback.toml"), "{stderr}");
+}
