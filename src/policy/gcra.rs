@@ -6,7 +6,8 @@
 //! `tat` on by `count × interval`. Times are µs on the store's clock.
 //!
 //! The embedded store applies `reserve` in its transaction; `lua/reserve.lua` is the
-//! same arithmetic on Redis, and the conformance tests hold both to it.
+//! same arithmetic on Redis (it must stay in the script to reserve in one atomic step),
+//! and `tests/operations/differential.rs` holds the two to the same send times.
 
 use std::time::Duration;
 

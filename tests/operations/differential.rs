@@ -7,7 +7,9 @@
 //!
 //! Times differ between the stores (each reads its own clock), so what is compared is
 //! what does not depend on the exact millisecond: every retry interval is an hour, a
-//! delay is none or an hour, and the operations are a few milliseconds apart.
+//! delay is none or an hour, and the operations are a few milliseconds apart. Send
+//! times reserved in rate keys' quotas (`lua/reserve.lua` beside `policy::reserve`) are
+//! asked for an hour ahead, where neither store's clock decides them.
 
 use crate::support;
 
@@ -18,6 +20,7 @@ use postback::domain::{
     AttemptReport, CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, OrderingKey,
     Outcome, Payload, Reach, Schedule, Tenant,
 };
+use postback::policy::{Quota, RateAsk};
 use postback::store::{
     ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, ListFilter, RedisStore, Settlement,
     Store,
@@ -440,4 +443,108 @@ fn retention_by_count_deletes_the_same_dead_letters() {
     ]);
     ops.extend([gone, Op::Trim]);
     runtime.block_on(run(&redis, &ops)).unwrap();
+}
+
+/// One ask of a sequence of reservations: a key, its quota and burst, how many send
+/// times, seconds past the hour ahead they may not come before, and a pause of two hours.
+type Ask = (u8, u8, u32, u32, u8, bool);
+
+fn ask((key, quota, burst, count, later, pause): Ask, hour_ahead_us: i64) -> RateAsk {
+    let quota: Quota = ["10/s", "3/s", "100/m"][usize::from(quota)]
+        .parse()
+        .unwrap();
+    let not_before = hour_ahead_us + i64::from(later) * 1_000_000;
+    let mut ask = RateAsk::new(
+        &format!("shop-a/key-{key}"),
+        quota,
+        burst,
+        count,
+        not_before,
+    );
+    if pause {
+        ask.pause_us = 2 * 3_600_000_000;
+    }
+    ask
+}
+
+/// What a store reserved for `asks`: per ask, its first and last send times (µs).
+async fn reserved(store: &dyn Store, asks: &[RateAsk]) -> Vec<(i64, i64)> {
+    let times = store.reserve(asks).await.unwrap();
+    asks.iter()
+        .zip(times)
+        .map(|(a, t)| (t.at(0), t.at(a.count.saturating_sub(1))))
+        .collect()
+}
+
+/// Whether two stores' send times agree: exactly, or, for a key a pause has moved (it
+/// counts from each store's own now), within 50 ms.
+fn agree(asks: &[RateAsk], paused: &[String], a: &[(i64, i64)], b: &[(i64, i64)]) -> bool {
+    let near = |x: i64, y: i64| (x - y).abs() <= 50_000;
+    asks.iter()
+        .zip(a.iter().zip(b))
+        .all(|(ask, (x, y))| match paused.contains(&ask.key) {
+            true => near(x.0, y.0) && near(x.1, y.1),
+            false => x == y,
+        })
+}
+
+#[test]
+fn redis_and_embedded_stores_reserve_the_same_send_times() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let redis = RedisServer::start();
+    let mut runner = TestRunner::new(Config {
+        cases: CASES,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let one: BoxedStrategy<Ask> = (
+        0..2u8,
+        0..3u8,
+        1..4u32,
+        0..5u32,
+        0..3u8,
+        prop::bool::weighted(0.1),
+    )
+        .boxed();
+    let calls = prop::collection::vec(prop::collection::vec(one, 1..4), 1..12);
+    let result = runner.run(&calls, |calls| {
+        runtime.block_on(async {
+            redis.query::<()>(&mut redis::cmd("FLUSHALL"));
+            let target = RedisTarget::Standalone(redis.url());
+            let settings = StoreSettings::default();
+            let on_redis = RedisStore::connect(&target, 1, &settings, &retention())
+                .await
+                .unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let embedded = EmbeddedStore::open(dir.path(), &retention()).unwrap();
+            let hour_ahead_us = (std::time::SystemTime::now() + LONG)
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_micros() as i64;
+            let mut paused = Vec::new();
+            for call in &calls {
+                let mut asks: Vec<RateAsk> = call.iter().map(|a| ask(*a, hour_ahead_us)).collect();
+                // One ask per key in a call, as the scheduler makes them.
+                asks.dedup_by(|a, b| a.key == b.key);
+                paused.extend(
+                    asks.iter()
+                        .filter(|a| a.pause_us > 0)
+                        .map(|a| a.key.clone()),
+                );
+                let on_redis = reserved(&on_redis, &asks).await;
+                let embedded = reserved(&embedded, &asks).await;
+                prop_assert!(
+                    agree(&asks, &paused, &on_redis, &embedded),
+                    "{:?}: Redis {:?}, embedded {:?}",
+                    asks,
+                    on_redis,
+                    embedded
+                );
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
 }
