@@ -1,0 +1,231 @@
+//! What types alone cannot check, across keys and sections: each problem named by its
+//! key and what the value must be.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use super::{
+    DeliverySettings, RedisTarget, RetentionSettings, ServerSettings, Settings, StoreSettings,
+    StoreTarget, TraceSettings, CLUSTER_SHARDS,
+};
+
+/// The shortest `store.shard_lease`: it is renewed every half of it.
+const MIN_SHARD_LEASE: Duration = Duration::from_millis(200);
+
+/// Every check of one section's values, and of values across sections.
+pub(super) fn settings(s: &Settings) -> anyhow::Result<()> {
+    check_delivery(&s.delivery)?;
+    check_server(&s.server)?;
+    check_retention(&s.retention)?;
+    check_traces(&s.traces)?;
+    check(
+        s.schedules.contains_key("default"),
+        "schedules.default",
+        "a default schedule is required",
+    )
+}
+
+/// Where the notifications are kept, and on how many shards.
+pub(super) fn store(s: &StoreSettings) -> anyhow::Result<(StoreTarget, u16)> {
+    check(
+        !s.key_prefix.is_empty() && !s.key_prefix.contains(['{', '}']),
+        "store.key_prefix",
+        "must be non-empty, without braces",
+    )?;
+    let store = store_target(s)?;
+    let shards = match (s.shards, &store) {
+        (Some(n), StoreTarget::Redis(_)) => n,
+        (Some(_), StoreTarget::Embedded(_)) => {
+            bail!("store.shards (POSTBACK_STORE_SHARDS): applies to Redis only; the embedded store has one shard")
+        }
+        (None, StoreTarget::Redis(RedisTarget::Cluster(_))) => CLUSTER_SHARDS,
+        (None, _) => 1,
+    };
+    check(shards >= 1, "store.shards", "must be at least 1")?;
+    check(
+        s.shard_lease >= MIN_SHARD_LEASE,
+        "store.shard_lease",
+        "must be at least 200ms (it is renewed every half of it)",
+    )?;
+    Ok((store, shards))
+}
+
+fn check_delivery(d: &DeliverySettings) -> anyhow::Result<()> {
+    check(
+        d.concurrency >= 1,
+        "delivery.concurrency",
+        "must be at least 1",
+    )?;
+    check(
+        d.claim_batch >= 1 && d.claim_batch <= 1000,
+        "delivery.claim_batch",
+        "must be between 1 and 1000",
+    )?;
+    check(
+        !d.max_timeout.is_zero(),
+        "delivery.max_timeout",
+        "must be more than 0s",
+    )?;
+    check(
+        !d.timeout.is_zero() && d.timeout <= d.max_timeout,
+        "delivery.timeout",
+        "must be more than 0s and at most delivery.max_timeout",
+    )?;
+    check(
+        d.lease >= d.max_timeout + Duration::from_secs(5),
+        "delivery.lease",
+        "must outlast delivery.max_timeout by at least 5s",
+    )?;
+    check(
+        !d.max_idle_sleep.is_zero(),
+        "delivery.max_idle_sleep",
+        "must be more than 0s",
+    )?;
+    check(
+        (1..=100_000).contains(&d.burst),
+        "delivery.burst",
+        "must be from 1 to 100000",
+    )?;
+    check(
+        d.host_concurrency >= 1,
+        "delivery.host_concurrency",
+        "must be at least 1",
+    )?;
+    check(
+        !d.breaker_cooldown.is_zero(),
+        "delivery.breaker_cooldown",
+        "must be more than 0s",
+    )?;
+    check(
+        d.tenant_reserve.get() <= 90,
+        "delivery.tenant_reserve",
+        "must be from 0% to 90% (each tenant may hold the rest)",
+    )?;
+    check(
+        d.jitter.get() <= 90,
+        "delivery.jitter",
+        "must be from 0% to 90%",
+    )
+}
+
+fn check_server(s: &ServerSettings) -> anyhow::Result<()> {
+    check(
+        s.max_body_bytes >= 1024,
+        "server.max_body_bytes",
+        "must be at least 1024",
+    )?;
+    check(
+        s.max_batch_bytes >= s.max_body_bytes,
+        "server.max_batch_bytes",
+        "must be at least server.max_body_bytes",
+    )?;
+    check(
+        s.max_concurrent_requests >= 1,
+        "server.max_concurrent_requests",
+        "must be at least 1",
+    )?;
+    check(
+        s.max_connections >= 1,
+        "server.max_connections",
+        "must be at least 1",
+    )?;
+    for (ok, key) in [
+        (!s.header_timeout.is_zero(), "server.header_timeout"),
+        (!s.idle_timeout.is_zero(), "server.idle_timeout"),
+        (!s.body_timeout.is_zero(), "server.body_timeout"),
+    ] {
+        check(ok, key, "must be more than 0s")?;
+    }
+    Ok(())
+}
+
+/// The embedded store when no Redis is named, otherwise the standalone URL or the
+/// cluster's seed nodes, each checked to be a Redis URL.
+fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
+    let is_url = |url: &str, key: &str| {
+        redis::IntoConnectionInfo::into_connection_info(url)
+            .map(drop)
+            .with_context(|| format!("{key}: `{url}` is not a Redis URL"))
+    };
+    if store.cluster_urls.is_empty() {
+        let Some(url) = store.redis_url.clone() else {
+            check(
+                !store.data_dir.as_os_str().is_empty(),
+                "store.data_dir (POSTBACK_STORE_DATA_DIR)",
+                "must name a directory",
+            )?;
+            return Ok(StoreTarget::Embedded(store.data_dir.clone()));
+        };
+        is_url(&url, "store.redis_url (POSTBACK_STORE_REDIS_URL)")?;
+        return Ok(StoreTarget::Redis(RedisTarget::Standalone(url)));
+    }
+    if store.redis_url.is_some() {
+        bail!(
+            "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS): set it or store.redis_url, not both"
+        );
+    }
+    let seeds: Vec<String> = store.cluster_urls.iter().cloned().collect();
+    for url in &seeds {
+        is_url(url, "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS)")?;
+    }
+    Ok(StoreTarget::Redis(RedisTarget::Cluster(seeds)))
+}
+
+fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {
+    let positive = "must be more than 0s";
+    check(
+        !r.dead_max_age.is_zero(),
+        "retention.dead_max_age",
+        positive,
+    )?;
+    check(
+        !r.finished_max_age.is_zero(),
+        "retention.finished_max_age",
+        positive,
+    )?;
+    check(
+        !r.sweep_interval.is_zero(),
+        "retention.sweep_interval",
+        positive,
+    )?;
+    check(
+        !r.audit_max_age.is_zero(),
+        "retention.audit_max_age",
+        positive,
+    )?;
+    check(
+        r.dead_max_count >= 1,
+        "retention.dead_max_count",
+        "must be at least 1",
+    )
+}
+
+fn check_traces(t: &TraceSettings) -> anyhow::Result<()> {
+    if let Some(endpoint) = &t.otlp_endpoint {
+        let url = url::Url::parse(endpoint).ok();
+        check(
+            url.is_some_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some()),
+            "traces.otlp_endpoint",
+            "must be an http:// or https:// URL, e.g. http://127.0.0.1:4318",
+        )?;
+    }
+    check(
+        (0.0..=1.0).contains(&t.sample_ratio),
+        "traces.sample_ratio",
+        "must be between 0 and 1",
+    )?;
+    check(
+        !t.service_name.is_empty(),
+        "traces.service_name",
+        "must not be empty",
+    )
+}
+
+pub(super) fn check(ok: bool, key: &str, problem: &str) -> anyhow::Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        bail!("{key}: {problem}")
+    }
+}

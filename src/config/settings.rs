@@ -1,0 +1,379 @@
+//! The settings as they are written: every section of the file and its defaults, read
+//! into typed values (`Schedule`, `Quota`, `Percent`, `Role`, durations) so that a bad
+//! one is refused as it is read. What one setting cannot check alone is `checks.rs`'s.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Percent, ProfileSettings, StringList};
+use crate::access::Role;
+use crate::domain::Schedule;
+use crate::policy::{Limits, Quota};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub store: StoreSettings,
+    pub delivery: DeliverySettings,
+    pub retention: RetentionSettings,
+    pub signing: SigningSettings,
+    pub log: LogSettings,
+    pub metrics: MetricsSettings,
+    pub traces: TraceSettings,
+    pub schedules: BTreeMap<String, Schedule>,
+    /// Named bundles of a schedule and a success rule (`profile` on `POST /notify`).
+    pub profiles: BTreeMap<String, ProfileSettings>,
+    /// Rate-limit quotas per `rate_key` of the default tenant, overriding
+    /// `delivery.rate_limit`.
+    pub quotas: BTreeMap<String, Quota>,
+    /// Per-`rate_key` secrets of earlier builds: refused at start-up, since a rate key is
+    /// the caller's to choose; secrets belong to tenants now.
+    pub secrets: BTreeMap<String, StringList>,
+    /// API tokens by name (the actor in the audit log).
+    pub tokens: BTreeMap<String, TokenSettings>,
+    /// Tenants by name.
+    pub tenants: BTreeMap<String, TenantSettings>,
+}
+
+/// One API token: the SHA-256 of its value, its tenant (or `*`) and roles.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSettings {
+    pub sha256: String,
+    pub tenant: String,
+    pub roles: Vec<Role>,
+}
+
+/// What is a tenant's own: its signing secrets, the default quota of its rate keys and
+/// quotas of some, and the callback hosts it may use (any, when unset).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantSettings {
+    pub secrets: StringList,
+    /// ed25519 signing keys (`whsk_…`), whose public halves `GET /signing-keys` shows.
+    pub keys: StringList,
+    pub rate_limit: Option<Quota>,
+    pub quotas: BTreeMap<String, Quota>,
+    pub allowed_hosts: Option<StringList>,
+    /// Refuse plain `http` callbacks, at registration and at replay (and send none).
+    pub require_https: bool,
+    /// Delivery slots of an instance this tenant's notifications hold at most at once
+    /// (never more than `delivery.tenant_reserve` leaves any tenant).
+    pub max_concurrency: Option<usize>,
+    /// Mutual TLS: the certificate chain (PEM) this tenant's deliveries present.
+    pub client_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub client_key: Option<PathBuf>,
+    /// The roots (PEM) this tenant's receivers are verified against, instead of the
+    /// system's: a merchant's private CA.
+    pub ca_certs: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub api_tokens: StringList,
+    pub max_body_bytes: usize,
+    /// Largest `POST /notify/batch` body; each item is still held to `max_body_bytes`.
+    pub max_batch_bytes: usize,
+    /// Requests handled at once; those beyond are answered `503 overloaded` at once.
+    pub max_concurrent_requests: usize,
+    #[serde(with = "humantime_serde")]
+    pub idempotency_ttl: Duration,
+    /// When set, `/metrics` needs `Authorization: Bearer <metrics_token>`.
+    pub metrics_token: Option<String>,
+    /// A request's head must arrive within this of its first byte.
+    #[serde(with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// A connection with no request for this long is closed.
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// A request's whole body must arrive within this (else `408`).
+    #[serde(with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// Connections open at once; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    /// Unset, with no `cluster_urls` either, means the embedded store in `data_dir`.
+    pub redis_url: Option<String>,
+    /// Directory of the embedded store's file.
+    pub data_dir: PathBuf,
+    /// Seed nodes of a Redis Cluster; set means cluster mode (instead of `redis_url`).
+    pub cluster_urls: StringList,
+    /// Start even when Redis's `maxmemory-policy` may evict keys (notifications can be lost).
+    pub allow_eviction: bool,
+    /// Hash-tagged shards; unset means 1 on a standalone Redis, `CLUSTER_SHARDS` on a
+    /// cluster.
+    pub shards: Option<u16>,
+    pub key_prefix: String,
+    #[serde(with = "humantime_serde")]
+    pub connect_wait: Duration,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub response_timeout: Duration,
+    /// How long an instance's hold on its shards lasts without renewal: instances
+    /// sharing a Redis divide its shards among the live ones, and a killed instance's
+    /// shards are taken over within this (`store/redis_store/fleet.rs`).
+    #[serde(with = "humantime_serde")]
+    pub shard_lease: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliverySettings {
+    pub concurrency: usize,
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    pub claim_batch: usize,
+    #[serde(with = "humantime_serde")]
+    pub max_idle_sleep: Duration,
+    #[serde(with = "humantime_serde")]
+    pub max_delay: Duration,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    pub response_bytes: usize,
+    /// Allow callbacks to loopback, private, link-local and other internal addresses.
+    pub allow_private_networks: bool,
+    /// The quota of a `rate_key` without its own (`50/s`, `600/m`, `unlimited`).
+    pub rate_limit: Quota,
+    /// Sends of one `rate_key` that may go at once before its quota spaces the rest
+    /// (1: evenly spaced).
+    pub burst: u32,
+    /// Deliveries in flight at once to one host, in this instance.
+    pub host_concurrency: usize,
+    /// The longest wait a `Retry-After` header can impose.
+    #[serde(with = "humantime_serde")]
+    pub max_retry_after: Duration,
+    /// Consecutive failures, over every instance, that open an endpoint's circuit; 0
+    /// switches the breaker off.
+    pub breaker_failures: u32,
+    /// How long an open circuit fails fast before it lets one probe through.
+    #[serde(with = "humantime_serde")]
+    pub breaker_cooldown: Duration,
+    /// Retry intervals vary by up to ± this percentage (`0%` keeps them exact).
+    pub jitter: Percent,
+    /// With several tenants, the part of `concurrency` that no one tenant may hold: kept
+    /// for the others (`tenant_shares`).
+    pub tenant_reserve: Percent,
+}
+
+impl DeliverySettings {
+    /// What the delivery policy needs of these settings.
+    pub fn policy_limits(&self) -> Limits {
+        Limits {
+            host_concurrency: self.host_concurrency,
+            breaker_failures: self.breaker_failures,
+            breaker_cooldown: self.breaker_cooldown,
+        }
+    }
+}
+
+/// How long finished notifications are kept before they are deleted (and counted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionSettings {
+    #[serde(with = "humantime_serde")]
+    pub dead_max_age: Duration,
+    /// Most dead letters kept over all shards; the oldest beyond it are deleted.
+    pub dead_max_count: u64,
+    /// Delivered and cancelled notifications.
+    #[serde(with = "humantime_serde")]
+    pub finished_max_age: Duration,
+    /// How often each instance sweeps when no settle has trimmed.
+    #[serde(with = "humantime_serde")]
+    pub sweep_interval: Duration,
+    /// Audit log entries older than this are deleted.
+    #[serde(with = "humantime_serde")]
+    pub audit_max_age: Duration,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SigningSettings {
+    pub secrets: StringList,
+    /// ed25519 signing keys (`whsk_…`) of tenants without their own.
+    pub keys: StringList,
+}
+
+/// What `/metrics` shows.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Label open-circuit series with their endpoint, which names a merchant: off by
+    /// default, since `/metrics` is often scraped by systems with wider access.
+    pub host_labels: bool,
+}
+
+/// OpenTelemetry traces (`crate::traces`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TraceSettings {
+    /// The OTLP/HTTP collector, e.g. `http://127.0.0.1:4318`; spans go to
+    /// `<otlp_endpoint>/v1/traces`. Unset: no spans are exported.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the spans.
+    pub service_name: String,
+    /// Share of new traces recorded (0 to 1); a producer's trace keeps its own choice.
+    pub sample_ratio: f64,
+}
+
+impl Default for TraceSettings {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            service_name: "postback".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    /// A `tracing` filter; `RUST_LOG` wins when set.
+    pub level: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            server: ServerSettings::default(),
+            store: StoreSettings::default(),
+            delivery: DeliverySettings::default(),
+            retention: RetentionSettings::default(),
+            signing: SigningSettings::default(),
+            log: LogSettings::default(),
+            metrics: MetricsSettings::default(),
+            traces: TraceSettings::default(),
+            schedules: default_schedules(),
+            profiles: super::profiles::default_profiles(),
+            quotas: BTreeMap::new(),
+            secrets: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            tenants: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".parse().expect("valid address"),
+            api_tokens: StringList::default(),
+            max_body_bytes: 256 * 1024,
+            max_batch_bytes: 2 * 1024 * 1024,
+            max_concurrent_requests: 512,
+            idempotency_ttl: Duration::from_secs(24 * 3600),
+            metrics_token: None,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+        }
+    }
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            redis_url: None,
+            data_dir: PathBuf::from("data"),
+            cluster_urls: StringList::default(),
+            allow_eviction: false,
+            shards: None,
+            key_prefix: "postback".into(),
+            connect_wait: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            shard_lease: Duration::from_secs(3),
+        }
+    }
+}
+
+impl Default for DeliverySettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 256,
+            timeout: Duration::from_secs(10),
+            max_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            lease: Duration::from_secs(60),
+            claim_batch: 200,
+            max_idle_sleep: Duration::from_secs(2),
+            max_delay: Duration::from_secs(30 * 24 * 3600),
+            shutdown_grace: Duration::from_secs(20),
+            response_bytes: 1024,
+            allow_private_networks: false,
+            rate_limit: "1000/s".parse().expect("a valid quota"),
+            burst: 1,
+            host_concurrency: 32,
+            max_retry_after: Duration::from_secs(3600),
+            breaker_failures: 10,
+            breaker_cooldown: Duration::from_secs(30),
+            jitter: Percent::default(),
+            tenant_reserve: Percent::new(25).expect("a percentage"),
+        }
+    }
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            dead_max_age: Duration::from_secs(30 * 24 * 3600),
+            dead_max_count: 1_000_000,
+            finished_max_age: Duration::from_secs(7 * 24 * 3600),
+            sweep_interval: Duration::from_secs(60),
+            audit_max_age: Duration::from_secs(90 * 24 * 3600),
+        }
+    }
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+fn default_schedules() -> BTreeMap<String, Schedule> {
+    let list = |s: &str| {
+        let items: Vec<&str> = s.split(',').collect();
+        Schedule::parse(&items).expect("a valid schedule")
+    };
+    BTreeMap::from([
+        ("default".into(), list("15s,3m,10m,30m,30m,1h,2h,6h,15h")),
+        ("alipay".into(), list("4m,10m,10m,1h,2h,6h,15h")),
+        (
+            "wechatpay".into(),
+            list("15s,15s,30s,3m,10m,20m,30m,30m,30m,60m,3h,3h,3h,6h,6h"),
+        ),
+    ])
+}
