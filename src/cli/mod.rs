@@ -6,24 +6,26 @@
 //! operator's client of a running instance's API (`notify`, also `--batch` from a file,
 //! `status`, `list`, `cancel`, `stats`, `dlq list|show|replay|discard|purge`, `audit`),
 //! printing readable tables or, with `--json`, the API's JSON answer.
+//!
+//! This file is the command line's shape (its commands, arguments and help) and its
+//! dispatch; `local.rs` runs the commands that need no running instance, `operator.rs`
+//! those that call one's API (`client.rs`), `batch.rs` registers from a file, `print.rs`
+//! writes the answers.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::str::FromStr;
 
-use clap::{Args, CommandFactory, Parser, Subcommand};
-use serde_json::{json, Map, Value};
+use clap::{Args, Parser, Subcommand};
 
-use crate::access::{self, Role, Scope};
-use crate::config::{Config, RedisTarget, StoreTarget};
-use crate::domain::Tenant;
+use crate::access::Role;
 
 mod batch;
 mod client;
+mod local;
+mod operator;
 mod print;
 mod receive;
-
-use client::Client;
 
 #[derive(Parser)]
 #[command(
@@ -362,7 +364,7 @@ pub fn main() -> ExitCode {
         Command::Serve {
             config,
             insecure_no_auth,
-        } => serve(config, insecure_no_auth),
+        } => local::serve(config, insecure_no_auth),
         Command::Token {
             command:
                 TokenCommand::New {
@@ -370,27 +372,27 @@ pub fn main() -> ExitCode {
                     tenant,
                     roles,
                 },
-        } => new_token(&name, &tenant, &roles),
+        } => local::new_token(&name, &tenant, &roles),
         Command::SigningKey {
             command: SigningKeyCommand::New,
-        } => new_signing_key(),
+        } => local::new_signing_key(),
         Command::Config {
             command:
                 ConfigCommand::Check {
                     config,
                     insecure_no_auth,
                 },
-        } => check_config(config, insecure_no_auth),
+        } => local::check_config(config, insecure_no_auth),
         Command::Config {
             command: ConfigCommand::Signing { tenant, config },
-        } => print_signing(&tenant, config),
-        Command::Completions { shell } => completions(shell),
+        } => local::print_signing(&tenant, config),
+        Command::Completions { shell } => local::completions(shell),
         Command::Receive { listen } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(receive::receive(listen))),
-        client_command => run_client(client_command),
+        client_command => operator::run_client(client_command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -401,396 +403,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn serve(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
-    let config = Config::load(path.as_deref(), insecure_no_auth)?;
-    crate::sender::install_crypto_provider();
-    let export = crate::telemetry::init(&config.settings.log, &config.settings.traces)?;
-    let served = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(crate::app::serve(config));
-    if let Some(export) = export {
-        export.shutdown();
-    }
-    served
-}
-
-fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
-    let config = Config::load(path.as_deref(), insecure_no_auth)?;
-    print!("{}", toml::to_string(&config.settings.redacted())?);
-    let store = match config.store {
-        StoreTarget::Embedded(_) => "the embedded store",
-        StoreTarget::Redis(RedisTarget::Standalone(_)) => "Redis",
-        StoreTarget::Redis(RedisTarget::Cluster(_)) => "a Redis Cluster",
-    };
-    eprintln!(
-        "postback: the configuration is valid: {store}, {} shard(s), {} tenant(s)",
-        config.shards,
-        config.tenants.len()
-    );
-    Ok(())
-}
-
-fn print_signing(tenant: &str, path: Option<PathBuf>) -> anyhow::Result<()> {
-    let tenant = Tenant::parse(tenant, "tenant").map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    let config = Config::load(path.as_deref(), true)?;
-    let signer = config.signer()?;
-    let keys = signer.keys_of(&tenant);
-    for secret in &keys.secrets {
-        println!("secret {}", secret.expose());
-    }
-    for key in &keys.keys {
-        println!("public_key {}", key.public_key());
-    }
-    if keys.secrets.is_empty() && keys.keys.is_empty() {
-        eprintln!("postback: nothing signs {tenant}'s deliveries: no secret or key is configured");
-    }
-    Ok(())
-}
-
-fn run_client(command: Command) -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(client_command(command))
-}
-
-async fn client_command(command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Serve { .. }
-        | Command::Token { .. }
-        | Command::SigningKey { .. }
-        | Command::Completions { .. }
-        | Command::Config { .. }
-        | Command::Receive { .. } => {
-            unreachable!("serve, token, completions, config and receive run without the API")
-        }
-        Command::Notify(args) => notify(args).await,
-        Command::Status {
-            id,
-            key,
-            tenant,
-            api,
-        } => {
-            let client = Client::new(&api)?;
-            let id = match (id, key) {
-                (Some(id), _) => id,
-                (None, key) => by_key(&client, &key.unwrap_or_default(), tenant).await?,
-            };
-            let answer = client.get(&format!("/notifications/{id}")).await?;
-            print::answer(&api, &answer, print::notification)
-        }
-        Command::List {
-            state,
-            filter,
-            key,
-            limit,
-            cursor,
-            api,
-        } => {
-            let mut query = filter.pairs();
-            match key {
-                Some(key) => query.push(("idempotency_key", key)),
-                None => query.push(("state", state)),
-            }
-            query.push(("limit", limit.to_string()));
-            query.extend(cursor.map(|c| ("cursor", c)));
-            let answer = Client::new(&api)?
-                .get_query("/notifications", &query)
-                .await?;
-            print::answer(&api, &answer, print::notifications)
-        }
-        Command::Cancel { id, api } => {
-            let answer = Client::new(&api)?
-                .delete(&format!("/notifications/{id}"))
-                .await?;
-            print::answer(&api, &answer, print::notification)
-        }
-        Command::Stats { tenant, api } => {
-            let query: Vec<(&str, String)> = tenant.map(|t| ("tenant", t)).into_iter().collect();
-            let answer = Client::new(&api)?.get_query("/stats", &query).await?;
-            print::answer(&api, &answer, print::stats)
-        }
-        Command::Dlq { command, api } => dlq(command, &api).await,
-        Command::Audit {
-            actor,
-            action,
-            tenant,
-            since,
-            until,
-            limit,
-            cursor,
-            api,
-        } => {
-            let given = [
-                ("actor", actor),
-                ("action", action),
-                ("tenant", tenant),
-                ("since", since),
-                ("until", until),
-                ("cursor", cursor),
-            ];
-            let mut query: Vec<(&str, String)> = given
-                .into_iter()
-                .filter_map(|(k, v)| v.map(|v| (k, v)))
-                .collect();
-            query.push(("limit", limit.to_string()));
-            let answer = Client::new(&api)?.get_query("/audit", &query).await?;
-            print::answer(&api, &answer, print::audit)
-        }
-    }
-}
-
-/// Prints the completion script of `shell`.
-fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
-    let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "postback", &mut script);
-    print::emit(&String::from_utf8(script)?)
-}
-
-/// Prints a fresh token and the `[tokens.<name>]` lines that accept it.
-fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Result<()> {
-    let bare_key = !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    anyhow::ensure!(
-        bare_key,
-        "--name `{name}`: use letters, digits, `-` and `_` (it becomes [tokens.{name}])"
-    );
-    Scope::parse(tenant).map_err(|e| anyhow::anyhow!("--tenant {e}"))?;
-    let token = access::new_token()?;
-    let roles: Vec<String> = roles.iter().map(|r| format!("\"{}\"", r.name())).collect();
-    print::emit(&format!("{token}\n"))?;
-    eprintln!("\nThe token above is shown once: hand it to its caller and keep no copy.");
-    eprintln!("Add these lines to the configuration file:\n");
-    eprintln!("[tokens.{name}]");
-    eprintln!("sha256 = \"{}\"", access::digest_hex(&token));
-    eprintln!("tenant = \"{tenant}\"");
-    eprintln!("roles = [{}]", roles.join(", "));
-    Ok(())
-}
-
-fn new_signing_key() -> anyhow::Result<()> {
-    let (key, public) = crate::signing::SigningKey::generate()?;
-    print::emit(&format!("{key}\n"))?;
-    eprintln!(
-        "\nThe signing key above is shown once: put it in the configuration and keep no copy."
-    );
-    eprintln!("Add it to `keys` of a [tenants.<name>] section, or to [signing] keys for every");
-    eprintln!("tenant without its own. Its public key, which GET /signing-keys publishes:\n");
-    eprintln!("{public}");
-    Ok(())
-}
-
-async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
-    if let Some(file) = &args.batch {
-        return batch::register(file, &args.api).await;
-    }
-    let body = match (&args.body, &args.body_text) {
-        (Some(raw), _) => {
-            let text = read_arg(raw)?;
-            serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("--body is not JSON ({e}); use --body-text for text")
-            })?
-        }
-        (None, Some(raw)) => Value::String(read_arg(raw)?),
-        (None, None) => unreachable!("clap requires a body"),
-    };
-    let mut request = json!({"url": args.url.unwrap_or_default(), "body": body});
-    let fields = [
-        ("delay", &args.delay),
-        ("timeout", &args.timeout),
-        ("expect_body", &args.expect_body),
-        ("topic", &args.topic),
-        ("rate_key", &args.rate_key),
-        ("tenant", &args.tenant),
-        ("profile", &args.profile),
-        ("ordering_key", &args.ordering_key),
-    ];
-    for (field, value) in fields {
-        if let Some(v) = value {
-            request[field] = v.clone().into();
-        }
-    }
-    if let Some(s) = &args.schedule {
-        request["schedule"] = schedule(s);
-    }
-    if let Some(raw) = &args.success {
-        request["success"] = serde_json::from_str(&read_arg(raw)?)
-            .map_err(|e| anyhow::anyhow!("--success is not JSON ({e})"))?;
-    }
-    if !args.headers.is_empty() {
-        request["headers"] = Value::Object(headers(&args.headers)?);
-    }
-    let client = Client::new(&args.api)?;
-    let answer = client
-        .post_with_key("/notify", &request, args.idempotency_key.as_deref())
-        .await?;
-    print::answer(&args.api, &answer, print::registered)
-}
-
-/// The id of the notification registered with the idempotency key `key`.
-async fn by_key(client: &Client, key: &str, tenant: Option<String>) -> anyhow::Result<String> {
-    let mut query = vec![("idempotency_key", key.to_string())];
-    query.extend(tenant.map(|t| ("tenant", t)));
-    let page = client.get_query("/notifications", &query).await?;
-    match page["items"][0]["id"].as_str() {
-        Some(id) => Ok(id.to_string()),
-        None => anyhow::bail!(
-            "no notification has the idempotency key `{key}` (a key is kept for idempotency_ttl)"
-        ),
-    }
-}
-
-async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
-    let client = Client::new(api)?;
-    match command {
-        Dlq::List {
-            filter,
-            limit,
-            cursor,
-        } => {
-            let mut query = filter.pairs();
-            query.push(("limit", limit.to_string()));
-            query.extend(cursor.map(|c| ("cursor", c)));
-            let answer = client.get_query("/dead-letters", &query).await?;
-            print::answer(api, &answer, print::dead_letters)
-        }
-        Dlq::Show { id } => {
-            let answer = client.get(&format!("/dead-letters/{id}")).await?;
-            print::answer(api, &answer, print::dead_letter)
-        }
-        Dlq::Replay {
-            id,
-            filter,
-            all,
-            url,
-            schedule: new_schedule,
-            delay,
-        } => {
-            let mut body = Map::new();
-            if let Some(s) = &new_schedule {
-                body.insert("schedule".into(), schedule(s));
-            }
-            body.extend(delay.map(|d| ("delay".to_string(), d.into())));
-            match id {
-                Some(id) => {
-                    body.extend(url.map(|u| ("url".to_string(), u.into())));
-                    let path = format!("/dead-letters/{id}/replay");
-                    let answer = client.post(&path, &Value::Object(body)).await?;
-                    print::answer(api, &answer, print::registered)
-                }
-                None => {
-                    filter.or_all(all, "replay")?;
-                    body.extend(filter.json(all));
-                    let answer = client
-                        .post("/dead-letters/replay", &Value::Object(body))
-                        .await?;
-                    print::answer(api, &answer, |a, out| print::count("replayed", a, out))
-                }
-            }
-        }
-        Dlq::Discard { id } => {
-            client.delete(&format!("/dead-letters/{id}")).await?;
-            print::answer(api, &json!({"discarded": id}), |_, out| {
-                out.line(format!("discarded {id}"))
-            })
-        }
-        Dlq::Purge { filter, all } => {
-            filter.or_all(all, "purge")?;
-            let body = Value::Object(filter.json(all).collect());
-            let answer = client.post("/dead-letters/purge", &body).await?;
-            print::answer(api, &answer, |a, out| print::count("purged", a, out))
-        }
-    }
-}
-
-impl Filter {
-    fn given(&self) -> impl Iterator<Item = (&'static str, &String)> {
-        [
-            ("topic", &self.topic),
-            ("host", &self.host),
-            ("since", &self.since),
-            ("until", &self.until),
-            ("tenant", &self.tenant),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
-    }
-
-    /// Refuses a bulk action (`verb`) with neither a filter nor `--all`, in the CLI's
-    /// own terms rather than the API's.
-    fn or_all(&self, all: bool, verb: &str) -> anyhow::Result<()> {
-        if !all && self.given().next().is_none() {
-            anyhow::bail!(
-                "no filter given: pass --topic, --host, --since, --until or --tenant, or --all to {verb} every dead letter"
-            );
-        }
-        Ok(())
-    }
-
-    /// As query parameters.
-    fn pairs(&self) -> Vec<(&'static str, String)> {
-        self.given().map(|(k, v)| (k, v.clone())).collect()
-    }
-
-    /// As the fields of a bulk request, with `all` when asked for.
-    fn json(&self, all: bool) -> impl Iterator<Item = (String, Value)> + '_ {
-        let all = all.then(|| ("all".to_string(), Value::Bool(true)));
-        self.given()
-            .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
-            .chain(all)
-    }
-}
-
-/// `15s,3m` is a list of durations; anything else names a configured schedule.
-fn schedule(raw: &str) -> Value {
-    let items: Vec<&str> = raw.split(',').map(str::trim).collect();
-    if items.iter().all(|i| humantime::parse_duration(i).is_ok()) {
-        json!(items)
-    } else {
-        Value::String(raw.to_string())
-    }
-}
-
-fn headers(raw: &[String]) -> anyhow::Result<Map<String, Value>> {
-    raw.iter()
-        .map(|h| {
-            let (name, value) = h
-                .split_once(':')
-                .ok_or_else(|| anyhow::anyhow!("--header `{h}` is not `Name: value`"))?;
-            Ok((name.trim().to_string(), value.trim().into()))
-        })
-        .collect()
-}
-
-/// The argument itself, or the contents of the file it names as `@PATH`.
-fn read_arg(raw: &str) -> anyhow::Result<String> {
-    match raw.strip_prefix('@') {
-        Some(path) => {
-            std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {path}: {e}"))
-        }
-        None => Ok(raw.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_schedule_is_a_list_of_durations_or_a_name() {
-        assert_eq!(schedule("15s, 3m"), json!(["15s", "3m"]));
-        assert_eq!(schedule("alipay"), json!("alipay"));
-    }
-
-    #[test]
-    fn headers_are_name_colon_value() {
-        let h = headers(&["X-Shop: 42".into()]).unwrap();
-        assert_eq!(h["X-Shop"], "42");
-        assert!(headers(&["nocolon".into()]).is_err());
-    }
 
     #[test]
     fn the_command_line_is_consistent() {
