@@ -6,7 +6,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use crate::api::{self, AppState, RegistrationRules, TenantRules};
 use crate::config::{redact, Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
 use crate::policy::Policy;
-use crate::scheduler::Dispatcher;
+use crate::scheduler::{Dispatcher, Pipeline};
 use crate::sender::Sender;
 use crate::store::{EmbeddedStore, HealthListener, RedisStore, Store};
 use crate::sweep;
@@ -159,32 +158,6 @@ impl App {
         sweeping.await.context("retention sweep")?;
         tracing::info!("stopped");
         Ok(())
-    }
-}
-
-/// Whether the delivery pipeline (the scheduler and its senders) is running, for
-/// `/readyz`: an instance whose pipeline stopped (a panic in it) answers the API but
-/// delivers nothing, and should be restarted.
-#[derive(Debug, Clone, Default)]
-pub struct Pipeline(Arc<AtomicBool>);
-
-impl Pipeline {
-    pub fn is_running(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    /// Marks the pipeline running until the guard is dropped, however its task ends.
-    fn running(&self) -> Running {
-        self.0.store(true, Ordering::Relaxed);
-        Running(self.0.clone())
-    }
-}
-
-struct Running(Arc<AtomicBool>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Relaxed);
     }
 }
 

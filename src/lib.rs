@@ -15,9 +15,10 @@
 //! command line, the operator's client of the API.
 //!
 //! The public modules are those the binary, the benchmark harness and the integration
-//! tests use; the rest are internal.
+//! tests use (an instance run in process with `app::App`, the store's roles, the domain
+//! types, the configuration); the rest are internal.
 
-pub mod access;
+pub(crate) mod access;
 pub(crate) mod api;
 pub mod app;
 pub(crate) mod backoff;
@@ -29,9 +30,9 @@ pub(crate) mod metrics;
 pub mod policy;
 pub(crate) mod reservations;
 pub(crate) mod scheduler;
-pub mod sender;
+pub(crate) mod sender;
 pub(crate) mod settler;
-pub mod signing;
+pub(crate) mod signing;
 pub(crate) mod slots;
 pub mod ssrf;
 pub mod store;
@@ -39,3 +40,7 @@ pub(crate) mod sweep;
 pub(crate) mod telemetry;
 pub(crate) mod tenant_shares;
 pub(crate) mod traces;
+
+/// Installs the TLS crypto provider the HTTP client uses; once per process, before any
+/// delivery (`postback serve` does it; an instance run in process needs it too).
+pub use sender::install_crypto_provider;

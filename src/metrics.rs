@@ -15,7 +15,6 @@ use metrics::{
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::domain::{AttemptReport, Outcome, Reach};
-use crate::store::Stats;
 
 /// Hosts named in labels at most; the rest are only counted.
 pub const MAX_HOST_LABELS: usize = 20;
@@ -332,26 +331,12 @@ pub fn store_up(up: bool) {
     gauge!("postback_store_up").set(if up { 1.0 } else { 0.0 });
 }
 
-/// Queue depths and retention counts, from the store.
-pub fn store_stats(stats: &Stats) {
-    for (shard, s) in stats.shards.iter().enumerate() {
-        let shard = shard.to_string();
-        for (state, n) in [
-            ("scheduled", s.scheduled),
-            ("in_flight", s.in_flight),
-            ("dead", s.dead),
-            ("finished", s.finished),
-        ] {
-            gauge!("postback_queue_depth", "state" => state, "shard" => shard.clone())
-                .set(n as f64);
-        }
-    }
-    let t = &stats.trimmed;
-    for (reason, n) in [
-        ("dead_by_age", t.dead_by_age),
-        ("dead_by_count", t.dead_by_count),
-        ("finished_by_age", t.finished_by_age),
-    ] {
-        counter!("postback_retention_deleted_total", "reason" => reason).absolute(n);
-    }
+/// How many notifications of `shard` are in `state`.
+pub fn queue_depth(shard: usize, state: &'static str, n: u64) {
+    gauge!("postback_queue_depth", "state" => state, "shard" => shard.to_string()).set(n as f64);
+}
+
+/// How many notifications retention deleted for `reason`, since the store was created.
+pub fn retention_deleted(reason: &'static str, n: u64) {
+    counter!("postback_retention_deleted_total", "reason" => reason).absolute(n);
 }

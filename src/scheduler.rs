@@ -10,6 +10,7 @@
 //! It sleeps until shortly before the next due time (capped), and wakes at once when a
 //! new earliest notification is announced.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -578,5 +579,31 @@ fn log_outcome(job: &ClaimedJob, report: &AttemptReport) {
             )
         }
         Outcome::Failed => tracing::info!(tenant, status, error, ms, "attempt failed"),
+    }
+}
+
+/// Whether the delivery pipeline (the scheduler and its senders) is running, for
+/// `/readyz`: an instance whose pipeline stopped (a panic in it) answers the API but
+/// delivers nothing, and should be restarted.
+#[derive(Debug, Clone, Default)]
+pub struct Pipeline(Arc<AtomicBool>);
+
+impl Pipeline {
+    pub fn is_running(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Marks the pipeline running until the guard is dropped, however its task ends.
+    pub(crate) fn running(&self) -> Running {
+        self.0.store(true, Ordering::Relaxed);
+        Running(self.0.clone())
+    }
+}
+
+pub(crate) struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
     }
 }

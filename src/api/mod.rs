@@ -43,12 +43,12 @@ pub use rules::{RegistrationRules, TenantRules};
 pub use server::{serve, ServerLimits};
 
 use crate::access::TokenTable;
-use crate::app::Pipeline;
 use crate::config::ServerSettings;
 use crate::metrics;
 use crate::policy::Policy;
+use crate::scheduler::Pipeline;
 use crate::signing::Signer;
-use crate::store::Store;
+use crate::store::{Stats, Store};
 use body::BodyLimit;
 use error::ErrorBody;
 use view::Health;
@@ -206,7 +206,7 @@ async fn prometheus(
     let stats = state.store.stats(None).await;
     metrics::store_up(stats.is_ok());
     match stats {
-        Ok(stats) => metrics::store_stats(&stats),
+        Ok(stats) => queue_metrics(&stats),
         Err(_) => metrics::store_error("stats"),
     }
     metrics::open_circuits(&state.delivery.open_circuits(), state.host_labels);
@@ -243,4 +243,23 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
     }
     state.store.ping().await?;
     Ok(Json(Health { status: "ready" }))
+}
+
+/// Queue depths per shard and what retention deleted, from the store's counts.
+fn queue_metrics(stats: &Stats) {
+    for (shard, s) in stats.shards.iter().enumerate() {
+        let states = [
+            ("scheduled", s.scheduled),
+            ("in_flight", s.in_flight),
+            ("dead", s.dead),
+            ("finished", s.finished),
+        ];
+        for (state, n) in states {
+            metrics::queue_depth(shard, state, n);
+        }
+    }
+    let t = &stats.trimmed;
+    metrics::retention_deleted("dead_by_age", t.dead_by_age);
+    metrics::retention_deleted("dead_by_count", t.dead_by_count);
+    metrics::retention_deleted("finished_by_age", t.finished_by_age);
 }

@@ -221,7 +221,7 @@ pub struct MetricsSettings {
     pub host_labels: bool,
 }
 
-/// OpenTelemetry traces (`crate::traces`).
+/// OpenTelemetry traces (`traces.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TraceSettings {

@@ -12,7 +12,7 @@ use support::Receiver;
 
 #[tokio::test]
 async fn an_instance_run_in_process_delivers_and_stops_when_told() {
-    postback::sender::install_crypto_provider();
+    postback::install_crypto_provider();
     let redis = RedisServer::start();
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();

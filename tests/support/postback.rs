@@ -81,7 +81,7 @@ impl Postback {
     /// Starts `cmd` with test-friendly settings plus `env`, and waits until its API
     /// answers.
     async fn spawn(mut cmd: Command, env: &[(&str, &str)]) -> Self {
-        postback::sender::install_crypto_provider();
+        postback::install_crypto_provider();
         let port = super::free_port();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("postback.log");

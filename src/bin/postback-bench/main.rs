@@ -140,7 +140,7 @@ impl Opts {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let opts = Opts::parse();
-    postback::sender::install_crypto_provider();
+    postback::install_crypto_provider();
     let mut results = report::Results::default();
     for run in 1..=opts.runs {
         for scenario in [
