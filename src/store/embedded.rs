@@ -140,7 +140,7 @@ impl Queue for EmbeddedStore {
             spec: spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| (i.scoped(), i.ttl_ms(), i.value(&n.id))),
+            idempotency: idempotency.map(|i| i.entry(i.scoped())),
         };
         let enqueued = self
             .writer

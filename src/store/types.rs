@@ -98,9 +98,38 @@ impl Idempotency {
         }
     }
 
-    /// What a store keeps under the key: the notification's id and the fingerprint.
-    pub fn value(&self, id: &JobId) -> String {
+    /// The key as a store writes it, under `name` (its own name for the scoped key).
+    pub(crate) fn entry(&self, name: String) -> IdempotencyEntry {
+        IdempotencyEntry {
+            name,
+            ttl_ms: self.ttl_ms(),
+            fingerprint: self.fingerprint.clone(),
+        }
+    }
+}
+
+/// An idempotency key as a store writes it: under which name, for how long, and the
+/// fingerprint of the request that first used it. Under it a store keeps
+/// `<id> <fingerprint>` (`kept`), read back by `idempotency_value`.
+#[derive(Debug, Clone)]
+pub(crate) struct IdempotencyEntry {
+    pub name: String,
+    pub ttl_ms: u64,
+    pub fingerprint: String,
+}
+
+impl IdempotencyEntry {
+    /// What is kept under the key for the notification `id`.
+    pub fn kept(&self, id: &JobId) -> String {
         format!("{id} {}", self.fingerprint)
+    }
+
+    /// Whether `kept` (what is kept under the key) came with another request: then the
+    /// registration is refused, not answered with that notification.
+    pub fn mismatches(&self, kept: &str) -> bool {
+        idempotency_value(kept)
+            .1
+            .is_some_and(|seen| seen != self.fingerprint)
     }
 }
 

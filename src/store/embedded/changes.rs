@@ -12,7 +12,8 @@ use crate::lifecycle::{transitions, Cancelled, Index, Now, Record, WAITING_OFFSE
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::{
-    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError,
+    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, Settlement,
+    StoreError,
 };
 
 /// A registration, ready to store.
@@ -23,9 +24,8 @@ pub struct NewJob {
     /// Retry intervals in ms.
     pub schedule: Vec<u64>,
     pub delay_ms: u64,
-    /// The idempotency key (within its tenant), how long it is remembered (ms), and
-    /// what is kept under it (`Idempotency::value`).
-    pub idempotency: Option<(String, u64, String)>,
+    /// The idempotency key, named by its scoped key.
+    pub idempotency: Option<IdempotencyEntry>,
 }
 
 /// Retention limits: dead letters' age and count, finished notifications' age.
@@ -40,14 +40,15 @@ pub struct Retention {
 /// notification of its idempotency key (refusing it when that came with another request).
 pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
     let id = job.id.to_string();
-    if let Some((key, ttl, value)) = &job.idempotency {
+    if let Some(entry) = &job.idempotency {
+        let key = &entry.name;
         let known = t.idempotency.get(key.as_str())?.and_then(|v| {
             let (kept, until) = v.value();
             (until > now.down()).then(|| kept.to_string())
         });
         if let Some(kept) = known {
-            let (first, seen) = idempotency_value(&kept);
-            let mismatch = seen.is_some_and(|seen| Some(seen) != idempotency_value(value).1);
+            let (first, _) = idempotency_value(&kept);
+            let mismatch = entry.mismatches(&kept);
             let status = match mismatch {
                 true => None,
                 false => t.record(first)?.map(|r| r.status()),
@@ -61,9 +62,9 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
             });
         }
         forget_key(t, key)?;
-        let until = now.up() + *ttl as i64;
-        t.idempotency
-            .insert(key.as_str(), (value.as_str(), until))?;
+        let until = now.up() + entry.ttl_ms as i64;
+        let kept = entry.kept(&job.id);
+        t.idempotency.insert(key.as_str(), (kept.as_str(), until))?;
         t.idempotency_expiry.insert((until, key.as_str()), ())?;
     }
     let record = transitions::register(job.schedule.clone(), now, job.delay_ms);

@@ -22,7 +22,7 @@ use crate::domain::JobId;
 use crate::lifecycle::{schedule_text, transitions, JobStatus, Now};
 use crate::store::keys::ShardKeys;
 use crate::store::spec::{self, SharedSchedules};
-use crate::store::{Enqueued, StoreError, StoreResult};
+use crate::store::{Enqueued, IdempotencyEntry, StoreError, StoreResult};
 
 /// Most registrations stored by one script call.
 const MAX_GROUP: usize = 256;
@@ -46,9 +46,8 @@ pub struct Item {
     /// The retry intervals in ms.
     pub schedule: Vec<u64>,
     pub delay_ms: u64,
-    /// The idempotency key's Redis key, how long it is kept (ms), and the fingerprint
-    /// of the request.
-    pub idempotency: Option<(String, u64, String)>,
+    /// The idempotency key, named by its Redis key.
+    pub idempotency: Option<IdempotencyEntry>,
     /// Its tenant as the scripts name it (`tenant_counts::counted`).
     pub tenant: String,
     /// Its ordering key's list (`ShardKeys::ordering`), if it has one.
@@ -193,7 +192,11 @@ async fn store_group(
     let mut per_item = Vec::with_capacity(items.len());
     for item in items {
         let (key_index, ttl, fingerprint) = match &item.idempotency {
-            Some((key, ttl, fingerprint)) => (extra_key(key), *ttl, fingerprint.as_str()),
+            Some(entry) => (
+                extra_key(&entry.name),
+                entry.ttl_ms,
+                entry.fingerprint.as_str(),
+            ),
             None => (0, 1, ""),
         };
         let list_index = item.ordering.as_deref().map_or(0, &mut extra_key);

@@ -35,13 +35,7 @@ impl RedisStore {
             spec: spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| {
-                (
-                    keys.idempotency(&i.scoped()),
-                    i.ttl_ms(),
-                    i.fingerprint.clone(),
-                )
-            }),
+            idempotency: idempotency.map(|i| i.entry(keys.idempotency(&i.scoped()))),
             tenant: counted(&n.tenant).to_string(),
             ordering: n
                 .ordering_key
