@@ -3,12 +3,10 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use reqwest::Method;
 use serde_json::{json, Value};
 
-const WAIT: Duration = Duration::from_secs(20);
+use support::LONG_WAIT as WAIT;
 
 async fn batch(pb: &support::Postback, items: Value) -> (u16, Value) {
     pb.request(
@@ -142,7 +140,7 @@ async fn a_thousand_are_registered_and_each_delivered_once() {
         "{} arrived",
         receiver.count()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.count(), 1000, "none twice");
     for (i, id) in ids.iter().enumerate() {
         let got = receiver.requests_for(id);

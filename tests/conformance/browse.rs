@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::{Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 /// Every page of `query` (`limit` each), walked to the end: the items.
 async fn walk(pb: &Postback, query: &str, limit: usize, pause: Duration) -> Vec<Value> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::{Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 /// A notification dead after two failed attempts, each at an endpoint of its own: many
 /// failures at one endpoint would open its circuit, and a last attempt waits for the

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use support::{signatures, Backend, Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_try_success_carries_the_body_and_the_webhook_headers() {
@@ -226,7 +226,7 @@ async fn an_exhausted_schedule_lands_in_dead_letters() {
         .await;
     let dead = pb.wait_state(&id, "dead", WAIT).await;
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_eq!(
         receiver.requests_for(&id).len(),
         3,
@@ -352,7 +352,7 @@ async fn a_burst_of_1000_is_delivered_exactly_once() {
         "only {} arrived",
         receiver.count()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_exactly_once(&receiver, &ids);
     for id in ids.iter().step_by(97) {
         pb.wait_state(id, "delivered", WAIT).await;
@@ -363,7 +363,7 @@ async fn a_burst_of_1000_is_delivered_exactly_once() {
 async fn two_instances_on_one_redis_deliver_each_notification_once() {
     let backend = Backend::start();
     if !backend.is_redis() {
-        eprintln!("one instance per embedded store: tests/embedded.rs checks the refusal");
+        eprintln!("one instance per embedded store: operations/embedded.rs checks the refusal");
         return;
     }
     let receiver = Receiver::start().await;
@@ -380,7 +380,7 @@ async fn two_instances_on_one_redis_deliver_each_notification_once() {
         "only {} arrived",
         receiver.count()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.wait_quiet().await;
     assert_exactly_once(&receiver, &ids);
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::{errors, Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(20);
+use support::LONG_WAIT as WAIT;
 
 /// The most arrivals within any one second (a window starting at each arrival).
 fn busiest_second(mut arrivals: Vec<Instant>) -> usize {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{errors, Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(15);
+use support::LONG_WAIT as WAIT;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limited_key_keeps_its_quota_while_another_runs_at_full_speed() {
@@ -204,7 +204,7 @@ async fn gone_is_dead_after_one_attempt() {
         (Some(1), Some(3))
     );
     assert_eq!(dead["history"][0]["status"], 410);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.count(), 1);
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::{Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 async fn dead_one(pb: &Postback, receiver: &Receiver) -> String {
     let id = pb

@@ -6,7 +6,6 @@
 use crate::support;
 
 use std::process::Command;
-use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
@@ -14,7 +13,7 @@ use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde_json::{json, Value};
 use support::{signatures, Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 /// A fresh key as an operator configures it (`whsk_` and the seed) and its public key
 /// (`whpk_`), made here with ring rather than by postback.

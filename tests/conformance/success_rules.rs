@@ -4,12 +4,10 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use support::{Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 /// Registers one attempt (no retries) at `query` with `rule` merged into the body, and
 /// waits for it to finish: its final view.

@@ -5,14 +5,12 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use reqwest::Method;
 use serde_json::{json, Value};
 use support::tls_receiver::{Pki, TlsReceiver};
 use support::{Backend, Postback, Receiver};
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 /// Writes `config` to a file in `dir`; the variable that names it.
 fn config_file(dir: &tempfile::TempDir, config: &str) -> String {

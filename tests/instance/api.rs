@@ -177,7 +177,7 @@ async fn an_idempotency_key_returns_the_same_notification_and_sends_once() {
         .await;
     assert_eq!(again["id"], id);
     assert_eq!(again["state"], "delivered");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.requests_for(id).len(), 1);
     assert_eq!(receiver.count(), 2);
 }
@@ -227,7 +227,7 @@ async fn concurrent_repeats_of_one_idempotency_key_register_once() {
         .collect();
     assert_eq!(shared.len(), 1, "one notification for the shared key");
     assert!(receiver.wait_for(21, Duration::from_secs(10)).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     let id = *shared.iter().next().unwrap();
     assert_eq!(receiver.requests_for(id).len(), 1, "sent once");
     assert_eq!(receiver.count(), 21);
@@ -351,7 +351,7 @@ async fn while_redis_is_unresponsive_the_api_answers_503_and_nothing_is_lost() {
         Duration::from_secs(15),
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.count(), 2, "each notification once");
 }
 

@@ -5,13 +5,12 @@
 use crate::support;
 
 use std::process::{Command, Output};
-use std::time::Duration;
 
 use serde_json::Value;
 use support::postback::TOKEN;
 use support::Postback;
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 fn cli(pb: &Postback, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_postback"))

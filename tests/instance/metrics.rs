@@ -2,11 +2,9 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use serde_json::json;
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 
 use support::metric_value as value;
 

@@ -10,11 +10,10 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 const ALERTS: &str = "deploy/prometheus/alerts.yml";
 const DASHBOARD: &str = "deploy/grafana/postback.json";
 

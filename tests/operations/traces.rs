@@ -7,7 +7,6 @@
 use crate::support;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
@@ -15,7 +14,7 @@ use prost::Message;
 use serde_json::json;
 use support::Receiver;
 
-const WAIT: Duration = Duration::from_secs(10);
+use support::WAIT;
 const PRODUCER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
 

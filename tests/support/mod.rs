@@ -23,6 +23,12 @@ use std::net::TcpListener;
 use ::postback::store::{EmbeddedStore, RedisStore, Store};
 use std::time::Duration;
 
+/// How long a test waits for what should come at once (a delivery, a state).
+pub const WAIT: Duration = Duration::from_secs(10);
+/// How long a test waits for what takes a while on a busy machine (many deliveries
+/// under a quota, several instances).
+pub const LONG_WAIT: Duration = Duration::from_secs(20);
+
 /// A fresh Redis, a receiver, and one postback instance on them with `env`.
 pub async fn start(env: &[(&str, &str)]) -> (RedisServer, Receiver, Postback) {
     let redis = RedisServer::start();

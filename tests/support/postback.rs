@@ -240,6 +240,24 @@ impl Postback {
         }
     }
 
+    /// Waits until nothing is scheduled or in flight, of any tenant: from then on no
+    /// attempt can start, so what a receiver got is all it gets.
+    pub async fn wait_quiet(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, stats) = self.get("/stats").await;
+            if status == 200 && stats["scheduled"] == 0 && stats["in_flight"] == 0 {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never quiet; last seen {stats}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> ExitStatus {
         Command::new("kill")

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Backend, Postback, Receiver};
 
-pub const WAIT: Duration = Duration::from_secs(10);
+pub use super::WAIT;
 
 pub const SECRET_A: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 pub const SECRET_A2: &str = "whsec_BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=";
