@@ -54,7 +54,7 @@ async fn cancelling_producer(
     name: usize,
 ) -> Vec<String> {
     let client = reqwest::Client::new();
-    let token = support::postback::TOKEN;
+    let token = support::instance::TOKEN;
     let mut ids = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let body = json!({"url": target, "body": {}, "delay": "1s", "schedule": ["100ms"]});

@@ -23,7 +23,7 @@ async fn batch_text(pb: &support::Postback, text: String) -> (u16, Value) {
     let resp = pb
         .http
         .post(pb.url("/notify/batch"))
-        .bearer_auth(support::postback::TOKEN)
+        .bearer_auth(support::instance::TOKEN)
         .header("content-type", "application/json")
         .body(text)
         .send()
@@ -186,7 +186,7 @@ async fn a_malformed_batch_is_refused_whole_naming_the_problem() {
     let resp = pb
         .http
         .post(pb.url("/notify/batch"))
-        .bearer_auth(support::postback::TOKEN)
+        .bearer_auth(support::instance::TOKEN)
         .body("{\"items\": [")
         .send()
         .await

@@ -5,28 +5,14 @@ use crate::support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{Postback, Receiver};
+use support::Postback;
 
 use support::WAIT;
-
-/// A notification dead after two failed attempts, each at an endpoint of its own: many
-/// failures at one endpoint would open its circuit, and a last attempt waits for the
-/// circuit's probe.
-async fn dead_one(pb: &Postback, receiver: &Receiver) -> String {
-    static ENDPOINTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = ENDPOINTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let url = receiver.url(&format!("/down/{n}?fail=99"));
-    let id = pb
-        .register(json!({"url": url, "body": {"order": 9}, "schedule": ["100ms"], "topic": "payment.succeeded"}))
-        .await;
-    pb.wait_state(&id, "dead", WAIT).await;
-    id
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_shows_its_body_and_whole_history() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
-    let id = dead_one(&pb, &receiver).await;
+    let id = support::dead_one(&pb, &receiver).await;
 
     let (status, dl) = pb.get(&format!("/dead-letters/{id}")).await;
     assert_eq!(status, 200, "{dl}");
@@ -49,7 +35,7 @@ async fn a_dead_letter_shows_its_body_and_whole_history() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_with_a_new_url_delivers_it_with_a_fresh_attempt_count() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
-    let id = dead_one(&pb, &receiver).await;
+    let id = support::dead_one(&pb, &receiver).await;
 
     let fixed = receiver.url("/fixed");
     let (status, answer) = pb
@@ -94,7 +80,7 @@ async fn replay_with_a_new_url_delivers_it_with_a_fresh_attempt_count() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_validates_like_notify_and_changes_nothing_when_rejected() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
-    let id = dead_one(&pb, &receiver).await;
+    let id = support::dead_one(&pb, &receiver).await;
     let path = format!("/dead-letters/{id}/replay");
 
     for (body, field) in [
@@ -118,7 +104,7 @@ async fn replay_validates_like_notify_and_changes_nothing_when_rejected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_discarded_dead_letter_is_gone() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
-    let id = dead_one(&pb, &receiver).await;
+    let id = support::dead_one(&pb, &receiver).await;
 
     let (status, _) = pb
         .request(
@@ -280,7 +266,7 @@ async fn bulk_replay_by_topic_sends_each_once_and_twice_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_discards_what_the_filter_matches_and_refuses_an_empty_filter() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
-    let keep = dead_one(&pb, &receiver).await;
+    let keep = support::dead_one(&pb, &receiver).await;
     let other_host = format!("http://localhost:{}/down?fail=99", receiver.port);
     let mut gone = Vec::new();
     for _ in 0..3 {
@@ -340,7 +326,7 @@ async fn over_several_shards_the_list_is_one_newest_first_sequence() {
     let pb = backend.postback(&[("POSTBACK_STORE_SHARDS", "3")]).await;
     let mut ids = Vec::new();
     for _ in 0..7 {
-        ids.push(dead_one(&pb, &receiver).await);
+        ids.push(support::dead_one(&pb, &receiver).await);
     }
     let shards: std::collections::BTreeSet<&str> =
         ids.iter().map(|id| id.split('_').nth(1).unwrap()).collect();

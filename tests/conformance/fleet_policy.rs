@@ -38,7 +38,13 @@ fn arrivals(receiver: &Receiver, path: &str) -> Vec<Instant> {
     at
 }
 
-async fn register_many(pb: &Postback, receiver: &Receiver, n: usize, key: &str) -> Vec<String> {
+/// Registers `n` notifications of the rate key `key`, each due in a second.
+async fn register_rate_limited(
+    pb: &Postback,
+    receiver: &Receiver,
+    n: usize,
+    key: &str,
+) -> Vec<String> {
     let mut ids = Vec::new();
     for _ in 0..n {
         let body = json!({"url": receiver.url(&format!("/{key}")), "body": {}, "rate_key": key, "delay": "1s"});
@@ -58,7 +64,7 @@ async fn counter(pb: &Postback, name_and_labels: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saturated_key_is_sent_at_its_quota_and_each_notification_deferred_at_most_once() {
     let (_backend, receiver, pb) = support::start_any(&[("POSTBACK_QUOTAS_SHOP", "40/s")]).await;
-    let ids = register_many(&pb, &receiver, 120, "shop").await;
+    let ids = register_rate_limited(&pb, &receiver, 120, "shop").await;
     for id in &ids {
         let n = pb.wait_state(id, "delivered", WAIT).await;
         assert_eq!(n["attempts"], 1, "a deferral is not an attempt: {n}");
@@ -84,7 +90,7 @@ async fn a_burst_allowance_lets_that_many_go_at_once_then_spaces_the_rest() {
         ("POSTBACK_DELIVERY_BURST", "5"),
     ])
     .await;
-    let ids = register_many(&pb, &receiver, 15, "shop").await;
+    let ids = register_rate_limited(&pb, &receiver, 15, "shop").await;
     for id in &ids {
         pb.wait_state(id, "delivered", WAIT).await;
     }
@@ -114,8 +120,8 @@ async fn instances_sharing_a_store_share_one_quota() {
     let a = backend.postback(&env).await;
     let b = backend.postback(&env).await;
     let c = backend.postback(&env).await;
-    let mut ids = register_many(&a, &receiver, 45, "shop").await;
-    ids.extend(register_many(&b, &receiver, 45, "shop").await);
+    let mut ids = register_rate_limited(&a, &receiver, 45, "shop").await;
+    ids.extend(register_rate_limited(&b, &receiver, 45, "shop").await);
     for id in &ids {
         c.wait_state(id, "delivered", WAIT).await;
     }

@@ -13,7 +13,7 @@ use support::{tenants, Backend, Postback, Receiver};
 /// The `seq` of each request's body that arrived for `key`, in arrival order, with its
 /// time since `start` (ms) and whether it was answered with a failure (`fail=` in its
 /// URL, first attempts only; see the receiver).
-fn arrivals(receiver: &Receiver, key: &str, start: Instant) -> Vec<(u64, u128)> {
+fn arrivals_of_key(receiver: &Receiver, key: &str, start: Instant) -> Vec<(u64, u128)> {
     receiver
         .requests()
         .into_iter()
@@ -79,7 +79,7 @@ async fn fifty_on_one_key_arrive_in_order_while_other_keys_flow_beside_them() {
         pb.wait_state(id, "delivered", Duration::from_secs(30))
             .await;
     }
-    let log = arrivals(&receiver, "a", start);
+    let log = arrivals_of_key(&receiver, "a", start);
     eprintln!("arrivals of key a (seq, ms since the first registration): {log:?}");
     let mut expected = vec![0, 0];
     expected.extend(0..50);
@@ -89,7 +89,7 @@ async fn fifty_on_one_key_arrive_in_order_while_other_keys_flow_beside_them() {
     // Another key's notifications and unordered ones went while `a`'s head was retrying.
     let head_delivered = log[2].1;
     for other in ["b", "none"] {
-        let others = arrivals(&receiver, other, start);
+        let others = arrivals_of_key(&receiver, other, start);
         let last = others.iter().map(|(_, at)| *at).max().unwrap();
         assert!(
             last < head_delivered,
@@ -97,7 +97,7 @@ async fn fifty_on_one_key_arrive_in_order_while_other_keys_flow_beside_them() {
         );
     }
     assert_eq!(
-        seqs(&arrivals(&receiver, "b", start)),
+        seqs(&arrivals_of_key(&receiver, "b", start)),
         (0..5).collect::<Vec<_>>()
     );
 }
@@ -134,7 +134,7 @@ async fn a_dead_head_releases_the_rest_and_its_replay_goes_to_the_back() {
     pb.wait_state(&ids[0], "delivered", Duration::from_secs(10))
         .await;
     assert_eq!(pb.notification(&fifth).await["state"], "delivered");
-    let log = arrivals(&receiver, "k", start);
+    let log = arrivals_of_key(&receiver, "k", start);
     eprintln!("arrivals of key k: {log:?}");
     assert_eq!(seqs(&log), vec![0, 0, 1, 2, 3, 4, 0]);
 }
@@ -165,7 +165,7 @@ async fn a_cancelled_notification_leaves_its_place_to_the_next() {
     pb.wait_state(&ids[2], "delivered", Duration::from_secs(10))
         .await;
     assert_eq!(pb.notification(&ids[1]).await["state"], "cancelled");
-    let log = arrivals(&receiver, "c", Instant::now());
+    let log = arrivals_of_key(&receiver, "c", Instant::now());
     assert_eq!(seqs(&log), vec![0, 2]);
 }
 
@@ -193,7 +193,7 @@ async fn the_same_key_in_two_tenants_is_two_keys() {
         fleet.pb.wait_state(id, "delivered", tenants::WAIT).await;
     }
     assert_eq!(
-        seqs(&arrivals(&fleet.receiver, "shop-b", start)),
+        seqs(&arrivals_of_key(&fleet.receiver, "shop-b", start)),
         vec![0, 1]
     );
     let (_, a) = fleet
@@ -238,7 +238,7 @@ async fn kill_9_mid_sequence_keeps_the_order() {
             .wait_state(id, "delivered", Duration::from_secs(30))
             .await;
     }
-    let log = seqs(&arrivals(&receiver, "x", start));
+    let log = seqs(&arrivals_of_key(&receiver, "x", start));
     eprintln!("arrivals of key x, killed after {at_kill}: {log:?}");
     // An attempt in flight (or not yet recorded) at the kill is made again: a repeat of
     // the latest, never one out of turn.
@@ -286,5 +286,5 @@ async fn a_batchs_items_on_one_key_keep_their_order_in_the_batch() {
     }
     let mut expected = vec![0];
     expected.extend(0..20);
-    assert_eq!(seqs(&arrivals(&receiver, "batch", start)), expected);
+    assert_eq!(seqs(&arrivals_of_key(&receiver, "batch", start)), expected);
 }

@@ -7,17 +7,9 @@ use crate::support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::{Postback, Receiver};
+use support::Postback;
 
 use support::WAIT;
-
-async fn dead_one(pb: &Postback, receiver: &Receiver) -> String {
-    let id = pb
-        .register(json!({"url": receiver.url("/down?fail=99"), "body": {}, "schedule": []}))
-        .await;
-    pb.wait_state(&id, "dead", WAIT).await;
-    id
-}
 
 async fn stats(pb: &Postback) -> Value {
     let (status, body) = pb.get("/stats").await;
@@ -31,7 +23,7 @@ async fn the_oldest_dead_letters_beyond_the_count_are_trimmed_and_counted() {
         support::start(&[("POSTBACK_RETENTION_DEAD_MAX_COUNT", "3")]).await;
     let mut ids = Vec::new();
     for _ in 0..5 {
-        ids.push(dead_one(&pb, &receiver).await);
+        ids.push(support::dead_one(&pb, &receiver).await);
     }
 
     let (_, list) = pb.get("/dead-letters").await;
@@ -51,7 +43,7 @@ async fn old_dead_letters_and_finished_notifications_expire_even_when_idle() {
         ("POSTBACK_RETENTION_SWEEP_INTERVAL", "200ms"),
     ])
     .await;
-    let dead = dead_one(&pb, &receiver).await;
+    let dead = support::dead_one(&pb, &receiver).await;
     let delivered = pb
         .register(json!({"url": receiver.url("/ok"), "body": {}}))
         .await;

@@ -103,7 +103,7 @@ async fn only_a_token_for_every_tenant_names_the_tenant() {
 
     let plain = f
         .register(
-            support::postback::TOKEN,
+            support::instance::TOKEN,
             json!({"url": f.receiver.url("/d"), "body": {}, "delay": "1h"}),
         )
         .await;

@@ -206,7 +206,7 @@ async fn deep_or_broken_input_at_the_http_edge_gets_a_4xx_and_stores_nothing() {
         let mut req = pb
             .http
             .post(pb.url("/notify"))
-            .bearer_auth(support::postback::TOKEN)
+            .bearer_auth(support::instance::TOKEN)
             .header("content-type", "application/json")
             .body(body);
         for (name, value) in headers {

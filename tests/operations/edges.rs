@@ -25,7 +25,7 @@ async fn every_answer_carries_the_browser_security_headers() {
     ] {
         let mut request = pb.http.get(pb.url(path));
         if authorized {
-            request = request.bearer_auth(support::postback::TOKEN);
+            request = request.bearer_auth(support::instance::TOKEN);
         }
         let answer = request.send().await.unwrap();
         let h = answer.headers();
@@ -98,7 +98,7 @@ async fn metrics_need_their_token_when_one_is_configured() {
     assert_eq!(status(None).await, 401);
     assert_eq!(status(Some("wrong")).await, 401);
     assert_eq!(
-        status(Some(support::postback::TOKEN)).await,
+        status(Some(support::instance::TOKEN)).await,
         401,
         "an API token is not the metrics token"
     );
@@ -174,7 +174,7 @@ async fn a_body_that_stalls_gets_408_and_frees_its_place() {
     let head = format!(
         "POST /notify HTTP/1.1\r\nHost: postback\r\nAuthorization: Bearer {}\r\n\
          Content-Type: application/json\r\nContent-Length: 999999\r\n\r\n{{\"url\":",
-        support::postback::TOKEN
+        support::instance::TOKEN
     );
     conn.write_all(head.as_bytes()).await.unwrap();
     let answer = read_until_closed(&mut conn, Duration::from_secs(5))
@@ -231,7 +231,7 @@ async fn a_slow_body_is_held_to_the_body_limit_not_the_heads() {
     let head = format!(
         "POST /notify HTTP/1.1\r\nHost: postback\r\nAuthorization: Bearer {}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        support::postback::TOKEN,
+        support::instance::TOKEN,
         body.len()
     );
     let mut conn = connect(&pb).await;

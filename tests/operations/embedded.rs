@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::postback::TOKEN;
+use support::instance::TOKEN;
 use support::{Postback, Receiver};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use serde_json::{json, Value};
-use support::postback::TOKEN;
+use support::instance::TOKEN;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_the_limit_are_shed_at_once_and_health_still_answers() {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::task::JoinSet;
 
-use super::postback::TOKEN;
+use super::instance::TOKEN;
 
 /// One answer to `POST /notify`.
 #[derive(Debug, Clone)]

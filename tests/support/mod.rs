@@ -4,8 +4,8 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code, unused_imports)]
 
+pub mod instance;
 pub mod load;
-pub mod postback;
 pub mod receiver;
 pub mod redis_cluster;
 pub mod redis_server;
@@ -13,14 +13,16 @@ pub mod signatures;
 pub mod tenants;
 pub mod tls_receiver;
 
-pub use postback::Postback;
+pub use instance::Postback;
 pub use receiver::Receiver;
 pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
 
 use std::net::TcpListener;
 
-use ::postback::store::{EmbeddedStore, RedisStore, Store};
+use serde_json::json;
+
+use postback::store::{EmbeddedStore, RedisStore, Store};
 use std::time::Duration;
 
 /// How long a test waits for what should come at once (a delivery, a state).
@@ -67,7 +69,7 @@ impl Backend {
 
     /// The store itself, for tests of the storage port below the API.
     pub async fn store(&self) -> Box<dyn Store> {
-        use ::postback::config::{RedisTarget, RetentionSettings, StoreSettings};
+        use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
         let (target, shards) = match self {
             Self::Embedded(dir) => {
                 let store = EmbeddedStore::open(dir.path(), &RetentionSettings::default());
@@ -78,7 +80,7 @@ impl Backend {
                 let seeds = cluster.urls().split(',').map(str::to_string).collect();
                 (
                     RedisTarget::Cluster(seeds),
-                    ::postback::config::CLUSTER_SHARDS,
+                    postback::config::CLUSTER_SHARDS,
                 )
             }
         };
@@ -107,7 +109,7 @@ impl Backend {
     /// How many shards postback uses on this store by default.
     pub fn shards(&self) -> usize {
         match self {
-            Self::Cluster(_) => usize::from(::postback::config::CLUSTER_SHARDS),
+            Self::Cluster(_) => usize::from(postback::config::CLUSTER_SHARDS),
             Self::Standalone(_) | Self::Embedded(_) => 1,
         }
     }
@@ -178,4 +180,18 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A notification dead after two failed attempts, each at an endpoint of its own: many
+/// failures at one endpoint would open its circuit, and a last attempt waits for the
+/// circuit's probe.
+pub async fn dead_one(pb: &Postback, receiver: &Receiver) -> String {
+    static ENDPOINTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = ENDPOINTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let url = receiver.url(&format!("/down/{n}?fail=99"));
+    let id = pb
+        .register(json!({"url": url, "body": {"order": 9}, "schedule": ["100ms"], "topic": "payment.succeeded"}))
+        .await;
+    pb.wait_state(&id, "dead", WAIT).await;
+    id
 }
