@@ -97,7 +97,7 @@ impl Config {
     pub fn validate(settings: Settings, insecure_no_auth: bool) -> anyhow::Result<Self> {
         let s = &settings;
         if s.server.api_tokens.is_empty() && s.tokens.is_empty() && !insecure_no_auth {
-            bail!("server.api_tokens (POSTBACK_SERVER_API_TOKENS): no API token configured; set one or a [tokens.<name>] section, or start with --insecure-no-auth");
+            bail!("server.api_tokens: no API token is configured, and the API would be open to anyone. To try postback, give it one: POSTBACK_SERVER_API_TOKENS=dev-token postback serve --config config/postback.toml (scripts/run.sh does that). To run it for real, `postback token new <name>` prints a token and the [tokens.<name>] lines that accept it.");
         }
         checks::settings(s)?;
         let (store, shards) = checks::store(&s.store)?;
@@ -260,34 +260,121 @@ mod tests {
             .to_string()
             .starts_with("delivery.lease"));
         let refused = [
-            ("[schedules]\nodd = \"1s, nope\"", "schedules.odd (POSTBACK_SCHEDULES_ODD) in TOML source string: [1]: `nope` is not a duration"),
-            ("[schedules]\nodd = [\"1s\", \"9d\"]", "schedules.odd (POSTBACK_SCHEDULES_ODD) in TOML source string: [1]: interval `9d` out of range"),
-            ("[quotas]\nshop = \"fast\"", "quotas.shop (POSTBACK_QUOTAS_SHOP) in TOML source string: `fast` is not a quota"),
-            ("[delivery]\nrate_limit = 5", "delivery.rate_limit (POSTBACK_DELIVERY_RATE_LIMIT) in TOML source string: invalid type"),
-            ("[delivery]\njitter = \"95%\"", "delivery.jitter: must be from 0% to 90%"),
-            ("[delivery]\njitter = 101", "delivery.jitter (POSTBACK_DELIVERY_JITTER) in TOML source string: 101% is more than 100%"),
-            ("[delivery]\njitter = \"a lot\"", "delivery.jitter (POSTBACK_DELIVERY_JITTER) in TOML source string: `a lot` is not a percentage"),
-            ("[signing]\nsecrets = \"not-a-secret\"", "signing.secrets: a secret must start with"),
-            ("[secrets]\nshop = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"", "secrets.shop (POSTBACK_SECRETS_SHOP): secrets per rate key are gone"),
-            ("[tokens.x]\nsha256 = \"abc\"\ntenant = \"*\"\nroles = [\"read\"]", "tokens.x.sha256: must be the 64 hex digits"),
-            (&token("shop-z", "\"read\""), "tokens.x.tenant: no tenant `shop-z` is configured"),
-            (&token("shop a", "\"read\""), "tokens.x.tenant: `shop a`: a tenant is"),
-            (&token("*", "\"root\""), "tokens.x.roles.0 in TOML source string: unknown variant: found `root`"),
+            (
+                "[schedules]\nodd = \"1s, nope\"",
+                "schedules.odd: [1]: `nope` is not a duration",
+            ),
+            (
+                "[schedules]\nodd = [\"1s\", \"9d\"]",
+                "schedules.odd: [1]: interval `9d` out of range",
+            ),
+            (
+                "[quotas]\nshop = \"fast\"",
+                "quotas.shop: `fast` is not a quota",
+            ),
+            (
+                "[delivery]\nrate_limit = 5",
+                "delivery.rate_limit: invalid type",
+            ),
+            (
+                "[delivery]\njitter = \"95%\"",
+                "delivery.jitter: must be from 0% to 90%",
+            ),
+            (
+                "[server]\nlisen = \"127.0.0.1:1\"",
+                "server.lisen: no such key; those of server are listen, ",
+            ),
+            (
+                "[delivery]\ntimeout = \"10 seconds or so\"",
+                "delivery.timeout: `10 seconds or so` is not a duration: a number and a unit",
+            ),
+            (
+                "[delivery]\njitter = 101",
+                "delivery.jitter: 101% is more than 100%",
+            ),
+            (
+                "[delivery]\njitter = \"a lot\"",
+                "delivery.jitter: `a lot` is not a percentage",
+            ),
+            (
+                "[signing]\nsecrets = \"not-a-secret\"",
+                "signing.secrets: a secret must start with",
+            ),
+            (
+                "[secrets]\nshop = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"",
+                "secrets.shop (POSTBACK_SECRETS_SHOP): secrets per rate key are gone",
+            ),
+            (
+                "[tokens.x]\nsha256 = \"abc\"\ntenant = \"*\"\nroles = [\"read\"]",
+                "tokens.x.sha256: must be the 64 hex digits",
+            ),
+            (
+                &token("shop-z", "\"read\""),
+                "tokens.x.tenant: no tenant `shop-z` is configured",
+            ),
+            (
+                &token("shop a", "\"read\""),
+                "tokens.x.tenant: `shop a`: a tenant is",
+            ),
+            (
+                &token("*", "\"root\""),
+                "tokens.x.roles.0: unknown variant: found `root`",
+            ),
             (&token("*", ""), "tokens.x.roles: must name at least one"),
-            ("[tokens.x]\ntenant = \"*\"\nroles = [\"read\"]", "missing field `sha256`"),
+            (
+                "[tokens.x]\ntenant = \"*\"\nroles = [\"read\"]",
+                "missing field `sha256`",
+            ),
             ("[tenants.\"shop a\"]", "tenants.shop a: a tenant is"),
-            ("[tenants.a]\nkeys = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]", "tenants.a.keys: a signing key must start with `whsk_`"),
-            ("[signing]\nkeys = \"whsk_YWJj\"", "signing.keys: a signing key holds 32 bytes"),
-            ("[profiles.p]\nschedule = \"nope\"", "profiles.p.schedule: no schedule named `nope`"),
-            ("[profiles.p]\nsuccess = { status = [410] }", "profiles.p.success.status: 410 is not"),
-            ("[tenants.a]\nallowed_hosts = [\"http://x\"]", "tenants.a.allowed_hosts: `http://x` is not a host name"),
-            ("[tenants.a]\nsecrets = [\"nope\"]", "tenants.a.secrets: a secret must start with"),
-            (&format!("{}\n[tokens.y]\nsha256 = \"{}\"\ntenant = \"*\"\nroles = [\"read\"]", token("*", "\"read\""), access::digest_hex("tok-x")), "tokens.y.sha256: the same token as x"),
+            (
+                "[tenants.a]\nkeys = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]",
+                "tenants.a.keys: a signing key must start with `whsk_`",
+            ),
+            (
+                "[signing]\nkeys = \"whsk_YWJj\"",
+                "signing.keys: a signing key holds 32 bytes",
+            ),
+            (
+                "[profiles.p]\nschedule = \"nope\"",
+                "profiles.p.schedule: no schedule named `nope`",
+            ),
+            (
+                "[profiles.p]\nsuccess = { status = [410] }",
+                "profiles.p.success.status: 410 is not",
+            ),
+            (
+                "[tenants.a]\nallowed_hosts = [\"http://x\"]",
+                "tenants.a.allowed_hosts: `http://x` is not a host name",
+            ),
+            (
+                "[tenants.a]\nsecrets = [\"nope\"]",
+                "tenants.a.secrets: a secret must start with",
+            ),
+            (
+                &format!(
+                    "{}\n[tokens.y]\nsha256 = \"{}\"\ntenant = \"*\"\nroles = [\"read\"]",
+                    token("*", "\"read\""),
+                    access::digest_hex("tok-x")
+                ),
+                "tokens.y.sha256: the same token as x",
+            ),
         ];
         for (text, expected) in refused {
             let err = from_toml(text).unwrap_err().to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn an_error_in_a_file_names_the_file_and_no_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("postback.toml");
+        let text = "[server]\napi_tokens = \"t\"\n[delivery]\njitter = \"a lot\"\n";
+        std::fs::write(&path, text).unwrap();
+        let err = Config::load(Some(&path), false).unwrap_err().to_string();
+        let expected = format!("delivery.jitter in {}: `a lot`", path.display());
+        assert!(err.contains(&expected), "{err}");
+        assert!(!err.contains("POSTBACK_"), "{err}");
     }
 
     #[test]

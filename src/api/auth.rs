@@ -27,10 +27,11 @@ pub async fn require_token(
     let principal = if tokens.is_open() {
         Principal::everything(ANONYMOUS)
     } else {
-        presented(request.headers())
-            .and_then(|t| tokens.identify(t))
+        let token = presented(request.headers()).ok_or(ApiError::unauthorized(false))?;
+        tokens
+            .identify(token)
             .cloned()
-            .ok_or_else(ApiError::unauthorized)?
+            .ok_or(ApiError::unauthorized(true))?
     };
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)

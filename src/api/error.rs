@@ -111,12 +111,14 @@ impl ApiError {
         )
     }
 
-    pub fn unauthorized() -> Self {
-        Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "a valid `Authorization: Bearer <token>` header is required",
-        )
+    /// `401 unauthorized` for a request with no bearer token, or (`presented`) with one
+    /// this instance does not accept.
+    pub fn unauthorized(presented: bool) -> Self {
+        let message = match presented {
+            false => "an `Authorization: Bearer <token>` header is required",
+            true => "the bearer token is not one this instance accepts",
+        };
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 }
 

@@ -200,7 +200,8 @@ async fn prometheus(
 ) -> Result<impl IntoResponse, ApiError> {
     if let Some(expected) = &state.metrics_token {
         if !auth::presents(&headers, expected) {
-            return Err(ApiError::unauthorized());
+            let presented = auth::presented(&headers).is_some();
+            return Err(ApiError::unauthorized(presented));
         }
     }
     let stats = state.store.stats(None).await;

@@ -36,6 +36,9 @@ mod receive;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Where the operator's commands find the API, before or after the subcommand.
+    #[command(flatten)]
+    api: ApiArgs,
 }
 
 #[derive(Subcommand)]
@@ -62,8 +65,6 @@ enum Command {
         /// The tenant of the key (a token for every tenant only; default `default`).
         #[arg(long, requires = "key")]
         tenant: Option<String>,
-        #[command(flatten)]
-        api: ApiArgs,
     },
     /// Browse the queue: the notifications in one state, pending ones soonest due
     /// first, finished ones newest first.
@@ -83,29 +84,19 @@ enum Command {
         /// The cursor printed under the previous page.
         #[arg(long)]
         cursor: Option<String>,
-        #[command(flatten)]
-        api: ApiArgs,
     },
     /// Cancel a notification that has not finished.
-    Cancel {
-        id: String,
-        #[command(flatten)]
-        api: ApiArgs,
-    },
+    Cancel { id: String },
     /// Notifications per state, and what retention deleted.
     Stats {
         /// Only this tenant's (a token for every tenant only).
         #[arg(long)]
         tenant: Option<String>,
-        #[command(flatten)]
-        api: ApiArgs,
     },
     /// Review the dead letters: list, show, replay, discard, purge.
     Dlq {
         #[command(subcommand)]
         command: Dlq,
-        #[command(flatten)]
-        api: ApiArgs,
     },
     /// Who cancelled, replayed, discarded or purged what, newest first.
     Audit {
@@ -130,8 +121,6 @@ enum Command {
         /// The cursor printed under the previous page.
         #[arg(long)]
         cursor: Option<String>,
-        #[command(flatten)]
-        api: ApiArgs,
     },
     /// API tokens.
     Token {
@@ -286,8 +275,6 @@ struct NotifyArgs {
     /// refused.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["url", "body", "body_text", "schedule", "delay", "timeout", "expect_body", "success", "profile", "ordering_key", "topic", "rate_key", "headers", "idempotency_key", "tenant"])]
     batch: Option<PathBuf>,
-    #[command(flatten)]
-    api: ApiArgs,
 }
 
 /// Which notifications a list or bulk action covers.
@@ -392,7 +379,7 @@ pub fn main() -> ExitCode {
             .build()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(receive::receive(listen))),
-        client_command => operator::run_client(client_command),
+        client_command => operator::run_client(client_command, &cli.api),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

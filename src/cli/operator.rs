@@ -7,14 +7,14 @@ use super::client::Client;
 use super::{batch, print, ApiArgs, Command, Dlq, Filter, NotifyArgs};
 
 /// Runs an operator's command against the instance its `--url` names.
-pub(super) fn run_client(command: Command) -> anyhow::Result<()> {
+pub(super) fn run_client(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(client_command(command))
+        .block_on(client_command(command, api))
 }
 
-async fn client_command(command: Command) -> anyhow::Result<()> {
+async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
     match command {
         Command::Serve { .. }
         | Command::Token { .. }
@@ -24,20 +24,15 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
         | Command::Receive { .. } => {
             unreachable!("serve, token, completions, config and receive run without the API")
         }
-        Command::Notify(args) => notify(args).await,
-        Command::Status {
-            id,
-            key,
-            tenant,
-            api,
-        } => {
-            let client = Client::new(&api)?;
+        Command::Notify(args) => notify(args, api).await,
+        Command::Status { id, key, tenant } => {
+            let client = Client::new(api)?;
             let id = match (id, key) {
                 (Some(id), _) => id,
                 (None, key) => by_key(&client, &key.unwrap_or_default(), tenant).await?,
             };
             let answer = client.get(&format!("/notifications/{id}")).await?;
-            print::answer(&api, &answer, print::notification)
+            print::answer(api, &answer, print::notification)
         }
         Command::List {
             state,
@@ -45,7 +40,6 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
             key,
             limit,
             cursor,
-            api,
         } => {
             let mut query = filter.pairs();
             match key {
@@ -54,23 +48,23 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
             }
             query.push(("limit", limit.to_string()));
             query.extend(cursor.map(|c| ("cursor", c)));
-            let answer = Client::new(&api)?
+            let answer = Client::new(api)?
                 .get_query("/notifications", &query)
                 .await?;
-            print::answer(&api, &answer, print::notifications)
+            print::answer(api, &answer, print::notifications)
         }
-        Command::Cancel { id, api } => {
-            let answer = Client::new(&api)?
+        Command::Cancel { id } => {
+            let answer = Client::new(api)?
                 .delete(&format!("/notifications/{id}"))
                 .await?;
-            print::answer(&api, &answer, print::notification)
+            print::answer(api, &answer, print::notification)
         }
-        Command::Stats { tenant, api } => {
+        Command::Stats { tenant } => {
             let query: Vec<(&str, String)> = tenant.map(|t| ("tenant", t)).into_iter().collect();
-            let answer = Client::new(&api)?.get_query("/stats", &query).await?;
-            print::answer(&api, &answer, print::stats)
+            let answer = Client::new(api)?.get_query("/stats", &query).await?;
+            print::answer(api, &answer, print::stats)
         }
-        Command::Dlq { command, api } => dlq(command, &api).await,
+        Command::Dlq { command } => dlq(command, api).await,
         Command::Audit {
             actor,
             action,
@@ -79,7 +73,6 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
             until,
             limit,
             cursor,
-            api,
         } => {
             let given = [
                 ("actor", actor),
@@ -94,16 +87,16 @@ async fn client_command(command: Command) -> anyhow::Result<()> {
                 .filter_map(|(k, v)| v.map(|v| (k, v)))
                 .collect();
             query.push(("limit", limit.to_string()));
-            let answer = Client::new(&api)?.get_query("/audit", &query).await?;
-            print::answer(&api, &answer, print::audit)
+            let answer = Client::new(api)?.get_query("/audit", &query).await?;
+            print::answer(api, &answer, print::audit)
         }
     }
 }
 
 /// Registers one notification, or with `--batch` many from a file.
-async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
+async fn notify(args: NotifyArgs, api: &ApiArgs) -> anyhow::Result<()> {
     if let Some(file) = &args.batch {
-        return batch::register(file, &args.api).await;
+        return batch::register(file, api).await;
     }
     let body = match (&args.body, &args.body_text) {
         (Some(raw), _) => {
@@ -141,11 +134,11 @@ async fn notify(args: NotifyArgs) -> anyhow::Result<()> {
     if !args.headers.is_empty() {
         request["headers"] = Value::Object(headers(&args.headers)?);
     }
-    let client = Client::new(&args.api)?;
+    let client = Client::new(api)?;
     let answer = client
         .post_with_key("/notify", &request, args.idempotency_key.as_deref())
         .await?;
-    print::answer(&args.api, &answer, print::registered)
+    print::answer(api, &answer, print::registered)
 }
 
 /// The id of the notification registered with the idempotency key `key`.

@@ -5,10 +5,12 @@
 use std::path::Path;
 
 use anyhow::bail;
+use figment::error::{Actual, Kind};
 use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
+use figment::{Figment, Source};
 
 use super::Settings;
+use crate::domain::DURATION_FORM;
 
 /// Sections that environment variables may address (`POSTBACK_<SECTION>_<KEY>`).
 const SECTIONS: &[&str] = &[
@@ -48,24 +50,37 @@ fn env_provider() -> Env {
         .map(|key| key.as_str().replacen('_', ".", 1).into())
 }
 
-/// A setting that could not be read, named as the configuration file and the
-/// environment variable (where one can address it) would name it:
-/// `delivery.jitter (POSTBACK_DELIVERY_JITTER)`.
+/// A setting that could not be read, named by its key and where it came from: the file
+/// (by its path), or the environment variable that set it:
+/// `delivery.jitter in /etc/postback.toml`, `delivery.jitter (from POSTBACK_DELIVERY_JITTER)`.
 pub(super) fn named_error(e: figment::Error) -> anyhow::Error {
     let key = e.path.join(".").to_ascii_lowercase();
-    let source = e.metadata.as_ref().map(|m| m.name.to_string());
-    let section = key.split('.').next().unwrap_or_default();
-    let name = match SECTIONS.contains(&section) {
-        true => format!(
-            "{key} (POSTBACK_{})",
+    let place = match (&e.metadata, key.is_empty()) {
+        (_, true) => String::new(),
+        (Some(m), false) if m.name.contains("environment") => format!(
+            "{key} (from POSTBACK_{}): ",
             key.replace('.', "_").to_ascii_uppercase()
         ),
-        false => key.clone(),
+        (Some(m), false) => match &m.source {
+            Some(Source::File(path)) => format!("{key} in {}: ", path.display()),
+            _ => format!("{key}: "),
+        },
+        (None, false) => format!("{key}: "),
     };
-    let place = match (key.is_empty(), source) {
-        (true, _) => String::new(),
-        (false, Some(source)) => format!("{name} in {source}: "),
-        (false, None) => format!("{name}: "),
-    };
-    anyhow::anyhow!("invalid configuration: {place}{}", e.kind)
+    anyhow::anyhow!("invalid configuration: {place}{}", problem(&e.kind, &key))
+}
+
+/// What is wrong with the value at `key`, in postback's words where the parser's would
+/// confuse.
+fn problem(kind: &Kind, key: &str) -> String {
+    match kind {
+        Kind::UnknownField(_, known) => {
+            let section = key.rsplit_once('.').map_or("the file", |(s, _)| s);
+            format!("no such key; those of {section} are {}", known.join(", "))
+        }
+        Kind::InvalidValue(Actual::Str(value), expected) if expected == "a duration" => {
+            format!("`{value}` is not a duration: {DURATION_FORM}")
+        }
+        other => other.to_string(),
+    }
 }

@@ -103,8 +103,11 @@ fn parse_interval(s: &str) -> Result<Duration, FieldError> {
 /// Parses one humantime duration (`250ms`, `15s`, `3m`, `1h 30m`).
 pub fn parse_duration(s: &str) -> Result<Duration, FieldError> {
     humantime::parse_duration(s.trim())
-        .map_err(|e| FieldError::new("", format!("`{s}` is not a duration ({e})")))
+        .map_err(|_| FieldError::new("", format!("`{s}` is not a duration: {DURATION_FORM}")))
 }
+
+/// How a duration is written, for the errors about one.
+pub const DURATION_FORM: &str = "a number and a unit, like 500ms, 15s, 3m, 1h or 2d";
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,13 @@ async fn every_route_but_health_requires_a_token() {
         assert_eq!(resp.status(), 401, "{path} {token:?}");
         let body: Value = resp.json().await.unwrap();
         assert_eq!(body["error"]["code"], "unauthorized");
+        // A caller told what is wrong: no token, or a token this instance does not know.
+        let says = match token {
+            None => "header is required",
+            Some(_) => "not one this instance accepts",
+        };
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{path} {token:?}: {message}");
     }
     assert_eq!(pb.status_without_token("/healthz").await, 200);
     assert_eq!(pb.status_without_token("/readyz").await, 200);
@@ -112,7 +119,7 @@ async fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
     let raw = |body: &'static [u8]| {
         pb.http
             .post(pb.url("/notify"))
-            .bearer_auth(support::postback::TOKEN)
+            .bearer_auth(support::instance::TOKEN)
             .body(body)
             .send()
     };

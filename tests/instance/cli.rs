@@ -7,7 +7,7 @@ use crate::support;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use support::postback::TOKEN;
+use support::instance::TOKEN;
 use support::Postback;
 
 use support::WAIT;
@@ -193,6 +193,40 @@ async fn errors_are_one_clear_line_and_exit_code_one() {
         stderr.contains("cannot reach the postback API at http://127.0.0.1:1"),
         "{stderr}"
     );
+}
+
+/// `--api-url`, `--token` and `--json` before the subcommand, as after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_options_go_before_or_after_the_subcommand() {
+    let (_backend, _receiver, pb) = support::start_any(&[]).await;
+    let url = pb.url("");
+    let before = [
+        "--api-url",
+        url.as_str(),
+        "--token",
+        TOKEN,
+        "--json",
+        "stats",
+    ];
+    let after = [
+        "stats",
+        "--api-url",
+        url.as_str(),
+        "--token",
+        TOKEN,
+        "--json",
+    ];
+    for args in [before, after] {
+        let out = Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(args)
+            .env_clear()
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {stderr}");
+        let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(stats["scheduled"], 0, "{args:?}: {stats}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

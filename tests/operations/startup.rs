@@ -44,7 +44,10 @@ fn an_unreachable_redis_is_refused_after_the_wait() {
 #[test]
 fn a_bad_setting_is_refused_by_name() {
     let err = Postback::refused_start(&[("POSTBACK_DELIVERY_CONCURRENCY", "lots")]);
-    assert!(err.to_lowercase().contains("delivery.concurrency"), "{err}");
+    assert!(
+        err.contains("delivery.concurrency (from POSTBACK_DELIVERY_CONCURRENCY)"),
+        "named by the variable that set it: {err}"
+    );
     let err = Postback::refused_start(&[("POSTBACK_DELIVERY_RATE_LIMIT", "fast")]);
     assert!(err.contains("delivery.rate_limit"), "{err}");
 }
@@ -190,4 +193,29 @@ fn config_check_refuses_a_bad_setting_by_name_and_exits_1() {
     );
     assert_eq!(code, 1);
     assert!(stderr.contains("/nonexistent/postback.toml"), "{stderr}");
+}
+
+/// The shipped file, as the README's Configuration section gives it: refused without a
+/// token with a message that says how to give one, valid with the one it suggests.
+#[test]
+fn the_shipped_config_starts_as_the_readme_says() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/config/postback.toml");
+    let (code, _, stderr) = config_check(&["--config", shipped], &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains(
+            "POSTBACK_SERVER_API_TOKENS=dev-token postback serve --config config/postback.toml"
+        ),
+        "says how to start: {stderr}"
+    );
+    let readme = include_str!("../../README.md");
+    assert!(
+        readme.contains(
+            "POSTBACK_SERVER_API_TOKENS=dev-token postback serve --config config/postback.toml"
+        ),
+        "the README gives the same command"
+    );
+    let token = [("POSTBACK_SERVER_API_TOKENS", "dev-token")];
+    let (code, _, stderr) = config_check(&["--config", shipped], &token);
+    assert_eq!(code, 0, "{stderr}");
 }
