@@ -5,38 +5,15 @@ use crate::support;
 
 use std::time::Duration;
 
-use postback::domain::{
-    AttemptReport, CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Outcome, Payload,
-    Reach, Schedule,
-};
+use postback::domain::{JobId, Notification, Outcome};
 use postback::store::{ClaimedJob, Settlement, Store};
 use support::Backend;
-
-fn notification() -> Notification {
-    Notification {
-        id: JobId::new(0),
-        url: CallbackUrl::parse("http://merchant.example.com/cb", Destinations::PublicOnly)
-            .unwrap(),
-        payload: Payload::from_json(serde_json::json!({"a": 1})).unwrap(),
-        headers: ExtraHeaders::default(),
-        schedule: Schedule::parse(&["100ms"]).unwrap(),
-        delay: Duration::ZERO,
-        timeout: Duration::from_secs(1),
-        success: Default::default(),
-        profile: None,
-        topic: None,
-        rate_key: "merchant.example.com".into(),
-        tenant: Default::default(),
-        traceparent: None,
-        ordering_key: None,
-    }
-}
 
 /// A store on a fresh backend holding one registered notification.
 async fn one_registered() -> (Backend, Box<dyn Store>, Notification) {
     let backend = Backend::start();
     let store = backend.store().await;
-    let n = notification();
+    let n = support::fixtures::notification(&["100ms"], Duration::ZERO);
     store.enqueue(&n, None).await.unwrap();
     (backend, store, n)
 }
@@ -57,15 +34,7 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
     Settlement {
         id,
         lease,
-        report: AttemptReport {
-            outcome,
-            status: Some(500),
-            error: None,
-            duration_ms: 3,
-            response: String::new(),
-            retry_after: None,
-            reach: Reach::Sent { healthy: false },
-        },
+        report: support::fixtures::report(outcome),
         jitter_permille: 0,
         ended_at: i64::MAX,
         ordered: false,
@@ -193,7 +162,7 @@ async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released(
         vec![false]
     );
 
-    let second = notification();
+    let second = support::fixtures::notification(&["100ms"], Duration::ZERO);
     store.enqueue(&second, None).await.unwrap();
     let job = claim_some(&*store, Duration::from_secs(60)).await.remove(0);
     store.cancel(&second.id).await.unwrap();
@@ -212,7 +181,7 @@ async fn a_notification_claimed_before_it_is_due_keeps_its_due_time_when_release
     let store = backend.store().await;
     let n = Notification {
         delay: Duration::from_secs(30),
-        ..notification()
+        ..support::fixtures::notification(&["100ms"], Duration::ZERO)
     };
     store.enqueue(&n, None).await.unwrap();
     let due = store.get(&n.id).await.unwrap().unwrap().status.next_at;
@@ -258,7 +227,10 @@ async fn a_settle_by_a_store_that_did_not_claim_comes_to_the_same_as_the_claimer
     } else {
         None
     };
-    let (claimer, stranger) = (notification(), notification());
+    let (claimer, stranger) = (
+        support::fixtures::notification(&["100ms"], Duration::ZERO),
+        support::fixtures::notification(&["100ms"], Duration::ZERO),
+    );
     store.enqueue(&claimer, None).await.unwrap();
     store.enqueue(&stranger, None).await.unwrap();
 

@@ -16,10 +16,7 @@ use crate::support;
 use std::time::Duration;
 
 use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
-use postback::domain::{
-    AttemptReport, CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, OrderingKey,
-    Outcome, Payload, Reach, Schedule, Tenant,
-};
+use postback::domain::{JobId, Notification, OrderingKey, Outcome, Schedule, Tenant};
 use postback::policy::{Quota, RateAsk};
 use postback::store::{
     ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, ListFilter, RedisStore, Settlement,
@@ -108,41 +105,11 @@ fn retention() -> RetentionSettings {
 }
 
 fn notification(id: JobId, tiers: usize, delayed: bool, tenant: &Tenant) -> Notification {
-    Notification {
-        id,
-        url: CallbackUrl::parse("http://merchant.example.com/cb", Destinations::PublicOnly)
-            .unwrap(),
-        payload: Payload::from_json(serde_json::json!({"n": 1})).unwrap(),
-        headers: ExtraHeaders::default(),
-        schedule: Schedule::parse(&vec!["1h"; tiers]).unwrap(),
-        delay: if delayed { LONG } else { Duration::ZERO },
-        timeout: Duration::from_secs(1),
-        success: Default::default(),
-        profile: None,
-        topic: None,
-        rate_key: "merchant.example.com".into(),
-        tenant: tenant.clone(),
-        traceparent: None,
-        ordering_key: None,
-    }
-}
-
-fn report(outcome: Outcome) -> AttemptReport {
-    AttemptReport {
-        outcome,
-        status: Some(if outcome == Outcome::Delivered {
-            200
-        } else {
-            500
-        }),
-        error: None,
-        duration_ms: 1,
-        response: String::new(),
-        retry_after: None,
-        reach: Reach::Sent {
-            healthy: outcome == Outcome::Delivered,
-        },
-    }
+    let delay = if delayed { LONG } else { Duration::ZERO };
+    let mut n = support::fixtures::notification(&vec!["1h"; tiers], delay);
+    n.id = id;
+    n.tenant = tenant.clone();
+    n
 }
 
 /// What a reader sees of a notification, but for times.
@@ -206,7 +173,7 @@ impl Subject {
                 let s = Settlement {
                     id: job.id,
                     lease: job.lease,
-                    report: report(*outcome),
+                    report: support::fixtures::report(*outcome),
                     jitter_permille: 0,
                     ended_at: job.store_now(),
                     ordered: job.spec.ordering_key.is_some(),

@@ -209,30 +209,11 @@ async fn kill_9_under_load_then_restart_loses_nothing_accepted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_store_frees_its_file_and_keeps_what_it_stored() {
     use postback::config::RetentionSettings;
-    use postback::domain::{
-        CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
-    };
     use postback::store::{EmbeddedStore, Queue, Reads};
 
     let dir = tempfile::tempdir().unwrap();
     let retention = RetentionSettings::default();
-    let n = Notification {
-        id: JobId::new(0),
-        url: CallbackUrl::parse("http://merchant.example.com/cb", Destinations::PublicOnly)
-            .unwrap(),
-        payload: Payload::from_json(json!({"a": 1})).unwrap(),
-        headers: ExtraHeaders::default(),
-        schedule: Schedule::parse(&["1s"]).unwrap(),
-        delay: Duration::from_secs(60),
-        timeout: Duration::from_secs(1),
-        success: Default::default(),
-        profile: None,
-        topic: None,
-        rate_key: "merchant.example.com".into(),
-        tenant: Default::default(),
-        traceparent: None,
-        ordering_key: None,
-    };
+    let n = support::fixtures::notification(&["1s"], Duration::from_secs(60));
     let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
     store.enqueue(&n, None).await.unwrap();
     assert!(

@@ -9,7 +9,7 @@ use crate::support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postback::config::RetentionSettings;
-use postback::domain::{AttemptReport, JobId, JobSpec, Outcome, Reach};
+use postback::domain::{JobId, JobSpec, Outcome};
 use postback::store::{
     ClaimedJob, EmbeddedStore, OperatorActions, Queue, Reads, Settlement, Store, EMBEDDED_FILE,
 };
@@ -101,19 +101,7 @@ fn settlement(job: &ClaimedJob, outcome: Outcome) -> Settlement {
     Settlement {
         id: job.id,
         lease: job.lease,
-        report: AttemptReport {
-            outcome,
-            status: Some(if outcome == Outcome::Delivered {
-                200
-            } else {
-                500
-            }),
-            error: None,
-            duration_ms: 3,
-            response: String::new(),
-            retry_after: None,
-            reach: Reach::Sent { healthy: true },
-        },
+        report: support::fixtures::report(outcome),
         jitter_permille: 0,
         ended_at: job.claimed_at_us / 1000,
         ordered: false,
