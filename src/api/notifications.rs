@@ -70,7 +70,15 @@ pub async fn cancel(
     let found = visible(&state, &caller, &id).await?;
     match state.store.cancel(&id).await? {
         Cancelled::Done | Cancelled::AfterAttempt => {
-            tracing::info!(%id, actor = %caller.actor, "notification cancelled");
+            let last_status = found.history.last().and_then(|a| a.status);
+            tracing::info!(
+                %id,
+                tenant = %found.spec.tenant,
+                attempts = found.status.attempts,
+                last_status = ?last_status,
+                actor = %caller.actor,
+                "notification cancelled"
+            );
             audit::record(&state, audit::on_one(&caller, AuditAction::Cancel, &found)).await;
             current(&state, &caller, &id).await
         }

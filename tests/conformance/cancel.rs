@@ -59,6 +59,17 @@ async fn cancelled_while_waiting_for_a_retry_it_is_not_retried() {
         (seen["state"].as_str(), seen["attempts"].as_u64()),
         (Some("cancelled"), Some(1))
     );
+    // The operator's log says which notification ended, whose, after how many attempts.
+    let logs = pb.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("notification cancelled") && l.contains(&id))
+        .unwrap_or_else(|| panic!("no line for the cancel:\n{logs}"));
+    assert!(
+        line.contains("tenant=default") && line.contains("attempts=1"),
+        "{line}"
+    );
+    assert!(line.contains("last_status=Some(500)"), "{line}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
