@@ -271,3 +271,34 @@ async fn each_item_belongs_to_the_tokens_tenant_or_the_one_it_names() {
         "read is not notify"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_key_twice_in_one_batch_registers_once() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let paid =
+        json!({"url": receiver.url("/p"), "body": {"order": 7}, "idempotency_key": "order-7"});
+    let (status, answer) = batch(
+        &pb,
+        json!([
+            paid,
+            {"url": receiver.url("/other"), "body": {}, "idempotency_key": "order-8"},
+            paid,
+            {"url": receiver.url("/p"), "body": {"order": 70}, "idempotency_key": "order-7"},
+        ]),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let items = &answer["items"];
+    assert_eq!(items[2]["id"], items[0]["id"], "{answer}");
+    assert_eq!(items[2]["idempotent_replayed"], true, "{answer}");
+    assert_eq!(
+        items[3]["error"]["code"], "idempotency_key_mismatch",
+        "{answer}"
+    );
+    let id = items[0]["id"].as_str().unwrap();
+    pb.wait_state(id, "delivered", WAIT).await;
+    pb.wait_quiet().await;
+    assert_eq!(receiver.requests_for(id).len(), 1, "sent once");
+    assert_eq!(receiver.count(), 2);
+    assert_eq!(stored(&pb).await, 2);
+}

@@ -33,13 +33,8 @@ const LONG: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Clone)]
 enum Op {
-    Register {
-        delayed: bool,
-        tiers: usize,
-        ordering: Option<u8>,
-        key: Option<(u8, u8)>,
-        other_tenant: bool,
-    },
+    /// Registrations stored together (`enqueue_many`), or one alone (`enqueue`).
+    Register(Vec<Reg>),
     Claim {
         limit: usize,
     },
@@ -68,6 +63,35 @@ enum Op {
     Trim,
 }
 
+/// One registration of a `Register` step.
+#[derive(Debug, Clone)]
+struct Reg {
+    delayed: bool,
+    tiers: usize,
+    ordering: Option<u8>,
+    /// The idempotency key and the body it comes with, from a few of each: a group may
+    /// hold a new key twice.
+    key: Option<(u8, u8)>,
+    other_tenant: bool,
+}
+
+fn reg() -> impl Strategy<Value = Reg> {
+    (
+        any::<bool>(),
+        1..4usize,
+        prop::option::of(0..2u8),
+        prop::option::of((0..2u8, 0..2u8)),
+        any::<bool>(),
+    )
+        .prop_map(|(d, tiers, ordering, key, other_tenant)| Reg {
+            delayed: d && ordering.is_none(),
+            tiers,
+            ordering,
+            key,
+            other_tenant,
+        })
+}
+
 fn op() -> impl Strategy<Value = Op> {
     let outcome = prop_oneof![
         1 => Just(Outcome::Delivered),
@@ -75,14 +99,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Outcome::Gone)
     ];
     prop_oneof![
-        5 => (any::<bool>(), 1..4usize, prop::option::of(0..2u8), prop::option::of((0..2u8, 0..2u8)), any::<bool>())
-            .prop_map(|(d, tiers, ordering, key, other_tenant)| Op::Register {
-                delayed: d && ordering.is_none(),
-                tiers,
-                ordering,
-                key,
-                other_tenant,
-            }),
+        4 => reg().prop_map(|r| Op::Register(vec![r])),
+        1 => prop::collection::vec(reg(), 2..5).prop_map(Op::Register),
         4 => (1..5usize).prop_map(|limit| Op::Claim { limit }),
         6 => (any::<usize>(), outcome).prop_map(|(pick, outcome)| Op::Settle { pick, outcome }),
         1 => any::<usize>().prop_map(|pick| Op::Defer { pick }),
@@ -143,11 +161,24 @@ impl Subject {
         let store = &*self.store;
         let pick = |i: usize| ids.get(i % ids.len().max(1)).map(|(n, _)| n.id);
         match op {
-            Op::Register { .. } => {
-                let (n, key) = ids.last().expect("registered");
-                let e = store.enqueue(n, key.as_ref()).await.unwrap();
-                let state = e.status.map(|s| format!("{:?} {}", s.state, s.waiting));
-                format!("{} {state:?} {} {}", e.id, e.duplicate, e.mismatch)
+            Op::Register(regs) => {
+                let new = &ids[ids.len() - regs.len()..];
+                let answers = match new {
+                    [(n, key)] => vec![store.enqueue(n, key.as_ref()).await],
+                    _ => {
+                        let group: Vec<_> = new.iter().map(|(n, k)| (n, k.as_ref())).collect();
+                        store.enqueue_many(&group).await
+                    }
+                };
+                let answers: Vec<_> = answers
+                    .into_iter()
+                    .map(|e| {
+                        let e = e.unwrap();
+                        let state = e.status.map(|s| format!("{:?} {}", s.state, s.waiting));
+                        format!("{} {state:?} {} {}", e.id, e.duplicate, e.mismatch)
+                    })
+                    .collect();
+                format!("{answers:?}")
             }
             Op::Claim { limit } => {
                 let claim = store.claim(*limit, LEASE, Duration::ZERO).await.unwrap();
@@ -297,21 +328,8 @@ async fn run(redis: &RedisServer, ops: &[Op]) -> Result<(), TestCaseError> {
     ];
     let mut ids: Vec<(Notification, Option<Idempotency>)> = Vec::new();
     for (step, op) in ops.iter().enumerate() {
-        if let Op::Register {
-            delayed,
-            tiers,
-            ordering,
-            key,
-            other_tenant,
-        } = op
-        {
-            ids.push(registration(
-                *delayed,
-                *tiers,
-                *ordering,
-                *key,
-                *other_tenant,
-            ));
+        if let Op::Register(regs) = op {
+            ids.extend(regs.iter().map(registration));
         }
         // Registrations are due from the next millisecond; keep each step in its own.
         tokio::time::sleep(Duration::from_millis(3)).await;
@@ -339,20 +357,16 @@ async fn run(redis: &RedisServer, ops: &[Op]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn registration(
-    delayed: bool,
-    tiers: usize,
-    ordering: Option<u8>,
-    key: Option<(u8, u8)>,
-    other_tenant: bool,
-) -> (Notification, Option<Idempotency>) {
-    let tenant = match other_tenant {
+fn registration(r: &Reg) -> (Notification, Option<Idempotency>) {
+    let tenant = match r.other_tenant {
         true => Tenant::parse("shop-a", "tenant").unwrap(),
         false => Tenant::default(),
     };
-    let mut n = notification(JobId::new(0), tiers, delayed, &tenant);
-    n.ordering_key = ordering.map(|k| OrderingKey::parse(&format!("order-{k}")).unwrap());
-    let idempotency = key.map(|(k, body)| Idempotency {
+    let mut n = notification(JobId::new(0), r.tiers, r.delayed, &tenant);
+    n.ordering_key = r
+        .ordering
+        .map(|k| OrderingKey::parse(&format!("order-{k}")).unwrap());
+    let idempotency = r.key.map(|(k, body)| Idempotency {
         key: format!("key-{k}"),
         tenant,
         fingerprint: format!("body-{body}"),
@@ -390,13 +404,13 @@ fn redis_and_embedded_stores_agree_on_every_sequence() {
 fn retention_by_count_deletes_the_same_dead_letters() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let redis = RedisServer::start();
-    let register = Op::Register {
+    let register = Op::Register(vec![Reg {
         delayed: false,
         tiers: 1,
         ordering: None,
         key: None,
         other_tenant: false,
-    };
+    }]);
     let gone = Op::Settle {
         pick: 0,
         outcome: Outcome::Gone,

@@ -6,7 +6,7 @@
 //! instance's producers have in flight rather than what arrived during one round trip.
 //! Without it, producers spread over several instances gave each groups of only a few.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -175,19 +175,24 @@ async fn gather(rx: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>) -> b
 }
 
 /// Stores `items` with one script call: its answers, one per item, or the call's error.
-async fn store_group(
+async fn store_group<'a>(
     target: &Target,
     keys: &ShardKeys,
-    items: &[Item],
+    items: &'a [Item],
 ) -> StoreResult<Vec<StoreResult<Enqueued>>> {
     let mut call = target.script.key(keys.all().as_slice());
     call.key(keys.schedules());
     call.arg(&target.wake_channel);
-    let mut extra_keys = 0;
-    let mut extra_key = |key: &str| {
-        call.key(key);
-        extra_keys += 1;
-        keys.all().len() + 1 + extra_keys
+    // A key named twice in a group gets one index, so that the script sees that the
+    // second registration of a new idempotency key repeats the first.
+    let mut extra_keys: HashMap<&str, usize> = HashMap::new();
+    let first_extra = keys.all().len() + 2;
+    let mut extra_key = |key: &'a str| {
+        let next = first_extra + extra_keys.len();
+        *extra_keys.entry(key).or_insert_with(|| {
+            call.key(key);
+            next
+        })
     };
     let mut per_item = Vec::with_capacity(items.len());
     for item in items {
@@ -239,6 +244,8 @@ fn answers(
     earliest: Option<Duration>,
     shared: &dyn SharedSchedules,
 ) -> StoreResult<Vec<StoreResult<Enqueued>>> {
+    // What this group registered, for a later item that repeats one's idempotency key.
+    let mut registered: HashMap<JobId, JobStatus> = HashMap::new();
     Ok(replies
         .chunks(3)
         .zip(items)
@@ -248,20 +255,20 @@ fn answers(
                 .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
             let seen = int_at(c, 1)?;
             let (duplicate, mismatch) = (seen > 0, seen == 2);
-            // Registered now: by this item, or by an earlier one of the group with its key.
-            let registered =
-                |by: &Item| transitions::register(by.schedule.clone(), now, by.delay_ms).status();
             let status = match c.get(2) {
                 Some(Value::Array(_)) => {
                     Held::parse(&id.to_string(), &c[2], shared)?.map(|h| h.record.status())
                 }
-                Some(Value::Int(1)) if !duplicate => Some(JobStatus {
-                    waiting: true,
-                    ..registered(item)
-                }),
-                _ if !duplicate => Some(registered(item)),
                 _ if mismatch => None,
-                _ => items.iter().find(|first| first.id == id).map(registered),
+                _ if duplicate => registered.get(&id).cloned(),
+                waits => {
+                    let status = JobStatus {
+                        waiting: matches!(waits, Some(Value::Int(1))),
+                        ..transitions::register(item.schedule.clone(), now, item.delay_ms).status()
+                    };
+                    registered.insert(id, status.clone());
+                    Some(status)
+                }
             };
             Ok(Enqueued {
                 id,
