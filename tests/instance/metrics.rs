@@ -95,6 +95,22 @@ async fn metrics_count_attempts_lateness_and_queue_depths() {
         v(r#"postback_retention_deleted_total{reason="finished_by_age"}"#),
         0.0
     );
+    every_series_is_documented(&text);
+}
+
+/// Each series an instance serves is described in `docs/operating.md`, under Metrics.
+fn every_series_is_documented(exposition: &str) {
+    let reference = include_str!("../../docs/operating.md");
+    for name in exposition
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+    {
+        assert!(
+            reference.contains(&format!("`{name}`")) || reference.contains(&format!("`{name}{{")),
+            "{name} is not described in docs/operating.md"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

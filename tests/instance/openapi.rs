@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-/// Every route of the API contract (README, section API).
+/// Every route of the API contract (`docs/api.md`, whose route table must list them).
 const ROUTES: &[(&str, &str)] = &[
     ("post", "/notify"),
     ("get", "/notifications/{id}"),
@@ -37,6 +37,29 @@ fn documented(doc: &Value) -> BTreeSet<(String, String)> {
         }
     }
     out
+}
+
+/// The routes of `docs/api.md`'s table: rows that start with a method and a path.
+fn in_the_reference() -> BTreeSet<(String, String)> {
+    include_str!("../../docs/api.md")
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| {
+            let (method, rest) = l.split_once(' ')?;
+            let path = rest.split(['`', '?']).next()?;
+            let known = ["GET", "POST", "DELETE", "PATCH", "PUT"].contains(&method);
+            known.then(|| (method.to_ascii_lowercase(), path.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn the_api_reference_lists_every_route_and_no_other() {
+    let routes: BTreeSet<(String, String)> = ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(in_the_reference(), routes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

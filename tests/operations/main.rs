@@ -10,6 +10,7 @@ mod app;
 mod cluster;
 mod deploy;
 mod differential;
+mod docs;
 mod edges;
 mod embedded;
 mod outage;

@@ -2,7 +2,7 @@
 //! until stopped, recording every answer and how long it took, so that a test can
 //! break things underneath and then check what was accepted. Like a careful producer,
 //! it sends each registration with its own `Idempotency-Key` and retries a `503` with
-//! the same key until it is accepted, as the README advises: a registration whose
+//! the same key until it is accepted, as docs/operating.md advises: a registration whose
 //! answer was lost (stored, but answered `503`) is then neither lost nor stored twice.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
