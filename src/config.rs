@@ -15,6 +15,7 @@ use crate::policy::{Quota, Quotas};
 use crate::signing::{Keys, Secret, Signer, SigningKey};
 
 mod checks;
+mod duration;
 mod loading;
 mod percent;
 mod profiles;

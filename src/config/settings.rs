@@ -84,18 +84,18 @@ pub struct ServerSettings {
     pub max_batch_bytes: usize,
     /// Requests handled at once; those beyond are answered `503 overloaded` at once.
     pub max_concurrent_requests: usize,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub idempotency_ttl: Duration,
     /// When set, `/metrics` needs `Authorization: Bearer <metrics_token>`.
     pub metrics_token: Option<String>,
     /// A request's head must arrive within this of its first byte.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub header_timeout: Duration,
     /// A connection with no request for this long is closed.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub idle_timeout: Duration,
     /// A request's whole body must arrive within this (else `408`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub body_timeout: Duration,
     /// Connections open at once; more wait to be accepted.
     pub max_connections: usize,
@@ -116,16 +116,16 @@ pub struct StoreSettings {
     /// cluster.
     pub shards: Option<u16>,
     pub key_prefix: String,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub connect_wait: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub connect_timeout: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub response_timeout: Duration,
     /// How long an instance's hold on its shards lasts without renewal: instances
     /// sharing a Redis divide its shards among the live ones, and a killed instance's
     /// shards are taken over within this (`store/redis_store/fleet.rs`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub shard_lease: Duration,
 }
 
@@ -133,20 +133,20 @@ pub struct StoreSettings {
 #[serde(default, deny_unknown_fields)]
 pub struct DeliverySettings {
     pub concurrency: usize,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub timeout: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub max_timeout: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub connect_timeout: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub lease: Duration,
     pub claim_batch: usize,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub max_idle_sleep: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub max_delay: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub shutdown_grace: Duration,
     pub response_bytes: usize,
     /// Allow callbacks to loopback, private, link-local and other internal addresses.
@@ -159,13 +159,13 @@ pub struct DeliverySettings {
     /// Deliveries in flight at once to one host, in this instance.
     pub host_concurrency: usize,
     /// The longest wait a `Retry-After` header can impose.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub max_retry_after: Duration,
     /// Consecutive failures, over every instance, that open an endpoint's circuit; 0
     /// switches the breaker off.
     pub breaker_failures: u32,
     /// How long an open circuit fails fast before it lets one probe through.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub breaker_cooldown: Duration,
     /// Retry intervals vary by up to ± this percentage (`0%` keeps them exact).
     pub jitter: Percent,
@@ -189,18 +189,18 @@ impl DeliverySettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RetentionSettings {
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub dead_max_age: Duration,
     /// Most dead letters kept over all shards; the oldest beyond it are deleted.
     pub dead_max_count: u64,
     /// Delivered and cancelled notifications.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub finished_max_age: Duration,
     /// How often each instance sweeps when no settle has trimmed.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub sweep_interval: Duration,
     /// Audit log entries older than this are deleted.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "super::duration")]
     pub audit_max_age: Duration,
 }
 

@@ -109,9 +109,50 @@ pub fn parse_duration(s: &str) -> Result<Duration, FieldError> {
 /// How a duration is written, for the errors about one.
 pub const DURATION_FORM: &str = "a number and a unit, like 500ms, 15s, 3m, 1h or 2d";
 
+/// A duration as `parse_duration` reads it back, in whole days, hours, minutes, seconds
+/// and ms: `90d`, `1h 30m`, `1s 500ms`, `0s` (never months, whose length varies).
+pub fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    let units = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1_000, "s"),
+        (1, "ms"),
+    ];
+    let mut rest = ms;
+    let parts: Vec<String> = units
+        .iter()
+        .filter_map(|&(size, unit)| {
+            let whole = rest / size;
+            rest %= size;
+            (whole > 0).then(|| format!("{whole}{unit}"))
+        })
+        .collect();
+    if parts.is_empty() {
+        return "0s".into();
+    }
+    parts.join(" ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_is_written_in_units_that_read_back() {
+        for (ms, text) in [
+            (90 * 86_400_000, "90d"),
+            (5_400_000, "1h 30m"),
+            (1_500, "1s 500ms"),
+            (0, "0s"),
+            (86_400_000 + 1, "1d 1ms"),
+        ] {
+            let d = Duration::from_millis(ms);
+            assert_eq!(duration_text(d), text);
+            assert_eq!(parse_duration(text).unwrap(), d);
+        }
+    }
 
     #[test]
     fn parses_the_default_schedule() {

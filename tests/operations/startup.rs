@@ -124,6 +124,11 @@ roles = ["notify"]
         "defaults are shown"
     );
     assert_eq!(
+        effective["retention"]["audit_max_age"].as_str(),
+        Some("90d"),
+        "in days, not in months of an average length"
+    );
+    assert_eq!(
         effective["tenants"]["shop-a"]["allowed_hosts"][0].as_str(),
         Some("hooks.shop-a.example")
     );
