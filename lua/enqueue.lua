@@ -66,7 +66,7 @@ end
 
 -- Every record's numbers are checked and every idempotency key read before anything is
 -- written, so that a group this script refuses, or fails to read, is not half stored.
-local seen = {}
+local seen, rewritten = {}, {}
 for i = FIRST, #ARGV, WIDTH do
   local key, list = tonumber(ARGV[i + 6]), tonumber(ARGV[i + 10])
   if not (key and list and tonumber(ARGV[i + 4]) and tonumber(ARGV[i + 7])) then
@@ -85,6 +85,12 @@ for i = FIRST, #ARGV, WIDTH do
       out[#out + 1], out[#out + 2], out[#out + 3] = first, 2, false
     else
       local held = not created[first] and held_of(first)
+      if not created[first] and not rewritten[key] then
+        -- A write of its own, so that a WAIT behind this call (store.replica_acks)
+        -- answers for the first registration too: replicas apply writes in order.
+        redis.call('SET', KEYS[key], existing, 'KEEPTTL')
+        rewritten[key] = true
+      end
       out[#out + 1], out[#out + 2], out[#out + 3] = first, 1, held
     end
   else

@@ -113,6 +113,7 @@ fn start_at_zero() {
         "postback_dead_lettered_total",
         "postback_requests_shed_total",
         "postback_script_errors_total",
+        "postback_replica_ack_timeouts_total",
     ] {
         counter!(name).absolute(0);
     }
@@ -201,6 +202,18 @@ fn describe() {
     describe_counter!(
         "postback_script_errors_total",
         "Store scripts that failed (a bug, not an outage: only the request that met it fails), by script"
+    );
+    describe_counter!(
+        "postback_replica_ack_timeouts_total",
+        "Writes answered 503 replica_ack_timeout: on the primary, but not acknowledged by store.replica_acks replicas in time"
+    );
+    describe_gauge!(
+        "postback_replicas_connected",
+        "Replicas connected to the primary of each shard (Redis), at the last scrape"
+    );
+    describe_gauge!(
+        "postback_replication_lag_bytes",
+        "How far the slowest replica of each shard's primary is behind it, in bytes of the replication stream, at the last scrape"
     );
     describe_gauge!(
         "postback_store_up",
@@ -293,6 +306,18 @@ pub fn request_shed() {
 
 pub fn store_error(operation: &'static str) {
     counter!("postback_store_errors_total", "operation" => operation).increment(1);
+}
+
+/// The replicas of shard `shard`'s primary, and how far the slowest is behind.
+pub fn replication(shard: usize, replicas: u32, lag_bytes: u64) {
+    let shard = shard.to_string();
+    gauge!("postback_replicas_connected", "shard" => shard.clone()).set(f64::from(replicas));
+    gauge!("postback_replication_lag_bytes", "shard" => shard).set(lag_bytes as f64);
+}
+
+/// A write that its replicas did not acknowledge in time (`store.replica_acks`).
+pub fn replica_ack_timeout() {
+    counter!("postback_replica_ack_timeouts_total").increment(1);
 }
 
 /// A store script that failed (`StoreError::Script`): a bug, never an outage.

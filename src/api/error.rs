@@ -56,7 +56,9 @@ impl IntoResponses for CommonErrors {
             (
                 "503",
                 "The store is unreachable (`store_unavailable`), or `server.max_concurrent_requests` \
-                 are in progress (`overloaded`); nothing was changed, try again after `Retry-After`",
+                 are in progress (`overloaded`); nothing was changed, try again after `Retry-After`. \
+                 Or a write is on the store's primary but not yet on `store.replica_acks` replicas \
+                 (`replica_ack_timeout`): try again, a registration with the same `Idempotency-Key`",
             ),
         ])
     }
@@ -166,6 +168,19 @@ impl From<StoreError> for ApiError {
                     "the store is unreachable; try again shortly",
                 )
             }
+            StoreError::NotReplicated { .. } => {
+                crate::metrics::replica_ack_timeout();
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "replica_ack_timeout",
+                    format!("{e}; try again shortly, a registration with the same Idempotency-Key"),
+                )
+            }
+            StoreError::ReplicasMissing { .. } => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "replicas_missing",
+                e.to_string(),
+            ),
             StoreError::Corrupt(_) | StoreError::Script { .. } => {
                 tracing::error!(error = %e, "store error");
                 Self::new(

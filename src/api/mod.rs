@@ -223,7 +223,8 @@ async fn healthz() -> Json<Health> {
     Json(Health { status: "ok" })
 }
 
-/// Readiness: the store answers.
+/// Readiness: the store answers (with the replicas `store.replica_acks` asks for) and
+/// the delivery pipeline runs.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -231,7 +232,7 @@ async fn healthz() -> Json<Health> {
     tag = "operations",
     responses(
         (status = 200, body = Health),
-        (status = 503, description = "The store is unreachable, or the delivery pipeline has stopped", body = ErrorBody)
+        (status = 503, description = "The store is unreachable (`store_unavailable`), a shard's primary has fewer replicas than `store.replica_acks` (`replicas_missing`), or the delivery pipeline has stopped (`pipeline_stopped`)", body = ErrorBody)
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
@@ -258,6 +259,9 @@ fn queue_metrics(stats: &Stats) {
         for (state, n) in states {
             metrics::queue_depth(shard, state, n);
         }
+    }
+    for (shard, r) in stats.replication.iter().enumerate() {
+        metrics::replication(shard, r.replicas, r.lag_bytes);
     }
     let t = &stats.trimmed;
     metrics::retention_deleted("dead_by_age", t.dead_by_age);

@@ -309,6 +309,10 @@ pub struct StatsView {
     /// The same counts for each shard, in shard order.
     pub shards: Vec<CountsView>,
     pub trimmed: TrimmedView,
+    /// On Redis, for a token of every tenant: each shard's primary's replicas, in shard
+    /// order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replication: Vec<ReplicationView>,
 }
 
 impl From<Stats> for StatsView {
@@ -317,8 +321,26 @@ impl From<Stats> for StatsView {
             total: s.total.into(),
             shards: s.shards.into_iter().map(CountsView::from).collect(),
             trimmed: s.trimmed.into(),
+            replication: s
+                .replication
+                .into_iter()
+                .map(|r| ReplicationView {
+                    replicas: r.replicas,
+                    lag_bytes: r.lag_bytes,
+                })
+                .collect(),
         }
     }
+}
+
+/// The replicas of one shard's primary.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Replication)]
+pub struct ReplicationView {
+    /// Connected and in sync.
+    pub replicas: u32,
+    /// How far the slowest is behind the primary, in bytes of the replication stream.
+    pub lag_bytes: u64,
 }
 
 /// Notifications per state.

@@ -48,6 +48,7 @@ pub(super) fn store(s: &StoreSettings) -> anyhow::Result<(StoreTarget, u16)> {
         "store.shard_lease",
         "must be at least 200ms (it is renewed every half of it)",
     )?;
+    check_replica_acks(s, &store)?;
     Ok((store, shards))
 }
 
@@ -138,6 +139,20 @@ fn check_server(s: &ServerSettings) -> anyhow::Result<()> {
         check(ok, key, "must be more than 0s")?;
     }
     Ok(())
+}
+
+/// Replica acknowledgements are Redis's: the embedded store has no replicas (it fsyncs
+/// each write before answering instead).
+fn check_replica_acks(s: &StoreSettings, store: &StoreTarget) -> anyhow::Result<()> {
+    if s.replica_acks > 0 && matches!(store, StoreTarget::Embedded(_)) {
+        bail!("store.replica_acks (POSTBACK_STORE_REPLICA_ACKS): applies to Redis only; the embedded store has no replicas and fsyncs each write before answering")
+    }
+    check(
+        s.replica_ack_timeout >= Duration::from_millis(10)
+            && s.replica_ack_timeout <= Duration::from_secs(60),
+        "store.replica_ack_timeout",
+        "must be from 10ms to 1m",
+    )
 }
 
 /// The embedded store when no Redis is named, otherwise the standalone URL or the

@@ -127,6 +127,13 @@ pub struct StoreSettings {
     /// shards are taken over within this (`store/redis_store/fleet.rs`).
     #[serde(with = "super::duration")]
     pub shard_lease: Duration,
+    /// Replicas of a shard's primary that must hold a registration, replay, cancel or
+    /// discard before it is answered (`WAIT`); 0 answers once the primary has it.
+    pub replica_acks: u32,
+    /// How long such a write waits for its replicas before it is answered `503
+    /// replica_ack_timeout`.
+    #[serde(with = "super::duration")]
+    pub replica_ack_timeout: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -312,6 +319,8 @@ impl Default for StoreSettings {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             shard_lease: Duration::from_secs(3),
+            replica_acks: 0,
+            replica_ack_timeout: Duration::from_secs(1),
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::JobId;
 use crate::lifecycle::{Now, WAITING_OFFSET_MS};
 
+mod acks;
 mod audit;
 mod claimed;
 mod commit;
@@ -35,11 +36,13 @@ mod page;
 mod queue;
 mod rates;
 mod reads;
+mod replication;
 mod reply;
 mod schedules;
 mod shard_clock;
 mod subscription;
 
+use acks::Acked;
 use audit::AuditStream;
 use claimed::ClaimedRecords;
 use commit::{commit, Committed, Decision, Held, Shard};
@@ -106,6 +109,13 @@ pub struct RedisStore {
     pubsub: Vec<redis::Client>,
     next_pubsub: AtomicUsize,
     conn: Conn,
+    /// Writes answered once the primary has them: the scheduler's.
+    to_primary: Acked,
+    /// Writes answered once `store.replica_acks` replicas have them too: registrations
+    /// and operators' actions (on a connection of their own when that is more than 0).
+    to_replicas: Acked,
+    /// `store.replica_acks`.
+    replica_acks: u32,
     shards: Vec<ShardKeys>,
     wake_channel: String,
     health: HealthChannel,
@@ -178,8 +188,10 @@ impl RedisStore {
             .collect();
         let scripts = Scripts::load();
         let schedules = Arc::new(ScheduleBook::default());
+        let to_replicas = replicated_writes(target, settings, &conn).await?;
         let enqueuer = Enqueuer::start(enqueue::Target {
             conn: conn.clone(),
+            writes: to_replicas.clone(),
             script: scripts.enqueue.clone(),
             shards: shards.clone(),
             wake_channel: wake_channel(&settings.key_prefix),
@@ -190,9 +202,12 @@ impl RedisStore {
             .enumerate()
             .map(|(i, keys)| (keys.due().to_string(), i))
             .collect();
-        Ok(Self {
+        let store = Self {
             pubsub,
             next_pubsub: AtomicUsize::new(0),
+            to_primary: Acked::primary_only(conn.clone()),
+            to_replicas,
+            replica_acks: settings.replica_acks,
             conn,
             shards,
             wake_channel: wake_channel(&settings.key_prefix),
@@ -220,7 +235,13 @@ impl RedisStore {
             scripts,
             enqueuer,
             audit: AuditStream::new(&settings.key_prefix, retention.audit_max_age),
-        })
+        };
+        if let Err(e) = store.check_replicas().await {
+            tracing::error!(
+                "store.replica_acks (POSTBACK_STORE_REPLICA_ACKS): {e}; registrations, replays, cancels and discards on it are answered 503 replica_ack_timeout, and /readyz 503, until they connect"
+            );
+        }
+        Ok(store)
     }
 
     /// This instance's id among those sharing the Redis (`fleet.rs`).
@@ -234,10 +255,11 @@ impl RedisStore {
         })
     }
 
-    /// What `commit` needs of shard `shard`.
-    fn shard(&self, shard: usize) -> Shard<'_> {
+    /// What `commit` needs of shard `shard`, writing with `writes`.
+    fn shard<'a>(&'a self, shard: usize, writes: &'a Acked) -> Shard<'a> {
         Shard {
             conn: &self.conn,
+            writes,
             script: &self.scripts.commit,
             keys: &self.shards[shard],
             schedules: &self.schedules,
@@ -251,6 +273,7 @@ impl RedisStore {
     /// earliest due notification.
     async fn commit_by_shard<T, A>(
         &self,
+        writes: &Acked,
         requests: &[T],
         id: impl Fn(&T) -> &JobId,
         budget: impl Fn(usize) -> usize + Copy,
@@ -262,7 +285,7 @@ impl RedisStore {
         for (shard, mine) in self.by_shard(requests, id) {
             let (at, mine): (Vec<usize>, Vec<&T>) = mine.into_iter().unzip();
             let done = commit(
-                &self.shard(shard),
+                &self.shard(shard, writes),
                 &mine,
                 budget,
                 |r| first(r),
@@ -372,6 +395,28 @@ fn script_error(script: &'static str) -> impl Fn(redis::RedisError) -> StoreErro
     }
 }
 
+/// The writes that wait for `store.replica_acks` replicas: on a connection of their own,
+/// since a `WAIT` holds up the commands behind it, or on `conn` when they wait for none.
+async fn replicated_writes(
+    target: &RedisTarget,
+    settings: &StoreSettings,
+    conn: &Conn,
+) -> anyhow::Result<Acked> {
+    if settings.replica_acks == 0 {
+        return Ok(Acked::primary_only(conn.clone()));
+    }
+    let waiting = StoreSettings {
+        response_timeout: settings.response_timeout + settings.replica_ack_timeout,
+        ..settings.clone()
+    };
+    let own = Conn::open(target, &waiting).await?;
+    Ok(Acked::new(
+        own,
+        settings.replica_acks,
+        settings.replica_ack_timeout,
+    ))
+}
+
 /// A script's own failure: logged with its name, counted, and never retried.
 fn bug(script: &'static str, e: redis::RedisError) -> StoreError {
     crate::metrics::script_error(script);
@@ -384,6 +429,9 @@ fn bug(script: &'static str, e: redis::RedisError) -> StoreError {
 
 fn store_error(e: redis::RedisError) -> StoreError {
     use redis::ErrorKind;
+    if let Some(short) = acks::shortfall(&e) {
+        return short;
+    }
     match e.kind() {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Corrupt(e.to_string()),
         _ => StoreError::Unavailable(e.to_string()),

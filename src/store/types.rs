@@ -26,13 +26,29 @@ pub enum StoreError {
         script: &'static str,
         message: String,
     },
+    /// The write is on the primary, but fewer of its replicas than `store.replica_acks`
+    /// acknowledged it in time: a failover now could lose it. Trying again (with the same
+    /// idempotency key, for a registration) waits for them once more.
+    #[error("written on the primary, but {acked} of {wanted} replicas acknowledged it in time")]
+    NotReplicated { acked: u32, wanted: u32 },
+    /// A shard's primary has fewer replicas connected than `store.replica_acks` asks
+    /// for: writes to it are answered `replica_ack_timeout` until they connect.
+    #[error("the primary of shard {shard} has {connected} of the {wanted} replicas store.replica_acks asks for")]
+    ReplicasMissing {
+        shard: usize,
+        connected: u32,
+        wanted: u32,
+    },
 }
 
 impl StoreError {
     /// Whether trying again cannot help: the data or a script is at fault, not the
     /// store's reach.
     pub fn is_bug(&self) -> bool {
-        !matches!(self, Self::Unavailable(_))
+        !matches!(
+            self,
+            Self::Unavailable(_) | Self::NotReplicated { .. } | Self::ReplicasMissing { .. }
+        )
     }
 }
 
@@ -292,6 +308,19 @@ pub struct Stats {
     /// The same counts for each shard, in shard order.
     pub shards: Vec<StateCounts>,
     pub trimmed: Trimmed,
+    /// How each shard's primary is replicated, in shard order (a store without replicas:
+    /// none).
+    pub replication: Vec<ShardReplication>,
+}
+
+/// The replicas of one shard's primary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ShardReplication {
+    /// Connected and in sync.
+    pub replicas: u32,
+    /// How far the slowest of them is behind the primary, in bytes of the replication
+    /// stream (0 with none).
+    pub lag_bytes: u64,
 }
 
 /// What ended in one window of time.

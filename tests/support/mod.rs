@@ -7,6 +7,7 @@
 pub mod fixtures;
 pub mod instance;
 pub mod load;
+pub mod proxy;
 pub mod receiver;
 pub mod redis_cluster;
 pub mod redis_server;

@@ -62,6 +62,48 @@ impl RedisServer {
         server
     }
 
+    /// Starts a server replicating `primary`, and waits until it acknowledges writes.
+    pub fn start_replica_of(primary: &RedisServer) -> Self {
+        // Redis waits 5 s for more replicas before a first full sync by default.
+        primary.query::<()>(
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("repl-diskless-sync-delay")
+                .arg("0"),
+        );
+        let replica = Self::start();
+        replica.query::<()>(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port));
+        // In sync when it acknowledges a write at once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut c = primary.client().get_connection().unwrap();
+        loop {
+            let _: () = redis::cmd("SET")
+                .arg("replica-probe")
+                .arg(1)
+                .query(&mut c)
+                .unwrap();
+            let _: () = redis::cmd("DEL")
+                .arg("replica-probe")
+                .query(&mut c)
+                .unwrap();
+            let acked: i64 = redis::cmd("WAIT").arg(1).arg(50).query(&mut c).unwrap();
+            if acked >= 1 {
+                return replica;
+            }
+            assert!(Instant::now() < deadline, "the replica did not sync");
+        }
+    }
+
+    /// Makes a replica a primary (`REPLICAOF NO ONE`), as a failover does.
+    pub fn promote(&self) {
+        self.query::<()>(redis::cmd("REPLICAOF").arg("NO").arg("ONE"));
+    }
+
+    /// `INFO <section>`.
+    pub fn info(&self, section: &str) -> String {
+        self.query(redis::cmd("INFO").arg(section))
+    }
+
     /// Kills the server (SIGKILL): what it had not written to disk is gone.
     pub fn stop(&mut self) {
         let _ = self.child.kill();

@@ -89,6 +89,13 @@ pub struct Opts {
     /// Run against a Redis Cluster of this many primaries (0: a standalone Redis).
     #[arg(long, default_value_t = 0)]
     pub cluster: usize,
+    /// Replicas of the standalone Redis (their CPU counts in Redis's figures).
+    #[arg(long, default_value_t = 0)]
+    pub replicas: usize,
+    /// postback's `store.replica_acks`: replicas that must hold a registration before it
+    /// is answered.
+    #[arg(long, default_value_t = 0)]
+    pub replica_acks: u32,
     /// postback instances sharing the Redis; the producer spreads registrations over them.
     #[arg(long, default_value_t = 1)]
     pub instances: usize,
@@ -123,6 +130,12 @@ impl Opts {
             ),
         ];
         env.extend(shards);
+        if self.replica_acks > 0 {
+            env.push((
+                "POSTBACK_STORE_REPLICA_ACKS".into(),
+                self.replica_acks.to_string(),
+            ));
+        }
         env
     }
 
@@ -131,7 +144,7 @@ impl Opts {
     pub fn store(&self) -> anyhow::Result<processes::Backend> {
         match (self.store, self.cluster) {
             (StoreKind::Embedded, _) => processes::Backend::embedded(),
-            (StoreKind::Redis, 0) => processes::Backend::start_redis(),
+            (StoreKind::Redis, 0) => processes::Backend::start_redis(self.replicas),
             (StoreKind::Redis, primaries) => processes::Backend::start_cluster(primaries),
         }
     }

@@ -78,8 +78,30 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn start_redis() -> anyhow::Result<Self> {
-        Self::start_nodes(1, false)
+    /// A standalone Redis, with `replicas` replicas of it (each a node of the figures),
+    /// once they are in sync and acknowledge at once.
+    pub fn start_redis(replicas: usize) -> anyhow::Result<Self> {
+        let redis = Self::start_nodes(1 + replicas, false)?;
+        let primary = redis.nodes[0].1;
+        for (_, port) in &redis.nodes[1..] {
+            redis_command(*port, &["REPLICAOF", "127.0.0.1", &primary.to_string()])?;
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for (_, port) in &redis.nodes[1..] {
+            while redis_info(*port, "replication")?.get("master_link_status")
+                != Some(&"up".to_string())
+            {
+                if Instant::now() > deadline {
+                    bail!("the replica on port {port} did not sync");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        if replicas > 0 {
+            // A replica answers WAIT slowly for about a second after it first syncs.
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        Ok(redis)
     }
 
     pub fn embedded() -> anyhow::Result<Self> {
@@ -180,7 +202,8 @@ impl Backend {
         Ok(redis)
     }
 
-    /// Where postback keeps its notifications, for the store and for the environment.
+    /// Where postback keeps its notifications, for the store and for the environment:
+    /// a cluster's nodes, or a standalone Redis's primary (the first node).
     pub fn target(&self) -> RedisTarget {
         let urls: Vec<String> = self
             .nodes
@@ -282,6 +305,12 @@ fn redis_info(port: u16, section: &str) -> anyhow::Result<HashMap<String, String
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.to_string(), v.trim().to_string()))
         .collect())
+}
+
+fn redis_command(port: u16, args: &[&str]) -> anyhow::Result<()> {
+    let mut cmd = redis::cmd(args[0]);
+    cmd.arg(&args[1..]);
+    Ok(cmd.query(&mut node(port)?)?)
 }
 
 fn cluster_ok(port: u16) -> anyhow::Result<bool> {

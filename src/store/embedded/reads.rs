@@ -195,6 +195,7 @@ pub fn stats(tx: &ReadTransaction, tenant: Option<&Tenant>) -> DbResult<Stats> {
         total: counts.clone(),
         shards: vec![counts],
         trimmed,
+        replication: Vec::new(),
     })
 }
 

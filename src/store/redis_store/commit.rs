@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
+use super::acks::Acked;
 use super::conn::Conn;
 use super::reply::{earliest_at, int_at, text_at};
 use super::schedules::ScheduleBook;
@@ -184,6 +185,11 @@ impl Change {
     }
 
     /// Writes nothing: the reply says how the notification is.
+    /// Whether it only asks how the notification is, and writes nothing.
+    fn only_asks(&self) -> bool {
+        self.expected.is_empty()
+    }
+
     pub fn ask(id: &str) -> Self {
         Self {
             id: id.to_string(),
@@ -231,7 +237,10 @@ pub enum Decision<A> {
 
 /// The shard a commit goes to.
 pub struct Shard<'a> {
+    /// For reads.
     pub conn: &'a Conn,
+    /// For the writes of `commit.lua`.
+    pub writes: &'a Acked,
     pub script: &'a Script,
     pub keys: &'a ShardKeys,
     pub schedules: &'a ScheduleBook,
@@ -374,8 +383,13 @@ async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResu
             .arg(&c.tenant)
             .arg(list);
     }
+    // A round that only asks writes nothing for replicas to acknowledge.
+    let mut writes = match changes.iter().all(|c| c.only_asks()) {
+        true => Acked::primary_only(shard.conn.clone()),
+        false => shard.writes.on(shard.keys.due()),
+    };
     let reply: Vec<Value> = call
-        .invoke_async(&mut shard.conn.clone())
+        .invoke_async(&mut writes)
         .await
         .map_err(script_error("commit"))?;
     if reply.len() != 3 + changes.len() {

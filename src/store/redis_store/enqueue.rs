@@ -13,6 +13,7 @@ use std::time::Duration;
 use redis::{Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use super::acks::Acked;
 use super::commit::Held;
 use super::conn::Conn;
 use super::reply::{earliest_at, int_at, text_at};
@@ -66,7 +67,10 @@ pub struct Enqueuer {
 
 /// What the storing task needs.
 pub struct Target {
+    /// For reads.
     pub conn: Conn,
+    /// For `enqueue.lua`: registrations wait for the replicas it waits for.
+    pub writes: Acked,
     pub script: Script,
     pub shards: Vec<ShardKeys>,
     pub wake_channel: String,
@@ -223,7 +227,7 @@ async fn store_group<'a>(
             .arg(list_index);
     }
     let reply: Vec<Value> = call
-        .invoke_async(&mut target.conn.clone())
+        .invoke_async(&mut target.writes.on(keys.due()))
         .await
         .map_err(script_error("enqueue"))?;
     if reply.len() != 2 + 3 * items.len() {

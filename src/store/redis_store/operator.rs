@@ -41,6 +41,7 @@ impl RedisStore {
         };
         let done = self
             .commit_by_shard(
+                &self.to_replicas,
                 ids,
                 |id| id,
                 |_| 0,
@@ -71,6 +72,7 @@ impl OperatorActions for RedisStore {
         };
         let done = self
             .commit_by_shard(
+                &self.to_replicas,
                 &[*id],
                 |id| id,
                 |_| 0,
@@ -135,8 +137,9 @@ impl OperatorActions for RedisStore {
             for (_, id) in mine {
                 call.arg(id.to_string());
             }
+            let mut writes = self.to_replicas.on(self.shards[shard].due());
             let n: usize = call
-                .invoke_async(&mut self.conn.clone())
+                .invoke_async(&mut writes)
                 .await
                 .map_err(script_error("discard"))?;
             discarded += n;

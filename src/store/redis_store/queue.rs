@@ -137,7 +137,7 @@ impl RedisStore {
             Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
         };
         commit(
-            &self.shard(shard),
+            &self.shard(shard, &self.to_primary),
             &held,
             |_| 0,
             |(id, h)| expire(id, h.clone(), now),
@@ -185,7 +185,7 @@ impl RedisStore {
             Ok(change.map_or(Decision::Done(false), |c| Decision::Write(c, true)))
         };
         let done = commit(
-            &self.shard(shard),
+            &self.shard(shard, &self.to_primary),
             &ids,
             |_| 0,
             |id| Ok(Decision::Ask(id.clone())),
@@ -285,7 +285,14 @@ impl Queue for RedisStore {
             Ok(held.map_or(Decision::Done(None), |h| settled(s, &h, now)))
         };
         let done = self
-            .commit_by_shard(batch, |s| &s.id, retention::settle_budget, first, again)
+            .commit_by_shard(
+                &self.to_primary,
+                batch,
+                |s| &s.id,
+                retention::settle_budget,
+                first,
+                again,
+            )
             .await?;
         let dead = |state: &&Option<JobState>| **state == Some(JobState::Dead);
         Ok(Settled {
@@ -311,7 +318,7 @@ impl Queue for RedisStore {
             None => Ok(Decision::Ask(d.id.to_string())),
         };
         let done = self
-            .commit_by_shard(batch, |d| &d.id, |_| 0, first, defer)
+            .commit_by_shard(&self.to_primary, batch, |d| &d.id, |_| 0, first, defer)
             .await?;
         Ok(done.earliest.is_some())
     }
@@ -333,7 +340,14 @@ impl Queue for RedisStore {
             None => Ok(Decision::Ask(l.0.to_string())),
         };
         let done = self
-            .commit_by_shard(leases, |(id, _)| id, |_| 0, first, release)
+            .commit_by_shard(
+                &self.to_primary,
+                leases,
+                |(id, _)| id,
+                |_| 0,
+                first,
+                release,
+            )
             .await?;
         Ok(done.answers.iter().filter(|&&due| due).count())
     }

@@ -268,6 +268,9 @@ impl Reads for RedisStore {
             stats.shards.push(shard);
             stats.trimmed.add(&trimmed);
         }
+        if tenant.is_none() {
+            stats.replication = self.replication().await?;
+        }
         Ok(stats)
     }
 
@@ -320,8 +323,8 @@ impl Reads for RedisStore {
         redis::cmd("PING")
             .query_async::<String>(&mut self.conn.clone())
             .await
-            .map(drop)
-            .map_err(store_error)
+            .map_err(store_error)?;
+        self.check_replicas().await
     }
 }
 

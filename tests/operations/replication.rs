@@ -1,0 +1,225 @@
+//! `store.replica_acks`: a registration, a replay, a cancel or a discard is answered only
+//! once a replica of its shard's primary holds it, so that a failover loses no `202`;
+//! a replica that does not answer in time gets the producer a `503` it can retry with
+//! the same key; `/readyz`, `/stats` and the metrics say how the primary is replicated.
+//! On a primary and a replica (standalone, reached through an address a failover moves)
+//! and on a cluster with a replica per primary.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::json;
+
+use support::load::{self, Load};
+use support::proxy::Proxy;
+use support::{Postback, Receiver, RedisCluster, RedisServer, WAIT};
+
+const ACKS_OF_ONE: [(&str, &str); 2] = [
+    ("POSTBACK_STORE_REPLICA_ACKS", "1"),
+    ("POSTBACK_STORE_REPLICA_ACK_TIMEOUT", "300ms"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_no_replica_acknowledged_is_answered_503_and_its_retry_registers_once() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let receiver = Receiver::start().await;
+    let pb = Postback::start(&primary, &ACKS_OF_ONE).await;
+    let body = json!({"url": receiver.url("/paid"), "body": {"order": 2}});
+    let key = [("Idempotency-Key", "order-2")];
+
+    let later = pb
+        .register(json!({"url": receiver.url("/later"), "body": {}, "delay": "1h"}))
+        .await;
+    replica.freeze();
+    let asked = Instant::now();
+    let resp = pb
+        .http
+        .post(pb.url("/notify"))
+        .bearer_auth(support::instance::TOKEN)
+        .header("Idempotency-Key", "order-2")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let refused: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(refused["error"]["code"], "replica_ack_timeout", "{refused}");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(300),
+        "waited for the replica"
+    );
+    let later_path = format!("/notifications/{later}");
+    let cancel_later = || pb.request(Method::DELETE, &later_path, None, &[]);
+    let (status, cancel) = cancel_later().await;
+    assert_eq!(status, 503, "a cancel waits for the replica too: {cancel}");
+
+    replica.thaw();
+    let (status, _) = cancel_later().await;
+    assert_eq!(status, 200, "cancelled once the replica answers");
+    let (status, first) = pb.notify_with(body.clone(), &key).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = pb.notify_with(body, &key).await;
+    assert_eq!((status, &again["id"]), (202, &first["id"]), "{again}");
+    let id = first["id"].as_str().unwrap();
+    pb.wait_state(id, "delivered", WAIT).await;
+    pb.wait_quiet().await;
+    assert_eq!(receiver.count(), 1, "registered once, sent once");
+    let (_, stats) = pb.get("/stats").await;
+    assert_eq!(stats["scheduled"], 0, "{stats}");
+    assert_eq!(stats["finished"], 2, "{stats}");
+    let (_, metrics) = pb.get_text("/metrics").await;
+    let timeouts = support::metric_value(&metrics, "postback_replica_ack_timeouts_total");
+    assert_eq!(timeouts, Some(2.0), "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_the_replicas_asked_for_and_stats_show_them() {
+    let primary = RedisServer::start();
+    let pb = Postback::start(&primary, &ACKS_OF_ONE).await;
+    assert!(
+        pb.logs().contains("store.replica_acks"),
+        "start-up says what is missing: {}",
+        pb.logs()
+    );
+    let (status, ready) = pb.get("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert_eq!(ready["error"]["code"], "replicas_missing", "{ready}");
+    assert!(
+        ready["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("0 of the 1"),
+        "{ready}"
+    );
+
+    let _replica = RedisServer::start_replica_of(&primary);
+    let ready = support::eventually(WAIT, || async { pb.get("/readyz").await.0 == 200 }).await;
+    assert!(ready, "ready once its replica is there");
+    let (_, stats) = pb.get("/stats").await;
+    assert_eq!(stats["replication"][0]["replicas"], 1, "{stats}");
+    assert!(stats["replication"][0]["lag_bytes"].is_u64(), "{stats}");
+    let (_, metrics) = pb.get_text("/metrics").await;
+    let connected = support::metric_value(&metrics, r#"postback_replicas_connected{shard="0"}"#);
+    assert_eq!(connected, Some(1.0), "{metrics}");
+}
+
+/// What a failover did to the registrations a producer had answered `202`.
+#[derive(Debug, PartialEq)]
+struct Ledger {
+    accepted: usize,
+    delivered: usize,
+    lost: usize,
+    sent_twice: usize,
+}
+
+/// A producer registers through an address a failover moves; the replica is cut off
+/// from the primary for a second, the primary is killed, and the replica is promoted,
+/// takes the address and gets a replica of its own. Every registration is due 3 s after it was
+/// accepted, so that nothing is sent before the failover.
+async fn failover_ledger(replica_acks: &str) -> Ledger {
+    let mut primary = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&primary);
+    let address = Proxy::start(primary.port).await;
+    let receiver = Receiver::start().await;
+    let env = [
+        ("POSTBACK_STORE_REDIS_URL", address.url()),
+        ("POSTBACK_STORE_REPLICA_ACKS", replica_acks.to_string()),
+        ("POSTBACK_STORE_REPLICA_ACK_TIMEOUT", "200ms".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let cwd = tempfile::tempdir().unwrap();
+    let pb = Postback::start_in(cwd.path(), &env).await;
+    let url = receiver.url("/paid");
+    let producer = Load::start(
+        pb.url("/notify"),
+        2,
+        Duration::from_millis(5),
+        move |n| json!({"url": url, "body": {"n": n}, "delay": "3s"}),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The replica stops (and cannot reconnect) and the primary drops its link: what the
+    // primary takes from now on, no replica has.
+    replica.freeze();
+    primary.query::<()>(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    primary.stop();
+    replica.thaw();
+    replica.promote();
+    address.point_to(replica.port);
+    // The new primary gets a replica of its own, as an operator (or Sentinel) gives it.
+    let _new_replica = RedisServer::start_replica_of(&replica);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let answers = producer.stop().await;
+    let accepted: BTreeSet<String> = load::accepted(&answers).into_iter().collect();
+    let all_in = support::eventually(Duration::from_secs(20), || async {
+        accepted
+            .iter()
+            .all(|id| !receiver.requests_for(id).is_empty())
+    })
+    .await;
+    if !all_in {
+        // What is missing is lost: give what was not lost the time to be sent twice.
+        pb.wait_quiet().await;
+    }
+    let per_id = receiver.per_id();
+    Ledger {
+        accepted: accepted.len(),
+        delivered: accepted
+            .iter()
+            .filter(|id| per_id.contains_key(*id))
+            .count(),
+        lost: accepted
+            .iter()
+            .filter(|id| !per_id.contains_key(*id))
+            .count(),
+        sent_twice: per_id.values().filter(|n| **n > 1).count(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_replica_ack_no_accepted_registration_is_lost_in_a_failover() {
+    let acked = failover_ledger("1").await;
+    println!("replica_acks = 1: {acked:?}");
+    assert!(acked.accepted > 10, "{acked:?}");
+    assert_eq!((acked.lost, acked.sent_twice), (0, 0), "{acked:?}");
+
+    // Beside it, the same run answered by the primary alone loses what the replica had
+    // not applied when the primary died.
+    let unacked = failover_ledger("0").await;
+    println!("replica_acks = 0: {unacked:?}");
+    assert!(unacked.lost > 0, "{unacked:?}");
+    assert_eq!(unacked.sent_twice, 0, "{unacked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_registration_waits_for_the_replica_of_its_shard() {
+    let cluster = RedisCluster::start(3, 1);
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_on_cluster(&cluster, &ACKS_OF_ONE).await;
+    let ready = support::eventually(WAIT, || async { pb.get("/readyz").await.0 == 200 }).await;
+    assert!(
+        ready,
+        "every primary has its replica: {:?}",
+        pb.get("/readyz").await
+    );
+    let ids = pb
+        .register_batch(
+            (0..24)
+                .map(|n| json!({"url": receiver.url("/c"), "body": {"n": n}}))
+                .collect(),
+        )
+        .await;
+    assert!(receiver.wait_for(24, WAIT).await);
+    for id in &ids {
+        assert_eq!(receiver.requests_for(id).len(), 1, "{id}");
+    }
+    let (_, stats) = pb.get("/stats").await;
+    let shards = stats["replication"].as_array().unwrap();
+    assert_eq!(shards.len(), 12, "{stats}");
+    assert!(shards.iter().all(|s| s["replicas"] == 1), "{stats}");
+}
