@@ -188,10 +188,11 @@ impl RedisStore {
             .collect();
         let scripts = Scripts::load();
         let schedules = Arc::new(ScheduleBook::default());
-        let to_replicas = replicated_writes(target, settings, &conn).await?;
+        let replicated = replicated_writes(target, settings, &conn).await?;
+        let to_replicas = replicated[0].clone();
         let enqueuer = Enqueuer::start(enqueue::Target {
             conn: conn.clone(),
-            writes: to_replicas.clone(),
+            writes: replicated,
             script: scripts.enqueue.clone(),
             shards: shards.clone(),
             wake_channel: wake_channel(&settings.key_prefix),
@@ -395,26 +396,33 @@ fn script_error(script: &'static str) -> impl Fn(redis::RedisError) -> StoreErro
     }
 }
 
-/// The writes that wait for `store.replica_acks` replicas: on a connection of their own,
-/// since a `WAIT` holds up the commands behind it, or on `conn` when they wait for none.
+/// Connections that registrations wait for replicas on, each storing one group at a
+/// time, when `store.replica_acks` asks for replicas.
+const WAITING_WRITERS: usize = 4;
+
+/// The connections of writes that wait for `store.replica_acks` replicas: of their own,
+/// since a `WAIT` holds up the commands behind it on its connection, and several, so that
+/// groups of registrations are stored while others wait; or `conn` when they wait for
+/// none.
 async fn replicated_writes(
     target: &RedisTarget,
     settings: &StoreSettings,
     conn: &Conn,
-) -> anyhow::Result<Acked> {
+) -> anyhow::Result<Vec<Acked>> {
     if settings.replica_acks == 0 {
-        return Ok(Acked::primary_only(conn.clone()));
+        return Ok(vec![Acked::primary_only(conn.clone())]);
     }
     let waiting = StoreSettings {
         response_timeout: settings.response_timeout + settings.replica_ack_timeout,
         ..settings.clone()
     };
-    let own = Conn::open(target, &waiting).await?;
-    Ok(Acked::new(
-        own,
-        settings.replica_acks,
-        settings.replica_ack_timeout,
-    ))
+    let mut writers = Vec::with_capacity(WAITING_WRITERS);
+    for _ in 0..WAITING_WRITERS {
+        let own = Conn::open(target, &waiting).await?;
+        let (replicas, timeout) = (settings.replica_acks, settings.replica_ack_timeout);
+        writers.push(Acked::new(own, replicas, timeout));
+    }
+    Ok(writers)
 }
 
 /// A script's own failure: logged with its name, counted, and never retried.

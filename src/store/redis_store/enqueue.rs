@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Script, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Mutex};
 
 use super::acks::Acked;
 use super::commit::Held;
@@ -65,12 +65,13 @@ pub struct Enqueuer {
     tx: mpsc::Sender<Pending>,
 }
 
-/// What the storing task needs.
+/// What the storing tasks need.
 pub struct Target {
     /// For reads.
     pub conn: Conn,
-    /// For `enqueue.lua`: registrations wait for the replicas it waits for.
-    pub writes: Acked,
+    /// For `enqueue.lua`, one storing task each: registrations wait for the replicas
+    /// these wait for. With several, a group is stored while others wait for theirs.
+    pub writes: Vec<Acked>,
     pub script: Script,
     pub shards: Vec<ShardKeys>,
     pub wake_channel: String,
@@ -78,10 +79,15 @@ pub struct Target {
 }
 
 impl Enqueuer {
-    /// Starts the storing task; it ends when the `Enqueuer` is dropped.
+    /// Starts the storing tasks, one per connection of `target.writes`; they end when
+    /// the `Enqueuer` is dropped.
     pub fn start(target: Target) -> Self {
         let (tx, rx) = mpsc::channel(4 * MAX_GROUP);
-        tokio::spawn(run(target, rx));
+        let rx = Arc::new(Mutex::new(rx));
+        let target = Arc::new(target);
+        for writes in target.writes.clone() {
+            tokio::spawn(run(target.clone(), writes, rx.clone()));
+        }
         Self { tx }
     }
 
@@ -110,9 +116,11 @@ impl Answer {
     }
 }
 
-async fn run(target: Target, mut rx: mpsc::Receiver<Pending>) {
+/// Stores the groups it gathers with `writes`, while other storing tasks gather the
+/// next ones.
+async fn run(target: Arc<Target>, writes: Acked, rx: Arc<Mutex<mpsc::Receiver<Pending>>>) {
     let mut batch = Vec::with_capacity(MAX_GROUP);
-    while gather(&mut rx, &mut batch).await {
+    while gather(&mut *rx.lock().await, &mut batch).await {
         let mut by_shard: BTreeMap<u16, Vec<Pending>> = BTreeMap::new();
         for p in batch.drain(..) {
             by_shard.entry(p.item.id.shard()).or_default().push(p);
@@ -121,7 +129,7 @@ async fn run(target: Target, mut rx: mpsc::Receiver<Pending>) {
             let (items, replies): (Vec<Item>, Vec<_>) =
                 group.into_iter().map(|p| (p.item, p.reply)).unzip();
             let answers = match target.shards.get(shard as usize) {
-                Some(keys) => store_apart(&target, keys, &items).await,
+                Some(keys) => store_apart(&target, &writes, keys, &items).await,
                 None => vec![Err(StoreError::Corrupt(format!("no shard {shard}"))); items.len()],
             };
             for (reply, answer) in replies.into_iter().zip(answers) {
@@ -136,15 +144,16 @@ async fn run(target: Target, mut rx: mpsc::Receiver<Pending>) {
 /// item that met it and of no other; an outage is every item's answer.
 async fn store_apart(
     target: &Target,
+    writes: &Acked,
     keys: &ShardKeys,
     items: &[Item],
 ) -> Vec<StoreResult<Enqueued>> {
-    match store_group(target, keys, items).await {
+    match store_group(target, writes, keys, items).await {
         Ok(answers) => answers,
         Err(StoreError::Script { .. }) if items.len() > 1 => {
             let mut answers = Vec::with_capacity(items.len());
             for item in items {
-                let alone = store_group(target, keys, std::slice::from_ref(item)).await;
+                let alone = store_group(target, writes, keys, std::slice::from_ref(item)).await;
                 answers.push(alone.and_then(|mut a| a.pop().unwrap_or_else(|| Err(short()))));
             }
             answers
@@ -181,6 +190,7 @@ async fn gather(rx: &mut mpsc::Receiver<Pending>, batch: &mut Vec<Pending>) -> b
 /// Stores `items` with one script call: its answers, one per item, or the call's error.
 async fn store_group<'a>(
     target: &Target,
+    writes: &Acked,
     keys: &ShardKeys,
     items: &'a [Item],
 ) -> StoreResult<Vec<StoreResult<Enqueued>>> {
@@ -227,7 +237,7 @@ async fn store_group<'a>(
             .arg(list_index);
     }
     let reply: Vec<Value> = call
-        .invoke_async(&mut target.writes.on(keys.due()))
+        .invoke_async(&mut writes.on(keys.due()))
         .await
         .map_err(script_error("enqueue"))?;
     if reply.len() != 2 + 3 * items.len() {
