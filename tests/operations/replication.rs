@@ -223,3 +223,54 @@ async fn on_a_cluster_a_registration_waits_for_the_replica_of_its_shard() {
     assert_eq!(shards.len(), 12, "{stats}");
     assert!(shards.iter().all(|s| s["replicas"] == 1), "{stats}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_no_accepted_registration_is_lost_when_a_primary_dies() {
+    // Two replicas per primary: once one has taken over, the other replicates it, so that
+    // writes to its shard are acknowledged again.
+    let mut cluster = RedisCluster::start(3, 2);
+    let receiver = Receiver::start().await;
+    let env = [
+        ("POSTBACK_STORE_REPLICA_ACKS", "1"),
+        ("POSTBACK_STORE_REPLICA_ACK_TIMEOUT", "500ms"),
+    ];
+    let pb = Postback::start_on_cluster(&cluster, &env).await;
+    let ready = support::eventually(WAIT, || async { pb.get("/readyz").await.0 == 200 }).await;
+    assert!(ready, "{:?}", pb.get("/readyz").await);
+    let url = receiver.url("/paid");
+    let producer = Load::start(
+        pb.url("/notify"),
+        2,
+        Duration::from_millis(5),
+        move |n| json!({"url": url, "body": {"n": n}, "delay": "5s"}),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let victim = cluster.primary_of("{postback:0}", 0);
+    cluster.kill(victim);
+    tokio::task::block_in_place(|| cluster.wait_failover("{postback:0}", victim));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let answers = producer.stop().await;
+    let accepted: BTreeSet<String> = load::accepted(&answers).into_iter().collect();
+    let all_in = support::eventually(Duration::from_secs(30), || async {
+        accepted
+            .iter()
+            .all(|id| !receiver.requests_for(id).is_empty())
+    })
+    .await;
+    let per_id = receiver.per_id();
+    let ledger = Ledger {
+        accepted: accepted.len(),
+        delivered: accepted
+            .iter()
+            .filter(|id| per_id.contains_key(*id))
+            .count(),
+        lost: accepted
+            .iter()
+            .filter(|id| !per_id.contains_key(*id))
+            .count(),
+        sent_twice: per_id.values().filter(|n| **n > 1).count(),
+    };
+    println!("cluster, replica_acks = 1: {ledger:?}");
+    assert!(all_in && ledger.accepted > 10, "{ledger:?}");
+    assert_eq!((ledger.lost, ledger.sent_twice), (0, 0), "{ledger:?}");
+}
