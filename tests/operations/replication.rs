@@ -141,7 +141,7 @@ async fn failover_ledger(replica_acks: &str) -> Ledger {
         Duration::from_millis(5),
         move |n| json!({"url": url, "body": {"n": n}, "delay": "3s"}),
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    registered(&pb, 20).await;
     // The replica stops (and cannot reconnect) and the primary drops its link: what the
     // primary takes from now on, no replica has.
     replica.freeze();
@@ -154,30 +154,43 @@ async fn failover_ledger(replica_acks: &str) -> Ledger {
     // The new primary gets a replica of its own, as an operator (or Sentinel) gives it.
     let _new_replica = RedisServer::start_replica_of(&replica);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let answers = producer.stop().await;
-    let accepted: BTreeSet<String> = load::accepted(&answers).into_iter().collect();
-    let all_in = support::eventually(Duration::from_secs(20), || async {
-        accepted
-            .iter()
-            .all(|id| !receiver.requests_for(id).is_empty())
+    Ledger::after(producer, &receiver, &pb).await
+}
+
+/// Waits until the instance holds at least `n` notifications.
+async fn registered(pb: &Postback, n: u64) {
+    let enough = support::eventually(WAIT, || async {
+        pb.get("/stats").await.1["scheduled"].as_u64() >= Some(n)
     })
     .await;
-    if !all_in {
-        // What is missing is lost: give what was not lost the time to be sent twice.
-        pb.wait_quiet().await;
-    }
-    let per_id = receiver.per_id();
-    Ledger {
-        accepted: accepted.len(),
-        delivered: accepted
-            .iter()
-            .filter(|id| per_id.contains_key(*id))
-            .count(),
-        lost: accepted
-            .iter()
-            .filter(|id| !per_id.contains_key(*id))
-            .count(),
-        sent_twice: per_id.values().filter(|n| **n > 1).count(),
+    assert!(enough, "{n} registered: {:?}", pb.get("/stats").await);
+}
+
+impl Ledger {
+    /// Stops the producer and waits until every registration it had accepted arrived
+    /// (or, when some never do, until the instance has nothing left to send).
+    async fn after(producer: Load, receiver: &Receiver, pb: &Postback) -> Self {
+        let answers = producer.stop().await;
+        let accepted: BTreeSet<String> = load::accepted(&answers).into_iter().collect();
+        let all_in = support::eventually(Duration::from_secs(30), || async {
+            accepted
+                .iter()
+                .all(|id| !receiver.requests_for(id).is_empty())
+        })
+        .await;
+        if !all_in {
+            // What is missing is lost: give what was not the time to be sent twice.
+            pb.wait_quiet().await;
+        }
+        let per_id = receiver.per_id();
+        let (delivered, lost): (Vec<_>, Vec<_>) =
+            accepted.iter().partition(|id| per_id.contains_key(*id));
+        Ledger {
+            accepted: accepted.len(),
+            delivered: delivered.len(),
+            lost: lost.len(),
+            sent_twice: per_id.values().filter(|n| **n > 1).count(),
+        }
     }
 }
 
@@ -185,7 +198,7 @@ async fn failover_ledger(replica_acks: &str) -> Ledger {
 async fn with_a_replica_ack_no_accepted_registration_is_lost_in_a_failover() {
     let acked = failover_ledger("1").await;
     println!("replica_acks = 1: {acked:?}");
-    assert!(acked.accepted > 10, "{acked:?}");
+    assert!(acked.accepted >= 20, "{acked:?}");
     assert_eq!((acked.lost, acked.sent_twice), (0, 0), "{acked:?}");
 
     // Beside it, the same run answered by the primary alone loses what the replica had
@@ -207,13 +220,19 @@ async fn on_a_cluster_a_registration_waits_for_the_replica_of_its_shard() {
         "every primary has its replica: {:?}",
         pb.get("/readyz").await
     );
-    let ids = pb
-        .register_batch(
-            (0..24)
-                .map(|n| json!({"url": receiver.url("/c"), "body": {"n": n}}))
-                .collect(),
-        )
-        .await;
+    // Right after a first sync a replica can take a second to acknowledge: a careful
+    // producer retries a 503 with its key.
+    let client = reqwest::Client::new();
+    let registrations = (0..24).map(|n| {
+        let body = json!({"url": receiver.url("/c"), "body": {"n": n}});
+        let (client, url) = (&client, pb.url("/notify"));
+        async move { load::register(client, &url, &body, &format!("c-{n}")).await }
+    });
+    let answers = futures_util::future::join_all(registrations).await;
+    let ids: Vec<String> = answers
+        .iter()
+        .map(|a| a.last().unwrap().id.clone().unwrap())
+        .collect();
     assert!(receiver.wait_for(24, WAIT).await);
     for id in &ids {
         assert_eq!(receiver.requests_for(id).len(), 1, "{id}");
@@ -244,33 +263,13 @@ async fn on_a_cluster_no_accepted_registration_is_lost_when_a_primary_dies() {
         Duration::from_millis(5),
         move |n| json!({"url": url, "body": {"n": n}, "delay": "5s"}),
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    registered(&pb, 20).await;
     let victim = cluster.primary_of("{postback:0}", 0);
     cluster.kill(victim);
     tokio::task::block_in_place(|| cluster.wait_failover("{postback:0}", victim));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let answers = producer.stop().await;
-    let accepted: BTreeSet<String> = load::accepted(&answers).into_iter().collect();
-    let all_in = support::eventually(Duration::from_secs(30), || async {
-        accepted
-            .iter()
-            .all(|id| !receiver.requests_for(id).is_empty())
-    })
-    .await;
-    let per_id = receiver.per_id();
-    let ledger = Ledger {
-        accepted: accepted.len(),
-        delivered: accepted
-            .iter()
-            .filter(|id| per_id.contains_key(*id))
-            .count(),
-        lost: accepted
-            .iter()
-            .filter(|id| !per_id.contains_key(*id))
-            .count(),
-        sent_twice: per_id.values().filter(|n| **n > 1).count(),
-    };
+    let ledger = Ledger::after(producer, &receiver, &pb).await;
     println!("cluster, replica_acks = 1: {ledger:?}");
-    assert!(all_in && ledger.accepted > 10, "{ledger:?}");
+    assert!(ledger.accepted >= 20, "{ledger:?}");
     assert_eq!((ledger.lost, ledger.sent_twice), (0, 0), "{ledger:?}");
 }
