@@ -147,6 +147,9 @@ fn check_replica_acks(s: &StoreSettings, store: &StoreTarget) -> anyhow::Result<
     if s.replica_acks > 0 && matches!(store, StoreTarget::Embedded(_)) {
         bail!("store.replica_acks (POSTBACK_STORE_REPLICA_ACKS): applies to Redis only; the embedded store has no replicas and fsyncs each write before answering")
     }
+    if s.fsync_acks && matches!(store, StoreTarget::Embedded(_)) {
+        bail!("store.fsync_acks (POSTBACK_STORE_FSYNC_ACKS): applies to Redis only; the embedded store fsyncs each write before answering")
+    }
     check(
         s.replica_ack_timeout >= Duration::from_millis(10)
             && s.replica_ack_timeout <= Duration::from_secs(60),

@@ -134,6 +134,10 @@ pub struct StoreSettings {
     /// replica_ack_timeout`.
     #[serde(with = "super::duration")]
     pub replica_ack_timeout: Duration,
+    /// Those writes also wait until the primary's append-only file (and, with
+    /// `replica_acks`, that many replicas' files) has them on disk (`WAITAOF`, Redis 7.2
+    /// or later).
+    pub fsync_acks: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -321,6 +325,7 @@ impl Default for StoreSettings {
             shard_lease: Duration::from_secs(3),
             replica_acks: 0,
             replica_ack_timeout: Duration::from_secs(1),
+            fsync_acks: false,
         }
     }
 }

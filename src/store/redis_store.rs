@@ -357,6 +357,37 @@ impl RedisStore {
 /// Refuses a Redis whose `maxmemory-policy` may evict keys, unless allowed: an evicted key
 /// is a lost notification. A Redis that hides `CONFIG` (some managed services) is
 /// trusted, with a warning.
+/// `store.fsync_acks` needs `WAITAOF` (Redis 7.2 or later, Valkey 8) and the
+/// append-only file on.
+async fn check_waitaof(conn: &mut Conn) -> anyhow::Result<()> {
+    const KEY: &str = "store.fsync_acks (POSTBACK_STORE_FSYNC_ACKS)";
+    let known: Vec<redis::Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("WAITAOF")
+        .query_async(conn)
+        .await?;
+    if known.first().is_none_or(|c| *c == redis::Value::Nil) {
+        let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+        let version = info
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("unknown")
+            .trim();
+        anyhow::bail!("{KEY}: this Redis ({version}) has no WAITAOF; it needs Redis 7.2 or later, or Valkey 8")
+    }
+    let appendonly: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("appendonly")
+        .query_async(conn)
+        .await;
+    if let Ok(pair) = appendonly {
+        if pair.get(1).map(String::as_str) == Some("no") {
+            anyhow::bail!("{KEY}: Redis keeps no append-only file (appendonly no), so nothing would be fsynced");
+        }
+    }
+    Ok(())
+}
+
 async fn check_eviction(conn: &mut Conn, allowed: bool) -> anyhow::Result<()> {
     let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
         .arg("GET")
@@ -409,8 +440,11 @@ async fn replicated_writes(
     settings: &StoreSettings,
     conn: &Conn,
 ) -> anyhow::Result<Vec<Acked>> {
-    if settings.replica_acks == 0 {
+    if settings.replica_acks == 0 && !settings.fsync_acks {
         return Ok(vec![Acked::primary_only(conn.clone())]);
+    }
+    if settings.fsync_acks {
+        check_waitaof(&mut conn.clone()).await?;
     }
     let waiting = StoreSettings {
         response_timeout: settings.response_timeout + settings.replica_ack_timeout,
@@ -420,7 +454,7 @@ async fn replicated_writes(
     for _ in 0..WAITING_WRITERS {
         let own = Conn::open(target, &waiting).await?;
         let (replicas, timeout) = (settings.replica_acks, settings.replica_ack_timeout);
-        writers.push(Acked::new(own, replicas, timeout));
+        writers.push(Acked::new(own, replicas, settings.fsync_acks, timeout));
     }
     Ok(writers)
 }

@@ -26,10 +26,11 @@ pub enum StoreError {
         script: &'static str,
         message: String,
     },
-    /// The write is on the primary, but fewer of its replicas than `store.replica_acks`
-    /// acknowledged it in time: a failover now could lose it. Trying again (with the same
-    /// idempotency key, for a registration) waits for them once more.
-    #[error("written on the primary, but {acked} of {wanted} replicas acknowledged it in time")]
+    /// The write is on the primary, but fewer acknowledgements than asked for (replicas,
+    /// `store.replica_acks`; append-only files, `store.fsync_acks`) came in time: a
+    /// failover or a crash now could lose it. Trying again (with the same idempotency key,
+    /// for a registration) waits for them once more.
+    #[error("written on the primary, but {acked} of the {wanted} acknowledgements asked for (replicas, fsyncs) came in time")]
     NotReplicated { acked: u32, wanted: u32 },
     /// A shard's primary has fewer replicas connected than `store.replica_acks` asks
     /// for: writes to it are answered `replica_ack_timeout` until they connect.

@@ -273,3 +273,28 @@ async fn on_a_cluster_no_accepted_registration_is_lost_when_a_primary_dies() {
     assert!(ledger.accepted >= 20, "{ledger:?}");
     assert_eq!((ledger.lost, ledger.sent_twice), (0, 0), "{ledger:?}");
 }
+
+/// `store.fsync_acks` waits for the append-only file's fsync (`WAITAOF`, Redis 7.2 and
+/// later): a server without it is refused at start-up by name, one with it answers once
+/// its file is fsynced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_acks_need_a_redis_that_has_waitaof() {
+    let redis = RedisServer::start_persistent("everysec");
+    let known: Vec<redis::Value> = redis.query(redis::cmd("COMMAND").arg("INFO").arg("WAITAOF"));
+    let fsync = [("POSTBACK_STORE_FSYNC_ACKS", "true")];
+    if known.first().is_none_or(|c| *c == redis::Value::Nil) {
+        let url = redis.url();
+        let said = Postback::refused_start(&[("POSTBACK_STORE_REDIS_URL", &url), fsync[0]]);
+        assert!(
+            said.contains("store.fsync_acks") && said.contains("WAITAOF"),
+            "{said}"
+        );
+        return;
+    }
+    let receiver = Receiver::start().await;
+    let pb = Postback::start(&redis, &fsync).await;
+    let id = pb
+        .register(json!({"url": receiver.url("/fsynced"), "body": {}}))
+        .await;
+    pb.wait_state(&id, "delivered", WAIT).await;
+}

@@ -25,6 +25,9 @@ const SHORT: &str = "replicas acknowledged";
 pub struct Acked {
     conn: Conn,
     replicas: u32,
+    /// Whether the primary's (and those replicas') append-only file must have the write
+    /// on disk too (`WAITAOF`).
+    fsync: bool,
     timeout_ms: u64,
     /// On a cluster, the primary the writes go to: that of the slot of `on`'s key.
     route: Option<Route>,
@@ -36,19 +39,40 @@ impl Acked {
         Self {
             conn,
             replicas: 0,
+            fsync: false,
             timeout_ms: 0,
             route: None,
         }
     }
 
-    /// Writes on `conn` that wait up to `timeout` for `replicas` replicas.
-    pub fn new(conn: Conn, replicas: u32, timeout: Duration) -> Self {
+    /// Writes on `conn` that wait up to `timeout` for `replicas` replicas, and, with
+    /// `fsync`, for the append-only files of the primary and of those replicas.
+    pub fn new(conn: Conn, replicas: u32, fsync: bool, timeout: Duration) -> Self {
         Self {
             conn,
             replicas,
+            fsync,
             timeout_ms: timeout.as_millis() as u64,
             route: None,
         }
+    }
+
+    /// Whether its writes wait for more than the primary's memory.
+    fn waits(&self) -> bool {
+        self.replicas > 0 || self.fsync
+    }
+
+    /// The command that waits, and how many acknowledgements it must count.
+    fn wait_command(&self) -> (Cmd, i64) {
+        let mut wait = match self.fsync {
+            true => redis::cmd("WAITAOF"),
+            false => redis::cmd("WAIT"),
+        };
+        if self.fsync {
+            wait.arg(1);
+        }
+        wait.arg(self.replicas).arg(self.timeout_ms);
+        (wait, i64::from(self.replicas) + i64::from(self.fsync))
     }
 
     /// This connection for writes to the keys of `key`'s hash tag (a shard's), whose
@@ -63,9 +87,9 @@ impl Acked {
     /// `cmd` and a `WAIT` in one pipeline, sent to the primary of `on`'s key: `cmd`'s
     /// reply, or the error that says how many replicas acknowledged it.
     async fn with_wait(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        let (wait, wanted) = self.wait_command();
         let mut pipe = Pipeline::with_capacity(2);
-        pipe.add_command(cmd.clone());
-        pipe.cmd("WAIT").arg(self.replicas).arg(self.timeout_ms);
+        pipe.add_command(cmd.clone()).add_command(wait);
         let replies = match &mut self.conn {
             Conn::Standalone(c) => c.req_packed_commands(&pipe, 0, 2).await?,
             Conn::Cluster(c) => match &self.route {
@@ -77,17 +101,31 @@ impl Acked {
             },
         };
         let [reply, acked] = <[Value; 2]>::try_from(replies).map_err(|_| short_reply())?;
-        match acked {
-            Value::Int(n) if n >= i64::from(self.replicas) => Ok(reply),
-            // A command that failed wrote nothing to wait for: its own error says more.
-            _ if matches!(reply, Value::ServerError(_)) => Ok(reply),
-            Value::Int(n) => Err(RedisError::from((
-                ErrorKind::Client,
-                SHORT,
-                format!("{n} {}", self.replicas),
-            ))),
-            _ => Err(short_reply()),
+        // A command that failed wrote nothing to wait for: its own error says more.
+        if matches!(reply, Value::ServerError(_)) {
+            return Ok(reply);
         }
+        let acked = match self.fsync {
+            // WAITAOF: [the primary's file, replicas' files].
+            true => match acked {
+                Value::Array(counts) => counts.iter().filter_map(int).sum(),
+                _ => return Err(short_reply()),
+            },
+            false => int(&acked).ok_or_else(short_reply)?,
+        };
+        if acked >= wanted {
+            return Ok(reply);
+        }
+        let detail = format!("{acked} {wanted}");
+        Err(RedisError::from((ErrorKind::Client, SHORT, detail)))
+    }
+}
+
+/// A count of a wait's reply: the primary's file counts at most once.
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(n) => Some(*n),
+        _ => None,
     }
 }
 
@@ -113,7 +151,7 @@ pub fn shortfall(e: &RedisError) -> Option<StoreError> {
 
 impl ConnectionLike for Acked {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        if self.replicas == 0 {
+        if !self.waits() {
             return self.conn.req_packed_command(cmd);
         }
         Box::pin(self.with_wait(cmd))
