@@ -1,8 +1,9 @@
-//! Writes answered once replicas hold them (`store.replica_acks`): a connection whose
-//! every command that names keys goes with a `WAIT` behind it, in one pipeline to the
-//! primary of those keys, so that the `WAIT` counts the replicas that have that write
-//! (Redis counts per client the writes it sent before). When fewer than asked answer in
-//! time, the command's reply is replaced by an error that `acks::shortfall` recognizes.
+//! Writes answered once replicas hold them (`store.replica_acks`), or once append-only
+//! files have them on disk (`store.fsync_acks`): a connection whose every command goes
+//! with a `WAIT` (`WAITAOF`) behind it, in one pipeline to the primary of its keys, so
+//! that the wait counts the acknowledgements of that write (Redis counts per client the
+//! writes it sent before). When fewer than asked answer in time, the command's reply is
+//! replaced by an error that `acks::shortfall` recognizes.
 //!
 //! It has a connection of its own: a `WAIT` holds up every later command of its client,
 //! which must not be the claims' and the settles'. Registrations stored together (one
