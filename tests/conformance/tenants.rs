@@ -497,6 +497,29 @@ async fn rate_keys_and_their_quotas_are_per_tenant() {
 }
 
 /// The counts of `path` for `token`: scheduled, in flight, dead, finished.
+/// How the store is replicated is the fleet's, not a tenant's: `/stats` shows it to a
+/// token of every tenant only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_token_for_every_tenant_sees_how_the_store_is_replicated() {
+    let f = start(&[]).await;
+    let (status, all) = f.get("tok-ops", "/stats").await;
+    assert_eq!(status, 200, "{all}");
+    let shards = all["replication"].as_array().map_or(0, Vec::len);
+    let expected = if f.backend.is_redis() {
+        f.backend.shards()
+    } else {
+        0
+    };
+    assert_eq!(shards, expected, "{all}");
+    for token in ["tok-reader-a", "tok-all-b"] {
+        let (status, mine) = f.get(token, "/stats").await;
+        assert_eq!(status, 200, "{mine}");
+        assert!(mine.get("replication").is_none(), "{token}: {mine}");
+    }
+    let (_, narrowed) = f.get("tok-ops", "/stats?tenant=shop-a").await;
+    assert!(narrowed.get("replication").is_none(), "{narrowed}");
+}
+
 async fn counts(f: &support::tenants::Fleet, token: &str, path: &str) -> [u64; 4] {
     let (status, answer) = f.get(token, path).await;
     assert_eq!(status, 200, "{token} {path}: {answer}");

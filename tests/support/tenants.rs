@@ -60,7 +60,7 @@ pub fn config() -> String {
 }
 
 pub struct Fleet {
-    _backend: Backend,
+    pub backend: Backend,
     dir: tempfile::TempDir,
     pub receiver: Receiver,
     pub pb: Postback,
@@ -77,7 +77,7 @@ pub async fn start(env: &[(&str, &str)]) -> Fleet {
     env.push(("POSTBACK_CONFIG", &path));
     let pb = backend.postback(&env).await;
     Fleet {
-        _backend: backend,
+        backend,
         dir,
         receiver,
         pb,
