@@ -199,7 +199,7 @@ impl Ledger {
 async fn with_a_replica_ack_no_accepted_registration_is_lost_in_a_failover() {
     let acked = failover_ledger("1").await;
     println!("replica_acks = 1: {acked:?}");
-    assert!(acked.accepted >= 20, "{acked:?}");
+    assert!(acked.accepted >= 10, "{acked:?}");
     assert_eq!((acked.lost, acked.sent_twice), (0, 0), "{acked:?}");
 
     // Beside it, the same run answered by the primary alone loses what the replica had
@@ -271,7 +271,7 @@ async fn on_a_cluster_no_accepted_registration_is_lost_when_a_primary_dies() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let ledger = Ledger::after(producer, &receiver, &pb).await;
     println!("cluster, replica_acks = 1: {ledger:?}");
-    assert!(ledger.accepted >= 20, "{ledger:?}");
+    assert!(ledger.accepted >= 10, "{ledger:?}");
     assert_eq!((ledger.lost, ledger.sent_twice), (0, 0), "{ledger:?}");
 }
 
