@@ -14,11 +14,13 @@ use serde_json::Value;
 
 use crate::processes::TOKEN;
 
-/// One registration: its id, when the request was sent, and its first due time.
+/// One registration: its id, when the request was sent and answered, and its first due
+/// time.
 #[derive(Debug, Clone)]
 pub struct Registered {
     pub id: String,
     pub sent: SystemTime,
+    pub answered: SystemTime,
     pub due: SystemTime,
 }
 
@@ -191,6 +193,7 @@ impl Answer {
         Ok(Registered {
             id: self.id.clone().context("no id")?,
             sent,
+            answered: SystemTime::now(),
             due,
         })
     }

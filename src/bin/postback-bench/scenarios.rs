@@ -166,9 +166,9 @@ impl Rig {
 }
 
 /// N registrations as fast as the producer can (one per request, or `--batch` per
-/// request), receiver always 200: enqueue rate and end-to-end throughput; then N more all
-/// due at one instant: delivery-only throughput. Reported as `burst_batch` with
-/// `--batch` above 1.
+/// request), receiver always 200: enqueue rate, each request's time to its answer (p99)
+/// and end-to-end throughput; then N more all due at one instant: delivery-only
+/// throughput. Reported as `burst_batch` with `--batch` above 1.
 pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let name = if opts.batch > 1 {
         "burst_batch"
@@ -194,6 +194,12 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
         opts.n as f64 / took.as_secs_f64(),
         "notifications/s",
     );
+    let answered: Vec<f64> = registered
+        .iter()
+        .map(|reg| ms_between(reg.sent, reg.answered))
+        .collect();
+    let p99 = crate::report::percentile(&answered, 99.0);
+    r.add(name, run, "registration_p99", p99, "ms");
     let last = wait_all(receiver, &registered).await?;
     r.add(
         name,
