@@ -354,9 +354,6 @@ impl RedisStore {
     }
 }
 
-/// Refuses a Redis whose `maxmemory-policy` may evict keys, unless allowed: an evicted key
-/// is a lost notification. A Redis that hides `CONFIG` (some managed services) is
-/// trusted, with a warning.
 /// `store.fsync_acks` needs `WAITAOF` (Redis 7.2 or later, Valkey 8) and the
 /// append-only file on.
 async fn check_waitaof(conn: &mut Conn) -> anyhow::Result<()> {
@@ -388,6 +385,9 @@ async fn check_waitaof(conn: &mut Conn) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a Redis whose `maxmemory-policy` may evict keys, unless allowed: an evicted key
+/// is a lost notification. A Redis that hides `CONFIG` (some managed services) is
+/// trusted, with a warning.
 async fn check_eviction(conn: &mut Conn, allowed: bool) -> anyhow::Result<()> {
     let reply: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
         .arg("GET")

@@ -77,8 +77,12 @@ impl Acked {
     }
 
     /// This connection for writes to the keys of `key`'s hash tag (a shard's), whose
-    /// primary on a cluster is the one the `WAIT` must ask.
+    /// primary on a cluster is the one the `WAIT` must ask (none to ask when it waits for
+    /// nothing: the scheduler's settles).
     pub fn on(&self, key: &str) -> Self {
+        if !self.waits() {
+            return self.clone();
+        }
         Self {
             route: Some(Route::with_slot(Slot::for_key(key), SlotAddr::Master)),
             ..self.clone()

@@ -184,12 +184,12 @@ impl Change {
         }
     }
 
-    /// Writes nothing: the reply says how the notification is.
     /// Whether it only asks how the notification is, and writes nothing.
     fn only_asks(&self) -> bool {
         self.expected.is_empty()
     }
 
+    /// Writes nothing: the reply says how the notification is.
     pub fn ask(id: &str) -> Self {
         Self {
             id: id.to_string(),
