@@ -30,6 +30,11 @@ impl Postback {
         Self::start_on(("POSTBACK_STORE_CLUSTER_URLS", &cluster.urls()), env).await
     }
 
+    /// Starts an instance on the Postgres `pg`, with `env`.
+    pub async fn start_on_postgres(pg: &super::PostgresServer, env: &[(&str, &str)]) -> Self {
+        Self::start_on(("POSTBACK_STORE_POSTGRES_URL", &pg.url()), env).await
+    }
+
     /// Starts an instance on the embedded store in `dir`, with `env`.
     pub async fn start_embedded(dir: &std::path::Path, env: &[(&str, &str)]) -> Self {
         Self::start_on(("POSTBACK_STORE_DATA_DIR", dir.to_str().unwrap()), env).await
@@ -79,10 +84,22 @@ impl Postback {
     }
 
     /// Starts `cmd` with test-friendly settings plus `env`, and waits until its API
-    /// answers.
-    async fn spawn(mut cmd: Command, env: &[(&str, &str)]) -> Self {
+    /// answers. A port that another test's server took meanwhile (each asks for a free
+    /// one, then binds it) is given up for another.
+    async fn spawn(cmd: Command, env: &[(&str, &str)]) -> Self {
+        let mut cmd = cmd;
+        for _ in 0..3 {
+            let pb = Self::spawn_on(&mut cmd, env, super::free_port()).await;
+            let lost_port = pb.logs().contains("in use");
+            if !lost_port {
+                return pb;
+            }
+        }
+        panic!("postback found no free port");
+    }
+
+    async fn spawn_on(cmd: &mut Command, env: &[(&str, &str)], port: u16) -> Self {
         postback::install_crypto_provider();
-        let port = super::free_port();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("postback.log");
         cmd.env("RUST_LOG", "postback=debug,info")
@@ -99,18 +116,29 @@ impl Postback {
             cmd.env(k, v);
         }
         let child = cmd.spawn().unwrap();
-        let pb = Self {
+        let mut pb = Self {
             child,
             port,
             log,
             _dir: dir,
             http: reqwest::Client::new(),
         };
+        // Its own answer, not that of whatever else listens on the port.
         let up = super::eventually(Duration::from_secs(15), || async {
-            pb.http.get(pb.url("/healthz")).send().await.is_ok()
+            let answer = pb.http.get(pb.url("/healthz")).send().await;
+            let health = match answer {
+                Ok(r) => r.json::<Value>().await.unwrap_or_default(),
+                Err(_) => Value::Null,
+            };
+            health["status"] == "ok" || pb.logs().contains("in use")
         })
         .await;
-        assert!(up, "postback did not start:\n{}", pb.logs());
+        let running = matches!(pb.child.try_wait(), Ok(None));
+        assert!(
+            up && running || pb.logs().contains("in use"),
+            "postback did not start:\n{}",
+            pb.logs()
+        );
         pb
     }
 
