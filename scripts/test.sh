@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Runs the whole test suite. Tests start their own redis-server on free ports, so this
-# only makes sure the binary is installed, and that promtool is at hand for the tests of
-# deploy/. Without arguments it then runs the
-# conformance tests (tests/conformance: everything about the pipeline, not about Redis
-# itself) again on each other backend, a local Redis Cluster of 3 primaries and the
-# embedded store, and one instance's tests (tests/instance) on the embedded store too.
+# Runs the whole test suite. Tests start their own redis-server and postgres on free
+# ports, so this only makes sure the binaries are installed, and that promtool is at
+# hand for the tests of deploy/. Without arguments it then runs the conformance tests
+# (tests/conformance: everything about the pipeline, not about Redis itself) again on
+# each other backend, a local Redis Cluster of 3 primaries, the embedded store and
+# Postgres, and one instance's tests (tests/instance) on the embedded store too.
 # With arguments it passes them to `cargo test` and stops there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
+bash scripts/ensure-postgres.sh
 PATH="$(bash scripts/ensure-promtool.sh):$PATH"
 export PATH
 cargo test --locked "$@"
 if [ $# -eq 0 ]; then
   POSTBACK_TEST_BACKEND=cluster cargo test --locked --test conformance
   POSTBACK_TEST_BACKEND=embedded cargo test --locked --test conformance --test instance
+  POSTBACK_TEST_BACKEND=postgres cargo test --locked --test conformance
 fi

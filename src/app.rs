@@ -22,7 +22,7 @@ use crate::domain::{Destinations, Placement};
 use crate::policy::Policy;
 use crate::scheduler::{Dispatcher, Pipeline};
 use crate::sender::Sender;
-use crate::store::{EmbeddedStore, HealthListener, RedisStore, Store};
+use crate::store::{EmbeddedStore, HealthListener, PostgresStore, RedisStore, Store};
 use crate::sweep;
 use crate::tenant_shares::TenantShares;
 
@@ -171,6 +171,11 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
             return Ok(Arc::new(store));
         }
         StoreTarget::Redis(target) => target,
+        StoreTarget::Postgres(url) => {
+            let store = PostgresStore::connect(url, &s.store, &s.retention).await?;
+            tracing::info!(store = "postgres", url = %redact::url(url), "store connected");
+            return Ok(Arc::new(store));
+        }
     };
     let store = RedisStore::connect(target, config.shards, &s.store, &s.retention).await?;
     let (kind, urls) = match target {

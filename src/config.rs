@@ -41,6 +41,8 @@ pub enum StoreTarget {
     /// The embedded store, a file in this directory (one instance only).
     Embedded(PathBuf),
     Redis(RedisTarget),
+    /// A Postgres database, by its URL.
+    Postgres(String),
 }
 
 /// Which Redis keeps the notifications.

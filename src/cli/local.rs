@@ -25,6 +25,21 @@ pub(super) fn serve(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Re
     served
 }
 
+/// Brings the configured Postgres database's schema up to this build's version.
+pub(super) fn migrate(path: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = Config::load(path.as_deref(), true)?;
+    let StoreTarget::Postgres(url) = &config.store else {
+        anyhow::bail!("store.postgres_url (POSTBACK_STORE_POSTGRES_URL): not set; only a Postgres store has a schema to migrate");
+    };
+    let s = &config.settings;
+    let version = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(crate::store::PostgresStore::migrate(url, &s.store))?;
+    eprintln!("postback: the schema postback is at version {version}");
+    Ok(())
+}
+
 /// Prints the settings with their secrets redacted, or says what is wrong.
 pub(super) fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
     let config = Config::load(path.as_deref(), insecure_no_auth)?;
@@ -33,6 +48,7 @@ pub(super) fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> any
         StoreTarget::Embedded(_) => "the embedded store",
         StoreTarget::Redis(RedisTarget::Standalone(_)) => "Redis",
         StoreTarget::Redis(RedisTarget::Cluster(_)) => "a Redis Cluster",
+        StoreTarget::Postgres(_) => "Postgres",
     };
     eprintln!(
         "postback: the configuration is valid: {store}, {} shard(s), {} tenant(s)",

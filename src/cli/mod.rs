@@ -52,6 +52,13 @@ enum Command {
         #[arg(long)]
         insecure_no_auth: bool,
     },
+    /// Create or upgrade postback's schema in the configured Postgres database, then
+    /// exit (`serve` does the same at start).
+    Migrate {
+        /// TOML configuration file; `POSTBACK_<SECTION>_<KEY>` variables override it.
+        #[arg(long, env = "POSTBACK_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Register a notification.
     Notify(NotifyArgs),
     /// Show a notification, by id or by its idempotency key: state, attempts, next
@@ -352,6 +359,7 @@ pub fn main() -> ExitCode {
             config,
             insecure_no_auth,
         } => local::serve(config, insecure_no_auth),
+        Command::Migrate { config } => local::migrate(config),
         Command::Token {
             command:
                 TokenCommand::New {

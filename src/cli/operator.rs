@@ -17,12 +17,15 @@ pub(super) fn run_client(command: Command, api: &ApiArgs) -> anyhow::Result<()> 
 async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
     match command {
         Command::Serve { .. }
+        | Command::Migrate { .. }
         | Command::Token { .. }
         | Command::SigningKey { .. }
         | Command::Completions { .. }
         | Command::Config { .. }
         | Command::Receive { .. } => {
-            unreachable!("serve, token, completions, config and receive run without the API")
+            unreachable!(
+                "serve, migrate, token, completions, config and receive run without the API"
+            )
         }
         Command::Notify(args) => notify(args, api).await,
         Command::Status { id, key, tenant } => {

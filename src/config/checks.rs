@@ -39,6 +39,9 @@ pub(super) fn store(s: &StoreSettings) -> anyhow::Result<(StoreTarget, u16)> {
         (Some(_), StoreTarget::Embedded(_)) => {
             bail!("store.shards (POSTBACK_STORE_SHARDS): applies to Redis only; the embedded store has one shard")
         }
+        (Some(_), StoreTarget::Postgres(_)) => {
+            bail!("store.shards (POSTBACK_STORE_SHARDS): applies to Redis only; Postgres has one shard")
+        }
         (None, StoreTarget::Redis(RedisTarget::Cluster(_))) => CLUSTER_SHARDS,
         (None, _) => 1,
     };
@@ -150,6 +153,9 @@ fn check_replica_acks(s: &StoreSettings, store: &StoreTarget) -> anyhow::Result<
     if s.fsync_acks && matches!(store, StoreTarget::Embedded(_)) {
         bail!("store.fsync_acks (POSTBACK_STORE_FSYNC_ACKS): applies to Redis only; the embedded store fsyncs each write before answering")
     }
+    if (s.replica_acks > 0 || s.fsync_acks) && matches!(store, StoreTarget::Postgres(_)) {
+        bail!("store.replica_acks (POSTBACK_STORE_REPLICA_ACKS): applies to Redis only; on Postgres a write is answered once committed, and synchronous_commit and synchronous_standby_names say what a commit waits for")
+    }
     check(
         s.replica_ack_timeout >= Duration::from_millis(10)
             && s.replica_ack_timeout <= Duration::from_secs(60),
@@ -161,6 +167,15 @@ fn check_replica_acks(s: &StoreSettings, store: &StoreTarget) -> anyhow::Result<
 /// The embedded store when no Redis is named, otherwise the standalone URL or the
 /// cluster's seed nodes, each checked to be a Redis URL.
 fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
+    if let Some(url) = &store.postgres_url {
+        let key = "store.postgres_url (POSTBACK_STORE_POSTGRES_URL)";
+        if store.redis_url.is_some() || !store.cluster_urls.is_empty() {
+            bail!("{key}: set it or store.redis_url / store.cluster_urls, not both");
+        }
+        url.parse::<tokio_postgres::Config>()
+            .with_context(|| format!("{key}: not a Postgres URL"))?;
+        return Ok(StoreTarget::Postgres(url.clone()));
+    }
     let is_url = |url: &str, key: &str| {
         redis::IntoConnectionInfo::into_connection_info(url)
             .map(drop)

@@ -18,6 +18,7 @@ impl Settings {
             s.server.metrics_token = Some(REDACTED.into());
         }
         s.store.redis_url = s.store.redis_url.as_deref().map(url);
+        s.store.postgres_url = s.store.postgres_url.as_deref().map(url);
         s.store.cluster_urls = s.store.cluster_urls.iter().map(|u| url(u)).collect();
         s.signing.secrets = hidden(&s.signing.secrets);
         s.signing.keys = hidden(&s.signing.keys);
@@ -39,13 +40,28 @@ fn hidden(list: &StringList) -> StringList {
     list.iter().map(|_| REDACTED.to_string()).collect()
 }
 
-/// The URL with its password, if it has one, replaced.
+/// The URL with its password, if it has one, replaced: in its user part, or in a
+/// `password` parameter (as Postgres URLs may carry it).
 pub fn url(url: &str) -> String {
     match url::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some(REDACTED));
+        Ok(mut u) if u.password().is_some() || has_password_parameter(&u) => {
+            let _ = u.set_password(u.password().map(|_| REDACTED));
+            let pairs: Vec<(String, String)> = u.query_pairs().into_owned().collect();
+            if has_password_parameter(&u) {
+                let mut query = u.query_pairs_mut();
+                query.clear();
+                for (k, v) in &pairs {
+                    let secret = k.eq_ignore_ascii_case("password");
+                    query.append_pair(k, if secret { REDACTED } else { v });
+                }
+            }
             u.to_string()
         }
         _ => url.to_string(),
     }
+}
+
+fn has_password_parameter(u: &url::Url) -> bool {
+    u.query_pairs()
+        .any(|(k, _)| k.eq_ignore_ascii_case("password"))
 }

@@ -110,6 +110,8 @@ pub struct StoreSettings {
     pub data_dir: PathBuf,
     /// Seed nodes of a Redis Cluster; set means cluster mode (instead of `redis_url`).
     pub cluster_urls: StringList,
+    /// A Postgres database (instead of Redis or the embedded store).
+    pub postgres_url: Option<String>,
     /// Start even when Redis's `maxmemory-policy` may evict keys (notifications can be lost).
     pub allow_eviction: bool,
     /// Hash-tagged shards; unset means 1 on a standalone Redis, `CLUSTER_SHARDS` on a
@@ -316,6 +318,7 @@ impl Default for StoreSettings {
             redis_url: None,
             data_dir: PathBuf::from("data"),
             cluster_urls: StringList::default(),
+            postgres_url: None,
             allow_eviction: false,
             shards: None,
             key_prefix: "postback".into(),

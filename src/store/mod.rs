@@ -13,6 +13,7 @@ mod cursor;
 mod embedded;
 mod keys;
 mod listing;
+mod postgres_store;
 mod redis_store;
 mod roles;
 mod spec;
@@ -20,6 +21,7 @@ mod tenant_counts;
 mod types;
 
 pub use self::embedded::{EmbeddedStore, FILE_NAME as EMBEDDED_FILE};
+pub use self::postgres_store::PostgresStore;
 pub use self::redis_store::RedisStore;
 pub use crate::lifecycle::{Cancelled, JobState, JobStatus};
 pub use audit::{

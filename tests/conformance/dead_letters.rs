@@ -319,7 +319,7 @@ async fn purge_discards_what_the_filter_matches_and_refuses_an_empty_filter() {
 async fn over_several_shards_the_list_is_one_newest_first_sequence() {
     let backend = support::Backend::start();
     if !backend.is_redis() {
-        eprintln!("the embedded store has one shard");
+        eprintln!("the embedded store and Postgres have one shard");
         return;
     }
     let receiver = support::Receiver::start().await;

@@ -189,7 +189,7 @@ async fn every_notification_keeps_its_schedule_whoever_reads_it() {
         .await;
 
     // On Redis, another instance (which has read no schedule yet) takes over.
-    let reader = match backend.is_redis() {
+    let reader = match backend.is_shared() {
         true => {
             registrar.terminate();
             backend.postback(&[]).await
@@ -362,7 +362,7 @@ async fn a_burst_of_1000_is_delivered_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_on_one_redis_deliver_each_notification_once() {
     let backend = Backend::start();
-    if !backend.is_redis() {
+    if !backend.is_shared() {
         eprintln!("one instance per embedded store: operations/embedded.rs checks the refusal");
         return;
     }

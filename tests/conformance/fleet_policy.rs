@@ -112,7 +112,7 @@ async fn a_burst_allowance_lets_that_many_go_at_once_then_spaces_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_sharing_a_store_share_one_quota() {
     let backend = support::Backend::start();
-    if !backend.is_redis() {
+    if !backend.is_shared() {
         return;
     }
     let receiver = Receiver::start().await;
@@ -143,7 +143,7 @@ async fn instances_sharing_a_store_share_one_quota() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_one_instance_heard_holds_back_another() {
     let backend = support::Backend::start();
-    if !backend.is_redis() {
+    if !backend.is_shared() {
         return;
     }
     let receiver = Receiver::start().await;
@@ -216,7 +216,7 @@ async fn a_circuit_is_kept_per_endpoint_not_per_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_circuit_opened_through_one_instance_fails_fast_on_the_others() {
     let backend = support::Backend::start();
-    if !backend.is_redis() {
+    if !backend.is_shared() {
         return;
     }
     let receiver = Receiver::start().await;

@@ -361,12 +361,12 @@ fn readable(cursor: &str) -> String {
 /// cursor that names none of them, and following it still finds the caller's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_names_nothing_of_another_tenant() {
-    // One shard (the embedded store has no other), so that one page examines every
-    // notification up to the scan limit.
-    let embedded = std::env::var("POSTBACK_TEST_BACKEND").as_deref() == Ok("embedded");
-    let one_shard: &[(&str, &str)] = match embedded {
-        true => &[],
-        false => &[("POSTBACK_STORE_SHARDS", "1")],
+    // One shard (the embedded store and Postgres have no other), so that one page
+    // examines every notification up to the scan limit.
+    let backend = std::env::var("POSTBACK_TEST_BACKEND");
+    let one_shard: &[(&str, &str)] = match backend.as_deref() {
+        Ok("embedded" | "postgres") => &[],
+        _ => &[("POSTBACK_STORE_SHARDS", "1")],
     };
     let f = start(one_shard).await;
     let item = json!({"url": f.receiver.url("/b"), "body": {}, "delay": "1h"});
@@ -417,6 +417,10 @@ async fn a_cursor_names_nothing_of_another_tenant() {
             None => break,
         }
     }
-    assert!(pages > 1, "the scan limit cut the first page short");
+    // Postgres reads the rows of the token's tenant only: there is nothing of another
+    // tenant to examine, and no page is cut short.
+    if backend.as_deref() != Ok("postgres") {
+        assert!(pages > 1, "the scan limit cut the first page short");
+    }
     assert_eq!(found, vec![json!(own)]);
 }

@@ -222,7 +222,7 @@ async fn a_notification_claimed_before_it_is_due_keeps_its_due_time_when_release
 async fn a_settle_by_a_store_that_did_not_claim_comes_to_the_same_as_the_claimers() {
     let backend = Backend::start();
     let store = backend.store().await;
-    let other = if backend.is_redis() {
+    let other = if backend.is_shared() {
         Some(backend.store().await)
     } else {
         None

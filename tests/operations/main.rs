@@ -15,6 +15,7 @@ mod edges;
 mod embedded;
 mod outage;
 mod overload;
+mod postgres;
 mod replication;
 mod shard_ownership;
 mod ssrf;

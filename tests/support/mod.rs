@@ -7,6 +7,7 @@
 pub mod fixtures;
 pub mod instance;
 pub mod load;
+pub mod postgres_server;
 pub mod proxy;
 pub mod receiver;
 pub mod redis_cluster;
@@ -16,6 +17,7 @@ pub mod tenants;
 pub mod tls_receiver;
 
 pub use instance::Postback;
+pub use postgres_server::PostgresServer;
 pub use receiver::Receiver;
 pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;
@@ -24,7 +26,7 @@ use std::net::TcpListener;
 
 use serde_json::json;
 
-use postback::store::{EmbeddedStore, RedisStore, Store};
+use postback::store::{EmbeddedStore, PostgresStore, RedisStore, Store};
 use std::time::Duration;
 
 /// How long a test waits for what should come at once (a delivery, a state).
@@ -43,12 +45,14 @@ pub async fn start(env: &[(&str, &str)]) -> (RedisServer, Receiver, Postback) {
 
 /// Where a test of the core pipeline keeps its notifications, by
 /// `POSTBACK_TEST_BACKEND` (`scripts/test.sh` runs those tests once per backend): a
-/// standalone Redis (unset), a local Redis Cluster of 3 primaries (`cluster`), or the
-/// embedded store in a temporary directory (`embedded`).
+/// standalone Redis (unset), a local Redis Cluster of 3 primaries (`cluster`), the
+/// embedded store in a temporary directory (`embedded`), or a Postgres of its own
+/// (`postgres`).
 pub enum Backend {
     Standalone(RedisServer),
     Cluster(RedisCluster),
     Embedded(tempfile::TempDir),
+    Postgres(PostgresServer),
 }
 
 impl Backend {
@@ -56,6 +60,7 @@ impl Backend {
         match std::env::var("POSTBACK_TEST_BACKEND").as_deref() {
             Ok("cluster") => Self::Cluster(RedisCluster::start(3, 0)),
             Ok("embedded") => Self::Embedded(tempfile::tempdir().unwrap()),
+            Ok("postgres") => Self::Postgres(PostgresServer::start()),
             _ => Self::Standalone(RedisServer::start()),
         }
     }
@@ -66,6 +71,7 @@ impl Backend {
             Self::Standalone(redis) => Postback::start(redis, env).await,
             Self::Cluster(cluster) => Postback::start_on_cluster(cluster, env).await,
             Self::Embedded(dir) => Postback::start_embedded(dir.path(), env).await,
+            Self::Postgres(pg) => Postback::start_on_postgres(pg, env).await,
         }
     }
 
@@ -75,6 +81,12 @@ impl Backend {
         let (target, shards) = match self {
             Self::Embedded(dir) => {
                 let store = EmbeddedStore::open(dir.path(), &RetentionSettings::default());
+                return Box::new(store.unwrap());
+            }
+            Self::Postgres(pg) => {
+                let (settings, retention) =
+                    (StoreSettings::default(), RetentionSettings::default());
+                let store = PostgresStore::connect(&pg.url(), &settings, &retention).await;
                 return Box::new(store.unwrap());
             }
             Self::Standalone(redis) => (RedisTarget::Standalone(redis.url()), 1),
@@ -112,12 +124,17 @@ impl Backend {
     pub fn shards(&self) -> usize {
         match self {
             Self::Cluster(_) => usize::from(postback::config::CLUSTER_SHARDS),
-            Self::Standalone(_) | Self::Embedded(_) => 1,
+            Self::Standalone(_) | Self::Embedded(_) | Self::Postgres(_) => 1,
         }
     }
 
-    /// Whether this is Redis, which instances can share and which has shards.
+    /// Whether this is Redis, whose shards' replication `/stats` shows.
     pub fn is_redis(&self) -> bool {
+        matches!(self, Self::Standalone(_) | Self::Cluster(_))
+    }
+
+    /// Whether several instances can share this store (all but the embedded one).
+    pub fn is_shared(&self) -> bool {
         !matches!(self, Self::Embedded(_))
     }
 }

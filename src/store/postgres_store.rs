@@ -1,0 +1,518 @@
+//! The Postgres store: the notifications of every instance sharing one database, in the
+//! schema `postback` (`migrations`). Every transition is one transaction that locks the
+//! rows it changes and asks `lifecycle` what they become (`changes`, over `tx::Tx`);
+//! claims take due rows with `FOR UPDATE SKIP LOCKED`, so that instances never wait on
+//! each other; wake-ups and endpoints' health travel by `LISTEN/NOTIFY` (`signals`).
+//! Times are the database's clock. A registration is answered once it is committed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::Notify;
+use tokio_postgres::NoTls;
+use tokio_util::sync::CancellationToken;
+
+use super::spec;
+use super::{
+    AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
+    DeadPage, Deferral, Enqueued, FleetMessaging, HealthListener, Idempotency, JobState, JobStatus,
+    JobView, ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue, RateReservations,
+    Reads, Settled, Settlement, Stats, Store, StoreError, StoreResult, WalkCursor,
+};
+use crate::config::{RetentionSettings, StoreSettings};
+use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
+use crate::lifecycle::{retention, Index, Now};
+use crate::policy::{RateAsk, SendTimes};
+
+mod changes;
+mod migrations;
+mod reads;
+mod signals;
+mod tx;
+
+use changes::{NewJob, Retention};
+use reads::Scan;
+use tx::{Fault, PgResult, Tx};
+
+/// The configuration key that names the database.
+const KEY: &str = "store.postgres_url (POSTBACK_STORE_POSTGRES_URL)";
+/// Connections per instance.
+const POOL_SIZE: usize = 16;
+/// How often a transaction that met a deadlock or a serialization failure is run again.
+const CONFLICT_RETRIES: usize = 8;
+
+pub struct PostgresStore {
+    pool: Pool,
+    config: tokio_postgres::Config,
+    /// Names this instance in what it tells the others.
+    instance: String,
+    listeners: signals::Listeners,
+    retention: Retention,
+    audit_max_age_ms: i64,
+}
+
+/// Runs `$body` (which may `.await` and use `?` on `PgResult`s) in a transaction bound to
+/// `$t`, committed after it; run again when it meets a deadlock or serialization
+/// failure. The body's value as a `StoreResult`.
+macro_rules! in_transaction {
+    ($store:expr, |$t:ident| $body:expr) => {{
+        let mut tries = 0;
+        loop {
+            let result: PgResult<_> = async {
+                let mut client = $store.pool.get().await?;
+                let mut $t = Tx::begin(client.transaction().await?).await?;
+                let value = $body;
+                $t.commit().await?;
+                Ok(value)
+            }
+            .await;
+            match result {
+                Err(e) if e.is_conflict() && tries < CONFLICT_RETRIES => tries += 1,
+                result => break result.map_err(store_error),
+            }
+        }
+    }};
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url`, creating or upgrading the schema, retrying
+    /// until `settings.connect_wait` has passed.
+    pub async fn connect(
+        url: &str,
+        settings: &StoreSettings,
+        retention: &RetentionSettings,
+    ) -> anyhow::Result<Self> {
+        let config = client_config(url, settings)?;
+        migrate_when_reachable(&config, settings.connect_wait).await?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(
+                settings.response_timeout.max(settings.connect_timeout),
+            ))
+            .create_timeout(Some(settings.connect_timeout))
+            .build()
+            .context("postgres pool")?;
+        Ok(Self {
+            pool,
+            config,
+            instance: format!("{:016x}", fastrand::u64(..)),
+            listeners: signals::Listeners::default(),
+            retention: Retention {
+                dead_max_age_ms: retention.dead_max_age.as_millis() as i64,
+                dead_max_count: retention.dead_max_count,
+                finished_max_age_ms: retention.finished_max_age.as_millis() as i64,
+            },
+            audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
+        })
+    }
+
+    /// Creates or upgrades the schema of the database at `url` (as `connect` does). The
+    /// schema's version.
+    pub async fn migrate(url: &str, settings: &StoreSettings) -> anyhow::Result<i32> {
+        let config = client_config(url, settings)?;
+        migrate_when_reachable(&config, settings.connect_wait).await?;
+        Ok(migrations::VERSION)
+    }
+
+    /// A pooled connection for a read.
+    async fn reader(&self) -> StoreResult<deadpool_postgres::Client> {
+        self.pool.get().await.map_err(|e| store_error(e.into()))
+    }
+}
+
+/// The connection settings of `url`, with the configured timeout.
+fn client_config(url: &str, settings: &StoreSettings) -> anyhow::Result<tokio_postgres::Config> {
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .with_context(|| format!("{KEY}: not a Postgres URL"))?;
+    config.connect_timeout(settings.connect_timeout);
+    config.application_name("postback");
+    Ok(config)
+}
+
+/// Brings the schema up to this build's version, waiting up to `wait` for the database.
+async fn migrate_when_reachable(
+    config: &tokio_postgres::Config,
+    wait: Duration,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let (mut client, connection) = loop {
+        match config.connect(NoTls).await {
+            Ok(connected) => break connected,
+            Err(e) if tokio::time::Instant::now() >= deadline => anyhow::bail!(
+                "{KEY}: Postgres is unreachable after {}: {e}",
+                humantime::format_duration(wait)
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "waiting for Postgres");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    let connection = tokio::spawn(connection);
+    let applied = migrations::migrate(&mut client, KEY).await;
+    drop(client);
+    let _ = connection.await;
+    for version in applied? {
+        tracing::info!(version, "postgres: schema migrated");
+    }
+    Ok(())
+}
+
+/// A failed transaction as the store reports it.
+fn store_error(e: Fault) -> StoreError {
+    match e {
+        Fault::Corrupt(message) => StoreError::Corrupt(message),
+        Fault::Pool(message) => StoreError::Unavailable(format!("postgres: {message}")),
+        Fault::Db(e) => match e.code() {
+            // Connection lost, the server shutting down or out of resources: not a bug.
+            Some(code) if !matches!(&code.code()[..2], "08" | "53" | "57" | "40") => {
+                StoreError::Script {
+                    script: "postgres",
+                    message: e.to_string(),
+                }
+            }
+            _ => StoreError::Unavailable(format!("postgres: {e}")),
+        },
+    }
+}
+
+#[async_trait]
+impl Queue for PostgresStore {
+    async fn enqueue(
+        &self,
+        n: &Notification,
+        idempotency: Option<&Idempotency>,
+    ) -> StoreResult<Enqueued> {
+        let job = NewJob::of(n, idempotency);
+        in_transaction!(self, |t| changes::enqueue(&mut t, &job).await?)
+    }
+
+    /// In one transaction, in order: the registrations of one ordering key keep the
+    /// order they came in, and a key named twice registers once.
+    async fn enqueue_many(
+        &self,
+        registrations: &[(&Notification, Option<&Idempotency>)],
+    ) -> Vec<StoreResult<Enqueued>> {
+        let jobs: Vec<NewJob> = registrations
+            .iter()
+            .map(|(n, idempotency)| NewJob::of(n, *idempotency))
+            .collect();
+        let stored = in_transaction!(self, |t| {
+            let mut answers = Vec::with_capacity(jobs.len());
+            for job in &jobs {
+                answers.push(changes::enqueue(&mut t, job).await?);
+            }
+            answers
+        });
+        match stored {
+            Ok(answers) => answers.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e); registrations.len()],
+        }
+    }
+
+    async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
+        let asked = Instant::now();
+        let window = (lease.as_millis() as i64, ahead.as_millis() as i64);
+        in_transaction!(self, |t| changes::claim(&mut t, limit, window, asked)
+            .await?)
+    }
+
+    async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
+        // Rows are locked in one order, so that two settles cannot wait on each other.
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by_key(|&i| batch[i].id.to_string());
+        let retention = self.retention;
+        in_transaction!(self, |t| {
+            let mut settled = Settled {
+                applied: vec![false; batch.len()],
+                ..Settled::default()
+            };
+            let (mut dead, mut done) = (false, false);
+            for &i in &order {
+                let Some(r) = changes::settle(&mut t, &batch[i]).await? else {
+                    continue;
+                };
+                settled.applied[i] = true;
+                settled.dead_lettered += usize::from(r.state == JobState::Dead);
+                dead |= r.state == JobState::Dead;
+                done |= matches!(r.position(), Some((Index::Done, _)));
+                settled.earliest |= t.heads_due(&batch[i].id.to_string(), &r).await?;
+            }
+            let budget = retention::settle_budget(batch.len());
+            settled.trimmed =
+                changes::apply_retention(&mut t, &retention, budget, (dead, done)).await?;
+            settled
+        })
+    }
+
+    async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool> {
+        let mut batch = batch.to_vec();
+        batch.sort_by_key(|d| d.id.to_string());
+        in_transaction!(self, |t| {
+            let mut earliest = false;
+            for d in &batch {
+                if let Some(r) = changes::defer(&mut t, d).await? {
+                    earliest |= t.heads_due(&d.id.to_string(), &r).await?;
+                }
+            }
+            earliest
+        })
+    }
+
+    async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
+        let mut leases = leases.to_vec();
+        leases.sort_by_key(|(id, _)| id.to_string());
+        in_transaction!(self, |t| {
+            let mut due = 0;
+            for (id, lease) in &leases {
+                if let Some(r) = changes::release(&mut t, id, *lease).await? {
+                    due += usize::from(r.next_at.is_some());
+                    t.heads_due(&id.to_string(), &r).await?;
+                }
+            }
+            due
+        })
+    }
+
+    async fn trim(&self) -> StoreResult<usize> {
+        let mut trimmed = 0;
+        loop {
+            let retention = self.retention;
+            let budget = retention::SWEEP_BUDGET;
+            let n = in_transaction!(self, |t| {
+                changes::apply_retention(&mut t, &retention, budget, (true, true)).await?
+            })?;
+            trimmed += n;
+            if n < budget {
+                return Ok(trimmed);
+            }
+        }
+    }
+
+    async fn watch(&self, wake: Arc<Notify>, cancel: CancellationToken) {
+        let (config, instance) = (self.config.clone(), self.instance.clone());
+        signals::listen(config, instance, self.listeners.clone(), wake, cancel).await
+    }
+}
+
+#[async_trait]
+impl OperatorActions for PostgresStore {
+    async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
+        in_transaction!(self, |t| changes::cancel(&mut t, id).await?)
+    }
+
+    async fn replay(
+        &self,
+        id: &JobId,
+        spec: Option<&JobSpec>,
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<Option<JobStatus>> {
+        let spec = spec.map(spec::encode);
+        let schedule = schedule.map(Schedule::intervals_ms);
+        let delay_ms = delay.as_millis() as u64;
+        in_transaction!(self, |t| {
+            let (spec, schedule) = (spec.as_deref(), schedule.as_deref());
+            let record = changes::replay(&mut t, id, spec, schedule, delay_ms).await?;
+            record.map(|r| r.status())
+        })
+    }
+
+    async fn replay_many(
+        &self,
+        ids: &[JobId],
+        schedule: Option<&Schedule>,
+        delay: Duration,
+    ) -> StoreResult<usize> {
+        let mut ids = ids.to_vec();
+        ids.sort_by_key(JobId::to_string);
+        let schedule = schedule.map(Schedule::intervals_ms);
+        let delay_ms = delay.as_millis() as u64;
+        in_transaction!(self, |t| {
+            let mut n = 0;
+            for id in &ids {
+                let record = changes::replay(&mut t, id, None, schedule.as_deref(), delay_ms);
+                n += usize::from(record.await?.is_some());
+            }
+            n
+        })
+    }
+
+    async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
+        in_transaction!(self, |t| {
+            let mut n = 0;
+            for id in ids {
+                n += usize::from(changes::discard(&mut t, id).await?);
+            }
+            n
+        })
+    }
+}
+
+#[async_trait]
+impl Reads for PostgresStore {
+    async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>> {
+        let c = self.reader().await?;
+        reads::view(&c, &id.to_string()).await.map_err(store_error)
+    }
+
+    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>> {
+        let c = self.reader().await?;
+        let now = database_now(&c).await?;
+        reads::by_key(&c, scoped_key, now.down())
+            .await
+            .map_err(store_error)
+    }
+
+    async fn list(
+        &self,
+        listed: Listed,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&WalkCursor>,
+    ) -> StoreResult<ListPage> {
+        let c = self.reader().await?;
+        let walk_from = match after {
+            Some(cursor) => cursor.walk_from,
+            None => database_now(&c).await?.down(),
+        };
+        let scan = scan(listed.index(), listed.soonest_first(), filter);
+        let after = after.map(|c| &c.position);
+        let keep = |v: &JobView| listed.keeps(v, filter, walk_from);
+        let (items, next) = reads::page(&c, &scan, limit, after, keep)
+            .await
+            .map_err(store_error)?;
+        Ok(ListPage {
+            items,
+            next_cursor: next.map(|position| WalkCursor {
+                position,
+                walk_from,
+            }),
+        })
+    }
+
+    async fn dead_letters(
+        &self,
+        filter: &ListFilter,
+        limit: usize,
+        after: Option<&Cursor>,
+    ) -> StoreResult<DeadPage> {
+        let c = self.reader().await?;
+        let scan = scan(Index::Dead, false, filter);
+        let (items, next_cursor) = reads::page(&c, &scan, limit, after, |v| filter.matches(v))
+            .await
+            .map_err(store_error)?;
+        Ok(DeadPage { items, next_cursor })
+    }
+
+    async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats> {
+        let c = self.reader().await?;
+        reads::stats(&c, tenant).await.map_err(store_error)
+    }
+
+    async fn outcomes(
+        &self,
+        tenant: Option<&Tenant>,
+        first_window: i64,
+        windows: usize,
+    ) -> StoreResult<Vec<Outcomes>> {
+        let c = self.reader().await?;
+        reads::outcomes(&c, tenant, first_window, windows)
+            .await
+            .map_err(store_error)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        let c = self.reader().await?;
+        c.simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(|e| store_error(e.into()))
+    }
+}
+
+/// The rows of `index` that a list with `filter` reads.
+fn scan(index: Index, soonest_first: bool, filter: &ListFilter) -> Scan<'_> {
+    Scan {
+        index,
+        soonest_first,
+        since: filter.since,
+        until: filter.until,
+        tenant: filter.tenant.as_ref(),
+    }
+}
+
+/// The database's clock now.
+async fn database_now(c: &deadpool_postgres::Client) -> StoreResult<Now> {
+    let row = c
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+            &[],
+        )
+        .await
+        .map_err(|e| store_error(e.into()))?;
+    Ok(Now::from_micros(row.get(0)))
+}
+
+#[async_trait]
+impl RateReservations for PostgresStore {
+    async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<SendTimes>> {
+        in_transaction!(self, |t| changes::reserve(&mut t, asks).await?)
+    }
+}
+
+#[async_trait]
+impl AuditLog for PostgresStore {
+    async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
+        let json = serde_json::to_string(record).expect("a record serializes");
+        let max_age = self.audit_max_age_ms;
+        in_transaction!(self, |t| changes::record_audit(&mut t, &json, max_age)
+            .await?)
+    }
+
+    async fn audit_entries(
+        &self,
+        filter: &AuditFilter,
+        before: Option<AuditPosition>,
+        n: usize,
+    ) -> StoreResult<Vec<AuditEntry>> {
+        let c = self.reader().await?;
+        reads::audit(&c, filter, before, n)
+            .await
+            .map_err(store_error)
+    }
+}
+
+#[async_trait]
+impl FleetMessaging for PostgresStore {
+    async fn publish_health(&self, endpoint: &str, healthy: bool) -> StoreResult<()> {
+        let c = self.reader().await?;
+        let payload = signals::health_payload(&self.instance, endpoint, healthy);
+        c.execute("SELECT pg_notify($1, $2)", &[&signals::HEALTH, &payload])
+            .await
+            .map(drop)
+            .map_err(|e| store_error(e.into()))
+    }
+
+    fn on_health(&self, listener: HealthListener) {
+        self.listeners.set_health(listener);
+    }
+}
+
+impl Store for PostgresStore {
+    fn fleet(&self) -> Option<&dyn FleetMessaging> {
+        Some(self)
+    }
+}

@@ -1,0 +1,464 @@
+//! The Postgres store's transitions, each inside one transaction (`Tx`): it locks the
+//! notification's row, asks `lifecycle` what the event leads to, and writes the answer
+//! with its place in the indexes. Claims and retention choose rows with
+//! `FOR UPDATE SKIP LOCKED`, so that instances sharing the database never wait on each
+//! other's rows. Nothing here decides a state.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::tx::{corrupt, place, Fault, PgResult, Tx};
+use crate::domain::{Attempt, JobId, Notification};
+use crate::lifecycle::{transitions, Cancelled, Record, WAITING_OFFSET_MS};
+use crate::policy::{self, RateAsk, RateState, SendTimes};
+use crate::store::spec;
+use crate::store::{
+    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry,
+    Settlement,
+};
+
+/// A registration, ready to store.
+pub struct NewJob {
+    pub id: JobId,
+    /// The meta line and the body (`spec::encode`).
+    pub spec: String,
+    pub schedule: Vec<u64>,
+    pub delay_ms: u64,
+    /// The idempotency key, named by its scoped key.
+    pub idempotency: Option<IdempotencyEntry>,
+}
+
+impl NewJob {
+    pub fn of(n: &Notification, idempotency: Option<&Idempotency>) -> Self {
+        Self {
+            id: n.id,
+            spec: spec::encode(&n.spec()),
+            schedule: n.schedule.intervals_ms(),
+            delay_ms: n.delay.as_millis() as u64,
+            idempotency: idempotency.map(|i| i.entry(i.scoped())),
+        }
+    }
+}
+
+/// Retention limits: dead letters' age and count, finished notifications' age.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub dead_max_age_ms: i64,
+    pub dead_max_count: u64,
+    pub finished_max_age_ms: i64,
+}
+
+/// Stores a notification and schedules its first attempt, or answers with the earlier
+/// notification of its idempotency key (refusing it when that came with another
+/// request).
+pub async fn enqueue(t: &mut Tx<'_>, job: &NewJob) -> PgResult<Enqueued> {
+    if let Some(entry) = &job.idempotency {
+        if let Some(earlier) = claim_key(t, entry, &job.id).await? {
+            return Ok(earlier);
+        }
+    }
+    let id = job.id.to_string();
+    let record = transitions::register(job.schedule.clone(), t.now, job.delay_ms);
+    let stored = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
+    let (tenant, ordering) = (spec::tenant(&stored), spec::ordering(&stored));
+    let (idx, at) = place(&record);
+    t.execute(
+        "INSERT INTO postback.jobs (id, tenant, ordering, spec, record, idx, at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &id,
+            &&*tenant,
+            &ordering,
+            &stored,
+            &record.encode(),
+            &idx,
+            &at,
+        ],
+    )
+    .await?;
+    let record = match ordering.as_deref() {
+        Some(key) => t.save(&id, Some(key), None, &record).await?,
+        None => record,
+    };
+    let earliest = t.heads_due(&id, &record).await?.then_some(Duration::ZERO);
+    Ok(Enqueued {
+        id: job.id,
+        status: Some(record.status()),
+        duplicate: false,
+        mismatch: false,
+        earliest,
+    })
+}
+
+/// Takes the idempotency key for `id`, or answers with the notification that holds it
+/// (a concurrent registration of the same key waits here for the other to commit).
+async fn claim_key(
+    t: &mut Tx<'_>,
+    entry: &IdempotencyEntry,
+    id: &JobId,
+) -> PgResult<Option<Enqueued>> {
+    let until = t.now.up() + entry.ttl_ms as i64;
+    let kept = entry.kept(id);
+    let taken = t
+        .execute(
+            "INSERT INTO postback.idempotency (key, kept, until) VALUES ($1, $2, $3)
+             ON CONFLICT (key) DO UPDATE SET kept = $2, until = $3
+             WHERE postback.idempotency.until <= $4",
+            &[&entry.name, &kept, &until, &t.now.down()],
+        )
+        .await?;
+    if taken == 1 {
+        return Ok(None);
+    }
+    let rows = t
+        .query(
+            "SELECT kept FROM postback.idempotency WHERE key = $1",
+            &[&entry.name],
+        )
+        .await?;
+    let kept: String = rows.first().map(|r| r.get(0)).unwrap_or_default();
+    let (first, _) = idempotency_value(&kept);
+    let mismatch = entry.mismatches(&kept);
+    let status = match mismatch {
+        true => None,
+        false => t.job(first).await?.map(|row| row.record.status()),
+    };
+    Ok(Some(Enqueued {
+        id: parse_id(first)?,
+        status,
+        duplicate: true,
+        mismatch,
+        earliest: None,
+    }))
+}
+
+/// Hands back up to `limit` expired leases, then leases up to `limit` notifications due
+/// by `now + ahead_ms` until `now + lease_ms`, with how long until the next due
+/// notification or lease end. Rows another instance holds are skipped.
+pub async fn claim(
+    t: &mut Tx<'_>,
+    limit: usize,
+    (lease_ms, ahead_ms): (i64, i64),
+    asked: Instant,
+) -> PgResult<Claim> {
+    let now_ms = t.now.down();
+    let limit = limit as i64;
+    let expired = t
+        .query(
+            "SELECT id, record, ordering FROM postback.jobs
+             WHERE idx = 'inflight' AND at <= $1 ORDER BY at, id LIMIT $2
+             FOR UPDATE SKIP LOCKED",
+            &[&now_ms, &limit],
+        )
+        .await?;
+    for row in &expired {
+        let (id, old) = (row.get::<_, &str>(0), decode(row.get(1))?);
+        if let Some(new) = transitions::expire(&old, t.now) {
+            let ordering: Option<&str> = row.get(2);
+            t.save(id, ordering, Some(&old), &new).await?;
+        }
+    }
+    let due = t
+        .query(
+            "SELECT id, record, spec, at FROM postback.jobs
+             WHERE idx = 'due' AND at <= $1 ORDER BY at, id LIMIT $2
+             FOR UPDATE SKIP LOCKED",
+            &[&(now_ms + ahead_ms), &limit],
+        )
+        .await?;
+    let mut jobs = Vec::with_capacity(due.len());
+    let (mut ids, mut records) = (Vec::new(), Vec::new());
+    for row in &due {
+        let (id, old) = (row.get::<_, &str>(0), decode(row.get(1))?);
+        let Some(new) = transitions::claim(&old, now_ms + lease_ms) else {
+            continue;
+        };
+        jobs.push(ClaimedJob {
+            id: parse_id(id)?,
+            lease: new.lease,
+            attempt: new.attempts + 1,
+            max_attempts: new.max_attempts,
+            due_at: row.get(3),
+            claimed_at_us: t.now.micros(),
+            claim_asked: asked,
+            spec: spec::decode(row.get(2)).map_err(corrupt)?,
+            reserved: new.reserved,
+        });
+        ids.push(id);
+        records.push(new.encode());
+    }
+    // Claimed notifications neither join nor leave an ordering key: one statement.
+    t.execute(
+        "UPDATE postback.jobs SET record = u.record, idx = 'inflight', at = $3
+         FROM unnest($1::text[], $2::text[]) AS u(id, record) WHERE jobs.id = u.id",
+        &[&ids, &records, &(now_ms + lease_ms)],
+    )
+    .await?;
+    let next_wake = next_wake_at(t).await?;
+    Ok(Claim {
+        jobs,
+        next_wake: next_wake.map(|at| Duration::from_millis((at - now_ms).max(0) as u64)),
+    })
+}
+
+/// When the earliest notification falls due or the earliest lease ends, if any.
+pub async fn next_wake_at(t: &Tx<'_>) -> PgResult<Option<i64>> {
+    let rows = t
+        .query(
+            "SELECT least(
+                 (SELECT at FROM postback.jobs WHERE idx = 'due' ORDER BY at LIMIT 1),
+                 (SELECT at FROM postback.jobs WHERE idx = 'inflight' ORDER BY at LIMIT 1))",
+            &[],
+        )
+        .await?;
+    let at: Option<i64> = rows.first().and_then(|r| r.get(0));
+    // A notification waiting behind its ordering key is not due until its turn.
+    Ok(at.filter(|at| *at < WAITING_OFFSET_MS))
+}
+
+/// Applies `step` to the locked record of `id` and saves what it returns: the new
+/// record, or `None` when there is no record or the step changed nothing.
+async fn apply(
+    t: &mut Tx<'_>,
+    id: &str,
+    step: impl FnOnce(&Record) -> Option<Record>,
+) -> PgResult<Option<Record>> {
+    let Some(row) = t.job(id).await? else {
+        return Ok(None);
+    };
+    let Some(new) = step(&row.record) else {
+        return Ok(None);
+    };
+    let saved = t
+        .save(id, row.ordering.as_deref(), Some(&row.record), &new)
+        .await?;
+    Ok(Some(saved))
+}
+
+/// Records one attempt and moves the notification on. Its new record; `None` when the
+/// lease was no longer current.
+pub async fn settle(t: &mut Tx<'_>, s: &Settlement) -> PgResult<Option<Record>> {
+    let id = s.id.to_string();
+    let verdict = s.verdict();
+    let now = t.now;
+    let Some(new) = apply(t, &id, |r| transitions::settle(r, s.lease, &verdict, now)).await? else {
+        return Ok(None);
+    };
+    let attempt = serde_json::to_string(&[s.attempt(verdict.ended(now))]).map_err(corrupt)?;
+    // The history is a JSON array: the attempt is appended without reading it back.
+    t.execute(
+        "UPDATE postback.jobs SET history = CASE history WHEN '[]' THEN $2
+             ELSE left(history, -1) || ',' || substr($2, 2) END
+         WHERE id = $1",
+        &[&id, &attempt],
+    )
+    .await?;
+    Ok(Some(new))
+}
+
+/// Hands a leased notification back to the due set after its delay, without counting
+/// an attempt (cancelled instead when a cancel was asked for).
+pub async fn defer(t: &mut Tx<'_>, d: &Deferral) -> PgResult<Option<Record>> {
+    let (delay_ms, now) = (d.delay.as_millis() as u64, t.now);
+    apply(t, &d.id.to_string(), |r| {
+        transitions::defer(r, d.lease, now, delay_ms, d.reserved)
+    })
+    .await
+}
+
+/// Hands a leased notification back, due at once (or when it was due, if later).
+pub async fn release(t: &mut Tx<'_>, id: &JobId, lease: u64) -> PgResult<Option<Record>> {
+    let now = t.now;
+    apply(t, &id.to_string(), |r| transitions::release(r, lease, now)).await
+}
+
+/// Cancels a scheduled notification at once, or one in flight after its attempt.
+pub async fn cancel(t: &mut Tx<'_>, id: &JobId) -> PgResult<Cancelled> {
+    let (mut answer, now) = (Cancelled::NotFound, t.now);
+    apply(t, &id.to_string(), |r| {
+        let (said, new) = transitions::cancel(r, now);
+        answer = said;
+        new
+    })
+    .await?;
+    Ok(answer)
+}
+
+/// Schedules a dead letter again from a fresh attempt count, with a new spec (meta line
+/// and body) or schedule when given. Its new record; `None` when it is not dead.
+pub async fn replay(
+    t: &mut Tx<'_>,
+    id: &JobId,
+    spec: Option<&str>,
+    schedule: Option<&[u64]>,
+    delay_ms: u64,
+) -> PgResult<Option<Record>> {
+    let key = id.to_string();
+    let now = t.now;
+    let replayed = apply(t, &key, |r| transitions::replay(r, now, delay_ms, schedule)).await?;
+    if let (Some(encoded), Some(r)) = (spec, &replayed) {
+        let stored = spec::stored(r.created_at, 0, &r.schedule, encoded);
+        t.execute(
+            "UPDATE postback.jobs SET spec = $2 WHERE id = $1",
+            &[&key, &stored],
+        )
+        .await?;
+    }
+    if let Some(r) = &replayed {
+        t.heads_due(&key, r).await?;
+    }
+    Ok(replayed)
+}
+
+/// Deletes a dead letter. Whether it was one.
+pub async fn discard(t: &mut Tx<'_>, id: &JobId) -> PgResult<bool> {
+    let deleted = t
+        .execute(
+            "DELETE FROM postback.jobs WHERE id = $1 AND idx = 'dead'",
+            &[&id.to_string()],
+        )
+        .await?;
+    Ok(deleted == 1)
+}
+
+/// Retention: deletes up to `budget` dead letters past their age, then the oldest beyond
+/// their count, and up to `budget` finished notifications past their age (each when its
+/// flag says so), counting each by tenant and reason; then up to `budget` forgotten
+/// idempotency keys. How many notifications it deleted.
+pub async fn apply_retention(
+    t: &mut Tx<'_>,
+    limits: &Retention,
+    budget: usize,
+    (dead, finished): (bool, bool),
+) -> PgResult<usize> {
+    let now_ms = t.now.down();
+    let budget = budget as i64;
+    let mut n = 0;
+    if dead {
+        let before = now_ms - limits.dead_max_age_ms;
+        n += drop_oldest(t, ("dead", before), budget, "dead_by_age").await?;
+        let rows = t
+            .query("SELECT count(*) FROM postback.jobs WHERE idx = 'dead'", &[])
+            .await?;
+        let dead: i64 = rows.first().map_or(0, |r| r.get(0));
+        let keep = limits.dead_max_count.min(i64::MAX as u64) as i64;
+        let excess = (dead - keep).min(budget - n as i64);
+        n += drop_oldest(t, ("dead", i64::MAX), excess, "dead_by_count").await?;
+    }
+    if finished {
+        let before = now_ms - limits.finished_max_age_ms;
+        n += drop_oldest(t, ("done", before), budget, "finished_by_age").await?;
+    }
+    t.execute(
+        "DELETE FROM postback.idempotency WHERE key IN (
+             SELECT key FROM postback.idempotency WHERE until <= $1 ORDER BY until
+             LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        &[&now_ms, &budget],
+    )
+    .await?;
+    Ok(n)
+}
+
+/// Deletes up to `limit` of the oldest notifications of index `idx` at or before
+/// `before`, counting each under `reason` for its tenant.
+async fn drop_oldest(
+    t: &mut Tx<'_>,
+    (idx, before): (&str, i64),
+    limit: i64,
+    reason: &str,
+) -> PgResult<usize> {
+    if limit <= 0 {
+        return Ok(0);
+    }
+    let rows = t
+        .query(
+            "DELETE FROM postback.jobs WHERE id IN (
+                 SELECT id FROM postback.jobs WHERE idx = $1 AND at <= $2
+                 ORDER BY at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+             RETURNING tenant",
+            &[&idx, &before, &limit],
+        )
+        .await?;
+    let mut by_tenant: BTreeMap<String, i64> = BTreeMap::new();
+    for row in &rows {
+        *by_tenant.entry(row.get(0)).or_default() += 1;
+    }
+    for (tenant, n) in &by_tenant {
+        t.count_trimmed(tenant, reason, *n).await?;
+    }
+    Ok(rows.len())
+}
+
+/// Reserves send times in each ask's rate key (`policy::reserve`), keeping each key's
+/// state only while it matters. Each key is locked while it is read and written.
+pub async fn reserve(t: &mut Tx<'_>, asks: &[RateAsk]) -> PgResult<Vec<SendTimes>> {
+    let now_us = t.now.micros();
+    let mut out = Vec::with_capacity(asks.len());
+    for ask in asks {
+        let key = ask.key.as_str();
+        t.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('rate ' || $1, 0))",
+            &[&key],
+        )
+        .await?;
+        let rows = t
+            .query(
+                "SELECT tat_us, paused_until_us FROM postback.rates WHERE key = $1",
+                &[&key],
+            )
+            .await?;
+        let state = rows.first().map_or_else(RateState::default, |r| RateState {
+            tat_us: r.get(0),
+            paused_until_us: r.get(1),
+        });
+        let (new, slots) = policy::reserve(state, now_us, ask);
+        if new.matters_until() > now_us {
+            t.execute(
+                "INSERT INTO postback.rates (key, tat_us, paused_until_us) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE SET tat_us = $2, paused_until_us = $3",
+                &[&key, &new.tat_us, &new.paused_until_us],
+            )
+            .await?;
+        } else if !rows.is_empty() {
+            t.execute("DELETE FROM postback.rates WHERE key = $1", &[&key])
+                .await?;
+        }
+        out.push(slots);
+    }
+    Ok(out)
+}
+
+/// Entries past the retention deleted per entry added: more than one, so the log
+/// shrinks back after its retention is shortened.
+const AUDIT_TRIM_PER_ENTRY: i64 = 8;
+
+/// Adds an audit entry at the transaction's time, and deletes a few past `max_age_ms`.
+pub async fn record_audit(t: &mut Tx<'_>, json: &str, max_age_ms: i64) -> PgResult<()> {
+    let at = t.now.down();
+    t.execute(
+        "INSERT INTO postback.audit (at, entry) VALUES ($1, $2)",
+        &[&at, &json],
+    )
+    .await?;
+    t.execute(
+        "DELETE FROM postback.audit WHERE (at, seq) IN (
+             SELECT at, seq FROM postback.audit WHERE at < $1 ORDER BY at, seq LIMIT $2)",
+        &[&(at - max_age_ms), &AUDIT_TRIM_PER_ENTRY],
+    )
+    .await?;
+    Ok(())
+}
+
+fn decode(raw: &str) -> PgResult<Record> {
+    Record::decode(raw).map_err(corrupt)
+}
+
+pub fn parse_id(raw: &str) -> PgResult<JobId> {
+    raw.parse()
+        .map_err(|_| Fault::Corrupt(format!("bad id `{raw}` in postback.jobs")))
+}
+
+/// The attempts of a history as kept in `postback.jobs.history`.
+pub fn history(raw: &str) -> PgResult<Vec<Attempt>> {
+    serde_json::from_str(raw).map_err(corrupt)
+}

@@ -1,0 +1,80 @@
+//! The schema `postback` and its versions: each migration is a SQL file shipped in the
+//! binary, applied once, in order, in its own transaction, and recorded in
+//! `postback.migrations`. Instances starting together take turns (an advisory lock),
+//! and an instance refuses a schema newer than it knows rather than misread it.
+
+use anyhow::{bail, Context};
+use tokio_postgres::Client;
+
+/// Every migration, by version: version N is the Nth.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_tables.sql")];
+
+/// The schema version this build writes and reads.
+pub const VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Held while migrating, so that instances starting at once apply each version once.
+const LOCK: i64 = 0x706f_7374_6261_636b; // "postback"
+
+/// Creates the schema or brings it up to `VERSION`. The versions applied now.
+pub async fn migrate(client: &mut Client, key: &str) -> anyhow::Result<Vec<i32>> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&LOCK])
+        .await
+        .with_context(|| format!("{key}: cannot lock the schema to migrate it"))?;
+    let applied = apply_missing(client, key).await;
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&LOCK])
+        .await;
+    let applied = applied?;
+    unlocked.with_context(|| format!("{key}: cannot unlock the schema"))?;
+    Ok(applied)
+}
+
+async fn apply_missing(client: &mut Client, key: &str) -> anyhow::Result<Vec<i32>> {
+    client
+        .batch_execute(
+            "CREATE SCHEMA IF NOT EXISTS postback;
+             CREATE TABLE IF NOT EXISTS postback.migrations (
+                 version integer PRIMARY KEY,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             );",
+        )
+        .await
+        .with_context(|| format!("{key}: cannot create the schema postback"))?;
+    let current = current_version(client, key).await?;
+    if current > VERSION {
+        bail!(
+            "{key}: the schema postback is at version {current}, newer than this build knows \
+             ({VERSION}); run a postback as new as the one that migrated it"
+        );
+    }
+    let mut applied = Vec::new();
+    for (version, sql) in (1..).zip(MIGRATIONS).skip(current as usize) {
+        let tx = client.transaction().await?;
+        tx.batch_execute(sql)
+            .await
+            .with_context(|| format!("{key}: migration {version} failed"))?;
+        tx.execute(
+            "INSERT INTO postback.migrations (version) VALUES ($1)",
+            &[&version],
+        )
+        .await?;
+        tx.commit()
+            .await
+            .with_context(|| format!("{key}: migration {version} failed"))?;
+        applied.push(version);
+    }
+    Ok(applied)
+}
+
+/// The latest version applied (0 for a new schema).
+pub async fn current_version(client: &Client, key: &str) -> anyhow::Result<i32> {
+    let row = client
+        .query_one(
+            "SELECT coalesce(max(version), 0) FROM postback.migrations",
+            &[],
+        )
+        .await
+        .with_context(|| format!("{key}: cannot read the schema's version"))?;
+    Ok(row.get(0))
+}

@@ -1,0 +1,192 @@
+//! A throwaway Postgres for one test: `initdb` in a temporary directory, `postgres` on a
+//! free port of loopback. As root, both run as the `postgres` user (they refuse root).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+pub struct PostgresServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: TempDir,
+}
+
+/// The directory of `initdb`, `postgres` and `pg_isready`: `POSTBACK_TEST_PG_BIN`, or the
+/// newest of Debian's `/usr/lib/postgresql/<version>/bin`.
+fn bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("POSTBACK_TEST_PG_BIN") {
+        return dir.into();
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("Postgres must be installed (scripts/ensure-postgres.sh)")
+        .filter_map(|e| Some(e.ok()?.path().join("bin")))
+        .filter(|bin| bin.join("postgres").exists())
+        .collect();
+    versions.sort_by_key(|p| {
+        let version = p.parent().and_then(|v| v.file_name()).unwrap_or_default();
+        version.to_string_lossy().parse::<u32>().unwrap_or(0)
+    });
+    versions
+        .pop()
+        .expect("no /usr/lib/postgresql/<version>/bin/postgres")
+}
+
+/// The uid and gid of the `postgres` user when running as root, to run the server as.
+fn server_user() -> Option<(u32, u32)> {
+    let me = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&me.stdout).trim() != "0" {
+        return None;
+    }
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").args([flag, "postgres"]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    Some((id("-u")?, id("-g")?))
+}
+
+fn command(program: &Path, user: Option<(u32, u32)>) -> Command {
+    let mut cmd = Command::new(program);
+    if let Some((uid, gid)) = user {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    cmd
+}
+
+impl PostgresServer {
+    /// A new cluster, started, answering on a free port.
+    pub fn start() -> Self {
+        let (bin, user) = (bin_dir(), server_user());
+        let dir = tempfile::tempdir().unwrap();
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let data = dir.path().join("data");
+        let status = command(&bin.join("initdb"), user)
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "-D",
+            ])
+            .arg(&data)
+            .status()
+            .expect("initdb must be installed (scripts/ensure-postgres.sh)");
+        assert!(status.success(), "initdb failed");
+        let mut server = Self {
+            child: None,
+            port: super::free_port(),
+            dir,
+        };
+        server.run();
+        server
+    }
+
+    /// Starts the server on its directory and waits until it accepts connections.
+    fn run(&mut self) {
+        let (bin, user) = (bin_dir(), server_user());
+        let child = command(&bin.join("postgres"), user)
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(self.dir.path())
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "max_connections=300",
+            ])
+            // The tests kill processes, not machines: what a process wrote, the kernel
+            // keeps, so a commit is as durable as the tests can tell without fsync.
+            .args(["-c", "fsync=off"])
+            .spawn()
+            .expect("postgres must be installed (scripts/ensure-postgres.sh)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            let ready = Command::new(bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("postgres did not start on port {}", self.port);
+    }
+
+    /// Runs `sql` with `psql` as the superuser; what it printed (unaligned, no headers).
+    pub fn psql(&self, sql: &str) -> String {
+        let out = Command::new(bin_dir().join("psql"))
+            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+                "-c",
+                sql,
+            ])
+            .output()
+            .expect("psql");
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        let error = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "psql: {sql}: {error}");
+        said
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server at once (`kill -9`: what it has committed survives).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Its backends notice the postmaster is gone and exit; until then the port and
+        // the data directory's lock are taken.
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = std::fs::remove_file(self.dir.path().join("data/postmaster.pid"));
+    }
+
+    /// Starts it again on the same port and data.
+    pub fn restart(&mut self) {
+        self.run();
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Fast shutdown: backends are ended and shared memory released.
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
