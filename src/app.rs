@@ -40,6 +40,8 @@ pub struct App {
     /// The delivery policy, whose breaker learns what other instances saw.
     delivery: Arc<Policy>,
     wake: Arc<Notify>,
+    /// What registrations through the database are checked against, as the API's.
+    rules: Arc<RegistrationRules>,
     sweep_interval: Duration,
     pipeline: Pipeline,
     server_limits: api::ServerLimits,
@@ -83,10 +85,11 @@ impl App {
             config.shards,
         );
         let pipeline = Pipeline::default();
+        let rules = Arc::new(registration_rules(&config));
         let state = AppState {
             store: store.clone(),
             wake: wake.clone(),
-            rules: Arc::new(registration_rules(&config)),
+            rules: rules.clone(),
             delivery: delivery.clone(),
             metrics: crate::metrics::install()?,
             pipeline: pipeline.clone(),
@@ -105,6 +108,7 @@ impl App {
             dispatcher,
             delivery,
             wake,
+            rules,
             sweep_interval: s.retention.sweep_interval,
             pipeline,
             server_limits: api::ServerLimits {
@@ -133,7 +137,7 @@ impl App {
             dispatcher.run(token).await
         });
         let watching = {
-            let (store, wake, token) = (self.store.clone(), self.wake, tasks.child_token());
+            let (store, wake, token) = (self.store.clone(), self.wake.clone(), tasks.child_token());
             if let Some(fleet) = store.fleet() {
                 let delivery = self.delivery;
                 let health: HealthListener = Arc::new(move |endpoint, healthy| {
@@ -143,6 +147,12 @@ impl App {
             }
             tokio::spawn(async move { store.watch(wake, token).await })
         };
+        let taking_in = tokio::spawn(api::intake::run(
+            self.store.clone(),
+            self.rules,
+            self.wake.clone(),
+            tasks.child_token(),
+        ));
         let sweeping = tokio::spawn(sweep::run(
             self.store,
             self.sweep_interval,
@@ -156,6 +166,7 @@ impl App {
         dispatching.await.context("dispatcher")?;
         watching.await.context("wake-up watcher")?;
         sweeping.await.context("retention sweep")?;
+        taking_in.await.context("intake")?;
         tracing::info!("stopped");
         Ok(())
     }

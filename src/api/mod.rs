@@ -25,6 +25,7 @@ mod body;
 mod browser;
 mod dead_letters;
 mod error;
+pub mod intake;
 mod limits;
 mod notifications;
 mod notify;

@@ -9,10 +9,12 @@ use tracing::{Instrument, Span};
 use super::auth;
 use super::error::ApiError;
 use super::notify::{validate, NotifyRequest};
+use super::parse::parse_json;
+use super::rules::RegistrationRules;
 use super::AppState;
-use crate::access::{self, Principal};
-use crate::domain::{JobId, Notification, OrderingKey};
-use crate::store::{Enqueued, Idempotency, JobStatus, StoreResult};
+use crate::access::{self, Principal, Role, Scope};
+use crate::domain::{FieldError, JobId, Notification, OrderingKey, Tenant};
+use crate::store::{Enqueued, Idempotency, IntakeItem, JobStatus, StoreResult};
 use crate::traces;
 
 /// A registration checked and ready to store.
@@ -38,33 +40,63 @@ pub(super) fn prepare(
     key: Option<String>,
     raw: &[u8],
 ) -> Result<Registration, ApiError> {
+    let rules = &state.rules;
     let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
-        state.rules.tenants.contains_key(t)
+        rules.tenants.contains_key(t)
     })?;
     let idempotency = key.map(|key| Idempotency {
         key,
         tenant: tenant.clone(),
         fingerprint: fingerprint(raw),
-        ttl: state.rules.idempotency_ttl,
+        ttl: rules.idempotency_ttl,
     });
-    let ordering_key = request
-        .ordering_key
-        .as_deref()
-        .map(OrderingKey::parse)
-        .transpose()?;
+    let ordering_key = ordering_key(&request)?;
     // Every notification of an ordering key lives on one shard, whose scripts keep the
     // key's order; with an idempotency key too, the ordering key places it.
     let placed_by = match &ordering_key {
         Some(k) => Some(format!("ordering {}", k.scoped(&tenant))),
         None => idempotency.as_ref().map(Idempotency::scoped),
     };
-    let id = state.rules.placement.new_id(placed_by.as_deref());
-    let mut notification = validate(request, id, tenant, &state.rules)?;
+    let id = rules.placement.new_id(placed_by.as_deref());
+    let mut notification = validate(request, id, tenant, rules)?;
     notification.ordering_key = ordering_key;
     Ok(Registration {
         notification,
         idempotency,
     })
+}
+
+fn ordering_key(request: &NotifyRequest) -> Result<Option<OrderingKey>, FieldError> {
+    request
+        .ordering_key
+        .as_deref()
+        .map(OrderingKey::parse)
+        .transpose()
+}
+
+/// Checks a registration a producer made inside its database transaction, as a request
+/// of a token bound to its tenant (which the database granted) is checked: the
+/// notification under the id it was given then, and its idempotency key.
+pub(super) fn prepare_intake(
+    rules: &RegistrationRules,
+    item: &IntakeItem,
+) -> Result<(Notification, Option<Idempotency>), ApiError> {
+    let request: NotifyRequest = parse_json(item.request.as_bytes())?;
+    let tenant = Tenant::parse(&item.tenant, "tenant")?;
+    let caller = Principal::new("postback.notify", Scope::One(tenant), &[Role::Notify]);
+    let tenant = auth::registering_tenant(&caller, request.tenant.as_deref(), |t| {
+        rules.tenants.contains_key(t)
+    })?;
+    let idempotency = item.idempotency_key.clone().map(|key| Idempotency {
+        key,
+        tenant: tenant.clone(),
+        fingerprint: item.fingerprint.clone(),
+        ttl: rules.idempotency_ttl,
+    });
+    let ordering_key = ordering_key(&request)?;
+    let mut notification = validate(request, item.id, tenant, rules)?;
+    notification.ordering_key = ordering_key;
+    Ok((notification, idempotency))
 }
 
 /// Stores a registration, in a span that is the child of the producer's `traceparent`.

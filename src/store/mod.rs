@@ -29,6 +29,8 @@ pub use audit::{
 };
 pub use cursor::{Cursor, WalkCursor};
 pub use listing::{ListPage, Listed};
-pub use roles::{AuditLog, FleetMessaging, OperatorActions, Queue, RateReservations, Reads, Store};
+pub use roles::{
+    AuditLog, FleetMessaging, Intake, OperatorActions, Queue, RateReservations, Reads, Store,
+};
 pub use tenant_counts::{window_of, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 pub use types::*;

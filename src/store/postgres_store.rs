@@ -18,9 +18,10 @@ use tokio_util::sync::CancellationToken;
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
-    DeadPage, Deferral, Enqueued, FleetMessaging, HealthListener, Idempotency, JobState, JobStatus,
-    JobView, ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue, RateReservations,
-    Reads, Settled, Settlement, Stats, Store, StoreError, StoreResult, WalkCursor,
+    DeadPage, Deferral, Enqueued, FleetMessaging, HealthListener, Idempotency, Intake, IntakeCheck,
+    JobState, JobStatus, JobView, ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue,
+    RateReservations, Reads, Settled, Settlement, Stats, Store, StoreError, StoreResult, TakenIn,
+    WalkCursor,
 };
 use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
@@ -511,8 +512,23 @@ impl FleetMessaging for PostgresStore {
     }
 }
 
+#[async_trait]
+impl Intake for PostgresStore {
+    async fn take_in(&self, limit: usize, check: &IntakeCheck) -> StoreResult<Vec<TakenIn>> {
+        in_transaction!(self, |t| changes::take_in(&mut t, limit, check).await?)
+    }
+
+    fn arrivals(&self) -> Arc<Notify> {
+        self.listeners.intake.clone()
+    }
+}
+
 impl Store for PostgresStore {
     fn fleet(&self) -> Option<&dyn FleetMessaging> {
+        Some(self)
+    }
+
+    fn intake(&self) -> Option<&dyn Intake> {
         Some(self)
     }
 }

@@ -12,8 +12,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::types::{
-    Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, JobView, ListFilter, Settled,
-    Settlement, Stats, StoreResult,
+    Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, IntakeCheck, JobView,
+    ListFilter, Settled, Settlement, Stats, StoreResult, TakenIn,
 };
 use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
 use super::{Outcomes, WalkCursor};
@@ -182,8 +182,28 @@ pub trait FleetMessaging: Send + Sync {
     fn on_health(&self, listener: HealthListener);
 }
 
+/// Registrations producers made inside their own database transactions (Postgres's
+/// `postback.notify()`), waiting for an instance to check and store them.
+#[async_trait]
+pub trait Intake: Send + Sync {
+    /// Takes up to `limit` waiting registrations, oldest first, that no other instance is
+    /// taking, and in one transaction stores each that `check` accepts (as `enqueue`
+    /// would), keeps each it refuses with its error, and removes them all from the
+    /// intake. What became of each.
+    async fn take_in(&self, limit: usize, check: &IntakeCheck) -> StoreResult<Vec<TakenIn>>;
+
+    /// Signalled when a producer's transaction with a registration commits (while
+    /// `Queue::watch` runs).
+    fn arrivals(&self) -> Arc<Notify>;
+}
+
 /// Every role a backend serves an instance with.
 pub trait Store: Queue + OperatorActions + Reads + RateReservations + AuditLog + 'static {
     /// The instances sharing this store, if it can be shared.
     fn fleet(&self) -> Option<&dyn FleetMessaging>;
+
+    /// Registrations made inside producers' transactions, if the store takes them.
+    fn intake(&self) -> Option<&dyn Intake> {
+        None
+    }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::Cursor;
-use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Tenant};
+use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Notification, Tenant};
 use crate::lifecycle::{JobStatus, Verdict};
 
 /// The store could not do what was asked.
@@ -158,6 +158,38 @@ pub fn idempotency_value(raw: &str) -> (&str, Option<&str>) {
         None => (raw, None),
     }
 }
+
+/// A registration a producer made inside its own database transaction, waiting to be
+/// checked and stored (`Intake`).
+#[derive(Debug, Clone)]
+pub struct IntakeItem {
+    /// Given when it was made, and returned to the producer then.
+    pub id: JobId,
+    /// The tenant its database role was granted.
+    pub tenant: String,
+    pub idempotency_key: Option<String>,
+    /// The `POST /notify` body it stands for.
+    pub request: String,
+    /// Of `request`, as an idempotency key keeps it.
+    pub fingerprint: String,
+}
+
+/// What became of a registration taken in.
+#[derive(Debug, Clone)]
+pub enum TakenIn {
+    /// Stored (or, for an idempotency key registered meanwhile over HTTP, answered with
+    /// that notification).
+    Stored { id: JobId, enqueued: Enqueued },
+    /// Refused, with the error the API would have answered (`code`, `message`, `field`);
+    /// kept for the producer to read.
+    Refused { id: JobId, error: serde_json::Value },
+}
+
+/// How an instance checks a registration taken in: the notification to store and its
+/// idempotency key, or the API's error.
+pub type IntakeCheck = dyn Fn(&IntakeItem) -> Result<(Notification, Option<Idempotency>), serde_json::Value>
+    + Send
+    + Sync;
 
 /// What to do with an endpoint's health that another instance published.
 pub type HealthListener = Arc<dyn Fn(&str, bool) + Send + Sync>;

@@ -62,18 +62,16 @@ async fn postback_migrate_creates_the_schema_once_and_an_instance_uses_it() {
     let first = migrate(&pg);
     let said = String::from_utf8_lossy(&first.stderr);
     assert!(first.status.success(), "{said}");
-    assert!(
-        said.contains("the schema postback is at version 1"),
-        "{said}"
-    );
+    let version = pg.psql("SELECT max(version) FROM postback.migrations");
+    let version = version.trim();
+    let at = format!("the schema postback is at version {version}");
+    assert!(said.contains(&at), "{said}");
     assert!(
         migrate(&pg).status.success(),
         "migrating again changes nothing"
     );
-    assert_eq!(
-        pg.psql("SELECT count(*) FROM postback.migrations").trim(),
-        "1"
-    );
+    let applied = pg.psql("SELECT count(*) FROM postback.migrations");
+    assert_eq!(applied.trim(), version, "each version applied once");
 
     let receiver = Receiver::start().await;
     let pb = Postback::start_on_postgres(&pg, &[]).await;
@@ -81,10 +79,7 @@ async fn postback_migrate_creates_the_schema_once_and_an_instance_uses_it() {
         .register(json!({"url": receiver.url("/ok"), "body": {"a": 1}}))
         .await;
     pb.wait_state(&id, "delivered", support::WAIT).await;
-    assert!(
-        !pb.logs().contains("schema migrated"),
-        "already at version 1"
-    );
+    assert!(!pb.logs().contains("schema migrated"), "already migrated");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,4 +183,148 @@ async fn postgres_killed_and_restarted_under_load_loses_nothing_accepted() {
         accepted(&answers).len(),
         refused.len()
     );
+}
+
+/// A producer's database role that may register for the default tenant, and its table
+/// of payments.
+fn producer_role(pg: &PostgresServer) {
+    pg.psql(
+        "CREATE ROLE shop LOGIN;
+         GRANT USAGE ON SCHEMA postback TO shop;
+         GRANT EXECUTE ON FUNCTION postback.notify(text, jsonb, jsonb) TO shop;
+         INSERT INTO postback.tenant_grants (role, tenant) VALUES ('shop', 'default');
+         CREATE TABLE payments (id int PRIMARY KEY);
+         GRANT INSERT, SELECT ON payments TO shop;",
+    );
+}
+
+/// Waits until an instance has taken in the registration `id` (a moment after its
+/// transaction commits): from then on the API shows it.
+async fn taken_in(pb: &Postback, id: &str) {
+    let path = format!("/notifications/{id}");
+    let shown = support::eventually(support::WAIT, || async { pb.get(&path).await.0 == 200 });
+    assert!(shown.await, "{id} never taken in\n{}", pb.logs());
+}
+
+/// `postback.notify()` inside a transaction of `shop` that also records payment `n`,
+/// ended by `end` (`COMMIT` or `ROLLBACK`): the id it returned, or what psql said.
+fn pay(pg: &PostgresServer, n: u32, notify: &str, end: &str) -> Result<String, String> {
+    let sql = format!(
+        "BEGIN; INSERT INTO payments VALUES ({n}); SELECT postback.notify({notify}); {end};"
+    );
+    pg.psql_as("shop", &sql).map(|out| out.trim().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_in_the_producers_transaction_is_delivered_only_if_it_commits() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_on_postgres(&pg, &[]).await;
+    producer_role(&pg);
+    let url = receiver.url("/paid");
+
+    let rolled_back = pay(
+        &pg,
+        1,
+        &format!("'{url}?n=1', '{{\"order\": 1}}'"),
+        "ROLLBACK",
+    );
+    let rolled_back = rolled_back.unwrap();
+    assert!(rolled_back.starts_with("ntf_0_"), "{rolled_back}");
+    let committed = pay(
+        &pg,
+        2,
+        &format!("'{url}?n=2', '{{\"order\": 2}}'"),
+        "COMMIT",
+    );
+    let committed = committed.unwrap();
+
+    taken_in(&pb, &committed).await;
+    let n = pb.wait_state(&committed, "delivered", support::WAIT).await;
+    assert_eq!(n["attempts"], 1, "{n}");
+    pb.wait_quiet().await;
+    let got = receiver.requests();
+    assert_eq!(got.len(), 1, "only the committed one: {got:?}");
+    let body: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(body["order"], 2, "{body}");
+    assert_eq!(got[0].id(), committed);
+    let (status, _) = pb.get(&format!("/notifications/{rolled_back}")).await;
+    assert_eq!(status, 404, "the rolled-back registration never existed");
+    assert_eq!(pg.psql("SELECT count(*) FROM postback.intake").trim(), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_in_the_database_behaves_as_over_http() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_on_postgres(&pg, &[]).await;
+    producer_role(&pg);
+    let url = receiver.url("/paid");
+    let call = |body: &str| format!("'{url}', '{body}', '{{\"idempotency_key\": \"pay-7\"}}'");
+
+    let first = pay(&pg, 1, &call(r#"{"order": 7}"#), "COMMIT").unwrap();
+    taken_in(&pb, &first).await;
+    pb.wait_state(&first, "delivered", support::WAIT).await;
+    let again = pay(&pg, 2, &call(r#"{"order": 7}"#), "COMMIT").unwrap();
+    assert_eq!(again, first, "the same key names the same notification");
+    let other = pay(&pg, 3, &call(r#"{"order": 8}"#), "COMMIT").unwrap_err();
+    assert!(
+        other.contains("idempotency_key") && other.contains("another request"),
+        "{other}"
+    );
+    pb.wait_quiet().await;
+    assert_eq!(receiver.count(), 1, "delivered once");
+    let by_key = pb.get("/notifications?idempotency_key=pay-7").await.1;
+    assert_eq!(support::item_ids(&by_key), vec![first.as_str()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_refuses_a_role_without_a_grant_and_postback_what_post_notify_would() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_on_postgres(&pg, &[]).await;
+    producer_role(&pg);
+    let url = receiver.url("/paid");
+
+    let other_tenant = format!("'{url}', '{{}}', '{{\"tenant\": \"shop-b\"}}'");
+    let refused = pay(&pg, 1, &other_tenant, "COMMIT").unwrap_err();
+    assert!(
+        refused.contains("role shop may not register for tenant shop-b"),
+        "{refused}"
+    );
+    let stranger = pg
+        .psql_as("postgres", "CREATE ROLE stranger LOGIN")
+        .map(drop);
+    stranger.unwrap();
+    let no_execute = pg.psql_as(
+        "stranger",
+        &format!("SELECT postback.notify('{url}', '{{}}')"),
+    );
+    assert!(no_execute.unwrap_err().contains("permission denied"));
+    let unknown = pay(
+        &pg,
+        2,
+        &format!("'{url}', '{{}}', '{{\"colour\": \"red\"}}'"),
+        "COMMIT",
+    );
+    assert!(unknown.unwrap_err().contains("colour: unknown field"));
+
+    // What only postback's configuration can tell is refused when it is taken in, with
+    // the error POST /notify answers, and kept for the producer to read.
+    let bad_schedule = format!("'{url}', '{{}}', '{{\"schedule\": \"no-such-schedule\"}}'");
+    let id = pay(&pg, 3, &bad_schedule, "COMMIT").unwrap();
+    let (_, over_http) = pb
+        .notify(json!({"url": url, "body": {}, "schedule": "no-such-schedule"}))
+        .await;
+    let kept = support::eventually(support::WAIT, || async {
+        let sql = format!("SELECT error FROM postback.intake_refused WHERE id = '{id}'");
+        !pg.psql(&sql).trim().is_empty()
+    })
+    .await;
+    assert!(kept, "{}", pb.logs());
+    let sql = format!("SELECT error FROM postback.intake_refused WHERE id = '{id}'");
+    let error: serde_json::Value = serde_json::from_str(pg.psql(&sql).trim()).unwrap();
+    assert_eq!(error, over_http["error"], "the error POST /notify answers");
+    assert_eq!(pb.get(&format!("/notifications/{id}")).await.0, 404);
+    assert_eq!(receiver.count(), 0);
 }

@@ -125,24 +125,32 @@ impl PostgresServer {
 
     /// Runs `sql` with `psql` as the superuser; what it printed (unaligned, no headers).
     pub fn psql(&self, sql: &str) -> String {
+        self.psql_as("postgres", sql)
+            .unwrap_or_else(|error| panic!("psql: {sql}: {error}"))
+    }
+
+    /// Runs `sql` (statements separated by `;`, in one session) with `psql` as `role`:
+    /// what it printed, or what it said on stderr when a statement failed.
+    pub fn psql_as(&self, role: &str, sql: &str) -> Result<String, String> {
+        let port = self.port.to_string();
         let out = Command::new(bin_dir().join("psql"))
-            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1"])
             .args([
-                "-p",
-                &self.port.to_string(),
-                "-U",
-                "postgres",
-                "-d",
-                "postgres",
-                "-c",
-                sql,
+                "-X",
+                "-A",
+                "-t",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
             ])
+            .args(["-p", &port, "-U", role, "-d", "postgres", "-c", sql])
             .output()
             .expect("psql");
-        let said = String::from_utf8_lossy(&out.stdout).to_string();
-        let error = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "psql: {sql}: {error}");
-        said
+        match out.status.success() {
+            true => Ok(String::from_utf8_lossy(&out.stdout).to_string()),
+            false => Err(String::from_utf8_lossy(&out.stderr).to_string()),
+        }
     }
 
     pub fn url(&self) -> String {

@@ -14,7 +14,7 @@ use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::{
     idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry,
-    Settlement,
+    IntakeCheck, IntakeItem, Settlement, TakenIn,
 };
 
 /// A registration, ready to store.
@@ -344,6 +344,15 @@ pub async fn apply_retention(
         let keep = limits.dead_max_count.min(i64::MAX as u64) as i64;
         let excess = (dead - keep).min(budget - n as i64);
         n += drop_oldest(t, ("dead", i64::MAX), excess, "dead_by_count").await?;
+        // Registrations refused at intake are kept as long as dead letters.
+        t.execute(
+            "DELETE FROM postback.intake_refused WHERE id IN (
+                 SELECT id FROM postback.intake_refused
+                 WHERE refused_at < to_timestamp($1::float8 / 1000) ORDER BY refused_at
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            &[&before, &budget],
+        )
+        .await?;
     }
     if finished {
         let before = now_ms - limits.finished_max_age_ms;
@@ -426,6 +435,60 @@ pub async fn reserve(t: &mut Tx<'_>, asks: &[RateAsk]) -> PgResult<Vec<SendTimes
         out.push(slots);
     }
     Ok(out)
+}
+
+/// Takes up to `limit` registrations from the intake (those no other instance is
+/// taking), stores each that `check` accepts and keeps each it refuses with its error,
+/// and removes them all from the intake.
+pub async fn take_in(t: &mut Tx<'_>, limit: usize, check: &IntakeCheck) -> PgResult<Vec<TakenIn>> {
+    let rows = t
+        .query(
+            "SELECT seq, id, tenant, idempotency_key, request::text, fingerprint
+             FROM postback.intake ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
+            &[&(limit as i64)],
+        )
+        .await?;
+    let mut taken = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let item = IntakeItem {
+            id: parse_id(row.get(1))?,
+            tenant: row.get(2),
+            idempotency_key: row.get(3),
+            request: row.get(4),
+            fingerprint: row.get(5),
+        };
+        taken.push(match check(&item) {
+            Ok((n, idempotency)) => {
+                let enqueued = enqueue(t, &NewJob::of(&n, idempotency.as_ref())).await?;
+                TakenIn::Stored {
+                    id: item.id,
+                    enqueued,
+                }
+            }
+            Err(error) => {
+                refuse(t, &item, &error).await?;
+                TakenIn::Refused { id: item.id, error }
+            }
+        });
+        t.execute(
+            "DELETE FROM postback.intake WHERE seq = $1",
+            &[&row.get::<_, i64>(0)],
+        )
+        .await?;
+    }
+    Ok(taken)
+}
+
+/// Keeps a refused registration with its error, for its producer to read.
+async fn refuse(t: &mut Tx<'_>, item: &IntakeItem, error: &serde_json::Value) -> PgResult<()> {
+    t.execute(
+        "INSERT INTO postback.intake_refused (id, tenant, request, error, registered_by, registered_at)
+         SELECT id, tenant, request, $2::text::jsonb, registered_by, registered_at
+         FROM postback.intake WHERE id = $1",
+        &[&item.id.to_string(), &error.to_string()],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Entries past the retention deleted per entry added: more than one, so the log

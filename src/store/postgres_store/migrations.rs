@@ -7,7 +7,10 @@ use anyhow::{bail, Context};
 use tokio_postgres::Client;
 
 /// Every migration, by version: version N is the Nth.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_tables.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_tables.sql"),
+    include_str!("migrations/0002_intake.sql"),
+];
 
 /// The schema version this build writes and reads.
 pub const VERSION: i32 = MIGRATIONS.len() as i32;

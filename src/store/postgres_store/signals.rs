@@ -1,7 +1,8 @@
 //! What instances sharing the database tell each other, over `LISTEN/NOTIFY`: that a
 //! notification became due earlier than any before it (`postback_due`, sent at the
-//! commit of the transition), and how attempts at an endpoint went (`postback_health`,
-//! for every instance's circuit breakers). One connection per instance listens, and
+//! commit of the transition), how attempts at an endpoint went (`postback_health`, for
+//! every instance's circuit breakers), and that a producer's transaction registered a
+//! notification (`postback_intake`, sent by `postback.notify()` at its commit). One connection per instance listens, and
 //! reconnects with a bounded backoff when it is lost.
 
 use std::sync::{Arc, Mutex};
@@ -16,14 +17,16 @@ use crate::store::HealthListener;
 
 pub const DUE: &str = "postback_due";
 pub const HEALTH: &str = "postback_health";
+pub const INTAKE: &str = "postback_intake";
 
 /// Longest wait between attempts to listen again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Who hears `postback_health`, set once the pipeline starts.
+/// Who hears `postback_health` (set once the pipeline starts) and `postback_intake`.
 #[derive(Clone, Default)]
 pub struct Listeners {
     health: Arc<Mutex<Option<HealthListener>>>,
+    pub intake: Arc<Notify>,
 }
 
 impl Listeners {
@@ -76,7 +79,8 @@ async fn listen_once(
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(NoTls).await?;
     let mut messages = poll_fn(move |cx| connection.poll_message(cx));
-    let subscribe = client.batch_execute("LISTEN postback_due; LISTEN postback_health");
+    let subscribe =
+        client.batch_execute("LISTEN postback_due; LISTEN postback_health; LISTEN postback_intake");
     // The connection must be polled for the LISTEN to be answered.
     let mut subscribe = std::pin::pin!(subscribe);
     loop {
@@ -90,6 +94,7 @@ async fn listen_once(
         }
     }
     wake.notify_one();
+    listeners.intake.notify_one();
     loop {
         let message = tokio::select! {
             _ = cancel.cancelled() => return Ok(()),
@@ -97,6 +102,9 @@ async fn listen_once(
         };
         match message {
             Some(Ok(AsyncMessage::Notification(n))) if n.channel() == DUE => wake.notify_one(),
+            Some(Ok(AsyncMessage::Notification(n))) if n.channel() == INTAKE => {
+                listeners.intake.notify_one()
+            }
             Some(Ok(AsyncMessage::Notification(n))) => {
                 hear_health(n.payload(), instance, listeners)
             }

@@ -1,0 +1,88 @@
+//! Registrations that arrive through the database instead of HTTP: a producer calls
+//! `postback.notify()` inside its own transaction (on Postgres), and once that commits
+//! an instance takes the registration in, checks it as `POST /notify` checks a request
+//! of a token bound to its tenant, and stores it, or keeps it refused with the error the
+//! API would have answered. Instances sharing the database take each one once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::registration::prepare_intake;
+use super::rules::RegistrationRules;
+use crate::backoff::backoff;
+use crate::store::{Store, TakenIn};
+
+/// Registrations taken in per transaction.
+const BATCH: usize = 200;
+/// How often the intake is looked at without a signal (one lost while the database was
+/// unreachable is made up for then).
+const POLL: Duration = Duration::from_secs(1);
+
+/// Takes registrations in until `cancel` fires; `wake` wakes the scheduler for one that
+/// is due first.
+pub async fn run(
+    store: Arc<dyn Store>,
+    rules: Arc<RegistrationRules>,
+    wake: Arc<Notify>,
+    cancel: CancellationToken,
+) {
+    let Some(arrivals) = store.intake().map(|i| i.arrivals()) else {
+        return;
+    };
+    let check = move |item: &_| prepare_intake(&rules, item).map_err(error_json);
+    let mut failures = 0;
+    loop {
+        let Some(intake) = store.intake() else { return };
+        let pause = match intake.take_in(BATCH, &check).await {
+            Ok(taken) => {
+                failures = 0;
+                report(&taken, &wake);
+                if taken.len() == BATCH {
+                    continue;
+                }
+                POLL
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "intake: cannot take registrations in");
+                failures += 1;
+                backoff(failures)
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = arrivals.notified() => {}
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+fn error_json(e: super::error::ApiError) -> Value {
+    let (_, body) = e.into_body();
+    serde_json::to_value(body.error).unwrap_or_default()
+}
+
+fn report(taken: &[TakenIn], wake: &Notify) {
+    for t in taken {
+        match t {
+            TakenIn::Stored { id, enqueued } if enqueued.id != *id || enqueued.mismatch => {
+                tracing::warn!(%id, registered = %enqueued.id, "intake: its idempotency key registered another notification over HTTP meanwhile; nothing stored under this id");
+            }
+            TakenIn::Stored { id, enqueued } => {
+                if enqueued.earliest.is_some() {
+                    wake.notify_one();
+                }
+                if !enqueued.duplicate {
+                    crate::metrics::accepted();
+                    tracing::info!(%id, via = "postback.notify", "notification registered");
+                }
+            }
+            TakenIn::Refused { id, error } => {
+                tracing::warn!(%id, %error, "intake: registration refused; kept in postback.intake_refused");
+            }
+        }
+    }
+}
