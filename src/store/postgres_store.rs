@@ -171,20 +171,29 @@ async fn migrate_when_reachable(
     Ok(())
 }
 
+/// Whether the database could not be reached or could not serve (connection lost, the
+/// server shutting down, out of resources, a conflict left after retries): not a bug in
+/// what postback asked, which the rest is (a statement refused, a value that did not
+/// convert).
+fn is_outage(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        Some(code) => matches!(&code.code()[..2], "08" | "53" | "57" | "58" | "40"),
+        None => {
+            let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+            e.is_closed() || io
+        }
+    }
+}
+
 /// A failed transaction as the store reports it.
 fn store_error(e: Fault) -> StoreError {
     match e {
         Fault::Corrupt(message) => StoreError::Corrupt(message),
         Fault::Pool(message) => StoreError::Unavailable(format!("postgres: {message}")),
-        Fault::Db(e) => match e.code() {
-            // Connection lost, the server shutting down or out of resources: not a bug.
-            Some(code) if !matches!(&code.code()[..2], "08" | "53" | "57" | "40") => {
-                StoreError::Script {
-                    script: "postgres",
-                    message: e.to_string(),
-                }
-            }
-            _ => StoreError::Unavailable(format!("postgres: {e}")),
+        Fault::Db(e) if is_outage(&e) => StoreError::Unavailable(format!("postgres: {e}")),
+        Fault::Db(e) => StoreError::Script {
+            script: "postgres",
+            message: e.to_string(),
         },
     }
 }
@@ -231,59 +240,44 @@ impl Queue for PostgresStore {
     }
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
-        // Rows are locked in one order, so that two settles cannot wait on each other.
-        let mut order: Vec<usize> = (0..batch.len()).collect();
-        order.sort_by_key(|&i| batch[i].id.to_string());
         let retention = self.retention;
         in_transaction!(self, |t| {
+            let records = changes::settle(&mut t, batch).await?;
             let mut settled = Settled {
-                applied: vec![false; batch.len()],
+                applied: records.iter().map(Option::is_some).collect(),
                 ..Settled::default()
             };
-            let (mut dead, mut done) = (false, false);
-            for &i in &order {
-                let Some(r) = changes::settle(&mut t, &batch[i]).await? else {
-                    continue;
-                };
-                settled.applied[i] = true;
-                settled.dead_lettered += usize::from(r.state == JobState::Dead);
-                dead |= r.state == JobState::Dead;
-                done |= matches!(r.position(), Some((Index::Done, _)));
-                settled.earliest |= t.heads_due(&batch[i].id.to_string(), &r).await?;
-            }
+            let moved = moved(batch.iter().map(|s| &s.id), records);
+            let dead = moved
+                .iter()
+                .filter(|(_, r)| r.state == JobState::Dead)
+                .count();
+            let done = moved
+                .iter()
+                .any(|(_, r)| matches!(r.position(), Some((Index::Done, _))));
+            settled.dead_lettered = dead;
+            settled.earliest = changes::any_heads(&mut t, &moved).await?;
             let budget = retention::settle_budget(batch.len());
-            settled.trimmed =
-                changes::apply_retention(&mut t, &retention, budget, (dead, done)).await?;
+            let touched = (dead > 0, done);
+            settled.trimmed = changes::apply_retention(&mut t, &retention, budget, touched).await?;
             settled
         })
     }
 
     async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool> {
-        let mut batch = batch.to_vec();
-        batch.sort_by_key(|d| d.id.to_string());
         in_transaction!(self, |t| {
-            let mut earliest = false;
-            for d in &batch {
-                if let Some(r) = changes::defer(&mut t, d).await? {
-                    earliest |= t.heads_due(&d.id.to_string(), &r).await?;
-                }
-            }
-            earliest
+            let records = changes::defer(&mut t, batch).await?;
+            let moved = moved(batch.iter().map(|d| &d.id), records);
+            changes::any_heads(&mut t, &moved).await?
         })
     }
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
-        let mut leases = leases.to_vec();
-        leases.sort_by_key(|(id, _)| id.to_string());
         in_transaction!(self, |t| {
-            let mut due = 0;
-            for (id, lease) in &leases {
-                if let Some(r) = changes::release(&mut t, id, *lease).await? {
-                    due += usize::from(r.next_at.is_some());
-                    t.heads_due(&id.to_string(), &r).await?;
-                }
-            }
-            due
+            let records = changes::release(&mut t, leases).await?;
+            let moved = moved(leases.iter().map(|(id, _)| id), records);
+            changes::any_heads(&mut t, &moved).await?;
+            moved.iter().filter(|(_, r)| r.next_at.is_some()).count()
         })
     }
 
@@ -442,6 +436,16 @@ impl Reads for PostgresStore {
             .map(drop)
             .map_err(|e| store_error(e.into()))
     }
+}
+
+/// The notifications a batch changed, with their new records.
+fn moved<'a>(
+    ids: impl Iterator<Item = &'a JobId>,
+    records: Vec<Option<crate::lifecycle::Record>>,
+) -> Vec<(String, crate::lifecycle::Record)> {
+    ids.zip(records)
+        .filter_map(|(id, r)| Some((id.to_string(), r?)))
+        .collect()
 }
 
 /// The rows of `index` that a list with `filter` reads.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
 use crate::domain::{Attempt, JobId, Notification};
-use crate::lifecycle::{transitions, Cancelled, Record, WAITING_OFFSET_MS};
+use crate::lifecycle::{transitions, Cancelled, Index, Record, WAITING_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::{
@@ -235,41 +235,175 @@ async fn apply(
     Ok(Some(saved))
 }
 
-/// Records one attempt and moves the notification on. Its new record; `None` when the
-/// lease was no longer current.
-pub async fn settle(t: &mut Tx<'_>, s: &Settlement) -> PgResult<Option<Record>> {
-    let id = s.id.to_string();
-    let verdict = s.verdict();
+/// One notification's change in a batch: its id, and the step from its record to the
+/// new one (`None`: the event does not apply) with the attempt to add to its history.
+pub struct Change<'a> {
+    pub id: String,
+    #[allow(clippy::type_complexity)]
+    pub step: Box<dyn FnOnce(&Record) -> Option<(Record, Option<String>)> + Send + 'a>,
+}
+
+/// Applies each change to its locked record (all locked in id order at once) and saves
+/// what it returns: records that join or leave an ordering key one by one (`Tx::save`),
+/// the rest in one statement. Per change, in order, the new record (`None` where the
+/// event did not apply).
+pub async fn apply_many(t: &mut Tx<'_>, changes: Vec<Change<'_>>) -> PgResult<Vec<Option<Record>>> {
+    let ids: Vec<&str> = changes.iter().map(|c| c.id.as_str()).collect();
+    let rows = t
+        .query(
+            "SELECT id, record, ordering FROM postback.jobs WHERE id = ANY($1)
+             ORDER BY id FOR UPDATE",
+            &[&ids],
+        )
+        .await?;
+    let mut held = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let ordering: Option<String> = row.get(2);
+        held.insert(row.get::<_, String>(0), (decode(row.get(1))?, ordering));
+    }
+    let mut batch = Batch::default();
+    let mut out = Vec::with_capacity(changes.len());
+    for change in changes {
+        let Some((old, ordering)) = held.get(&change.id) else {
+            out.push(None);
+            continue;
+        };
+        let Some((new, attempt)) = (change.step)(old) else {
+            out.push(None);
+            continue;
+        };
+        let new = match ordering {
+            Some(key) => {
+                let saved = t.save(&change.id, Some(key), Some(old), &new).await?;
+                batch.add(&change.id, None, attempt);
+                saved
+            }
+            None => {
+                batch.add(&change.id, Some(&new), attempt);
+                new
+            }
+        };
+        out.push(Some(new));
+    }
+    batch.write(t).await?;
+    Ok(out)
+}
+
+/// Records and attempts to write in one statement.
+#[derive(Default)]
+struct Batch {
+    ids: Vec<String>,
+    records: Vec<Option<String>>,
+    idx: Vec<Option<&'static str>>,
+    at: Vec<Option<i64>>,
+    attempts: Vec<Option<String>>,
+}
+
+impl Batch {
+    /// `record`: the new record, unless it was saved already.
+    fn add(&mut self, id: &str, record: Option<&Record>, attempt: Option<String>) {
+        let (idx, at) = record.map_or((None, None), place);
+        self.ids.push(id.to_string());
+        self.records.push(record.map(Record::encode));
+        self.idx.push(idx);
+        self.at.push(at);
+        self.attempts.push(attempt);
+    }
+
+    /// The history is a JSON array: an attempt is appended without reading it back.
+    async fn write(&self, t: &Tx<'_>) -> PgResult<()> {
+        if self.ids.is_empty() {
+            return Ok(());
+        }
+        t.execute(
+            "UPDATE postback.jobs SET
+                 record = coalesce(u.record, jobs.record),
+                 idx = CASE WHEN u.record IS NULL THEN jobs.idx ELSE u.idx END,
+                 at = CASE WHEN u.record IS NULL THEN jobs.at ELSE u.at END,
+                 history = CASE WHEN u.attempt IS NULL THEN jobs.history
+                     WHEN jobs.history = '[]' THEN u.attempt
+                     ELSE left(jobs.history, -1) || ',' || substr(u.attempt, 2) END
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::text[])
+                 AS u(id, record, idx, at, attempt)
+             WHERE jobs.id = u.id",
+            &[
+                &self.ids,
+                &self.records,
+                &self.idx,
+                &self.at,
+                &self.attempts,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// Records attempts and moves each notification on: per settlement, its new record
+/// (`None` where the lease was no longer current).
+pub async fn settle(t: &mut Tx<'_>, batch: &[Settlement]) -> PgResult<Vec<Option<Record>>> {
     let now = t.now;
-    let Some(new) = apply(t, &id, |r| transitions::settle(r, s.lease, &verdict, now)).await? else {
-        return Ok(None);
+    let changes = batch
+        .iter()
+        .map(|s| Change {
+            id: s.id.to_string(),
+            step: Box::new(move |r: &Record| {
+                let verdict = s.verdict();
+                let new = transitions::settle(r, s.lease, &verdict, now)?;
+                let attempt = serde_json::to_string(&[s.attempt(verdict.ended(now))]).ok();
+                Some((new, attempt))
+            }),
+        })
+        .collect();
+    apply_many(t, changes).await
+}
+
+/// Hands leased notifications back to the due set after their delays, without counting
+/// an attempt (cancelled instead where a cancel was asked for).
+pub async fn defer(t: &mut Tx<'_>, batch: &[Deferral]) -> PgResult<Vec<Option<Record>>> {
+    let now = t.now;
+    let changes = batch
+        .iter()
+        .map(|d| Change {
+            id: d.id.to_string(),
+            step: Box::new(move |r: &Record| {
+                let delay_ms = d.delay.as_millis() as u64;
+                let new = transitions::defer(r, d.lease, now, delay_ms, d.reserved)?;
+                Some((new, None))
+            }),
+        })
+        .collect();
+    apply_many(t, changes).await
+}
+
+/// Hands leased notifications back, due at once (or when they were due, if later).
+pub async fn release(t: &mut Tx<'_>, leases: &[(JobId, u64)]) -> PgResult<Vec<Option<Record>>> {
+    let now = t.now;
+    let changes = leases
+        .iter()
+        .map(|(id, lease)| Change {
+            id: id.to_string(),
+            step: Box::new(move |r: &Record| Some((transitions::release(r, *lease, now)?, None))),
+        })
+        .collect();
+    apply_many(t, changes).await
+}
+
+/// Whether any of `moved` (ids and new records) is scheduled and heads the due index;
+/// then schedulers wake.
+pub async fn any_heads(t: &mut Tx<'_>, moved: &[(String, Record)]) -> PgResult<bool> {
+    let due = moved.iter().filter_map(|(id, r)| match r.position() {
+        Some((Index::Due, at)) if !r.waiting => Some((at, id)),
+        _ => None,
+    });
+    let Some((_, id)) = due.min() else {
+        return Ok(false);
     };
-    let attempt = serde_json::to_string(&[s.attempt(verdict.ended(now))]).map_err(corrupt)?;
-    // The history is a JSON array: the attempt is appended without reading it back.
-    t.execute(
-        "UPDATE postback.jobs SET history = CASE history WHEN '[]' THEN $2
-             ELSE left(history, -1) || ',' || substr($2, 2) END
-         WHERE id = $1",
-        &[&id, &attempt],
-    )
-    .await?;
-    Ok(Some(new))
-}
-
-/// Hands a leased notification back to the due set after its delay, without counting
-/// an attempt (cancelled instead when a cancel was asked for).
-pub async fn defer(t: &mut Tx<'_>, d: &Deferral) -> PgResult<Option<Record>> {
-    let (delay_ms, now) = (d.delay.as_millis() as u64, t.now);
-    apply(t, &d.id.to_string(), |r| {
-        transitions::defer(r, d.lease, now, delay_ms, d.reserved)
-    })
-    .await
-}
-
-/// Hands a leased notification back, due at once (or when it was due, if later).
-pub async fn release(t: &mut Tx<'_>, id: &JobId, lease: u64) -> PgResult<Option<Record>> {
-    let now = t.now;
-    apply(t, &id.to_string(), |r| transitions::release(r, lease, now)).await
+    let earliest = moved.iter().find(|(each, _)| each == id);
+    match earliest {
+        Some((id, r)) => t.heads_due(id, r).await,
+        None => Ok(false),
+    }
 }
 
 /// Cancels a scheduled notification at once, or one in flight after its attempt.
@@ -348,7 +482,7 @@ pub async fn apply_retention(
         t.execute(
             "DELETE FROM postback.intake_refused WHERE id IN (
                  SELECT id FROM postback.intake_refused
-                 WHERE refused_at < to_timestamp($1::float8 / 1000) ORDER BY refused_at
+                 WHERE refused_at < to_timestamp($1::int8 / 1000.0) ORDER BY refused_at
                  LIMIT $2 FOR UPDATE SKIP LOCKED)",
             &[&before, &budget],
         )
