@@ -47,6 +47,8 @@ const CONFLICT_RETRIES: usize = 8;
 
 pub struct PostgresStore {
     pool: Pool,
+    /// Gathers concurrent registrations into groups.
+    enqueuer: enqueuer::Enqueuer,
     config: tokio_postgres::Config,
     /// Names this instance in what it tells the others.
     instance: String,
@@ -78,6 +80,8 @@ macro_rules! in_transaction {
     }};
 }
 
+mod enqueuer;
+
 impl PostgresStore {
     /// Connects to the database at `url`, creating or upgrading the schema, retrying
     /// until `settings.connect_wait` has passed.
@@ -105,6 +109,7 @@ impl PostgresStore {
             .build()
             .context("postgres pool")?;
         Ok(Self {
+            enqueuer: enqueuer::Enqueuer::start(pool.clone()),
             pool,
             config,
             instance: format!("{:016x}", fastrand::u64(..)),
@@ -205,8 +210,7 @@ impl Queue for PostgresStore {
         n: &Notification,
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Enqueued> {
-        let job = NewJob::of(n, idempotency);
-        in_transaction!(self, |t| changes::enqueue(&mut t, &job).await?)
+        self.enqueuer.enqueue(NewJob::of(n, idempotency)).await
     }
 
     /// In one transaction, in order: the registrations of one ordering key keep the
@@ -219,13 +223,7 @@ impl Queue for PostgresStore {
             .iter()
             .map(|(n, idempotency)| NewJob::of(n, *idempotency))
             .collect();
-        let stored = in_transaction!(self, |t| {
-            let mut answers = Vec::with_capacity(jobs.len());
-            for job in &jobs {
-                answers.push(changes::enqueue(&mut t, job).await?);
-            }
-            answers
-        });
+        let stored = in_transaction!(self, |t| changes::enqueue_group(&mut t, &jobs).await?);
         match stored {
             Ok(answers) => answers.into_iter().map(Ok).collect(),
             Err(e) => vec![Err(e); registrations.len()],
@@ -235,13 +233,16 @@ impl Queue for PostgresStore {
     async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
         let asked = Instant::now();
         let window = (lease.as_millis() as i64, ahead.as_millis() as i64);
-        in_transaction!(self, |t| changes::claim(&mut t, limit, window, asked)
-            .await?)
+        in_transaction!(self, |t| {
+            t.relax_commit().await?;
+            changes::claim(&mut t, limit, window, asked).await?
+        })
     }
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
         let retention = self.retention;
         in_transaction!(self, |t| {
+            t.relax_commit().await?;
             let records = changes::settle(&mut t, batch).await?;
             let mut settled = Settled {
                 applied: records.iter().map(Option::is_some).collect(),
@@ -266,6 +267,7 @@ impl Queue for PostgresStore {
 
     async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool> {
         in_transaction!(self, |t| {
+            t.relax_commit().await?;
             let records = changes::defer(&mut t, batch).await?;
             let moved = moved(batch.iter().map(|d| &d.id), records);
             changes::any_heads(&mut t, &moved).await?
@@ -274,6 +276,7 @@ impl Queue for PostgresStore {
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
         in_transaction!(self, |t| {
+            t.relax_commit().await?;
             let records = changes::release(&mut t, leases).await?;
             let moved = moved(leases.iter().map(|(id, _)| id), records);
             changes::any_heads(&mut t, &moved).await?;
@@ -287,6 +290,7 @@ impl Queue for PostgresStore {
             let retention = self.retention;
             let budget = retention::SWEEP_BUDGET;
             let n = in_transaction!(self, |t| {
+                t.relax_commit().await?;
                 changes::apply_retention(&mut t, &retention, budget, (true, true)).await?
             })?;
             trimmed += n;
@@ -474,7 +478,10 @@ async fn database_now(c: &deadpool_postgres::Client) -> StoreResult<Now> {
 #[async_trait]
 impl RateReservations for PostgresStore {
     async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<SendTimes>> {
-        in_transaction!(self, |t| changes::reserve(&mut t, asks).await?)
+        in_transaction!(self, |t| {
+            t.relax_commit().await?;
+            changes::reserve(&mut t, asks).await?
+        })
     }
 }
 
@@ -519,7 +526,10 @@ impl FleetMessaging for PostgresStore {
 #[async_trait]
 impl Intake for PostgresStore {
     async fn take_in(&self, limit: usize, check: &IntakeCheck) -> StoreResult<Vec<TakenIn>> {
-        in_transaction!(self, |t| changes::take_in(&mut t, limit, check).await?)
+        in_transaction!(self, |t| {
+            t.relax_commit().await?;
+            changes::take_in(&mut t, limit, check).await?
+        })
     }
 
     fn arrivals(&self) -> Arc<Notify> {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 mod ordering;
+mod postgres;
 mod processes;
 mod producer;
 mod quota;
@@ -39,6 +40,8 @@ pub enum StoreKind {
     Redis,
     /// postback's embedded store (one instance).
     Embedded,
+    /// A fresh Postgres, with its default durability.
+    Postgres,
 }
 
 /// Benchmark postback against a real Redis and a fast local receiver.
@@ -144,6 +147,7 @@ impl Opts {
     pub fn store(&self) -> anyhow::Result<processes::Backend> {
         match (self.store, self.cluster) {
             (StoreKind::Embedded, _) => processes::Backend::embedded(),
+            (StoreKind::Postgres, _) => processes::Backend::postgres(),
             (StoreKind::Redis, 0) => processes::Backend::start_redis(self.replicas),
             (StoreKind::Redis, primaries) => processes::Backend::start_cluster(primaries),
         }

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use postback::config::RedisTarget;
-use postback::store::{EmbeddedStore, RedisStore, Store};
+use postback::store::{EmbeddedStore, PostgresStore, RedisStore, Store};
+
+use crate::postgres::PostgresServer;
 
 pub const TOKEN: &str = "bench-token";
 
@@ -34,7 +36,7 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`, nearly always 100).
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     static HZ: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
     *HZ.get_or_init(|| {
         Command::new("getconf")
@@ -74,6 +76,7 @@ pub struct Backend {
     nodes: Vec<(Child, u16)>,
     cluster: bool,
     embedded: bool,
+    postgres: Option<PostgresServer>,
     dir: tempfile::TempDir,
 }
 
@@ -109,12 +112,29 @@ impl Backend {
             nodes: Vec::new(),
             cluster: false,
             embedded: true,
+            postgres: None,
+            dir: tempfile::tempdir()?,
+        })
+    }
+
+    /// A fresh Postgres of its own.
+    pub fn postgres() -> anyhow::Result<Self> {
+        Ok(Self {
+            nodes: Vec::new(),
+            cluster: false,
+            embedded: false,
+            postgres: Some(PostgresServer::start()?),
             dir: tempfile::tempdir()?,
         })
     }
 
     pub fn is_redis(&self) -> bool {
-        !self.embedded
+        !self.embedded && self.postgres.is_none()
+    }
+
+    /// The Postgres it is, if it is one.
+    pub fn as_postgres(&self) -> Option<&PostgresServer> {
+        self.postgres.as_ref()
     }
 
     /// The embedded store's directory.
@@ -128,6 +148,12 @@ impl Backend {
         if self.embedded {
             let retention = Default::default();
             return Ok(Box::new(EmbeddedStore::open(&self.data_dir(), &retention)?));
+        }
+        if let Some(pg) = &self.postgres {
+            let (settings, retention) = (Default::default(), Default::default());
+            return Ok(Box::new(
+                PostgresStore::connect(&pg.url(), &settings, &retention).await?,
+            ));
         }
         let store =
             RedisStore::connect(&self.target(), 1, &Default::default(), &Default::default())
@@ -188,6 +214,7 @@ impl Backend {
             nodes,
             cluster,
             embedded: false,
+            postgres: None,
             dir,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -223,6 +250,9 @@ impl Backend {
             let dir = self.data_dir().display().to_string();
             return ("POSTBACK_STORE_DATA_DIR".into(), dir);
         }
+        if let Some(pg) = &self.postgres {
+            return ("POSTBACK_STORE_POSTGRES_URL".into(), pg.url());
+        }
         match self.target() {
             RedisTarget::Standalone(url) => ("POSTBACK_STORE_REDIS_URL".into(), url),
             RedisTarget::Cluster(urls) => ("POSTBACK_STORE_CLUSTER_URLS".into(), urls.join(",")),
@@ -246,8 +276,12 @@ impl Backend {
         Ok(self.info(section)?.iter().map(figure).sum())
     }
 
-    /// Redis's CPU seconds so far (user + system, main thread and children).
+    /// The store's CPU seconds so far: Redis's (user + system, main thread and
+    /// children), or Postgres's.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        if let Some(pg) = &self.postgres {
+            return Ok(pg.cpu_seconds());
+        }
         self.sum("cpu", |info| {
             let get = |k: &str| {
                 info.get(k)
@@ -258,8 +292,12 @@ impl Backend {
         })
     }
 
-    /// Commands processed since start (or since the last `CONFIG RESETSTAT`).
+    /// Commands processed since start (or since the last `CONFIG RESETSTAT`); on
+    /// Postgres, transactions.
     pub fn commands(&self) -> anyhow::Result<u64> {
+        if let Some(pg) = &self.postgres {
+            return pg.transactions();
+        }
         let total = self.sum("commandstats", |info| {
             info.values()
                 .filter_map(|v| v.strip_prefix("calls="))
@@ -269,8 +307,12 @@ impl Backend {
         Ok(total as u64)
     }
 
-    /// The bytes the store holds: Redis's `used_memory`, or the embedded store's file.
+    /// The bytes the store holds: Redis's `used_memory`, the embedded store's file, or
+    /// the schema `postback` on Postgres.
     pub fn used_memory(&self) -> anyhow::Result<u64> {
+        if let Some(pg) = &self.postgres {
+            return pg.schema_bytes();
+        }
         if self.embedded {
             let file = self.data_dir().join(postback::store::EMBEDDED_FILE);
             return Ok(std::fs::metadata(file).map_or(0, |m| m.len()));
@@ -284,6 +326,9 @@ impl Backend {
     }
 
     pub fn reset_stats(&self) -> anyhow::Result<()> {
+        if let Some(pg) = &self.postgres {
+            return pg.reset_stats();
+        }
         for (_, port) in &self.nodes {
             redis::cmd("CONFIG")
                 .arg("RESETSTAT")

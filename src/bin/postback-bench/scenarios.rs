@@ -58,6 +58,13 @@ impl<'a> Meter<'a> {
         if self.store.is_redis() {
             self.report_redis(r, scenario, run, n)?;
         }
+        if self.store.as_postgres().is_some() {
+            let cpu = self.store.cpu_seconds()? - self.redis_cpu;
+            let per = |v: f64| v / n;
+            r.add(scenario, run, "postgres_cpu_per_delivery", per(cpu * 1e6), "us");
+            let transactions = self.store.commands()? as f64;
+            r.add(scenario, run, "postgres_transactions_per_delivery", per(transactions), "tx");
+        }
         r.add(
             scenario,
             run,
@@ -505,7 +512,11 @@ pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
         let body_bytes = fill(&store, pending).await?;
         let per_pending = store.used_memory()?.saturating_sub(before) as f64 / pending as f64;
         let scenario = format!("backlog_{pending}");
-        let what = if store.is_redis() { "redis" } else { "file" };
+        let what = match (store.is_redis(), store.as_postgres()) {
+            (true, _) => "redis",
+            (false, Some(_)) => "postgres",
+            (false, None) => "file",
+        };
         r.add(
             &scenario,
             run,
@@ -583,8 +594,8 @@ async fn fill(backend: &Backend, pending: usize) -> anyhow::Result<f64> {
 /// What an idle instance costs Redis: commands per second over ten seconds.
 pub async fn idle(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
     let store = opts.store()?;
-    if !store.is_redis() {
-        eprintln!("idle counts Redis commands: nothing to count on the embedded store");
+    if !store.is_redis() && store.as_postgres().is_none() {
+        eprintln!("idle counts the store's commands: nothing to count on the embedded store");
         return Ok(());
     }
     let pb = Postback::start(&store, &opts.postback_env()).await?;
@@ -593,10 +604,14 @@ pub async fn idle(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()
     store.reset_stats()?;
     let window = Duration::from_secs(10);
     tokio::time::sleep(window).await;
+    let what = match store.is_redis() {
+        true => "redis_commands_per_second",
+        false => "postgres_transactions_per_second",
+    };
     r.add(
         "idle",
         run,
-        "redis_commands_per_second",
+        what,
         store.commands()? as f64 / window.as_secs_f64(),
         "cmd/s",
     );

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
 use crate::domain::{Attempt, JobId, Notification};
-use crate::lifecycle::{transitions, Cancelled, Index, Record, WAITING_OFFSET_MS};
+use crate::lifecycle::{transitions, Cancelled, Index, JobStatus, Record, WAITING_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::{
@@ -88,6 +88,75 @@ pub async fn enqueue(t: &mut Tx<'_>, job: &NewJob) -> PgResult<Enqueued> {
         mismatch: false,
         earliest,
     })
+}
+
+/// Stores registrations in order, as `enqueue` would one by one: those with neither an
+/// idempotency key nor an ordering key (which need nothing read first) in one
+/// statement, the rest one by one. One answer per registration, in order.
+pub async fn enqueue_group(t: &mut Tx<'_>, jobs: &[NewJob]) -> PgResult<Vec<Enqueued>> {
+    let mut answers: Vec<Option<Enqueued>> = vec![None; jobs.len()];
+    let mut plain = Plain::default();
+    for (i, job) in jobs.iter().enumerate() {
+        let record = transitions::register(job.schedule.clone(), t.now, job.delay_ms);
+        let stored = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
+        match (&job.idempotency, spec::ordering(&stored)) {
+            (None, None) => plain.add(i, job, &record, stored),
+            _ => answers[i] = Some(enqueue(t, job).await?),
+        }
+    }
+    let heads = plain.write(t).await?;
+    for (n, (i, id, status)) in plain.stored.into_iter().enumerate() {
+        answers[i] = Some(Enqueued {
+            id,
+            status: Some(status),
+            duplicate: false,
+            mismatch: false,
+            earliest: (heads == Some(n)).then_some(Duration::ZERO),
+        });
+    }
+    Ok(answers.into_iter().flatten().collect())
+}
+
+/// Registrations that need nothing read first, stored in one statement.
+#[derive(Default)]
+struct Plain {
+    /// Place in the group, id and status of each.
+    stored: Vec<(usize, JobId, JobStatus)>,
+    ids: Vec<String>,
+    tenants: Vec<String>,
+    specs: Vec<String>,
+    records: Vec<String>,
+    at: Vec<i64>,
+}
+
+impl Plain {
+    fn add(&mut self, i: usize, job: &NewJob, record: &Record, stored: String) {
+        self.stored.push((i, job.id, record.status()));
+        self.ids.push(job.id.to_string());
+        self.tenants.push(spec::tenant(&stored).to_string());
+        self.specs.push(stored);
+        self.records.push(record.encode());
+        self.at.push(record.next_at.unwrap_or_default());
+    }
+
+    /// Inserts them; which of them (by its place here) now heads the due index.
+    async fn write(&self, t: &mut Tx<'_>) -> PgResult<Option<usize>> {
+        if self.ids.is_empty() {
+            return Ok(None);
+        }
+        t.execute(
+            "INSERT INTO postback.jobs (id, tenant, spec, record, idx, at)
+             SELECT id, tenant, spec, record, 'due', at
+             FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
+                 AS u(id, tenant, spec, record, at)",
+            &[&self.ids, &self.tenants, &self.specs, &self.records, &self.at],
+        )
+        .await?;
+        let first = (0..self.ids.len()).min_by_key(|&n| (self.at[n], &self.ids[n]));
+        let Some(first) = first else { return Ok(None) };
+        let record = Record::decode(&self.records[first]).map_err(corrupt)?;
+        Ok(t.heads_due(&self.ids[first], &record).await?.then_some(first))
+    }
 }
 
 /// Takes the idempotency key for `id`, or answers with the notification that holds it

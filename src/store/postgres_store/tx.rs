@@ -81,6 +81,18 @@ impl<'c> Tx<'c> {
         })
     }
 
+    /// Lets this transaction's commit return before its WAL is on disk. For the
+    /// pipeline's own transitions (claims, settles, hand-backs, retention, taking in what
+    /// producers committed): a crash of the database that loses one makes its
+    /// notification be attempted again (the same `webhook-id`), never lost. A
+    /// registration, a replay, a cancel or a discard is answered after a full commit.
+    pub async fn relax_commit(&self) -> PgResult<()> {
+        self.sql
+            .batch_execute("SET LOCAL synchronous_commit TO OFF")
+            .await?;
+        Ok(())
+    }
+
     /// Tells every instance's scheduler (this one's too) when this commits, if it should
     /// wake; then commits.
     pub async fn commit(self) -> PgResult<()> {
