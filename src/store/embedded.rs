@@ -33,7 +33,8 @@ mod tables;
 mod upgrade;
 mod writer;
 
-use changes::{store_error, NewJob, Retention};
+use super::types::{NewJob, RetentionLimits};
+use changes::store_error;
 use tables::{DbError, DbResult, Tables};
 use writer::Writer;
 
@@ -45,7 +46,7 @@ pub struct EmbeddedStore {
     writer: Writer,
     /// Signalled when a transition makes a notification due earlier than before.
     announced: Arc<Notify>,
-    retention: Retention,
+    retention: RetentionLimits,
     audit_max_age_ms: i64,
     path: PathBuf,
 }
@@ -75,11 +76,7 @@ impl EmbeddedStore {
             writer: Writer::start(db.clone(), announced.clone())?,
             db,
             announced,
-            retention: Retention {
-                dead_max_age_ms: retention.dead_max_age.as_millis() as i64,
-                dead_max_count: retention.dead_max_count,
-                finished_max_age_ms: retention.finished_max_age.as_millis() as i64,
-            },
+            retention: RetentionLimits::from(retention),
             audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
             path,
         })
@@ -135,13 +132,7 @@ impl Queue for EmbeddedStore {
         n: &Notification,
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Enqueued> {
-        let job = NewJob {
-            id: n.id,
-            spec: spec::encode(&n.spec()),
-            schedule: n.schedule.intervals_ms(),
-            delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| i.entry(i.scoped())),
-        };
+        let job = NewJob::of(n, idempotency);
         let enqueued = self
             .writer
             .run(move |t, now| changes::enqueue(t, now, &job))

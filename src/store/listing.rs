@@ -1,7 +1,7 @@
 //! The queue by state, as `GET /notifications` lists it: which index holds each state,
 //! in which order it is read, and which notifications of that index a list keeps.
 
-use super::{JobState, JobStatus, JobView, ListFilter, WalkCursor};
+use super::{Cursor, JobState, JobStatus, JobView, ListFilter, WalkCursor};
 use crate::lifecycle::Index;
 
 /// One state of the queue as a list shows it. `Retrying` is `scheduled` after at least
@@ -87,6 +87,19 @@ pub struct ListPage {
     pub items: Vec<JobView>,
     /// Where the next page starts; `None` at the end.
     pub next_cursor: Option<WalkCursor>,
+}
+
+impl ListPage {
+    /// A page of a walk that began at `walk_from`, whose next page starts after `next`.
+    pub fn of_walk(items: Vec<JobView>, next: Option<Cursor>, walk_from: i64) -> Self {
+        Self {
+            items,
+            next_cursor: next.map(|position| WalkCursor {
+                position,
+                walk_from,
+            }),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -114,11 +114,7 @@ impl PostgresStore {
             config,
             instance: format!("{:016x}", fastrand::u64(..)),
             listeners: signals::Listeners::default(),
-            retention: Retention {
-                dead_max_age_ms: retention.dead_max_age.as_millis() as i64,
-                dead_max_count: retention.dead_max_count,
-                finished_max_age_ms: retention.finished_max_age.as_millis() as i64,
-            },
+            retention: Retention::from(retention),
             audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
         })
     }
@@ -393,13 +389,7 @@ impl Reads for PostgresStore {
         let (items, next) = reads::page(&c, &scan, limit, after, keep)
             .await
             .map_err(store_error)?;
-        Ok(ListPage {
-            items,
-            next_cursor: next.map(|position| WalkCursor {
-                position,
-                walk_from,
-            }),
-        })
+        Ok(ListPage::of_walk(items, next, walk_from))
     }
 
     async fn dead_letters(

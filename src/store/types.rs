@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::Cursor;
+use crate::config::RetentionSettings;
 use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Notification, Tenant};
 use crate::lifecycle::{JobStatus, Verdict};
 
@@ -121,6 +122,50 @@ impl Idempotency {
             name,
             ttl_ms: self.ttl_ms(),
             fingerprint: self.fingerprint.clone(),
+        }
+    }
+}
+
+/// A registration, ready to store: what a store that works out its records in Rust (the
+/// embedded store, Postgres) writes for it.
+pub(crate) struct NewJob {
+    pub id: JobId,
+    /// The meta line and the body (`spec::encode`).
+    pub spec: String,
+    /// Retry intervals in ms.
+    pub schedule: Vec<u64>,
+    pub delay_ms: u64,
+    /// The idempotency key, named by its scoped key.
+    pub idempotency: Option<IdempotencyEntry>,
+}
+
+impl NewJob {
+    pub fn of(n: &Notification, idempotency: Option<&Idempotency>) -> Self {
+        Self {
+            id: n.id,
+            spec: super::spec::encode(&n.spec()),
+            schedule: n.schedule.intervals_ms(),
+            delay_ms: n.delay.as_millis() as u64,
+            idempotency: idempotency.map(|i| i.entry(i.scoped())),
+        }
+    }
+}
+
+/// Retention limits in ms and counts, as the stores apply them: dead letters' age and
+/// count, finished notifications' age.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetentionLimits {
+    pub dead_max_age_ms: i64,
+    pub dead_max_count: u64,
+    pub finished_max_age_ms: i64,
+}
+
+impl From<&RetentionSettings> for RetentionLimits {
+    fn from(r: &RetentionSettings) -> Self {
+        Self {
+            dead_max_age_ms: r.dead_max_age.as_millis() as i64,
+            dead_max_count: r.dead_max_count,
+            finished_max_age_ms: r.finished_max_age.as_millis() as i64,
         }
     }
 }

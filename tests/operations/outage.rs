@@ -7,45 +7,8 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-use support::load::{accepted, Answer, Load};
+use support::load::{accepted, all_delivered, steady};
 use support::{Postback, Receiver, RedisServer};
-
-/// Starts a steady producer (8 tasks) registering notifications due at once, each
-/// retrying a `503` under the same `Idempotency-Key`: a registration stored just before
-/// Redis went away, but answered `503`, is then accepted once rather than stored unseen.
-fn load(pb: &Postback, receiver: &Receiver) -> Load {
-    let url = receiver.url("/r");
-    Load::start(
-        pb.url("/notify"),
-        8,
-        Duration::from_millis(20),
-        move |n| json!({"url": url, "body": {"n": n}, "schedule": ["100ms", "200ms"]}),
-    )
-}
-
-/// Waits until the receiver has had every accepted notification and `/stats` counts
-/// them all as finished; returns how many arrived more than once.
-async fn all_delivered(pb: &Postback, receiver: &Receiver, answers: &[Answer]) -> usize {
-    let ids = accepted(answers);
-    let done = support::eventually(Duration::from_secs(60), || async {
-        let (_, stats) = pb.get("/stats").await;
-        stats["finished"].as_u64() == Some(ids.len() as u64)
-    })
-    .await;
-    let seen = receiver.per_id();
-    let missing: Vec<_> = ids.iter().filter(|id| !seen.contains_key(*id)).collect();
-    assert!(
-        done && missing.is_empty(),
-        "{} accepted, {} never arrived (e.g. {:?}); stats {}\n{}",
-        ids.len(),
-        missing.len(),
-        missing.first(),
-        pb.get("/stats").await.1,
-        pb.logs()
-    );
-    seen.values().filter(|n| **n > 1).count()
-}
 
 fn warnings(pb: &Postback) -> Vec<String> {
     pb.logs()
@@ -60,7 +23,7 @@ async fn redis_stopped_for_ten_seconds_under_load_loses_nothing_accepted() {
     let mut redis = RedisServer::start_persistent("everysec");
     let receiver = Receiver::start().await;
     let pb = Postback::start(&redis, &[]).await;
-    let producer = load(&pb, &receiver);
+    let producer = steady(&pb, &receiver, Duration::from_millis(20));
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     redis.shut_down();
@@ -123,7 +86,7 @@ async fn redis_killed_and_restarted_from_its_append_only_file_loses_nothing_acce
     let mut redis = RedisServer::start_persistent("always");
     let receiver = Receiver::start().await;
     let pb = Postback::start(&redis, &[]).await;
-    let producer = load(&pb, &receiver);
+    let producer = steady(&pb, &receiver, Duration::from_millis(20));
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     redis.stop();

@@ -8,43 +8,8 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::load::{accepted, Answer, Load};
+use support::load::{accepted, all_delivered, steady};
 use support::{Postback, PostgresServer, Receiver};
-
-/// A steady producer (8 tasks) of notifications due at once, retrying each `503` under
-/// its `Idempotency-Key`.
-fn load(pb: &Postback, receiver: &Receiver) -> Load {
-    let url = receiver.url("/r");
-    Load::start(
-        pb.url("/notify"),
-        8,
-        Duration::from_millis(10),
-        move |n| json!({"url": url, "body": {"n": n}, "schedule": ["100ms", "200ms"]}),
-    )
-}
-
-/// Waits until every accepted notification reached the receiver and `/stats` counts
-/// exactly them as finished; how many arrived more than once.
-async fn all_delivered(pb: &Postback, receiver: &Receiver, answers: &[Answer]) -> usize {
-    let ids = accepted(answers);
-    let done = support::eventually(Duration::from_secs(60), || async {
-        let (_, stats) = pb.get("/stats").await;
-        stats["finished"].as_u64() == Some(ids.len() as u64)
-    })
-    .await;
-    let seen = receiver.per_id();
-    let missing: Vec<_> = ids.iter().filter(|id| !seen.contains_key(*id)).collect();
-    assert!(
-        done && missing.is_empty(),
-        "{} accepted, {} never arrived (e.g. {:?}); stats {}\n{}",
-        ids.len(),
-        missing.len(),
-        missing.first(),
-        pb.get("/stats").await.1,
-        pb.logs()
-    );
-    seen.values().filter(|n| **n > 1).count()
-}
 
 fn migrate(pg: &PostgresServer) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_postback"))
@@ -121,7 +86,7 @@ async fn one_of_two_instances_killed_mid_burst_loses_nothing_accepted() {
     ];
     let mut doomed = Postback::start_on_postgres(&pg, &settings).await;
     let survivor = Postback::start_on_postgres(&pg, &settings).await;
-    let producer = load(&survivor, &receiver);
+    let producer = steady(&survivor, &receiver, Duration::from_millis(10));
     assert!(receiver.wait_for(300, support::LONG_WAIT).await);
     doomed.kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -143,7 +108,7 @@ async fn postgres_killed_and_restarted_under_load_loses_nothing_accepted() {
     let mut pg = PostgresServer::start();
     let receiver = Receiver::start().await;
     let pb = Postback::start_on_postgres(&pg, &[]).await;
-    let producer = load(&pb, &receiver);
+    let producer = steady(&pb, &receiver, Duration::from_millis(10));
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     pg.kill();

@@ -9,10 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::task::JoinSet;
 
 use super::instance::TOKEN;
+use super::{Postback, Receiver};
 
 /// One answer to `POST /notify`.
 #[derive(Debug, Clone)]
@@ -108,6 +109,41 @@ async fn register_once(client: &reqwest::Client, url: &str, body: &Value, key: &
         took: started.elapsed(),
         at: Instant::now(),
     }
+}
+
+/// Starts a steady producer (8 tasks, each pausing `pause` between its requests) of
+/// notifications due at once, at `receiver`'s `/r`, failing over two retries at most.
+pub fn steady(pb: &Postback, receiver: &Receiver, pause: Duration) -> Load {
+    let url = receiver.url("/r");
+    Load::start(
+        pb.url("/notify"),
+        8,
+        pause,
+        move |n| json!({"url": url, "body": {"n": n}, "schedule": ["100ms", "200ms"]}),
+    )
+}
+
+/// Waits until the receiver has had every accepted notification and `/stats` counts
+/// exactly them as finished; returns how many arrived more than once.
+pub async fn all_delivered(pb: &Postback, receiver: &Receiver, answers: &[Answer]) -> usize {
+    let ids = accepted(answers);
+    let done = super::eventually(Duration::from_secs(60), || async {
+        let (_, stats) = pb.get("/stats").await;
+        stats["finished"].as_u64() == Some(ids.len() as u64)
+    })
+    .await;
+    let seen = receiver.per_id();
+    let missing: Vec<_> = ids.iter().filter(|id| !seen.contains_key(*id)).collect();
+    assert!(
+        done && missing.is_empty(),
+        "{} accepted, {} never arrived (e.g. {:?}); stats {}\n{}",
+        ids.len(),
+        missing.len(),
+        missing.first(),
+        pb.get("/stats").await.1,
+        pb.logs()
+    );
+    seen.values().filter(|n| **n > 1).count()
 }
 
 /// The ids of the accepted registrations, each once.

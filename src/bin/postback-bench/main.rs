@@ -32,6 +32,7 @@ enum Scenario {
     Overload,
     Quota,
     Walk,
+    Retention,
     All,
 }
 
@@ -71,6 +72,9 @@ pub struct Opts {
     /// delayed, fleet: the delays are spread uniformly over this.
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub spread: Duration,
+    /// Settings a scenario gives postback besides the options' own.
+    #[arg(skip)]
+    pub extra_env: Vec<(String, String)>,
     /// isolation, ordering: registrations per second.
     #[arg(long, default_value_t = 100.0)]
     pub rate: f64,
@@ -133,6 +137,7 @@ impl Opts {
             ),
         ];
         env.extend(shards);
+        env.extend(self.extra_env.iter().cloned());
         if self.replica_acks > 0 {
             env.push((
                 "POSTBACK_STORE_REPLICA_ACKS".into(),
@@ -172,6 +177,7 @@ async fn main() -> anyhow::Result<()> {
             Scenario::Overload,
             Scenario::Quota,
             Scenario::Walk,
+            Scenario::Retention,
         ] {
             if opts.scenario != scenario && opts.scenario != Scenario::All {
                 continue;
@@ -189,6 +195,7 @@ async fn main() -> anyhow::Result<()> {
                 Scenario::Overload => scenarios::overload(&opts, r, run).await?,
                 Scenario::Quota => quota::quota(&opts, r, run).await?,
                 Scenario::Walk => scenarios::walk(&opts, r, run).await?,
+                Scenario::Retention => scenarios::retention(&opts, r, run).await?,
                 Scenario::All => unreachable!("expanded above"),
             }
         }

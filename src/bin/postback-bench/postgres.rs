@@ -1,8 +1,8 @@
 //! A fresh Postgres for a benchmark: `initdb` in a temporary directory and `postgres` on
 //! a free port, with Postgres's own defaults (fsync and synchronous commit on: a `202`
 //! is on disk); as root, run as the `postgres` user. What it costs: CPU from `/proc`
-//! (the postmaster with what it reaped, and its live backends), transactions and the
-//! size of the schema `postback` from its statistics.
+//! (the postmaster with what it reaped, and its live backends), and the size of the
+//! schema `postback`.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -30,7 +30,9 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
         let version = p.parent().and_then(|v| v.file_name()).unwrap_or_default();
         version.to_string_lossy().parse::<u32>().unwrap_or(0)
     });
-    versions.pop().context("no /usr/lib/postgresql/<version>/bin/postgres")
+    versions
+        .pop()
+        .context("no /usr/lib/postgresql/<version>/bin/postgres")
 }
 
 /// The `postgres` user's uid and gid when running as root.
@@ -75,7 +77,12 @@ impl PostgresServer {
             .arg(&data)
             .args(["-p", &port.to_string(), "-k"])
             .arg(dir.path())
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"])
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "max_connections=200",
+            ])
             .spawn()?;
         let server = Self {
             child,
@@ -122,16 +129,6 @@ impl PostgresServer {
             }
         }
         ticks / clock_ticks()
-    }
-
-    /// Transactions committed or rolled back in its database since the last reset.
-    pub fn transactions(&self) -> anyhow::Result<u64> {
-        let sql = "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres'";
-        Ok(self.query(sql)?.parse()?)
-    }
-
-    pub fn reset_stats(&self) -> anyhow::Result<()> {
-        self.query("SELECT pg_stat_reset()").map(drop)
     }
 
     /// The bytes of the schema `postback`'s tables with their indexes and TOAST.

@@ -292,11 +292,11 @@ impl Backend {
         })
     }
 
-    /// Commands processed since start (or since the last `CONFIG RESETSTAT`); on
-    /// Postgres, transactions.
+    /// Redis commands processed since start (or since the last `CONFIG RESETSTAT`); none
+    /// on another store.
     pub fn commands(&self) -> anyhow::Result<u64> {
-        if let Some(pg) = &self.postgres {
-            return pg.transactions();
+        if !self.is_redis() {
+            return Ok(0);
         }
         let total = self.sum("commandstats", |info| {
             info.values()
@@ -326,9 +326,6 @@ impl Backend {
     }
 
     pub fn reset_stats(&self) -> anyhow::Result<()> {
-        if let Some(pg) = &self.postgres {
-            return pg.reset_stats();
-        }
         for (_, port) in &self.nodes {
             redis::cmd("CONFIG")
                 .arg("RESETSTAT")

@@ -11,30 +11,10 @@ use crate::domain::{Attempt, JobId};
 use crate::lifecycle::{transitions, Cancelled, Index, Now, Record, WAITING_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
+use crate::store::types::{NewJob, RetentionLimits as Retention};
 use crate::store::{
-    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, Settlement,
-    StoreError,
+    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError,
 };
-
-/// A registration, ready to store.
-pub struct NewJob {
-    pub id: JobId,
-    /// The meta line and the body (`spec::encode`).
-    pub spec: String,
-    /// Retry intervals in ms.
-    pub schedule: Vec<u64>,
-    pub delay_ms: u64,
-    /// The idempotency key, named by its scoped key.
-    pub idempotency: Option<IdempotencyEntry>,
-}
-
-/// Retention limits: dead letters' age and count, finished notifications' age.
-#[derive(Debug, Clone, Copy)]
-pub struct Retention {
-    pub dead_max_age_ms: i64,
-    pub dead_max_count: u64,
-    pub finished_max_age_ms: i64,
-}
 
 /// Stores a notification and schedules its first attempt, or answers with the earlier
 /// notification of its idempotency key (refusing it when that came with another request).

@@ -13,7 +13,7 @@ use crate::store::spec;
 use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
 use crate::store::{
     idempotency_value, Cursor, DeadPage, JobView, ListFilter, ListPage, Listed, Outcomes,
-    StateCounts, Stats, Trimmed, WalkCursor,
+    StateCounts, Stats, Trimmed,
 };
 
 /// Dead letters examined for one page at most; past it the page ends early with a
@@ -75,13 +75,7 @@ pub fn list(
     let (items, next) = page(tx, index, range, limit, after, |v| {
         listed.keeps(v, filter, walk_from)
     })?;
-    Ok(ListPage {
-        items,
-        next_cursor: next.map(|position| WalkCursor {
-            position,
-            walk_from,
-        }),
-    })
+    Ok(ListPage::of_walk(items, next, walk_from))
 }
 
 /// The notification the idempotency key `scoped` registered, while it is kept at `now`.

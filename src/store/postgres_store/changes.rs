@@ -8,45 +8,15 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
-use crate::domain::{Attempt, JobId, Notification};
+use crate::domain::{Attempt, JobId};
 use crate::lifecycle::{transitions, Cancelled, Index, JobStatus, Record, WAITING_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
+pub(super) use crate::store::types::{NewJob, RetentionLimits as Retention};
 use crate::store::{
-    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry,
-    IntakeCheck, IntakeItem, Settlement, TakenIn,
+    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, IntakeCheck,
+    IntakeItem, Settlement, TakenIn,
 };
-
-/// A registration, ready to store.
-pub struct NewJob {
-    pub id: JobId,
-    /// The meta line and the body (`spec::encode`).
-    pub spec: String,
-    pub schedule: Vec<u64>,
-    pub delay_ms: u64,
-    /// The idempotency key, named by its scoped key.
-    pub idempotency: Option<IdempotencyEntry>,
-}
-
-impl NewJob {
-    pub fn of(n: &Notification, idempotency: Option<&Idempotency>) -> Self {
-        Self {
-            id: n.id,
-            spec: spec::encode(&n.spec()),
-            schedule: n.schedule.intervals_ms(),
-            delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| i.entry(i.scoped())),
-        }
-    }
-}
-
-/// Retention limits: dead letters' age and count, finished notifications' age.
-#[derive(Debug, Clone, Copy)]
-pub struct Retention {
-    pub dead_max_age_ms: i64,
-    pub dead_max_count: u64,
-    pub finished_max_age_ms: i64,
-}
 
 /// Stores a notification and schedules its first attempt, or answers with the earlier
 /// notification of its idempotency key (refusing it when that came with another
@@ -149,13 +119,21 @@ impl Plain {
              SELECT id, tenant, spec, record, 'due', at
              FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[])
                  AS u(id, tenant, spec, record, at)",
-            &[&self.ids, &self.tenants, &self.specs, &self.records, &self.at],
+            &[
+                &self.ids,
+                &self.tenants,
+                &self.specs,
+                &self.records,
+                &self.at,
+            ],
         )
         .await?;
         let first = (0..self.ids.len()).min_by_key(|&n| (self.at[n], &self.ids[n]));
         let Some(first) = first else { return Ok(None) };
         let record = Record::decode(&self.records[first]).map_err(corrupt)?;
-        Ok(t.heads_due(&self.ids[first], &record).await?.then_some(first))
+        Ok(t.heads_due(&self.ids[first], &record)
+            .await?
+            .then_some(first))
     }
 }
 

@@ -200,13 +200,7 @@ impl Reads for RedisStore {
             );
         }
         let (items, next) = page::merge(pages, limit, order);
-        Ok(ListPage {
-            items,
-            next_cursor: next.map(|position| WalkCursor {
-                position,
-                walk_from,
-            }),
-        })
+        Ok(ListPage::of_walk(items, next, walk_from))
     }
 
     async fn dead_letters(
