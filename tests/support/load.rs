@@ -146,6 +146,20 @@ pub async fn all_delivered(pb: &Postback, receiver: &Receiver, answers: &[Answer
     seen.values().filter(|n| **n > 1).count()
 }
 
+/// The answers that were not `202`, after checking that each is `503
+/// store_unavailable` (what a producer gets while `store` is away).
+pub fn refused<'a>(answers: &'a [Answer], store: &str) -> Vec<&'a Answer> {
+    let refused: Vec<_> = answers.iter().filter(|a| a.status != 202).collect();
+    let other = refused
+        .iter()
+        .find(|a| a.status != 503 || a.code.as_deref() != Some("store_unavailable"));
+    assert!(
+        other.is_none(),
+        "while {store} is away registrations get 503 store_unavailable: {other:?}"
+    );
+    refused
+}
+
 /// The ids of the accepted registrations, each once.
 pub fn accepted(answers: &[Answer]) -> Vec<String> {
     let ids: std::collections::BTreeSet<_> = answers.iter().filter_map(|a| a.id.clone()).collect();

@@ -188,6 +188,7 @@ pub async fn claim(
     (lease_ms, ahead_ms): (i64, i64),
     asked: Instant,
 ) -> PgResult<Claim> {
+    t.exclude_wake_checks().await?;
     let now_ms = t.now.down();
     let limit = limit as i64;
     let expired = t

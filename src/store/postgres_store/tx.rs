@@ -9,6 +9,9 @@ use tokio_postgres::Row;
 
 use crate::lifecycle::{transitions, Index, Now, Record};
 
+/// The advisory lock claims hold exclusively and wake-up checks shared.
+const WAKE_CHECK_LOCK: i64 = 0x706f_7374_6261_636c; // "postbacl"
+
 /// What a step on Postgres gives: any error rolls its transaction back.
 pub type PgResult<T> = Result<T, Fault>;
 
@@ -237,11 +240,30 @@ impl<'c> Tx<'c> {
         Ok(())
     }
 
-    /// Whether `id`, scheduled at `at`, heads the due index; then schedulers wake.
+    /// Holds off, until this transaction ends, every transaction that asks whether what
+    /// it scheduled heads the due index (`heads_due`): a claim takes this first. Without
+    /// it, a registration could find an earlier notification still due that a claim
+    /// running at the same time was taking, and not wake the scheduler, while that claim
+    /// did not see the registration yet: it would wait for the scheduler's next idle
+    /// wake-up. With it, either the claim sees what was scheduled, or the check sees the
+    /// claim's outcome.
+    pub async fn exclude_wake_checks(&self) -> PgResult<()> {
+        self.execute("SELECT pg_advisory_xact_lock($1)", &[&WAKE_CHECK_LOCK])
+            .await?;
+        Ok(())
+    }
+
+    /// Whether `id`, scheduled at `at`, heads the due index; then schedulers wake. Holds
+    /// claims off until this transaction ends (`exclude_wake_checks`).
     pub async fn heads_due(&mut self, id: &str, r: &Record) -> PgResult<bool> {
         let Some((Index::Due, at)) = r.position().filter(|_| !r.waiting) else {
             return Ok(false);
         };
+        self.execute(
+            "SELECT pg_advisory_xact_lock_shared($1)",
+            &[&WAKE_CHECK_LOCK],
+        )
+        .await?;
         let rows = self
             .query(
                 "SELECT 1 FROM postback.jobs WHERE idx = 'due' AND (at, id) < ($1, $2) LIMIT 1",
