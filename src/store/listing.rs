@@ -4,6 +4,10 @@
 use super::{Cursor, JobState, JobStatus, JobView, ListFilter, WalkCursor};
 use crate::lifecycle::Index;
 
+/// Notifications a page examines at most (per shard); past it the page ends early with
+/// a cursor, so that a filter matching nothing cannot hold a reader for long.
+pub const MAX_SCAN: usize = 5_000;
+
 /// One state of the queue as a list shows it. `Retrying` is `scheduled` after at least
 /// one failed attempt; `Scheduled` is the rest of `scheduled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

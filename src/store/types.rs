@@ -81,6 +81,20 @@ pub struct Enqueued {
     pub earliest: Option<Duration>,
 }
 
+impl Enqueued {
+    /// A new notification stored with `status`; `heads`: it is now its shard's earliest
+    /// due (schedulers should wake at once).
+    pub(crate) fn stored(id: JobId, status: JobStatus, heads: bool) -> Self {
+        Self {
+            id,
+            status: Some(status),
+            duplicate: false,
+            mismatch: false,
+            earliest: heads.then_some(Duration::ZERO),
+        }
+    }
+}
+
 /// An idempotency key, whose tenant it is, the fingerprint of the request that came
 /// with it, and how long it is remembered.
 #[derive(Debug, Clone)]

@@ -51,14 +51,8 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
     let value = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
     t.specs.insert(id.as_str(), value.as_str())?;
     let record = t.save(&id, None, &record)?;
-    let earliest = heads(t, &id, &record)?.then_some(Duration::ZERO);
-    Ok(Enqueued {
-        id: job.id,
-        status: Some(record.status()),
-        duplicate: false,
-        mismatch: false,
-        earliest,
-    })
+    let first = heads(t, &id, &record)?;
+    Ok(Enqueued::stored(job.id, record.status(), first))
 }
 
 /// Whether `record` is scheduled (not waiting behind its ordering key) and heads the due

@@ -9,16 +9,13 @@ use super::tables::{
 };
 use crate::domain::{Attempt, JobId, Tenant};
 use crate::lifecycle::{Record, WAITING_OFFSET_MS};
+use crate::store::listing::MAX_SCAN;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
 use crate::store::{
     idempotency_value, Cursor, DeadPage, JobView, ListFilter, ListPage, Listed, Outcomes,
     StateCounts, Stats, Trimmed,
 };
-
-/// Dead letters examined for one page at most; past it the page ends early with a
-/// cursor, so that a filter matching nothing cannot hold a reader for long.
-const MAX_SCAN: usize = 5_000;
 
 type Index = TableDefinition<'static, (i64, &'static str), ()>;
 

@@ -22,14 +22,30 @@ use crate::store::{
 /// notification of its idempotency key (refusing it when that came with another
 /// request).
 pub async fn enqueue(t: &mut Tx<'_>, job: &NewJob) -> PgResult<Enqueued> {
+    let (record, stored) = registered(t, job);
+    enqueue_registered(t, job, record, stored).await
+}
+
+/// Its record and stored spec as registered now.
+fn registered(t: &Tx<'_>, job: &NewJob) -> (Record, String) {
+    let record = transitions::register(job.schedule.clone(), t.now, job.delay_ms);
+    let stored = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
+    (record, stored)
+}
+
+/// `enqueue`, with the record and stored spec worked out already.
+async fn enqueue_registered(
+    t: &mut Tx<'_>,
+    job: &NewJob,
+    record: Record,
+    stored: String,
+) -> PgResult<Enqueued> {
     if let Some(entry) = &job.idempotency {
         if let Some(earlier) = claim_key(t, entry, &job.id).await? {
             return Ok(earlier);
         }
     }
     let id = job.id.to_string();
-    let record = transitions::register(job.schedule.clone(), t.now, job.delay_ms);
-    let stored = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
     let (tenant, ordering) = (spec::tenant(&stored), spec::ordering(&stored));
     let (idx, at) = place(&record);
     t.execute(
@@ -50,14 +66,8 @@ pub async fn enqueue(t: &mut Tx<'_>, job: &NewJob) -> PgResult<Enqueued> {
         Some(key) => t.save(&id, Some(key), None, &record).await?,
         None => record,
     };
-    let earliest = t.heads_due(&id, &record).await?.then_some(Duration::ZERO);
-    Ok(Enqueued {
-        id: job.id,
-        status: Some(record.status()),
-        duplicate: false,
-        mismatch: false,
-        earliest,
-    })
+    let heads = t.heads_due(&id, &record).await?;
+    Ok(Enqueued::stored(job.id, record.status(), heads))
 }
 
 /// Stores registrations in order, as `enqueue` would one by one: those with neither an
@@ -67,22 +77,15 @@ pub async fn enqueue_group(t: &mut Tx<'_>, jobs: &[NewJob]) -> PgResult<Vec<Enqu
     let mut answers: Vec<Option<Enqueued>> = vec![None; jobs.len()];
     let mut plain = Plain::default();
     for (i, job) in jobs.iter().enumerate() {
-        let record = transitions::register(job.schedule.clone(), t.now, job.delay_ms);
-        let stored = spec::stored(record.created_at, job.delay_ms, &job.schedule, &job.spec);
+        let (record, stored) = registered(t, job);
         match (&job.idempotency, spec::ordering(&stored)) {
             (None, None) => plain.add(i, job, &record, stored),
-            _ => answers[i] = Some(enqueue(t, job).await?),
+            _ => answers[i] = Some(enqueue_registered(t, job, record, stored).await?),
         }
     }
     let heads = plain.write(t).await?;
     for (n, (i, id, status)) in plain.stored.into_iter().enumerate() {
-        answers[i] = Some(Enqueued {
-            id,
-            status: Some(status),
-            duplicate: false,
-            mismatch: false,
-            earliest: (heads == Some(n)).then_some(Duration::ZERO),
-        });
+        answers[i] = Some(Enqueued::stored(id, status, heads == Some(n)));
     }
     Ok(answers.into_iter().flatten().collect())
 }
@@ -441,15 +444,11 @@ pub async fn release(t: &mut Tx<'_>, leases: &[(JobId, u64)]) -> PgResult<Vec<Op
 /// then schedulers wake.
 pub async fn any_heads(t: &mut Tx<'_>, moved: &[(String, Record)]) -> PgResult<bool> {
     let due = moved.iter().filter_map(|(id, r)| match r.position() {
-        Some((Index::Due, at)) if !r.waiting => Some((at, id)),
+        Some((Index::Due, at)) if !r.waiting => Some(((at, id), r)),
         _ => None,
     });
-    let Some((_, id)) = due.min() else {
-        return Ok(false);
-    };
-    let earliest = moved.iter().find(|(each, _)| each == id);
-    match earliest {
-        Some((id, r)) => t.heads_due(id, r).await,
+    match due.min_by(|a, b| a.0.cmp(&b.0)) {
+        Some(((_, id), r)) => t.heads_due(id, r).await,
         None => Ok(false),
     }
 }

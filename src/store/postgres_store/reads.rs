@@ -10,6 +10,7 @@ use super::changes::{history, parse_id};
 use super::tx::{corrupt, PgResult};
 use crate::domain::Tenant;
 use crate::lifecycle::{Index, Record};
+use crate::store::listing::MAX_SCAN;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, OUTCOME_WINDOW_MS};
 use crate::store::{
@@ -17,9 +18,6 @@ use crate::store::{
     StateCounts, Stats, Trimmed,
 };
 
-/// Rows examined for one page at most; past it the page ends early with a cursor, so
-/// that a filter matching nothing cannot hold a reader for long.
-const MAX_SCAN: usize = 5_000;
 /// Rows read at a time while a page is filled.
 const CHUNK: i64 = 200;
 

@@ -66,6 +66,8 @@ pub struct Tx<'c> {
     /// A notification became due earlier than any before it, or an ordering key's next
     /// one took its turn: schedulers should wake (`postback_due` is sent at commit).
     pub wake: bool,
+    /// Claims are held off already (`heads_due`), until this transaction ends.
+    holds_claims: bool,
 }
 
 impl<'c> Tx<'c> {
@@ -81,6 +83,7 @@ impl<'c> Tx<'c> {
             now: Now::from_micros(row.get(0)),
             sql,
             wake: false,
+            holds_claims: false,
         })
     }
 
@@ -259,11 +262,14 @@ impl<'c> Tx<'c> {
         let Some((Index::Due, at)) = r.position().filter(|_| !r.waiting) else {
             return Ok(false);
         };
-        self.execute(
-            "SELECT pg_advisory_xact_lock_shared($1)",
-            &[&WAKE_CHECK_LOCK],
-        )
-        .await?;
+        if !self.holds_claims {
+            self.execute(
+                "SELECT pg_advisory_xact_lock_shared($1)",
+                &[&WAKE_CHECK_LOCK],
+            )
+            .await?;
+            self.holds_claims = true;
+        }
         let rows = self
             .query(
                 "SELECT 1 FROM postback.jobs WHERE idx = 'due' AND (at, id) < ($1, $2) LIMIT 1",

@@ -11,6 +11,7 @@ use super::{store_error, RedisStore};
 use crate::domain::{Attempt, JobId, Tenant};
 use crate::lifecycle::{Index, JobStatus, Record};
 use crate::store::keys::ShardKeys;
+use crate::store::listing::MAX_SCAN;
 use crate::store::tenant_counts::{TenantCounts, OUTCOME_WINDOW_MS};
 use crate::store::{
     spec, Cursor, DeadPage, JobView, ListFilter, ListPage, Listed, Outcomes, Reads, StateCounts,
@@ -19,10 +20,6 @@ use crate::store::{
 
 /// Dead letters read per round trip while filtering a page.
 const SCAN_WINDOW: usize = 200;
-/// Dead letters examined for one page at most; past it the page ends early with a
-/// cursor, so that a filter matching nothing cannot keep Redis busy.
-const MAX_SCAN: usize = 5_000;
-
 /// One HMGET answer: a value or nothing per requested field.
 type Fields = Vec<Option<String>>;
 
