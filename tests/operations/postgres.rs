@@ -286,3 +286,31 @@ async fn the_database_refuses_a_role_without_a_grant_and_postback_what_post_noti
     assert_eq!(pb.get(&format!("/notifications/{id}")).await.0, 404);
     assert_eq!(receiver.count(), 0);
 }
+
+/// A tenant's idempotency key is its own: the same key used for another tenant names
+/// another notification, and neither answers with the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_idempotency_key_in_the_database_is_not_anothers() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_on_postgres(&pg, &[]).await;
+    producer_role(&pg);
+    pg.psql("INSERT INTO postback.tenant_grants (role, tenant) VALUES ('shop', 'shop-b')");
+    let url = receiver.url("/paid");
+    let call = |tenant: &str, order: u32| {
+        format!(
+            "'{url}', '{{\"order\": {order}}}', '{{\"idempotency_key\": \"pay-1\", \"tenant\": \"{tenant}\"}}'"
+        )
+    };
+
+    let b = pay(&pg, 1, &call("shop-b", 2), "COMMIT").unwrap();
+    let mine = pay(&pg, 2, &call("default", 1), "COMMIT").unwrap();
+    assert_ne!(mine, b, "another tenant's key names another notification");
+    taken_in(&pb, &mine).await;
+    pb.wait_state(&mine, "delivered", support::WAIT).await;
+    let got = receiver.requests_for(&mine);
+    let body: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(body["order"], 1, "its own body, not the other tenant's");
+    let again = pay(&pg, 3, &call("default", 1), "COMMIT").unwrap();
+    assert_eq!(again, mine, "and within the tenant the key still repeats");
+}
