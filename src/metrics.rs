@@ -114,6 +114,7 @@ fn start_at_zero() {
         "postback_requests_shed_total",
         "postback_script_errors_total",
         "postback_replica_ack_timeouts_total",
+        "postback_intake_refused_total",
     ] {
         counter!(name).absolute(0);
     }
@@ -141,6 +142,10 @@ fn describe() {
     describe_counter!(
         "postback_notifications_accepted_total",
         "Notifications registered through POST /notify"
+    );
+    describe_counter!(
+        "postback_intake_refused_total",
+        "Registrations made with postback.notify() (Postgres) refused when taken in; each kept in postback.intake_refused"
     );
     describe_counter!(
         "postback_attempts_total",
@@ -298,6 +303,11 @@ pub fn api_request(method: &str, route: &str, status: u16, took: Duration) {
 /// Notifications that became dead letters (their last attempt failed, or `410 Gone`).
 pub fn dead_lettered(n: usize) {
     counter!("postback_dead_lettered_total").increment(n as u64);
+}
+
+/// Registrations made in a producer's transaction that postback's rules refused.
+pub fn intake_refused(n: usize) {
+    counter!("postback_intake_refused_total").increment(n as u64);
 }
 
 pub fn request_shed() {

@@ -81,6 +81,7 @@ fn report(taken: &[TakenIn], wake: &Notify) {
                 }
             }
             TakenIn::Refused { id, error } => {
+                crate::metrics::intake_refused(1);
                 tracing::warn!(%id, %error, "intake: registration refused; kept in postback.intake_refused");
             }
         }

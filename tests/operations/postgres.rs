@@ -284,6 +284,11 @@ async fn the_database_refuses_a_role_without_a_grant_and_postback_what_post_noti
     let error: serde_json::Value = serde_json::from_str(pg.psql(&sql).trim()).unwrap();
     assert_eq!(error, over_http["error"], "the error POST /notify answers");
     assert_eq!(pb.get(&format!("/notifications/{id}")).await.0, 404);
+    assert_eq!(
+        pb.metric("postback_intake_refused_total").await,
+        Some(1.0),
+        "counted for the alert PostbackIntakeRefused"
+    );
     assert_eq!(receiver.count(), 0);
 }
 
