@@ -2,7 +2,7 @@
 -- notifications, each only if the notification is still as it was when it was worked
 -- out: its stored record the expected one, in the expected index. No rules here but an
 -- ordering key's turn (below): a settle, deferral, release, hand-back of an expired
--- lease, cancel and replay all come this way (src/store/redis_store/commit.rs builds the
+-- lease, cancel, replay, resend and attempt-now all come this way (src/store/redis_store/commit.rs builds the
 -- arguments).
 -- KEYS: the shard's keys (see common.lua), then the ordering key lists of those that have
 --       one
@@ -17,7 +17,8 @@
 --       ordering key's list (0: none)
 -- A notification of an ordering key that finishes (moves from due or in flight to dead
 -- or done) leaves its key's list, and if it was first the next takes its turn; a replay
--- joins the back, and waits there behind any other (common.lua).
+-- or resend (from dead or done) joins the back, and waits there behind any other
+-- (common.lua; the rule is lifecycle's `Index::joins_order`).
 -- A notification cannot leave the in-flight index without its record changing, so there
 -- the record alone tells (one claimed once and never changed has none, and still has
 -- none); in another index it is also asked whether it is still there. Otherwise
@@ -73,7 +74,7 @@ local function reorder(i, id, from, to)
   if (to == 'dead' or to == 'done') and (from == 'due' or from == 'inflight') then
     local turn = leave_order(KEYS[list], id, now)
     if turn[1] then w.turns[#w.turns + 1], w.turns[#w.turns + 2] = turn[1], turn[2] end
-  elseif from == 'dead' and to == 'due' then
+  elseif (from == 'dead' or from == 'done') and to == 'due' then
     return join_order(KEYS[list], id, tonumber(at))
   end
   return at

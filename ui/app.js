@@ -411,6 +411,34 @@ function cancelButton(n, status) {
   return button;
 }
 
+// Sends a finished notification again under the same id, after a confirmation.
+function resendButton(n, status) {
+  const button = el("button", { type: "button" }, "Resend…");
+  button.addEventListener("click", async () => {
+    const question = `Resend ${n.id}? The receiver gets it again with the same webhook-id, from a fresh attempt count.`;
+    if (!(await confirmAction(question, "Resend it"))) return;
+    await post(`/notifications/${encodeURIComponent(n.id)}/resend`, status);
+  });
+  return button;
+}
+
+// Makes a scheduled or retrying notification due now.
+function attemptNowButton(n, status) {
+  const button = el("button", { type: "button" }, "Attempt now");
+  button.addEventListener("click", () => post(`/notifications/${encodeURIComponent(n.id)}/attempt-now`, status));
+  return button;
+}
+
+// POSTs an action without a body and shows the page again, or the failure in `status`.
+async function post(path, status) {
+  try {
+    await api(path, { method: "POST" });
+    route();
+  } catch (e) {
+    status.replaceChildren(failure(e));
+  }
+}
+
 async function lookup(id) {
   const input = el("input", { id: "lookup-id", name: "id", value: id || "", placeholder: "ntf_0_…", required: true });
   const form = el("form", { class: "actions", role: "search" },
@@ -439,6 +467,8 @@ async function lookup(id) {
       el("div", { class: "actions" },
         el("button", { type: "button", class: "secondary", onclick: () => route() }, "Refresh"),
         ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
+        n.state === "scheduled" ? attemptNowButton(n, status) : null,
+        ["delivered", "dead", "cancelled"].includes(n.state) ? resendButton(n, status) : null,
         n.state === "dead" ? el("a", { href: `#/dead/${n.id}` }, "Open as dead letter") : null),
       status,
       el("h2", {}, "Attempts"), timeline(n.history));
@@ -449,7 +479,7 @@ async function lookup(id) {
 }
 
 const AUDIT_FILTERS = ["actor", "action", "tenant", "since", "until"];
-const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge"];
+const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge", "resend", "resend_matching", "attempt_now"];
 
 // What an entry acted on: one notification (linked), or a bulk action's filter.
 function auditTarget(e) {

@@ -21,7 +21,7 @@ use crate::domain::{FieldError, Tenant};
 use crate::store::bulk::PerTenant;
 use crate::store::{
     self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, JobView, ListFilter,
-    UrlChange,
+    Listed, UrlChange,
 };
 
 /// Attempts at writing an entry, 100 ms apart, before it is left to the log.
@@ -35,7 +35,8 @@ pub struct AuditQuery {
     /// Only this token's actions (its configured name; `api_token_1`, … for
     /// `server.api_tokens`).
     actor: Option<String>,
-    /// Only this action: `cancel`, `replay`, `replay_matching`, `discard`, `purge`.
+    /// Only this action: `cancel`, `replay`, `replay_matching`, `discard`, `purge`,
+    /// `resend`, `resend_matching`, `attempt_now`.
     action: Option<String>,
     /// Only actions on this tenant (a token bound to a tenant sees its own only).
     tenant: Option<String>,
@@ -61,12 +62,13 @@ pub struct AuditItem {
     /// The tenant acted on. A bulk action over every tenant is recorded once per tenant it
     /// changed (null when it changed none).
     pub tenant: Option<String>,
-    /// `cancel`, `replay`, `replay_matching`, `discard` or `purge`.
+    /// `cancel`, `replay`, `replay_matching`, `discard`, `purge`, `resend`,
+    /// `resend_matching` or `attempt_now`.
     pub action: String,
     /// The notification, for an action on one.
     pub target: Option<String>,
-    /// A bulk action's conditions (`topic`, `host`, `since`, `until`, `tenant`); `{}`
-    /// for every dead letter.
+    /// A bulk action's conditions (`state` for a resend, `topic`, `host`, `since`,
+    /// `until`, `tenant`); `{}` for every dead letter.
     #[schema(value_type = Option<Object>)]
     pub filter: Option<Map<String, Value>>,
     /// How many notifications it changed.
@@ -180,14 +182,15 @@ pub fn on_one(caller: &Principal, action: AuditAction, on: &JobView) -> AuditRec
     }
 }
 
-/// Records an action on every dead letter `filter` matches, `done` of them per tenant:
+/// Records an action on every notification `filter` matches (in `listed`, for a resend;
+/// dead letters otherwise), `done` of them per tenant:
 /// one entry, or for an action over every tenant (a `*` token without `tenant`) one per
 /// tenant it changed, so that each tenant's auditors see what it did to theirs.
 pub async fn record_matching(
     state: &AppState,
     caller: &Principal,
     action: AuditAction,
-    filter: &ListFilter,
+    (listed, filter): (Option<Listed>, &ListFilter),
     done: &PerTenant,
 ) {
     let entry = |tenant: Option<Tenant>, count: usize| AuditRecord {
@@ -195,7 +198,7 @@ pub async fn record_matching(
         tenant,
         action,
         target: None,
-        filter: Some(filter_of(filter)),
+        filter: Some(filter_of(listed, filter)),
         count: count as u64,
         url: None,
     };
@@ -212,13 +215,14 @@ pub async fn record_matching(
 }
 
 /// A bulk action's conditions as the audit log shows them.
-fn filter_of(filter: &ListFilter) -> Map<String, Value> {
+fn filter_of(listed: Option<Listed>, filter: &ListFilter) -> Map<String, Value> {
     let mut map = Map::new();
     let mut put = |name: &str, value: Option<String>| {
         if let Some(v) = value {
             map.insert(name.into(), Value::String(v));
         }
     };
+    put("state", listed.map(|l| l.name().to_string()));
     put("topic", filter.topic.clone());
     put("host", filter.host.clone());
     put("since", filter.since.map(rfc3339));

@@ -15,7 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::body::Body;
 use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
-use super::parse::parse_json;
+use super::parse::{optional_json, parse_json};
 use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRules};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
@@ -152,11 +152,7 @@ pub async fn replay(
     Body(body): Body,
 ) -> Result<Json<Replayed>, ApiError> {
     auth::require(&caller, Role::Operate)?;
-    let request: ReplayRequest = if body.trim_ascii().is_empty() || body.trim_ascii() == b"null" {
-        ReplayRequest::default()
-    } else {
-        parse_json(&body)?
-    };
+    let request: ReplayRequest = optional_json(&body)?;
     let found = dead_letter(&state, &caller, &id).await?;
     let spec = replayed_spec(&state.rules, &found.spec, &request)?;
     // The callback it goes to: a new one was checked above, the stored one is checked here.
@@ -337,7 +333,8 @@ pub async fn replay_matching(
     let count = done.values().sum();
     tracing::info!(count, ?filter, actor = %caller.actor, "dead letters replayed in bulk");
     state.wake.notify_one();
-    audit::record_matching(&state, &caller, AuditAction::ReplayMatching, &filter, &done).await;
+    let on = (None, &filter);
+    audit::record_matching(&state, &caller, AuditAction::ReplayMatching, on, &done).await;
     Ok(Json(Count { count }))
 }
 
@@ -375,7 +372,7 @@ pub async fn purge(
     let done = bulk::discard_matching(state.store.as_ref(), &filter).await?;
     let count = done.values().sum();
     tracing::info!(count, ?filter, actor = %caller.actor, "dead letters purged");
-    audit::record_matching(&state, &caller, AuditAction::Purge, &filter, &done).await;
+    audit::record_matching(&state, &caller, AuditAction::Purge, (None, &filter), &done).await;
     Ok(Json(Count { count }))
 }
 
@@ -392,7 +389,7 @@ async fn dead_letter(state: &AppState, caller: &Principal, raw: &str) -> Result<
 
 /// The new schedule (if one is given) and the delay of a replay, validated like
 /// `POST /notify`.
-fn replay_timing(
+pub(super) fn replay_timing(
     raw_schedule: Option<Value>,
     raw_delay: Option<&str>,
     rules: &RegistrationRules,

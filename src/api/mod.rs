@@ -33,6 +33,7 @@ mod overview;
 pub(crate) mod paging;
 mod parse;
 mod registration;
+mod resend;
 mod rules;
 mod server;
 mod signing_keys;
@@ -172,6 +173,9 @@ fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
         .routes(routes!(notify::notify))
         .routes(routes!(notifications::list))
         .routes(routes!(notifications::show, notifications::cancel))
+        .routes(routes!(resend::resend))
+        .routes(routes!(resend::attempt_now))
+        .routes(routes!(resend::resend_matching))
         .routes(routes!(dead_letters::list))
         .routes(routes!(dead_letters::show, dead_letters::discard))
         .routes(routes!(dead_letters::replay))

@@ -97,12 +97,16 @@ pub async fn cancel(
     }
 }
 
-fn parse_id(raw: &str) -> Result<JobId, ApiError> {
+pub(super) fn parse_id(raw: &str) -> Result<JobId, ApiError> {
     raw.parse().map_err(|_| ApiError::not_found("notification"))
 }
 
 /// The notification, if the caller may see it.
-async fn visible(state: &AppState, caller: &Principal, id: &JobId) -> Result<JobView, ApiError> {
+pub(super) async fn visible(
+    state: &AppState,
+    caller: &Principal,
+    id: &JobId,
+) -> Result<JobView, ApiError> {
     state
         .store
         .get(id)
@@ -112,7 +116,7 @@ async fn visible(state: &AppState, caller: &Principal, id: &JobId) -> Result<Job
 }
 
 /// The notification as it is now, if the caller may see it.
-async fn current(
+pub(super) async fn current(
     state: &AppState,
     caller: &Principal,
     id: &JobId,

@@ -24,6 +24,17 @@ pub(super) fn checked_key(raw: &str, field: &str) -> Result<String, FieldError> 
     Ok(key.to_string())
 }
 
+/// Parses an optional JSON object into `T`: an empty body or `null` is `T`'s default.
+pub(super) fn optional_json<T>(body: &[u8]) -> Result<T, ApiError>
+where
+    T: Default + serde::de::DeserializeOwned,
+{
+    match body.trim_ascii() {
+        b"" | b"null" => Ok(T::default()),
+        _ => parse_json(body),
+    }
+}
+
 /// Parses a JSON object into `T`, naming the offending field on error.
 pub(super) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let invalid = |e: &serde_json::Error| {

@@ -4,7 +4,8 @@
 //! key, `receive` is a receiver to try it
 //! against, `completions` prints a shell's completion script; the other commands are the
 //! operator's client of a running instance's API (`notify`, also `--batch` from a file,
-//! `status`, `list`, `cancel`, `stats`, `dlq list|show|replay|discard|purge`, `audit`),
+//! `status`, `list`, `cancel`, `resend`, `attempt-now`, `stats`,
+//! `dlq list|show|replay|discard|purge`, `audit`),
 //! printing readable tables or, with `--json`, the API's JSON answer.
 //!
 //! This file is the command line's shape (its commands, arguments and help) and its
@@ -94,6 +95,32 @@ enum Command {
     },
     /// Cancel a notification that has not finished.
     Cancel { id: String },
+    /// Send a delivered, dead or cancelled notification again (ID) under the same id, or
+    /// every one of a state a filter matches (no ID).
+    Resend {
+        /// The notification; without it, --state and the filter (or --all) choose.
+        #[arg(required_unless_present = "state")]
+        id: Option<String>,
+        /// delivered, dead or cancelled (without ID).
+        #[arg(long, conflicts_with = "id")]
+        state: Option<String>,
+        #[command(flatten)]
+        filter: Filter,
+        /// Every notification of the state, when no filter is given.
+        #[arg(long, requires = "state")]
+        all: bool,
+        /// Count what would be resent, and resend nothing.
+        #[arg(long, requires = "state")]
+        dry_run: bool,
+        /// A new schedule (`1m,10m`) or a configured schedule's name.
+        #[arg(long)]
+        schedule: Option<String>,
+        /// Before the first attempt of the new cycle.
+        #[arg(long)]
+        delay: Option<String>,
+    },
+    /// Make a scheduled or retrying notification due now.
+    AttemptNow { id: String },
     /// Notifications per state, and what retention deleted.
     Stats {
         /// Only this tenant's (a token for every tenant only).
@@ -110,7 +137,7 @@ enum Command {
         /// Only this token's actions (its configured name).
         #[arg(long)]
         actor: Option<String>,
-        /// Only this action: cancel, replay, replay_matching, discard, purge.
+        /// Only this action: cancel, replay, replay_matching, discard, purge, resend, resend_matching, attempt_now.
         #[arg(long)]
         action: Option<String>,
         /// Only actions on this tenant.

@@ -62,6 +62,44 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
                 .await?;
             print::answer(api, &answer, print::notification)
         }
+        Command::Resend {
+            id,
+            state,
+            filter,
+            all,
+            dry_run,
+            schedule: new_schedule,
+            delay,
+        } => {
+            let mut body = Map::new();
+            if let Some(s) = &new_schedule {
+                body.insert("schedule".into(), schedule(s));
+            }
+            body.extend(delay.map(|d| ("delay".to_string(), d.into())));
+            let client = Client::new(api)?;
+            let Some(state) = state else {
+                let id = id.unwrap_or_default();
+                let path = format!("/notifications/{id}/resend");
+                let answer = client.post(&path, &Value::Object(body)).await?;
+                return print::answer(api, &answer, print::notification);
+            };
+            filter.or_all(all, "resend every notification of the state")?;
+            body.insert("state".into(), state.into());
+            body.insert("dry_run".into(), dry_run.into());
+            body.extend(filter.json(all));
+            let answer = client
+                .post("/notifications/resend", &Value::Object(body))
+                .await?;
+            let verb = if dry_run { "would resend" } else { "resent" };
+            print::answer(api, &answer, |a, out| {
+                print::count(verb, "notifications", a, out)
+            })
+        }
+        Command::AttemptNow { id } => {
+            let path = format!("/notifications/{id}/attempt-now");
+            let answer = Client::new(api)?.post(&path, &json!(null)).await?;
+            print::answer(api, &answer, print::notification)
+        }
         Command::Stats { tenant } => {
             let query: Vec<(&str, String)> = tenant.map(|t| ("tenant", t)).into_iter().collect();
             let answer = Client::new(api)?.get_query("/stats", &query).await?;
@@ -197,12 +235,14 @@ async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
                     print::answer(api, &answer, print::registered)
                 }
                 None => {
-                    filter.or_all(all, "replay")?;
+                    filter.or_all(all, "replay every dead letter")?;
                     body.extend(filter.json(all));
                     let answer = client
                         .post("/dead-letters/replay", &Value::Object(body))
                         .await?;
-                    print::answer(api, &answer, |a, out| print::count("replayed", a, out))
+                    print::answer(api, &answer, |a, out| {
+                        print::count("replayed", "dead letters", a, out)
+                    })
                 }
             }
         }
@@ -213,10 +253,12 @@ async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
             })
         }
         Dlq::Purge { filter, all } => {
-            filter.or_all(all, "purge")?;
+            filter.or_all(all, "purge every dead letter")?;
             let body = Value::Object(filter.json(all).collect());
             let answer = client.post("/dead-letters/purge", &body).await?;
-            print::answer(api, &answer, |a, out| print::count("purged", a, out))
+            print::answer(api, &answer, |a, out| {
+                print::count("purged", "dead letters", a, out)
+            })
         }
     }
 }
@@ -234,12 +276,12 @@ impl Filter {
         .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
     }
 
-    /// Refuses a bulk action (`verb`) with neither a filter nor `--all`, in the CLI's
-    /// own terms rather than the API's.
-    fn or_all(&self, all: bool, verb: &str) -> anyhow::Result<()> {
+    /// Refuses a bulk action (`does`, what `--all` would do) with neither a filter nor
+    /// `--all`, in the CLI's own terms rather than the API's.
+    fn or_all(&self, all: bool, does: &str) -> anyhow::Result<()> {
         if !all && self.given().next().is_none() {
             anyhow::bail!(
-                "no filter given: pass --topic, --host, --since, --until or --tenant, or --all to {verb} every dead letter"
+                "no filter given: pass --topic, --host, --since, --until or --tenant, or --all to {does}"
             );
         }
         Ok(())

@@ -258,8 +258,9 @@ pub fn stats(a: &Value, out: &mut Out) {
 }
 
 /// `replayed 12 dead letters`.
-pub fn count(verb: &str, a: &Value, out: &mut Out) {
-    out.line(format!("{verb} {} dead letters", text(&a["count"])));
+/// How many a bulk action changed: "replayed 3 dead letters", "resent 2 notifications".
+pub fn count(verb: &str, noun: &str, a: &Value, out: &mut Out) {
+    out.line(format!("{verb} {} {noun}", text(&a["count"])));
 }
 
 fn history(a: &Value, out: &mut Out) {

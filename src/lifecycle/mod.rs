@@ -11,6 +11,7 @@
 //!                 ▲   │              │  ├─defer / release / expire─▶ scheduled (no attempt counted)
 //!                 │   └─cancel─▶ cancelled ◀─settle, defer, release (cancel asked for in flight)
 //!       dead ─replay─┘        dead ─discard─▶ gone;  finished ─retention─▶ gone
+//!   finished ─resend─▶ scheduled;  scheduled ─attempt-now─▶ scheduled (due now)
 //! ```
 
 mod record;
@@ -26,4 +27,4 @@ pub use record::{
     WAITING_OFFSET_MS,
 };
 pub use time::Now;
-pub use transitions::{Cancelled, Verdict};
+pub use transitions::{Again, Cancelled, Verdict};

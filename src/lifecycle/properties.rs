@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::transitions::{self, Cancelled};
+use super::transitions::{self, Again, Cancelled};
 use super::{JobState, Now, Record, Verdict, WAITING_OFFSET_MS};
 use crate::domain::Outcome;
 
@@ -30,9 +30,11 @@ enum Event {
     },
     Expire,
     Cancel,
-    Replay {
+    Again {
+        which: Again,
         schedule: Option<Vec<u64>>,
     },
+    AttemptNow,
     /// Put behind an earlier notification of its ordering key.
     Wait,
     /// The one before it in its ordering key finished.
@@ -62,7 +64,9 @@ fn event() -> impl Strategy<Value = Event> {
         1 => any::<bool>().prop_map(|stale| Event::Release { stale }),
         1 => Just(Event::Expire),
         1 => Just(Event::Cancel),
-        1 => prop::option::of(schedule()).prop_map(|schedule| Event::Replay { schedule }),
+        1 => (prop_oneof![Just(Again::Replay), Just(Again::Resend)], prop::option::of(schedule()))
+            .prop_map(|(which, schedule)| Event::Again { which, schedule }),
+        1 => Just(Event::AttemptNow),
         1 => Just(Event::Wait),
         1 => Just(Event::TakeTurn),
     ]
@@ -106,7 +110,10 @@ fn apply(r: &Record, e: &Event, now: Now) -> Option<Record> {
             _ => None,
         },
         Event::Cancel => transitions::cancel(r, now).1,
-        Event::Replay { schedule } => transitions::replay(r, now, 0, schedule.as_deref()),
+        Event::Again { which, schedule } => {
+            transitions::again(r, *which, now, 0, schedule.as_deref())
+        }
+        Event::AttemptNow => transitions::attempt_now(r, now),
         Event::Wait => transitions::wait(r),
         Event::TakeTurn => transitions::take_turn(r, now),
     }
@@ -143,9 +150,14 @@ fn check(
         prop_assert!(!matches!(e, Event::Claim), "a waiting one is never claimed");
     }
     if before.state.is_finished() {
+        let again = match e {
+            Event::Again { which, .. } => Some(*which),
+            _ => None,
+        };
         prop_assert!(
-            matches!(e, Event::Replay { .. }) && before.state == JobState::Dead,
-            "a finished notification comes back only by a replay of a dead one"
+            again == Some(Again::Resend)
+                || again == Some(Again::Replay) && before.state == JobState::Dead,
+            "a finished notification comes back only by a resend, or a replay of a dead one"
         );
     }
     match e {
@@ -194,7 +206,22 @@ fn check(
                 "a hand-back keeps its send time"
             );
         }
-        Event::Replay { .. } => prop_assert!(!after.reserved),
+        Event::Again { .. } => {
+            prop_assert!(!after.reserved);
+            prop_assert!(!after.cancel_requested, "a new cycle is not cancelled");
+            prop_assert_eq!(after.attempts, 0);
+            prop_assert_eq!(after.replays, before.replays + 1);
+        }
+        Event::AttemptNow => {
+            prop_assert_eq!(before.state, JobState::Scheduled);
+            prop_assert_eq!(after.next_at, Some(now.down()), "due now");
+            prop_assert_eq!(after.attempts, before.attempts);
+            prop_assert_eq!(
+                after.waiting,
+                before.waiting,
+                "it keeps its place in its key"
+            );
+        }
         Event::Wait => prop_assert_eq!(after.next_at, before.next_at, "it keeps its own time"),
         Event::TakeTurn => {
             prop_assert!(!after.waiting);

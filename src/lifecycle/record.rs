@@ -178,6 +178,19 @@ pub enum Index {
 }
 
 impl Index {
+    /// Whether a notification of an ordering key moving `from` one index `to` another
+    /// joins the back of its key: registered, or sent again after it finished.
+    pub fn joins_order(from: Option<Index>, to: Option<Index>) -> bool {
+        to == Some(Index::Due) && matches!(from, None | Some(Index::Dead | Index::Done))
+    }
+
+    /// Whether it leaves its key (and the next takes its turn if it was first): it
+    /// finished.
+    pub fn leaves_order(from: Option<Index>, to: Option<Index>) -> bool {
+        matches!(from, Some(Index::Due | Index::InFlight))
+            && matches!(to, Some(Index::Dead | Index::Done))
+    }
+
     const ALL: [Index; 4] = [Index::Due, Index::InFlight, Index::Dead, Index::Done];
 
     /// The name the Redis scripts know the index by.
@@ -229,10 +242,14 @@ impl Record {
     }
 
     /// As the index that holds it at `score` says: waiting behind an earlier notification
-    /// of its ordering key when its due score is `WAITING_OFFSET_MS` late.
+    /// of its ordering key when its due score is `WAITING_OFFSET_MS` late, and never
+    /// once claimed (its turn came by its score alone, which its record may not say).
     pub fn placed(mut self, index: Index, score: i64) -> Self {
         match index {
-            Index::InFlight => self.state = JobState::InFlight,
+            Index::InFlight => {
+                self.state = JobState::InFlight;
+                self.waiting = false;
+            }
             Index::Due => self.waiting = score >= WAITING_OFFSET_MS,
             Index::Dead | Index::Done => {}
         }

@@ -191,10 +191,36 @@ pub fn cancel(r: &Record, now: Now) -> (Cancelled, Option<Record>) {
     }
 }
 
-/// A dead letter scheduled again `delay_ms` from now, from a fresh attempt count, with a
-/// new schedule when given; its history stays.
-pub fn replay(r: &Record, now: Now, delay_ms: u64, schedule: Option<&[u64]>) -> Option<Record> {
-    if r.state != JobState::Dead {
+/// Which finished notifications a new cycle takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Again {
+    /// Dead letters only (an operator's replay).
+    Replay,
+    /// Delivered, dead or cancelled (a resend: the receiver lost what it was sent, or
+    /// the cancel was a mistake).
+    Resend,
+}
+
+impl Again {
+    fn takes(self, state: JobState) -> bool {
+        match self {
+            Again::Replay => state == JobState::Dead,
+            Again::Resend => state.is_finished(),
+        }
+    }
+}
+
+/// A finished notification `which` takes back, scheduled again `delay_ms` from now: a
+/// new cycle from a fresh attempt count, with a new schedule when given. Its history and
+/// its id (the `webhook-id` the receiver sees) stay.
+pub fn again(
+    r: &Record,
+    which: Again,
+    now: Now,
+    delay_ms: u64,
+    schedule: Option<&[u64]>,
+) -> Option<Record> {
+    if !which.takes(r.state) {
         return None;
     }
     let mut r = r.clone();
@@ -204,9 +230,24 @@ pub fn replay(r: &Record, now: Now, delay_ms: u64, schedule: Option<&[u64]>) -> 
     r.max_attempts = r.schedule.len() as u32 + 1;
     r.attempts = 0;
     r.reserved = false;
+    r.cancel_requested = false;
     r.replays += 1;
     r.finished_at = None;
     schedule_at(&mut r, now.up() + delay_ms as i64, now);
+    Some(r)
+}
+
+/// A scheduled notification (pending or retrying) due now instead of later. One waiting
+/// behind an earlier one of its ordering key keeps waiting, due at once when its turn
+/// comes. Its attempt count stays; a send time it reserved in its rate key's quota is
+/// given up (its next claim reserves one again).
+pub fn attempt_now(r: &Record, now: Now) -> Option<Record> {
+    if r.state != JobState::Scheduled {
+        return None;
+    }
+    let mut r = r.clone();
+    r.reserved = false;
+    schedule_at(&mut r, now.down(), now);
     Some(r)
 }
 

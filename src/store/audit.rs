@@ -25,15 +25,21 @@ pub enum AuditAction {
     ReplayMatching,
     Discard,
     Purge,
+    Resend,
+    ResendMatching,
+    AttemptNow,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 5] = [
+    pub const ALL: [AuditAction; 8] = [
         AuditAction::Cancel,
         AuditAction::Replay,
         AuditAction::ReplayMatching,
         AuditAction::Discard,
         AuditAction::Purge,
+        AuditAction::Resend,
+        AuditAction::ResendMatching,
+        AuditAction::AttemptNow,
     ];
 
     /// As the API and the stored JSON write it.
@@ -44,6 +50,9 @@ impl AuditAction {
             AuditAction::ReplayMatching => "replay_matching",
             AuditAction::Discard => "discard",
             AuditAction::Purge => "purge",
+            AuditAction::Resend => "resend",
+            AuditAction::ResendMatching => "resend_matching",
+            AuditAction::AttemptNow => "attempt_now",
         }
     }
 }
@@ -56,7 +65,7 @@ impl FromStr for AuditAction {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("`{s}` is not one of cancel, replay, replay_matching, discard, purge")
+                format!("`{s}` is not one of cancel, replay, replay_matching, discard, purge, resend, resend_matching, attempt_now")
             })
     }
 }

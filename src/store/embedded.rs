@@ -23,7 +23,7 @@ use super::{
 };
 use crate::config::RetentionSettings;
 use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
-use crate::lifecycle::{retention, Index, Now, Record};
+use crate::lifecycle::{retention, Again, Index, Now, Record};
 use crate::policy::{RateAsk, SendTimes};
 
 mod audit;
@@ -287,8 +287,8 @@ impl OperatorActions for EmbeddedStore {
         let (status, earliest) = self
             .writer
             .run(move |t, now| {
-                let record =
-                    changes::replay(t, now, &id, spec.as_deref(), schedule.as_deref(), delay_ms)?;
+                let (spec, schedule) = (spec.as_deref(), schedule.as_deref());
+                let record = changes::again(t, now, Again::Replay, &id, spec, schedule, delay_ms)?;
                 let earliest = match &record {
                     Some(r) => changes::heads(t, &id.to_string(), r)?,
                     None => false,
@@ -300,8 +300,9 @@ impl OperatorActions for EmbeddedStore {
         Ok(status)
     }
 
-    async fn replay_many(
+    async fn send_again(
         &self,
+        which: Again,
         ids: &[JobId],
         schedule: Option<&Schedule>,
         delay: Duration,
@@ -309,19 +310,36 @@ impl OperatorActions for EmbeddedStore {
         let ids = ids.to_vec();
         let schedule = schedule.map(Schedule::intervals_ms);
         let delay_ms = delay.as_millis() as u64;
-        let (replayed, earliest) = self
+        let (n, earliest) = self
             .writer
             .run(move |t, now| {
                 let mut moved = Vec::new();
                 for id in &ids {
-                    let record = changes::replay(t, now, id, None, schedule.as_deref(), delay_ms)?;
+                    let schedule = schedule.as_deref();
+                    let record = changes::again(t, now, which, id, None, schedule, delay_ms)?;
                     moved.extend(record.map(|r| (id.to_string(), r)));
                 }
                 Ok((moved.len(), any_heads(t, &moved)?))
             })
             .await?;
         self.announce(earliest);
-        Ok(replayed)
+        Ok(n)
+    }
+
+    async fn attempt_now(&self, id: &JobId) -> StoreResult<bool> {
+        let id = *id;
+        let (moved, earliest) = self
+            .writer
+            .run(move |t, now| {
+                let moved: Vec<_> = changes::attempt_now(t, now, &id)?
+                    .map(|r| (id.to_string(), r))
+                    .into_iter()
+                    .collect();
+                Ok((!moved.is_empty(), any_heads(t, &moved)?))
+            })
+            .await?;
+        self.announce(earliest);
+        Ok(moved)
     }
 
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {

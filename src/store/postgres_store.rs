@@ -25,7 +25,7 @@ use super::{
 };
 use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
-use crate::lifecycle::{retention, Index, Now};
+use crate::lifecycle::{retention, Again, Index, Now};
 use crate::policy::{RateAsk, SendTimes};
 
 mod changes;
@@ -320,13 +320,15 @@ impl OperatorActions for PostgresStore {
         let delay_ms = delay.as_millis() as u64;
         in_transaction!(self, |t| {
             let (spec, schedule) = (spec.as_deref(), schedule.as_deref());
-            let record = changes::replay(&mut t, id, spec, schedule, delay_ms).await?;
+            let record = changes::again(&mut t, Again::Replay, id, spec, schedule, delay_ms);
+            let record = record.await?;
             record.map(|r| r.status())
         })
     }
 
-    async fn replay_many(
+    async fn send_again(
         &self,
+        which: Again,
         ids: &[JobId],
         schedule: Option<&Schedule>,
         delay: Duration,
@@ -338,11 +340,15 @@ impl OperatorActions for PostgresStore {
         in_transaction!(self, |t| {
             let mut n = 0;
             for id in &ids {
-                let record = changes::replay(&mut t, id, None, schedule.as_deref(), delay_ms);
+                let record = changes::again(&mut t, which, id, None, schedule.as_deref(), delay_ms);
                 n += usize::from(record.await?.is_some());
             }
             n
         })
+    }
+
+    async fn attempt_now(&self, id: &JobId) -> StoreResult<bool> {
+        in_transaction!(self, |t| changes::attempt_now(&mut t, id).await?)
     }
 
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {

@@ -18,7 +18,7 @@ use super::types::{
 use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
 use super::{Outcomes, WalkCursor};
 use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
-use crate::lifecycle::{Cancelled, JobStatus};
+use crate::lifecycle::{Again, Cancelled, JobStatus};
 use crate::policy::{RateAsk, SendTimes};
 
 /// The queue as the pipeline drives it: registrations in, claims out, outcomes back.
@@ -83,14 +83,19 @@ pub trait OperatorActions: Send + Sync {
         delay: Duration,
     ) -> StoreResult<Option<JobStatus>>;
 
-    /// Schedules each of `ids` that is still dead again from a fresh attempt count, with
-    /// a new schedule when given. How many were replayed.
-    async fn replay_many(
+    /// Schedules each of `ids` that `which` takes back (dead letters for a replay, any
+    /// finished one for a resend) again, from a fresh attempt count, with a new schedule
+    /// when given. How many were.
+    async fn send_again(
         &self,
+        which: Again,
         ids: &[JobId],
         schedule: Option<&Schedule>,
         delay: Duration,
     ) -> StoreResult<usize>;
+
+    /// Makes a scheduled notification due now. Whether it was scheduled.
+    async fn attempt_now(&self, id: &JobId) -> StoreResult<bool>;
 
     /// Deletes the dead letters among `ids`. How many were deleted.
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize>;

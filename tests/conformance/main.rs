@@ -1,5 +1,5 @@
 //! The conformance suite: what a user sees of the pipeline (delivery, retries, dead
-//! letters, cancels, the delivery policy, leases, tenants, audit, lists, batches,
+//! letters, cancels, resends, the delivery policy, leases, tenants, audit, lists, batches,
 //! ordering keys, success rules, signing, tenants' TLS, tenants kept apart), the same on
 //! every store. `scripts/test.sh` runs it on a standalone Redis, a Redis Cluster
 //! (`POSTBACK_TEST_BACKEND=cluster`) and the embedded store
@@ -19,6 +19,7 @@ mod hostile_tenants;
 mod lease;
 mod ordering;
 mod policy;
+mod resend;
 mod retention;
 mod signing_keys;
 mod success_rules;

@@ -146,6 +146,37 @@ async fn bulk_replay_and_purge_by_filter_report_their_counts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_resends_a_delivered_one_counts_a_bulk_resend_and_hurries_a_pending_one() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let sent = notify(&pb, &receiver.url("/ok"), &["--topic", "t"]);
+    pb.wait_state(&sent, "delivered", WAIT).await;
+
+    let out = ok(&pb, &["resend", &sent]);
+    assert!(out.contains(&sent), "{out}");
+    pb.wait_state(&sent, "delivered", WAIT).await;
+    assert_eq!(receiver.requests_for(&sent).len(), 2);
+
+    let args = [
+        "resend",
+        "--state",
+        "delivered",
+        "--topic",
+        "t",
+        "--dry-run",
+    ];
+    assert_eq!(ok(&pb, &args).trim(), "would resend 1 notifications");
+    assert_eq!(
+        receiver.requests_for(&sent).len(),
+        2,
+        "a dry run sends nothing"
+    );
+
+    let later = notify(&pb, &receiver.url("/ok"), &["--delay", "1h"]);
+    assert_eq!(json(&pb, &["attempt-now", &later])["id"], later.as_str());
+    pb.wait_state(&later, "delivered", WAIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_are_one_clear_line_and_exit_code_one() {
     let (_backend, _receiver, pb) = support::start_any(&[]).await;
     let cases: [(&[&str], &str); 5] = [

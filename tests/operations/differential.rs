@@ -1,6 +1,7 @@
 //! The Redis store and the embedded store are one state machine: random sequences of
 //! registrations (with delays, idempotency keys, ordering keys, tenants), claims,
-//! outcomes, deferrals, releases, cancels, replays, discards and retention, applied to
+//! outcomes, deferrals, releases, cancels, replays, resends, attempts now, discards and
+//! retention, applied to
 //! both, must give the same answers and leave the same observable states (each
 //! notification's state, attempts, history, whether it waits behind its ordering key;
 //! the counts of every tenant and of one; the dead letters; idempotency keys).
@@ -19,8 +20,8 @@ use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
 use postback::domain::{JobId, Notification, OrderingKey, Outcome, Schedule, Tenant};
 use postback::policy::{Quota, RateAsk};
 use postback::store::{
-    ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, ListFilter, RedisStore, Settlement,
-    Store,
+    Again, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, ListFilter, RedisStore,
+    Settlement, Store,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -57,6 +58,12 @@ enum Op {
         schedule: bool,
     },
     ReplayMany,
+    Resend {
+        pick: usize,
+    },
+    AttemptNow {
+        pick: usize,
+    },
     Discard {
         pick: usize,
     },
@@ -109,6 +116,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), any::<bool>(), any::<bool>())
             .prop_map(|(pick, delayed, schedule)| Op::Replay { pick, delayed, schedule }),
         1 => Just(Op::ReplayMany),
+        1 => any::<usize>().prop_map(|pick| Op::Resend { pick }),
+        1 => any::<usize>().prop_map(|pick| Op::AttemptNow { pick }),
         1 => any::<usize>().prop_map(|pick| Op::Discard { pick }),
         1 => Just(Op::Trim),
     ]
@@ -258,9 +267,24 @@ impl Subject {
             }
             Op::ReplayMany => {
                 let all: Vec<JobId> = ids.iter().map(|(n, _)| n.id).collect();
-                let n = store.replay_many(&all, None, Duration::ZERO).await.unwrap();
+                let n = store
+                    .send_again(Again::Replay, &all, None, Duration::ZERO)
+                    .await
+                    .unwrap();
                 format!("replayed {n}")
             }
+            Op::Resend { pick: p } => match pick(*p) {
+                Some(id) => {
+                    let ids = [id];
+                    let n = store.send_again(Again::Resend, &ids, None, Duration::ZERO);
+                    format!("resent {}", n.await.unwrap())
+                }
+                None => "nothing".into(),
+            },
+            Op::AttemptNow { pick: p } => match pick(*p) {
+                Some(id) => format!("due now {}", store.attempt_now(&id).await.unwrap()),
+                None => "nothing".into(),
+            },
             Op::Discard { pick: p } => match pick(*p) {
                 Some(id) => format!("discarded {}", store.discard(&[id]).await.unwrap()),
                 None => "nothing".into(),

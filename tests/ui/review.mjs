@@ -208,6 +208,15 @@ try {
   await cancelledRows.first().waitFor();
   assert.equal(await cancelledRows.first().locator(".id").textContent(), scheduled[1]);
 
+  // A cancelled one is resent from its detail: a new cycle under the same id.
+  await page.goto(`${api}/ui#/lookup/${scheduled[1]}`);
+  await page.getByRole("button", { name: "Resend…" }).click();
+  await page.locator("dialog[open]").getByRole("button", { name: "Resend it" }).click();
+  await eventually("the resend", async () =>
+    (await page.locator("#lookup-state").textContent()) !== "cancelled");
+  const resent = await call("GET", `/notifications/${scheduled[1]}`);
+  assert.equal(resent.replays, 1);
+
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(`${api}/ui#/dead/${dead[1]}`);
@@ -229,7 +238,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();

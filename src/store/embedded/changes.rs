@@ -8,7 +8,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions, Cancelled, Index, Now, Record, WAITING_OFFSET_MS};
+use crate::lifecycle::{transitions, Again, Cancelled, Index, Now, Record, WAITING_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::types::{NewJob, RetentionLimits as Retention};
@@ -210,24 +210,33 @@ pub fn cancel(t: &mut Tables, now: Now, id: &JobId) -> DbResult<Cancelled> {
     Ok(answer)
 }
 
-/// Schedules a dead letter again from a fresh attempt count, with a new spec (meta line
-/// and body) or schedule (intervals in ms) when given. Its new record; `None` when it is
-/// not dead.
-pub fn replay(
+/// Schedules a finished notification that `which` takes back again from a fresh attempt
+/// count, with a new spec (meta line and body) or schedule (intervals in ms) when given.
+/// Its new record; `None` when it is not taken back.
+pub fn again(
     t: &mut Tables,
     now: Now,
+    which: Again,
     id: &JobId,
     spec: Option<&str>,
     schedule: Option<&[u64]>,
     delay_ms: u64,
 ) -> DbResult<Option<Record>> {
     let key = id.to_string();
-    let replayed = apply(t, &key, |r| transitions::replay(r, now, delay_ms, schedule))?;
-    if let (Some(encoded), Some(r)) = (spec, &replayed) {
+    let again = apply(t, &key, |r| {
+        transitions::again(r, which, now, delay_ms, schedule)
+    })?;
+    if let (Some(encoded), Some(r)) = (spec, &again) {
         let value = spec::stored(r.created_at, 0, &r.schedule, encoded);
         t.specs.insert(key.as_str(), value.as_str())?;
     }
-    Ok(replayed)
+    Ok(again)
+}
+
+/// Makes a scheduled notification due now. Its new record; `None` when it is not
+/// scheduled.
+pub fn attempt_now(t: &mut Tables, now: Now, id: &JobId) -> DbResult<Option<Record>> {
+    apply(t, &id.to_string(), |r| transitions::attempt_now(r, now))
 }
 
 /// Deletes a dead letter. Whether it was one.

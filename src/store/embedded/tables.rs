@@ -162,15 +162,13 @@ impl<'t> Tables<'t> {
     }
 
     /// Keeps the order of `id`'s ordering key, if it has one, as it goes from `old` to
-    /// `new`: registered or replayed, it joins the back of its key (and waits behind any
+    /// `new`: registered or sent again, it joins the back of its key (and waits behind any
     /// other); finished, it leaves, and the next of its key takes its turn. `new` as it
     /// is to be saved.
     fn keep_order(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<Record> {
         let index = |r: Option<&Record>| r.and_then(Record::position).map(|(index, _)| index);
         let (from, to) = (index(old), index(Some(new)));
-        let joins = to == Some(Index::Due) && matches!(from, None | Some(Index::Dead));
-        let leaves = matches!(from, Some(Index::Due | Index::InFlight))
-            && matches!(to, Some(Index::Dead | Index::Done));
+        let (joins, leaves) = (Index::joins_order(from, to), Index::leaves_order(from, to));
         if !(joins || leaves && self.orders.first()?.is_some()) {
             return Ok(new.clone());
         }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions, Cancelled, Index, JobStatus, Record, WAITING_OFFSET_MS};
+use crate::lifecycle::{
+    transitions, Again, Cancelled, Index, JobStatus, Record, WAITING_OFFSET_MS,
+};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 pub(super) use crate::store::types::{NewJob, RetentionLimits as Retention};
@@ -465,10 +467,12 @@ pub async fn cancel(t: &mut Tx<'_>, id: &JobId) -> PgResult<Cancelled> {
     Ok(answer)
 }
 
-/// Schedules a dead letter again from a fresh attempt count, with a new spec (meta line
-/// and body) or schedule when given. Its new record; `None` when it is not dead.
-pub async fn replay(
+/// Schedules a finished notification that `which` takes back again from a fresh attempt
+/// count, with a new spec (meta line and body) or schedule when given. Its new record;
+/// `None` when it is not taken back.
+pub async fn again(
     t: &mut Tx<'_>,
+    which: Again,
     id: &JobId,
     spec: Option<&str>,
     schedule: Option<&[u64]>,
@@ -476,8 +480,11 @@ pub async fn replay(
 ) -> PgResult<Option<Record>> {
     let key = id.to_string();
     let now = t.now;
-    let replayed = apply(t, &key, |r| transitions::replay(r, now, delay_ms, schedule)).await?;
-    if let (Some(encoded), Some(r)) = (spec, &replayed) {
+    let again = apply(t, &key, |r| {
+        transitions::again(r, which, now, delay_ms, schedule)
+    })
+    .await?;
+    if let (Some(encoded), Some(r)) = (spec, &again) {
         let stored = spec::stored(r.created_at, 0, &r.schedule, encoded);
         t.execute(
             "UPDATE postback.jobs SET spec = $2 WHERE id = $1",
@@ -485,10 +492,21 @@ pub async fn replay(
         )
         .await?;
     }
-    if let Some(r) = &replayed {
+    if let Some(r) = &again {
         t.heads_due(&key, r).await?;
     }
-    Ok(replayed)
+    Ok(again)
+}
+
+/// Makes a scheduled notification due now. Whether it was scheduled.
+pub async fn attempt_now(t: &mut Tx<'_>, id: &JobId) -> PgResult<bool> {
+    let key = id.to_string();
+    let now = t.now;
+    let moved = apply(t, &key, |r| transitions::attempt_now(r, now)).await?;
+    if let Some(r) = &moved {
+        t.heads_due(&key, r).await?;
+    }
+    Ok(moved.is_some())
 }
 
 /// Deletes a dead letter. Whether it was one.

@@ -133,7 +133,7 @@ impl<'c> Tx<'c> {
     }
 
     /// Writes `new` over `old` (`None` for a row just inserted), keeping the order of
-    /// its ordering key, if any: registered or replayed, it joins the back of its key
+    /// its ordering key, if any: registered or sent again, it joins the back of its key
     /// (and waits behind any other); finished, it leaves, and the next of its key takes
     /// its turn. The record as saved.
     pub async fn save(
@@ -171,9 +171,7 @@ impl<'c> Tx<'c> {
     ) -> PgResult<Record> {
         let index = |r: Option<&Record>| r.and_then(Record::position).map(|(index, _)| index);
         let (from, to) = (index(old), index(Some(new)));
-        let joins = to == Some(Index::Due) && matches!(from, None | Some(Index::Dead));
-        let leaves = matches!(from, Some(Index::Due | Index::InFlight))
-            && matches!(to, Some(Index::Dead | Index::Done));
+        let (joins, leaves) = (Index::joins_order(from, to), Index::leaves_order(from, to));
         if leaves {
             self.leave_order(key, id).await?;
         } else if joins && self.join_order(key, id).await? {

@@ -1,6 +1,6 @@
 //! What operators do on the Redis store: cancel, replay (one with a new spec or
-//! schedule, or many) and discard, each worked out by `lifecycle` and written by
-//! `commit.lua` (discard by `discard.lua`).
+//! schedule, or many), resend, attempt now and discard, each worked out by `lifecycle`
+//! and written by `commit.lua` (discard by `discard.lua`).
 
 use std::time::Duration;
 
@@ -9,14 +9,15 @@ use async_trait::async_trait;
 use super::commit::{Change, Decision, Held};
 use super::{script_error, store_error, RedisStore};
 use crate::domain::{JobId, JobSpec, Schedule};
-use crate::lifecycle::{transitions, Cancelled, JobStatus, Now, WAITING_OFFSET_MS};
+use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, Now, WAITING_OFFSET_MS};
 use crate::store::{spec, OperatorActions, StoreResult};
 
 impl RedisStore {
-    /// Replays each of `ids` that is dead, with a new spec (meta line and body) or
-    /// schedule when given: its new status, or `None` when it is not dead.
-    async fn replay_ids(
+    /// Sends each of `ids` that `which` takes back again, with a new spec (meta line and
+    /// body) or schedule when given: its new status, or `None` when it is not taken back.
+    async fn again_ids(
         &self,
+        which: Again,
         ids: &[JobId],
         spec: Option<&str>,
         schedule: Option<&Schedule>,
@@ -26,7 +27,7 @@ impl RedisStore {
         let delay_ms = delay.as_millis() as u64;
         let replay = |id: &JobId, held: Option<Held>, now: Now| {
             let replayed = held.and_then(|h| {
-                let new = transitions::replay(&h.record, now, delay_ms, schedule.as_deref())?;
+                let new = transitions::again(&h.record, which, now, delay_ms, schedule.as_deref())?;
                 let mut change = Change::new(&id.to_string(), &h, &new);
                 if let Some(encoded) = spec {
                     let value = spec::stored(new.created_at, 0, &new.schedule, encoded);
@@ -99,7 +100,7 @@ impl OperatorActions for RedisStore {
         }
         let spec = spec.map(spec::encode);
         let done = self
-            .replay_ids(&[*id], spec.as_deref(), schedule, delay)
+            .again_ids(Again::Replay, &[*id], spec.as_deref(), schedule, delay)
             .await?;
         let Some(mut status) = done.into_iter().next().flatten() else {
             return Ok(None);
@@ -117,14 +118,42 @@ impl OperatorActions for RedisStore {
         Ok(Some(status))
     }
 
-    async fn replay_many(
+    async fn send_again(
         &self,
+        which: Again,
         ids: &[JobId],
         schedule: Option<&Schedule>,
         delay: Duration,
     ) -> StoreResult<usize> {
-        let done = self.replay_ids(ids, None, schedule, delay).await?;
+        let done = self.again_ids(which, ids, None, schedule, delay).await?;
         Ok(done.iter().filter(|status| status.is_some()).count())
+    }
+
+    async fn attempt_now(&self, id: &JobId) -> StoreResult<bool> {
+        if self.keys(id).is_err() {
+            return Ok(false);
+        }
+        let now_due = |id: &JobId, held: Option<Held>, now: Now| {
+            let moved = held.and_then(|h| {
+                let new = transitions::attempt_now(&h.record, now)?;
+                Some(Change::new(&id.to_string(), &h, &new))
+            });
+            Ok(match moved {
+                Some(change) => Decision::Write(change, true),
+                None => Decision::Done(false),
+            })
+        };
+        let done = self
+            .commit_by_shard(
+                &self.to_replicas,
+                &[*id],
+                |id| id,
+                |_| 0,
+                |id| Ok(Decision::Ask(id.to_string())),
+                now_due,
+            )
+            .await?;
+        Ok(done.answers.into_iter().next().unwrap_or(false))
     }
 
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
