@@ -88,6 +88,8 @@ pub struct TenantConfig {
     pub quotas: BTreeMap<String, Quota>,
     /// Delivery slots it holds at most at once, if it has a limit of its own.
     pub max_concurrency: Option<usize>,
+    /// Response bytes kept per attempt, if not `delivery.response_bytes`.
+    pub response_bytes: Option<usize>,
 }
 
 impl Config {
@@ -278,6 +280,14 @@ mod tests {
             (
                 "[delivery]\nrate_limit = 5",
                 "delivery.rate_limit: invalid type",
+            ),
+            (
+                "[delivery]\nresponse_bytes = 70000",
+                "delivery.response_bytes: must be at most 65536 (64 KiB)",
+            ),
+            (
+                "[tenants.shop-a]\nresponse_bytes = 65537",
+                "tenants.shop-a.response_bytes: must be at most 65536 (64 KiB)",
             ),
             (
                 "[delivery]\njitter = \"95%\"",

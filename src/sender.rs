@@ -13,7 +13,9 @@ use reqwest::redirect::Policy;
 use reqwest::{Method, StatusCode};
 
 use crate::config::{DeliverySettings, TenantConfig, TenantTls};
-use crate::domain::{truncate, AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant};
+use crate::domain::{
+    kept_headers, truncate, AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant,
+};
 use crate::signing::Signer;
 use crate::ssrf::{self, Blocked};
 use crate::traces;
@@ -31,7 +33,9 @@ pub struct Sender {
     public_only: bool,
     max_timeout: Duration,
     max_retry_after: Duration,
+    /// Response bytes kept per attempt: `delivery.response_bytes`, or a tenant's own.
     response_bytes: usize,
+    tenant_response_bytes: BTreeMap<Tenant, usize>,
 }
 
 /// Makes rustls use the `ring` provider. Call once before any TLS client is built;
@@ -71,6 +75,10 @@ impl Sender {
             max_timeout: settings.max_timeout,
             max_retry_after: settings.max_retry_after,
             response_bytes: settings.response_bytes,
+            tenant_response_bytes: tenants
+                .iter()
+                .filter_map(|(tenant, t)| Some((tenant.clone(), t.response_bytes?)))
+                .collect(),
         })
     }
 
@@ -165,12 +173,20 @@ impl Sender {
         let status = response.status();
         let healthy = !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error());
         let retry_after = self.retry_after(&response);
+        let headers = response.headers().iter();
+        let headers = kept_headers(headers.map(|(name, value)| (name.as_str(), value.as_bytes())));
         let report = self.read_and_judge(&mut response, spec).await;
         AttemptReport {
             reach: Reach::Sent { healthy },
             retry_after,
+            headers,
             ..report
         }
+    }
+
+    fn response_bytes_of(&self, tenant: &Tenant) -> usize {
+        let own = self.tenant_response_bytes.get(tenant);
+        own.copied().unwrap_or(self.response_bytes)
     }
 
     /// The wait a 429 or 503 asks for, in seconds or as an HTTP date, capped.
@@ -198,9 +214,10 @@ impl Sender {
         spec: &JobSpec,
     ) -> AttemptReport {
         let status = response.status();
+        let kept = self.response_bytes_of(&spec.tenant);
         let mut body = Vec::new();
         let mut read_error = None;
-        while body.len() < self.response_bytes.max(spec.success.body_bytes()) {
+        while body.len() < kept.max(spec.success.body_bytes()) {
             match response.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
                 Ok(None) => break,
@@ -212,7 +229,7 @@ impl Sender {
         }
         let text = String::from_utf8_lossy(&body);
         let code = Some(status.as_u16());
-        let snippet = truncate(&text, self.response_bytes);
+        let snippet = truncate(&text, kept);
         if let Some(err) = read_error {
             return AttemptReport::failure(code, err, snippet);
         }

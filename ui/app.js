@@ -123,7 +123,11 @@ function timeline(history) {
     history.map((a, i) => el("li", { class: a.status >= 200 && a.status < 300 ? "ok" : "" },
       el("strong", {}, `Attempt ${i + 1}: ${outcome(a)}`),
       el("div", { class: "muted" }, `${when(a.at)} · ${a.duration_ms} ms`),
-      a.response ? el("pre", {}, a.response) : null)));
+      a.response ? el("pre", {}, a.response) : null,
+      a.response_headers && a.response_headers.length
+        ? el("details", {}, el("summary", {}, "Response headers"),
+          el("pre", {}, a.response_headers.map((h) => `${h.name}: ${h.value}`).join("\n")))
+        : null)));
 }
 
 // A JSON body indented for reading; anything else as it is sent.

@@ -60,7 +60,9 @@ impl Registered {
 }
 
 /// One attempt: when it started, the response status (null when none came back) or the
-/// error, how long it took, and the first bytes of the response.
+/// error, how long it took, the first bytes of the response (`delivery.response_bytes`,
+/// or its tenant's) and its headers (at most 32 and 4 KiB, in the order they came;
+/// `set-cookie` withheld).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AttemptView {
     pub at: String,
@@ -68,6 +70,14 @@ pub struct AttemptView {
     pub error: Option<String>,
     pub duration_ms: u64,
     pub response: String,
+    pub response_headers: Vec<HeaderView>,
+}
+
+/// A response header as kept: its name in lower case, its value.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeaderView {
+    pub name: String,
+    pub value: String,
 }
 
 impl From<&Attempt> for AttemptView {
@@ -78,6 +88,14 @@ impl From<&Attempt> for AttemptView {
             error: a.error.clone(),
             duration_ms: a.duration_ms,
             response: a.response.clone(),
+            response_headers: a
+                .headers
+                .iter()
+                .map(|(name, value)| HeaderView {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
         }
     }
 }

@@ -283,6 +283,14 @@ fn history(a: &Value, out: &mut Out) {
         ]);
     }
     out.line(format!("\n{t}"));
+    let last = attempts.last().map(|h| &h["response_headers"]);
+    let headers = last.and_then(Value::as_array).filter(|h| !h.is_empty());
+    if let Some(headers) = headers {
+        out.line(format!("\nresponse headers of attempt {}:", attempts.len()));
+        for h in headers {
+            out.line(format!("  {}: {}", text(&h["name"]), text(&h["value"])));
+        }
+    }
 }
 
 /// `key: value` lines for the fields present, aligned.

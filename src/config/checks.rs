@@ -9,6 +9,7 @@ use super::{
     DeliverySettings, RedisTarget, RetentionSettings, ServerSettings, Settings, StoreSettings,
     StoreTarget, TraceSettings, CLUSTER_SHARDS,
 };
+use crate::domain::MAX_RESPONSE_BYTES;
 
 /// The shortest `store.shard_lease`: it is renewed every half of it.
 const MIN_SHARD_LEASE: Duration = Duration::from_millis(200);
@@ -80,6 +81,11 @@ fn check_delivery(d: &DeliverySettings) -> anyhow::Result<()> {
         d.lease >= d.max_timeout + Duration::from_secs(5),
         "delivery.lease",
         "must outlast delivery.max_timeout by at least 5s",
+    )?;
+    check(
+        d.response_bytes <= MAX_RESPONSE_BYTES,
+        "delivery.response_bytes",
+        "must be at most 65536 (64 KiB)",
     )?;
     check(
         !d.max_idle_sleep.is_zero(),

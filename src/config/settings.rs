@@ -72,6 +72,9 @@ pub struct TenantSettings {
     /// The roots (PEM) this tenant's receivers are verified against, instead of the
     /// system's: a merchant's private CA.
     pub ca_certs: Option<PathBuf>,
+    /// Response bytes kept per attempt of this tenant's, instead of
+    /// `delivery.response_bytes` (at most `MAX_RESPONSE_BYTES`).
+    pub response_bytes: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

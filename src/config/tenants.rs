@@ -9,7 +9,7 @@ use anyhow::bail;
 use super::checks::check;
 use super::{Settings, StringList, TenantConfig, TenantSettings, TenantTls};
 use crate::access::{self, Principal, Scope, TokenTable};
-use crate::domain::{HostAllowList, Tenant};
+use crate::domain::{HostAllowList, Tenant, MAX_RESPONSE_BYTES};
 use crate::signing::{Secret, SigningKey};
 
 /// The tenants, each name checked and its secrets and allowed hosts decoded; `default`
@@ -27,6 +27,11 @@ pub(super) fn tenants(
         if t.max_concurrency == Some(0) {
             bail!("tenants.{name}.max_concurrency: must be at least 1");
         }
+        check(
+            t.response_bytes.is_none_or(|n| n <= MAX_RESPONSE_BYTES),
+            &format!("tenants.{name}.response_bytes"),
+            "must be at most 65536 (64 KiB)",
+        )?;
         let allowed_hosts = t
             .allowed_hosts
             .as_ref()
@@ -44,6 +49,7 @@ pub(super) fn tenants(
                 rate_limit: t.rate_limit,
                 quotas: t.quotas.clone(),
                 max_concurrency: t.max_concurrency,
+                response_bytes: t.response_bytes,
             },
         );
     }

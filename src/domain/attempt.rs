@@ -28,6 +28,8 @@ impl Outcome {
 
 /// One entry of the attempt history. `at` is when the attempt started (ms since the
 /// epoch, Redis time); `status` is `None` and `error` says why when no response came.
+/// `response` is the start of the response's body, `headers` its headers as kept
+/// (`kept_headers`; none in histories written before they were kept).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
     pub at: i64,
@@ -35,6 +37,43 @@ pub struct Attempt {
     pub error: Option<String>,
     pub duration_ms: u64,
     pub response: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
+}
+
+/// Response body bytes an attempt may keep at most (`delivery.response_bytes`, or a
+/// tenant's own): enough for an error page or a stack trace, bounded, since every attempt
+/// keeps them.
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+
+/// Response headers an attempt keeps at most, and the most bytes of their names and
+/// values together: enough to debug a receiver (its content type, a request id, a
+/// `Retry-After`), bounded, since every attempt keeps them.
+pub const MAX_RESPONSE_HEADERS: usize = 32;
+pub const MAX_RESPONSE_HEADER_BYTES: usize = 4096;
+
+/// The response headers an attempt keeps, in the order they came: names in lower case,
+/// values as text (a value that is not is shown lossily), `set-cookie` withheld (a
+/// session of the receiver's is not postback's to keep), within `MAX_RESPONSE_HEADERS`
+/// and `MAX_RESPONSE_HEADER_BYTES`; a header that would go over is left out, and so are
+/// the rest.
+pub fn kept_headers<'a>(
+    headers: impl Iterator<Item = (&'a str, &'a [u8])>,
+) -> Vec<(String, String)> {
+    let mut kept = Vec::new();
+    let mut bytes = 0;
+    for (name, value) in headers {
+        let value = match name.eq_ignore_ascii_case("set-cookie") {
+            true => "(withheld)".to_string(),
+            false => String::from_utf8_lossy(value).into_owned(),
+        };
+        bytes += name.len() + value.len();
+        if kept.len() == MAX_RESPONSE_HEADERS || bytes > MAX_RESPONSE_HEADER_BYTES {
+            break;
+        }
+        kept.push((name.to_ascii_lowercase(), value));
+    }
+    kept
 }
 
 /// The most of an attempt's error text a history keeps: an error may quote what a
@@ -58,6 +97,8 @@ pub struct AttemptReport {
     pub error: Option<String>,
     pub duration_ms: u64,
     pub response: String,
+    /// The response's headers as kept (`kept_headers`); none when no response came.
+    pub headers: Vec<(String, String)>,
     /// How long the receiver asked to be left alone (429 or 503 with `Retry-After`).
     pub retry_after: Option<Duration>,
     pub reach: Reach,
@@ -88,6 +129,7 @@ impl AttemptReport {
             error: Some(error),
             duration_ms: 0,
             response,
+            headers: Vec::new(),
             retry_after: None,
             reach: Reach::Sent { healthy: false },
         }
@@ -113,6 +155,32 @@ impl AttemptReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn response_headers_are_kept_within_their_bounds_and_cookies_withheld() {
+        let raw = [
+            ("Content-Type", "text/plain".as_bytes()),
+            ("Set-Cookie", b"session=secret"),
+            ("X-Request-Id", b"r-1"),
+        ];
+        assert_eq!(
+            kept_headers(raw.into_iter()),
+            [
+                ("content-type".to_string(), "text/plain".to_string()),
+                ("set-cookie".into(), "(withheld)".into()),
+                ("x-request-id".into(), "r-1".into()),
+            ]
+        );
+        let many = vec![("x-n", b"v".as_slice()); 100];
+        assert_eq!(kept_headers(many.into_iter()).len(), MAX_RESPONSE_HEADERS);
+        let big = "v".repeat(3000);
+        let large = [("a", big.as_bytes()), ("b", big.as_bytes())];
+        assert_eq!(
+            kept_headers(large.into_iter()).len(),
+            1,
+            "the second goes over"
+        );
+    }
 
     #[test]
     fn truncates_on_a_character_boundary() {

@@ -15,7 +15,9 @@ mod schedule;
 mod success;
 mod tenant;
 
-pub use attempt::{truncate, Attempt, AttemptReport, Outcome, Reach};
+pub use attempt::{
+    kept_headers, truncate, Attempt, AttemptReport, Outcome, Reach, MAX_RESPONSE_BYTES,
+};
 pub use callback_url::{CallbackUrl, Destinations};
 pub use error::FieldError;
 pub use headers::ExtraHeaders;

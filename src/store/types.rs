@@ -353,6 +353,7 @@ impl Settlement {
             error: r.error.clone(),
             duration_ms: r.duration_ms,
             response: r.response.clone(),
+            headers: r.headers.clone(),
         }
     }
 

@@ -20,6 +20,7 @@ mod lease;
 mod ordering;
 mod policy;
 mod resend;
+mod responses;
 mod retention;
 mod signing_keys;
 mod success_rules;

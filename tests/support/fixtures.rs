@@ -39,6 +39,7 @@ pub fn report(outcome: Outcome) -> AttemptReport {
         error: None,
         duration_ms: 1,
         response: String::new(),
+        headers: Vec::new(),
         retry_after: None,
         reach: Reach::Sent { healthy: delivered },
     }

@@ -3,8 +3,9 @@
 //! `fail=N` answers `status` (default 500) to the first N requests of each webhook-id,
 //! with a `Retry-After: V` header when `retry_after=V`; `flaky=P` answers 500 to a random
 //! P% of requests; `reply=TEXT` is the body of a success, and `ok_status=N` its status
-//! (default 200); `redirect=1` always answers
-//! 302; `sleep_ms=N` waits before answering.
+//! (default 200), `reply_bytes=N` a success body of N bytes instead; `header=NAME:VALUE`
+//! adds a header to every answer; `redirect=1` always answers 302; `sleep_ms=N` waits
+//! before answering.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -125,6 +126,22 @@ impl Receiver {
 }
 
 async fn answer(
+    state: State<Arc<Mutex<Log>>>,
+    Query(q): Query<HashMap<String, String>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let extra = q.get("header").cloned();
+    let mut response = answer_as_asked(state, Query(q), uri, headers, body).await;
+    if let Some((name, value)) = extra.as_deref().and_then(|h| h.split_once(':')) {
+        let name = axum::http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+        response.headers_mut().insert(name, value.parse().unwrap());
+    }
+    response
+}
+
+async fn answer_as_asked(
     State(log): State<Arc<Mutex<Log>>>,
     Query(q): Query<HashMap<String, String>>,
     uri: axum::http::Uri,
@@ -169,9 +186,9 @@ async fn answer(
         return response;
     }
     let ok = q.get("ok_status").map_or(200, |s| s.parse().unwrap());
-    (
-        StatusCode::from_u16(ok).unwrap(),
-        q.get("reply").cloned().unwrap_or_else(|| "ok".into()),
-    )
-        .into_response()
+    let reply = match q.get("reply_bytes") {
+        Some(n) => "x".repeat(n.parse().unwrap()),
+        None => q.get("reply").cloned().unwrap_or_else(|| "ok".into()),
+    };
+    (StatusCode::from_u16(ok).unwrap(), reply).into_response()
 }
