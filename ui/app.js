@@ -361,6 +361,33 @@ function queueSearch() {
   return [form, status];
 }
 
+// Resends every finished notification of `state` the filters match: the count first
+// (a dry run), then, once confirmed, the resend.
+function resendAllButton(state, params, status) {
+  const button = el("button", { type: "button", class: "secondary" }, "Resend all matching…");
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    try {
+      const filter = {};
+      for (const f of QUEUE_FILTERS) if (params.get(f)) filter[f] = params.get(f);
+      const what = Object.keys(filter).length ? `matching ${new URLSearchParams(filter)}` : "(no filter: all of them)";
+      const body = { state, ...filter, ...(Object.keys(filter).length ? {} : { all: true }) };
+      const { count } = await api("/notifications/resend", { method: "POST", body: { ...body, dry_run: true } });
+      if (count === 0) status.textContent = "Nothing matches.";
+      const question = `Resend ${count} ${state} notifications ${what}? Each receiver gets its notification again with the same webhook-id.`;
+      if (count > 0 && await confirmAction(question, `Resend ${count}`)) {
+        const r = await api("/notifications/resend", { method: "POST", body });
+        status.textContent = `${r.count} resent.`;
+      }
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
 // One list of the queue: a tab per state, the filters, a page of rows, the next page.
 async function queue(params) {
   const state = params.get("state") || "scheduled";
@@ -376,12 +403,14 @@ async function queue(params) {
   };
   const pending = ["scheduled", "retrying", "in_flight"].includes(state);
   const form = filterForm(QUEUE_FILTERS, params, "q", "queue", () => null, { state });
+  const status = el("p", { role: "status" });
   return [
     el("h1", {}, "Queue"),
     ...queueSearch(),
     el("nav", { class: "tabs", "aria-label": "States" }, STATES.map(([s, name]) =>
       el("a", { href: `#/queue?state=${s}`, ...(s === state ? { "aria-current": "page" } : {}) }, name))),
     form,
+    pending ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
     page.items.length === 0
       ? el("p", { class: "muted" }, page.next_cursor ? "None on this page." : `Nothing ${label.toLowerCase()} matches.`)
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": label },

@@ -217,6 +217,21 @@ try {
   const resent = await call("GET", `/notifications/${scheduled[1]}`);
   assert.equal(resent.replays, 1);
 
+  // Every delivered one of a topic resent from the queue, counted first.
+  const topic = "ui.resend";
+  for (let i = 0; i < 2; i++) await call("POST", "/notify", { url: target("/up/resend"), body: { i }, topic });
+  await page.goto(`${api}/ui#/queue?state=delivered&topic=${topic}`);
+  const deliveredRows = page.getByRole("table", { name: "Delivered" }).locator("tbody tr");
+  await eventually("both delivered", async () => {
+    await page.reload();
+    return (await deliveredRows.count()) === 2;
+  });
+  await page.getByRole("button", { name: "Resend all matching…" }).click();
+  const resendDialog = page.locator("dialog[open]");
+  assert.match(await resendDialog.textContent(), /Resend 2 delivered notifications matching topic=ui.resend/);
+  await resendDialog.getByRole("button", { name: "Resend 2" }).click();
+  await page.getByText("2 resent.").waitFor();
+
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(`${api}/ui#/dead/${dead[1]}`);
@@ -238,7 +253,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
