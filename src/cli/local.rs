@@ -15,7 +15,12 @@ pub(super) fn serve(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Re
     let config = Config::load(path.as_deref(), insecure_no_auth)?;
     crate::sender::install_crypto_provider();
     let export = crate::telemetry::init(&config.settings.log, &config.settings.traces)?;
-    let served = tokio::runtime::Builder::new_multi_thread()
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    match config.settings.server.worker_threads {
+        0 => &mut runtime,
+        n => runtime.worker_threads(n),
+    };
+    let served = runtime
         .enable_all()
         .build()?
         .block_on(crate::app::serve(config));

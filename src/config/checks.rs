@@ -140,6 +140,11 @@ fn check_server(s: &ServerSettings) -> anyhow::Result<()> {
         "server.max_connections",
         "must be at least 1",
     )?;
+    check(
+        s.worker_threads <= 256,
+        "server.worker_threads",
+        "must be from 0 (one per CPU core) to 256",
+    )?;
     for (ok, key) in [
         (!s.header_timeout.is_zero(), "server.header_timeout"),
         (!s.idle_timeout.is_zero(), "server.idle_timeout"),

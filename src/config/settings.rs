@@ -102,6 +102,9 @@ pub struct ServerSettings {
     pub body_timeout: Duration,
     /// Connections open at once; more wait to be accepted.
     pub max_connections: usize,
+    /// Threads the process runs its work on (the API, the scheduler, the deliveries);
+    /// 0: one per CPU core.
+    pub worker_threads: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -311,6 +314,7 @@ impl Default for ServerSettings {
             idle_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(30),
             max_connections: 4096,
+            worker_threads: 0,
         }
     }
 }

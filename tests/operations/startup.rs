@@ -1,7 +1,8 @@
 //! Start-up checks: postback refuses to start, with a message naming the setting, when
 //! Redis may evict keys, when Redis stays unreachable, or when the configuration is bad;
 //! `postback config check` says the same without starting, and prints the effective
-//! configuration with its secrets redacted.
+//! configuration with its secrets redacted; and the process runs on as many worker
+//! threads as `server.worker_threads` says.
 
 use crate::support;
 
@@ -50,6 +51,22 @@ fn a_bad_setting_is_refused_by_name() {
     );
     let err = Postback::refused_start(&[("POSTBACK_DELIVERY_RATE_LIMIT", "fast")]);
     assert!(err.contains("delivery.rate_limit"), "{err}");
+    let err = Postback::refused_start(&[("POSTBACK_SERVER_WORKER_THREADS", "1000")]);
+    assert!(
+        err.contains("server.worker_threads") && err.contains("from 0 (one per CPU core) to 256"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_one_worker_thread_it_serves_and_delivers() {
+    let (_backend, receiver, pb) =
+        support::start_any(&[("POSTBACK_SERVER_WORKER_THREADS", "1")]).await;
+    let id = pb
+        .register(serde_json::json!({"url": receiver.url("/one"), "body": {}}))
+        .await;
+    pb.wait_state(&id, "delivered", support::WAIT).await;
+    assert_eq!(receiver.requests_for(&id).len(), 1);
 }
 
 /// `postback config check` with `args`, nothing in its environment but `PATH` and `env`:
