@@ -280,26 +280,15 @@ impl BulkRequest {
     /// The filter, within the caller's tenant; an empty one is refused unless `all` says
     /// so.
     fn filter(&self, caller: &Principal) -> Result<ListFilter, ApiError> {
-        let mut f = paging::filter(
-            self.topic.clone(),
-            self.host.clone(),
-            self.since.as_deref(),
-            self.until.as_deref(),
-        )?;
-        let empty = f.topic.is_none()
-            && f.host.is_none()
-            && f.since.is_none()
-            && f.until.is_none()
-            && self.tenant.is_none();
-        if empty && !self.all {
-            return Err(FieldError::new(
-                "all",
-                "no filter given: pass `topic`, `host`, `since`, `until` or `tenant`, or `\"all\": true` to act on every dead letter",
-            )
-            .into());
-        }
-        f.tenant = auth::tenant_filter(caller, self.tenant.as_deref())?;
-        Ok(f)
+        let conditions = paging::Conditions {
+            topic: &self.topic,
+            host: &self.host,
+            since: &self.since,
+            until: &self.until,
+            tenant: &self.tenant,
+            all: self.all,
+        };
+        paging::bulk_filter(caller, conditions, "every dead letter")
     }
 }
 

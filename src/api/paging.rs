@@ -12,6 +12,8 @@ use base64::Engine;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_LEN};
 use ring::rand::{SecureRandom, SystemRandom};
 
+use super::error::ApiError;
+use crate::access::Principal;
 use crate::domain::FieldError;
 use crate::store::ListFilter;
 
@@ -115,4 +117,41 @@ pub fn filter(
         host,
         tenant: None,
     })
+}
+
+/// A bulk action's conditions as its request gives them.
+pub(super) struct Conditions<'a> {
+    pub topic: &'a Option<String>,
+    pub host: &'a Option<String>,
+    pub since: &'a Option<String>,
+    pub until: &'a Option<String>,
+    pub tenant: &'a Option<String>,
+    /// `"all": true`: act on everything when no condition is given.
+    pub all: bool,
+}
+
+/// The filter of a bulk action, within the caller's tenant. Without any condition it is
+/// refused unless `all` says so, naming what `all` would act on (`every dead letter`).
+pub(super) fn bulk_filter(
+    caller: &Principal,
+    c: Conditions<'_>,
+    every: &str,
+) -> Result<ListFilter, ApiError> {
+    let mut f = filter(
+        c.topic.clone(),
+        c.host.clone(),
+        c.since.as_deref(),
+        c.until.as_deref(),
+    )?;
+    let empty = f.topic.is_none()
+        && f.host.is_none()
+        && f.since.is_none()
+        && f.until.is_none()
+        && c.tenant.is_none();
+    if empty && !c.all {
+        let hint = format!("no filter given: pass `topic`, `host`, `since`, `until` or `tenant`, or `\"all\": true` to act on {every}");
+        return Err(FieldError::new("all", hint).into());
+    }
+    f.tenant = super::auth::tenant_filter(caller, c.tenant.as_deref())?;
+    Ok(f)
 }

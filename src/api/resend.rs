@@ -242,26 +242,16 @@ impl BulkResendRequest {
                 .into())
             }
         };
-        let mut f = paging::filter(
-            self.topic.clone(),
-            self.host.clone(),
-            self.since.as_deref(),
-            self.until.as_deref(),
-        )?;
-        let empty = f.topic.is_none()
-            && f.host.is_none()
-            && f.since.is_none()
-            && f.until.is_none()
-            && self.tenant.is_none();
-        if empty && !self.all {
-            return Err(FieldError::new(
-                "all",
-                "no filter but `state` given: pass `topic`, `host`, `since`, `until` or `tenant`, or `\"all\": true` to resend every one",
-            )
-            .into());
-        }
-        f.tenant = auth::tenant_filter(caller, self.tenant.as_deref())?;
-        Ok((listed, f))
+        let conditions = paging::Conditions {
+            topic: &self.topic,
+            host: &self.host,
+            since: &self.since,
+            until: &self.until,
+            tenant: &self.tenant,
+            all: self.all,
+        };
+        let every = format!("every {} notification", listed.name());
+        Ok((listed, paging::bulk_filter(caller, conditions, &every)?))
     }
 }
 

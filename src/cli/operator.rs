@@ -71,11 +71,7 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
             schedule: new_schedule,
             delay,
         } => {
-            let mut body = Map::new();
-            if let Some(s) = &new_schedule {
-                body.insert("schedule".into(), schedule(s));
-            }
-            body.extend(delay.map(|d| ("delay".to_string(), d.into())));
+            let mut body = timing(new_schedule.as_deref(), delay);
             let client = Client::new(api)?;
             let Some(state) = state else {
                 let id = id.unwrap_or_default();
@@ -222,11 +218,7 @@ async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
             schedule: new_schedule,
             delay,
         } => {
-            let mut body = Map::new();
-            if let Some(s) = &new_schedule {
-                body.insert("schedule".into(), schedule(s));
-            }
-            body.extend(delay.map(|d| ("delay".to_string(), d.into())));
+            let mut body = timing(new_schedule.as_deref(), delay);
             match id {
                 Some(id) => {
                     body.extend(url.map(|u| ("url".to_string(), u.into())));
@@ -299,6 +291,14 @@ impl Filter {
             .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
             .chain(all)
     }
+}
+
+/// The body of a replay or resend with a new schedule and delay, if given.
+fn timing(new_schedule: Option<&str>, delay: Option<String>) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.extend(new_schedule.map(|s| ("schedule".to_string(), schedule(s))));
+    body.extend(delay.map(|d| ("delay".to_string(), d.into())));
+    body
 }
 
 /// `15s,3m` is a list of durations; anything else names a configured schedule.

@@ -13,6 +13,29 @@ use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, Now, WAITING_OF
 use crate::store::{spec, OperatorActions, StoreResult};
 
 impl RedisStore {
+    /// Works out and writes one operator's change to the notification `id`, as `decide`
+    /// says from how it is; the answer, `None` when it does not exist.
+    async fn change_one<A>(
+        &self,
+        id: &JobId,
+        decide: impl Fn(&JobId, Option<Held>, Now) -> StoreResult<Decision<A>>,
+    ) -> StoreResult<Option<A>> {
+        if self.keys(id).is_err() {
+            return Ok(None);
+        }
+        let done = self
+            .commit_by_shard(
+                &self.to_replicas,
+                &[*id],
+                |id| id,
+                |_| 0,
+                |id| Ok(Decision::Ask(id.to_string())),
+                decide,
+            )
+            .await?;
+        Ok(done.answers.into_iter().next())
+    }
+
     /// Sends each of `ids` that `which` takes back again, with a new spec (meta line and
     /// body) or schedule when given: its new status, or `None` when it is not taken back.
     async fn again_ids(
@@ -57,9 +80,6 @@ impl RedisStore {
 #[async_trait]
 impl OperatorActions for RedisStore {
     async fn cancel(&self, id: &JobId) -> StoreResult<Cancelled> {
-        if self.keys(id).is_err() {
-            return Ok(Cancelled::NotFound);
-        }
         let cancel = |id: &JobId, held: Option<Held>, now: Now| {
             let Some(h) = held else {
                 return Ok(Decision::Done(Cancelled::NotFound));
@@ -71,21 +91,8 @@ impl OperatorActions for RedisStore {
                 (answer, None) => Decision::Done(answer),
             })
         };
-        let done = self
-            .commit_by_shard(
-                &self.to_replicas,
-                &[*id],
-                |id| id,
-                |_| 0,
-                |id| Ok(Decision::Ask(id.to_string())),
-                cancel,
-            )
-            .await?;
-        Ok(done
-            .answers
-            .into_iter()
-            .next()
-            .unwrap_or(Cancelled::NotFound))
+        let answer = self.change_one(id, cancel).await?;
+        Ok(answer.unwrap_or(Cancelled::NotFound))
     }
 
     async fn replay(
@@ -130,9 +137,6 @@ impl OperatorActions for RedisStore {
     }
 
     async fn attempt_now(&self, id: &JobId) -> StoreResult<bool> {
-        if self.keys(id).is_err() {
-            return Ok(false);
-        }
         let now_due = |id: &JobId, held: Option<Held>, now: Now| {
             let moved = held.and_then(|h| {
                 let new = transitions::attempt_now(&h.record, now)?;
@@ -143,17 +147,7 @@ impl OperatorActions for RedisStore {
                 None => Decision::Done(false),
             })
         };
-        let done = self
-            .commit_by_shard(
-                &self.to_replicas,
-                &[*id],
-                |id| id,
-                |_| 0,
-                |id| Ok(Decision::Ask(id.to_string())),
-                now_due,
-            )
-            .await?;
-        Ok(done.answers.into_iter().next().unwrap_or(false))
+        Ok(self.change_one(id, now_due).await?.unwrap_or(false))
     }
 
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
