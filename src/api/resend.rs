@@ -4,8 +4,6 @@
 //! one the filters of `GET /notifications` match, or only their count with `dry_run`),
 //! and `POST /notifications/{id}/attempt-now` (a scheduled or retrying one is due now).
 
-use std::time::Duration;
-
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
@@ -23,7 +21,7 @@ use super::view::NotificationView;
 use super::AppState;
 use super::{audit, auth, paging};
 use crate::access::{Principal, Role};
-use crate::domain::{FieldError, Schedule};
+use crate::domain::FieldError;
 use crate::store::{bulk, Again, AuditAction, JobView, ListFilter, Listed};
 
 /// What a resend may change: the schedule of its new cycle, and when it starts.
@@ -205,7 +203,8 @@ pub async fn resend_matching(
             dry_run: true,
         }));
     }
-    let done = resend_all(&state, listed, &filter, schedule.as_ref(), delay).await?;
+    let done = bulk::resend_matching(store, listed, &filter, schedule.as_ref(), delay).await?;
+    state.wake.notify_one();
     let count = done.values().sum();
     tracing::info!(count, state = listed.name(), ?filter, actor = %caller.actor, "notifications resent in bulk");
     let on = (Some(listed), &filter);
@@ -214,18 +213,6 @@ pub async fn resend_matching(
         count,
         dry_run: false,
     }))
-}
-
-async fn resend_all(
-    state: &AppState,
-    listed: Listed,
-    filter: &ListFilter,
-    schedule: Option<&Schedule>,
-    delay: Duration,
-) -> Result<bulk::PerTenant, ApiError> {
-    let done = bulk::resend_matching(state.store.as_ref(), listed, filter, schedule, delay).await?;
-    state.wake.notify_one();
-    Ok(done)
 }
 
 impl BulkResendRequest {

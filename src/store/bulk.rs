@@ -1,8 +1,9 @@
 //! Bulk actions over every notification a filter matches: replay and discard of dead
 //! letters, and resend of finished ones. The matches are paged and acted on in bounded
 //! batches, each batch one atomic call. A batch skips whatever left its state
-//! meanwhile, so running one twice, or two at once, never doubles anything. What was done is counted per tenant, so that each
-//! tenant's auditors see what an action over every tenant did to theirs.
+//! meanwhile, so running one twice, or two at once, never doubles anything. What was
+//! done is counted per tenant, so that each tenant's auditors see what an action over
+//! every tenant did to theirs.
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -331,11 +331,12 @@ impl OperatorActions for EmbeddedStore {
         let (moved, earliest) = self
             .writer
             .run(move |t, now| {
-                let moved: Vec<_> = changes::attempt_now(t, now, &id)?
-                    .map(|r| (id.to_string(), r))
-                    .into_iter()
-                    .collect();
-                Ok((!moved.is_empty(), any_heads(t, &moved)?))
+                let moved = changes::attempt_now(t, now, &id)?;
+                let earliest = match &moved {
+                    Some(r) => changes::heads(t, &id.to_string(), r)?,
+                    None => false,
+                };
+                Ok((moved.is_some(), earliest))
             })
             .await?;
         self.announce(earliest);
