@@ -266,18 +266,27 @@ async fn a_tenant_resends_and_hurries_only_its_own() {
         )
         .await;
 
-    for path in [
+    let routes = [
         format!("/notifications/{theirs}/resend"),
         format!("/notifications/{later}/attempt-now"),
-    ] {
-        let (status, _) = fleet.call("tok-ops-a", Method::POST, &path, None).await;
-        assert_eq!(status, 404, "{path}: another tenant's is not found");
-        let (status, body) = fleet.call("tok-reader-a", Method::POST, &path, None).await;
+        "/notifications/resend".to_string(),
+    ];
+    for path in &routes {
+        let anonymous = fleet.pb.http.post(fleet.pb.url(path)).send().await.unwrap();
+        assert_eq!(anonymous.status(), 401, "{path}: no token");
+        let body = json!({"state": "delivered", "all": true});
+        let (status, refused) = fleet
+            .call("tok-reader-a", Method::POST, path, Some(body))
+            .await;
         assert_eq!(
-            (status, body["error"]["code"].as_str()),
+            (status, refused["error"]["code"].as_str()),
             (403, Some("forbidden")),
-            "{path}"
+            "{path}: no operate role"
         );
+    }
+    for path in &routes[..2] {
+        let (status, _) = fleet.call("tok-ops-a", Method::POST, path, None).await;
+        assert_eq!(status, 404, "{path}: another tenant's is not found");
     }
     let all = json!({"state": "delivered", "all": true});
     let (status, counted) = fleet
