@@ -138,15 +138,10 @@ impl RedisCluster {
     }
 
     /// Kills (SIGKILL) the node on `port`.
-    /// Kills the node on `port` (`kill -9`), and keeps its port closed to everyone for
-    /// the rest of the test run: tests start Redis servers side by side, and one started
-    /// on a killed node's port would answer the cluster's clients, which still try that
-    /// address, with an empty dataset.
     pub fn kill(&mut self, port: u16) {
         let (_, child) = self.nodes.iter_mut().find(|(p, _)| *p == port).unwrap();
         let _ = child.kill();
         let _ = child.wait();
-        hold_closed(port);
     }
 
     /// Waits until a replica has taken over `key`'s slot from the killed `primary`.
@@ -220,17 +215,4 @@ impl Drop for RedisCluster {
             let _ = child.wait();
         }
     }
-}
-
-/// Takes `port` and drops every connection to it at once, as a dead node's address
-/// would refuse it, until the test process ends.
-fn hold_closed(port: u16) {
-    let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) else {
-        return;
-    };
-    std::thread::spawn(move || {
-        for connection in listener.incoming() {
-            drop(connection);
-        }
-    });
 }
