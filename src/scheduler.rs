@@ -198,10 +198,12 @@ impl Dispatcher {
                 }
                 Err(e) => {
                     metrics::store_error("claim");
-                    if failures == 0 {
-                        tracing::error!(error = %e, "cannot claim notifications; retrying with backoff");
-                    }
                     failures += 1;
+                    // At the first failure and then about every minute and a half (the
+                    // backoff is 5 s at most) while it lasts.
+                    if failures == 1 || failures.is_multiple_of(20) {
+                        tracing::error!(error = %e, failures, "cannot claim notifications; retrying with backoff");
+                    }
                     drop(places);
                     if !self.nap(backoff(failures), stop).await {
                         return;

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::commit::{commit, Change, Decision, Held};
 use super::enqueue::Item;
 use super::reply::{int_at, text_at};
+use super::shard_clock::Ask;
 use super::{script_error, store_error, RedisStore};
 use crate::domain::{JobId, Notification};
 use crate::lifecycle::{retention, transitions, Index, JobState, Now};
@@ -25,6 +26,9 @@ use crate::store::{
     Claim, ClaimedJob, Deferral, Enqueued, Idempotency, Queue, Settled, Settlement, StoreError,
     StoreResult,
 };
+
+/// A shard's claim failures in a row are logged at the first and every this many after.
+const LOG_EVERY_FAILURES: u32 = 20;
 
 impl RedisStore {
     /// A registration as the enqueue script takes it.
@@ -147,21 +151,63 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Claims up to `limit` of the shard `ask` names, once more if it handed expired
+    /// leases back (they may be due now), and tells the shard's clock what it learnt.
+    async fn claim_asked(
+        &self,
+        ask: Ask,
+        limit: usize,
+        lease: Duration,
+    ) -> StoreResult<Vec<ClaimedJob>> {
+        let (mut jobs, mut wake, expired) = self
+            .claim_shard(ask.shard, limit, (lease, ask.ahead))
+            .await?;
+        if expired && jobs.len() < limit {
+            let more = limit - jobs.len();
+            let (again, next, _) = self
+                .claim_shard(ask.shard, more, (lease, ask.ahead))
+                .await?;
+            jobs.extend(again);
+            wake = next;
+        }
+        let next = wake.map(|ms| Duration::from_millis(ms as u64));
+        let failures = self
+            .clock
+            .claimed(ask, jobs.len(), jobs.len() == limit, next);
+        if failures > 0 {
+            tracing::info!(
+                shard = ask.shard,
+                failures,
+                "claiming from the shard resumed"
+            );
+        }
+        Ok(jobs)
+    }
+
+    /// A shard's claim failed: counted, logged at the first failure and every so often
+    /// while it lasts, and asked again after its backoff.
+    fn shard_failed(&self, ask: Ask, e: &StoreError) {
+        crate::metrics::store_error("claim");
+        let failures = self.clock.failed(ask);
+        if failures == 1 || failures.is_multiple_of(LOG_EVERY_FAILURES) {
+            tracing::warn!(shard = ask.shard, failures, error = %e, "cannot claim from a shard; the others are claimed meanwhile");
+        }
+    }
+
     /// Hands back what claims whose reply was lost had leased (their claim record names
     /// the lease deadline and the ids), so that it is due again at once rather than when
-    /// the lease ends.
-    async fn release_unsure_claims(&self) -> StoreResult<()> {
+    /// the lease ends; one whose shard does not answer is kept for the next claim.
+    async fn release_unsure_claims(&self) {
         let unsure = std::mem::take(&mut *self.unsure_claims.lock().expect("claim list"));
-        for (i, (shard, record)) in unsure.iter().enumerate() {
-            if let Err(e) = self.release_claim(*shard, record).await {
+        for (shard, record) in unsure {
+            if let Err(e) = self.release_claim(shard, &record).await {
+                tracing::debug!(shard, error = %e, "cannot release a claim whose reply was lost yet; trying again at the next claim");
                 self.unsure_claims
                     .lock()
                     .expect("claim list")
-                    .extend(unsure[i..].iter().cloned());
-                return Err(e);
+                    .push((shard, record));
             }
         }
-        Ok(())
     }
 
     async fn release_claim(&self, shard: usize, record: &str) -> StoreResult<()> {
@@ -245,30 +291,25 @@ impl Queue for RedisStore {
 
     async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
         self.claimed.forget_older_than(lease);
-        self.release_unsure_claims().await?;
+        self.release_unsure_claims().await;
         let mut claim = Claim::default();
         for ask in self.clock.to_ask(ahead) {
             let remaining = limit.saturating_sub(claim.jobs.len());
             if remaining == 0 {
                 break;
             }
-            let (mut jobs, mut wake, expired) = self
-                .claim_shard(ask.shard, remaining, (lease, ask.ahead))
-                .await?;
-            // What was handed back may be due now: claim once more rather than wait for
-            // the next wake-up.
-            if expired && jobs.len() < remaining {
-                let more = remaining - jobs.len();
-                let (again, next, _) = self
-                    .claim_shard(ask.shard, more, (lease, ask.ahead))
-                    .await?;
-                jobs.extend(again);
-                wake = next;
+            match self.claim_asked(ask, remaining, lease).await {
+                Ok(jobs) => claim.jobs.extend(jobs),
+                // What the shards before it gave is kept; the rest are asked next time,
+                // and this one after its backoff.
+                Err(e) => {
+                    self.shard_failed(ask, &e);
+                    if claim.jobs.is_empty() {
+                        return Err(e);
+                    }
+                    break;
+                }
             }
-            let (took, limited) = (jobs.len(), jobs.len() == remaining);
-            claim.jobs.extend(jobs);
-            let next = wake.map(|ms| Duration::from_millis(ms as u64));
-            self.clock.claimed(ask, took, limited, next);
         }
         claim.next_wake = self.clock.next_wake();
         Ok(claim)

@@ -9,9 +9,13 @@
 //! shards at about one command per idle sleep instead of one per shard.
 //! Where instances share the shards (`fleet.rs`), it asks only the shards this instance
 //! owns, for as long as its ownership is renewed; past that, every shard again.
+//! A shard whose claim failed (its node failing over) is asked again after a backoff of
+//! its own, so that the others are claimed meanwhile.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::backoff::backoff;
 
 /// A claim that takes fewer than this many notifications doubles how far ahead its shard
 /// is next claimed; one that takes four times as many, or is cut short by its limit,
@@ -33,6 +37,8 @@ struct Shard {
     wakes: u64,
     /// How much further ahead than the scheduler's look-ahead this shard is claimed.
     stretch: u32,
+    /// Claims of it that failed in a row.
+    failures: u32,
 }
 
 impl Shard {
@@ -86,6 +92,7 @@ impl ShardClock {
                 next: Some(now),
                 wakes: 0,
                 stretch: 1,
+                failures: 0,
             })
             .collect();
         Self(Mutex::new(Clock {
@@ -175,10 +182,12 @@ impl ShardClock {
 
     /// What a claim of `ask` learnt: it took `took` notifications (`limited`: as many as
     /// it was allowed), and the shard next has work in `next` (`None`: none). A wake-up
-    /// since the shard was chosen wins.
-    pub fn claimed(&self, ask: Ask, took: usize, limited: bool, next: Option<Duration>) {
+    /// since the shard was chosen wins. Returns how many claims of it had failed in a row
+    /// before this one.
+    pub fn claimed(&self, ask: Ask, took: usize, limited: bool, next: Option<Duration>) -> u32 {
         let mut clock = self.lock();
         let s = &mut clock.shards[ask.shard];
+        let failures = std::mem::take(&mut s.failures);
         if limited || took >= 4 * TARGET_BATCH {
             s.stretch = (s.stretch / 2).max(1);
         } else if took < TARGET_BATCH {
@@ -187,6 +196,17 @@ impl ShardClock {
         if s.wakes == ask.wakes {
             s.next = next.map(|d| Instant::now() + d);
         }
+        failures
+    }
+
+    /// A claim of `ask` failed: the shard is asked again after a backoff that grows with
+    /// its failures in a row (returned), or at its next wake-up (a write reached it).
+    pub fn failed(&self, ask: Ask) -> u32 {
+        let mut clock = self.lock();
+        let s = &mut clock.shards[ask.shard];
+        s.failures += 1;
+        s.next = Some(Instant::now() + backoff(s.failures));
+        s.failures
     }
 
     /// How long until the earliest work known of in the shards this instance claims;
@@ -332,6 +352,31 @@ mod tests {
         claimed_none(&clock, clock.to_ask(Duration::ZERO));
         clock.wake_all();
         assert_eq!(shards(&clock.to_ask(Duration::ZERO)).len(), 3);
+    }
+
+    #[test]
+    fn a_failing_shard_waits_its_backoff_while_the_others_are_asked() {
+        let clock = ShardClock::new(2);
+        let asks = clock.to_ask(Duration::ZERO);
+        assert_eq!(clock.failed(asks[0]), 1);
+        assert_eq!(clock.claimed(asks[1], 0, false, Some(Duration::ZERO)), 0);
+        assert_eq!(
+            shards(&clock.to_ask(Duration::ZERO)),
+            vec![1],
+            "0 backs off"
+        );
+        assert_eq!(clock.next_wake(), Some(Duration::ZERO), "shard 1 is due");
+        std::thread::sleep(backoff(1) * 2);
+        let again = clock.to_ask(Duration::ZERO);
+        assert!(shards(&again).contains(&0), "0 again after its backoff");
+        let ask0 = again.into_iter().find(|a| a.shard == 0).unwrap();
+        assert_eq!(clock.failed(ask0), 2);
+        assert_eq!(
+            clock.claimed(ask0, 1, false, None),
+            2,
+            "failures it recovered from"
+        );
+        assert_eq!(clock.failed(ask0), 1, "counted afresh");
     }
 
     #[test]
