@@ -101,7 +101,7 @@ async fn idle_on_twelve_shards_costs_a_few_commands_and_wakes_on_the_shard_that_
     let receiver = Receiver::start().await;
     // Tests sleep at most 500 ms when idle: one claim per sleep is 2 calls a second,
     // where asking every shard each time would be 24; the instance also renews its share
-    // of the shards every 1.5 s (half of the 3 s shard lease).
+    // of the shards every 3 s (half of the 6 s shard lease).
     let pb = Postback::start_on_cluster(&cluster, &[]).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.reset_stats();
