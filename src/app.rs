@@ -86,7 +86,7 @@ impl App {
         );
         let pipeline = Pipeline::default();
         let rules = Arc::new(registration_rules(&config));
-        let state = AppState {
+        let state = AppState::new(api::Shared {
             store: store.clone(),
             wake: wake.clone(),
             rules: rules.clone(),
@@ -99,7 +99,7 @@ impl App {
             metrics_token: s.server.metrics_token.as_deref().map(access::digest),
             signer,
             cursors: Arc::new(CursorSeal::new(&config.tokens.fingerprint())),
-        };
+        });
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {
             listener,

@@ -55,9 +55,27 @@ use body::BodyLimit;
 use error::ErrorBody;
 use view::Health;
 
-/// What every handler can reach.
+/// What every handler can reach: one shared value, so that what the router hands each
+/// request (a clone) is one reference count, however many tenants' keys the signer holds.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What `AppState` shares.
+pub struct Shared {
     pub store: Arc<dyn Store>,
     /// Wakes this instance's scheduler when a registration becomes the earliest due.
     pub wake: Arc<Notify>,
