@@ -225,9 +225,11 @@ async fn paging_while_notifications_move_returns_each_at_most_once() {
                 .await,
         );
     }
+    // Their retries are further apart than a claim reaches ahead (up to 160 ms), so each
+    // spends part of every interval retrying before it is claimed again.
     for n in 0..500 {
         let url = receiver.url(&format!("/move/{n}?fail=99"));
-        pb.register(json!({"url": url, "body": {}, "schedule": vec!["150ms"; 40]}))
+        pb.register(json!({"url": url, "body": {}, "schedule": vec!["300ms"; 40]}))
             .await;
     }
     assert!(
