@@ -184,10 +184,9 @@ impl RedisStore {
         Ok(jobs)
     }
 
-    /// A shard's claim failed: counted, logged at the first failure and every so often
-    /// while it lasts, and asked again after its backoff.
+    /// A shard's claim failed: logged at the first failure and every so often while it
+    /// lasts, and asked again after its backoff.
     fn shard_failed(&self, ask: Ask, e: &StoreError) {
-        crate::metrics::store_error("claim");
         let failures = self.clock.failed(ask);
         if failures == 1 || failures.is_multiple_of(LOG_EVERY_FAILURES) {
             tracing::warn!(shard = ask.shard, failures, error = %e, "cannot claim from a shard; the others are claimed meanwhile");
@@ -307,6 +306,8 @@ impl Queue for RedisStore {
                     if claim.jobs.is_empty() {
                         return Err(e);
                     }
+                    // Counted here only: a returned error is counted by the claim loop.
+                    crate::metrics::store_error("claim");
                     break;
                 }
             }
