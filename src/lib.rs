@@ -7,8 +7,9 @@
 //! every store applies. The scheduler (`scheduler`) claims it when due, under the
 //! delivery policy (`policy`: quotas, per-host limits, circuits), and holds it to one of
 //! the instance's delivery slots (`slots`), of which no tenant takes every one
-//! (`tenant_shares`); the sender (`sender`,
-//! signed by `signing`, guarded by `ssrf`) posts it, and the settler (`settler`) records
+//! (`tenant_shares`); the sender (`sender`, signed by `signing`) posts it over a
+//! connection `egress` opens (guarded by `ssrf`, through a proxy if one is set), and the
+//! settler (`settler`) records
 //! the outcome; when the store does not answer, each waits as `backoff` says.
 //! `sweep` deletes what retention has expired; `metrics`, `telemetry` (logs) and `traces`
 //! (OpenTelemetry spans of registrations and attempts) are what operators read. `app` wires them together for `postback serve`; `cli` is the
@@ -25,6 +26,7 @@ pub(crate) mod backoff;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub(crate) mod egress;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics;
 pub mod policy;

@@ -1,36 +1,43 @@
 //! The sender: makes one HTTP attempt for a claimed notification and says how it went.
-//! A pooled client for the instance and one for each tenant with TLS of its own; no proxy; redirects are not followed; unless private networks are
-//! allowed, it connects only to public addresses (`ssrf`); the response is read up to a
-//! small cap; success is what the notification's `SuccessRule` says (any 2xx by default);
-//! `410 Gone` gives up at once, and `Retry-After` on 429 or 503 is reported.
+//! A pooled client for the instance and one for each tenant with TLS of its own, both
+//! connecting through `egress` (the SSRF guard, the proxy, TLS); redirects are not
+//! followed; the response is read up to a small cap; success is what the notification's
+//! `SuccessRule` says (any 2xx by default); `410 Gone` gives up at once, and
+//! `Retry-After` on 429 or 503 is reported.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
-use reqwest::redirect::Policy;
-use reqwest::{Method, StatusCode};
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::{timeout_at, Instant as Deadline};
 
 use crate::config::{DeliverySettings, TenantConfig, TenantTls};
 use crate::domain::{
     kept_headers, truncate, AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant,
 };
+use crate::egress::{self, Connector, ProxyUrl};
 use crate::signing::Signer;
-use crate::ssrf::{self, Blocked};
+use crate::ssrf::Blocked;
 use crate::traces;
 
 /// `postback/<version>`, sent as the `User-Agent` of every delivery.
 pub const USER_AGENT_VALUE: &str = concat!("postback/", env!("CARGO_PKG_VERSION"));
 
+type HttpClient = Client<Connector, Full<Bytes>>;
+
 pub struct Sender {
-    client: reqwest::Client,
+    client: HttpClient,
     /// The clients of tenants with TLS of their own (a client certificate, roots).
-    tenant_clients: BTreeMap<Tenant, reqwest::Client>,
+    tenant_clients: BTreeMap<Tenant, HttpClient>,
     /// Tenants whose deliveries go over `https` only.
     https_only: BTreeSet<Tenant>,
     signer: Signer,
-    public_only: bool,
     max_timeout: Duration,
     max_retry_after: Duration,
     /// Response bytes kept per attempt: `delivery.response_bytes`, or a tenant's own.
@@ -71,7 +78,6 @@ impl Sender {
             tenant_clients,
             https_only,
             signer,
-            public_only: !settings.allow_private_networks,
             max_timeout: settings.max_timeout,
             max_retry_after: settings.max_retry_after,
             response_bytes: settings.response_bytes,
@@ -86,12 +92,9 @@ impl Sender {
     /// if it cannot be read). Never fails: every problem is an outcome to record.
     pub async fn send(&self, id: &JobId, spec: &JobSpec, url: Option<&url::Url>) -> AttemptReport {
         let started = Instant::now();
-        let Some(url) = url else {
+        let Some(uri) = url.and_then(|u| u.as_str().parse::<Uri>().ok()) else {
             return AttemptReport::blocked(format!("the stored URL cannot be read: {}", spec.url));
         };
-        if let Some(blocked) = self.blocked_literal(url) {
-            return AttemptReport::blocked(blocked.to_string());
-        }
         if self.https_only.contains(&spec.tenant) && !spec.url.starts_with("https:") {
             let why = format!(
                 "the tenant `{}` requires https: not sent over http",
@@ -100,37 +103,24 @@ impl Sender {
             return AttemptReport::blocked(why);
         }
         let timeout = Duration::from_millis(spec.timeout_ms).min(self.max_timeout);
+        let deadline = Deadline::now() + timeout;
         let client = self
             .tenant_clients
             .get(&spec.tenant)
             .unwrap_or(&self.client);
-        let mut request = reqwest::Request::new(Method::POST, url.clone());
+        let mut request = Request::new(Full::new(Bytes::from(spec.body.clone())));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = uri;
         *request.headers_mut() = self.headers(id, spec);
-        *request.body_mut() = Some(spec.body.clone().into());
-        *request.timeout_mut() = Some(timeout);
-        let result = client.execute(request).await;
-        let report = match result {
-            Ok(response) => self.judge(response, spec).await,
-            Err(e) => transport_failure(&e, timeout),
+        let report = match timeout_at(deadline, client.request(request)).await {
+            Ok(Ok(response)) => self.judge(response, spec, deadline).await,
+            Ok(Err(e)) => transport_failure(&e),
+            Err(_) => AttemptReport::failure(None, timed_out(timeout), String::new()),
         };
         AttemptReport {
             duration_ms: started.elapsed().as_millis() as u64,
             ..report
         }
-    }
-
-    /// A callback whose host is a literal internal address, while the guard is on. (Host
-    /// names are checked by the resolver.)
-    fn blocked_literal(&self, url: &url::Url) -> Option<Blocked> {
-        if !self.public_only {
-            return None;
-        }
-        let ip: IpAddr = match url.host()? {
-            url::Host::Ipv4(ip) => ip.into(),
-            url::Host::Ipv6(ip) => ip.into(),
-            url::Host::Domain(_) => return None,
-        };
-        (!ssrf::is_public(ip)).then(|| Blocked::new(&ip.to_string(), &[ip]))
     }
 
     fn headers(&self, id: &JobId, spec: &JobSpec) -> HeaderMap {
@@ -169,13 +159,18 @@ impl Sender {
         h
     }
 
-    async fn judge(&self, mut response: reqwest::Response, spec: &JobSpec) -> AttemptReport {
+    async fn judge(
+        &self,
+        mut response: Response<Incoming>,
+        spec: &JobSpec,
+        deadline: Deadline,
+    ) -> AttemptReport {
         let status = response.status();
         let healthy = !(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error());
         let retry_after = self.retry_after(&response);
         let headers = response.headers().iter();
         let headers = kept_headers(headers.map(|(name, value)| (name.as_str(), value.as_bytes())));
-        let report = self.read_and_judge(&mut response, spec).await;
+        let report = self.read_and_judge(&mut response, spec, deadline).await;
         AttemptReport {
             reach: Reach::Sent { healthy },
             retry_after,
@@ -190,7 +185,7 @@ impl Sender {
     }
 
     /// The wait a 429 or 503 asks for, in seconds or as an HTTP date, capped.
-    fn retry_after(&self, response: &reqwest::Response) -> Option<Duration> {
+    fn retry_after(&self, response: &Response<Incoming>) -> Option<Duration> {
         if !matches!(
             response.status(),
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
@@ -210,19 +205,28 @@ impl Sender {
 
     async fn read_and_judge(
         &self,
-        response: &mut reqwest::Response,
+        response: &mut Response<Incoming>,
         spec: &JobSpec,
+        deadline: Deadline,
     ) -> AttemptReport {
         let status = response.status();
         let kept = self.response_bytes_of(&spec.tenant);
         let mut body = Vec::new();
         let mut read_error = None;
         while body.len() < kept.max(spec.success.body_bytes()) {
-            match response.chunk().await {
-                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            match timeout_at(deadline, response.body_mut().frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    if let Some(chunk) = frame.data_ref() {
+                        body.extend_from_slice(chunk);
+                    }
+                }
                 Ok(None) => break,
-                Err(e) => {
+                Ok(Some(Err(e))) => {
                     read_error = Some(format!("reading the response: {}", root_cause(&e)));
+                    break;
+                }
+                Err(_) => {
+                    read_error = Some("reading the response: the attempt's timeout passed".into());
                     break;
                 }
             }
@@ -256,38 +260,41 @@ impl Sender {
     }
 }
 
-/// The HTTP client of the deliveries: no proxy, no redirects, the SSRF guard unless
-/// private networks are allowed; with a tenant's `tls`, its client certificate and its
-/// roots instead of the system's.
-fn client(settings: &DeliverySettings, tls: Option<&TenantTls>) -> anyhow::Result<reqwest::Client> {
-    let mut builder = reqwest::Client::builder();
-    if !settings.allow_private_networks {
-        builder = builder.dns_resolver(ssrf::PublicOnlyResolver);
-    }
-    if let Some(pem) = tls.and_then(|t| t.identity.as_deref()) {
-        builder = builder.identity(reqwest::Identity::from_pem(pem)?);
-    }
-    if let Some(pem) = tls.and_then(|t| t.roots.as_deref()) {
-        builder = builder.tls_certs_only(reqwest::Certificate::from_pem_bundle(pem)?);
-    }
-    Ok(builder
-        .no_proxy()
-        .redirect(Policy::none())
-        .connect_timeout(settings.connect_timeout)
+/// The HTTP client of the deliveries: pooled, through `egress` (the SSRF guard unless
+/// private networks are allowed, the proxy of `delivery.proxy`), with a tenant's `tls`
+/// — its client certificate, its roots instead of the system's — when it has one.
+fn client(settings: &DeliverySettings, tls: Option<&TenantTls>) -> anyhow::Result<HttpClient> {
+    let proxy = settings
+        .proxy
+        .as_deref()
+        .map(str::parse::<ProxyUrl>)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("delivery.proxy: {e}"))?;
+    let connector = Connector::new(
+        !settings.allow_private_networks,
+        settings.connect_timeout,
+        proxy,
+        egress::client_config(tls)?,
+    );
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(settings.concurrency.min(64))
-        .tcp_nodelay(true)
-        .user_agent(USER_AGENT_VALUE)
-        .build()?)
+        .build(connector))
 }
 
 /// No response: refused by the SSRF guard (the host is not to blame), or a connection
-/// error or timeout (it is).
-fn transport_failure(e: &reqwest::Error, timeout: Duration) -> AttemptReport {
+/// error (it is).
+fn transport_failure(e: &hyper_util::client::legacy::Error) -> AttemptReport {
     if let Some(blocked) = find_cause::<Blocked>(e) {
         return AttemptReport::blocked(blocked.to_string());
     }
-    AttemptReport::failure(None, describe(e, timeout), String::new())
+    let what = if e.is_connect() { "connect" } else { "request" };
+    AttemptReport::failure(None, format!("{what}: {}", root_cause(e)), String::new())
+}
+
+fn timed_out(timeout: Duration) -> String {
+    format!("timeout after {}", humantime::format_duration(timeout))
 }
 
 fn find_cause<'a, T: std::error::Error + 'static>(
@@ -301,16 +308,6 @@ fn find_cause<'a, T: std::error::Error + 'static>(
         cause = c.source();
     }
     None
-}
-
-fn describe(e: &reqwest::Error, timeout: Duration) -> String {
-    if e.is_timeout() {
-        format!("timeout after {}", humantime::format_duration(timeout))
-    } else if e.is_connect() {
-        format!("connect: {}", root_cause(e))
-    } else {
-        format!("request: {}", root_cause(e))
-    }
 }
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {

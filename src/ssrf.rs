@@ -1,13 +1,10 @@
 //! The SSRF guard: which addresses count as internal (every block the IANA IPv4 and IPv6
 //! special-purpose address registries mark as not globally reachable, multicast, IPv6
-//! outside global unicast, and NAT64 forms of an internal IPv4 address), and a DNS
-//! resolver for the sender that hands the HTTP client only public addresses, so that
-//! the address checked is the address connected to (no DNS rebinding between a check
-//! and the connection).
+//! outside global unicast, and NAT64 forms of an internal IPv4 address), and `Blocked`,
+//! the refusal of a destination. `egress` applies it to the addresses it resolves, and
+//! `CallbackUrl` to literal addresses at registration.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The destination was refused: it is, or resolves only to, internal addresses.
 #[derive(Debug, thiserror::Error)]
@@ -115,30 +112,6 @@ fn most_specific(
         })
         .max_by_key(|(_, len, _)| *len)
         .map(|(_, _, global)| global)
-}
-
-/// Resolves with the system resolver and keeps only public addresses; a name with none
-/// fails with `Blocked`.
-pub struct PublicOnlyResolver;
-
-impl Resolve for PublicOnlyResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        Box::pin(async move {
-            let host = name.as_str().to_string();
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let public: Vec<SocketAddr> = found
-                .iter()
-                .copied()
-                .filter(|a| is_public(a.ip()))
-                .collect();
-            if public.is_empty() {
-                let ips: Vec<IpAddr> = found.iter().map(SocketAddr::ip).collect();
-                return Err(Box::new(Blocked::new(&host, &ips)) as _);
-            }
-            Ok(Box::new(public.into_iter()) as Addrs)
-        })
-    }
 }
 
 #[cfg(test)]

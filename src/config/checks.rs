@@ -116,7 +116,12 @@ fn check_delivery(d: &DeliverySettings) -> anyhow::Result<()> {
         d.jitter.get() <= 90,
         "delivery.jitter",
         "must be from 0% to 90%",
-    )
+    )?;
+    if let Some(proxy) = &d.proxy {
+        let parsed = proxy.parse::<crate::egress::ProxyUrl>();
+        parsed.map_err(|e| anyhow::anyhow!("delivery.proxy (POSTBACK_DELIVERY_PROXY): {e}"))?;
+    }
+    Ok(())
 }
 
 fn check_server(s: &ServerSettings) -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 //! Settings with their secrets taken out, for `postback config check` and for logs: API
 //! and metrics tokens, the SHA-256 of each configured token (a hash of a short token can
 //! be reversed, and an init container's logs are read by many), signing secrets and
-//! keys, and the passwords in store URLs.
+//! keys, and the passwords in store and proxy URLs.
 
 use super::{Settings, StringList};
 
@@ -19,6 +19,7 @@ impl Settings {
         }
         s.store.redis_url = s.store.redis_url.as_deref().map(url);
         s.store.postgres_url = s.store.postgres_url.as_deref().map(url);
+        s.delivery.proxy = s.delivery.proxy.as_deref().map(url);
         s.store.cluster_urls = s.store.cluster_urls.iter().map(|u| url(u)).collect();
         s.signing.secrets = hidden(&s.signing.secrets);
         s.signing.keys = hidden(&s.signing.keys);

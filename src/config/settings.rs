@@ -170,6 +170,10 @@ pub struct DeliverySettings {
     pub response_bytes: usize,
     /// Allow callbacks to loopback, private, link-local and other internal addresses.
     pub allow_private_networks: bool,
+    /// The HTTP `CONNECT` proxy deliveries go through (`http://[user:password@]host:port`);
+    /// the SSRF guard still checks each destination, and the proxy is asked for the
+    /// checked address.
+    pub proxy: Option<String>,
     /// The quota of a `rate_key` without its own (`50/s`, `600/m`, `unlimited`).
     pub rate_limit: Quota,
     /// Sends of one `rate_key` that may go at once before its quota spaces the rest
@@ -354,6 +358,7 @@ impl Default for DeliverySettings {
             shutdown_grace: Duration::from_secs(20),
             response_bytes: 1024,
             allow_private_networks: false,
+            proxy: None,
             rate_limit: "1000/s".parse().expect("a valid quota"),
             burst: 1,
             host_concurrency: 32,

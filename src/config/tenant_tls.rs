@@ -12,7 +12,7 @@ use super::TenantSettings;
 /// The PEM a tenant's deliveries use, checked to read as what it claims.
 #[derive(Clone)]
 pub struct TenantTls {
-    /// The certificate chain and the private key, in one PEM (as `reqwest` takes it).
+    /// The certificate chain and the private key, in one PEM.
     pub identity: Option<Vec<u8>>,
     /// One or more root certificates.
     pub roots: Option<Vec<u8>>,
@@ -36,7 +36,7 @@ impl TenantTls {
             (Some(cert), Some(private)) => {
                 let mut pem = read(cert, &format!("{key}.client_cert"))?;
                 pem.extend(read(private, &format!("{key}.client_key"))?);
-                reqwest::Identity::from_pem(&pem).map_err(|e| {
+                crate::egress::read_identity(&pem).map_err(|e| {
                     anyhow!("{key}.client_cert, {key}.client_key: not a PEM certificate and private key ({e})")
                 })?;
                 Some(pem)
@@ -48,11 +48,12 @@ impl TenantTls {
             None => None,
             Some(path) => {
                 let pem = read(path, &format!("{key}.ca_certs"))?;
-                let found = reqwest::Certificate::from_pem_bundle(&pem)
-                    .map_err(|e| anyhow!("{key}.ca_certs: not PEM certificates ({e})"))?;
-                if found.is_empty() {
-                    bail!("{key}.ca_certs: {} holds no certificate", path.display());
-                }
+                crate::egress::read_roots(&pem).map_err(|e| {
+                    anyhow!(
+                        "{key}.ca_certs: {}: not PEM certificates ({e})",
+                        path.display()
+                    )
+                })?;
                 Some(pem)
             }
         };

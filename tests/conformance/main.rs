@@ -14,6 +14,7 @@ mod browse;
 mod cancel;
 mod dead_letters;
 mod delivery;
+mod egress_proxy;
 mod fleet_policy;
 mod hostile_tenants;
 mod lease;

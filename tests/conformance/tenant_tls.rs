@@ -1,7 +1,7 @@
 //! A tenant's transport rules: its client certificate, presented to receivers that
 //! require mutual TLS (with its own roots to verify them), and `require_https`, which
-//! refuses plain `http` callbacks at registration and at replay, and sends none. On every
-//! backend (`scripts/test.sh`).
+//! refuses plain `http` callbacks at registration and at replay, and sends none; HTTP/2
+//! where the receiver offers it. On every backend (`scripts/test.sh`).
 
 use crate::support;
 
@@ -153,4 +153,32 @@ async fn require_https_refuses_plain_http_at_registration_at_replay_and_at_send(
         1,
         "only the attempt before the rule"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_offers_http2_is_sent_over_http2() {
+    let pki = Pki::new();
+    let h2 = TlsReceiver::offering_http2(&pki).await;
+    let h1 = TlsReceiver::start(&pki).await;
+    let (cert, key, ca) = (
+        pki.client_cert.display(),
+        pki.client_key.display(),
+        pki.ca.display(),
+    );
+    let config = format!(
+        "[tenants.shop-a]\nclient_cert = \"{cert}\"\nclient_key = \"{key}\"\nca_certs = \"{ca}\"\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::start();
+    let pb = backend
+        .postback(&[("POSTBACK_CONFIG", &config_file(&dir, &config))])
+        .await;
+
+    let over_h2 = finished(&pb, "shop-a", &h2.url("/paid")).await;
+    let over_h1 = finished(&pb, "shop-a", &h1.url("/paid")).await;
+
+    assert_eq!(over_h2["state"], "delivered", "{over_h2}");
+    assert_eq!(over_h1["state"], "delivered", "{over_h1}");
+    assert_eq!(h2.versions(), vec![http::Version::HTTP_2]);
+    assert_eq!(h1.versions(), vec![http::Version::HTTP_11]);
 }

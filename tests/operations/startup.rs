@@ -125,6 +125,10 @@ roles = ["notify"]
                 "redis://:redis-pass@10.0.0.5:6379/0",
             ),
             ("POSTBACK_DELIVERY_CONCURRENCY", "128"),
+            (
+                "POSTBACK_DELIVERY_PROXY",
+                "http://egress:proxy-pass@10.0.0.9:3128",
+            ),
         ],
     );
     assert_eq!(code, 0, "{stderr}");
@@ -153,10 +157,15 @@ roles = ["notify"]
         effective["store"]["redis_url"].as_str(),
         Some("redis://:REDACTED@10.0.0.5:6379/0")
     );
+    assert_eq!(
+        effective["delivery"]["proxy"].as_str(),
+        Some("http://egress:REDACTED@10.0.0.9:3128/")
+    );
     for secret in [
         "tok-very-secret",
         "metrics-secret",
         "redis-pass",
+        "proxy-pass",
         "c2VjcmV0LXNpZ25pbmcta2V5",
         "dGVuYW50LWEtc2lnbmluZy1rZXk",
         "9f2c5d8e7b6a5f4e",

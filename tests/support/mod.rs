@@ -4,6 +4,7 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code, unused_imports)]
 
+pub mod connect_proxy;
 pub mod fixtures;
 pub mod instance;
 pub mod load;

@@ -1,12 +1,13 @@
 //! Mutual TLS for the tests: `Pki`, a certificate authority made in the test with its
 //! server certificate (for `localhost` and 127.0.0.1) and a client certificate, as PEM
 //! files; and `TlsReceiver`, an HTTPS receiver that requires a client certificate that
-//! authority signed, and counts the requests it answered and the handshakes it refused.
+//! authority signed, and counts the requests it answered (and the HTTP version of each)
+//! and the handshakes it refused; started `offering_http2`, it offers HTTP/2 by ALPN.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
@@ -66,6 +67,7 @@ pub struct TlsReceiver {
     pub addr: SocketAddr,
     answered: Arc<AtomicUsize>,
     refused: Arc<AtomicUsize>,
+    versions: Arc<Mutex<Vec<http::Version>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -77,6 +79,15 @@ impl Drop for TlsReceiver {
 
 impl TlsReceiver {
     pub async fn start(pki: &Pki) -> Self {
+        Self::listen(pki, false).await
+    }
+
+    /// A receiver that offers HTTP/2 (ALPN `h2`, then `http/1.1`).
+    pub async fn offering_http2(pki: &Pki) -> Self {
+        Self::listen(pki, true).await
+    }
+
+    async fn listen(pki: &Pki, http2: bool) -> Self {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = RootCertStore::empty();
         roots.add(pki.ca_der.clone()).unwrap();
@@ -85,27 +96,32 @@ impl TlsReceiver {
                 .build()
                 .unwrap();
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pki.server.1.clone()));
-        let config = ServerConfig::builder_with_provider(provider)
+        let mut config = ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_client_cert_verifier(verifier)
             .with_single_cert(vec![pki.server.0.clone()], key)
             .unwrap();
+        if http2 {
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        }
         let acceptor = TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (answered, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let counts = (answered.clone(), refused.clone());
+        let versions = Arc::new(Mutex::new(Vec::new()));
+        let counts = (answered.clone(), refused.clone(), versions.clone());
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                let (acceptor, (answered, refused)) = (acceptor.clone(), counts.clone());
+                let (acceptor, (answered, refused, versions)) = (acceptor.clone(), counts.clone());
                 tokio::spawn(async move {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         refused.fetch_add(1, Ordering::SeqCst);
                         return;
                     };
-                    let service = hyper::service::service_fn(move |_req| {
+                    let service = hyper::service::service_fn(move |req: hyper::Request<_>| {
                         answered.fetch_add(1, Ordering::SeqCst);
+                        versions.lock().unwrap().push(req.version());
                         async {
                             Ok::<_, std::convert::Infallible>(hyper::Response::new(
                                 axum::body::Body::from("ok"),
@@ -122,6 +138,7 @@ impl TlsReceiver {
             addr,
             answered,
             refused,
+            versions,
             task,
         }
     }
@@ -133,6 +150,11 @@ impl TlsReceiver {
 
     pub fn answered(&self) -> usize {
         self.answered.load(Ordering::SeqCst)
+    }
+
+    /// The HTTP version of each request answered, in order.
+    pub fn versions(&self) -> Vec<http::Version> {
+        self.versions.lock().unwrap().clone()
     }
 
     pub fn refused(&self) -> usize {

@@ -1,0 +1,137 @@
+//! Deliveries through an HTTP `CONNECT` proxy (`delivery.proxy`): postback resolves and
+//! checks the destination itself and asks the proxy for the checked address, keeping the
+//! host name for TLS; an internal destination is refused before the proxy is asked; a
+//! proxy that refuses is a failed attempt naming the proxy, retried like any other. On
+//! every backend (`scripts/test.sh`).
+
+use crate::support;
+
+use serde_json::{json, Value};
+use support::connect_proxy::ConnectProxy;
+use support::tls_receiver::{Pki, TlsReceiver};
+use support::{Backend, Postback, Receiver, WAIT};
+
+/// Registers one attempt at `url` (for `tenant`) and waits for it to finish.
+async fn finished(pb: &Postback, tenant: &str, url: &str) -> Value {
+    let id = pb
+        .register(json!({"url": url, "body": {"paid": true}, "tenant": tenant, "schedule": []}))
+        .await;
+    support::eventually(WAIT, || async {
+        let state = pb.notification(&id).await["state"].clone();
+        state == "delivered" || state == "dead"
+    })
+    .await;
+    pb.notification(&id).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_go_through_the_proxy_to_the_address_postback_resolved() {
+    let proxy = ConnectProxy::start().await;
+    let receiver = Receiver::start().await;
+    let backend = Backend::start();
+    let pb = backend
+        .postback(&[("POSTBACK_DELIVERY_PROXY", &proxy.url())])
+        .await;
+
+    let url = format!("http://localhost:{}/paid", receiver.port);
+    let done = finished(&pb, "default", &url).await;
+
+    assert_eq!(done["state"], "delivered", "{done}");
+    assert_eq!(receiver.count(), 1);
+    let targets = proxy.targets();
+    let checked = format!("127.0.0.1:{}", receiver.port);
+    assert_eq!(targets.last(), Some(&checked), "{targets:?}");
+    assert!(
+        targets.iter().all(|t| !t.contains("localhost")),
+        "the proxy is asked for addresses, never for the name: {targets:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_through_the_proxy_verifies_the_callbacks_own_name() {
+    let pki = Pki::new();
+    let receiver = TlsReceiver::start(&pki).await;
+    let proxy = ConnectProxy::start().await;
+    let (cert, key, ca) = (
+        pki.client_cert.display(),
+        pki.client_key.display(),
+        pki.ca.display(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("postback.toml");
+    let config = format!(
+        "[tenants.shop-a]\nclient_cert = \"{cert}\"\nclient_key = \"{key}\"\nca_certs = \"{ca}\"\n"
+    );
+    std::fs::write(&path, config).unwrap();
+    let backend = Backend::start();
+    let pb = backend
+        .postback(&[
+            ("POSTBACK_CONFIG", path.to_str().unwrap()),
+            ("POSTBACK_DELIVERY_PROXY", &proxy.url()),
+        ])
+        .await;
+
+    let done = finished(&pb, "shop-a", &receiver.url("/paid")).await;
+
+    assert_eq!(done["state"], "delivered", "{done}");
+    assert_eq!(receiver.answered(), 1);
+    let checked = format!("127.0.0.1:{}", receiver.addr.port());
+    assert_eq!(proxy.targets().last(), Some(&checked));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_internal_destination_is_refused_before_the_proxy_is_asked() {
+    let proxy = ConnectProxy::start().await;
+    let receiver = Receiver::start().await;
+    let backend = Backend::start();
+    let pb = backend
+        .postback(&[
+            ("POSTBACK_DELIVERY_PROXY", &proxy.url()),
+            ("POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS", "false"),
+        ])
+        .await;
+
+    let url = format!("http://localhost:{}/paid", receiver.port);
+    let dead = finished(&pb, "default", &url).await;
+
+    assert_eq!(dead["state"], "dead", "{dead}");
+    let error = dead["history"][0]["error"].as_str().unwrap();
+    assert!(error.starts_with("blocked_destination"), "{error}");
+    assert_eq!(
+        proxy.targets(),
+        Vec::<String>::new(),
+        "the proxy was not asked"
+    );
+    assert_eq!(receiver.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_that_refuses_fails_the_attempt_naming_the_proxy() {
+    let proxy = ConnectProxy::refusing().await;
+    let receiver = Receiver::start().await;
+    let backend = Backend::start();
+    let pb = backend
+        .postback(&[("POSTBACK_DELIVERY_PROXY", &proxy.url())])
+        .await;
+
+    let url = format!("http://127.0.0.1:{}/paid", receiver.port);
+    let dead = finished(&pb, "default", &url).await;
+
+    assert_eq!(dead["state"], "dead", "{dead}");
+    let error = dead["history"][0]["error"].as_str().unwrap();
+    assert!(error.contains("proxy") && error.contains("403"), "{error}");
+    assert_eq!(
+        dead["history"][0]["status"],
+        Value::Null,
+        "no answer from the receiver"
+    );
+    assert_eq!(receiver.count(), 0);
+}
+
+#[test]
+fn a_proxy_that_is_not_an_http_url_is_refused_at_start_naming_the_key() {
+    for bad in ["socks5://127.0.0.1:1080", "not a url", "http://"] {
+        let said = Postback::refused_start(&[("POSTBACK_DELIVERY_PROXY", bad)]);
+        assert!(said.contains("delivery.proxy"), "{bad}: {said}");
+    }
+}
