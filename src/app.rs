@@ -19,6 +19,7 @@ use crate::api::paging::CursorSeal;
 use crate::api::{self, AppState, RegistrationRules, TenantRules};
 use crate::config::{redact, Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
+use crate::ops_events::OpsEvents;
 use crate::policy::Policy;
 use crate::scheduler::{Dispatcher, Pipeline};
 use crate::sender::Sender;
@@ -37,6 +38,8 @@ pub struct App {
     router: axum::Router,
     store: Arc<dyn Store>,
     dispatcher: Dispatcher,
+    /// Dead letters told to the ops URLs.
+    ops: Arc<OpsEvents>,
     /// The delivery policy, whose breaker learns what other instances saw.
     delivery: Arc<Policy>,
     wake: Arc<Notify>,
@@ -75,6 +78,7 @@ impl App {
             s.delivery.tenant_reserve.get(),
             shares.collect(),
         );
+        let ops = Arc::new(OpsEvents::new(&config)?);
         let dispatcher = Dispatcher::new(
             store.clone(),
             sender,
@@ -83,6 +87,7 @@ impl App {
             wake.clone(),
             s.delivery.clone(),
             config.shards,
+            ops.clone(),
         );
         let pipeline = Pipeline::default();
         let rules = Arc::new(registration_rules(&config));
@@ -106,6 +111,7 @@ impl App {
             router: api::router(state, tokens, &s.server),
             store,
             dispatcher,
+            ops,
             delivery,
             wake,
             rules,
@@ -147,6 +153,13 @@ impl App {
             }
             tokio::spawn(async move { store.watch(wake, token).await })
         };
+        // Stopped after the deliveries in flight end, so that it tells their dead letters.
+        let ops_stop = CancellationToken::new();
+        let telling = tokio::spawn(self.ops.run(
+            self.store.clone(),
+            self.wake.clone(),
+            ops_stop.clone(),
+        ));
         let taking_in = tokio::spawn(api::intake::run(
             self.store.clone(),
             self.rules,
@@ -164,6 +177,8 @@ impl App {
         tracing::info!("stopping: no new claims; finishing deliveries in flight");
         tasks.cancel();
         dispatching.await.context("dispatcher")?;
+        ops_stop.cancel();
+        telling.await.context("ops events")?;
         watching.await.context("wake-up watcher")?;
         sweeping.await.context("retention sweep")?;
         taking_in.await.context("intake")?;
@@ -206,11 +221,7 @@ fn registration_rules(config: &Config) -> RegistrationRules {
         max_timeout: d.max_timeout,
         max_delay: d.max_delay,
         idempotency_ttl: config.settings.server.idempotency_ttl,
-        destinations: if d.allow_private_networks {
-            Destinations::Any
-        } else {
-            Destinations::PublicOnly
-        },
+        destinations: Destinations::of(d.allow_private_networks),
         placement: Placement::new(config.shards),
         profiles: config.profiles.clone(),
         tenants: config

@@ -29,6 +29,7 @@ pub mod domain;
 pub(crate) mod egress;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics;
+pub(crate) mod ops_events;
 pub mod policy;
 pub(crate) mod reservations;
 pub(crate) mod scheduler;

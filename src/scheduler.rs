@@ -23,6 +23,7 @@ use crate::backoff::backoff;
 use crate::config::{DeliverySettings, Percent};
 use crate::domain::{AttemptReport, Outcome, Target};
 use crate::metrics;
+use crate::ops_events::OpsEvents;
 use crate::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
 use crate::reservations::{self, SendAt};
 use crate::sender::Sender;
@@ -69,11 +70,14 @@ pub struct Dispatcher {
     settings: DeliverySettings,
     /// The store's shards: settle batches grow with them (`settler::Batching`).
     shards: u16,
+    /// Told of every notification an attempt here makes a dead letter.
+    ops: Arc<OpsEvents>,
 }
 
 impl Dispatcher {
     /// The pipeline of `store`'s notifications, sent by `sender` within the tenants'
-    /// `shares` of the delivery slots.
+    /// `shares` of the delivery slots; dead letters are told to `ops`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<dyn Store>,
         sender: Sender,
@@ -82,6 +86,7 @@ impl Dispatcher {
         wake: Arc<Notify>,
         settings: DeliverySettings,
         shards: u16,
+        ops: Arc<OpsEvents>,
     ) -> Self {
         Self {
             store,
@@ -91,6 +96,7 @@ impl Dispatcher {
             wake,
             settings,
             shards,
+            ops,
         }
     }
 
@@ -124,6 +130,7 @@ impl Dispatcher {
             leases: leases.clone(),
             abort: abort.clone(),
             jitter: self.settings.jitter,
+            ops: self.ops.clone(),
         };
         self.claim_loop((&slots, &claimed), &ctx, &tasks, &stop)
             .await;
@@ -291,6 +298,7 @@ struct AttemptContext {
     abort: CancellationToken,
     /// ± spread of retry intervals.
     jitter: Percent,
+    ops: Arc<OpsEvents>,
 }
 
 impl AttemptContext {
@@ -498,6 +506,9 @@ impl AttemptContext {
             slot.finish(Duration::from_millis(report.duration_ms));
             self.learn_from(&job, &target.circuit, &report);
             log_outcome(&job, &report);
+            if makes_it_dead(&job, &report) {
+                self.ops.dead(&job, &report);
+            }
             traces::attempt_ended(&tracing::Span::current(), &report);
             let settlement = self.settlement(&job, report);
             self.report(Report::Attempted(settlement), place).await;
@@ -571,7 +582,7 @@ fn log_outcome(job: &ClaimedJob, report: &AttemptReport) {
             ms,
             "dead-lettered: the receiver answered 410 Gone"
         ),
-        Outcome::Failed if job.is_last() => {
+        Outcome::Failed if makes_it_dead(job, report) => {
             tracing::warn!(
                 tenant,
                 status,
@@ -581,6 +592,16 @@ fn log_outcome(job: &ClaimedJob, report: &AttemptReport) {
             )
         }
         Outcome::Failed => tracing::info!(tenant, status, error, ms, "attempt failed"),
+    }
+}
+
+/// Whether `report`'s attempt makes `job` a dead letter: the receiver said it is gone,
+/// or its last attempt failed.
+fn makes_it_dead(job: &ClaimedJob, report: &AttemptReport) -> bool {
+    match report.outcome {
+        Outcome::Gone => true,
+        Outcome::Failed => job.is_last(),
+        Outcome::Delivered => false,
     }
 }
 

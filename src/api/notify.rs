@@ -29,6 +29,8 @@ use crate::domain::{
 
 const MAX_LABEL: usize = 256;
 const MAX_EXPECT_BODY: usize = 1024;
+/// The topic prefix of postback's own notifications (`ops_events::TOPIC`).
+const RESERVED_TOPICS: &str = "postback.";
 
 /// What `POST /notify` accepts, before validation. Every field is optional here so that
 /// a missing one is reported by name.
@@ -164,7 +166,7 @@ pub(super) fn validate(
         Duration::from_millis(1),
         rules.max_timeout,
     )?;
-    let topic = label("topic", r.topic, MAX_LABEL)?;
+    let topic = topic(r.topic)?;
     let rate_key =
         label("rate_key", r.rate_key, MAX_LABEL)?.unwrap_or_else(|| url.host().to_string());
     Ok(Notification {
@@ -219,6 +221,20 @@ fn success(
         (None, Some(raw)) => SuccessRule::parse(raw, "success"),
         (None, None) => Ok(profile.cloned().unwrap_or_default()),
     }
+}
+
+/// A producer's topic: a label outside the prefix `postback.`, which postback's own
+/// notifications carry (`ops_events::TOPIC`).
+fn topic(raw: Option<String>) -> Result<Option<String>, FieldError> {
+    let topic = label("topic", raw, MAX_LABEL)?;
+    if topic
+        .as_deref()
+        .is_some_and(|t| t.starts_with(RESERVED_TOPICS))
+    {
+        let why = format!("topics starting with `{RESERVED_TOPICS}` are postback's own");
+        return Err(FieldError::new("topic", why));
+    }
+    Ok(topic)
 }
 
 fn label(field: &str, raw: Option<String>, max: usize) -> Result<Option<String>, FieldError> {

@@ -22,6 +22,7 @@ const SECTIONS: &[&str] = &[
     "log",
     "metrics",
     "traces",
+    "ops",
     "schedules",
     "quotas",
     "secrets",

@@ -25,6 +25,7 @@ pub struct Settings {
     pub log: LogSettings,
     pub metrics: MetricsSettings,
     pub traces: TraceSettings,
+    pub ops: OpsSettings,
     pub schedules: BTreeMap<String, Schedule>,
     /// Named bundles of a schedule and a success rule (`profile` on `POST /notify`).
     pub profiles: BTreeMap<String, ProfileSettings>,
@@ -75,6 +76,8 @@ pub struct TenantSettings {
     /// Response bytes kept per attempt of this tenant's, instead of
     /// `delivery.response_bytes` (at most `MAX_RESPONSE_BYTES`).
     pub response_bytes: Option<usize>,
+    /// Where this tenant's operational events go (`ops_events`).
+    pub ops_url: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -235,6 +238,26 @@ pub struct SigningSettings {
     pub keys: StringList,
 }
 
+/// Operational webhooks (`ops_events`): where the instance's go, and how long dead
+/// letters are gathered into one `notification.dead` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OpsSettings {
+    /// The operator's URL for events about every tenant; unset: none are sent.
+    pub url: Option<String>,
+    #[serde(with = "super::duration")]
+    pub window: Duration,
+}
+
+impl Default for OpsSettings {
+    fn default() -> Self {
+        Self {
+            url: None,
+            window: Duration::from_secs(60),
+        }
+    }
+}
+
 /// What `/metrics` shows.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -294,6 +317,7 @@ impl Default for Settings {
             log: LogSettings::default(),
             metrics: MetricsSettings::default(),
             traces: TraceSettings::default(),
+            ops: OpsSettings::default(),
             schedules: default_schedules(),
             profiles: super::profiles::default_profiles(),
             quotas: BTreeMap::new(),

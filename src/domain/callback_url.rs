@@ -18,6 +18,17 @@ pub enum Destinations {
     Any,
 }
 
+impl Destinations {
+    /// What `delivery.allow_private_networks` allows.
+    pub fn of(allow_private_networks: bool) -> Self {
+        if allow_private_networks {
+            Self::Any
+        } else {
+            Self::PublicOnly
+        }
+    }
+}
+
 const MAX_LEN: usize = 2048;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,6 +18,7 @@ mod egress_proxy;
 mod fleet_policy;
 mod hostile_tenants;
 mod lease;
+mod ops_events;
 mod ordering;
 mod policy;
 mod resend;

@@ -1,0 +1,246 @@
+//! Operational webhooks: what an operator and a merchant learn without watching a
+//! dashboard. A notification that becomes a dead letter is told as a `notification.dead`
+//! event to its tenant's `ops_url` (about that tenant's notifications only) and to the
+//! operator's `ops.url` (about every tenant's), gathered per `ops.window`: one event per
+//! recipient and window, counting every dead letter and listing up to `MAX_LISTED`.
+//!
+//! The events are notifications themselves, with the reserved topic `postback.ops`:
+//! stored before they are sent, signed with the recipient tenant's keys (the operator's
+//! under `default`) in the Standard Webhooks form, and retried on the default schedule.
+//! An event that dies is logged like any dead letter and never told, so that an ops URL
+//! that is down cannot feed itself. Each instance tells what it saw die; dead letters
+//! gathered and not yet stored when an instance stops are told before it stops.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::backoff;
+use crate::config::Config;
+use crate::domain::{
+    AttemptReport, CallbackUrl, Destinations, ExtraHeaders, Notification, Payload, Placement,
+    Schedule, SuccessRule, Tenant,
+};
+use crate::store::{ClaimedJob, Store};
+
+/// The topic of every event, which producers may not use (`postback.` is reserved).
+pub const TOPIC: &str = "postback.ops";
+
+/// Dead letters listed in one event at most; the count covers every one.
+const MAX_LISTED: usize = 100;
+
+/// Who an event is for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Recipient {
+    /// The operator (`ops.url`), about every tenant.
+    Operator,
+    /// A tenant (its `ops_url`), about its own.
+    Tenant(Tenant),
+}
+
+/// The dead letters of one window for one recipient.
+#[derive(Debug, Default)]
+struct Gathered {
+    count: usize,
+    listed: Vec<Value>,
+}
+
+impl Gathered {
+    fn add(&mut self, item: &Value) {
+        self.count += 1;
+        if self.listed.len() < MAX_LISTED {
+            self.listed.push(item.clone());
+        }
+    }
+
+    fn merge(&mut self, later: Gathered) {
+        self.count += later.count;
+        let room = MAX_LISTED.saturating_sub(self.listed.len());
+        self.listed.extend(later.listed.into_iter().take(room));
+    }
+}
+
+/// The instance's ops events: what to tell whom, and what is gathered meanwhile.
+pub struct OpsEvents {
+    operator: Option<CallbackUrl>,
+    tenants: BTreeMap<Tenant, CallbackUrl>,
+    window: Duration,
+    schedule: Schedule,
+    timeout: Duration,
+    placement: Placement,
+    gathered: Mutex<BTreeMap<Recipient, Gathered>>,
+}
+
+impl OpsEvents {
+    /// The recipients `config` names (its URLs were checked when it was loaded).
+    pub fn new(config: &Config) -> anyhow::Result<Self> {
+        let s = &config.settings;
+        let destinations = Destinations::of(s.delivery.allow_private_networks);
+        let parse = |key: &str, raw: &str| {
+            CallbackUrl::parse(raw, destinations)
+                .map_err(|e| anyhow::anyhow!("{key}: {}", e.message))
+        };
+        let operator = s
+            .ops
+            .url
+            .as_deref()
+            .map(|u| parse("ops.url", u))
+            .transpose()?;
+        let mut tenants = BTreeMap::new();
+        for (name, t) in &s.tenants {
+            if let Some(raw) = &t.ops_url {
+                let tenant =
+                    Tenant::parse(name, "tenant").map_err(|e| anyhow::anyhow!(e.message))?;
+                tenants.insert(tenant, parse(&format!("tenants.{name}.ops_url"), raw)?);
+            }
+        }
+        let schedule = s.schedules.get("default").cloned();
+        Ok(Self {
+            operator,
+            tenants,
+            window: s.ops.window,
+            schedule: schedule.ok_or_else(|| anyhow::anyhow!("schedules.default: required"))?,
+            timeout: s.delivery.timeout,
+            placement: Placement::new(config.shards),
+            gathered: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Notes that `job`'s attempt, which `report` tells of, made it a dead letter.
+    pub fn dead(&self, job: &ClaimedJob, report: &AttemptReport) {
+        let tenant = &job.spec.tenant;
+        if job.spec.topic.as_deref() == Some(TOPIC) {
+            return;
+        }
+        let to_tenant = self.tenants.contains_key(tenant);
+        if !to_tenant && self.operator.is_none() {
+            return;
+        }
+        let item = json!({
+            "id": job.id.to_string(),
+            "tenant": tenant.to_string(),
+            "url": job.spec.url,
+            "topic": job.spec.topic,
+            "attempts": job.attempt,
+            "last_status": report.status,
+            "last_error": report.error,
+            "dead_at": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        });
+        let mut gathered = self.gathered.lock().unwrap_or_else(|e| e.into_inner());
+        if to_tenant {
+            let recipient = Recipient::Tenant(tenant.clone());
+            gathered.entry(recipient).or_default().add(&item);
+        }
+        if self.operator.is_some() {
+            gathered.entry(Recipient::Operator).or_default().add(&item);
+        }
+    }
+
+    /// Stores what was gathered as events every `ops.window` until `stop` fires, then
+    /// once more; `wake` wakes the scheduler for them.
+    pub async fn run(
+        self: Arc<Self>,
+        store: Arc<dyn Store>,
+        wake: Arc<Notify>,
+        stop: CancellationToken,
+    ) {
+        if self.operator.is_none() && self.tenants.is_empty() {
+            return;
+        }
+        let mut failures = 0;
+        loop {
+            let pause = match failures {
+                0 => self.window,
+                n => backoff(n),
+            };
+            let stopping = tokio::select! {
+                _ = tokio::time::sleep(pause) => false,
+                _ = stop.cancelled() => true,
+            };
+            failures = match self.store_events(store.as_ref(), &wake).await {
+                true => 0,
+                false if stopping => return,
+                false => failures + 1,
+            };
+            if stopping {
+                return;
+            }
+        }
+    }
+
+    /// Stores one event per recipient with something gathered; what could not be stored
+    /// is kept for the next round. Whether everything was stored.
+    async fn store_events(&self, store: &dyn Store, wake: &Notify) -> bool {
+        let taken = std::mem::take(&mut *self.gathered.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut all_stored = true;
+        for (recipient, gathered) in taken {
+            let Some(event) = self.event(&recipient, &gathered) else {
+                continue;
+            };
+            match store.enqueue(&event, None).await {
+                Ok(enqueued) => {
+                    if enqueued.earliest.is_some() {
+                        wake.notify_one();
+                    }
+                    tracing::info!(id = %event.id, count = gathered.count, "ops event notification.dead registered");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, count = gathered.count, "ops event not stored yet; kept for the next round");
+                    self.keep(recipient, gathered);
+                    all_stored = false;
+                }
+            }
+        }
+        all_stored
+    }
+
+    fn keep(&self, recipient: Recipient, gathered: Gathered) {
+        let mut now = self.gathered.lock().unwrap_or_else(|e| e.into_inner());
+        let mut merged = gathered;
+        if let Some(later) = now.remove(&recipient) {
+            merged.merge(later);
+        }
+        now.insert(recipient, merged);
+    }
+
+    /// The `notification.dead` event for `recipient`, as a notification of its tenant
+    /// (`None` for a recipient without a URL, which nothing is gathered for).
+    fn event(&self, recipient: &Recipient, gathered: &Gathered) -> Option<Notification> {
+        let (tenant, url) = match recipient {
+            Recipient::Operator => (Tenant::default(), self.operator.clone()?),
+            Recipient::Tenant(t) => (t.clone(), self.tenants.get(t).cloned()?),
+        };
+        let mut data = json!({
+            "count": gathered.count,
+            "notifications": gathered.listed,
+        });
+        if let Recipient::Tenant(t) = recipient {
+            data["tenant"] = json!(t.to_string());
+        }
+        let body = json!({
+            "type": "notification.dead",
+            "timestamp": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            "data": data,
+        });
+        Some(Notification {
+            id: self.placement.new_id(None),
+            rate_key: url.host().to_string(),
+            url,
+            payload: Payload::from_json(body).ok()?,
+            headers: ExtraHeaders::default(),
+            schedule: self.schedule.clone(),
+            delay: Duration::ZERO,
+            timeout: self.timeout,
+            success: SuccessRule::default(),
+            profile: None,
+            topic: Some(TOPIC.to_string()),
+            tenant,
+            ordering_key: None,
+            traceparent: None,
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! Operational webhooks: a notification that becomes a dead letter is told, as a signed
+//! `notification.dead` event gathered per `ops.window`, to its tenant's `ops_url` (about
+//! that tenant's only) and to the operator's `ops.url` (about every tenant's); an event
+//! that cannot be delivered dies like any notification and is not told again; the
+//! topic the events carry is reserved. On every backend (`scripts/test.sh`).
+
+use crate::support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::signatures;
+use support::tenants::{SECRET_A, SECRET_B};
+use support::{Backend, Postback, Receiver, WAIT};
+
+/// Writes `config` to a file in `dir`; the path to give `POSTBACK_CONFIG`.
+fn config_file(dir: &tempfile::TempDir, config: &str) -> String {
+    let path = dir.path().join("postback.toml");
+    std::fs::write(&path, config).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// Registers a notification of `tenant` that fails its only attempt, and waits for it to
+/// be dead.
+async fn dead_one(pb: &Postback, receiver: &Receiver, tenant: &str) -> String {
+    let url = receiver.url(&format!("/{tenant}?fail=9"));
+    let body = json!({"url": url, "body": {"t": tenant}, "tenant": tenant, "schedule": []});
+    let id = pb.register(body).await;
+    pb.wait_state(&id, "dead", WAIT).await;
+    id
+}
+
+/// The events a receiver got, parsed, in arrival order.
+fn events(receiver: &Receiver) -> Vec<Value> {
+    let requests = receiver.requests();
+    requests
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
+}
+
+/// The ids an event lists.
+fn listed(event: &Value) -> Vec<String> {
+    let items = event["data"]["notifications"].as_array().unwrap();
+    let ids = items.iter().map(|n| n["id"].as_str().unwrap().to_string());
+    ids.collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_told_to_its_tenant_and_to_the_operator_signed() {
+    let merchant = Receiver::start().await;
+    let (ops_a, ops_b, operator) = (
+        Receiver::start().await,
+        Receiver::start().await,
+        Receiver::start().await,
+    );
+    let config = format!(
+        "[ops]\nurl = \"{}\"\nwindow = \"300ms\"\n\n\
+         [tenants.shop-a]\nsecrets = [\"{SECRET_A}\"]\nops_url = \"{}\"\n\n\
+         [tenants.shop-b]\nsecrets = [\"{SECRET_B}\"]\nops_url = \"{}\"\n",
+        operator.url("/ops"),
+        ops_a.url("/ops"),
+        ops_b.url("/ops")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::start();
+    let pb = backend
+        .postback(&[("POSTBACK_CONFIG", &config_file(&dir, &config))])
+        .await;
+
+    let a1 = dead_one(&pb, &merchant, "shop-a").await;
+    let a2 = dead_one(&pb, &merchant, "shop-a").await;
+    let b1 = dead_one(&pb, &merchant, "shop-b").await;
+    let delivered = pb
+        .register(json!({"url": merchant.url("/ok"), "body": {}, "tenant": "shop-a"}))
+        .await;
+    pb.wait_state(&delivered, "delivered", WAIT).await;
+
+    assert!(ops_a.wait_for(1, WAIT).await && ops_b.wait_for(1, WAIT).await);
+    support::eventually(WAIT, || async {
+        events(&operator).iter().flat_map(listed).count() == 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let told_a: Vec<String> = events(&ops_a).iter().flat_map(listed).collect();
+    assert_eq!(sorted(told_a), sorted(vec![a1.clone(), a2.clone()]));
+    assert_eq!(
+        events(&ops_b).iter().flat_map(listed).collect::<Vec<_>>(),
+        vec![b1.clone()]
+    );
+    let told_operator: Vec<String> = events(&operator).iter().flat_map(listed).collect();
+    assert_eq!(sorted(told_operator), sorted(vec![a1.clone(), a2, b1]));
+
+    let event = &events(&ops_a)[0];
+    assert_eq!(event["type"], "notification.dead", "{event}");
+    assert_eq!(event["data"]["tenant"], "shop-a", "{event}");
+    let first = &event["data"]["notifications"][0];
+    assert_eq!(first["attempts"], 1, "{event}");
+    assert_eq!(first["last_status"], 500, "{event}");
+    assert!(
+        first["url"].as_str().unwrap().contains("/shop-a"),
+        "{event}"
+    );
+    let request = &ops_a.requests()[0];
+    assert!(
+        signatures::of(request).contains(&signatures::v1(SECRET_A, request)),
+        "signed with the tenant's own secret"
+    );
+    let request = &ops_b.requests()[0];
+    assert!(signatures::of(request).contains(&signatures::v1(SECRET_B, request)));
+    assert_eq!(
+        merchant.requests_for(&delivered).len(),
+        1,
+        "a delivery is not an event"
+    );
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_that_cannot_be_delivered_is_not_told_again() {
+    let merchant = Receiver::start().await;
+    let broken_ops = Receiver::start().await;
+    let config = format!(
+        "[ops]\nurl = \"{}\"\nwindow = \"200ms\"\n\n[schedules]\ndefault = [\"100ms\"]\n",
+        broken_ops.url("/ops?fail=99")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::start();
+    let pb = backend
+        .postback(&[("POSTBACK_CONFIG", &config_file(&dir, &config))])
+        .await;
+
+    dead_one(&pb, &merchant, "default").await;
+    assert!(
+        broken_ops.wait_for(2, WAIT).await,
+        "the event was tried twice"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    assert_eq!(broken_ops.count(), 2, "its death was not told to itself");
+    let (_, page) = pb.get("/notifications?topic=postback.ops&state=dead").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 1, "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_topic_is_reserved() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    for topic in ["postback.ops", "postback.anything"] {
+        let (status, answer) = pb
+            .notify(json!({"url": receiver.url("/cb"), "body": {}, "topic": topic}))
+            .await;
+        assert_eq!(
+            (status, answer["error"]["field"].as_str()),
+            (422, Some("topic")),
+            "{answer}"
+        );
+    }
+}
+
+#[test]
+fn an_ops_url_that_is_not_a_callback_url_is_refused_at_start_naming_the_key() {
+    let said = Postback::refused_start(&[("POSTBACK_OPS_URL", "ftp://ops.example/x")]);
+    assert!(said.contains("ops.url"), "{said}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[tenants.shop-a]\nops_url = \"not a url\"\n";
+    let said = Postback::refused_start(&[("POSTBACK_CONFIG", &config_file(&dir, config))]);
+    assert!(said.contains("tenants.shop-a.ops_url"), "{said}");
+}
