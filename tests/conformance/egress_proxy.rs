@@ -6,23 +6,10 @@
 
 use crate::support;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use support::connect_proxy::ConnectProxy;
 use support::tls_receiver::{Pki, TlsReceiver};
-use support::{Backend, Postback, Receiver, WAIT};
-
-/// Registers one attempt at `url` (for `tenant`) and waits for it to finish.
-async fn finished(pb: &Postback, tenant: &str, url: &str) -> Value {
-    let id = pb
-        .register(json!({"url": url, "body": {"paid": true}, "tenant": tenant, "schedule": []}))
-        .await;
-    support::eventually(WAIT, || async {
-        let state = pb.notification(&id).await["state"].clone();
-        state == "delivered" || state == "dead"
-    })
-    .await;
-    pb.notification(&id).await
-}
+use support::{Backend, Postback, Receiver};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_go_through_the_proxy_to_the_address_postback_resolved() {
@@ -34,7 +21,7 @@ async fn deliveries_go_through_the_proxy_to_the_address_postback_resolved() {
         .await;
 
     let url = format!("http://localhost:{}/paid", receiver.port);
-    let done = finished(&pb, "default", &url).await;
+    let done = pb.attempted_once("default", &url).await;
 
     assert_eq!(done["state"], "delivered", "{done}");
     assert_eq!(receiver.count(), 1);
@@ -52,26 +39,17 @@ async fn tls_through_the_proxy_verifies_the_callbacks_own_name() {
     let pki = Pki::new();
     let receiver = TlsReceiver::start(&pki).await;
     let proxy = ConnectProxy::start().await;
-    let (cert, key, ca) = (
-        pki.client_cert.display(),
-        pki.client_key.display(),
-        pki.ca.display(),
-    );
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("postback.toml");
-    let config = format!(
-        "[tenants.shop-a]\nclient_cert = \"{cert}\"\nclient_key = \"{key}\"\nca_certs = \"{ca}\"\n"
-    );
-    std::fs::write(&path, config).unwrap();
+    let config = support::config_file(&dir, &pki.tenant_config("shop-a"));
     let backend = Backend::start();
     let pb = backend
         .postback(&[
-            ("POSTBACK_CONFIG", path.to_str().unwrap()),
+            ("POSTBACK_CONFIG", &config),
             ("POSTBACK_DELIVERY_PROXY", &proxy.url()),
         ])
         .await;
 
-    let done = finished(&pb, "shop-a", &receiver.url("/paid")).await;
+    let done = pb.attempted_once("shop-a", &receiver.url("/paid")).await;
 
     assert_eq!(done["state"], "delivered", "{done}");
     assert_eq!(receiver.answered(), 1);
@@ -92,7 +70,7 @@ async fn an_internal_destination_is_refused_before_the_proxy_is_asked() {
         .await;
 
     let url = format!("http://localhost:{}/paid", receiver.port);
-    let dead = finished(&pb, "default", &url).await;
+    let dead = pb.attempted_once("default", &url).await;
 
     assert_eq!(dead["state"], "dead", "{dead}");
     let error = dead["history"][0]["error"].as_str().unwrap();
@@ -115,7 +93,7 @@ async fn a_proxy_that_refuses_fails_the_attempt_naming_the_proxy() {
         .await;
 
     let url = format!("http://127.0.0.1:{}/paid", receiver.port);
-    let dead = finished(&pb, "default", &url).await;
+    let dead = pb.attempted_once("default", &url).await;
 
     assert_eq!(dead["state"], "dead", "{dead}");
     let error = dead["history"][0]["error"].as_str().unwrap();

@@ -13,13 +13,6 @@ use support::signatures;
 use support::tenants::{SECRET_A, SECRET_B};
 use support::{Backend, Postback, Receiver, WAIT};
 
-/// Writes `config` to a file in `dir`; the path to give `POSTBACK_CONFIG`.
-fn config_file(dir: &tempfile::TempDir, config: &str) -> String {
-    let path = dir.path().join("postback.toml");
-    std::fs::write(&path, config).unwrap();
-    path.to_str().unwrap().to_string()
-}
-
 /// Registers a notification of `tenant` that fails its only attempt, and waits for it to
 /// be dead.
 async fn dead_one(pb: &Postback, receiver: &Receiver, tenant: &str) -> String {
@@ -65,7 +58,7 @@ async fn a_dead_letter_is_told_to_its_tenant_and_to_the_operator_signed() {
     let dir = tempfile::tempdir().unwrap();
     let backend = Backend::start();
     let pb = backend
-        .postback(&[("POSTBACK_CONFIG", &config_file(&dir, &config))])
+        .postback(&[("POSTBACK_CONFIG", &support::config_file(&dir, &config))])
         .await;
 
     let a1 = dead_one(&pb, &merchant, "shop-a").await;
@@ -132,7 +125,7 @@ async fn an_event_that_cannot_be_delivered_is_not_told_again() {
     let dir = tempfile::tempdir().unwrap();
     let backend = Backend::start();
     let pb = backend
-        .postback(&[("POSTBACK_CONFIG", &config_file(&dir, &config))])
+        .postback(&[("POSTBACK_CONFIG", &support::config_file(&dir, &config))])
         .await;
 
     dead_one(&pb, &merchant, "default").await;
@@ -168,6 +161,6 @@ fn an_ops_url_that_is_not_a_callback_url_is_refused_at_start_naming_the_key() {
     assert!(said.contains("ops.url"), "{said}");
     let dir = tempfile::tempdir().unwrap();
     let config = "[tenants.shop-a]\nops_url = \"not a url\"\n";
-    let said = Postback::refused_start(&[("POSTBACK_CONFIG", &config_file(&dir, config))]);
+    let said = Postback::refused_start(&[("POSTBACK_CONFIG", &support::config_file(&dir, config))]);
     assert!(said.contains("tenants.shop-a.ops_url"), "{said}");
 }

@@ -12,58 +12,34 @@ use support::{Backend, Postback, Receiver};
 
 use support::WAIT;
 
-/// Writes `config` to a file in `dir`; the variable that names it.
-fn config_file(dir: &tempfile::TempDir, config: &str) -> String {
-    let path = dir.path().join("postback.toml");
-    std::fs::write(&path, config).unwrap();
-    path.to_str().unwrap().to_string()
-}
-
-/// Registers one attempt for `tenant` at `url` and waits for it to finish.
-async fn finished(pb: &Postback, tenant: &str, url: &str) -> Value {
-    let id = pb
-        .register(json!({"url": url, "body": {"t": tenant}, "tenant": tenant, "schedule": []}))
-        .await;
-    support::eventually(WAIT, || async {
-        let state = pb.notification(&id).await["state"].clone();
-        state == "delivered" || state == "dead"
-    })
-    .await;
-    pb.notification(&id).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_client_certificate_is_presented_to_a_receiver_that_requires_one() {
     let pki = Pki::new();
     let receiver = TlsReceiver::start(&pki).await;
-    let (cert, key, ca) = (
-        pki.client_cert.display(),
-        pki.client_key.display(),
-        pki.ca.display(),
-    );
     let config = format!(
-        "[tenants.shop-a]\nclient_cert = \"{cert}\"\nclient_key = \"{key}\"\nca_certs = \"{ca}\"\n\n\
-         [tenants.shop-b]\nca_certs = \"{ca}\"\n"
+        "{}\n[tenants.shop-b]\nca_certs = \"{}\"\n",
+        pki.tenant_config("shop-a"),
+        pki.ca.display()
     );
     let dir = tempfile::tempdir().unwrap();
     let backend = Backend::start();
     let pb = backend
-        .postback(&[("POSTBACK_CONFIG", &config_file(&dir, &config))])
+        .postback(&[("POSTBACK_CONFIG", &support::config_file(&dir, &config))])
         .await;
 
-    let a = finished(&pb, "shop-a", &receiver.url("/paid")).await;
+    let a = pb.attempted_once("shop-a", &receiver.url("/paid")).await;
     assert_eq!(a["state"], "delivered", "{a}");
     assert_eq!(receiver.answered(), 1);
 
     // Another tenant trusts the receiver but has no certificate to present.
-    let b = finished(&pb, "shop-b", &receiver.url("/paid")).await;
+    let b = pb.attempted_once("shop-b", &receiver.url("/paid")).await;
     assert_eq!(b["state"], "dead", "{b}");
     assert!(
         receiver.refused() >= 1,
         "the receiver refused the handshake"
     );
     // The default tenant has neither: the receiver's authority is not one it trusts.
-    let plain = finished(&pb, "default", &receiver.url("/paid")).await;
+    let plain = pb.attempted_once("default", &receiver.url("/paid")).await;
     let error = plain["history"][0]["error"].as_str().unwrap_or_default();
     assert_eq!(plain["state"], "dead", "{plain}");
     assert!(
@@ -77,7 +53,7 @@ async fn a_tenants_client_certificate_is_presented_to_a_receiver_that_requires_o
 async fn a_tenants_unreadable_certificate_is_refused_at_start_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let config = "[tenants.shop-a]\nclient_cert = \"/nonexistent/a.crt\"\nclient_key = \"/nonexistent/a.key\"\n";
-    let said = Postback::refused_start(&[("POSTBACK_CONFIG", &config_file(&dir, config))]);
+    let said = Postback::refused_start(&[("POSTBACK_CONFIG", &support::config_file(&dir, config))]);
     assert!(
         said.contains("tenants.shop-a.client_cert: cannot read /nonexistent/a.crt"),
         "{said}"
@@ -86,7 +62,8 @@ async fn a_tenants_unreadable_certificate_is_refused_at_start_naming_the_key() {
         "[tenants.shop-a]\nclient_cert = \"{}\"\n",
         dir.path().join("postback.toml").display()
     );
-    let said = Postback::refused_start(&[("POSTBACK_CONFIG", &config_file(&dir, &config))]);
+    let said =
+        Postback::refused_start(&[("POSTBACK_CONFIG", &support::config_file(&dir, &config))]);
     assert!(
         said.contains("tenants.shop-a.client_key: required with client_cert"),
         "{said}"
@@ -99,14 +76,16 @@ async fn require_https_refuses_plain_http_at_registration_at_replay_and_at_send(
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     // Before shop-a requires https: a dead letter with a plain http callback.
-    let before = config_file(&dir, "[tenants.shop-a]\n");
+    let before = support::config_file(&dir, "[tenants.shop-a]\n");
     let pb = backend.postback(&[("POSTBACK_CONFIG", &before)]).await;
-    let dead = finished(&pb, "shop-a", &receiver.url("/down?fail=9")).await;
+    let dead = pb
+        .attempted_once("shop-a", &receiver.url("/down?fail=9"))
+        .await;
     assert_eq!(dead["state"], "dead");
     let id = dead["id"].as_str().unwrap().to_string();
     drop(pb);
 
-    let after = config_file(
+    let after = support::config_file(
         &dir,
         "[tenants.shop-a]\nrequire_https = true\n\n[tenants.shop-b]\n",
     );
@@ -160,22 +139,15 @@ async fn a_receiver_that_offers_http2_is_sent_over_http2() {
     let pki = Pki::new();
     let h2 = TlsReceiver::offering_http2(&pki).await;
     let h1 = TlsReceiver::start(&pki).await;
-    let (cert, key, ca) = (
-        pki.client_cert.display(),
-        pki.client_key.display(),
-        pki.ca.display(),
-    );
-    let config = format!(
-        "[tenants.shop-a]\nclient_cert = \"{cert}\"\nclient_key = \"{key}\"\nca_certs = \"{ca}\"\n"
-    );
+    let config = pki.tenant_config("shop-a");
     let dir = tempfile::tempdir().unwrap();
     let backend = Backend::start();
     let pb = backend
-        .postback(&[("POSTBACK_CONFIG", &config_file(&dir, &config))])
+        .postback(&[("POSTBACK_CONFIG", &support::config_file(&dir, &config))])
         .await;
 
-    let over_h2 = finished(&pb, "shop-a", &h2.url("/paid")).await;
-    let over_h1 = finished(&pb, "shop-a", &h1.url("/paid")).await;
+    let over_h2 = pb.attempted_once("shop-a", &h2.url("/paid")).await;
+    let over_h1 = pb.attempted_once("shop-a", &h1.url("/paid")).await;
 
     assert_eq!(over_h2["state"], "delivered", "{over_h2}");
     assert_eq!(over_h1["state"], "delivered", "{over_h1}");

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::{RedisCluster, RedisServer};
 
@@ -220,7 +220,7 @@ impl Postback {
     /// ids, in order.
     pub async fn register_batch(&self, items: Vec<Value>) -> Vec<String> {
         let n = items.len();
-        let body = serde_json::json!({ "items": items });
+        let body = json!({ "items": items });
         let (status, answer) = self
             .request(reqwest::Method::POST, "/notify/batch", Some(body), &[])
             .await;
@@ -249,6 +249,19 @@ impl Postback {
         let (status, body) = self.get(&format!("/notifications/{id}")).await;
         assert_eq!(status, 200, "{body}");
         body
+    }
+
+    /// Registers one attempt of `tenant`'s at `url` and waits for it to be delivered or
+    /// dead; returns it.
+    pub async fn attempted_once(&self, tenant: &str, url: &str) -> Value {
+        let body = json!({"url": url, "body": {"t": tenant}, "tenant": tenant, "schedule": []});
+        let id = self.register(body).await;
+        super::eventually(super::WAIT, || async {
+            let state = self.notification(&id).await["state"].clone();
+            state == "delivered" || state == "dead"
+        })
+        .await;
+        self.notification(&id).await
     }
 
     /// Waits until the notification reaches `state`; returns it.

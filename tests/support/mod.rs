@@ -176,6 +176,13 @@ pub fn metric_value(text: &str, series: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
+/// Writes `config` to `postback.toml` in `dir`; the path, for `POSTBACK_CONFIG`.
+pub fn config_file(dir: &tempfile::TempDir, config: &str) -> String {
+    let path = dir.path().join("postback.toml");
+    std::fs::write(&path, config).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -61,6 +61,21 @@ impl Pki {
     }
 }
 
+impl Pki {
+    /// A `[tenants.<tenant>]` section that presents the client certificate and trusts
+    /// this authority.
+    pub fn tenant_config(&self, tenant: &str) -> String {
+        let (cert, key, ca) = (
+            self.client_cert.display(),
+            self.client_key.display(),
+            self.ca.display(),
+        );
+        format!(
+            "[tenants.{tenant}]\nclient_cert = \"{cert}\"\nclient_key = \"{key}\"\nca_certs = \"{ca}\"\n"
+        )
+    }
+}
+
 /// An HTTPS receiver on 127.0.0.1 that answers 200 only over a connection whose client
 /// presented a certificate the `Pki`'s authority signed.
 pub struct TlsReceiver {
