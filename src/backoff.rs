@@ -1,5 +1,6 @@
-//! How long a worker waits before trying a store that did not answer again: one rule for
-//! the claim loop, the settler and the store's wake-up subscription.
+//! How long a worker waits before trying a store that did not answer again, and which of
+//! its failures in a row it logs: one rule for the claim loop, the settler, the store's
+//! claims per shard and its wake-up subscription.
 
 use std::time::Duration;
 
@@ -11,9 +12,21 @@ pub fn backoff(failures: u32) -> Duration {
     Duration::from_millis(base - jitter + fastrand::u64(0..=2 * jitter))
 }
 
+/// Whether the `failures`-th failure in a row is logged: the first and every 20th after,
+/// so that a store down for an hour says so without a line every few seconds.
+pub fn worth_logging(failures: u32) -> bool {
+    failures == 1 || failures.is_multiple_of(20)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_failure_and_every_twentieth_are_logged() {
+        let logged: Vec<u32> = (1..=60).filter(|&f| worth_logging(f)).collect();
+        assert_eq!(logged, vec![1, 20, 40, 60]);
+    }
 
     #[test]
     fn grows_to_five_seconds_and_no_further() {

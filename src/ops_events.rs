@@ -163,7 +163,10 @@ impl OpsEvents {
             };
             failures = match self.store_events(store.as_ref(), &wake).await {
                 true => 0,
-                false if stopping => return,
+                false if stopping => {
+                    tracing::warn!("stopping with ops events not stored: their dead letters stay listed, untold");
+                    return;
+                }
                 false => failures + 1,
             };
             if stopping {
@@ -189,7 +192,7 @@ impl OpsEvents {
                     tracing::info!(id = %event.id, count = gathered.count, "ops event notification.dead registered");
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, count = gathered.count, "ops event not stored yet; kept for the next round");
+                    tracing::warn!(error = %e, count = gathered.count, "ops event not stored; kept for another try");
                     self.keep(recipient, gathered);
                     all_stored = false;
                 }

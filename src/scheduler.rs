@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::backoff::backoff;
+use crate::backoff::{backoff, worth_logging};
 use crate::config::{DeliverySettings, Percent};
 use crate::domain::{AttemptReport, Outcome, Target};
 use crate::metrics;
@@ -208,7 +208,7 @@ impl Dispatcher {
                     failures += 1;
                     // At the first failure and then about every minute and a half (the
                     // backoff is 5 s at most) while it lasts.
-                    if failures == 1 || failures.is_multiple_of(20) {
+                    if worth_logging(failures) {
                         tracing::error!(error = %e, failures, "cannot claim notifications; retrying with backoff");
                     }
                     drop(places);

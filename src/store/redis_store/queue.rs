@@ -18,6 +18,7 @@ use super::enqueue::Item;
 use super::reply::{int_at, text_at};
 use super::shard_clock::Ask;
 use super::{script_error, store_error, RedisStore};
+use crate::backoff::worth_logging;
 use crate::domain::{JobId, Notification};
 use crate::lifecycle::{retention, transitions, Index, JobState, Now};
 use crate::store::spec;
@@ -26,9 +27,6 @@ use crate::store::{
     Claim, ClaimedJob, Deferral, Enqueued, Idempotency, Queue, Settled, Settlement, StoreError,
     StoreResult,
 };
-
-/// A shard's claim failures in a row are logged at the first and every this many after.
-const LOG_EVERY_FAILURES: u32 = 20;
 
 impl RedisStore {
     /// A registration as the enqueue script takes it.
@@ -188,7 +186,7 @@ impl RedisStore {
     /// lasts, and asked again after its backoff.
     fn shard_failed(&self, ask: Ask, e: &StoreError) {
         let failures = self.clock.failed(ask);
-        if failures == 1 || failures.is_multiple_of(LOG_EVERY_FAILURES) {
+        if worth_logging(failures) {
             tracing::warn!(shard = ask.shard, failures, error = %e, "cannot claim from a shard; the others are claimed meanwhile");
         }
     }
