@@ -35,6 +35,29 @@ async fn deliveries_go_through_the_proxy_to_the_address_postback_resolved() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxys_credentials_go_to_the_proxy_and_are_shown_redacted() {
+    let proxy = ConnectProxy::start().await;
+    let receiver = Receiver::start().await;
+    let backend = Backend::start();
+    let with_credentials = format!("http://egress:s%40cret@127.0.0.1:{}", proxy.port);
+    let pb = backend
+        .postback(&[("POSTBACK_DELIVERY_PROXY", &with_credentials)])
+        .await;
+
+    let done = pb.attempted_once("default", &receiver.url("/paid")).await;
+
+    assert_eq!(done["state"], "delivered", "{done}");
+    // base64("egress:s@cret")
+    let basic = "Basic ZWdyZXNzOnNAY3JldA==".to_string();
+    assert_eq!(proxy.authorizations(), vec![Some(basic)]);
+    assert_eq!(receiver.requests()[0].header("proxy-authorization"), None);
+    assert!(
+        !pb.logs().contains("s%40cret"),
+        "the password is not logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_through_the_proxy_verifies_the_callbacks_own_name() {
     let pki = Pki::new();
     let receiver = TlsReceiver::start(&pki).await;

@@ -1,6 +1,7 @@
 //! A small HTTP `CONNECT` proxy, as corporate egress proxies are: it reads one `CONNECT
-//! host:port` request a connection, records the target it was asked for, and then either
-//! opens a tunnel to it (`200`) or refuses (`403`), as it was started to.
+//! host:port` request a connection, records the target it was asked for (and the
+//! `Proxy-Authorization` it came with), and then either opens a tunnel to it (`200`) or
+//! refuses (`403`), as it was started to.
 
 use std::sync::{Arc, Mutex};
 
@@ -9,8 +10,15 @@ use tokio::net::{TcpListener, TcpStream};
 
 pub struct ConnectProxy {
     pub port: u16,
-    targets: Arc<Mutex<Vec<String>>>,
+    targets: Arc<Mutex<Vec<Asked>>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// One `CONNECT`: its target and its `Proxy-Authorization`, if any.
+#[derive(Debug, Clone)]
+struct Asked {
+    target: String,
+    authorization: Option<String>,
 }
 
 impl Drop for ConnectProxy {
@@ -37,7 +45,14 @@ impl ConnectProxy {
 
     /// The `host:port` of every `CONNECT` asked for so far, in order.
     pub fn targets(&self) -> Vec<String> {
-        self.targets.lock().unwrap().clone()
+        let asked = self.targets.lock().unwrap();
+        asked.iter().map(|a| a.target.clone()).collect()
+    }
+
+    /// The `Proxy-Authorization` of every `CONNECT` so far (`None` where it had none).
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        let asked = self.targets.lock().unwrap();
+        asked.iter().map(|a| a.authorization.clone()).collect()
     }
 
     async fn listen(tunnels: bool) -> Self {
@@ -59,7 +74,7 @@ impl ConnectProxy {
 }
 
 /// Reads the request head, records its target and answers it.
-async fn serve(mut client: TcpStream, targets: Arc<Mutex<Vec<String>>>, tunnels: bool) {
+async fn serve(mut client: TcpStream, targets: Arc<Mutex<Vec<Asked>>>, tunnels: bool) {
     let Some(head) = read_head(&mut client).await else {
         return;
     };
@@ -70,7 +85,15 @@ async fn serve(mut client: TcpStream, targets: Arc<Mutex<Vec<String>>>, tunnels:
             .await;
         return;
     };
-    targets.lock().unwrap().push(target.to_string());
+    let authorization = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("proxy-authorization")
+            .then(|| value.trim().to_string())
+    });
+    targets.lock().unwrap().push(Asked {
+        target: target.to_string(),
+        authorization,
+    });
     if !tunnels {
         let _ = client.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n").await;
         return;
