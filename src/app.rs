@@ -67,7 +67,8 @@ impl App {
         }
         let wake = Arc::new(Notify::new());
         let signer = config.signer()?;
-        let sender = Sender::new(&s.delivery, signer.clone(), &config.tenants)?;
+        let proxy = config.proxy.as_ref();
+        let sender = Sender::new(&s.delivery, proxy, signer.clone(), &config.tenants)?;
         let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas()));
         let shares = config
             .tenants

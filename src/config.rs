@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use anyhow::bail;
 
 use crate::access::TokenTable;
-use crate::domain::{HostAllowList, Tenant};
+use crate::domain::{CallbackUrl, Destinations, HostAllowList, Tenant};
+use crate::egress::ProxyUrl;
 use crate::policy::{Quota, Quotas};
 use crate::signing::{Keys, Secret, Signer, SigningKey};
 
@@ -71,6 +72,10 @@ pub struct Config {
     pub tokens: TokenTable,
     /// The profiles, each with its schedule and success rule.
     pub profiles: BTreeMap<String, Profile>,
+    /// `delivery.proxy`, read.
+    pub proxy: Option<ProxyUrl>,
+    /// `ops.url`, held to what callback URLs are.
+    pub ops_url: Option<CallbackUrl>,
 }
 
 /// A tenant's decoded settings.
@@ -90,6 +95,8 @@ pub struct TenantConfig {
     pub max_concurrency: Option<usize>,
     /// Response bytes kept per attempt, if not `delivery.response_bytes`.
     pub response_bytes: Option<usize>,
+    /// Where its ops events go, held to what callback URLs are.
+    pub ops_url: Option<CallbackUrl>,
 }
 
 impl Config {
@@ -111,7 +118,16 @@ impl Config {
         if let Some(key) = s.secrets.keys().next() {
             bail!("secrets.{key} (POSTBACK_SECRETS_{}): secrets per rate key are gone, since any producer could name a rate key; move them to the `secrets` of a [tenants.<name>] section and register that merchant's notifications with a token of that tenant", key.to_ascii_uppercase());
         }
-        let tenants = tenants::tenants(&s.tenants)?;
+        let destinations = Destinations::of(s.delivery.allow_private_networks);
+        let tenants = tenants::tenants(&s.tenants, destinations)?;
+        let proxy = s.delivery.proxy.as_deref().map(str::parse::<ProxyUrl>);
+        let proxy = proxy
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("delivery.proxy (POSTBACK_DELIVERY_PROXY): {e}"))?;
+        let ops_url = s.ops.url.as_deref();
+        let ops_url = ops_url
+            .map(|u| tenants::callback_setting(u, destinations, "ops.url (POSTBACK_OPS_URL)"))
+            .transpose()?;
         let profiles = profiles::profiles(&s.profiles, &s.schedules)?;
         let tokens = if insecure_no_auth && s.server.api_tokens.is_empty() && s.tokens.is_empty() {
             TokenTable::default()
@@ -127,6 +143,8 @@ impl Config {
             tenants,
             tokens,
             profiles,
+            proxy,
+            ops_url,
         };
         config.signer()?;
         Ok(config)

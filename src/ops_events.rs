@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::backoff;
 use crate::config::Config;
 use crate::domain::{
-    AttemptReport, CallbackUrl, Destinations, ExtraHeaders, Notification, Payload, Placement,
-    Schedule, SuccessRule, Tenant,
+    AttemptReport, CallbackUrl, ExtraHeaders, Notification, Payload, Placement, Schedule,
+    SuccessRule, Tenant,
 };
 use crate::store::{ClaimedJob, Store};
 
@@ -76,32 +76,15 @@ pub struct OpsEvents {
 }
 
 impl OpsEvents {
-    /// The recipients `config` names (its URLs were checked when it was loaded).
+    /// The recipients `config` names.
     pub fn new(config: &Config) -> anyhow::Result<Self> {
         let s = &config.settings;
-        let destinations = Destinations::of(s.delivery.allow_private_networks);
-        let parse = |key: &str, raw: &str| {
-            CallbackUrl::parse(raw, destinations)
-                .map_err(|e| anyhow::anyhow!("{key}: {}", e.message))
-        };
-        let operator = s
-            .ops
-            .url
-            .as_deref()
-            .map(|u| parse("ops.url", u))
-            .transpose()?;
-        let mut tenants = BTreeMap::new();
-        for (name, t) in &s.tenants {
-            if let Some(raw) = &t.ops_url {
-                let tenant =
-                    Tenant::parse(name, "tenant").map_err(|e| anyhow::anyhow!(e.message))?;
-                tenants.insert(tenant, parse(&format!("tenants.{name}.ops_url"), raw)?);
-            }
-        }
+        let tenants = config.tenants.iter();
+        let tenants = tenants.filter_map(|(t, c)| Some((t.clone(), c.ops_url.clone()?)));
         let schedule = s.schedules.get("default").cloned();
         Ok(Self {
-            operator,
-            tenants,
+            operator: config.ops_url.clone(),
+            tenants: tenants.collect(),
             window: s.ops.window,
             schedule: schedule.ok_or_else(|| anyhow::anyhow!("schedules.default: required"))?,
             timeout: s.delivery.timeout,

@@ -52,10 +52,11 @@ pub fn install_crypto_provider() {
 }
 
 impl Sender {
-    /// A sender with `settings`, signing with `signer`, each of `tenants` with its own
-    /// TLS set-up and `https` rule.
+    /// A sender with `settings`, through `proxy` if there is one, signing with `signer`,
+    /// each of `tenants` with its own TLS set-up and `https` rule.
     pub fn new(
         settings: &DeliverySettings,
+        proxy: Option<&ProxyUrl>,
         signer: Signer,
         tenants: &BTreeMap<Tenant, TenantConfig>,
     ) -> anyhow::Result<Self> {
@@ -63,7 +64,7 @@ impl Sender {
         let mut tenant_clients = BTreeMap::new();
         for (tenant, t) in tenants {
             if let Some(tls) = &t.tls {
-                let client = client(settings, Some(tls))
+                let client = client(settings, proxy, Some(tls))
                     .map_err(|e| anyhow::anyhow!("tenants.{tenant}: its TLS set-up: {e}"))?;
                 tenant_clients.insert(tenant.clone(), client);
             }
@@ -74,7 +75,7 @@ impl Sender {
             .map(|(tenant, _)| tenant.clone())
             .collect();
         Ok(Self {
-            client: client(settings, None)?,
+            client: client(settings, proxy, None)?,
             tenant_clients,
             https_only,
             signer,
@@ -263,17 +264,15 @@ impl Sender {
 /// The HTTP client of the deliveries: pooled, through `egress` (the SSRF guard unless
 /// private networks are allowed, the proxy of `delivery.proxy`), with a tenant's `tls`
 /// — its client certificate, its roots instead of the system's — when it has one.
-fn client(settings: &DeliverySettings, tls: Option<&TenantTls>) -> anyhow::Result<HttpClient> {
-    let proxy = settings
-        .proxy
-        .as_deref()
-        .map(str::parse::<ProxyUrl>)
-        .transpose()
-        .map_err(|e| anyhow::anyhow!("delivery.proxy: {e}"))?;
+fn client(
+    settings: &DeliverySettings,
+    proxy: Option<&ProxyUrl>,
+    tls: Option<&TenantTls>,
+) -> anyhow::Result<HttpClient> {
     let connector = Connector::new(
         !settings.allow_private_networks,
         settings.connect_timeout,
-        proxy,
+        proxy.cloned(),
         egress::client_config(tls)?,
     );
     Ok(Client::builder(TokioExecutor::new())

@@ -9,7 +9,7 @@ use super::{
     DeliverySettings, RedisTarget, RetentionSettings, ServerSettings, Settings, StoreSettings,
     StoreTarget, TraceSettings, CLUSTER_SHARDS,
 };
-use crate::domain::{CallbackUrl, Destinations, MAX_RESPONSE_BYTES};
+use crate::domain::MAX_RESPONSE_BYTES;
 
 /// The shortest `store.shard_lease`: it is renewed every half of it.
 const MIN_SHARD_LEASE: Duration = Duration::from_millis(200);
@@ -117,12 +117,7 @@ fn check_delivery(d: &DeliverySettings) -> anyhow::Result<()> {
         d.jitter.get() <= 90,
         "delivery.jitter",
         "must be from 0% to 90%",
-    )?;
-    if let Some(proxy) = &d.proxy {
-        let parsed = proxy.parse::<crate::egress::ProxyUrl>();
-        parsed.map_err(|e| anyhow::anyhow!("delivery.proxy (POSTBACK_DELIVERY_PROXY): {e}"))?;
-    }
-    Ok(())
+    )
 }
 
 fn check_server(s: &ServerSettings) -> anyhow::Result<()> {
@@ -272,28 +267,12 @@ fn check_traces(t: &TraceSettings) -> anyhow::Result<()> {
     )
 }
 
-/// The ops URLs are held to what callbacks are (the SSRF guard included).
 fn check_ops(s: &Settings) -> anyhow::Result<()> {
     check(
         !s.ops.window.is_zero() && s.ops.window <= Duration::from_secs(3600),
         "ops.window",
         "must be more than 0s and at most 1h",
-    )?;
-    let destinations = Destinations::of(s.delivery.allow_private_networks);
-    let urls = s
-        .ops
-        .url
-        .iter()
-        .map(|u| ("ops.url (POSTBACK_OPS_URL)".to_string(), u));
-    let tenants = s.tenants.iter().filter_map(|(name, t)| {
-        let url = t.ops_url.as_ref()?;
-        Some((format!("tenants.{name}.ops_url"), url))
-    });
-    for (key, url) in urls.chain(tenants) {
-        CallbackUrl::parse(url, destinations)
-            .map_err(|e| anyhow::anyhow!("{key}: {}", e.message))?;
-    }
-    Ok(())
+    )
 }
 
 pub(super) fn check(ok: bool, key: &str, problem: &str) -> anyhow::Result<()> {

@@ -9,13 +9,14 @@ use anyhow::bail;
 use super::checks::check;
 use super::{Settings, StringList, TenantConfig, TenantSettings, TenantTls};
 use crate::access::{self, Principal, Scope, TokenTable};
-use crate::domain::{HostAllowList, Tenant, MAX_RESPONSE_BYTES};
+use crate::domain::{CallbackUrl, Destinations, HostAllowList, Tenant, MAX_RESPONSE_BYTES};
 use crate::signing::{Secret, SigningKey};
 
 /// The tenants, each name checked and its secrets and allowed hosts decoded; `default`
 /// is always one of them.
 pub(super) fn tenants(
     raw: &BTreeMap<String, TenantSettings>,
+    destinations: Destinations,
 ) -> anyhow::Result<BTreeMap<Tenant, TenantConfig>> {
     let mut out = BTreeMap::from([(Tenant::default(), TenantConfig::default())]);
     for (name, t) in raw {
@@ -38,6 +39,11 @@ pub(super) fn tenants(
             .map(|list| HostAllowList::parse(list.as_slice()))
             .transpose()
             .map_err(|e| anyhow::anyhow!("tenants.{name}.allowed_hosts: {e}"))?;
+        let ops_url = t.ops_url.as_deref();
+        let key = format!("tenants.{name}.ops_url");
+        let ops_url = ops_url
+            .map(|u| callback_setting(u, destinations, &key))
+            .transpose()?;
         out.insert(
             tenant,
             TenantConfig {
@@ -50,10 +56,21 @@ pub(super) fn tenants(
                 quotas: t.quotas.clone(),
                 max_concurrency: t.max_concurrency,
                 response_bytes: t.response_bytes,
+                ops_url,
             },
         );
     }
     Ok(out)
+}
+
+/// A URL setting postback sends to, held to what callback URLs are (the SSRF guard
+/// included); errors name `key`.
+pub(super) fn callback_setting(
+    raw: &str,
+    destinations: Destinations,
+    key: &str,
+) -> anyhow::Result<CallbackUrl> {
+    CallbackUrl::parse(raw, destinations).map_err(|e| anyhow::anyhow!("{key}: {}", e.message))
 }
 
 /// `server.api_tokens` (every tenant, every role, named `api_token_1`, …) and the named
