@@ -100,6 +100,7 @@ impl Postback {
 
     async fn spawn_on(cmd: &mut Command, env: &[(&str, &str)], port: u16) -> Self {
         postback::install_crypto_provider();
+        remember_panics();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("postback.log");
         cmd.env("RUST_LOG", "postback=debug,info")
@@ -319,6 +320,34 @@ impl Drop for Postback {
         self.kill();
         if std::thread::panicking() {
             eprintln!("--- postback log (port {}) ---\n{}", self.port, self.logs());
+            let reason = LAST_PANIC.with(|p| p.borrow().clone());
+            eprintln!("--- the test failed above: {reason} ---");
         }
     }
+}
+
+thread_local! {
+    static LAST_PANIC: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Keeps each thread's last panic message, so that an instance dropped while its test
+/// fails can repeat why after its log: a failure's reason then ends the output, which is
+/// all a long run keeps.
+fn remember_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let shown = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let at = info.location().map(|l| l.to_string()).unwrap_or_default();
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            let first_lines: Vec<&str> = message.lines().take(20).collect();
+            LAST_PANIC.with(|p| *p.borrow_mut() = format!("{at}: {}", first_lines.join("\n")));
+            shown(info);
+        }));
+    });
 }
