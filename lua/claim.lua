@@ -78,7 +78,7 @@ end
 
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local wake = -1
-if next_due[2] and tonumber(next_due[2]) < WAITING then wake = tonumber(next_due[2]) end
+if next_due[2] and tonumber(next_due[2]) < HELD then wake = tonumber(next_due[2]) end
 if next_lease and (wake < 0 or next_lease < wake) then wake = next_lease end
 out[2] = wake
 return out

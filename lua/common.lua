@@ -1,5 +1,5 @@
 -- Helpers put in front of every script by src/store/redis_store.rs, after the constants
--- it writes from Rust's (`script_constants`: LAYOUT, WAITING, WINDOW_MS, WINDOWS,
+-- it writes from Rust's (`script_constants`: LAYOUT, WAITING, HELD, WINDOW_MS, WINDOWS,
 -- MAX_SHARED_SCHEDULES), so that no script has a number or a format of its own. Every script receives the
 -- shard's keys in this order: KEYS 1 due, 2 inflight, 3 dead, 4 jobs, 5 state,
 -- 6 history, 7 done, 8 counters, 9 tenants (then its own extra keys).
@@ -172,7 +172,7 @@ end
 local function announce_if_heads(channel, due, now)
   local head = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
   for k = 2, #due, 2 do
-    if due[k] == head and tonumber(due[k - 1]) < WAITING then
+    if due[k] == head and tonumber(due[k - 1]) < HELD then
       local due_in = math.max(0, tonumber(due[k - 1]) - now)
       redis.call('PUBLISH', channel, KEYS[1] .. ' ' .. string.format('%d', due_in))
       return due_in

@@ -19,9 +19,11 @@ use crate::api::paging::CursorSeal;
 use crate::api::{self, AppState, RegistrationRules, TenantRules};
 use crate::config::{redact, Config, RedisTarget, StoreTarget};
 use crate::domain::{Destinations, Placement};
+use crate::endpoint_pauses::EndpointPauses;
+use crate::endpoint_tallies::EndpointTallies;
 use crate::ops_events::OpsEvents;
 use crate::policy::Policy;
-use crate::scheduler::{Dispatcher, Pipeline};
+use crate::scheduler::{Dispatcher, Observers, Pipeline};
 use crate::sender::Sender;
 use crate::store::{EmbeddedStore, HealthListener, PostgresStore, RedisStore, Store};
 use crate::sweep;
@@ -40,12 +42,18 @@ pub struct App {
     dispatcher: Dispatcher,
     /// Dead letters told to the ops URLs.
     ops: Arc<OpsEvents>,
+    /// What registrations and attempts show of endpoints, for the store.
+    endpoints: Arc<EndpointTallies>,
+    /// Which endpoints are paused, read from the store.
+    pauses: Arc<EndpointPauses>,
     /// The delivery policy, whose breaker learns what other instances saw.
     delivery: Arc<Policy>,
     wake: Arc<Notify>,
     /// What registrations through the database are checked against, as the API's.
     rules: Arc<RegistrationRules>,
     sweep_interval: Duration,
+    /// Endpoints idle this long are forgotten (`retention.dead_max_age`).
+    forget_endpoints_after: Duration,
     pipeline: Pipeline,
     server_limits: api::ServerLimits,
 }
@@ -80,6 +88,8 @@ impl App {
             shares.collect(),
         );
         let ops = Arc::new(OpsEvents::new(&config)?);
+        let endpoints = Arc::new(EndpointTallies::default());
+        let pauses = Arc::new(EndpointPauses::default());
         let dispatcher = Dispatcher::new(
             store.clone(),
             sender,
@@ -88,7 +98,11 @@ impl App {
             wake.clone(),
             s.delivery.clone(),
             config.shards,
-            ops.clone(),
+            Observers {
+                ops: ops.clone(),
+                endpoints: endpoints.clone(),
+                pauses: pauses.clone(),
+            },
         );
         let pipeline = Pipeline::default();
         let rules = Arc::new(registration_rules(&config));
@@ -105,6 +119,8 @@ impl App {
             metrics_token: s.server.metrics_token.as_deref().map(access::digest),
             signer,
             cursors: Arc::new(CursorSeal::new(&config.tokens.fingerprint())),
+            endpoints: endpoints.clone(),
+            pauses: pauses.clone(),
         });
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {
@@ -113,10 +129,13 @@ impl App {
             store,
             dispatcher,
             ops,
+            endpoints,
+            pauses,
             delivery,
             wake,
             rules,
             sweep_interval: s.retention.sweep_interval,
+            forget_endpoints_after: s.retention.dead_max_age,
             pipeline,
             server_limits: api::ServerLimits {
                 header_timeout: s.server.header_timeout,
@@ -156,11 +175,18 @@ impl App {
         };
         // Stopped after the deliveries in flight end, so that it tells their dead letters.
         let ops_stop = CancellationToken::new();
-        let telling = tokio::spawn(self.ops.run(
+        let telling = tokio::spawn(self.ops.clone().run(
             self.store.clone(),
             self.wake.clone(),
             ops_stop.clone(),
         ));
+        let tallying = tokio::spawn(self.endpoints.run(
+            self.store.clone(),
+            self.ops.clone(),
+            self.wake.clone(),
+            ops_stop.clone(),
+        ));
+        let pausing = tokio::spawn(self.pauses.run(self.store.clone(), tasks.child_token()));
         let taking_in = tokio::spawn(api::intake::run(
             self.store.clone(),
             self.rules,
@@ -170,6 +196,7 @@ impl App {
         let sweeping = tokio::spawn(sweep::run(
             self.store,
             self.sweep_interval,
+            self.forget_endpoints_after,
             tasks.child_token(),
         ));
         tracing::info!(addr = %self.listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");
@@ -180,9 +207,11 @@ impl App {
         dispatching.await.context("dispatcher")?;
         ops_stop.cancel();
         telling.await.context("ops events")?;
+        tallying.await.context("endpoints' health")?;
         watching.await.context("wake-up watcher")?;
         sweeping.await.context("retention sweep")?;
         taking_in.await.context("intake")?;
+        pausing.await.context("endpoint pauses")?;
         tracing::info!("stopped");
         Ok(())
     }

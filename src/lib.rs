@@ -11,7 +11,8 @@
 //! connection `egress` opens (guarded by `ssrf`, through a proxy if one is set), and the
 //! settler (`settler`) records
 //! the outcome; when the store does not answer, each waits as `backoff` says.
-//! `sweep` deletes what retention has expired; `metrics`, `telemetry` (logs) and `traces`
+//! What attempts show of each endpoint's health is added up per instance
+//! (`endpoint_tallies`) and kept by the store. `sweep` deletes what retention has expired; `metrics`, `telemetry` (logs) and `traces`
 //! (OpenTelemetry spans of registrations and attempts) are what operators read. `app` wires them together for `postback serve`; `cli` is the
 //! command line, the operator's client of the API.
 //!
@@ -27,6 +28,8 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub(crate) mod egress;
+pub(crate) mod endpoint_pauses;
+pub(crate) mod endpoint_tallies;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics;
 pub(crate) mod ops_events;

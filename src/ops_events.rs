@@ -10,6 +10,13 @@
 //! An event that dies is logged like any dead letter and never told, so that an ops URL
 //! that is down cannot feed itself. Each instance tells what it saw die; dead letters
 //! gathered and not yet stored when an instance stops are told before it stops.
+//!
+//! An endpoint whose attempts have all failed for `ops.failing_after` is told as
+//! `endpoint.failing`, to its tenant's `ops_url` and the operator's, once per run of
+//! failures and at most hourly: the store's write of its record decides
+//! (`store::endpoints`), so one instance of the fleet tells it. Ops events' own
+//! deliveries are not counted by endpoint, so an ops URL that fails is never told
+//! about itself.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -25,13 +32,16 @@ use crate::domain::{
     AttemptReport, CallbackUrl, ExtraHeaders, Notification, Payload, Placement, Schedule,
     SuccessRule, Tenant,
 };
-use crate::store::{ClaimedJob, Store};
+use crate::store::{ClaimedJob, EndpointRecord, Store};
 
 /// The topic of every event, which producers may not use (`postback.` is reserved).
 pub const TOPIC: &str = "postback.ops";
 
 /// Dead letters listed in one event at most; the count covers every one.
 const MAX_LISTED: usize = 100;
+/// `endpoint.failing` events kept for another try at most, while the store does not
+/// take them.
+const MAX_UNSENT: usize = 1_000;
 
 /// Who an event is for.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -69,10 +79,13 @@ pub struct OpsEvents {
     operator: Option<CallbackUrl>,
     tenants: BTreeMap<Tenant, CallbackUrl>,
     window: Duration,
+    failing_after: Duration,
     schedule: Schedule,
     timeout: Duration,
     placement: Placement,
     gathered: Mutex<BTreeMap<Recipient, Gathered>>,
+    /// `endpoint.failing` events the store did not take yet.
+    unsent: Mutex<Vec<Notification>>,
 }
 
 impl OpsEvents {
@@ -86,17 +99,83 @@ impl OpsEvents {
             operator: config.ops_url.clone(),
             tenants: tenants.collect(),
             window: s.ops.window,
+            failing_after: s.ops.failing_after,
             schedule: schedule.ok_or_else(|| anyhow::anyhow!("schedules.default: required"))?,
             timeout: s.delivery.timeout,
             placement: Placement::new(config.shards),
             gathered: Mutex::new(BTreeMap::new()),
+            unsent: Mutex::new(Vec::new()),
         })
+    }
+
+    /// How long an endpoint fails before it is told (`ops.failing_after`).
+    pub fn failing_after(&self) -> Duration {
+        self.failing_after
+    }
+
+    /// Whether attempts of `job` are ops events (not counted by endpoint, never told).
+    pub fn is_event(job: &ClaimedJob) -> bool {
+        job.spec.topic.as_deref() == Some(TOPIC)
+    }
+
+    /// Stores an `endpoint.failing` event about each record for its tenant's ops URL and
+    /// the operator's, with those the store did not take before; what it does not take
+    /// now is kept for the next call.
+    pub async fn endpoints_failing(
+        &self,
+        store: &dyn Store,
+        wake: &Notify,
+        records: &[EndpointRecord],
+    ) {
+        let mut events =
+            std::mem::take(&mut *self.unsent.lock().unwrap_or_else(|e| e.into_inner()));
+        events.extend(records.iter().flat_map(|r| self.failing_events(r)));
+        for event in events {
+            match store.enqueue(&event, None).await {
+                Ok(enqueued) => {
+                    if enqueued.earliest.is_some() {
+                        wake.notify_one();
+                    }
+                    tracing::info!(id = %event.id, tenant = %event.tenant, "ops event endpoint.failing registered");
+                }
+                Err(e) => {
+                    let mut unsent = self.unsent.lock().unwrap_or_else(|e| e.into_inner());
+                    if unsent.len() < MAX_UNSENT {
+                        unsent.push(event);
+                    } else {
+                        tracing::warn!(error = %e, "ops event endpoint.failing not stored, and too many wait: dropped");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The `endpoint.failing` events about `r`: to its tenant, and to the operator.
+    fn failing_events(&self, r: &EndpointRecord) -> Vec<Notification> {
+        let time = |ms: i64| {
+            let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+            humantime::format_rfc3339_millis(t).to_string()
+        };
+        let data = json!({
+            "tenant": r.tenant.to_string(),
+            "endpoint": {"id": r.id().to_string(), "url": r.origin},
+            "failing_since": r.failing_since.map(time),
+            "consecutive_failures": r.consecutive_failures,
+            "last_success_at": r.last_success.map(time),
+            "last_failure": r.last_failure.as_ref().map(|f| json!({
+                "at": time(f.at), "status": f.status, "error": f.error,
+            })),
+        });
+        [Recipient::Operator, Recipient::Tenant(r.tenant.clone())]
+            .iter()
+            .filter_map(|to| self.event(to, "endpoint.failing", data.clone()))
+            .collect()
     }
 
     /// Notes that `job`'s attempt, which `report` tells of, made it a dead letter.
     pub fn dead(&self, job: &ClaimedJob, report: &AttemptReport) {
         let tenant = &job.spec.tenant;
-        if job.spec.topic.as_deref() == Some(TOPIC) {
+        if Self::is_event(job) {
             return;
         }
         let to_tenant = self.tenants.contains_key(tenant);
@@ -164,7 +243,7 @@ impl OpsEvents {
         let taken = std::mem::take(&mut *self.gathered.lock().unwrap_or_else(|e| e.into_inner()));
         let mut all_stored = true;
         for (recipient, gathered) in taken {
-            let Some(event) = self.event(&recipient, &gathered) else {
+            let Some(event) = self.dead_event(&recipient, &gathered) else {
                 continue;
             };
             match store.enqueue(&event, None).await {
@@ -193,13 +272,9 @@ impl OpsEvents {
         now.insert(recipient, merged);
     }
 
-    /// The `notification.dead` event for `recipient`, as a notification of its tenant
-    /// (`None` for a recipient without a URL, which nothing is gathered for).
-    fn event(&self, recipient: &Recipient, gathered: &Gathered) -> Option<Notification> {
-        let (tenant, url) = match recipient {
-            Recipient::Operator => (Tenant::default(), self.operator.clone()?),
-            Recipient::Tenant(t) => (t.clone(), self.tenants.get(t).cloned()?),
-        };
+    /// The `notification.dead` event for `recipient` (`None` for a recipient without a
+    /// URL, which nothing is gathered for).
+    fn dead_event(&self, recipient: &Recipient, gathered: &Gathered) -> Option<Notification> {
         let mut data = json!({
             "count": gathered.count,
             "notifications": gathered.listed,
@@ -207,8 +282,18 @@ impl OpsEvents {
         if let Recipient::Tenant(t) = recipient {
             data["tenant"] = json!(t.to_string());
         }
+        self.event(recipient, "notification.dead", data)
+    }
+
+    /// An event of `kind` for `recipient`, as a notification of its tenant (the
+    /// operator's: `default`); `None` for a recipient without a URL.
+    fn event(&self, recipient: &Recipient, kind: &str, data: Value) -> Option<Notification> {
+        let (tenant, url) = match recipient {
+            Recipient::Operator => (Tenant::default(), self.operator.clone()?),
+            Recipient::Tenant(t) => (t.clone(), self.tenants.get(t).cloned()?),
+        };
         let body = json!({
-            "type": "notification.dead",
+            "type": kind,
             "timestamp": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             "data": data,
         });

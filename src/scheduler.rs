@@ -22,6 +22,8 @@ use tracing::Instrument;
 use crate::backoff::{backoff, worth_logging};
 use crate::config::{DeliverySettings, Percent};
 use crate::domain::{AttemptReport, Outcome, Target};
+use crate::endpoint_pauses::EndpointPauses;
+use crate::endpoint_tallies::EndpointTallies;
 use crate::metrics;
 use crate::ops_events::OpsEvents;
 use crate::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
@@ -29,7 +31,7 @@ use crate::reservations::{self, SendAt};
 use crate::sender::Sender;
 use crate::settler::{self, Leases, Queued, Report};
 use crate::slots::{InQueue, Slot, Slots};
-use crate::store::{ClaimedJob, Deferral, Settlement, Store};
+use crate::store::{Back, ClaimedJob, Deferral, Settlement, Store};
 use crate::tenant_shares::{Share, TenantShares};
 use crate::traces;
 
@@ -70,13 +72,24 @@ pub struct Dispatcher {
     settings: DeliverySettings,
     /// The store's shards: settle batches grow with them (`settler::Batching`).
     shards: u16,
-    /// Told of every notification an attempt here makes a dead letter.
-    ops: Arc<OpsEvents>,
+    /// Told of every attempt and every dead letter.
+    observers: Observers,
+}
+
+/// What is told of the pipeline's attempts as they end, and what it asks of endpoints.
+#[derive(Clone)]
+pub struct Observers {
+    /// Of every notification an attempt here makes a dead letter.
+    pub ops: Arc<OpsEvents>,
+    /// Of every attempt, by endpoint.
+    pub endpoints: Arc<EndpointTallies>,
+    /// Which endpoints are paused: their notifications are held, not attempted.
+    pub pauses: Arc<EndpointPauses>,
 }
 
 impl Dispatcher {
     /// The pipeline of `store`'s notifications, sent by `sender` within the tenants'
-    /// `shares` of the delivery slots; dead letters are told to `ops`.
+    /// `shares` of the delivery slots; attempts and dead letters are told to `observers`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Arc<dyn Store>,
@@ -86,7 +99,7 @@ impl Dispatcher {
         wake: Arc<Notify>,
         settings: DeliverySettings,
         shards: u16,
-        ops: Arc<OpsEvents>,
+        observers: Observers,
     ) -> Self {
         Self {
             store,
@@ -96,7 +109,7 @@ impl Dispatcher {
             wake,
             settings,
             shards,
-            ops,
+            observers,
         }
     }
 
@@ -130,7 +143,7 @@ impl Dispatcher {
             leases: leases.clone(),
             abort: abort.clone(),
             jitter: self.settings.jitter,
-            ops: self.ops.clone(),
+            observers: self.observers.clone(),
         };
         self.claim_loop((&slots, &claimed), &ctx, &tasks, &stop)
             .await;
@@ -284,6 +297,17 @@ struct Place {
     slot: Option<Slot>,
 }
 
+impl Place {
+    /// A claimed notification's place, before it has a slot.
+    fn of(claimed: OwnedSemaphorePermit) -> Self {
+        Self {
+            claimed,
+            share: None,
+            slot: None,
+        }
+    }
+}
+
 /// What a sender task needs: shared by every attempt of this instance.
 #[derive(Clone)]
 struct AttemptContext {
@@ -298,7 +322,7 @@ struct AttemptContext {
     abort: CancellationToken,
     /// ± spread of retry intervals.
     jitter: Percent,
-    ops: Arc<OpsEvents>,
+    observers: Observers,
 }
 
 impl AttemptContext {
@@ -318,14 +342,19 @@ impl AttemptContext {
         for job in &jobs {
             self.leases.hold(job.id, job.lease);
         }
-        let refs: Vec<&ClaimedJob> = jobs.iter().collect();
+        let pauses = &self.observers.pauses;
+        let (held, jobs): (Vec<_>, Vec<_>) = jobs
+            .into_iter()
+            .zip(claims)
+            .partition(|(job, _)| pauses.is_paused(&job.spec.tenant, &job.spec.url));
+        for (job, claimed) in held {
+            let place = Place::of(claimed);
+            self.defer(job, place, Back::Held, "endpoint_paused").await;
+        }
+        let refs: Vec<&ClaimedJob> = jobs.iter().map(|(job, _)| job).collect();
         let times = reservations::send_times(self.store.as_ref(), &self.policy, &refs).await;
-        for ((job, at), claimed) in jobs.into_iter().zip(times).zip(claims) {
-            let place = Place {
-                claimed,
-                share: None,
-                slot: None,
-            };
+        for ((job, claimed), at) in jobs.into_iter().zip(times) {
+            let place = Place::of(claimed);
             match at {
                 SendAt::After(wait) if wait.is_zero() => self.take_slot(job, place, tasks).await,
                 SendAt::After(wait) => {
@@ -335,7 +364,13 @@ impl AttemptContext {
                     wait,
                     reserved,
                     reason,
-                } => self.defer(job, place, wait, reserved, reason).await,
+                } => {
+                    let back = Back::After {
+                        delay: wait,
+                        reserved,
+                    };
+                    self.defer(job, place, back, reason).await
+                }
             }
         }
     }
@@ -379,7 +414,7 @@ impl AttemptContext {
         match slot {
             Some(slot) => self.with_slot(job, place, slot, &tasks).await,
             None => {
-                self.defer(job, place, Duration::ZERO, false, "slots_busy")
+                self.defer(job, place, Back::later(Duration::ZERO), "slots_busy")
                     .await
             }
         }
@@ -393,7 +428,7 @@ impl AttemptContext {
         let Some(share) = self.shares.take(&job.spec.tenant) else {
             drop(slot);
             return self
-                .defer(job, place, TENANT_WAIT, false, "tenant_busy")
+                .defer(job, place, Back::later(TENANT_WAIT), "tenant_busy")
                 .await;
         };
         place.slot = Some(slot);
@@ -431,7 +466,9 @@ impl AttemptContext {
 
     async fn refuse(&self, refusal: Refusal, job: ClaimedJob, target: &Target, place: Place) {
         match refusal {
-            Refusal::Defer { wait, reason } => self.defer(job, place, wait, false, reason).await,
+            Refusal::Defer { wait, reason } => {
+                self.defer(job, place, Back::later(wait), reason).await
+            }
             Refusal::CircuitOpen => {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
@@ -442,23 +479,14 @@ impl AttemptContext {
         }
     }
 
-    /// Hands a claimed notification back to be due after `wait`, without an attempt;
-    /// `reserved` when that is its send time in its rate key's quota.
-    async fn defer(
-        &self,
-        job: ClaimedJob,
-        place: Place,
-        wait: Duration,
-        reserved: bool,
-        reason: &'static str,
-    ) {
+    /// Hands a claimed notification back as `back` says, without an attempt.
+    async fn defer(&self, job: ClaimedJob, place: Place, back: Back, reason: &'static str) {
         metrics::deferred(reason);
-        tracing::debug!(id = %job.id, reason, wait_ms = wait.as_millis() as u64, "deferred");
+        tracing::debug!(id = %job.id, reason, ?back, "deferred");
         let deferral = Deferral {
             id: job.id,
             lease: job.lease,
-            delay: wait,
-            reserved,
+            back,
         };
         self.report(Report::Deferred(deferral), place).await;
     }
@@ -506,8 +534,12 @@ impl AttemptContext {
             slot.finish(Duration::from_millis(report.duration_ms));
             self.learn_from(&job, &target.circuit, &report);
             log_outcome(&job, &report);
+            if let Some(url) = target.url.as_ref().filter(|_| !OpsEvents::is_event(&job)) {
+                let tenant = &job.spec.tenant;
+                self.observers.endpoints.attempted(tenant, url, &report);
+            }
             if makes_it_dead(&job, &report) {
-                self.ops.dead(&job, &report);
+                self.observers.ops.dead(&job, &report);
             }
             traces::attempt_ended(&tracing::Span::current(), &report);
             let settlement = self.settlement(&job, report);

@@ -264,6 +264,7 @@ mod tests {
 
     use super::*;
     use crate::domain::AttemptReport;
+    use crate::store::Back;
 
     fn queued(report: Report) -> Queued {
         let places = Arc::new(Semaphore::new(1));
@@ -321,8 +322,10 @@ mod tests {
         let deferred = queued(Report::Deferred(Deferral {
             id: JobId::new(0),
             lease: 1,
-            delay: Duration::ZERO,
-            reserved: false,
+            back: Back::After {
+                delay: Duration::ZERO,
+                reserved: false,
+            },
         }));
         assert_eq!(batching.patience(&[deferred]), Duration::ZERO);
     }

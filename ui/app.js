@@ -2,7 +2,7 @@
 // sessionStorage (this tab only) and sent as a bearer token, like any API client.
 // Views are chosen by the URL's hash, so the browser's back button and links work:
 // #/overview (?tenant), #/dead (?filters), #/dead/<id>, #/queue (?state, filters, cursor),
-// #/lookup, #/lookup/<id>, #/audit (?filters).
+// #/lookup, #/lookup/<id>, #/endpoints (?filters), #/audit (?filters).
 "use strict";
 
 const TOKEN_KEY = "postback-token";
@@ -462,6 +462,19 @@ function attemptNowButton(n, status) {
   return button;
 }
 
+// Pauses an endpoint (its notifications held) after a confirmation, or resumes it.
+function pauseButton(e, status) {
+  const paused = e.state === "paused";
+  const button = el("button", { type: "button" }, paused ? "Resume" : "Pause…");
+  button.addEventListener("click", async () => {
+    const path = `/endpoints/${encodeURIComponent(e.id)}/${paused ? "resume" : "pause"}`;
+    const question = `Pause ${e.url}? Its notifications are held, not attempted, until it is resumed.`;
+    if (!paused && !(await confirmAction(question, "Pause it"))) return;
+    await post(path, status);
+  });
+  return button;
+}
+
 // POSTs an action without a body and shows the page again, or the failure in `status`.
 async function post(path, status) {
   try {
@@ -511,8 +524,58 @@ async function lookup(id) {
   return parts;
 }
 
+const ENDPOINT_FILTERS = ["state", "tenant"];
+
+// Attempts over a span: "38 of 41 (93%)", or "none".
+function span(s) {
+  return s.attempts ? `${s.successes} of ${s.attempts} (${Math.round(s.success_rate * 100)}%)` : "none";
+}
+
+// Each tenant's callback origins with their health, failing ones marked.
+async function endpoints(params) {
+  const q = new URLSearchParams();
+  for (const f of ENDPOINT_FILTERS) if (params.get(f)) q.set(f, params.get(f));
+  const shown = new URLSearchParams(q);
+  q.set("limit", "50");
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const page = await api(`/endpoints?${q}`);
+  const states = (f) => f === "state" &&
+    el("select", { id: "e-state", name: "state" }, el("option", { value: "" }, "any"),
+      ["healthy", "failing", "paused"].map((s) => el("option", { value: s, selected: params.get("state") === s }, s)));
+  const form = filterForm(ENDPOINT_FILTERS, params, "e", "endpoints", states);
+  if (page.next_cursor) shown.set("cursor", page.next_cursor);
+  const lastFailure = (f) => f
+    ? `${lastAttempt({ last_status: f.status, last_error: f.error })} · ${when(f.at)}` : "—";
+  const status = el("div", { role: "status" });
+  return [
+    el("h1", {}, "Endpoints"),
+    form,
+    status,
+    page.items.length === 0
+      ? el("p", { class: "muted" }, "No endpoints match.")
+      : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Endpoints" },
+        el("thead", {}, el("tr", {}, el("th", {}, "Endpoint"), el("th", {}, "State"),
+          el("th", { class: "wide" }, "Tenant"), el("th", {}, "Failures in a row"),
+          el("th", {}, "Last hour ok"), el("th", { class: "wide" }, "Last day ok"),
+          el("th", { class: "wide" }, "Last failure"), el("th", {}, "Last success"), el("th", {}, ""))),
+        el("tbody", {}, page.items.map((e) => el("tr", {},
+          el("td", { class: "url" }, e.url, el("div", { class: "muted id" }, e.id)),
+          el("td", { class: `state-${e.state}` }, e.state,
+            e.paused ? el("div", { class: "muted" }, `by ${e.paused.by} ${when(e.paused.since)}`)
+              : e.failing_since ? el("div", { class: "muted" }, `since ${when(e.failing_since)}`) : null),
+          el("td", { class: "wide" }, e.tenant),
+          el("td", {}, e.consecutive_failures),
+          el("td", {}, span(e.last_hour)),
+          el("td", { class: "wide" }, span(e.last_day)),
+          el("td", { class: "wide" }, lastFailure(e.last_failure)),
+          el("td", {}, when(e.last_success_at)),
+          el("td", {}, pauseButton(e, status))))))),
+    page.next_cursor ? el("p", {}, el("a", { href: `#/endpoints?${shown}` }, "Next page →")) : null,
+  ];
+}
+
 const AUDIT_FILTERS = ["actor", "action", "tenant", "since", "until"];
-const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge", "resend", "resend_matching", "attempt_now"];
+const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge", "resend", "resend_matching", "attempt_now", "pause_endpoint", "resume_endpoint"];
 
 // What an entry acted on: one notification (linked), or a bulk action's filter.
 function auditTarget(e) {
@@ -568,6 +631,7 @@ async function route() {
       : name === "dead" ? await deadLetters(new URLSearchParams(query))
       : name === "lookup" ? await lookup(id && decodeURIComponent(id))
       : name === "queue" ? await queue(new URLSearchParams(query))
+      : name === "endpoints" ? await endpoints(new URLSearchParams(query))
       : name === "audit" ? await audit(new URLSearchParams(query))
       : await overview(new URLSearchParams(query));
     view.replaceChildren(...parts.filter(Boolean));

@@ -20,8 +20,8 @@ use crate::access::{Principal, Role};
 use crate::domain::{FieldError, Tenant};
 use crate::store::bulk::PerTenant;
 use crate::store::{
-    self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, JobView, ListFilter,
-    Listed, UrlChange,
+    self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, EndpointRecord,
+    JobView, ListFilter, Listed, UrlChange,
 };
 
 /// Attempts at writing an entry, 100 ms apart, before it is left to the log.
@@ -36,7 +36,7 @@ pub struct AuditQuery {
     /// `server.api_tokens`).
     actor: Option<String>,
     /// Only this action: `cancel`, `replay`, `replay_matching`, `discard`, `purge`,
-    /// `resend`, `resend_matching`, `attempt_now`.
+    /// `resend`, `resend_matching`, `attempt_now`, `pause_endpoint`, `resume_endpoint`.
     action: Option<String>,
     /// Only actions on this tenant (a token bound to a tenant sees its own only).
     tenant: Option<String>,
@@ -63,7 +63,7 @@ pub struct AuditItem {
     /// changed (null when it changed none).
     pub tenant: Option<String>,
     /// `cancel`, `replay`, `replay_matching`, `discard`, `purge`, `resend`,
-    /// `resend_matching` or `attempt_now`.
+    /// `resend_matching`, `attempt_now`, `pause_endpoint` or `resume_endpoint`.
     pub action: String,
     /// The notification, for an action on one.
     pub target: Option<String>,
@@ -176,6 +176,19 @@ pub fn on_one(caller: &Principal, action: AuditAction, on: &JobView) -> AuditRec
         tenant: Some(on.spec.tenant.clone()),
         action,
         target: Some(on.id.to_string()),
+        filter: None,
+        count: 1,
+        url: None,
+    }
+}
+
+/// The entry of an action on the endpoint `on`.
+pub fn on_endpoint(caller: &Principal, action: AuditAction, on: &EndpointRecord) -> AuditRecord {
+    AuditRecord {
+        actor: caller.actor.clone(),
+        tenant: Some(on.tenant.clone()),
+        action,
+        target: Some(on.id().to_string()),
         filter: None,
         count: 1,
         url: None,

@@ -19,7 +19,7 @@ use super::parse::{optional_json, parse_json};
 use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRules};
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
-use super::{audit, auth, paging};
+use super::{audit, auth, endpoints, paging};
 use crate::access::{Principal, Role};
 use crate::domain::{ExtraHeaders, FieldError, JobId, JobSpec, Schedule};
 use crate::store::{bulk, AuditAction, Cursor, JobState, JobView, ListFilter, UrlChange};
@@ -38,6 +38,8 @@ pub struct ListQuery {
     topic: Option<String>,
     /// Only callbacks to this host.
     host: Option<String>,
+    /// Only callbacks to this endpoint (`ep_…`, from `GET /endpoints`).
+    endpoint: Option<String>,
     /// Dead-lettered at or after this RFC 3339 time.
     #[param(format = DateTime)]
     since: Option<String>,
@@ -76,6 +78,7 @@ pub async fn list(
     let cursor = paging::cursor(&state.cursors, q.cursor.as_deref(), Cursor::decode)?;
     let mut filter = paging::filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
+    filter.endpoint = endpoints::filter(&state, &caller, q.endpoint.as_deref()).await?;
     let page = state
         .store
         .dead_letters(&filter, limit, cursor.as_ref())
@@ -183,7 +186,7 @@ pub async fn replay(
     audit::record(&state, entry).await;
     Ok(Json(Replayed {
         id: found.id.to_string(),
-        state: status.state.into(),
+        state: (&status).into(),
         attempts: status.attempts,
         max_attempts: status.max_attempts,
         url: spec.map_or(found.spec.url, |s| s.url),

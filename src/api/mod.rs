@@ -24,6 +24,7 @@ mod batch;
 mod body;
 mod browser;
 mod dead_letters;
+mod endpoints;
 mod error;
 pub mod intake;
 mod limits;
@@ -46,6 +47,8 @@ pub use server::{serve, ServerLimits};
 
 use crate::access::TokenTable;
 use crate::config::ServerSettings;
+use crate::endpoint_pauses::EndpointPauses;
+use crate::endpoint_tallies::EndpointTallies;
 use crate::metrics;
 use crate::policy::Policy;
 use crate::scheduler::Pipeline;
@@ -98,6 +101,10 @@ pub struct Shared {
     pub signer: Signer,
     /// Seals the list routes' cursors (`paging`).
     pub cursors: Arc<paging::CursorSeal>,
+    /// Told of each registration's endpoint.
+    pub endpoints: Arc<EndpointTallies>,
+    /// Told of each pause and resume, at once.
+    pub pauses: Arc<EndpointPauses>,
 }
 
 #[derive(OpenApi)]
@@ -202,6 +209,10 @@ fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
         .routes(routes!(overview::stats))
         .routes(routes!(overview::overview))
         .routes(routes!(audit::list))
+        .routes(routes!(endpoints::list))
+        .routes(routes!(endpoints::show))
+        .routes(routes!(endpoints::pause))
+        .routes(routes!(endpoints::resume))
 }
 
 /// Prometheus metrics: attempts, durations, scheduler lateness, queue depths per state

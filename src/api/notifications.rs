@@ -12,7 +12,7 @@ use utoipa::IntoParams;
 use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::{NotificationPage, NotificationView};
 use super::AppState;
-use super::{audit, auth, paging};
+use super::{audit, auth, endpoints, paging};
 use crate::access::{Principal, Role};
 use crate::domain::{FieldError, JobId};
 use crate::store::{AuditAction, Cancelled, Idempotency, JobView, ListFilter, Listed, WalkCursor};
@@ -139,6 +139,8 @@ pub struct ListQuery {
     topic: Option<String>,
     /// Only callbacks to this host.
     host: Option<String>,
+    /// Only callbacks to this endpoint (`ep_…`, from `GET /endpoints`).
+    endpoint: Option<String>,
     /// Only this tenant (a token bound to a tenant sees its own only).
     tenant: Option<String>,
     /// At or after this RFC 3339 time: the next attempt of a pending notification, the
@@ -191,6 +193,7 @@ pub async fn list(
     let cursor = paging::cursor(&state.cursors, q.cursor.as_deref(), WalkCursor::decode)?;
     let mut filter = paging::filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
+    filter.endpoint = endpoints::filter(&state, &caller, q.endpoint.as_deref()).await?;
     if let Some(key) = q.idempotency_key {
         let found = by_key(&state, &filter, &key).await?;
         let items = found

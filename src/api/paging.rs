@@ -116,6 +116,7 @@ pub fn filter(
         topic,
         host,
         tenant: None,
+        endpoint: None,
     })
 }
 

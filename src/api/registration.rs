@@ -176,6 +176,8 @@ fn accepted(
     }
     if !enqueued.duplicate {
         crate::metrics::accepted();
+        let endpoints = &state.endpoints;
+        endpoints.registered(&notification.tenant, notification.url.as_url());
         tracing::info!(id = %enqueued.id, host = %notification.url.host(), "notification registered");
     }
     let Some(status) = enqueued.status else {

@@ -7,7 +7,11 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::domain::{Attempt, RawSuccess};
-use crate::store::{JobState, JobStatus, JobView, Listed, StateCounts, Stats, Trimmed};
+use crate::store::endpoints::Span;
+use crate::store::{
+    EndpointPause, EndpointRecord, JobState, JobStatus, JobView, Listed, StateCounts, Stats,
+    Trimmed,
+};
 
 /// Milliseconds since the epoch as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(ms: i64) -> String {
@@ -22,15 +26,19 @@ pub fn rfc3339(ms: i64) -> String {
 #[schema(as = JobState)]
 pub enum StateView {
     Scheduled,
+    /// Scheduled, and held while its endpoint is paused: not attempted, its schedule
+    /// frozen, until the endpoint is resumed.
+    Held,
     InFlight,
     Delivered,
     Dead,
     Cancelled,
 }
 
-impl From<JobState> for StateView {
-    fn from(state: JobState) -> Self {
-        match state {
+impl From<&JobStatus> for StateView {
+    fn from(status: &JobStatus) -> Self {
+        match status.state {
+            JobState::Scheduled if status.held => StateView::Held,
             JobState::Scheduled => StateView::Scheduled,
             JobState::InFlight => StateView::InFlight,
             JobState::Delivered => StateView::Delivered,
@@ -53,7 +61,7 @@ impl Registered {
     pub fn new(id: &crate::domain::JobId, status: &JobStatus) -> Self {
         Self {
             id: id.to_string(),
-            state: status.state.into(),
+            state: status.into(),
             next_attempt_at: next_attempt_at(status),
         }
     }
@@ -139,7 +147,7 @@ impl From<&JobView> for NotificationView {
         let s = &v.status;
         Self {
             id: v.id.to_string(),
-            state: s.state.into(),
+            state: s.into(),
             url: v.spec.url.clone(),
             topic: v.spec.topic.clone(),
             rate_key: v.spec.rate_key.clone(),
@@ -402,10 +410,11 @@ impl From<Trimmed> for TrimmedView {
     }
 }
 
-/// When the next attempt is due, while one is pending and not waiting behind its
-/// ordering key.
+/// When the next attempt is due, while one is pending, neither waiting behind its
+/// ordering key nor held.
 pub fn next_attempt_at(s: &JobStatus) -> Option<String> {
-    let pending = matches!(s.state, JobState::Scheduled | JobState::InFlight) && !s.waiting;
+    let pending =
+        matches!(s.state, JobState::Scheduled | JobState::InFlight) && !s.waiting && !s.held;
     s.next_at.filter(|_| pending).map(rfc3339)
 }
 
@@ -417,4 +426,114 @@ mod tests {
     fn formats_milliseconds() {
         assert_eq!(rfc3339(1_767_225_600_123), "2026-01-01T00:00:00.123Z");
     }
+}
+
+/// How an endpoint is doing: `paused` while paused (its notifications held), else
+/// `failing` while its last attempts (as many as `consecutive_failures`) failed,
+/// `healthy` otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointState {
+    Healthy,
+    Failing,
+    Paused,
+}
+
+/// Attempts at an endpoint over a span of time.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptCounts {
+    pub attempts: u64,
+    pub successes: u64,
+    /// `successes / attempts`; `null` without attempts.
+    pub success_rate: Option<f64>,
+}
+
+impl From<Span> for AttemptCounts {
+    fn from(s: Span) -> Self {
+        Self {
+            attempts: s.attempts,
+            successes: s.successes,
+            success_rate: (s.attempts > 0).then(|| s.successes as f64 / s.attempts as f64),
+        }
+    }
+}
+
+/// The last failed attempt at an endpoint.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointFailure {
+    pub at: String,
+    /// The response's status; `null` when none came (`error` says why).
+    pub status: Option<u16>,
+    pub error: Option<String>,
+}
+
+/// An endpoint: one tenant's callback origin (scheme, host and port), with its health as
+/// every instance's attempts tell it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointView {
+    /// `ep_` and 24 hex digits; the same origin of another tenant is another endpoint.
+    pub id: String,
+    pub tenant: String,
+    /// The origin, `scheme://host[:port]`.
+    pub url: String,
+    pub state: EndpointState,
+    /// When its first notification was registered (or first attempted).
+    pub first_seen_at: String,
+    pub last_attempt_at: Option<String>,
+    pub last_success_at: Option<String>,
+    /// When the failures in a row began; `null` while healthy.
+    pub failing_since: Option<String>,
+    pub consecutive_failures: u64,
+    pub last_failure: Option<EndpointFailure>,
+    pub last_hour: AttemptCounts,
+    pub last_day: AttemptCounts,
+    /// While paused: since when, and by whom.
+    pub paused: Option<PauseView>,
+}
+
+/// An endpoint's pause.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PauseView {
+    pub since: String,
+    /// The name of the token that paused it.
+    pub by: String,
+}
+
+impl EndpointView {
+    /// The view of `r`, paused by `pause` if it is.
+    pub fn new(r: &EndpointRecord, pause: Option<&EndpointPause>, now: i64) -> Self {
+        Self {
+            id: r.id().to_string(),
+            tenant: r.tenant.to_string(),
+            url: r.origin.clone(),
+            state: match (pause, r.is_failing()) {
+                (Some(_), _) => EndpointState::Paused,
+                (None, true) => EndpointState::Failing,
+                (None, false) => EndpointState::Healthy,
+            },
+            paused: pause.map(|p| PauseView {
+                since: rfc3339(p.since),
+                by: p.by.clone(),
+            }),
+            first_seen_at: rfc3339(r.first_seen),
+            last_attempt_at: r.last_attempt.map(rfc3339),
+            last_success_at: r.last_success.map(rfc3339),
+            failing_since: r.failing_since.map(rfc3339),
+            consecutive_failures: r.consecutive_failures,
+            last_failure: r.last_failure.as_ref().map(|f| EndpointFailure {
+                at: rfc3339(f.at),
+                status: f.status,
+                error: f.error.clone(),
+            }),
+            last_hour: r.last_hour(now).into(),
+            last_day: r.last_day(now).into(),
+        }
+    }
+}
+
+/// A page of endpoints; pass `next_cursor` back as `cursor`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointPage {
+    pub items: Vec<EndpointView>,
+    pub next_cursor: Option<String>,
 }

@@ -5,7 +5,7 @@
 //! against, `completions` prints a shell's completion script; the other commands are the
 //! operator's client of a running instance's API (`notify`, also `--batch` from a file,
 //! `status`, `list`, `cancel`, `resend`, `attempt-now`, `stats`,
-//! `dlq list|show|replay|discard|purge`, `audit`),
+//! `endpoints`, `dlq list|show|replay|discard|purge`, `audit`),
 //! printing readable tables or, with `--json`, the API's JSON answer.
 //!
 //! This file is the command line's shape (its commands, arguments and help) and its
@@ -127,6 +127,29 @@ enum Command {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// Callback endpoints and their health: every one (by tenant), or one (ID).
+    Endpoints {
+        /// One endpoint (`ep_…`); without it, the list.
+        id: Option<String>,
+        /// Pause the endpoint `ID`: its notifications are held until it is resumed.
+        #[arg(long, requires = "id", conflicts_with = "resume")]
+        pause: bool,
+        /// Resume the endpoint `ID`: its held notifications are let go, oldest first.
+        #[arg(long, requires = "id")]
+        resume: bool,
+        /// Only endpoints in this state: healthy, failing, paused.
+        #[arg(long, conflicts_with = "id")]
+        state: Option<String>,
+        /// Only this tenant's (a token for every tenant only).
+        #[arg(long, conflicts_with = "id")]
+        tenant: Option<String>,
+        /// Items per page (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed under the previous page.
+        #[arg(long, conflicts_with = "id")]
+        cursor: Option<String>,
+    },
     /// Review the dead letters: list, show, replay, discard, purge.
     Dlq {
         #[command(subcommand)]
@@ -137,7 +160,7 @@ enum Command {
         /// Only this token's actions (its configured name).
         #[arg(long)]
         actor: Option<String>,
-        /// Only this action: cancel, replay, replay_matching, discard, purge, resend, resend_matching, attempt_now.
+        /// Only this action: cancel, replay, replay_matching, discard, purge, resend, resend_matching, attempt_now, pause_endpoint, resume_endpoint.
         #[arg(long)]
         action: Option<String>,
         /// Only actions on this tenant.

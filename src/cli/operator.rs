@@ -102,6 +102,46 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
             print::answer(api, &answer, print::stats)
         }
         Command::Dlq { command } => dlq(command, api).await,
+        Command::Endpoints {
+            id: Some(id),
+            pause,
+            resume,
+            ..
+        } => {
+            let client = Client::new(api)?;
+            let answer = match (pause, resume) {
+                (true, _) => {
+                    client
+                        .post(&format!("/endpoints/{id}/pause"), &json!(null))
+                        .await?
+                }
+                (_, true) => {
+                    client
+                        .post(&format!("/endpoints/{id}/resume"), &json!(null))
+                        .await?
+                }
+                _ => client.get(&format!("/endpoints/{id}")).await?,
+            };
+            print::answer(api, &answer, print::endpoint)
+        }
+        Command::Endpoints {
+            id: None,
+            state,
+            pause: _,
+            resume: _,
+            tenant,
+            limit,
+            cursor,
+        } => {
+            let given = [("state", state), ("tenant", tenant), ("cursor", cursor)];
+            let mut query: Vec<(&str, String)> = given
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect();
+            query.push(("limit", limit.to_string()));
+            let answer = Client::new(api)?.get_query("/endpoints", &query).await?;
+            print::answer(api, &answer, print::endpoints)
+        }
         Command::Audit {
             actor,
             action,

@@ -192,7 +192,12 @@ pub fn notifications(a: &Value, out: &mut Out) {
 /// How the last attempt ended: its status, and why it failed when the status does not
 /// say (a 2xx whose body did not match `expect_body`), or its error.
 fn last_failure(i: &Value) -> String {
-    match (&i["last_status"], &i["last_error"]) {
+    failure(&i["last_status"], &i["last_error"])
+}
+
+/// An attempt's failure: its status and error, as one phrase.
+fn failure(status: &Value, error: &Value) -> String {
+    match (status, error) {
         (Value::Number(n), Value::String(e)) if !e.starts_with("HTTP ") => {
             format!("HTTP {n}: {}", printable(e))
         }
@@ -237,6 +242,87 @@ pub fn audit(a: &Value, out: &mut Out) {
     }
     if let Some(next) = a["next_cursor"].as_str() {
         out.line(format!("\nmore: --cursor {next}"));
+    }
+}
+
+/// A page of endpoints, and how to get the next one.
+pub fn endpoints(a: &Value, out: &mut Out) {
+    let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        out.line("no endpoints");
+    } else {
+        let header = [
+            "ID",
+            "TENANT",
+            "URL",
+            "STATE",
+            "FAILURES",
+            "SINCE",
+            "LAST HOUR",
+            "LAST SUCCESS",
+        ];
+        let mut t = table(&header);
+        for e in items {
+            t.add_row([
+                text(&e["id"]),
+                text(&e["tenant"]),
+                text(&e["url"]),
+                text(&e["state"]),
+                text(&e["consecutive_failures"]),
+                text(&e["failing_since"]),
+                span(&e["last_hour"]),
+                text(&e["last_success_at"]),
+            ]);
+        }
+        out.line(t);
+    }
+    if let Some(next) = a["next_cursor"].as_str() {
+        out.line(format!("\nmore: --cursor {next}"));
+    }
+}
+
+/// One endpoint.
+pub fn endpoint(a: &Value, out: &mut Out) {
+    let mut shown = a.clone();
+    shown["last_hour"] = span(&a["last_hour"]).into();
+    shown["last_day"] = span(&a["last_day"]).into();
+    let f = &a["last_failure"];
+    if !f.is_null() {
+        shown["last_failure"] =
+            format!("{} {}", text(&f["at"]), failure(&f["status"], &f["error"])).into();
+    }
+    let p = &a["paused"];
+    if !p.is_null() {
+        shown["paused"] = format!("since {} by {}", text(&p["since"]), text(&p["by"])).into();
+    }
+    let keys = [
+        "id",
+        "tenant",
+        "url",
+        "state",
+        "paused",
+        "consecutive_failures",
+        "failing_since",
+        "last_failure",
+        "last_hour",
+        "last_day",
+        "first_seen_at",
+        "last_attempt_at",
+        "last_success_at",
+    ];
+    fields(&shown, &keys, out);
+}
+
+/// Attempts over a span: `38/41 ok (92.7%)`.
+fn span(s: &Value) -> String {
+    match s["success_rate"].as_f64() {
+        Some(rate) => format!(
+            "{}/{} ok ({:.1}%)",
+            text(&s["successes"]),
+            text(&s["attempts"]),
+            rate * 100.0
+        ),
+        None => "no attempts".into(),
     }
 }
 

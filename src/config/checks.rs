@@ -272,6 +272,12 @@ fn check_ops(s: &Settings) -> anyhow::Result<()> {
         !s.ops.window.is_zero() && s.ops.window <= Duration::from_secs(3600),
         "ops.window",
         "must be more than 0s and at most 1h",
+    )?;
+    let day = Duration::from_secs(24 * 3600);
+    check(
+        !s.ops.failing_after.is_zero() && s.ops.failing_after <= day,
+        "ops.failing_after",
+        "must be more than 0s and at most 1d",
     )
 }
 

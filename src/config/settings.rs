@@ -247,6 +247,9 @@ pub struct OpsSettings {
     pub url: Option<String>,
     #[serde(with = "super::duration")]
     pub window: Duration,
+    /// An endpoint with no success for this long is told as `endpoint.failing`.
+    #[serde(with = "super::duration")]
+    pub failing_after: Duration,
 }
 
 impl Default for OpsSettings {
@@ -254,6 +257,7 @@ impl Default for OpsSettings {
         Self {
             url: None,
             window: Duration::from_secs(60),
+            failing_after: Duration::from_secs(5 * 60),
         }
     }
 }

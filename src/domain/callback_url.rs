@@ -78,6 +78,11 @@ impl CallbackUrl {
         self.0.host_str().unwrap_or_default()
     }
 
+    /// The URL as parsed.
+    pub fn as_url(&self) -> &Url {
+        &self.0
+    }
+
     /// Whether it is `https`.
     pub fn is_https(&self) -> bool {
         self.0.scheme() == "https"

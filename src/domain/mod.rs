@@ -1,9 +1,10 @@
 //! Domain types that validate on construction, so that an invalid notification cannot
-//! exist past the API boundary: ids, callback URLs, schedules, request headers, payloads,
+//! exist past the API boundary: ids, callback URLs and their endpoints, schedules, request headers, payloads,
 //! tenants and the record of one attempt.
 
 mod attempt;
 mod callback_url;
+mod endpoint;
 mod error;
 mod headers;
 mod job_id;
@@ -19,6 +20,7 @@ pub use attempt::{
     kept_headers, truncate, Attempt, AttemptReport, Outcome, Reach, MAX_RESPONSE_BYTES,
 };
 pub use callback_url::{CallbackUrl, Destinations};
+pub use endpoint::{Endpoint, EndpointId};
 pub use error::FieldError;
 pub use headers::ExtraHeaders;
 pub use job_id::JobId;

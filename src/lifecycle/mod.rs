@@ -24,7 +24,7 @@ mod properties;
 
 pub use record::{
     interval_ms, schedule_intervals, schedule_text, Index, JobState, JobStatus, Record,
-    WAITING_OFFSET_MS,
+    HELD_OFFSET_MS, WAITING_OFFSET_MS,
 };
 pub use time::Now;
 pub use transitions::{Again, Cancelled, Verdict};

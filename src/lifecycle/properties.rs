@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::transitions::{self, Again, Cancelled};
-use super::{JobState, Now, Record, Verdict, WAITING_OFFSET_MS};
+use super::{Index, JobState, Now, Record, Verdict, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 use crate::domain::Outcome;
 
 #[derive(Debug, Clone)]
@@ -24,6 +24,9 @@ enum Event {
         stale: bool,
         delay_ms: u64,
         reserved: bool,
+    },
+    Hold {
+        stale: bool,
     },
     Release {
         stale: bool,
@@ -62,6 +65,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => (any::<bool>(), 0u64..10_000, any::<bool>())
             .prop_map(|(stale, delay_ms, reserved)| Event::Defer { stale, delay_ms, reserved }),
         1 => any::<bool>().prop_map(|stale| Event::Release { stale }),
+        1 => any::<bool>().prop_map(|stale| Event::Hold { stale }),
         1 => Just(Event::Expire),
         1 => Just(Event::Cancel),
         1 => (prop_oneof![Just(Again::Replay), Just(Again::Resend)], prop::option::of(schedule()))
@@ -105,6 +109,7 @@ fn apply(r: &Record, e: &Event, now: Now) -> Option<Record> {
             reserved,
         } => transitions::defer(r, lease_of(r, *stale), now, *delay_ms, *reserved),
         Event::Release { stale } => transitions::release(r, lease_of(r, *stale), now),
+        Event::Hold { stale } => transitions::hold(r, lease_of(r, *stale), now),
         Event::Expire => match r.state {
             JobState::InFlight => transitions::expire(r, now),
             _ => None,
@@ -148,6 +153,26 @@ fn check(
     }
     if before.waiting {
         prop_assert!(!matches!(e, Event::Claim), "a waiting one is never claimed");
+    }
+    if after.held {
+        prop_assert!(
+            after.state == JobState::Scheduled && !after.waiting,
+            "only a scheduled one is held, and never while it waits: {:?}",
+            after
+        );
+        let score = after.position().unwrap().1;
+        prop_assert!(
+            (HELD_OFFSET_MS..WAITING_OFFSET_MS).contains(&score),
+            "a held one is out of every claim's reach, apart from the waiting ones"
+        );
+        prop_assert!(after.clone().placed(Index::Due, score).held);
+    }
+    if before.held {
+        prop_assert!(!matches!(e, Event::Claim), "a held one is never claimed");
+    }
+    if let (Event::Hold { .. }, true) = (e, after.state == JobState::Scheduled) {
+        prop_assert_eq!(after.attempts, before.attempts, "holding spends no attempt");
+        prop_assert_eq!(after.next_at, before.next_at, "nor moves its due time");
     }
     if before.state.is_finished() {
         let again = match e {

@@ -67,6 +67,10 @@ pub struct JobStatus {
     /// its own until that one is delivered, dead or cancelled.
     #[serde(default)]
     pub waiting: bool,
+    /// Held while its endpoint is paused: not attempted, its schedule frozen, until the
+    /// endpoint is resumed.
+    #[serde(default)]
+    pub held: bool,
 }
 
 impl JobStatus {
@@ -124,7 +128,19 @@ pub struct Record {
     /// keeps only that offset in its score, which readers take it from.
     #[serde(default, skip_serializing_if = "is_false")]
     pub waiting: bool,
+    /// Held while its endpoint is paused (`transitions::hold`): due at `next_at` only
+    /// once let go again (`transitions::attempt_now`), and kept in the due index
+    /// `HELD_OFFSET_MS` later until then, so that no claim reaches it. As `waiting`,
+    /// Redis keeps only that offset in its score.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub held: bool,
 }
+
+/// How much later than its own due time a held notification is kept in the due index:
+/// 2^47 ms, so that no claim reaches it, it stays apart from (before) the waiting ones,
+/// and its own time stays exact in a sorted set's double. A score from here up is no
+/// time at which anything is due.
+pub const HELD_OFFSET_MS: i64 = 1 << 47;
 
 /// How much later than its own due time a waiting notification is kept in the due index:
 /// 2^48 ms, about 8,900 years, so that no claim reaches it, and its own time (the score
@@ -216,12 +232,24 @@ impl Record {
             JobState::Scheduled if self.waiting => self
                 .next_at
                 .map(|at| (Index::Due, at.saturating_add(WAITING_OFFSET_MS))),
+            JobState::Scheduled if self.held => self
+                .next_at
+                .map(|at| (Index::Due, at.saturating_add(HELD_OFFSET_MS))),
             JobState::Scheduled => self.next_at.map(|at| (Index::Due, at)),
             JobState::InFlight => self.lease_until.map(|at| (Index::InFlight, at)),
             JobState::Dead => self.finished_at.map(|at| (Index::Dead, at)),
             JobState::Delivered | JobState::Cancelled => {
                 self.finished_at.map(|at| (Index::Done, at))
             }
+        }
+    }
+
+    /// When it is due by its time: scheduled, neither waiting behind its ordering key
+    /// nor held.
+    pub fn due_at(&self) -> Option<i64> {
+        match self.state {
+            JobState::Scheduled if !self.waiting && !self.held => self.next_at,
+            _ => None,
         }
     }
 
@@ -238,19 +266,25 @@ impl Record {
             cancel_requested: self.cancel_requested,
             moved_at: self.moved_at,
             waiting: self.waiting,
+            held: self.held,
         }
     }
 
     /// As the index that holds it at `score` says: waiting behind an earlier notification
-    /// of its ordering key when its due score is `WAITING_OFFSET_MS` late, and never
-    /// once claimed (its turn came by its score alone, which its record may not say).
+    /// of its ordering key when its due score is `WAITING_OFFSET_MS` late, held when it
+    /// is `HELD_OFFSET_MS` late, and neither once claimed (its turn came by its score
+    /// alone, which its record may not say).
     pub fn placed(mut self, index: Index, score: i64) -> Self {
         match index {
             Index::InFlight => {
                 self.state = JobState::InFlight;
                 self.waiting = false;
+                self.held = false;
             }
-            Index::Due => self.waiting = score >= WAITING_OFFSET_MS,
+            Index::Due => {
+                self.waiting = score >= WAITING_OFFSET_MS;
+                self.held = (HELD_OFFSET_MS..WAITING_OFFSET_MS).contains(&score);
+            }
             Index::Dead | Index::Done => {}
         }
         self

@@ -59,14 +59,15 @@ pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
         reserved: false,
         moved_at: None,
         waiting: false,
+        held: false,
     }
 }
 
 /// Leased for one attempt until `lease_until`; not while it waits behind its ordering
-/// key. The lease number does not change here: it goes up when the notification leaves
+/// key or is held. The lease number does not change here: it goes up when the notification leaves
 /// flight.
 pub fn claim(r: &Record, lease_until: i64) -> Option<Record> {
-    (r.state == JobState::Scheduled && !r.waiting).then(|| Record {
+    (r.state == JobState::Scheduled && !r.waiting && !r.held).then(|| Record {
         state: JobState::InFlight,
         lease_until: Some(lease_until),
         ..r.clone()
@@ -111,6 +112,18 @@ pub fn defer(r: &Record, lease: u64, now: Now, delay_ms: u64, reserved: bool) ->
     Some(r)
 }
 
+/// Held for its paused endpoint instead of attempted, without counting an attempt: its
+/// due time and schedule stay as they were, out of every claim's reach until it is let
+/// go (`attempt_now`), or cancelled when a cancel was asked for.
+pub fn hold(r: &Record, lease: u64, now: Now) -> Option<Record> {
+    let mut r = held(r, lease)?;
+    let at = r.next_at.unwrap_or(now.down());
+    r.reserved = false;
+    hand_back(&mut r, now, at);
+    r.held = r.state == JobState::Scheduled;
+    Some(r)
+}
+
 /// Back to due at once (or when it was due, if that is later) without counting an
 /// attempt: a delivery stopped at shutdown, or a claim whose reply was lost.
 pub fn release(r: &Record, lease: u64, now: Now) -> Option<Record> {
@@ -151,6 +164,7 @@ fn finish(r: &mut Record, state: JobState, at: i64) {
     r.next_at = None;
     r.finished_at = Some(at);
     r.waiting = false;
+    r.held = false;
 }
 
 /// Back to scheduled at `now`, due `at`.
@@ -237,16 +251,17 @@ pub fn again(
     Some(r)
 }
 
-/// A scheduled notification (pending or retrying) due now instead of later. One waiting
-/// behind an earlier one of its ordering key keeps waiting, due at once when its turn
-/// comes. Its attempt count stays; a send time it reserved in its rate key's quota is
-/// given up (its next claim reserves one again).
+/// A scheduled notification (pending, retrying or held) due now instead of later; a held
+/// one is let go. One waiting behind an earlier one of its ordering key keeps waiting,
+/// due at once when its turn comes. Its attempt count stays; a send time it reserved in
+/// its rate key's quota is given up (its next claim reserves one again).
 pub fn attempt_now(r: &Record, now: Now) -> Option<Record> {
     if r.state != JobState::Scheduled {
         return None;
     }
     let mut r = r.clone();
     r.reserved = false;
+    r.held = false;
     schedule_at(&mut r, now.down(), now);
     Some(r)
 }
@@ -254,7 +269,7 @@ pub fn attempt_now(r: &Record, now: Now) -> Option<Record> {
 /// A scheduled notification put behind an earlier one of its ordering key (at its
 /// registration or replay): it keeps its own due time for when its turn comes.
 pub fn wait(r: &Record) -> Option<Record> {
-    (r.state == JobState::Scheduled && !r.waiting).then(|| Record {
+    (r.state == JobState::Scheduled && !r.waiting && !r.held).then(|| Record {
         waiting: true,
         ..r.clone()
     })

@@ -28,10 +28,12 @@ pub enum AuditAction {
     Resend,
     ResendMatching,
     AttemptNow,
+    PauseEndpoint,
+    ResumeEndpoint,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 8] = [
+    pub const ALL: [AuditAction; 10] = [
         AuditAction::Cancel,
         AuditAction::Replay,
         AuditAction::ReplayMatching,
@@ -40,6 +42,8 @@ impl AuditAction {
         AuditAction::Resend,
         AuditAction::ResendMatching,
         AuditAction::AttemptNow,
+        AuditAction::PauseEndpoint,
+        AuditAction::ResumeEndpoint,
     ];
 
     /// As the API and the stored JSON write it.
@@ -53,6 +57,8 @@ impl AuditAction {
             AuditAction::Resend => "resend",
             AuditAction::ResendMatching => "resend_matching",
             AuditAction::AttemptNow => "attempt_now",
+            AuditAction::PauseEndpoint => "pause_endpoint",
+            AuditAction::ResumeEndpoint => "resume_endpoint",
         }
     }
 }
@@ -65,7 +71,8 @@ impl FromStr for AuditAction {
             .into_iter()
             .find(|a| a.name() == s)
             .ok_or_else(|| {
-                format!("`{s}` is not one of cancel, replay, replay_matching, discard, purge, resend, resend_matching, attempt_now")
+                let names: Vec<&str> = Self::ALL.iter().map(|a| a.name()).collect();
+                format!("`{s}` is not one of {}", names.join(", "))
             })
     }
 }

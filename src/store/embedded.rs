@@ -17,17 +17,19 @@ use tokio_util::sync::CancellationToken;
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
-    DeadPage, Deferral, Enqueued, FleetMessaging, Idempotency, JobState, JobStatus, JobView,
-    ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue, RateReservations, Reads,
-    Settled, Settlement, Stats, Store, StoreError, StoreResult, WalkCursor,
+    DeadPage, Deferral, EndpointHealth, EndpointPause, EndpointRecord, EndpointTally, Enqueued,
+    FleetMessaging, Idempotency, JobState, JobStatus, JobView, ListFilter, ListPage, Listed,
+    OperatorActions, Outcomes, Queue, RateReservations, Reads, Settled, Settlement, Stats, Store,
+    StoreError, StoreResult, WalkCursor,
 };
 use crate::config::RetentionSettings;
-use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
+use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::{retention, Again, Index, Now, Record};
 use crate::policy::{RateAsk, SendTimes};
 
 mod audit;
 mod changes;
+mod endpoints;
 mod reads;
 mod tables;
 mod upgrade;
@@ -443,6 +445,63 @@ impl AuditLog for EmbeddedStore {
         let filter = filter.clone();
         self.read(move |tx| audit::read(tx, &filter, before, n))
             .await
+    }
+}
+
+#[async_trait]
+impl EndpointHealth for EmbeddedStore {
+    async fn record_endpoints(
+        &self,
+        tallies: &[EndpointTally],
+        tell_failing_after: Duration,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        let tallies = tallies.to_vec();
+        self.writer
+            .run(move |t, _| endpoints::record(t, &tallies, tell_failing_after))
+            .await
+    }
+
+    async fn endpoints(
+        &self,
+        tenant: Option<&Tenant>,
+        after: Option<&str>,
+        n: usize,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        let (tenant, after) = (tenant.cloned(), after.map(str::to_string));
+        self.read(move |tx| endpoints::list(tx, tenant.as_ref(), after.as_deref(), n))
+            .await
+    }
+
+    async fn forget_endpoints(
+        &self,
+        idle_before: i64,
+        after: Option<&str>,
+        n: usize,
+    ) -> StoreResult<(usize, Option<String>)> {
+        let after = after.map(str::to_string);
+        self.writer
+            .run(move |t, _| endpoints::forget(t, idle_before, after.as_deref(), n))
+            .await
+    }
+
+    async fn endpoint(
+        &self,
+        tenant: &Tenant,
+        id: &EndpointId,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        let key = super::endpoints::key(tenant, id);
+        self.read(move |tx| endpoints::get(tx, &key)).await
+    }
+
+    async fn set_pause(&self, key: &str, pause: Option<&EndpointPause>) -> StoreResult<bool> {
+        let (key, pause) = (key.to_string(), pause.cloned());
+        self.writer
+            .run(move |t, _| endpoints::set_pause(t, &key, pause.as_ref()))
+            .await
+    }
+
+    async fn pauses(&self) -> StoreResult<Vec<(String, EndpointPause)>> {
+        self.read(endpoints::pauses).await
     }
 }
 

@@ -2,7 +2,7 @@
 //! in which order it is read, and which notifications of that index a list keeps.
 
 use super::{Cursor, JobState, JobStatus, JobView, ListFilter, WalkCursor};
-use crate::lifecycle::Index;
+use crate::lifecycle::{Index, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
 /// Notifications a page examines at most (per shard); past it the page ends early with
 /// a cursor, so that a filter matching nothing cannot hold a reader for long.
@@ -14,6 +14,8 @@ pub const MAX_SCAN: usize = 5_000;
 pub enum Listed {
     Scheduled,
     Retrying,
+    /// Scheduled and held while its endpoint is paused.
+    Held,
     InFlight,
     Delivered,
     Dead,
@@ -21,9 +23,10 @@ pub enum Listed {
 }
 
 impl Listed {
-    pub const ALL: [Listed; 6] = [
+    pub const ALL: [Listed; 7] = [
         Listed::Scheduled,
         Listed::Retrying,
+        Listed::Held,
         Listed::InFlight,
         Listed::Delivered,
         Listed::Dead,
@@ -34,6 +37,7 @@ impl Listed {
         match self {
             Listed::Scheduled => "scheduled",
             Listed::Retrying => "retrying",
+            Listed::Held => "held",
             Listed::InFlight => "in_flight",
             Listed::Delivered => "delivered",
             Listed::Dead => "dead",
@@ -48,6 +52,7 @@ impl Listed {
     /// The list a notification of `status` is in.
     pub fn of(status: &JobStatus) -> Self {
         match status.state {
+            JobState::Scheduled if status.held => Listed::Held,
             JobState::Scheduled if status.attempts > 0 => Listed::Retrying,
             JobState::Scheduled => Listed::Scheduled,
             JobState::InFlight => Listed::InFlight,
@@ -61,7 +66,7 @@ impl Listed {
     /// next attempt, the lease's end, or the finish.
     pub fn index(self) -> Index {
         match self {
-            Listed::Scheduled | Listed::Retrying => Index::Due,
+            Listed::Scheduled | Listed::Retrying | Listed::Held => Index::Due,
             Listed::InFlight => Index::InFlight,
             Listed::Delivered | Listed::Cancelled => Index::Done,
             Listed::Dead => Index::Dead,
@@ -72,8 +77,25 @@ impl Listed {
     pub fn soonest_first(self) -> bool {
         matches!(
             self,
-            Listed::Scheduled | Listed::Retrying | Listed::InFlight
+            Listed::Scheduled | Listed::Retrying | Listed::Held | Listed::InFlight
         )
+    }
+
+    /// The scores of its index a list with `filter` reads: the filter's times, which
+    /// for held ones are kept `HELD_OFFSET_MS` later, apart from the rest of the due
+    /// index (so that a list of them reads only them, oldest due first).
+    pub fn scores(self, filter: &ListFilter) -> (Option<i64>, Option<i64>) {
+        match self {
+            Listed::Held => (
+                Some(HELD_OFFSET_MS + filter.since.unwrap_or(0).max(0)),
+                Some(
+                    filter
+                        .until
+                        .map_or(WAITING_OFFSET_MS - 1, |u| HELD_OFFSET_MS + u),
+                ),
+            ),
+            _ => (filter.since, filter.until),
+        }
     }
 
     /// Whether a walk that began at `walk_from` (ms) lists `v`: it is in this list and

@@ -1,16 +1,18 @@
 //! Where notifications are kept. The port is a trait per role (`roles.rs`: the queue,
-//! operator actions, reads, rate reservations, the audit log, fleet messaging) over the
+//! operator actions, reads, rate reservations, the audit log, endpoints' health, fleet
+//! messaging) over the
 //! values in `types.rs`, so that the pipeline does not depend on which backend keeps the
 //! data. `redis_store` is the reference backend (a standalone Redis or a Redis Cluster),
 //! `embedded` the single-instance one on local disk; in both each change is atomic and
 //! is worked out by `lifecycle`. What every backend shares: how a spec is stored
 //! (`spec`), the counts per tenant (`tenant_counts`), the queue's lists (`listing`),
-//! cursors, the audit log's entries and bulk actions.
+//! cursors, the audit log's entries, endpoints' records and bulk actions.
 
 pub mod audit;
 pub mod bulk;
 mod cursor;
 mod embedded;
+pub mod endpoints;
 mod keys;
 mod listing;
 mod postgres_store;
@@ -28,9 +30,11 @@ pub use audit::{
     AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord, UrlChange,
 };
 pub use cursor::{Cursor, WalkCursor};
+pub use endpoints::{EndpointPause, EndpointRecord, EndpointTally};
 pub use listing::{ListPage, Listed};
 pub use roles::{
-    AuditLog, FleetMessaging, Intake, OperatorActions, Queue, RateReservations, Reads, Store,
+    AuditLog, EndpointHealth, FleetMessaging, Intake, OperatorActions, Queue, RateReservations,
+    Reads, Store,
 };
 pub use tenant_counts::{window_of, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 pub use types::*;

@@ -18,13 +18,13 @@ use tokio_util::sync::CancellationToken;
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
-    DeadPage, Deferral, Enqueued, FleetMessaging, HealthListener, Idempotency, Intake, IntakeCheck,
-    JobState, JobStatus, JobView, ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue,
-    RateReservations, Reads, Settled, Settlement, Stats, Store, StoreError, StoreResult, TakenIn,
-    WalkCursor,
+    DeadPage, Deferral, EndpointHealth, EndpointPause, EndpointRecord, EndpointTally, Enqueued,
+    FleetMessaging, HealthListener, Idempotency, Intake, IntakeCheck, JobState, JobStatus, JobView,
+    ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue, RateReservations, Reads,
+    Settled, Settlement, Stats, Store, StoreError, StoreResult, TakenIn, WalkCursor,
 };
 use crate::config::{RetentionSettings, StoreSettings};
-use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
+use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::{retention, Again, Index, Now};
 use crate::policy::{RateAsk, SendTimes};
 
@@ -389,7 +389,12 @@ impl Reads for PostgresStore {
             Some(cursor) => cursor.walk_from,
             None => database_now(&c).await?.down(),
         };
-        let scan = scan(listed.index(), listed.soonest_first(), filter);
+        let scan = scan(
+            listed.index(),
+            listed.soonest_first(),
+            listed.scores(filter),
+            filter,
+        );
         let after = after.map(|c| &c.position);
         let keep = |v: &JobView| listed.keeps(v, filter, walk_from);
         let (items, next) = reads::page(&c, &scan, limit, after, keep)
@@ -405,7 +410,7 @@ impl Reads for PostgresStore {
         after: Option<&Cursor>,
     ) -> StoreResult<DeadPage> {
         let c = self.reader().await?;
-        let scan = scan(Index::Dead, false, filter);
+        let scan = scan(Index::Dead, false, (filter.since, filter.until), filter);
         let (items, next_cursor) = reads::page(&c, &scan, limit, after, |v| filter.matches(v))
             .await
             .map_err(store_error)?;
@@ -448,13 +453,19 @@ fn moved<'a>(
         .collect()
 }
 
-/// The rows of `index` that a list with `filter` reads.
-fn scan(index: Index, soonest_first: bool, filter: &ListFilter) -> Scan<'_> {
+/// The rows of `index` with times within `since` and `until` that a list with `filter`
+/// reads.
+fn scan(
+    index: Index,
+    soonest_first: bool,
+    (since, until): (Option<i64>, Option<i64>),
+    filter: &ListFilter,
+) -> Scan<'_> {
     Scan {
         index,
         soonest_first,
-        since: filter.since,
-        until: filter.until,
+        since,
+        until,
         tenant: filter.tenant.as_ref(),
     }
 }
@@ -530,6 +541,95 @@ impl Intake for PostgresStore {
 
     fn arrivals(&self) -> Arc<Notify> {
         self.listeners.intake.clone()
+    }
+}
+
+#[async_trait]
+impl EndpointHealth for PostgresStore {
+    async fn record_endpoints(
+        &self,
+        tallies: &[EndpointTally],
+        tell_failing_after: Duration,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        if tallies.is_empty() {
+            return Ok(Vec::new());
+        }
+        in_transaction!(self, |t| {
+            t.relax_commit().await?;
+            changes::record_endpoints(&mut t, tallies, tell_failing_after).await?
+        })
+    }
+
+    async fn endpoints(
+        &self,
+        tenant: Option<&Tenant>,
+        after: Option<&str>,
+        n: usize,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        let c = self.reader().await?;
+        reads::endpoints(&c, tenant, after, n)
+            .await
+            .map_err(store_error)
+    }
+
+    async fn forget_endpoints(
+        &self,
+        idle_before: i64,
+        after: Option<&str>,
+        n: usize,
+    ) -> StoreResult<(usize, Option<String>)> {
+        in_transaction!(self, |t| {
+            t.relax_commit().await?;
+            changes::forget_endpoints(&mut t, idle_before, after, n).await?
+        })
+    }
+
+    async fn endpoint(
+        &self,
+        tenant: &Tenant,
+        id: &EndpointId,
+    ) -> StoreResult<Option<EndpointRecord>> {
+        let c = self.reader().await?;
+        reads::endpoint(&c, &super::endpoints::key(tenant, id))
+            .await
+            .map_err(store_error)
+    }
+
+    async fn set_pause(&self, key: &str, pause: Option<&EndpointPause>) -> StoreResult<bool> {
+        let c = self.reader().await?;
+        let changed = match pause {
+            Some(p) => {
+                c.execute(
+                    "INSERT INTO postback.endpoint_pauses (key, pause) VALUES ($1, $2)
+                     ON CONFLICT (key) DO NOTHING",
+                    &[&key, &p.encode()],
+                )
+                .await
+            }
+            None => {
+                c.execute(
+                    "DELETE FROM postback.endpoint_pauses WHERE key = $1",
+                    &[&key],
+                )
+                .await
+            }
+        };
+        Ok(changed.map_err(|e| store_error(e.into()))? > 0)
+    }
+
+    async fn pauses(&self) -> StoreResult<Vec<(String, EndpointPause)>> {
+        let c = self.reader().await?;
+        let rows = c
+            .query("SELECT key, pause FROM postback.endpoint_pauses", &[])
+            .await
+            .map_err(|e| store_error(e.into()))?;
+        rows.iter()
+            .map(|row| {
+                let key: String = row.get(0);
+                let pause = EndpointPause::decode(&key, row.get(1))?;
+                Ok((key, pause))
+            })
+            .collect()
     }
 }
 

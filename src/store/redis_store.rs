@@ -5,7 +5,8 @@
 //! are run with EVALSHA and a NOSCRIPT fallback.
 //!
 //! Each role of the port has a file: `queue.rs`, `operator.rs`, `reads.rs`, `rates.rs`,
-//! `audit.rs` (the audit log's stream), `health.rs` (fleet messaging); the pub/sub
+//! `audit.rs` (the audit log's stream), `endpoints.rs` (endpoints' health records),
+//! `health.rs` (fleet messaging); the pub/sub
 //! subscription they share is `subscription.rs`, the fleet's membership `fleet.rs`.
 
 use std::collections::HashMap;
@@ -21,13 +22,14 @@ use super::{spec, tenant_counts};
 use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::JobId;
-use crate::lifecycle::{Now, WAITING_OFFSET_MS};
+use crate::lifecycle::{Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
 mod acks;
 mod audit;
 mod claimed;
 mod commit;
 mod conn;
+mod endpoints;
 mod enqueue;
 mod fleet;
 mod health;
@@ -47,6 +49,7 @@ use audit::AuditStream;
 use claimed::ClaimedRecords;
 use commit::{commit, Committed, Decision, Held, Shard};
 use conn::Conn;
+use endpoints::EndpointKeys;
 use enqueue::Enqueuer;
 use fleet::Fleet;
 use health::HealthChannel;
@@ -68,14 +71,15 @@ macro_rules! script {
 
 /// What the scripts must agree on with the rest of postback, written from the Rust
 /// constants that decide it: the layout a spec's first line starts with, how much later
-/// a notification waiting behind its ordering key sits in the due index, the windows of
+/// a notification waiting behind its ordering key or held sits in the due index, the windows of
 /// the counts per tenant, and how many schedules a shard keeps once.
 fn script_constants() -> String {
     format!(
-        "local LAYOUT = '{}'\nlocal WAITING = {}\nlocal WINDOW_MS, WINDOWS = {}, {}\n\
+        "local LAYOUT = '{}'\nlocal WAITING, HELD = {}, {}\nlocal WINDOW_MS, WINDOWS = {}, {}\n\
          local MAX_SHARED_SCHEDULES = {}\n",
         spec::VERSION,
         WAITING_OFFSET_MS,
+        HELD_OFFSET_MS,
         tenant_counts::OUTCOME_WINDOW_MS,
         tenant_counts::OUTCOME_WINDOWS,
         schedules::MAX_SHARED,
@@ -89,6 +93,7 @@ struct Scripts {
     discard: Script,
     trim: Script,
     reserve: Script,
+    endpoints: Script,
 }
 
 impl Scripts {
@@ -100,6 +105,7 @@ impl Scripts {
             discard: script!("discard"),
             trim: script!("trim"),
             reserve: Script::new(include_str!("../../lua/reserve.lua")),
+            endpoints: Script::new(include_str!("../../lua/endpoints.lua")),
         }
     }
 }
@@ -145,6 +151,7 @@ pub struct RedisStore {
     scripts: Scripts,
     enqueuer: Enqueuer,
     audit: AuditStream,
+    endpoint_keys: EndpointKeys,
 }
 
 impl RedisStore {
@@ -236,6 +243,7 @@ impl RedisStore {
             scripts,
             enqueuer,
             audit: AuditStream::new(&settings.key_prefix, retention.audit_max_age),
+            endpoint_keys: EndpointKeys::new(&settings.key_prefix),
         };
         if let Err(e) = store.check_replicas().await {
             tracing::error!(

@@ -1,5 +1,6 @@
 //! The storage port, by role: what the pipeline asks of the queue, what operators do,
-//! what readers read, the fleet's rate reservations and messages, and the audit log.
+//! what readers read, the fleet's rate reservations and messages, the audit log and
+//! endpoints' health.
 //! A backend implements each role it serves; `Store` is every role but fleet messaging,
 //! which a backend of one instance has no use for (`Store::fleet`). Each call is atomic
 //! where it changes anything.
@@ -16,8 +17,8 @@ use super::types::{
     ListFilter, Settled, Settlement, Stats, StoreResult, TakenIn,
 };
 use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
-use super::{Outcomes, WalkCursor};
-use crate::domain::{JobId, JobSpec, Notification, Schedule, Tenant};
+use super::{EndpointPause, EndpointRecord, EndpointTally, Outcomes, WalkCursor};
+use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::lifecycle::{Again, Cancelled, JobStatus};
 use crate::policy::{RateAsk, SendTimes};
 
@@ -175,6 +176,53 @@ pub trait AuditLog: Send + Sync {
     ) -> StoreResult<Vec<AuditEntry>>;
 }
 
+/// Endpoints' health (`endpoints.rs`), one record per endpoint for the whole fleet.
+#[async_trait]
+pub trait EndpointHealth: Send + Sync {
+    /// Adds what an instance saw of endpoints to their records (`EndpointRecord::added`),
+    /// each read and written in one transaction; an endpoint not seen before gets one.
+    /// The records this write tells to be failing (failing for `tell_failing_after`).
+    async fn record_endpoints(
+        &self,
+        tallies: &[EndpointTally],
+        tell_failing_after: Duration,
+    ) -> StoreResult<Vec<EndpointRecord>>;
+
+    /// Up to `n` records in the order of their keys (`endpoints::key`), after the key
+    /// `after`, of `tenant`'s endpoints or of every tenant's.
+    async fn endpoints(
+        &self,
+        tenant: Option<&Tenant>,
+        after: Option<&str>,
+        n: usize,
+    ) -> StoreResult<Vec<EndpointRecord>>;
+
+    /// Retention: of up to `n` records after the key `after` (in key order), forgets
+    /// those of endpoints neither registered to for the first time nor attempted since
+    /// `idle_before` (ms; `endpoints::is_idle`), each only if unchanged since it was read.
+    /// How many, and the key to go on from (`None`: the last was read).
+    async fn forget_endpoints(
+        &self,
+        idle_before: i64,
+        after: Option<&str>,
+        n: usize,
+    ) -> StoreResult<(usize, Option<String>)>;
+
+    /// `tenant`'s endpoint `id`, if it has been seen.
+    async fn endpoint(
+        &self,
+        tenant: &Tenant,
+        id: &EndpointId,
+    ) -> StoreResult<Option<EndpointRecord>>;
+
+    /// Pauses the endpoint of `key` (`endpoints::key`) with `pause`, or resumes it with
+    /// `None`. Whether that changed whether it is paused.
+    async fn set_pause(&self, key: &str, pause: Option<&EndpointPause>) -> StoreResult<bool>;
+
+    /// Every paused endpoint's key with its pause.
+    async fn pauses(&self) -> StoreResult<Vec<(String, EndpointPause)>>;
+}
+
 /// What the instances sharing a store tell each other of endpoints' health, so that
 /// every instance's circuit breakers count every instance's failures.
 #[async_trait]
@@ -203,7 +251,9 @@ pub trait Intake: Send + Sync {
 }
 
 /// Every role a backend serves an instance with.
-pub trait Store: Queue + OperatorActions + Reads + RateReservations + AuditLog + 'static {
+pub trait Store:
+    Queue + OperatorActions + Reads + RateReservations + AuditLog + EndpointHealth + 'static
+{
     /// The instances sharing this store, if it can be shared.
     fn fleet(&self) -> Option<&dyn FleetMessaging>;
 

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::Cursor;
 use crate::config::RetentionSettings;
-use crate::domain::{Attempt, AttemptReport, JobId, JobSpec, Notification, Tenant};
-use crate::lifecycle::{JobStatus, Verdict};
+use crate::domain::{Attempt, AttemptReport, Endpoint, JobId, JobSpec, Notification, Tenant};
+use crate::lifecycle::{transitions, JobStatus, Now, Record, Verdict};
 
 /// The store could not do what was asked.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -368,15 +368,45 @@ impl Settlement {
     }
 }
 
-/// A leased notification that may not be sent yet (rate limit, busy host): due again
-/// after `delay`, without counting an attempt.
+/// A leased notification that may not be sent yet (rate limit, busy host, its endpoint
+/// paused): handed back without counting an attempt.
 #[derive(Debug, Clone)]
 pub struct Deferral {
     pub id: JobId,
     pub lease: u64,
-    pub delay: Duration,
-    /// The time it is deferred to is its send time reserved in its rate key's quota.
-    pub reserved: bool,
+    pub back: Back,
+}
+
+/// How a deferred notification goes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Back {
+    /// Due again after `delay`; `reserved` when that is its send time reserved in its
+    /// rate key's quota.
+    After { delay: Duration, reserved: bool },
+    /// Held, out of every claim's reach, while its endpoint is paused.
+    Held,
+}
+
+impl Back {
+    /// Due again after `delay`, with no send time reserved.
+    pub fn later(delay: Duration) -> Self {
+        Back::After {
+            delay,
+            reserved: false,
+        }
+    }
+}
+
+impl Deferral {
+    /// Its record once deferred, when `lease` is still its current lease.
+    pub fn apply(&self, r: &Record, now: Now) -> Option<Record> {
+        match self.back {
+            Back::After { delay, reserved } => {
+                transitions::defer(r, self.lease, now, delay.as_millis() as u64, reserved)
+            }
+            Back::Held => transitions::hold(r, self.lease, now),
+        }
+    }
 }
 
 /// The answer to a settle.
@@ -473,13 +503,20 @@ pub struct ListFilter {
     /// At or before, as `since`.
     pub until: Option<i64>,
     pub tenant: Option<Tenant>,
+    /// Only notifications to this endpoint (its tenant's, at its origin).
+    pub endpoint: Option<Endpoint>,
 }
 
 impl ListFilter {
-    /// Whether `v` passes the topic, host and tenant conditions (times are the store's
-    /// range).
+    /// Whether `v` passes the topic, host, tenant and endpoint conditions (times are the
+    /// store's range).
     pub fn matches(&self, v: &JobView) -> bool {
         if self.tenant.as_ref().is_some_and(|t| *t != v.spec.tenant) {
+            return false;
+        }
+        let tenant = &v.spec.tenant;
+        let to_endpoint = |e: &Endpoint| Endpoint::of_text(tenant, &v.spec.url).as_ref() == Some(e);
+        if !self.endpoint.as_ref().is_none_or(to_endpoint) {
             return false;
         }
         let topic_ok = self

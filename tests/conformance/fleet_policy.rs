@@ -71,9 +71,16 @@ async fn a_saturated_key_is_sent_at_its_quota_and_each_notification_deferred_at_
     }
     let at = arrivals(&receiver, "/shop");
     assert_eq!(at.len(), 120, "each delivered once");
+    // Send times are reserved 25 ms apart; a stall of a busy machine (the receiver's or
+    // postback's, of up to 150 ms) delivers the ones it held up together, so a second
+    // may see a few more, but the whole run never goes faster than the quota.
     let busiest = busiest_second(at.clone());
-    assert!(busiest <= 42, "{busiest} in one second, over 40/s");
+    assert!(busiest <= 46, "{busiest} in one second, over 40/s");
     let span = at[119].duration_since(at[0]);
+    assert!(
+        span >= Duration::from_millis(2_975 - 150),
+        "119 intervals of 25 ms in {span:?}"
+    );
     let achieved = 119.0 / span.as_secs_f64() / 40.0;
     assert!(achieved >= 0.9, "{achieved:.2} of the quota in {span:?}");
     let deferred = counter(&pb, "postback_deferrals_total{reason=\"rate_limit\"}").await;

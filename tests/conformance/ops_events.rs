@@ -2,7 +2,9 @@
 //! `notification.dead` event gathered per `ops.window`, to its tenant's `ops_url` (about
 //! that tenant's only) and to the operator's `ops.url` (about every tenant's); an event
 //! that cannot be delivered dies like any notification and is not told again; the
-//! topic the events carry is reserved. On every backend (`scripts/test.sh`).
+//! topic the events carry is reserved. An endpoint whose attempts fail for
+//! `ops.failing_after` is told as `endpoint.failing`, once. On every backend
+//! (`scripts/test.sh`).
 
 use crate::support;
 
@@ -12,6 +14,48 @@ use serde_json::{json, Value};
 use support::signatures;
 use support::tenants::{SECRET_A, SECRET_B};
 use support::{Backend, Postback, Receiver, WAIT};
+
+/// Three ops URLs (shop-a's, shop-b's, the operator's) and an instance telling them, with
+/// `ops` (lines of `[ops]`) as well.
+struct OpsRig {
+    ops_a: Receiver,
+    ops_b: Receiver,
+    operator: Receiver,
+    pb: Postback,
+    _backend: Backend,
+    _dir: tempfile::TempDir,
+}
+
+impl OpsRig {
+    async fn start(ops: &str) -> Self {
+        let (ops_a, ops_b, operator) = (
+            Receiver::start().await,
+            Receiver::start().await,
+            Receiver::start().await,
+        );
+        let config = format!(
+            "[ops]\nurl = \"{}\"\n{ops}\n\n\
+             [tenants.shop-a]\nsecrets = [\"{SECRET_A}\"]\nops_url = \"{}\"\n\n\
+             [tenants.shop-b]\nsecrets = [\"{SECRET_B}\"]\nops_url = \"{}\"\n",
+            operator.url("/ops"),
+            ops_a.url("/ops"),
+            ops_b.url("/ops")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::start();
+        let pb = backend
+            .postback(&[("POSTBACK_CONFIG", &support::config_file(&dir, &config))])
+            .await;
+        Self {
+            ops_a,
+            ops_b,
+            operator,
+            pb,
+            _backend: backend,
+            _dir: dir,
+        }
+    }
+}
 
 /// Registers a notification of `tenant` that fails its only attempt, and waits for it to
 /// be dead.
@@ -42,24 +86,14 @@ fn listed(event: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_is_told_to_its_tenant_and_to_the_operator_signed() {
     let merchant = Receiver::start().await;
-    let (ops_a, ops_b, operator) = (
-        Receiver::start().await,
-        Receiver::start().await,
-        Receiver::start().await,
-    );
-    let config = format!(
-        "[ops]\nurl = \"{}\"\nwindow = \"300ms\"\n\n\
-         [tenants.shop-a]\nsecrets = [\"{SECRET_A}\"]\nops_url = \"{}\"\n\n\
-         [tenants.shop-b]\nsecrets = [\"{SECRET_B}\"]\nops_url = \"{}\"\n",
-        operator.url("/ops"),
-        ops_a.url("/ops"),
-        ops_b.url("/ops")
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let backend = Backend::start();
-    let pb = backend
-        .postback(&[("POSTBACK_CONFIG", &support::config_file(&dir, &config))])
-        .await;
+    let OpsRig {
+        ops_a,
+        ops_b,
+        operator,
+        pb,
+        _backend,
+        _dir,
+    } = OpsRig::start("window = \"300ms\"").await;
 
     let a1 = dead_one(&pb, &merchant, "shop-a").await;
     let a2 = dead_one(&pb, &merchant, "shop-a").await;
@@ -116,6 +150,87 @@ fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids
 }
 
+/// The events of `kind` a receiver got.
+fn of_kind(receiver: &Receiver, kind: &str) -> Vec<Value> {
+    events(receiver)
+        .into_iter()
+        .filter(|e| e["type"] == kind)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_failing_long_enough_is_told_once_to_its_tenant_and_the_operator() {
+    let (merchant, healthy) = (Receiver::start().await, Receiver::start().await);
+    let OpsRig {
+        ops_a,
+        ops_b,
+        operator,
+        pb,
+        _backend,
+        _dir,
+    } = OpsRig::start("failing_after = \"300ms\"").await;
+
+    let schedule = vec!["100ms"; 8];
+    let body = json!({"url": merchant.url("/a?fail=99"), "body": {}, "tenant": "shop-a", "schedule": schedule});
+    let failing = pb.register(body).await;
+    let body = json!({"url": healthy.url("/b"), "body": {}, "tenant": "shop-b"});
+    let delivered = pb.register(body).await;
+    pb.wait_state(&failing, "dead", WAIT).await;
+    pb.wait_state(&delivered, "delivered", WAIT).await;
+
+    let told = support::eventually(WAIT, || async {
+        !of_kind(&ops_a, "endpoint.failing").is_empty()
+            && !of_kind(&operator, "endpoint.failing").is_empty()
+    });
+    assert!(told.await, "endpoint.failing told");
+    // Two more seconds of the instance's writes: not told again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let to_a = of_kind(&ops_a, "endpoint.failing");
+    assert_eq!(to_a.len(), 1, "{to_a:?}");
+    let to_operator = of_kind(&operator, "endpoint.failing");
+    assert_eq!(to_operator.len(), 1, "{to_operator:?}");
+    assert_eq!(to_operator[0]["data"], to_a[0]["data"]);
+    assert!(
+        of_kind(&ops_b, "endpoint.failing").is_empty(),
+        "shop-b's endpoint is healthy, and shop-a's is not shop-b's"
+    );
+    let data = &to_a[0]["data"];
+    let origin = merchant.url("/").trim_end_matches('/').to_string();
+    assert_eq!(data["tenant"], "shop-a", "{data}");
+    assert_eq!(data["endpoint"]["url"], origin.as_str(), "{data}");
+    assert!(
+        data["endpoint"]["id"].as_str().unwrap().starts_with("ep_"),
+        "{data}"
+    );
+    assert!(
+        data["consecutive_failures"].as_u64().unwrap() >= 3,
+        "{data}"
+    );
+    assert_eq!(data["last_failure"]["status"], 500, "{data}");
+    assert!(
+        data["failing_since"].is_string() && data["last_success_at"].is_null(),
+        "{data}"
+    );
+
+    let request = ops_a
+        .requests()
+        .into_iter()
+        .find(|r| serde_json::from_slice::<Value>(&r.body).unwrap()["type"] == "endpoint.failing");
+    let request = request.unwrap();
+    assert!(
+        signatures::of(&request).contains(&signatures::v1(SECRET_A, &request)),
+        "signed with the tenant's own secret"
+    );
+    let (_, page) = pb
+        .get(&format!(
+            "/endpoints/{}",
+            data["endpoint"]["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(page["state"], "failing", "{page}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_that_cannot_be_delivered_is_not_told_again() {
     let merchant = Receiver::start().await;
@@ -170,4 +285,6 @@ fn an_ops_url_that_is_not_a_callback_url_is_refused_at_start_naming_the_key() {
     let config = "[tenants.shop-a]\nops_url = \"not a url\"\n";
     let said = Postback::refused_start(&[("POSTBACK_CONFIG", &support::config_file(&dir, config))]);
     assert!(said.contains("tenants.shop-a.ops_url"), "{said}");
+    let said = Postback::refused_start(&[("POSTBACK_OPS_FAILING_AFTER", "0s")]);
+    assert!(said.contains("ops.failing_after"), "{said}");
 }

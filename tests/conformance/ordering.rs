@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -31,17 +32,17 @@ fn seqs(log: &[(u64, u128)]) -> Vec<u64> {
     log.iter().map(|(s, _)| *s).collect()
 }
 
-/// Registers `n` notifications on `key` (`seq` 0 to n-1), the first at `first_url`.
+/// Registers notifications on `key` with each `seq` of `seqs`, `seq` 0 at `first_url`.
 async fn register_sequence(
     pb: &Postback,
     receiver: &Receiver,
     key: &str,
-    n: u64,
+    seqs: Range<u64>,
     first_url: &str,
-    schedule: Value,
+    schedule: &Value,
 ) -> Vec<String> {
     let mut ids = Vec::new();
-    for seq in 0..n {
+    for seq in seqs {
         let url = match seq {
             0 => receiver.url(first_url),
             _ => receiver.url("/ok"),
@@ -59,14 +60,9 @@ async fn fifty_on_one_key_arrive_in_order_while_other_keys_flow_beside_them() {
     let receiver = Receiver::start().await;
     let pb = backend.postback(&[]).await;
     let start = Instant::now();
-    let schedule = json!(["400ms", "400ms", "400ms"]);
-    let ordered = register_sequence(&pb, &receiver, "a", 50, "/first?fail=2", schedule).await;
-    let beside = register_sequence(&pb, &receiver, "b", 5, "/ok", json!("default")).await;
-    let mut unordered = Vec::new();
-    for seq in 0..20 {
-        let body = json!({"url": receiver.url("/ok"), "body": {"key": "none", "seq": seq}});
-        unordered.push(pb.register(body).await);
-    }
+    let schedule = json!(["600ms", "600ms", "600ms"]);
+    let mut ordered =
+        register_sequence(&pb, &receiver, "a", 0..2, "/first?fail=2", &schedule).await;
 
     // While the head retries, the rest of its key waits, scheduled with no time of its own.
     let waiting = pb.notification(&ordered[1]).await;
@@ -74,6 +70,15 @@ async fn fifty_on_one_key_arrive_in_order_while_other_keys_flow_beside_them() {
     assert_eq!(waiting["ordering_key"], "a");
     assert_eq!(waiting["waiting"], true, "{waiting}");
     assert_eq!(waiting["next_attempt_at"], Value::Null, "{waiting}");
+
+    let default = json!("default");
+    let beside = register_sequence(&pb, &receiver, "b", 0..5, "/ok", &default).await;
+    let mut unordered = Vec::new();
+    for seq in 0..20 {
+        let body = json!({"url": receiver.url("/ok"), "body": {"key": "none", "seq": seq}});
+        unordered.push(pb.register(body).await);
+    }
+    ordered.extend(register_sequence(&pb, &receiver, "a", 2..50, "/ok", &schedule).await);
 
     for id in ordered.iter().chain(&beside).chain(&unordered) {
         pb.wait_state(id, "delivered", Duration::from_secs(30))
@@ -108,7 +113,15 @@ async fn a_dead_head_releases_the_rest_and_its_replay_goes_to_the_back() {
     let receiver = Receiver::start().await;
     let pb = backend.postback(&[]).await;
     let start = Instant::now();
-    let ids = register_sequence(&pb, &receiver, "k", 4, "/first?fail=9", json!(["100ms"])).await;
+    let ids = register_sequence(
+        &pb,
+        &receiver,
+        "k",
+        0..4,
+        "/first?fail=9",
+        &json!(["100ms"]),
+    )
+    .await;
     pb.wait_state(&ids[0], "dead", Duration::from_secs(10))
         .await;
     for id in &ids[1..] {

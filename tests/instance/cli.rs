@@ -656,3 +656,56 @@ async fn status_shows_the_ordering_key_the_profile_and_the_success_rule() {
         "{plain}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_lists_the_failing_one_and_shows_its_last_failure() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let dead = notify(
+        &pb,
+        &receiver.url("/down?fail=99"),
+        &["--schedule", "100ms"],
+    );
+    pb.wait_state(&dead, "dead", WAIT).await;
+    let origin = receiver.url("/").trim_end_matches('/').to_string();
+
+    let listed = support::eventually(WAIT, || async {
+        let page = json(&pb, &["endpoints", "--state", "failing"]);
+        page["items"][0]["consecutive_failures"] == 2
+    });
+    assert!(
+        listed.await,
+        "the failing endpoint is listed with its two failures"
+    );
+    let out = ok(&pb, &["endpoints", "--state", "failing"]);
+    assert!(out.contains(&origin) && out.contains("failing"), "{out}");
+    assert!(out.contains("0/2 ok (0.0%)"), "{out}");
+    assert!(ok(&pb, &["endpoints", "--state", "healthy"]).contains("no endpoints"));
+
+    let id = json(&pb, &["endpoints"])["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = ok(&pb, &["endpoints", &id]);
+    assert!(out.contains("consecutive_failures: 2"), "{out}");
+    assert!(
+        out.contains("last_failure:") && out.contains("Z HTTP 500\n"),
+        "{out}"
+    );
+
+    let out = ok(&pb, &["endpoints", &id, "--pause"]);
+    let line = |key: &str| out.lines().find(|l| l.starts_with(key)).unwrap_or("");
+    assert!(line("state:").ends_with(" paused"), "{out}");
+    assert!(line("paused:").contains(" since "), "{out}");
+    let held = notify(
+        &pb,
+        &receiver.url("/down?fail=99"),
+        &["--schedule", "100ms"],
+    );
+    pb.wait_state(&held, "held", WAIT).await;
+    let listed = json(&pb, &["endpoints", "--state", "paused"]);
+    assert_eq!(listed["items"][0]["id"], id.as_str(), "{listed}");
+    let out = ok(&pb, &["endpoints", &id, "--resume"]);
+    let state = out.lines().find(|l| l.starts_with("state:")).unwrap_or("");
+    assert!(state.ends_with(" failing"), "{out}");
+    pb.wait_state(&held, "dead", WAIT).await;
+}

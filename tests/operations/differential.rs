@@ -1,9 +1,10 @@
 //! The Redis store and the embedded store are one state machine: random sequences of
 //! registrations (with delays, idempotency keys, ordering keys, tenants), claims,
-//! outcomes, deferrals, releases, cancels, replays, resends, attempts now, discards and
+//! outcomes, deferrals (and holds), releases, cancels, replays, resends, attempts now, discards and
 //! retention, applied to
 //! both, must give the same answers and leave the same observable states (each
-//! notification's state, attempts, history, whether it waits behind its ordering key;
+//! notification's state, attempts, history, whether it waits behind its ordering key or
+//! is held;
 //! the counts of every tenant and of one; the dead letters; idempotency keys).
 //!
 //! Times differ between the stores (each reads its own clock), so what is compared is
@@ -20,7 +21,7 @@ use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
 use postback::domain::{JobId, Notification, OrderingKey, Outcome, Schedule, Tenant};
 use postback::policy::{Quota, RateAsk};
 use postback::store::{
-    Again, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, ListFilter, RedisStore,
+    Again, Back, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, ListFilter, RedisStore,
     Settlement, Store,
 };
 use proptest::prelude::*;
@@ -45,6 +46,7 @@ enum Op {
     },
     Defer {
         pick: usize,
+        hold: bool,
     },
     Release {
         pick: usize,
@@ -110,7 +112,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => prop::collection::vec(reg(), 2..5).prop_map(Op::Register),
         4 => (1..5usize).prop_map(|limit| Op::Claim { limit }),
         6 => (any::<usize>(), outcome).prop_map(|(pick, outcome)| Op::Settle { pick, outcome }),
-        1 => any::<usize>().prop_map(|pick| Op::Defer { pick }),
+        1 => (any::<usize>(), any::<bool>()).prop_map(|(pick, hold)| Op::Defer { pick, hold }),
         1 => any::<usize>().prop_map(|pick| Op::Release { pick }),
         1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
         2 => (any::<usize>(), any::<bool>(), any::<bool>())
@@ -145,13 +147,14 @@ fn seen(v: Option<JobView>) -> String {
     let s = &v.status;
     let history: Vec<_> = v.history.iter().map(|a| a.status).collect();
     format!(
-        "{:?} attempts {}/{} replays {} cancel_requested {} waiting {} next {} finished {} history {history:?} tenant {}",
+        "{:?} attempts {}/{} replays {} cancel_requested {} waiting {} held {} next {} finished {} history {history:?} tenant {}",
         s.state,
         s.attempts,
         s.max_attempts,
         s.replays,
         s.cancel_requested,
         s.waiting,
+        s.held,
         s.next_at.is_some(),
         s.finished_at.is_some(),
         v.spec.tenant,
@@ -222,15 +225,18 @@ impl Subject {
                 let (applied, dead) = (settled.applied, settled.dead_lettered);
                 format!("{applied:?} dead {dead} trimmed {}", settled.trimmed)
             }
-            Op::Defer { pick } => {
+            Op::Defer { pick, hold } => {
                 let Some(job) = self.take(*pick) else {
                     return "none held".into();
+                };
+                let back = match hold {
+                    true => Back::Held,
+                    false => Back::later(LONG),
                 };
                 let d = Deferral {
                     id: job.id,
                     lease: job.lease,
-                    delay: LONG,
-                    reserved: false,
+                    back,
                 };
                 self.store.defer(&[d]).await.unwrap();
                 "deferred".into()

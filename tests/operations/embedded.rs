@@ -57,6 +57,14 @@ async fn an_idle_instance_does_not_write_its_file() {
     let id = pb
         .register(json!({"url": receiver.url("/ok"), "body": {}, "delay": "1h"}))
         .await;
+    // Its endpoint is written within a second of its registration; then nothing is.
+    let known = support::eventually(support::WAIT, || async {
+        let (_, page) = pb.get("/endpoints").await;
+        page["items"]
+            .as_array()
+            .is_some_and(|items| items.len() == 1)
+    });
+    assert!(known.await, "the registration's endpoint is known");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let file = dir.path().join("postback.redb");
     let before = std::fs::metadata(&file).unwrap().modified().unwrap();

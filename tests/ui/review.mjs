@@ -3,7 +3,8 @@
 // reads the overview, finds a dead letter, opens it, replays it to a new URL and sees
 // it delivered; bulk-replays the rest after a confirmation that shows the count; finds
 // both replays in the audit log and filters it by action; walks the queue's tabs and
-// pages, finds a notification by its idempotency key and cancels it; checks the page works at phone
+// pages, finds a notification by its idempotency key and cancels it; sees a failing
+// endpoint among the endpoints and filters them by state; checks the page works at phone
 // width and with the keyboard, and that it and Swagger UI need nothing their
 // Content-Security-Policy refuses. Saves a screenshot of each view under docs/.
 import { chromium } from "playwright-core";
@@ -232,6 +233,42 @@ try {
   await resendDialog.getByRole("button", { name: "Resend 2" }).click();
   await page.getByText("2 resent.").waitFor();
 
+  // The endpoints: the receiver's origin is healthy; the same receiver called by name is
+  // another origin, which fails.
+  const down = `http://localhost:${receiver.address().port}/down/orders/3001`;
+  const failing = await call("POST", "/notify", { url: down, body: { order: 3001 }, schedule: ["100ms"] });
+  const origin = `http://localhost:${receiver.address().port}`;
+  await eventually("the failing endpoint", async () => (await call("GET", "/endpoints?state=failing"))
+    .items.some((e) => e.url === origin && e.consecutive_failures === 2));
+  await page.goto(`${api}/ui#/endpoints`);
+  const endpointRows = page.getByRole("table", { name: "Endpoints" }).locator("tbody tr");
+  await endpointRows.nth(1).waitFor();
+  const failingRow = endpointRows.filter({ hasText: origin });
+  assert.match(await failingRow.textContent(), /failing/);
+  assert.match(await failingRow.textContent(), /HTTP 503/);
+  // The receiver's own origin: its last attempt (a delivery) succeeded.
+  assert.match(await endpointRows.filter({ hasText: "127.0.0.1" }).textContent(), /healthy/);
+  await page.screenshot({ path: `${shots}/ui-endpoints.png`, fullPage: true });
+  // Pausing the failing one holds its next notification; resuming lets it go.
+  await failingRow.getByRole("button", { name: "Pause…" }).click();
+  await page.locator("dialog[open]").getByRole("button", { name: "Pause it" }).click();
+  await eventually("paused", async () => /paused/.test(await failingRow.textContent()));
+  const held = await call("POST", "/notify", { url: down, body: { order: 3002 }, schedule: ["100ms"] });
+  await eventually("held", async () => (await call("GET", `/notifications/${held.id}`)).state === "held");
+  await page.goto(`${api}/ui#/queue?state=held`);
+  await page.getByText(held.id).waitFor();
+  await page.goto(`${api}/ui#/endpoints`);
+  await endpointRows.nth(1).waitFor();
+  await page.screenshot({ path: `${shots}/ui-endpoints-paused.png`, fullPage: true });
+  await failingRow.getByRole("button", { name: "Resume" }).click();
+  await eventually("let go", async () => (await call("GET", `/notifications/${held.id}`)).state !== "held");
+  await eventually("failing again", async () => /failing/.test(await failingRow.textContent()));
+  await page.getByLabel("state").selectOption("failing");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await page.waitForURL(/state=failing/);
+  await eventually("only the failing one", async () => (await endpointRows.count()) === 1);
+  assert.equal((await call("GET", `/notifications/${failing.id}`)).state, "dead");
+
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(`${api}/ui#/dead/${dead[1]}`);
@@ -253,7 +290,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();

@@ -55,12 +55,12 @@ pub fn enqueue(t: &mut Tables, now: Now, job: &NewJob) -> DbResult<Enqueued> {
     Ok(Enqueued::stored(job.id, record.status(), first))
 }
 
-/// Whether `record` is scheduled (not waiting behind its ordering key) and heads the due
-/// index.
+/// Whether `record` is due by its time (neither waiting behind its ordering key nor
+/// held) and heads the due index.
 pub fn heads(t: &Tables, id: &str, record: &Record) -> DbResult<bool> {
-    match record.position() {
-        Some((Index::Due, at)) if !record.waiting => t.heads_due(at, id),
-        _ => Ok(false),
+    match record.due_at() {
+        Some(at) => t.heads_due(at, id),
+        None => Ok(false),
     }
 }
 
@@ -187,10 +187,7 @@ fn append_history(t: &mut Tables, id: &str, s: &Settlement, ended: i64) -> DbRes
 /// attempt (cancelled instead when a cancel was asked for). Its new record; `None` when
 /// the lease was no longer current.
 pub fn defer(t: &mut Tables, now: Now, d: &Deferral) -> DbResult<Option<Record>> {
-    let delay_ms = d.delay.as_millis() as u64;
-    apply(t, &d.id.to_string(), |r| {
-        transitions::defer(r, d.lease, now, delay_ms, d.reserved)
-    })
+    apply(t, &d.id.to_string(), |r| d.apply(r, now))
 }
 
 /// Hands a leased notification back, due at once (or when it was due, if that is

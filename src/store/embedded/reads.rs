@@ -8,7 +8,7 @@ use super::tables::{
     IDEMPOTENCY, INFLIGHT, RECORDS, SPECS, TENANTS,
 };
 use crate::domain::{Attempt, JobId, Tenant};
-use crate::lifecycle::{Record, WAITING_OFFSET_MS};
+use crate::lifecycle::{Record, HELD_OFFSET_MS};
 use crate::store::listing::MAX_SCAN;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
@@ -68,7 +68,7 @@ pub fn list(
     after: Option<&Cursor>,
 ) -> DbResult<ListPage> {
     let index = (index_table(listed.index()), listed.soonest_first());
-    let range = (filter.since, filter.until);
+    let range = listed.scores(filter);
     let (items, next) = page(tx, index, range, limit, after, |v| {
         listed.keeps(v, filter, walk_from)
     })?;
@@ -150,10 +150,10 @@ fn page(
 
 /// When the earliest notification falls due or the earliest lease ends, if any.
 pub fn next_wake_at(tx: &ReadTransaction) -> DbResult<Option<i64>> {
-    // A notification waiting behind its ordering key is not due until its turn.
+    // A notification waiting behind its ordering key or held is not due until let go.
     let head = |def: Index| -> DbResult<Option<i64>> {
         let first = tx.open_table(def)?.first()?.map(|(k, _)| k.value().0);
-        Ok(first.filter(|at| *at < WAITING_OFFSET_MS))
+        Ok(first.filter(|at| *at < HELD_OFFSET_MS))
     };
     Ok(match (head(DUE)?, head(INFLIGHT)?) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -75,6 +75,12 @@ pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters"
 pub const RATES: TableDefinition<&str, (i64, i64)> = TableDefinition::new("rates");
 /// (ms, seq) → an audit log entry's JSON (`store::AuditRecord`).
 pub const AUDIT: TableDefinition<(i64, u64), &str> = TableDefinition::new("audit");
+/// `<tenant> <endpoint id>` → the endpoint's health record's JSON
+/// (`store::endpoints`).
+pub const ENDPOINTS: TableDefinition<&str, &str> = TableDefinition::new("endpoints");
+/// `<tenant> <endpoint id>` → the pause's JSON, while the endpoint is paused
+/// (`store::EndpointPause`).
+pub const PAUSES: TableDefinition<&str, &str> = TableDefinition::new("endpoint_pauses");
 /// Counts per tenant but the default one, by field (`store::tenant_counts`).
 pub const TENANTS: TableDefinition<&str, i64> = TableDefinition::new("tenant_counts");
 /// (ordering key within its tenant, place) → id: each ordering key's notifications in
@@ -105,6 +111,8 @@ pub struct Tables<'t> {
     pub counters: Table<'t, &'static str, u64>,
     pub rates: Table<'t, &'static str, (i64, i64)>,
     pub audit: Table<'t, (i64, u64), &'static str>,
+    pub endpoints: Table<'t, &'static str, &'static str>,
+    pub pauses: Table<'t, &'static str, &'static str>,
     pub tenants: Table<'t, &'static str, i64>,
     pub orders: Table<'t, (&'static str, u64), &'static str>,
     /// The transaction's time, which window counts are kept by and turns taken at.
@@ -128,6 +136,8 @@ impl<'t> Tables<'t> {
             counters: tx.open_table(COUNTERS)?,
             rates: tx.open_table(RATES)?,
             audit: tx.open_table(AUDIT)?,
+            endpoints: tx.open_table(ENDPOINTS)?,
+            pauses: tx.open_table(PAUSES)?,
             tenants: tx.open_table(TENANTS)?,
             orders: tx.open_table(ORDERS)?,
             now,

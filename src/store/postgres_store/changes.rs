@@ -4,21 +4,20 @@
 //! `FOR UPDATE SKIP LOCKED`, so that instances sharing the database never wait on each
 //! other's rows. Nothing here decides a state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{
-    transitions, Again, Cancelled, Index, JobStatus, Record, WAITING_OFFSET_MS,
-};
+use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, Record, HELD_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
-use crate::store::spec;
+use crate::store::endpoints::{self, EndpointRecord};
 pub(super) use crate::store::types::{NewJob, RetentionLimits as Retention};
 use crate::store::{
     idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, IntakeCheck,
     IntakeItem, Settlement, TakenIn,
 };
+use crate::store::{spec, EndpointTally};
 
 /// Stores a notification and schedules its first attempt, or answers with the earlier
 /// notification of its idempotency key (refusing it when that came with another
@@ -265,8 +264,8 @@ pub async fn next_wake_at(t: &Tx<'_>) -> PgResult<Option<i64>> {
         )
         .await?;
     let at: Option<i64> = rows.first().and_then(|r| r.get(0));
-    // A notification waiting behind its ordering key is not due until its turn.
-    Ok(at.filter(|at| *at < WAITING_OFFSET_MS))
+    // A notification waiting behind its ordering key or held is not due until let go.
+    Ok(at.filter(|at| *at < HELD_OFFSET_MS))
 }
 
 /// Applies `step` to the locked record of `id` and saves what it returns: the new
@@ -419,11 +418,7 @@ pub async fn defer(t: &mut Tx<'_>, batch: &[Deferral]) -> PgResult<Vec<Option<Re
         .iter()
         .map(|d| Change {
             id: d.id.to_string(),
-            step: Box::new(move |r: &Record| {
-                let delay_ms = d.delay.as_millis() as u64;
-                let new = transitions::defer(r, d.lease, now, delay_ms, d.reserved)?;
-                Some((new, None))
-            }),
+            step: Box::new(move |r: &Record| Some((d.apply(r, now)?, None))),
         })
         .collect();
     apply_many(t, changes).await
@@ -445,10 +440,9 @@ pub async fn release(t: &mut Tx<'_>, leases: &[(JobId, u64)]) -> PgResult<Vec<Op
 /// Whether any of `moved` (ids and new records) is scheduled and heads the due index;
 /// then schedulers wake.
 pub async fn any_heads(t: &mut Tx<'_>, moved: &[(String, Record)]) -> PgResult<bool> {
-    let due = moved.iter().filter_map(|(id, r)| match r.position() {
-        Some((Index::Due, at)) if !r.waiting => Some(((at, id), r)),
-        _ => None,
-    });
+    let due = moved
+        .iter()
+        .filter_map(|(id, r)| r.due_at().map(|at| ((at, id), r)));
     match due.min_by(|a, b| a.0.cmp(&b.0)) {
         Some(((_, id), r)) => t.heads_due(id, r).await,
         None => Ok(false),
@@ -723,4 +717,85 @@ pub fn parse_id(raw: &str) -> PgResult<JobId> {
 /// The attempts of a history as kept in `postback.jobs.history`.
 pub fn history(raw: &str) -> PgResult<Vec<Attempt>> {
     serde_json::from_str(raw).map_err(corrupt)
+}
+
+/// Adds each tally to its endpoint's record: rows made for new endpoints first (so that
+/// two instances adding to a new one both lock it), then locked, worked out and written.
+/// The records told to be failing.
+pub async fn record_endpoints(
+    t: &mut Tx<'_>,
+    tallies: &[EndpointTally],
+    tell_after: Duration,
+) -> PgResult<Vec<EndpointRecord>> {
+    let keys: Vec<String> = tallies
+        .iter()
+        .map(|t| endpoints::key(&t.endpoint.tenant, &t.endpoint.id()))
+        .collect();
+    t.execute(
+        "INSERT INTO postback.endpoints (key, record) SELECT unnest($1::text[]), ''
+         ON CONFLICT (key) DO NOTHING",
+        &[&keys],
+    )
+    .await?;
+    let rows = t
+        .query(
+            "SELECT key, record FROM postback.endpoints WHERE key = ANY($1) ORDER BY key FOR UPDATE",
+            &[&keys],
+        )
+        .await?;
+    let stored: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let now = endpoints::now_ms();
+    let mut records = Vec::with_capacity(keys.len());
+    let mut told = Vec::new();
+    for (key, tally) in keys.iter().zip(tallies) {
+        let before = stored
+            .get(key)
+            .map(String::as_str)
+            .filter(|r| !r.is_empty());
+        let (record, tell) =
+            EndpointRecord::added(key, before, tally, now, tell_after).map_err(corrupt)?;
+        records.push(record);
+        told.extend(tell);
+    }
+    t.execute(
+        "UPDATE postback.endpoints e SET record = n.record
+         FROM unnest($1::text[], $2::text[]) AS n(key, record) WHERE e.key = n.key",
+        &[&keys, &records],
+    )
+    .await?;
+    Ok(told)
+}
+
+/// Forgets the idle records among up to `n` after `after` (rows locked as they are read,
+/// so none changes before it is deleted); how many, and the key to go on from.
+pub async fn forget_endpoints(
+    t: &mut Tx<'_>,
+    idle_before: i64,
+    after: Option<&str>,
+    n: usize,
+) -> PgResult<(usize, Option<String>)> {
+    let rows = t
+        .query(
+            "SELECT key, record FROM postback.endpoints WHERE key > $1 ORDER BY key LIMIT $2
+             FOR UPDATE SKIP LOCKED",
+            &[&after.unwrap_or(""), &(n as i64)],
+        )
+        .await?;
+    let read: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let next = (read.len() == n)
+        .then(|| read.last().map(|(k, _)| k.clone()))
+        .flatten();
+    let idle: Vec<&String> = read
+        .iter()
+        .filter(|(key, json)| !json.is_empty() && endpoints::is_idle(key, json, idle_before))
+        .map(|(key, _)| key)
+        .collect();
+    if !idle.is_empty() {
+        t.execute(
+            "DELETE FROM postback.endpoints WHERE key = ANY($1)",
+            &[&idle],
+        )
+        .await?;
+    }
+    Ok((idle.len(), next))
 }

@@ -10,6 +10,8 @@ use tokio_postgres::Client;
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_tables.sql"),
     include_str!("migrations/0002_intake.sql"),
+    include_str!("migrations/0003_endpoints.sql"),
+    include_str!("migrations/0004_endpoint_pauses.sql"),
 ];
 
 /// The schema version this build writes and reads.

@@ -10,6 +10,7 @@ use super::changes::{history, parse_id};
 use super::tx::{corrupt, PgResult};
 use crate::domain::Tenant;
 use crate::lifecycle::{Index, Record};
+use crate::store::endpoints::{self, EndpointRecord};
 use crate::store::listing::MAX_SCAN;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, OUTCOME_WINDOW_MS};
@@ -245,4 +246,39 @@ pub async fn audit(
             AuditEntry::decode(at, row.get(2)).map_err(corrupt)
         })
         .collect()
+}
+
+/// Up to `n` endpoints' records after `after`, within `tenant`'s if named, in key order.
+pub async fn endpoints(
+    c: &Client,
+    tenant: Option<&Tenant>,
+    after: Option<&str>,
+    n: usize,
+) -> PgResult<Vec<EndpointRecord>> {
+    let (low, high) = endpoints::range(tenant, after);
+    let (low, inclusive) = low.unwrap_or_default();
+    let rows = query(
+        c,
+        "SELECT key, record FROM postback.endpoints
+         WHERE record <> '' AND (key > $1 OR ($2 AND key = $1)) AND ($3::text IS NULL OR key < $3)
+         ORDER BY key LIMIT $4",
+        &[&low, &inclusive, &high, &(n as i64)],
+    )
+    .await?;
+    rows.iter()
+        .map(|r| EndpointRecord::decode(r.get(0), r.get(1)).map_err(corrupt))
+        .collect()
+}
+
+/// The record under `key`, if any.
+pub async fn endpoint(c: &Client, key: &str) -> PgResult<Option<EndpointRecord>> {
+    let rows = query(
+        c,
+        "SELECT record FROM postback.endpoints WHERE key = $1 AND record <> ''",
+        &[&key],
+    )
+    .await?;
+    rows.first()
+        .map(|r| EndpointRecord::decode(key, r.get(0)).map_err(corrupt))
+        .transpose()
 }

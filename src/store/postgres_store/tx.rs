@@ -257,7 +257,7 @@ impl<'c> Tx<'c> {
     /// Whether `id`, scheduled at `at`, heads the due index; then schedulers wake. Holds
     /// claims off until this transaction ends (`exclude_wake_checks`).
     pub async fn heads_due(&mut self, id: &str, r: &Record) -> PgResult<bool> {
-        let Some((Index::Due, at)) = r.position().filter(|_| !r.waiting) else {
+        let Some(at) = r.due_at() else {
             return Ok(false);
         };
         if !self.holds_claims {

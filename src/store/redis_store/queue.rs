@@ -347,8 +347,7 @@ impl Queue for RedisStore {
         let defer = |d: &Deferral, held: Option<Held>, now: Now| {
             let id = d.id.to_string();
             let change = held.and_then(|h| {
-                let delay_ms = d.delay.as_millis() as u64;
-                transitions::defer(&h.record, d.lease, now, delay_ms, d.reserved)
+                d.apply(&h.record, now)
                     .map(|new| Change::new(&id, &h, &new))
             });
             Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))

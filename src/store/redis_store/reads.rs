@@ -186,7 +186,7 @@ impl Reads for RedisStore {
             false => Order::NewestFirst,
         };
         let keep = |v: &JobView| listed.keeps(v, filter, walk_from);
-        let range = (filter.since, filter.until);
+        let range = listed.scores(filter);
         let position = after.map(|c| &c.position);
         let mut pages = Vec::with_capacity(self.shards.len());
         for keys in &self.shards {

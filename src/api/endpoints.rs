@@ -1,0 +1,264 @@
+//! `GET /endpoints` (a tenant's callback origins and their health, filtered by state),
+//! `GET /endpoints/{id}` (one), and `POST /endpoints/{id}/pause` and `/resume` (its
+//! notifications held while paused, let go oldest first once resumed:
+//! `endpoint_pauses`). An endpoint is known from its first notification; its health is
+//! what every instance's attempts there told the store (`store::endpoints`).
+
+use std::collections::HashMap;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::audit;
+use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
+use super::view::{EndpointPage, EndpointState, EndpointView};
+use super::AppState;
+use super::{auth, paging};
+use crate::access::{Principal, Role, Scope};
+use crate::domain::{Endpoint, EndpointId, FieldError, Tenant};
+use crate::store::endpoints::now_ms;
+use crate::store::{AuditAction, EndpointPause, EndpointRecord};
+
+/// Records one page examines at most, when a state filter matches few: then the page
+/// comes back short, and `next_cursor` goes on from where it stopped.
+const MAX_SCAN: usize = 2_000;
+
+/// The filter and paging of `GET /endpoints`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Items per page, 1 to 500; default 50.
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+    /// Only endpoints in this state: `healthy`, `failing` or `paused`.
+    state: Option<String>,
+    /// Only this tenant's (a token bound to a tenant sees its own only).
+    tenant: Option<String>,
+}
+
+/// Endpoints, by tenant then id, cursor-paged, with their health. Role `read`; a
+/// tenant-bound token lists its tenant's only.
+#[utoipa::path(
+    get,
+    path = "/endpoints",
+    operation_id = "listEndpoints",
+    tag = "endpoints",
+    params(ListQuery),
+    responses(
+        (status = 200, body = EndpointPage),
+        (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        (status = 422, description = "A bad state, limit, cursor or tenant; `field` names it", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<EndpointPage>, ApiError> {
+    auth::require(&caller, Role::Read)?;
+    let Query(q) = query.map_err(invalid_query)?;
+    let limit = paging::limit(q.limit)?;
+    let wanted = q.state.as_deref().map(endpoint_state).transpose()?;
+    let mut after = paging::cursor(&state.cursors, q.cursor.as_deref(), |c| Some(c.to_string()))?;
+    let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
+    let pauses: HashMap<String, EndpointPause> = state.store.pauses().await?.into_iter().collect();
+    let now = now_ms();
+    let mut items = Vec::with_capacity(limit);
+    let mut examined = 0;
+    let next = loop {
+        let want = limit - items.len();
+        let read = state
+            .store
+            .endpoints(tenant.as_ref(), after.as_deref(), want)
+            .await?;
+        examined += read.len();
+        let Some(last) = read.last() else { break None };
+        after = Some(crate::store::endpoints::key(&last.tenant, &last.id()));
+        let full = read.len() == want;
+        let views = read
+            .iter()
+            .map(|r| EndpointView::new(r, pauses.get(&r.key()), now));
+        items.extend(views.filter(|v| wanted.is_none_or(|s| v.state == s)));
+        if items.len() == limit || (full && examined >= MAX_SCAN) {
+            break after;
+        }
+        if !full {
+            break None;
+        }
+    };
+    Ok(Json(EndpointPage {
+        items,
+        next_cursor: next.map(|c| state.cursors.seal(&c)),
+    }))
+}
+
+/// One endpoint with its health. Role `read`, for an endpoint of the token's tenant
+/// (another tenant's is not found).
+#[utoipa::path(
+    get,
+    path = "/endpoints/{id}",
+    operation_id = "getEndpoint",
+    tag = "endpoints",
+    params(("id" = String, Path, description = "The endpoint id, `ep_…`")),
+    responses(
+        (status = 200, body = EndpointView),
+        (status = 404, description = "No such endpoint", body = ErrorBody),
+        (status = 422, description = "Not an endpoint id", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn show(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<EndpointView>, ApiError> {
+    auth::require(&caller, Role::Read)?;
+    let id = EndpointId::parse(&id, "id")?;
+    let found = visible(&state, &caller, &id).await?;
+    let found = found.ok_or_else(|| ApiError::not_found("endpoint"))?;
+    view(&state, &found).await
+}
+
+/// Pause an endpoint (a merchant's maintenance window, a receiver known to be down): its
+/// notifications are held, neither attempted nor dead-lettered, their schedules frozen,
+/// until it is resumed. Pausing a paused one changes nothing. Role `operate`, for an
+/// endpoint of the token's tenant.
+#[utoipa::path(
+    post,
+    path = "/endpoints/{id}/pause",
+    operation_id = "pauseEndpoint",
+    tag = "endpoints",
+    params(("id" = String, Path, description = "The endpoint id, `ep_…`")),
+    responses(
+        (status = 200, description = "Paused", body = EndpointView),
+        (status = 404, description = "No such endpoint", body = ErrorBody),
+        (status = 422, description = "Not an endpoint id", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn pause(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<EndpointView>, ApiError> {
+    set_pause(state, caller, id, true).await
+}
+
+/// Resume a paused endpoint: its held notifications are let go oldest first, in a
+/// steady flow within its quota, each ordering key in its order. Resuming one that is
+/// not paused changes nothing. Role `operate`, for an endpoint of the token's tenant.
+#[utoipa::path(
+    post,
+    path = "/endpoints/{id}/resume",
+    operation_id = "resumeEndpoint",
+    tag = "endpoints",
+    params(("id" = String, Path, description = "The endpoint id, `ep_…`")),
+    responses(
+        (status = 200, description = "Resumed", body = EndpointView),
+        (status = 404, description = "No such endpoint", body = ErrorBody),
+        (status = 422, description = "Not an endpoint id", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resume(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<EndpointView>, ApiError> {
+    set_pause(state, caller, id, false).await
+}
+
+/// Pauses (`paused`) or resumes the endpoint `id` the caller may see, recording it in
+/// the audit log when it changed.
+async fn set_pause(
+    state: AppState,
+    caller: Principal,
+    id: String,
+    paused: bool,
+) -> Result<Json<EndpointView>, ApiError> {
+    auth::require(&caller, Role::Operate)?;
+    let id = EndpointId::parse(&id, "id")?;
+    let found = visible(&state, &caller, &id).await?;
+    let found = found.ok_or_else(|| ApiError::not_found("endpoint"))?;
+    let key = found.key();
+    let pause = paused.then(|| EndpointPause {
+        since: now_ms(),
+        by: caller.actor.clone(),
+    });
+    if state.store.set_pause(&key, pause.as_ref()).await? {
+        state.pauses.note(&key, paused);
+        let action = match paused {
+            true => AuditAction::PauseEndpoint,
+            false => AuditAction::ResumeEndpoint,
+        };
+        tracing::info!(endpoint = %id, tenant = %found.tenant, actor = %caller.actor, action = action.name(), "endpoint");
+        audit::record(&state, audit::on_endpoint(&caller, action, &found)).await;
+    }
+    view(&state, &found).await
+}
+
+/// The view of the endpoint `found`, with its pause.
+async fn view(state: &AppState, found: &EndpointRecord) -> Result<Json<EndpointView>, ApiError> {
+    let key = found.key();
+    let pauses = state.store.pauses().await?;
+    let pause = pauses.iter().find(|(k, _)| *k == key).map(|(_, p)| p);
+    Ok(Json(EndpointView::new(found, pause, now_ms())))
+}
+
+fn endpoint_state(raw: &str) -> Result<EndpointState, FieldError> {
+    match raw {
+        "healthy" => Ok(EndpointState::Healthy),
+        "failing" => Ok(EndpointState::Failing),
+        "paused" => Ok(EndpointState::Paused),
+        _ => Err(FieldError::new(
+            "state",
+            "must be `healthy`, `failing` or `paused`",
+        )),
+    }
+}
+
+/// The endpoint a list's `endpoint` filter names, if given: one the caller may see, or
+/// `422` naming the field.
+pub(super) async fn filter(
+    state: &AppState,
+    caller: &Principal,
+    raw: Option<&str>,
+) -> Result<Option<Endpoint>, ApiError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let id = EndpointId::parse(raw, "endpoint")?;
+    let found = visible(state, caller, &id).await?;
+    let unknown = || FieldError::new("endpoint", format!("no endpoint `{id}` is known"));
+    Ok(Some(found.ok_or_else(unknown)?.endpoint()))
+}
+
+/// The endpoint `id` if `caller` may see it: of its tenant, or for a caller of every
+/// tenant of whichever tenant it is (ids differ between tenants), looked up in each
+/// configured tenant's.
+async fn visible(
+    state: &AppState,
+    caller: &Principal,
+    id: &EndpointId,
+) -> Result<Option<EndpointRecord>, ApiError> {
+    if let Scope::One(tenant) = &caller.scope {
+        return Ok(state.store.endpoint(tenant, id).await?);
+    }
+    let default = Tenant::default_tenant();
+    let configured = state.rules.tenants.keys().filter(|t| !t.is_default());
+    for tenant in std::iter::once(&default).chain(configured) {
+        if let Some(found) = state.store.endpoint(tenant, id).await? {
+            return Ok(Some(found));
+        }
+    }
+    Ok(None)
+}

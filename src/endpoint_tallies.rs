@@ -1,0 +1,196 @@
+//! What this instance sees of endpoints (`domain::Endpoint`): the registrations to each
+//! and how its attempts there went, gathered in memory and added to the endpoints'
+//! records in the store every second (`EndpointHealth`), where every instance's add up.
+//! The API notes registrations, so an endpoint is known from its first notification; the
+//! scheduler notes attempts. A store that cannot be reached keeps the tallies for the next
+//! second; an instance killed loses at most a second of counts, never a notification.
+//! The records a write finds failing for `ops.failing_after` go to `ops_events`, which
+//! tells them as `endpoint.failing`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::{backoff, worth_logging};
+use crate::domain::{AttemptReport, Endpoint, Outcome, Tenant};
+use crate::ops_events::OpsEvents;
+use crate::store::endpoints::{now_ms, Failure};
+use crate::store::{EndpointRecord, EndpointTally, Store, StoreResult};
+
+/// How often the tallies go to the store.
+const PERIOD: Duration = Duration::from_secs(1);
+/// Endpoints a tenant's registrations add at most between two writes: beyond it, its
+/// registrations to further endpoints are not noted (their attempts are), so that a
+/// tenant's flood of distinct callback origins bounds what one write carries and leaves
+/// other tenants' registrations noted.
+const MAX_NEW_PER_TENANT: usize = 1_000;
+/// Records written per store call.
+const PER_CALL: usize = 200;
+
+#[derive(Default)]
+pub struct EndpointTallies {
+    gathered: Mutex<Gathered>,
+}
+
+/// What was seen since the last write.
+#[derive(Default)]
+struct Gathered {
+    tallies: HashMap<Endpoint, EndpointTally>,
+    /// Endpoints each tenant's registrations added.
+    new_per_tenant: HashMap<Tenant, usize>,
+}
+
+impl EndpointTallies {
+    /// Notes a registration to `url` for `tenant`.
+    pub fn registered(&self, tenant: &Tenant, url: &url::Url) {
+        let Some(endpoint) = Endpoint::of(tenant, url) else {
+            return;
+        };
+        let at = now_ms();
+        let mut gathered = self.lock();
+        if let Some(tally) = gathered.tallies.get_mut(&endpoint) {
+            tally.registered(at);
+            return;
+        }
+        let added = gathered.new_per_tenant.entry(tenant.clone()).or_default();
+        if *added < MAX_NEW_PER_TENANT {
+            *added += 1;
+            let tally = EndpointTally::new(endpoint.clone(), at);
+            gathered.tallies.insert(endpoint, tally);
+        }
+    }
+
+    /// Notes an attempt at `url` for `tenant`, which `report` tells of.
+    pub fn attempted(&self, tenant: &Tenant, url: &url::Url, report: &AttemptReport) {
+        let Some(endpoint) = Endpoint::of(tenant, url) else {
+            return;
+        };
+        let at = now_ms();
+        let failure = (report.outcome != Outcome::Delivered).then(|| Failure {
+            at,
+            status: report.status,
+            error: report.error.clone(),
+        });
+        self.lock()
+            .tallies
+            .entry(endpoint.clone())
+            .or_insert_with(|| EndpointTally::new(endpoint, at))
+            .attempted(at, failure);
+    }
+
+    /// Adds the tallies to the store every second until `stop` fires, then once more;
+    /// `ops` tells the endpoints the store finds failing, `wake` wakes the scheduler for
+    /// its events.
+    pub async fn run(
+        self: Arc<Self>,
+        store: Arc<dyn Store>,
+        ops: Arc<OpsEvents>,
+        wake: Arc<Notify>,
+        stop: CancellationToken,
+    ) {
+        let mut failures = 0;
+        loop {
+            let pause = match failures {
+                0 => PERIOD,
+                n => backoff(n).max(PERIOD),
+            };
+            let stopping = tokio::select! {
+                _ = tokio::time::sleep(pause) => false,
+                _ = stop.cancelled() => true,
+            };
+            match self.write(store.as_ref(), ops.failing_after()).await {
+                Ok(failing) => {
+                    failures = 0;
+                    ops.endpoints_failing(store.as_ref(), &wake, &failing).await;
+                }
+                Err(e) => {
+                    failures += 1;
+                    if stopping || worth_logging(failures) {
+                        tracing::warn!(error = %e, failures, "endpoints' health not stored; kept for another try");
+                    }
+                }
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+
+    /// Writes what was gathered; what could not be written is kept, merged with what
+    /// came meanwhile. The records the store found failing for `failing_after`.
+    async fn write(
+        &self,
+        store: &dyn Store,
+        failing_after: Duration,
+    ) -> StoreResult<Vec<EndpointRecord>> {
+        let taken = std::mem::take(&mut *self.lock()).tallies;
+        let taken: Vec<EndpointTally> = taken.into_values().collect();
+        let mut written = 0;
+        let mut failing = Vec::new();
+        for chunk in taken.chunks(PER_CALL) {
+            match store.record_endpoints(chunk, failing_after).await {
+                Ok(told) => failing.extend(told),
+                Err(e) => {
+                    self.keep(taken.into_iter().skip(written));
+                    return Err(e);
+                }
+            }
+            written += chunk.len();
+        }
+        Ok(failing)
+    }
+
+    fn keep(&self, tallies: impl Iterator<Item = EndpointTally>) {
+        let gathered = &mut self.lock().tallies;
+        for mut tally in tallies {
+            if let Some(later) = gathered.remove(&tally.endpoint) {
+                tally.merge(later);
+            }
+            gathered.insert(tally.endpoint.clone(), tally);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gathered> {
+        self.gathered.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(n: usize) -> url::Url {
+        url::Url::parse(&format!("https://host-{n}.example/n")).unwrap()
+    }
+
+    fn noted(tallies: &EndpointTallies, tenant: &Tenant) -> usize {
+        let gathered = tallies.lock();
+        gathered
+            .tallies
+            .keys()
+            .filter(|e| e.tenant == *tenant)
+            .count()
+    }
+
+    #[test]
+    fn one_tenants_flood_of_origins_leaves_anothers_registrations_noted() {
+        let (a, b) = (
+            Tenant::parse("shop-a", "t").unwrap(),
+            Tenant::parse("shop-b", "t").unwrap(),
+        );
+        let tallies = EndpointTallies::default();
+        for n in 0..MAX_NEW_PER_TENANT + 50 {
+            tallies.registered(&a, &url(n));
+        }
+        tallies.registered(&b, &url(0));
+        assert_eq!(noted(&tallies, &a), MAX_NEW_PER_TENANT);
+        assert_eq!(noted(&tallies, &b), 1);
+        // An attempt is noted whatever the registrations did.
+        let report = AttemptReport::failure(Some(500), "HTTP 500".into(), String::new());
+        tallies.attempted(&a, &url(MAX_NEW_PER_TENANT + 1), &report);
+        assert_eq!(noted(&tallies, &a), MAX_NEW_PER_TENANT + 1);
+    }
+}
