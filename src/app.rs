@@ -88,7 +88,7 @@ impl App {
             shares.collect(),
         );
         let ops = Arc::new(OpsEvents::new(&config)?);
-        let endpoints = Arc::new(EndpointTallies::default());
+        let endpoints = Arc::new(EndpointTallies::new(config.endpoint_rules()));
         let pauses = Arc::new(EndpointPauses::default());
         let dispatcher = Dispatcher::new(
             store.clone(),
@@ -121,6 +121,7 @@ impl App {
             cursors: Arc::new(CursorSeal::new(&config.tokens.fingerprint())),
             endpoints: endpoints.clone(),
             pauses: pauses.clone(),
+            ops: ops.clone(),
         });
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {
@@ -183,6 +184,7 @@ impl App {
         let tallying = tokio::spawn(self.endpoints.run(
             self.store.clone(),
             self.ops.clone(),
+            self.pauses.clone(),
             self.wake.clone(),
             ops_stop.clone(),
         ));

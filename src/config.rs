@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::bail;
 
@@ -14,6 +15,7 @@ use crate::domain::{CallbackUrl, Destinations, HostAllowList, Tenant};
 use crate::egress::ProxyUrl;
 use crate::policy::{Quota, Quotas};
 use crate::signing::{Keys, Secret, Signer, SigningKey};
+use crate::store::endpoints::EndpointRules;
 
 mod checks;
 mod duration;
@@ -97,9 +99,24 @@ pub struct TenantConfig {
     pub response_bytes: Option<usize>,
     /// Where its ops events go, held to what callback URLs are.
     pub ops_url: Option<CallbackUrl>,
+    /// How long its endpoints fail before they are paused, if not `endpoints.pause_after`.
+    pub pause_after: Option<Duration>,
 }
 
 impl Config {
+    /// When endpoints are told failing and paused: the instance's settings, and each
+    /// tenant's own `pause_after`.
+    pub fn endpoint_rules(&self) -> EndpointRules {
+        let tenants = self.tenants.iter();
+        EndpointRules {
+            tell_failing_after: self.settings.ops.failing_after,
+            pause_after: self.settings.endpoints.pause_after,
+            tenants: tenants
+                .filter_map(|(t, c)| Some((t.clone(), c.pause_after?)))
+                .collect(),
+        }
+    }
+
     /// Defaults, then the TOML file if given, then `POSTBACK_*` environment variables.
     pub fn load(path: Option<&Path>, insecure_no_auth: bool) -> anyhow::Result<Self> {
         Self::validate(loading::read(path)?, insecure_no_auth)

@@ -4,8 +4,9 @@
 //! The API notes registrations, so an endpoint is known from its first notification; the
 //! scheduler notes attempts. A store that cannot be reached keeps the tallies for the next
 //! second; an instance killed loses at most a second of counts, never a notification.
-//! The records a write finds failing for `ops.failing_after` go to `ops_events`, which
-//! tells them as `endpoint.failing`.
+//! What a write decides (an endpoint failing for `ops.failing_after`, one paused for
+//! failing `endpoints.pause_after`) goes to `ops_events`, which tells it; a pause is
+//! applied here at once, before the next reading of the pauses.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::{backoff, worth_logging};
 use crate::domain::{AttemptReport, Endpoint, Outcome, Tenant};
+use crate::endpoint_pauses::EndpointPauses;
 use crate::ops_events::OpsEvents;
-use crate::store::endpoints::{now_ms, Failure};
-use crate::store::{EndpointRecord, EndpointTally, Store, StoreResult};
+use crate::store::endpoints::{now_ms, EndpointNotice, EndpointRules, Failure};
+use crate::store::{EndpointTally, Store, StoreResult};
 
 /// How often the tallies go to the store.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -30,9 +32,10 @@ const MAX_NEW_PER_TENANT: usize = 1_000;
 /// Records written per store call.
 const PER_CALL: usize = 200;
 
-#[derive(Default)]
 pub struct EndpointTallies {
     gathered: Mutex<Gathered>,
+    /// When the writes tell an endpoint failing and pause it.
+    rules: EndpointRules,
 }
 
 /// What was seen since the last write.
@@ -44,6 +47,13 @@ struct Gathered {
 }
 
 impl EndpointTallies {
+    pub fn new(rules: EndpointRules) -> Self {
+        Self {
+            gathered: Mutex::default(),
+            rules,
+        }
+    }
+
     /// Notes a registration to `url` for `tenant`.
     pub fn registered(&self, tenant: &Tenant, url: &url::Url) {
         let Some(endpoint) = Endpoint::of(tenant, url) else {
@@ -82,12 +92,13 @@ impl EndpointTallies {
     }
 
     /// Adds the tallies to the store every second until `stop` fires, then once more;
-    /// `ops` tells the endpoints the store finds failing, `wake` wakes the scheduler for
-    /// its events.
+    /// `ops` tells what the writes decide, `pauses` learns the pauses they make at once,
+    /// `wake` wakes the scheduler for the events.
     pub async fn run(
         self: Arc<Self>,
         store: Arc<dyn Store>,
         ops: Arc<OpsEvents>,
+        pauses: Arc<EndpointPauses>,
         wake: Arc<Notify>,
         stop: CancellationToken,
     ) {
@@ -101,10 +112,16 @@ impl EndpointTallies {
                 _ = tokio::time::sleep(pause) => false,
                 _ = stop.cancelled() => true,
             };
-            match self.write(store.as_ref(), ops.failing_after()).await {
-                Ok(failing) => {
+            match self.write(store.as_ref()).await {
+                Ok(notices) => {
                     failures = 0;
-                    ops.endpoints_failing(store.as_ref(), &wake, &failing).await;
+                    for notice in &notices {
+                        if let EndpointNotice::Paused(record, _) = notice {
+                            pauses.note(&record.key(), true);
+                            tracing::warn!(endpoint = %record.id(), tenant = %record.tenant, failing_since = ?record.failing_since, "endpoint paused: no success for its pause_after; its notifications are held");
+                        }
+                    }
+                    ops.endpoints(store.as_ref(), &wake, &notices).await;
                 }
                 Err(e) => {
                     failures += 1;
@@ -120,19 +137,15 @@ impl EndpointTallies {
     }
 
     /// Writes what was gathered; what could not be written is kept, merged with what
-    /// came meanwhile. The records the store found failing for `failing_after`.
-    async fn write(
-        &self,
-        store: &dyn Store,
-        failing_after: Duration,
-    ) -> StoreResult<Vec<EndpointRecord>> {
+    /// came meanwhile. What the writes decided.
+    async fn write(&self, store: &dyn Store) -> StoreResult<Vec<EndpointNotice>> {
         let taken = std::mem::take(&mut *self.lock()).tallies;
         let taken: Vec<EndpointTally> = taken.into_values().collect();
         let mut written = 0;
-        let mut failing = Vec::new();
+        let mut notices = Vec::new();
         for chunk in taken.chunks(PER_CALL) {
-            match store.record_endpoints(chunk, failing_after).await {
-                Ok(told) => failing.extend(told),
+            match store.record_endpoints(chunk, &self.rules).await {
+                Ok(told) => notices.extend(told),
                 Err(e) => {
                     self.keep(taken.into_iter().skip(written));
                     return Err(e);
@@ -140,7 +153,7 @@ impl EndpointTallies {
             }
             written += chunk.len();
         }
-        Ok(failing)
+        Ok(notices)
     }
 
     fn keep(&self, tallies: impl Iterator<Item = EndpointTally>) {
@@ -181,7 +194,7 @@ mod tests {
             Tenant::parse("shop-a", "t").unwrap(),
             Tenant::parse("shop-b", "t").unwrap(),
         );
-        let tallies = EndpointTallies::default();
+        let tallies = EndpointTallies::new(EndpointRules::default());
         for n in 0..MAX_NEW_PER_TENANT + 50 {
             tallies.registered(&a, &url(n));
         }

@@ -13,10 +13,12 @@
 //!
 //! An endpoint whose attempts have all failed for `ops.failing_after` is told as
 //! `endpoint.failing`, to its tenant's `ops_url` and the operator's, once per run of
-//! failures and at most hourly: the store's write of its record decides
-//! (`store::endpoints`), so one instance of the fleet tells it. Ops events' own
-//! deliveries are not counted by endpoint, so an ops URL that fails is never told
-//! about itself.
+//! failures and at most hourly; one with no success for `endpoints.pause_after` is paused
+//! and told as `endpoint.paused`. The store's write of its record decides both
+//! (`store::endpoints`), so one instance of the fleet tells each. A pause or resume by
+//! hand is told as `endpoint.paused` or `endpoint.resumed` by the instance that made it.
+//! Ops events' own deliveries are not counted by endpoint, so an ops URL that fails is
+//! never told about itself.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -32,6 +34,7 @@ use crate::domain::{
     AttemptReport, CallbackUrl, ExtraHeaders, Notification, Payload, Placement, Schedule,
     SuccessRule, Tenant,
 };
+use crate::store::endpoints::EndpointNotice;
 use crate::store::{ClaimedJob, EndpointRecord, Store};
 
 /// The topic of every event, which producers may not use (`postback.` is reserved).
@@ -39,8 +42,7 @@ pub const TOPIC: &str = "postback.ops";
 
 /// Dead letters listed in one event at most; the count covers every one.
 const MAX_LISTED: usize = 100;
-/// `endpoint.failing` events kept for another try at most, while the store does not
-/// take them.
+/// Endpoint events kept for another try at most, while the store does not take them.
 const MAX_UNSENT: usize = 1_000;
 
 /// Who an event is for.
@@ -79,12 +81,11 @@ pub struct OpsEvents {
     operator: Option<CallbackUrl>,
     tenants: BTreeMap<Tenant, CallbackUrl>,
     window: Duration,
-    failing_after: Duration,
     schedule: Schedule,
     timeout: Duration,
     placement: Placement,
     gathered: Mutex<BTreeMap<Recipient, Gathered>>,
-    /// `endpoint.failing` events the store did not take yet.
+    /// Endpoint events the store did not take yet.
     unsent: Mutex<Vec<Notification>>,
 }
 
@@ -99,7 +100,6 @@ impl OpsEvents {
             operator: config.ops_url.clone(),
             tenants: tenants.collect(),
             window: s.ops.window,
-            failing_after: s.ops.failing_after,
             schedule: schedule.ok_or_else(|| anyhow::anyhow!("schedules.default: required"))?,
             timeout: s.delivery.timeout,
             placement: Placement::new(config.shards),
@@ -108,67 +108,58 @@ impl OpsEvents {
         })
     }
 
-    /// How long an endpoint fails before it is told (`ops.failing_after`).
-    pub fn failing_after(&self) -> Duration {
-        self.failing_after
-    }
-
     /// Whether attempts of `job` are ops events (not counted by endpoint, never told).
     pub fn is_event(job: &ClaimedJob) -> bool {
         job.spec.topic.as_deref() == Some(TOPIC)
     }
 
-    /// Stores an `endpoint.failing` event about each record for its tenant's ops URL and
-    /// the operator's, with those the store did not take before; what it does not take
-    /// now is kept for the next call.
-    pub async fn endpoints_failing(
-        &self,
-        store: &dyn Store,
-        wake: &Notify,
-        records: &[EndpointRecord],
-    ) {
+    /// Stores the events `notices` tell, for each endpoint's tenant's ops URL and the
+    /// operator's, with those the store did not take before; what it does not take now
+    /// is kept for the next call.
+    pub async fn endpoints(&self, store: &dyn Store, wake: &Notify, notices: &[EndpointNotice]) {
         let mut events =
             std::mem::take(&mut *self.unsent.lock().unwrap_or_else(|e| e.into_inner()));
-        events.extend(records.iter().flat_map(|r| self.failing_events(r)));
+        events.extend(notices.iter().flat_map(|n| self.endpoint_events(n)));
         for event in events {
             match store.enqueue(&event, None).await {
                 Ok(enqueued) => {
                     if enqueued.earliest.is_some() {
                         wake.notify_one();
                     }
-                    tracing::info!(id = %event.id, tenant = %event.tenant, "ops event endpoint.failing registered");
+                    tracing::info!(id = %event.id, tenant = %event.tenant, "ops event about an endpoint registered");
                 }
                 Err(e) => {
                     let mut unsent = self.unsent.lock().unwrap_or_else(|e| e.into_inner());
                     if unsent.len() < MAX_UNSENT {
                         unsent.push(event);
                     } else {
-                        tracing::warn!(error = %e, "ops event endpoint.failing not stored, and too many wait: dropped");
+                        tracing::warn!(error = %e, "ops event about an endpoint not stored, and too many wait: dropped");
                     }
                 }
             }
         }
     }
 
-    /// The `endpoint.failing` events about `r`: to its tenant, and to the operator.
-    fn failing_events(&self, r: &EndpointRecord) -> Vec<Notification> {
-        let time = |ms: i64| {
-            let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-            humantime::format_rfc3339_millis(t).to_string()
+    /// The events `notice` tells: to its endpoint's tenant, and to the operator.
+    fn endpoint_events(&self, notice: &EndpointNotice) -> Vec<Notification> {
+        let (kind, data) = match notice {
+            EndpointNotice::Failing(r) => ("endpoint.failing", health(r)),
+            EndpointNotice::Paused(r, pause) => {
+                let mut data = health(r);
+                data["paused_at"] = json!(rfc3339(pause.since));
+                data["paused_by"] = json!(pause.by);
+                ("endpoint.paused", data)
+            }
+            EndpointNotice::Resumed(r, by) => {
+                let mut data = about(r);
+                data["resumed_by"] = json!(by);
+                ("endpoint.resumed", data)
+            }
         };
-        let data = json!({
-            "tenant": r.tenant.to_string(),
-            "endpoint": {"id": r.id().to_string(), "url": r.origin},
-            "failing_since": r.failing_since.map(time),
-            "consecutive_failures": r.consecutive_failures,
-            "last_success_at": r.last_success.map(time),
-            "last_failure": r.last_failure.as_ref().map(|f| json!({
-                "at": time(f.at), "status": f.status, "error": f.error,
-            })),
-        });
-        [Recipient::Operator, Recipient::Tenant(r.tenant.clone())]
+        let tenant = notice.record().tenant.clone();
+        [Recipient::Operator, Recipient::Tenant(tenant)]
             .iter()
-            .filter_map(|to| self.event(to, "endpoint.failing", data.clone()))
+            .filter_map(|to| self.event(to, kind, data.clone()))
             .collect()
     }
 
@@ -314,4 +305,30 @@ impl OpsEvents {
             traceparent: None,
         })
     }
+}
+
+/// Which endpoint an event is about.
+fn about(r: &EndpointRecord) -> Value {
+    json!({
+        "tenant": r.tenant.to_string(),
+        "endpoint": {"id": r.id().to_string(), "url": r.origin},
+    })
+}
+
+/// Which endpoint, and how its attempts have gone.
+fn health(r: &EndpointRecord) -> Value {
+    let mut data = about(r);
+    data["failing_since"] = json!(r.failing_since.map(rfc3339));
+    data["consecutive_failures"] = json!(r.consecutive_failures);
+    data["last_success_at"] = json!(r.last_success.map(rfc3339));
+    data["last_failure"] = json!(r.last_failure.as_ref().map(|f| json!({
+        "at": rfc3339(f.at), "status": f.status, "error": f.error,
+    })));
+    data
+}
+
+/// A time in ms as RFC 3339 with ms.
+fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
 }

@@ -473,6 +473,9 @@ impl AttemptContext {
                 record_lateness(&job);
                 let report = AttemptReport::circuit_open();
                 attempt_span(&job, &target.host).in_scope(|| log_outcome(&job, &report));
+                if makes_it_dead(&job, &report) {
+                    self.observers.ops.dead(&job, &report);
+                }
                 let settlement = self.settlement(&job, report);
                 self.report(Report::Attempted(settlement), place).await;
             }

@@ -19,7 +19,7 @@ use super::AppState;
 use super::{auth, paging};
 use crate::access::{Principal, Role, Scope};
 use crate::domain::{Endpoint, EndpointId, FieldError, Tenant};
-use crate::store::endpoints::now_ms;
+use crate::store::endpoints::{now_ms, EndpointNotice};
 use crate::store::{AuditAction, EndpointPause, EndpointRecord};
 
 /// Records one page examines at most, when a state filter matches few: then the page
@@ -198,12 +198,22 @@ async fn set_pause(
     });
     if state.store.set_pause(&key, pause.as_ref()).await? {
         state.pauses.note(&key, paused);
-        let action = match paused {
-            true => AuditAction::PauseEndpoint,
-            false => AuditAction::ResumeEndpoint,
+        let (action, notice) = match pause {
+            Some(pause) => (
+                AuditAction::PauseEndpoint,
+                EndpointNotice::Paused(found.clone(), pause),
+            ),
+            None => (
+                AuditAction::ResumeEndpoint,
+                EndpointNotice::Resumed(found.clone(), caller.actor.clone()),
+            ),
         };
         tracing::info!(endpoint = %id, tenant = %found.tenant, actor = %caller.actor, action = action.name(), "endpoint");
         audit::record(&state, audit::on_endpoint(&caller, action, &found)).await;
+        state
+            .ops
+            .endpoints(state.store.as_ref(), &state.wake, &[notice])
+            .await;
     }
     view(&state, &found).await
 }

@@ -50,6 +50,7 @@ use crate::config::ServerSettings;
 use crate::endpoint_pauses::EndpointPauses;
 use crate::endpoint_tallies::EndpointTallies;
 use crate::metrics;
+use crate::ops_events::OpsEvents;
 use crate::policy::Policy;
 use crate::scheduler::Pipeline;
 use crate::signing::Signer;
@@ -105,6 +106,8 @@ pub struct Shared {
     pub endpoints: Arc<EndpointTallies>,
     /// Told of each pause and resume, at once.
     pub pauses: Arc<EndpointPauses>,
+    /// Tells the ops URLs of each pause and resume by hand.
+    pub ops: Arc<OpsEvents>,
 }
 
 #[derive(OpenApi)]

@@ -21,6 +21,7 @@ pub(super) fn settings(s: &Settings) -> anyhow::Result<()> {
     check_retention(&s.retention)?;
     check_traces(&s.traces)?;
     check_ops(s)?;
+    check_endpoints(s)?;
     check(
         s.schedules.contains_key("default"),
         "schedules.default",
@@ -279,6 +280,22 @@ fn check_ops(s: &Settings) -> anyhow::Result<()> {
         "ops.failing_after",
         "must be more than 0s and at most 1d",
     )
+}
+
+/// At most 30 days: by then every schedule's notifications have died, so a pause would
+/// hold nothing; a longer one is more likely a slip (`12d` for `12h`) than a wish.
+fn check_endpoints(s: &Settings) -> anyhow::Result<()> {
+    let most = Duration::from_secs(30 * 24 * 3600);
+    let pause_after = |key: &str, after: Duration| {
+        check(after <= most, key, "must be at most 30d (0s: never pause)")
+    };
+    pause_after("endpoints.pause_after", s.endpoints.pause_after)?;
+    for (name, t) in &s.tenants {
+        if let Some(after) = t.pause_after {
+            pause_after(&format!("tenants.{name}.pause_after"), after)?;
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn check(ok: bool, key: &str, problem: &str) -> anyhow::Result<()> {

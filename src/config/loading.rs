@@ -23,6 +23,7 @@ const SECTIONS: &[&str] = &[
     "metrics",
     "traces",
     "ops",
+    "endpoints",
     "schedules",
     "quotas",
     "secrets",

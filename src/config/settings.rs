@@ -26,6 +26,7 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     pub traces: TraceSettings,
     pub ops: OpsSettings,
+    pub endpoints: EndpointSettings,
     pub schedules: BTreeMap<String, Schedule>,
     /// Named bundles of a schedule and a success rule (`profile` on `POST /notify`).
     pub profiles: BTreeMap<String, ProfileSettings>,
@@ -78,6 +79,13 @@ pub struct TenantSettings {
     pub response_bytes: Option<usize>,
     /// Where this tenant's operational events go (`ops_events`).
     pub ops_url: Option<String>,
+    /// Its endpoints with no success for this long are paused, instead of
+    /// `endpoints.pause_after`; `0s`: never.
+    #[serde(
+        with = "super::duration::optional",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pause_after: Option<Duration>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -262,6 +270,28 @@ impl Default for OpsSettings {
     }
 }
 
+/// Endpoints (`store::endpoints`): when one that keeps failing is paused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EndpointSettings {
+    /// An endpoint with no success for this long is paused, its notifications held
+    /// rather than walked into the dead letters; `0s`: never. Tenants may set their own.
+    #[serde(with = "super::duration")]
+    pub pause_after: Duration,
+}
+
+impl Default for EndpointSettings {
+    fn default() -> Self {
+        // Half the default schedule's 25 h 45 min: an endpoint down that long is not
+        // coming back within a retry, and none of the notifications on that schedule has
+        // died yet when they are held. Outages of a few hours (a deploy, a night) are
+        // still ridden out by the retries alone.
+        Self {
+            pause_after: Duration::from_secs(12 * 3600),
+        }
+    }
+}
+
 /// What `/metrics` shows.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -322,6 +352,7 @@ impl Default for Settings {
             metrics: MetricsSettings::default(),
             traces: TraceSettings::default(),
             ops: OpsSettings::default(),
+            endpoints: EndpointSettings::default(),
             schedules: default_schedules(),
             profiles: super::profiles::default_profiles(),
             quotas: BTreeMap::new(),

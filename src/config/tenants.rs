@@ -57,6 +57,7 @@ pub(super) fn tenants(
                 max_concurrency: t.max_concurrency,
                 response_bytes: t.response_bytes,
                 ops_url,
+                pause_after: t.pause_after,
             },
         );
     }

@@ -14,6 +14,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::endpoints::{EndpointNotice, EndpointRules};
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
@@ -453,11 +454,11 @@ impl EndpointHealth for EmbeddedStore {
     async fn record_endpoints(
         &self,
         tallies: &[EndpointTally],
-        tell_failing_after: Duration,
-    ) -> StoreResult<Vec<EndpointRecord>> {
-        let tallies = tallies.to_vec();
+        rules: &EndpointRules,
+    ) -> StoreResult<Vec<EndpointNotice>> {
+        let (tallies, rules) = (tallies.to_vec(), rules.clone());
         self.writer
-            .run(move |t, _| endpoints::record(t, &tallies, tell_failing_after))
+            .run(move |t, _| endpoints::record(t, &tallies, &rules))
             .await
     }
 

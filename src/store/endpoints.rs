@@ -9,7 +9,10 @@
 //! A record also says when its endpoint was last told to be failing (`endpoint.failing`,
 //! `ops_events`): the write that finds it failing for long enough, and not told of this
 //! run of failures nor within the hour, tells it, and since each record is written in one
-//! transaction, one instance of the fleet does.
+//! transaction, one instance of the fleet does. The same write pauses an endpoint with no
+//! success for its tenant's `pause_after` (`EndpointRules`), once per run of failures;
+//! a resume starts the count again, so that what a resume lets go gets `pause_after` to
+//! succeed before the endpoint is paused again.
 //!
 //! Attempts are counted in five-minute windows for the last hour and in hours for the
 //! last day. The failures in a row, and since when, are counted from every instance's
@@ -76,6 +79,29 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// When endpoints are told failing and paused: the fleet's rules, a tenant's own
+/// `pause_after` overriding the instance's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointRules {
+    /// An endpoint failing this long is told as `endpoint.failing` (`ops.failing_after`).
+    pub tell_failing_after: Duration,
+    /// One with no success for this long is paused (`endpoints.pause_after`); zero: never.
+    pub pause_after: Duration,
+    /// Tenants' own `pause_after`.
+    pub tenants: BTreeMap<Tenant, Duration>,
+}
+
+impl EndpointRules {
+    /// How long `tenant`'s endpoints fail before they are paused; `None`: never.
+    pub fn pause_after(&self, tenant: &Tenant) -> Option<Duration> {
+        let after = self.tenants.get(tenant).unwrap_or(&self.pause_after);
+        (!after.is_zero()).then_some(*after)
+    }
+}
+
+/// Who pauses an endpoint that kept failing, in its pause's `by`.
+pub const PAUSED_BY_POSTBACK: &str = "postback";
 
 /// A paused endpoint: its notifications are held, not attempted, until it is resumed.
 /// Kept under the endpoint's key apart from its record, so that instances read every
@@ -210,10 +236,65 @@ pub struct EndpointRecord {
     /// When it was last told to be failing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failing_told_at: Option<i64>,
+    /// When a write last paused it for failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<i64>,
+    /// When it was last resumed: its failures count for a pause from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_at: Option<i64>,
     /// `[window, attempts, successes]` for the five-minute windows of the last hour.
     minutes: Vec<[i64; 3]>,
     /// `[hour, attempts, successes]` for the hours of the last day.
     hours: Vec<[i64; 3]>,
+}
+
+/// A record once a tally is added (`EndpointRecord::added`): what to store, and what the
+/// write decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Added {
+    /// The record to store (JSON).
+    pub json: String,
+    pub record: EndpointRecord,
+    /// This write tells it to be failing.
+    pub tell_failing: bool,
+    /// This write pauses it: the pause to store unless it is paused already.
+    pub pause: Option<EndpointPause>,
+}
+
+/// What happened to an endpoint that `ops_events` tells: decided by a write of records,
+/// or by hand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointNotice {
+    /// Failing for `tell_failing_after`.
+    Failing(EndpointRecord),
+    /// Paused (it was not paused before): for failing `pause_after`, or by hand.
+    Paused(EndpointRecord, EndpointPause),
+    /// Resumed by hand, by the token named.
+    Resumed(EndpointRecord, String),
+}
+
+impl EndpointNotice {
+    /// The endpoint's record.
+    pub fn record(&self) -> &EndpointRecord {
+        match self {
+            Self::Failing(r) | Self::Paused(r, _) | Self::Resumed(r, _) => r,
+        }
+    }
+}
+
+impl Added {
+    /// What to tell of it, once its record and pause are stored; `newly_paused`: the
+    /// store took its pause (it was not paused already).
+    pub fn notices(self, newly_paused: bool) -> Vec<EndpointNotice> {
+        let mut notices = Vec::new();
+        if self.tell_failing {
+            notices.push(EndpointNotice::Failing(self.record.clone()));
+        }
+        if let Some(pause) = self.pause.filter(|_| newly_paused) {
+            notices.push(EndpointNotice::Paused(self.record, pause));
+        }
+        notices
+    }
 }
 
 /// Attempts and how many succeeded over a span.
@@ -241,6 +322,8 @@ impl EndpointRecord {
             consecutive_failures: 0,
             last_failure: None,
             failing_told_at: None,
+            paused_at: None,
+            resumed_at: None,
             minutes: Vec::new(),
             hours: Vec::new(),
         }
@@ -291,26 +374,49 @@ impl EndpointRecord {
     }
 
     /// The stored record (JSON) once `tally` is added to `stored` (none: a new endpoint),
-    /// at `now`, and the record itself when this is the write that tells it to be failing:
-    /// failing for `tell_after` or longer, and told neither of this run of failures nor
-    /// within the hour. The windows older than they cover are dropped.
+    /// at `now`, under `rules`: whether this write tells it to be failing (failing for
+    /// `tell_failing_after` or longer, and told neither of this run of failures nor within
+    /// the hour), and whether it pauses it (no success for its tenant's `pause_after`
+    /// since this run of failures began or it was last resumed, and not paused for this
+    /// run yet). The windows older than they cover are dropped.
     pub fn added(
         key: &str,
         stored: Option<&str>,
         tally: &EndpointTally,
         now: i64,
-        tell_after: Duration,
-    ) -> StoreResult<(String, Option<EndpointRecord>)> {
+        rules: &EndpointRules,
+    ) -> StoreResult<Added> {
         let mut record = match stored {
             Some(json) => Self::decode(key, json)?,
             None => Self::new(tally),
         };
         record.add(tally, now);
-        let tell = record.to_tell(now, tell_after.as_millis() as i64);
-        if tell {
+        let tell_failing = record.to_tell(now, rules.tell_failing_after.as_millis() as i64);
+        if tell_failing {
             record.failing_told_at = Some(now);
         }
-        Ok((record.encode(), tell.then_some(record)))
+        let pause_after = rules.pause_after(&record.tenant);
+        let pause = pause_after.filter(|after| record.to_pause(now, after.as_millis() as i64));
+        let pause = pause.map(|_| {
+            record.paused_at = Some(now);
+            EndpointPause {
+                since: now,
+                by: PAUSED_BY_POSTBACK.to_string(),
+            }
+        });
+        Ok(Added {
+            json: record.encode(),
+            record,
+            tell_failing,
+            pause,
+        })
+    }
+
+    /// The stored record `json` (under `key`) of an endpoint resumed at `now`.
+    pub fn resumed(key: &str, json: &str, now: i64) -> StoreResult<String> {
+        let mut record = Self::decode(key, json)?;
+        record.resumed_at = Some(now);
+        Ok(record.encode())
     }
 
     fn to_tell(&self, now: i64, after_ms: i64) -> bool {
@@ -320,6 +426,15 @@ impl EndpointRecord {
         let told_of_this_run = self.failing_told_at.is_some_and(|t| t >= since);
         let told_lately = self.failing_told_at.is_some_and(|t| now - t < RETELL_MS);
         now - since >= after_ms && !told_of_this_run && !told_lately
+    }
+
+    fn to_pause(&self, now: i64, after_ms: i64) -> bool {
+        let Some(since) = self.failing_since.filter(|_| self.is_failing()) else {
+            return false;
+        };
+        let counted_from = since.max(self.resumed_at.unwrap_or(i64::MIN));
+        let paused_for_this_run = self.paused_at.is_some_and(|p| p >= counted_from);
+        now - counted_from >= after_ms && !paused_for_this_run
     }
 
     fn add(&mut self, t: &EndpointTally, now: i64) {
@@ -414,11 +529,20 @@ mod tests {
 
     const MINUTE: Duration = Duration::from_secs(60);
 
+    /// Told failing after a minute, paused after ten.
+    fn rules() -> EndpointRules {
+        EndpointRules {
+            tell_failing_after: MINUTE,
+            pause_after: 10 * MINUTE,
+            tenants: BTreeMap::new(),
+        }
+    }
+
     fn record(tallies: &[EndpointTally], now: i64) -> EndpointRecord {
         let mut stored: Option<String> = None;
         for t in tallies {
-            let (json, _) = EndpointRecord::added("k", stored.as_deref(), t, now, MINUTE).unwrap();
-            stored = Some(json);
+            let added = EndpointRecord::added("k", stored.as_deref(), t, now, &rules()).unwrap();
+            stored = Some(added.json);
         }
         EndpointRecord::decode("k", &stored.unwrap()).unwrap()
     }
@@ -428,12 +552,11 @@ mod tests {
         let mut stored: Option<String> = None;
         let mut told = Vec::new();
         for (now, t) in tallies {
-            let (json, tell) =
-                EndpointRecord::added("k", stored.as_deref(), t, *now, MINUTE).unwrap();
-            if tell.is_some() {
+            let added = EndpointRecord::added("k", stored.as_deref(), t, *now, &rules()).unwrap();
+            if added.tell_failing {
                 told.push(*now);
             }
-            stored = Some(json);
+            stored = Some(added.json);
         }
         told
     }
@@ -468,6 +591,76 @@ mod tests {
         // Failing a minute at T0 + 1m; the run after the success at 3m is not told
         // within the hour; the run that starts at 71m is.
         assert_eq!(told, vec![T0 + m, T0 + 73 * m]);
+    }
+
+    /// Adds each tally at its time, resuming the endpoint at the times in `resumes`; at
+    /// which of them the endpoint was paused, under `rules`.
+    fn paused_at(
+        tallies: &[(i64, EndpointTally)],
+        resumes: &[i64],
+        rules: &EndpointRules,
+    ) -> Vec<i64> {
+        let mut stored: Option<String> = None;
+        let mut paused = Vec::new();
+        for (now, t) in tallies {
+            if let (Some(json), true) = (&stored, resumes.contains(now)) {
+                stored = Some(EndpointRecord::resumed("k", json, *now).unwrap());
+            }
+            let added = EndpointRecord::added("k", stored.as_deref(), t, *now, rules).unwrap();
+            if let Some(pause) = &added.pause {
+                assert_eq!((pause.since, pause.by.as_str()), (*now, PAUSED_BY_POSTBACK));
+                paused.push(*now);
+            }
+            stored = Some(added.json);
+        }
+        paused
+    }
+
+    #[test]
+    fn an_endpoint_failing_for_pause_after_is_paused_once_per_run_and_again_after_a_resume() {
+        let m = 60_000;
+        let run: Vec<(i64, EndpointTally)> = [0, 5, 10, 11, 15, 21, 30, 31, 42]
+            .iter()
+            .map(|&n| failed_at(T0 + n * m))
+            .collect();
+        // Failing from T0: paused at 10m, not again in this run until a resume at 15m,
+        // which counts ten minutes again (paused at 30m, not at 21m).
+        assert_eq!(paused_at(&run, &[], &rules()), vec![T0 + 10 * m]);
+        assert_eq!(
+            paused_at(&run, &[T0 + 15 * m], &rules()),
+            vec![T0 + 10 * m, T0 + 30 * m]
+        );
+        // A success ends the run: the next one counts from its first failure.
+        let mut healed = run[..3].to_vec();
+        healed.extend([
+            delivered_at(T0 + 12 * m),
+            failed_at(T0 + 13 * m),
+            failed_at(T0 + 23 * m),
+        ]);
+        assert_eq!(
+            paused_at(&healed, &[], &rules()),
+            vec![T0 + 10 * m, T0 + 23 * m]
+        );
+    }
+
+    #[test]
+    fn a_tenants_pause_after_overrides_the_instances_and_zero_never_pauses() {
+        let m = 60_000;
+        let run: Vec<(i64, EndpointTally)> =
+            [0, 3, 10].iter().map(|&n| failed_at(T0 + n * m)).collect();
+        let shop_a = Tenant::parse("shop-a", "tenant").unwrap();
+        let mut sooner = rules();
+        sooner.tenants.insert(shop_a.clone(), 3 * MINUTE);
+        assert_eq!(paused_at(&run, &[], &sooner), vec![T0 + 3 * m]);
+        let mut never = rules();
+        never.tenants.insert(shop_a, Duration::ZERO);
+        assert_eq!(paused_at(&run, &[], &never), Vec::<i64>::new());
+        // Another tenant's override is not shop-a's.
+        let mut other = rules();
+        other
+            .tenants
+            .insert(Tenant::parse("shop-b", "tenant").unwrap(), Duration::ZERO);
+        assert_eq!(paused_at(&run, &[], &other), vec![T0 + 10 * m]);
     }
 
     #[test]
@@ -546,22 +739,28 @@ mod tests {
     #[test]
     fn an_endpoint_is_idle_from_its_last_registration_or_attempt() {
         let mut t = tally();
-        let (fresh, _) = EndpointRecord::added("k", None, &t, T0, MINUTE).unwrap();
+        let fresh = EndpointRecord::added("k", None, &t, T0, &rules())
+            .unwrap()
+            .json;
         assert!(!is_idle("k", &fresh, T0));
         assert!(is_idle("k", &fresh, T0 + 1));
         t.registered(T0 + 5);
-        let (registered, _) = EndpointRecord::added("k", Some(&fresh), &t, T0 + 5, MINUTE).unwrap();
+        let registered = EndpointRecord::added("k", Some(&fresh), &t, T0 + 5, &rules())
+            .unwrap()
+            .json;
         assert!(!is_idle("k", &registered, T0 + 5));
         t.attempted(T0 + 10, None);
-        let (attempted, _) =
-            EndpointRecord::added("k", Some(&registered), &t, T0 + 10, MINUTE).unwrap();
+        let attempted = EndpointRecord::added("k", Some(&registered), &t, T0 + 10, &rules())
+            .unwrap()
+            .json;
         assert!(!is_idle("k", &attempted, T0 + 10));
         assert!(is_idle("k", "{", T0));
     }
 
     #[test]
     fn a_record_that_cannot_be_read_is_named() {
-        let e = EndpointRecord::added("shop-a ep_1", Some("{"), &tally(), T0, MINUTE).unwrap_err();
+        let e =
+            EndpointRecord::added("shop-a ep_1", Some("{"), &tally(), T0, &rules()).unwrap_err();
         assert!(e.to_string().contains("shop-a ep_1"), "{e}");
     }
 }

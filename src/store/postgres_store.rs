@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 
+use super::endpoints::{EndpointNotice, EndpointRules};
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
@@ -549,14 +550,14 @@ impl EndpointHealth for PostgresStore {
     async fn record_endpoints(
         &self,
         tallies: &[EndpointTally],
-        tell_failing_after: Duration,
-    ) -> StoreResult<Vec<EndpointRecord>> {
+        rules: &EndpointRules,
+    ) -> StoreResult<Vec<EndpointNotice>> {
         if tallies.is_empty() {
             return Ok(Vec::new());
         }
         in_transaction!(self, |t| {
             t.relax_commit().await?;
-            changes::record_endpoints(&mut t, tallies, tell_failing_after).await?
+            changes::record_endpoints(&mut t, tallies, rules).await?
         })
     }
 
@@ -596,25 +597,7 @@ impl EndpointHealth for PostgresStore {
     }
 
     async fn set_pause(&self, key: &str, pause: Option<&EndpointPause>) -> StoreResult<bool> {
-        let c = self.reader().await?;
-        let changed = match pause {
-            Some(p) => {
-                c.execute(
-                    "INSERT INTO postback.endpoint_pauses (key, pause) VALUES ($1, $2)
-                     ON CONFLICT (key) DO NOTHING",
-                    &[&key, &p.encode()],
-                )
-                .await
-            }
-            None => {
-                c.execute(
-                    "DELETE FROM postback.endpoint_pauses WHERE key = $1",
-                    &[&key],
-                )
-                .await
-            }
-        };
-        Ok(changed.map_err(|e| store_error(e.into()))? > 0)
+        in_transaction!(self, |t| changes::set_pause(&mut t, key, pause).await?)
     }
 
     async fn pauses(&self) -> StoreResult<Vec<(String, EndpointPause)>> {

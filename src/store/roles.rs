@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::endpoints::{EndpointNotice, EndpointRules};
 use super::types::{
     Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, IntakeCheck, JobView,
     ListFilter, Settled, Settlement, Stats, StoreResult, TakenIn,
@@ -179,14 +180,15 @@ pub trait AuditLog: Send + Sync {
 /// Endpoints' health (`endpoints.rs`), one record per endpoint for the whole fleet.
 #[async_trait]
 pub trait EndpointHealth: Send + Sync {
-    /// Adds what an instance saw of endpoints to their records (`EndpointRecord::added`),
-    /// each read and written in one transaction; an endpoint not seen before gets one.
-    /// The records this write tells to be failing (failing for `tell_failing_after`).
+    /// Adds what an instance saw of endpoints to their records (`EndpointRecord::added`)
+    /// under `rules`, each read and written in one transaction with the pause it decides;
+    /// an endpoint not seen before gets one. What this write tells: the endpoints failing
+    /// for `tell_failing_after`, and those it paused.
     async fn record_endpoints(
         &self,
         tallies: &[EndpointTally],
-        tell_failing_after: Duration,
-    ) -> StoreResult<Vec<EndpointRecord>>;
+        rules: &EndpointRules,
+    ) -> StoreResult<Vec<EndpointNotice>>;
 
     /// Up to `n` records in the order of their keys (`endpoints::key`), after the key
     /// `after`, of `tenant`'s endpoints or of every tenant's.
@@ -199,7 +201,8 @@ pub trait EndpointHealth: Send + Sync {
 
     /// Retention: of up to `n` records after the key `after` (in key order), forgets
     /// those of endpoints neither registered to for the first time nor attempted since
-    /// `idle_before` (ms; `endpoints::is_idle`), each only if unchanged since it was read.
+    /// `idle_before` (ms; `endpoints::is_idle`) and not paused, each only if unchanged
+    /// since it was read.
     /// How many, and the key to go on from (`None`: the last was read).
     async fn forget_endpoints(
         &self,
@@ -216,7 +219,8 @@ pub trait EndpointHealth: Send + Sync {
     ) -> StoreResult<Option<EndpointRecord>>;
 
     /// Pauses the endpoint of `key` (`endpoints::key`) with `pause`, or resumes it with
-    /// `None`. Whether that changed whether it is paused.
+    /// `None`, noting the resume in its record in the same transaction (its failures
+    /// count for a pause from then). Whether that changed whether it is paused.
     async fn set_pause(&self, key: &str, pause: Option<&EndpointPause>) -> StoreResult<bool>;
 
     /// Every paused endpoint's key with its pause.

@@ -16,18 +16,23 @@ use support::tenants::{SECRET_A, SECRET_B};
 use support::{Backend, Postback, Receiver, WAIT};
 
 /// Three ops URLs (shop-a's, shop-b's, the operator's) and an instance telling them, with
-/// `ops` (lines of `[ops]`) as well.
-struct OpsRig {
-    ops_a: Receiver,
-    ops_b: Receiver,
-    operator: Receiver,
-    pb: Postback,
-    _backend: Backend,
-    _dir: tempfile::TempDir,
+/// `ops` (lines of `[ops]`, and sections after it) as well.
+pub(crate) struct OpsRig {
+    pub ops_a: Receiver,
+    pub ops_b: Receiver,
+    pub operator: Receiver,
+    pub pb: Postback,
+    pub _backend: Backend,
+    pub _dir: tempfile::TempDir,
 }
 
 impl OpsRig {
-    async fn start(ops: &str) -> Self {
+    pub async fn start(ops: &str) -> Self {
+        Self::start_with(ops, "").await
+    }
+
+    /// As `start`, with `shop_b` (lines) in shop-b's section.
+    pub async fn start_with(ops: &str, shop_b: &str) -> Self {
         let (ops_a, ops_b, operator) = (
             Receiver::start().await,
             Receiver::start().await,
@@ -36,7 +41,7 @@ impl OpsRig {
         let config = format!(
             "[ops]\nurl = \"{}\"\n{ops}\n\n\
              [tenants.shop-a]\nsecrets = [\"{SECRET_A}\"]\nops_url = \"{}\"\n\n\
-             [tenants.shop-b]\nsecrets = [\"{SECRET_B}\"]\nops_url = \"{}\"\n",
+             [tenants.shop-b]\nsecrets = [\"{SECRET_B}\"]\nops_url = \"{}\"\n{shop_b}\n",
             operator.url("/ops"),
             ops_a.url("/ops"),
             ops_b.url("/ops")
@@ -68,7 +73,7 @@ async fn dead_one(pb: &Postback, receiver: &Receiver, tenant: &str) -> String {
 }
 
 /// The events a receiver got, parsed, in arrival order.
-fn events(receiver: &Receiver) -> Vec<Value> {
+pub(crate) fn events(receiver: &Receiver) -> Vec<Value> {
     let requests = receiver.requests();
     requests
         .iter()

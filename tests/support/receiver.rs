@@ -5,7 +5,8 @@
 //! P% of requests; `reply=TEXT` is the body of a success, and `ok_status=N` its status
 //! (default 200), `reply_bytes=N` a success body of N bytes instead; `header=NAME:VALUE`
 //! adds a header to every answer; `redirect=1` always answers 302; `sleep_ms=N` waits
-//! before answering.
+//! before answering. A receiver set down (`set_down`) answers 503 to every request until
+//! set up again: a merchant's outage.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -46,6 +47,7 @@ struct Log {
     /// Requests being answered now, and the most there have been at once.
     in_progress: usize,
     max_in_progress: usize,
+    down: bool,
 }
 
 /// Counts a request as in progress until dropped.
@@ -92,6 +94,11 @@ impl Receiver {
     /// The callback URL for `path_and_query` (e.g. `/cb?fail=2`).
     pub fn url(&self, path_and_query: &str) -> String {
         format!("http://{}{}", self.addr, path_and_query)
+    }
+
+    /// Down (`true`: every request is answered 503) or up again.
+    pub fn set_down(&self, down: bool) {
+        self.log.lock().unwrap().down = down;
     }
 
     pub fn requests(&self) -> Vec<Received> {
@@ -156,14 +163,17 @@ async fn answer_as_asked(
         headers,
         body,
     };
-    let nth = {
+    let (nth, down) = {
         let mut log = log.lock().unwrap();
         let n = log.per_id.entry(received.id()).or_default();
         *n += 1;
         let nth = *n;
         log.requests.push(received);
-        nth
+        (nth, log.down)
     };
+    if down {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
     if let Some(ms) = q.get("sleep_ms") {
         tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
     }

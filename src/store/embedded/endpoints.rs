@@ -2,20 +2,19 @@
 //! (`store::endpoints::key`) → the record's JSON, read and written by the writer thread;
 //! and the `endpoint_pauses` table, the same key → the pause of a paused endpoint.
 
-use std::time::Duration;
-
 use redb::{ReadTransaction, ReadableTable};
 
 use super::tables::{DbError, DbResult, Tables, ENDPOINTS, PAUSES};
-use crate::store::endpoints::{self, EndpointPause, EndpointRecord};
+use crate::store::endpoints::{self, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules};
 use crate::store::EndpointTally;
 
-/// Adds each tally to its endpoint's record; the records told to be failing.
+/// Adds each tally to its endpoint's record under `rules`, with the pauses they decide;
+/// what the records tell.
 pub fn record(
     t: &mut Tables,
     tallies: &[EndpointTally],
-    tell_after: Duration,
-) -> DbResult<Vec<EndpointRecord>> {
+    rules: &EndpointRules,
+) -> DbResult<Vec<EndpointNotice>> {
     let now = endpoints::now_ms();
     let mut told = Vec::new();
     for tally in tallies {
@@ -24,10 +23,14 @@ pub fn record(
             .endpoints
             .get(key.as_str())?
             .map(|j| j.value().to_string());
-        let (new, tell) = EndpointRecord::added(&key, stored.as_deref(), tally, now, tell_after)
-            .map_err(corrupt)?;
-        t.endpoints.insert(key.as_str(), new.as_str())?;
-        told.extend(tell);
+        let added =
+            EndpointRecord::added(&key, stored.as_deref(), tally, now, rules).map_err(corrupt)?;
+        t.endpoints.insert(key.as_str(), added.json.as_str())?;
+        let paused = match &added.pause {
+            Some(pause) => set_pause(t, &key, Some(pause))?,
+            None => false,
+        };
+        told.extend(added.notices(paused));
     }
     Ok(told)
 }
@@ -85,7 +88,8 @@ pub fn forget(
         .flatten();
     let mut forgotten = 0;
     for (key, json) in &read {
-        if endpoints::is_idle(key, json, idle_before) {
+        let paused = t.pauses.get(key.as_str())?.is_some();
+        if !paused && endpoints::is_idle(key, json, idle_before) {
             t.endpoints.remove(key.as_str())?;
             forgotten += 1;
         }
@@ -105,12 +109,21 @@ fn corrupt(e: crate::store::StoreError) -> DbError {
     DbError::corrupted(e.to_string())
 }
 
-/// Pauses the endpoint of `key`, or resumes it; whether that changed whether it is paused.
+/// Pauses the endpoint of `key`, or resumes it (noting when in its record); whether that
+/// changed whether it is paused.
 pub fn set_pause(t: &mut Tables, key: &str, pause: Option<&EndpointPause>) -> DbResult<bool> {
     Ok(match pause {
         Some(_) if t.pauses.get(key)?.is_some() => false,
         Some(p) => t.pauses.insert(key, p.encode().as_str())?.is_none(),
-        None => t.pauses.remove(key)?.is_some(),
+        None => {
+            let stored = t.endpoints.get(key)?.map(|j| j.value().to_string());
+            if let Some(json) = stored {
+                let resumed = EndpointRecord::resumed(key, &json, endpoints::now_ms());
+                t.endpoints
+                    .insert(key, resumed.map_err(corrupt)?.as_str())?;
+            }
+            t.pauses.remove(key)?.is_some()
+        }
     })
 }
 

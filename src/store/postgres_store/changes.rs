@@ -11,7 +11,9 @@ use super::tx::{corrupt, place, Fault, PgResult, Tx};
 use crate::domain::{Attempt, JobId};
 use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, Record, HELD_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
-use crate::store::endpoints::{self, EndpointRecord};
+use crate::store::endpoints::{
+    self, Added, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules,
+};
 pub(super) use crate::store::types::{NewJob, RetentionLimits as Retention};
 use crate::store::{
     idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, IntakeCheck,
@@ -719,14 +721,14 @@ pub fn history(raw: &str) -> PgResult<Vec<Attempt>> {
     serde_json::from_str(raw).map_err(corrupt)
 }
 
-/// Adds each tally to its endpoint's record: rows made for new endpoints first (so that
-/// two instances adding to a new one both lock it), then locked, worked out and written.
-/// The records told to be failing.
+/// Adds each tally to its endpoint's record under `rules`: rows made for new endpoints
+/// first (so that two instances adding to a new one both lock it), then locked, worked
+/// out and written, with the pauses they decide. What the records tell.
 pub async fn record_endpoints(
     t: &mut Tx<'_>,
     tallies: &[EndpointTally],
-    tell_after: Duration,
-) -> PgResult<Vec<EndpointRecord>> {
+    rules: &EndpointRules,
+) -> PgResult<Vec<EndpointNotice>> {
     let keys: Vec<String> = tallies
         .iter()
         .map(|t| endpoints::key(&t.endpoint.tenant, &t.endpoint.id()))
@@ -745,25 +747,84 @@ pub async fn record_endpoints(
         .await?;
     let stored: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     let now = endpoints::now_ms();
-    let mut records = Vec::with_capacity(keys.len());
-    let mut told = Vec::new();
+    let mut added = Vec::with_capacity(keys.len());
     for (key, tally) in keys.iter().zip(tallies) {
         let before = stored
             .get(key)
             .map(String::as_str)
             .filter(|r| !r.is_empty());
-        let (record, tell) =
-            EndpointRecord::added(key, before, tally, now, tell_after).map_err(corrupt)?;
-        records.push(record);
-        told.extend(tell);
+        added.push(EndpointRecord::added(key, before, tally, now, rules).map_err(corrupt)?);
     }
+    let records: Vec<&str> = added.iter().map(|a| a.json.as_str()).collect();
     t.execute(
         "UPDATE postback.endpoints e SET record = n.record
          FROM unnest($1::text[], $2::text[]) AS n(key, record) WHERE e.key = n.key",
         &[&keys, &records],
     )
     .await?;
-    Ok(told)
+    let paused = insert_pauses(t, &keys, &added).await?;
+    let told = keys.iter().zip(added);
+    Ok(told
+        .flat_map(|(key, a)| a.notices(paused.contains(key)))
+        .collect())
+}
+
+/// Stores the pauses that `added` (under `keys`) decide, for endpoints not paused
+/// already; the keys of those it paused.
+async fn insert_pauses(t: &mut Tx<'_>, keys: &[String], added: &[Added]) -> PgResult<Vec<String>> {
+    let (keys, pauses): (Vec<&String>, Vec<String>) = keys
+        .iter()
+        .zip(added)
+        .filter_map(|(key, a)| Some((key, a.pause.as_ref()?.encode())))
+        .unzip();
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = t
+        .query(
+            "INSERT INTO postback.endpoint_pauses (key, pause)
+             SELECT * FROM unnest($1::text[], $2::text[])
+             ON CONFLICT (key) DO NOTHING RETURNING key",
+            &[&keys, &pauses],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Pauses the endpoint of `key` with `pause`, or resumes it, noting when in its record;
+/// whether that changed whether it is paused.
+pub async fn set_pause(t: &mut Tx<'_>, key: &str, pause: Option<&EndpointPause>) -> PgResult<bool> {
+    if let Some(p) = pause {
+        let set = t
+            .execute(
+                "INSERT INTO postback.endpoint_pauses (key, pause) VALUES ($1, $2)
+                 ON CONFLICT (key) DO NOTHING",
+                &[&key, &p.encode()],
+            )
+            .await?;
+        return Ok(set > 0);
+    }
+    let rows = t
+        .query(
+            "SELECT record FROM postback.endpoints WHERE key = $1 AND record <> '' FOR UPDATE",
+            &[&key],
+        )
+        .await?;
+    if let Some(row) = rows.first() {
+        let resumed = EndpointRecord::resumed(key, row.get(0), endpoints::now_ms());
+        t.execute(
+            "UPDATE postback.endpoints SET record = $2 WHERE key = $1",
+            &[&key, &resumed.map_err(corrupt)?],
+        )
+        .await?;
+    }
+    let removed = t
+        .execute(
+            "DELETE FROM postback.endpoint_pauses WHERE key = $1",
+            &[&key],
+        )
+        .await?;
+    Ok(removed > 0)
 }
 
 /// Forgets the idle records among up to `n` after `after` (rows locked as they are read,
@@ -790,12 +851,15 @@ pub async fn forget_endpoints(
         .filter(|(key, json)| !json.is_empty() && endpoints::is_idle(key, json, idle_before))
         .map(|(key, _)| key)
         .collect();
-    if !idle.is_empty() {
-        t.execute(
-            "DELETE FROM postback.endpoints WHERE key = ANY($1)",
+    if idle.is_empty() {
+        return Ok((0, next));
+    }
+    let forgotten = t
+        .execute(
+            "DELETE FROM postback.endpoints e WHERE key = ANY($1)
+             AND NOT EXISTS (SELECT 1 FROM postback.endpoint_pauses p WHERE p.key = e.key)",
             &[&idle],
         )
         .await?;
-    }
-    Ok((idle.len(), next))
+    Ok((forgotten as usize, next))
 }

@@ -6,15 +6,15 @@
 //! (`EndpointRecord::added`) and written by `endpoints.lua` only if it is still as read;
 //! one that another instance wrote meanwhile is read and worked out again. Paused
 //! endpoints are a hash of their own on the same slot, `{<prefix>:endpoints}:paused`
-//! (key → the pause's JSON), which every instance reads whole each second.
-
-use std::time::Duration;
+//! (key → the pause's JSON), which every instance reads whole every few seconds; the
+//! script sets a pause with the record write that decides it, and removes one with the
+//! record's resume time, and retention keeps a paused endpoint's record.
 
 use async_trait::async_trait;
 
 use super::{script_error, store_error, RedisStore};
 use crate::domain::{EndpointId, Tenant};
-use crate::store::endpoints::{self, EndpointPause, EndpointRecord};
+use crate::store::endpoints::{self, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules};
 use crate::store::{EndpointHealth, EndpointTally, StoreError, StoreResult};
 
 /// Rounds of reading and writing before a write that keeps meeting others' gives up (it
@@ -81,35 +81,77 @@ impl RedisStore {
     fn endpoints_script(&self) -> redis::ScriptInvocation<'_> {
         let mut call = self.scripts.endpoints.prepare_invoke();
         call.key(&self.endpoint_keys.records)
-            .key(&self.endpoint_keys.keys);
+            .key(&self.endpoint_keys.keys)
+            .key(&self.endpoint_keys.paused);
         call
     }
 
-    /// Writes the records of `tallies` (one per key), those it could: the keys of the
-    /// others, which changed since they were read, and the records written that are told
-    /// to be failing.
+    /// Runs `call`: the keys whose record changed since it was read (nothing written),
+    /// and those whose pause was set or removed.
+    async fn run_endpoints(
+        &self,
+        call: &redis::ScriptInvocation<'_>,
+    ) -> StoreResult<(Vec<String>, Vec<String>)> {
+        call.invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(script_error("endpoints"))
+    }
+
+    /// Writes the records of `tallies` (one per key), those it could, with the pauses they
+    /// decide: the keys of the others, which changed since they were read, and what the
+    /// records written tell.
     async fn write_endpoints(
         &self,
         tallies: &[(String, &EndpointTally)],
-        tell_after: Duration,
-    ) -> StoreResult<(Vec<String>, Vec<EndpointRecord>)> {
+        rules: &EndpointRules,
+    ) -> StoreResult<(Vec<String>, Vec<EndpointNotice>)> {
         let keys: Vec<&str> = tallies.iter().map(|(k, _)| k.as_str()).collect();
         let stored = self.records(&keys).await?;
         let now = endpoints::now_ms();
         let mut call = self.endpoints_script();
-        let mut told = Vec::new();
+        let mut added = Vec::with_capacity(tallies.len());
         for ((key, tally), stored) in tallies.iter().zip(&stored) {
-            let (new, tell) =
-                EndpointRecord::added(key, stored.as_deref(), tally, now, tell_after)?;
-            call.arg(key).arg(stored.as_deref().unwrap_or("")).arg(new);
-            told.extend(tell.map(|t| (key.clone(), t)));
+            let a = EndpointRecord::added(key, stored.as_deref(), tally, now, rules)?;
+            let pause = a
+                .pause
+                .as_ref()
+                .map_or(String::new(), EndpointPause::encode);
+            call.arg(key)
+                .arg(stored.as_deref().unwrap_or(""))
+                .arg(&a.json)
+                .arg(pause);
+            added.push((key, a));
         }
-        let changed: Vec<String> = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(script_error("endpoints"))?;
-        told.retain(|(key, _)| !changed.contains(key));
-        Ok((changed, told.into_iter().map(|(_, t)| t).collect()))
+        let (changed, paused) = self.run_endpoints(&call).await?;
+        let notices = added
+            .into_iter()
+            .filter(|(key, _)| !changed.contains(key))
+            .flat_map(|(key, a)| a.notices(paused.contains(key)))
+            .collect();
+        Ok((changed, notices))
+    }
+
+    /// Resumes the endpoint of `key`, noting when in its record; whether it was paused.
+    async fn resume(&self, key: &str) -> StoreResult<bool> {
+        for _ in 0..ROUNDS {
+            let stored = self.records(&[key]).await?.pop().flatten();
+            let new = stored
+                .as_deref()
+                .map(|json| EndpointRecord::resumed(key, json, endpoints::now_ms()))
+                .transpose()?;
+            let mut call = self.endpoints_script();
+            call.arg(key)
+                .arg(stored.as_deref().unwrap_or(""))
+                .arg(new.as_deref().unwrap_or(""))
+                .arg("-");
+            let (changed, resumed) = self.run_endpoints(&call).await?;
+            if changed.is_empty() {
+                return Ok(!resumed.is_empty());
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "endpoint record {key} kept changing while being resumed"
+        )))
     }
 }
 
@@ -118,8 +160,8 @@ impl EndpointHealth for RedisStore {
     async fn record_endpoints(
         &self,
         tallies: &[EndpointTally],
-        tell_failing_after: Duration,
-    ) -> StoreResult<Vec<EndpointRecord>> {
+        rules: &EndpointRules,
+    ) -> StoreResult<Vec<EndpointNotice>> {
         let mut pending: Vec<(String, &EndpointTally)> = tallies
             .iter()
             .map(|t| (endpoints::key(&t.endpoint.tenant, &t.endpoint.id()), t))
@@ -129,7 +171,7 @@ impl EndpointHealth for RedisStore {
             if pending.is_empty() {
                 return Ok(told);
             }
-            let (changed, tell) = self.write_endpoints(&pending, tell_failing_after).await?;
+            let (changed, tell) = self.write_endpoints(&pending, rules).await?;
             told.extend(tell);
             pending.retain(|(k, _)| changed.contains(k));
         }
@@ -174,12 +216,9 @@ impl EndpointHealth for RedisStore {
         }
         let mut call = self.endpoints_script();
         for (key, json) in &idle {
-            call.arg(*key).arg(*json).arg("");
+            call.arg(*key).arg(*json).arg("").arg("");
         }
-        let changed: Vec<String> = call
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(script_error("endpoints"))?;
+        let (changed, _) = self.run_endpoints(&call).await?;
         Ok((idle.len() - changed.len(), next))
     }
 
@@ -199,22 +238,17 @@ impl EndpointHealth for RedisStore {
     }
 
     async fn set_pause(&self, key: &str, pause: Option<&EndpointPause>) -> StoreResult<bool> {
-        let cmd = match pause {
-            Some(p) => redis::cmd("HSETNX")
-                .arg(&self.endpoint_keys.paused)
-                .arg(key)
-                .arg(p.encode())
-                .clone(),
-            None => redis::cmd("HDEL")
-                .arg(&self.endpoint_keys.paused)
-                .arg(key)
-                .clone(),
+        let Some(pause) = pause else {
+            return self.resume(key).await;
         };
-        let changed: i64 = cmd
+        let set: i64 = redis::cmd("HSETNX")
+            .arg(&self.endpoint_keys.paused)
+            .arg(key)
+            .arg(pause.encode())
             .query_async(&mut self.conn.clone())
             .await
             .map_err(store_error)?;
-        Ok(changed > 0)
+        Ok(set > 0)
     }
 
     async fn pauses(&self) -> StoreResult<Vec<(String, EndpointPause)>> {
