@@ -89,7 +89,7 @@ impl App {
         );
         let ops = Arc::new(OpsEvents::new(&config)?);
         let endpoints = Arc::new(EndpointTallies::new(config.endpoint_rules()));
-        let pauses = Arc::new(EndpointPauses::default());
+        let pauses = Arc::new(EndpointPauses::new(s.endpoints.probe_interval));
         let dispatcher = Dispatcher::new(
             store.clone(),
             sender,
@@ -102,6 +102,7 @@ impl App {
                 ops: ops.clone(),
                 endpoints: endpoints.clone(),
                 pauses: pauses.clone(),
+                wake: wake.clone(),
             },
         );
         let pipeline = Pipeline::default();

@@ -16,6 +16,14 @@
 //! the store no longer has it), while the last reading let some go, and every `RECHECK`
 //! while any endpoint is paused or was lately, which also lets go any held by an
 //! instance whose view was stale. An instance that never saw a pause reads nothing more.
+//!
+//! An endpoint postback paused for failing is probed every `endpoints.probe_interval`
+//! from its pause: its oldest held notification is let go as a probe (`LetGo::Probe`),
+//! which the scheduler attempts although the endpoint is paused. A probe that is
+//! delivered resumes the endpoint (`probe_delivered`); one that fails is held again, its
+//! schedule as it was. Every instance tries when a probe falls due, and the store lets
+//! one of them go (only a held notification can be let go as a probe). A pause by hand
+//! is not probed: the merchant asked for it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,9 +32,13 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use tokio::sync::Notify;
+
 use crate::backoff::worth_logging;
-use crate::domain::{Endpoint, Tenant};
-use crate::store::endpoints::key;
+use crate::domain::{Endpoint, EndpointId, Tenant};
+use crate::lifecycle::LetGo;
+use crate::ops_events::OpsEvents;
+use crate::store::endpoints::{key, now_ms, EndpointNotice, EndpointPause, PAUSED_BY_POSTBACK};
 use crate::store::{JobView, ListFilter, Listed, Store, StoreResult, WalkCursor};
 
 /// How often the held ones are let go while some are.
@@ -44,26 +56,27 @@ const PAGES_PER_TICK: usize = 4;
 /// paused and for as long after the last pause ended.
 const RECHECK: Duration = Duration::from_secs(60);
 
-#[derive(Default)]
 pub struct EndpointPauses {
     view: RwLock<View>,
     /// This instance resumed one since the last reading: read the held list.
     resumed: AtomicBool,
+    /// How often an endpoint paused for failing is probed; zero: never.
+    probe_interval: Duration,
 }
 
 #[derive(Default)]
 struct View {
     refreshed: Option<Instant>,
-    /// The paused endpoints' keys (`endpoints::key`).
-    keys: HashSet<String>,
+    /// The paused endpoints' pauses, by key (`endpoints::key`).
+    keys: HashMap<String, EndpointPause>,
     /// The tenants with a paused endpoint, so that others' notifications cost one lookup.
     tenants: HashSet<String>,
 }
 
 impl View {
-    fn of(keys: HashSet<String>) -> Self {
+    fn of(keys: HashMap<String, EndpointPause>) -> Self {
         let tenants = keys
-            .iter()
+            .keys()
             .filter_map(|k| Some(k.rsplit_once(' ')?.0.to_string()))
             .collect();
         Self {
@@ -77,11 +90,22 @@ impl View {
     /// `STALE` pauses nothing.
     fn holds(&self, endpoint: &Endpoint) -> bool {
         let fresh = self.refreshed.is_some_and(|at| at.elapsed() < STALE);
-        fresh && self.keys.contains(&key(&endpoint.tenant, &endpoint.id()))
+        fresh
+            && self
+                .keys
+                .contains_key(&key(&endpoint.tenant, &endpoint.id()))
     }
 }
 
 impl EndpointPauses {
+    pub fn new(probe_interval: Duration) -> Self {
+        Self {
+            view: RwLock::default(),
+            resumed: AtomicBool::new(false),
+            probe_interval,
+        }
+    }
+
     /// Whether a notification of `tenant` to `url` is to be held: its endpoint is paused.
     pub fn is_paused(&self, tenant: &Tenant, url: &str) -> bool {
         let view = self.view.read().expect("pauses lock");
@@ -95,22 +119,55 @@ impl EndpointPauses {
         self.view.read().expect("pauses lock").holds(endpoint)
     }
 
-    /// This instance's own pause (`true`) or resume of the endpoint of `key`, known here
-    /// before the next read of the store.
-    pub fn note(&self, key: &str, paused: bool) {
+    /// This instance's own pause (`Some`) or resume (`None`) of the endpoint of `key`,
+    /// known here before the next read of the store.
+    pub fn note(&self, key: &str, pause: Option<&EndpointPause>) {
         let mut view = self.view.write().expect("pauses lock");
         let mut keys = std::mem::take(&mut view.keys);
-        match paused {
-            true => keys.insert(key.to_string()),
-            false => keys.remove(key),
+        match pause {
+            Some(p) => keys.insert(key.to_string(), p.clone()),
+            None => keys.remove(key),
         };
         let refreshed = view.refreshed;
         *view = View {
             refreshed,
             ..View::of(keys)
         };
-        if !paused {
+        if pause.is_none() {
             self.resumed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A probe of `tenant`'s endpoint at `url` was delivered: resumes the endpoint, and
+    /// tells it (`endpoint.resumed`, by `probe`).
+    pub async fn probe_delivered(
+        &self,
+        store: &dyn Store,
+        ops: &OpsEvents,
+        wake: &Notify,
+        tenant: &Tenant,
+        url: &str,
+    ) {
+        let Some(endpoint) = Endpoint::of_text(tenant, url) else {
+            return;
+        };
+        let key = key(tenant, &endpoint.id());
+        let resumed = async {
+            let record = store.endpoint(tenant, &endpoint.id()).await?;
+            let resumed = store.set_pause(&key, None).await?;
+            StoreResult::Ok(record.filter(|_| resumed))
+        };
+        match resumed.await {
+            Ok(Some(record)) => {
+                self.note(&key, None);
+                tracing::info!(endpoint = %record.id(), tenant = %tenant, "endpoint resumed: a probe was delivered");
+                let notice = EndpointNotice::Resumed(record, "probe".to_string());
+                ops.endpoints(store, wake, &[notice]).await;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, endpoint = %endpoint.id(), "a probe was delivered, but its endpoint could not be resumed; the next probe tries again");
+            }
         }
     }
 
@@ -118,6 +175,7 @@ impl EndpointPauses {
     /// held.
     pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, stop: CancellationToken) {
         let mut drain = Drain::default();
+        let mut probes = Probes::default();
         let mut ticks = tokio::time::interval(TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failures = 0;
@@ -126,7 +184,7 @@ impl EndpointPauses {
                 _ = stop.cancelled() => return,
                 _ = ticks.tick() => {}
             }
-            match self.tick(store.as_ref(), &mut drain).await {
+            match self.tick(store.as_ref(), &mut drain, &mut probes).await {
                 Ok(()) => failures = 0,
                 Err(e) => {
                     failures += 1;
@@ -140,7 +198,12 @@ impl EndpointPauses {
         }
     }
 
-    async fn tick(&self, store: &dyn Store, drain: &mut Drain) -> StoreResult<()> {
+    async fn tick(
+        &self,
+        store: &dyn Store,
+        drain: &mut Drain,
+        probes: &mut Probes,
+    ) -> StoreResult<()> {
         let read = self.view.read().expect("pauses lock").refreshed;
         let ended = match read.is_none_or(|at| at.elapsed() >= READ_EVERY) {
             true => self.read(store).await?,
@@ -155,17 +218,88 @@ impl EndpointPauses {
         if ended || resumed || drain.due(paused) {
             drain.let_go(store, self).await?;
         }
+        if paused {
+            self.probe(store, probes).await?;
+        }
+        Ok(())
+    }
+
+    /// Lets go one held notification of each endpoint paused for failing whose probe is
+    /// due: every `probe_interval` from its pause, once per interval on this instance.
+    async fn probe(&self, store: &dyn Store, probes: &mut Probes) -> StoreResult<()> {
+        let interval = self.probe_interval.as_millis() as i64;
+        if interval == 0 {
+            return Ok(());
+        }
+        let now = now_ms();
+        let due: Vec<(String, i64)> = {
+            let view = self.view.read().expect("pauses lock");
+            let by_postback = view.keys.iter().filter(|(_, p)| p.by == PAUSED_BY_POSTBACK);
+            by_postback
+                .map(|(k, p)| (k.clone(), (now - p.since).div_euclid(interval)))
+                .filter(|(k, round)| *round > 0 && probes.last.get(k) < Some(round))
+                .collect()
+        };
+        probes
+            .last
+            .retain(|k, _| self.view.read().expect("pauses lock").keys.contains_key(k));
+        for (key, round) in due {
+            probes.last.insert(key.clone(), round);
+            if let Some(id) = oldest_held(store, &key).await? {
+                if store.attempt_now(&id, LetGo::Probe).await? {
+                    tracing::info!(%id, endpoint = %key, "let go to probe its paused endpoint");
+                }
+            }
+        }
         Ok(())
     }
 
     /// Reads the pauses from the store; whether one this instance knew of ended.
     async fn read(&self, store: &dyn Store) -> StoreResult<bool> {
-        let keys: HashSet<String> = store.pauses().await?.into_iter().map(|(k, _)| k).collect();
+        let keys: HashMap<String, EndpointPause> = store.pauses().await?.into_iter().collect();
         let mut view = self.view.write().expect("pauses lock");
-        let ended = view.keys.iter().any(|k| !keys.contains(k));
+        let ended = view.keys.keys().any(|k| !keys.contains_key(k));
         *view = View::of(keys);
         Ok(ended)
     }
+}
+
+/// The last round of probes this instance took part in, by endpoint key.
+#[derive(Default)]
+struct Probes {
+    last: HashMap<String, i64>,
+}
+
+/// The oldest held notification of the endpoint of `key`, if any: the first of its
+/// held ones, walking at most `PAGES_PER_TICK` pages.
+async fn oldest_held(store: &dyn Store, key: &str) -> StoreResult<Option<crate::domain::JobId>> {
+    let Some((tenant, id)) = key.rsplit_once(' ') else {
+        return Ok(None);
+    };
+    let (Ok(tenant), Ok(id)) = (Tenant::parse(tenant, "tenant"), EndpointId::parse(id, "id"))
+    else {
+        return Ok(None);
+    };
+    let Some(record) = store.endpoint(&tenant, &id).await? else {
+        return Ok(None);
+    };
+    let filter = ListFilter {
+        tenant: Some(tenant),
+        endpoint: Some(record.endpoint()),
+        ..ListFilter::default()
+    };
+    let mut after = None;
+    for _ in 0..PAGES_PER_TICK {
+        let page = store.list(Listed::Held, &filter, 1, after.as_ref()).await?;
+        if let Some(first) = page.items.first() {
+            return Ok(Some(first.id));
+        }
+        after = page.next_cursor;
+        if after.is_none() {
+            break;
+        }
+    }
+    Ok(None)
 }
 
 /// When the held list is read next, and from where.
@@ -235,7 +369,7 @@ async fn release(
             continue;
         }
         let count = sent.entry(endpoint).or_default();
-        if *count < DRAIN_PER_ENDPOINT && store.attempt_now(&v.id).await? {
+        if *count < DRAIN_PER_ENDPOINT && store.attempt_now(&v.id, LetGo::Now).await? {
             *count += 1;
             released += 1;
             tracing::info!(id = %v.id, "let go: its endpoint is no longer paused");

@@ -116,8 +116,8 @@ impl EndpointTallies {
                 Ok(notices) => {
                     failures = 0;
                     for notice in &notices {
-                        if let EndpointNotice::Paused(record, _) = notice {
-                            pauses.note(&record.key(), true);
+                        if let EndpointNotice::Paused(record, pause) = notice {
+                            pauses.note(&record.key(), Some(pause));
                             tracing::warn!(endpoint = %record.id(), tenant = %record.tenant, failing_since = ?record.failing_since, "endpoint paused: no success for its pause_after; its notifications are held");
                         }
                     }

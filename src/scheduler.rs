@@ -83,8 +83,11 @@ pub struct Observers {
     pub ops: Arc<OpsEvents>,
     /// Of every attempt, by endpoint.
     pub endpoints: Arc<EndpointTallies>,
-    /// Which endpoints are paused: their notifications are held, not attempted.
+    /// Which endpoints are paused: their notifications are held, not attempted (but for
+    /// probes, whose delivery resumes their endpoint).
     pub pauses: Arc<EndpointPauses>,
+    /// Wakes this instance's scheduler for the ops events they store.
+    pub wake: Arc<Notify>,
 }
 
 impl Dispatcher {
@@ -346,7 +349,7 @@ impl AttemptContext {
         let (held, jobs): (Vec<_>, Vec<_>) = jobs
             .into_iter()
             .zip(claims)
-            .partition(|(job, _)| pauses.is_paused(&job.spec.tenant, &job.spec.url));
+            .partition(|(job, _)| !job.probe && pauses.is_paused(&job.spec.tenant, &job.spec.url));
         for (job, claimed) in held {
             let place = Place::of(claimed);
             self.defer(job, place, Back::Held, "endpoint_paused").await;
@@ -544,12 +547,27 @@ impl AttemptContext {
             if makes_it_dead(&job, &report) {
                 self.observers.ops.dead(&job, &report);
             }
+            if job.probe && report.outcome == Outcome::Delivered {
+                self.resume_probed(&job);
+            }
             traces::attempt_ended(&tracing::Span::current(), &report);
             let settlement = self.settlement(&job, report);
             self.report(Report::Attempted(settlement), place).await;
         }
         .instrument(span)
         .await
+    }
+
+    /// Resumes the paused endpoint `job` probed, on its own task.
+    fn resume_probed(&self, job: &ClaimedJob) {
+        let (store, wake) = (self.store.clone(), self.observers.wake.clone());
+        let (pauses, ops) = (self.observers.pauses.clone(), self.observers.ops.clone());
+        let (tenant, url) = (job.spec.tenant.clone(), job.spec.url.clone());
+        tokio::spawn(async move {
+            pauses
+                .probe_delivered(store.as_ref(), &ops, &wake, &tenant, &url)
+                .await;
+        });
     }
 
     fn settlement(&self, job: &ClaimedJob, report: AttemptReport) -> Settlement {

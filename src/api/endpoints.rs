@@ -197,7 +197,7 @@ async fn set_pause(
         by: caller.actor.clone(),
     });
     if state.store.set_pause(&key, pause.as_ref()).await? {
-        state.pauses.note(&key, paused);
+        state.pauses.note(&key, pause.as_ref());
         let (action, notice) = match pause {
             Some(pause) => (
                 AuditAction::PauseEndpoint,

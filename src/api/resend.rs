@@ -22,6 +22,7 @@ use super::AppState;
 use super::{audit, auth, paging};
 use crate::access::{Principal, Role};
 use crate::domain::FieldError;
+use crate::lifecycle::LetGo;
 use crate::store::{bulk, Again, AuditAction, JobView, ListFilter, Listed};
 
 /// What a resend may change: the schedule of its new cycle, and when it starts.
@@ -113,7 +114,7 @@ pub async fn attempt_now(
     auth::require(&caller, Role::Operate)?;
     let id = parse_id(&id)?;
     let found = visible(&state, &caller, &id).await?;
-    if !state.store.attempt_now(&id).await? {
+    if !state.store.attempt_now(&id, LetGo::Now).await? {
         let now = visible(&state, &caller, &id).await?;
         return Err(not_in(&now, "only a scheduled or retrying one is made due"));
     }

@@ -290,6 +290,11 @@ fn check_endpoints(s: &Settings) -> anyhow::Result<()> {
         check(after <= most, key, "must be at most 30d (0s: never pause)")
     };
     pause_after("endpoints.pause_after", s.endpoints.pause_after)?;
+    check(
+        s.endpoints.probe_interval <= Duration::from_secs(24 * 3600),
+        "endpoints.probe_interval",
+        "must be at most 1d (0s: never probe)",
+    )?;
     for (name, t) in &s.tenants {
         if let Some(after) = t.pause_after {
             pause_after(&format!("tenants.{name}.pause_after"), after)?;

@@ -278,6 +278,10 @@ pub struct EndpointSettings {
     /// rather than walked into the dead letters; `0s`: never. Tenants may set their own.
     #[serde(with = "super::duration")]
     pub pause_after: Duration,
+    /// An endpoint postback paused is probed this often: one held notification is tried,
+    /// and its delivery resumes the endpoint. `0s`: never (a resume by hand only).
+    #[serde(with = "super::duration")]
+    pub probe_interval: Duration,
 }
 
 impl Default for EndpointSettings {
@@ -286,8 +290,11 @@ impl Default for EndpointSettings {
         // coming back within a retry, and none of the notifications on that schedule has
         // died yet when they are held. Outages of a few hours (a deploy, a night) are
         // still ridden out by the retries alone.
+        // A probe each quarter hour: a receiver back up waits at most that long, and one
+        // still down gets four requests an hour.
         Self {
             pause_after: Duration::from_secs(12 * 3600),
+            probe_interval: Duration::from_secs(15 * 60),
         }
     }
 }

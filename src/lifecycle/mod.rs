@@ -27,4 +27,4 @@ pub use record::{
     HELD_OFFSET_MS, WAITING_OFFSET_MS,
 };
 pub use time::Now;
-pub use transitions::{Again, Cancelled, Verdict};
+pub use transitions::{Again, Cancelled, LetGo, Verdict};

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::transitions::{self, Again, Cancelled};
+use super::transitions::{self, Again, Cancelled, LetGo};
 use super::{Index, JobState, Now, Record, Verdict, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 use crate::domain::Outcome;
 
@@ -37,7 +37,9 @@ enum Event {
         which: Again,
         schedule: Option<Vec<u64>>,
     },
-    AttemptNow,
+    AttemptNow {
+        probe: bool,
+    },
     /// Put behind an earlier notification of its ordering key.
     Wait,
     /// The one before it in its ordering key finished.
@@ -70,7 +72,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => Just(Event::Cancel),
         1 => (prop_oneof![Just(Again::Replay), Just(Again::Resend)], prop::option::of(schedule()))
             .prop_map(|(which, schedule)| Event::Again { which, schedule }),
-        1 => Just(Event::AttemptNow),
+        1 => any::<bool>().prop_map(|probe| Event::AttemptNow { probe }),
         1 => Just(Event::Wait),
         1 => Just(Event::TakeTurn),
     ]
@@ -118,7 +120,10 @@ fn apply(r: &Record, e: &Event, now: Now) -> Option<Record> {
         Event::Again { which, schedule } => {
             transitions::again(r, *which, now, 0, schedule.as_deref())
         }
-        Event::AttemptNow => transitions::attempt_now(r, now),
+        Event::AttemptNow { probe } => {
+            let how = if *probe { LetGo::Probe } else { LetGo::Now };
+            transitions::attempt_now(r, now, how)
+        }
         Event::Wait => transitions::wait(r),
         Event::TakeTurn => transitions::take_turn(r, now),
     }
@@ -193,6 +198,14 @@ fn check(
         }
         Event::Settle {
             outcome: Outcome::Failed,
+            ..
+        } if before.probe && !before.cancel_requested => {
+            prop_assert!(after.held && !after.probe, "a failed probe is held again");
+            prop_assert_eq!(after.attempts, before.attempts, "and not counted");
+            prop_assert_eq!(after.state, JobState::Scheduled);
+        }
+        Event::Settle {
+            outcome: Outcome::Failed,
             jitter_permille,
             retry_after_ms,
             ahead_ms,
@@ -237,8 +250,11 @@ fn check(
             prop_assert_eq!(after.attempts, 0);
             prop_assert_eq!(after.replays, before.replays + 1);
         }
-        Event::AttemptNow => {
+        Event::AttemptNow { probe } => {
             prop_assert_eq!(before.state, JobState::Scheduled);
+            prop_assert!(!*probe || before.held, "only a held one is let go to probe");
+            prop_assert_eq!(after.probe, *probe);
+            prop_assert!(!after.held);
             prop_assert_eq!(after.next_at, Some(now.down()), "due now");
             prop_assert_eq!(after.attempts, before.attempts);
             prop_assert_eq!(

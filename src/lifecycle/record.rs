@@ -134,6 +134,11 @@ pub struct Record {
     /// Redis keeps only that offset in its score.
     #[serde(default, skip_serializing_if = "is_false")]
     pub held: bool,
+    /// Let go from being held to probe its paused endpoint (`LetGo::Probe`): attempted
+    /// although the endpoint is paused, and held again if the attempt fails, without
+    /// using up a step of its schedule.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub probe: bool,
 }
 
 /// How much later than its own due time a held notification is kept in the due index:

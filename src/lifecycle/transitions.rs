@@ -60,6 +60,7 @@ pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
         moved_at: None,
         waiting: false,
         held: false,
+        probe: false,
     }
 }
 
@@ -81,13 +82,22 @@ fn held(r: &Record, lease: u64) -> Option<Record> {
 
 /// Records one attempt: delivered, cancelled (a cancel was asked for during it), dead
 /// (`Gone`, or the last attempt failed) or scheduled at the next tier, counted from the
-/// attempt's end (at most `now`).
+/// attempt's end (at most `now`). A probe of a paused endpoint that failed (not `Gone`)
+/// is held again instead, due when it ended, and not counted: its schedule stays where
+/// it was (the attempt is in its history).
 pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
     let mut r = held(r, lease)?;
     let ended = v.ended(now);
-    r.attempts += 1;
+    let probe = std::mem::take(&mut r.probe);
     r.reserved = false;
     leave_flight(&mut r);
+    let failed = !matches!(v.outcome, Outcome::Delivered | Outcome::Gone);
+    if probe && failed && !r.cancel_requested {
+        schedule_at(&mut r, ended, now);
+        r.held = true;
+        return Some(r);
+    }
+    r.attempts += 1;
     if v.outcome == Outcome::Delivered {
         finish(&mut r, JobState::Delivered, ended);
     } else if r.cancel_requested {
@@ -251,17 +261,30 @@ pub fn again(
     Some(r)
 }
 
-/// A scheduled notification (pending, retrying or held) due now instead of later; a held
-/// one is let go. One waiting behind an earlier one of its ordering key keeps waiting,
-/// due at once when its turn comes. Its attempt count stays; a send time it reserved in
-/// its rate key's quota is given up (its next claim reserves one again).
-pub fn attempt_now(r: &Record, now: Now) -> Option<Record> {
-    if r.state != JobState::Scheduled {
+/// How `attempt_now` lets a notification go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LetGo {
+    /// Any scheduled one (pending, retrying or held): an operator's attempt now, or a
+    /// resumed endpoint's backlog.
+    Now,
+    /// A held one only, to probe its paused endpoint: attempted although the endpoint
+    /// is still paused (`Record::probe`).
+    Probe,
+}
+
+/// A scheduled notification due now instead of later, as `how` says; a held one is let
+/// go. One waiting behind an earlier one of its ordering key keeps waiting, due at once
+/// when its turn comes. Its attempt count stays; a send time it reserved in its rate
+/// key's quota is given up (its next claim reserves one again).
+pub fn attempt_now(r: &Record, now: Now, how: LetGo) -> Option<Record> {
+    let probe = how == LetGo::Probe;
+    if r.state != JobState::Scheduled || (probe && !r.held) {
         return None;
     }
     let mut r = r.clone();
     r.reserved = false;
     r.held = false;
+    r.probe = probe;
     schedule_at(&mut r, now.down(), now);
     Some(r)
 }

@@ -25,7 +25,7 @@ use super::{
 };
 use crate::config::RetentionSettings;
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
-use crate::lifecycle::{retention, Again, Index, Now, Record};
+use crate::lifecycle::{retention, Again, Index, LetGo, Now, Record};
 use crate::policy::{RateAsk, SendTimes};
 
 mod audit;
@@ -329,12 +329,12 @@ impl OperatorActions for EmbeddedStore {
         Ok(n)
     }
 
-    async fn attempt_now(&self, id: &JobId) -> StoreResult<bool> {
+    async fn attempt_now(&self, id: &JobId, how: LetGo) -> StoreResult<bool> {
         let id = *id;
         let (moved, earliest) = self
             .writer
             .run(move |t, now| {
-                let moved = changes::attempt_now(t, now, &id)?;
+                let moved = changes::attempt_now(t, now, &id, how)?;
                 let earliest = match &moved {
                     Some(r) => changes::heads(t, &id.to_string(), r)?,
                     None => false,

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
-use crate::lifecycle::{retention, Again, Index, Now};
+use crate::lifecycle::{retention, Again, Index, LetGo, Now};
 use crate::policy::{RateAsk, SendTimes};
 
 mod changes;
@@ -348,8 +348,8 @@ impl OperatorActions for PostgresStore {
         })
     }
 
-    async fn attempt_now(&self, id: &JobId) -> StoreResult<bool> {
-        in_transaction!(self, |t| changes::attempt_now(&mut t, id).await?)
+    async fn attempt_now(&self, id: &JobId, how: LetGo) -> StoreResult<bool> {
+        in_transaction!(self, |t| changes::attempt_now(&mut t, id, how).await?)
     }
 
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {

@@ -20,7 +20,7 @@ use super::types::{
 use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
 use super::{EndpointPause, EndpointRecord, EndpointTally, Outcomes, WalkCursor};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
-use crate::lifecycle::{Again, Cancelled, JobStatus};
+use crate::lifecycle::{Again, Cancelled, JobStatus, LetGo};
 use crate::policy::{RateAsk, SendTimes};
 
 /// The queue as the pipeline drives it: registrations in, claims out, outcomes back.
@@ -96,8 +96,9 @@ pub trait OperatorActions: Send + Sync {
         delay: Duration,
     ) -> StoreResult<usize>;
 
-    /// Makes a scheduled notification due now. Whether it was scheduled.
-    async fn attempt_now(&self, id: &JobId) -> StoreResult<bool>;
+    /// Makes a scheduled notification due now, as `how` says (`LetGo::Probe`: a held one,
+    /// to probe its paused endpoint). Whether it was let go.
+    async fn attempt_now(&self, id: &JobId, how: LetGo) -> StoreResult<bool>;
 
     /// Deletes the dead letters among `ids`. How many were deleted.
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize>;

@@ -272,6 +272,9 @@ pub struct ClaimedJob {
     pub spec: JobSpec,
     /// Its send time is reserved in its rate key's quota: it goes when due.
     pub reserved: bool,
+    /// It probes its paused endpoint (`Record::probe`): attempted although the endpoint
+    /// is paused.
+    pub probe: bool,
 }
 
 impl ClaimedJob {
@@ -568,6 +571,7 @@ mod tests {
                 tenant: Default::default(),
             },
             reserved: false,
+            probe: false,
         };
         assert!(job.store_now() >= 1001);
     }

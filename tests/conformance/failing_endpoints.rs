@@ -3,7 +3,9 @@
 //! tenant's ops URL and the operator's are told (`endpoint.paused`, signed), and once it
 //! is resumed what it held is delivered, once each and each ordering key in order. A
 //! tenant's own `pause_after` holds for its endpoints only (`0s`: never). A resume counts
-//! `pause_after` afresh. On every backend (`scripts/test.sh`).
+//! `pause_after` afresh. Every `probe_interval` one held notification is tried; its
+//! delivery resumes the endpoint, a failure holds it again. On every backend
+//! (`scripts/test.sh`).
 
 use crate::ops_events::{events, OpsRig};
 use crate::support;
@@ -224,4 +226,67 @@ async fn a_resumed_endpoint_gets_pause_after_again_before_it_is_paused_again() {
         "paused again {after:?} after the resume"
     );
     assert_eq!(again["paused"]["by"], "postback", "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_probe_tries_one_held_notification_each_interval_and_its_delivery_resumes_the_endpoint() {
+    let rig = OpsRig::start(&format!(
+        "[endpoints]\npause_after = \"1s\"\nprobe_interval = \"1s\"\n\n{NO_BREAKER}"
+    ))
+    .await;
+    let pb = &rig.pb;
+    let (merchant, maintained) = (Receiver::start().await, Receiver::start().await);
+    merchant.set_down(true);
+    let mut held = Vec::new();
+    for seq in 0..3 {
+        held.push(register(pb, "shop-a", &merchant.url("/n"), "loose", seq).await);
+    }
+    let id = endpoint(pb, "shop-a", &merchant).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    wait_endpoint(pb, &id, "paused", WAIT).await;
+    for n in &held {
+        pb.wait_state(n, "held", WAIT).await;
+    }
+    // An endpoint paused by hand is not probed.
+    let by_hand = register(pb, "shop-a", &maintained.url("/n"), "loose", 0).await;
+    pb.wait_state(&by_hand, "delivered", WAIT).await;
+    let by_hand_id = endpoint(pb, "shop-a", &maintained).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/endpoints/{by_hand_id}/pause");
+    assert_eq!(pb.request(Method::POST, &path, None, &[]).await.0, 200);
+    let waiting = register(pb, "shop-a", &maintained.url("/n"), "loose", 1).await;
+    pb.wait_state(&waiting, "held", WAIT).await;
+
+    // Still down: a probe a second, each one notification, which is held again.
+    let before = merchant.count();
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    let probes = merchant.count() - before;
+    assert!((2..=5).contains(&probes), "{probes} probes in 3.5 s");
+    for n in &held {
+        let (_, view) = pb.get(&format!("/notifications/{n}")).await;
+        assert_eq!(
+            view["state"], "held",
+            "a failed probe is held again: {view}"
+        );
+    }
+    assert_eq!(maintained.count(), 1, "a pause by hand is not probed");
+
+    merchant.set_down(false);
+    let (_, resumed) = wait_endpoint(pb, &id, "healthy", LONG_WAIT).await;
+    assert!(resumed["paused"].is_null(), "{resumed}");
+    for n in &held {
+        pb.wait_state(n, "delivered", LONG_WAIT).await;
+    }
+    let told = support::eventually(WAIT, || async {
+        !endpoint_events(&rig.ops_a, "endpoint.resumed").is_empty()
+    });
+    assert!(told.await, "endpoint.resumed told");
+    let event = &endpoint_events(&rig.ops_a, "endpoint.resumed")[0];
+    assert_eq!(event["data"]["resumed_by"], "probe", "{event}");
+    let (_, still) = pb.get(&format!("/notifications/{waiting}")).await;
+    assert_eq!(still["state"], "held", "{still}");
 }

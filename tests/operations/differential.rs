@@ -21,8 +21,8 @@ use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
 use postback::domain::{JobId, Notification, OrderingKey, Outcome, Schedule, Tenant};
 use postback::policy::{Quota, RateAsk};
 use postback::store::{
-    Again, Back, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, ListFilter, RedisStore,
-    Settlement, Store,
+    Again, Back, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, LetGo, ListFilter,
+    RedisStore, Settlement, Store,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -288,7 +288,10 @@ impl Subject {
                 None => "nothing".into(),
             },
             Op::AttemptNow { pick: p } => match pick(*p) {
-                Some(id) => format!("due now {}", store.attempt_now(&id).await.unwrap()),
+                Some(id) => format!(
+                    "due now {}",
+                    store.attempt_now(&id, LetGo::Now).await.unwrap()
+                ),
                 None => "nothing".into(),
             },
             Op::Discard { pick: p } => match pick(*p) {

@@ -8,7 +8,9 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions, Again, Cancelled, Index, Now, Record, WAITING_OFFSET_MS};
+use crate::lifecycle::{
+    transitions, Again, Cancelled, Index, LetGo, Now, Record, WAITING_OFFSET_MS,
+};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::types::{NewJob, RetentionLimits as Retention};
@@ -113,6 +115,7 @@ pub fn claim(
             claim_asked: asked,
             spec: spec::decode(&spec).map_err(corrupt)?,
             reserved: new.reserved,
+            probe: new.probe,
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {
@@ -232,8 +235,10 @@ pub fn again(
 
 /// Makes a scheduled notification due now. Its new record; `None` when it is not
 /// scheduled.
-pub fn attempt_now(t: &mut Tables, now: Now, id: &JobId) -> DbResult<Option<Record>> {
-    apply(t, &id.to_string(), |r| transitions::attempt_now(r, now))
+pub fn attempt_now(t: &mut Tables, now: Now, id: &JobId, how: LetGo) -> DbResult<Option<Record>> {
+    apply(t, &id.to_string(), |r| {
+        transitions::attempt_now(r, now, how)
+    })
 }
 
 /// Deletes a dead letter. Whether it was one.

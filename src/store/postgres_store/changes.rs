@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, Record, HELD_OFFSET_MS};
+use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, LetGo, Record, HELD_OFFSET_MS};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::endpoints::{
     self, Added, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules,
@@ -237,6 +237,7 @@ pub async fn claim(
             claim_asked: asked,
             spec: spec::decode(row.get(2)).map_err(corrupt)?,
             reserved: new.reserved,
+            probe: new.probe,
         });
         ids.push(id);
         records.push(new.encode());
@@ -494,11 +495,11 @@ pub async fn again(
     Ok(again)
 }
 
-/// Makes a scheduled notification due now. Whether it was scheduled.
-pub async fn attempt_now(t: &mut Tx<'_>, id: &JobId) -> PgResult<bool> {
+/// Makes a scheduled notification due now, as `how` says. Whether it was let go.
+pub async fn attempt_now(t: &mut Tx<'_>, id: &JobId, how: LetGo) -> PgResult<bool> {
     let key = id.to_string();
     let now = t.now;
-    let moved = apply(t, &key, |r| transitions::attempt_now(r, now)).await?;
+    let moved = apply(t, &key, |r| transitions::attempt_now(r, now, how)).await?;
     if let Some(r) = &moved {
         t.heads_due(&key, r).await?;
     }

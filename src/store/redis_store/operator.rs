@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::commit::{Change, Decision, Held};
 use super::{script_error, store_error, RedisStore};
 use crate::domain::{JobId, JobSpec, Schedule};
-use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, Now, WAITING_OFFSET_MS};
+use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, LetGo, Now, WAITING_OFFSET_MS};
 use crate::store::{spec, OperatorActions, StoreResult};
 
 impl RedisStore {
@@ -136,10 +136,10 @@ impl OperatorActions for RedisStore {
         Ok(done.iter().filter(|status| status.is_some()).count())
     }
 
-    async fn attempt_now(&self, id: &JobId) -> StoreResult<bool> {
+    async fn attempt_now(&self, id: &JobId, how: LetGo) -> StoreResult<bool> {
         let now_due = |id: &JobId, held: Option<Held>, now: Now| {
             let moved = held.and_then(|h| {
-                let new = transitions::attempt_now(&h.record, now)?;
+                let new = transitions::attempt_now(&h.record, now, how)?;
                 Some(Change::new(&id.to_string(), &h, &new))
             });
             Ok(match moved {

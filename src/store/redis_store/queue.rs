@@ -451,6 +451,7 @@ fn claimed_job(
         claim_asked: asked,
         spec: decoded,
         reserved: held.record.reserved,
+        probe: held.record.probe,
     };
     Ok((job, held))
 }
