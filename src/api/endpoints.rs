@@ -14,13 +14,15 @@ use utoipa::IntoParams;
 
 use super::audit;
 use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
-use super::view::{EndpointPage, EndpointState, EndpointView};
+use super::view::{Backlog, EndpointPage, EndpointState, EndpointView};
 use super::AppState;
 use super::{auth, paging};
 use crate::access::{Principal, Role, Scope};
 use crate::domain::{Endpoint, EndpointId, FieldError, Tenant};
 use crate::store::endpoints::{now_ms, EndpointNotice};
-use crate::store::{AuditAction, EndpointPause, EndpointRecord};
+use crate::store::{
+    AuditAction, EndpointPause, EndpointRecord, ListFilter, Listed, Store, StoreResult,
+};
 
 /// Records one page examines at most, when a state filter matches few: then the page
 /// comes back short, and `next_cursor` goes on from where it stopped.
@@ -218,12 +220,58 @@ async fn set_pause(
     view(&state, &found).await
 }
 
-/// The view of the endpoint `found`, with its pause.
+/// The view of the endpoint `found`, with its pause and its backlog.
 async fn view(state: &AppState, found: &EndpointRecord) -> Result<Json<EndpointView>, ApiError> {
     let key = found.key();
     let pauses = state.store.pauses().await?;
     let pause = pauses.iter().find(|(k, _)| *k == key).map(|(_, p)| p);
-    Ok(Json(EndpointView::new(found, pause, now_ms())))
+    let mut view = EndpointView::new(found, pause, now_ms());
+    view.notifications = Some(backlog(state.store.as_ref(), found).await?);
+    Ok(Json(view))
+}
+
+/// Pages of each list read at most to count an endpoint's backlog: a view costs a
+/// bounded read however long the lists are.
+const BACKLOG_PAGES: usize = 10;
+const BACKLOG_PAGE: usize = 500;
+
+/// The notifications of `found`'s endpoint that wait for an attempt, counted from the
+/// lists they are in (every tenant's share them, so a count reads past others').
+async fn backlog(store: &dyn Store, found: &EndpointRecord) -> StoreResult<Backlog> {
+    let filter = ListFilter {
+        tenant: Some(found.tenant.clone()),
+        endpoint: Some(found.endpoint()),
+        ..ListFilter::default()
+    };
+    let mut backlog = Backlog {
+        complete: true,
+        ..Backlog::default()
+    };
+    for listed in [Listed::Scheduled, Listed::Retrying, Listed::Held] {
+        let (n, complete) = count(store, listed, &filter).await?;
+        match listed {
+            Listed::Held => backlog.held += n,
+            _ => backlog.pending += n,
+        }
+        backlog.complete &= complete;
+    }
+    Ok(backlog)
+}
+
+/// How many of `listed` match `filter`, and whether the count reached the list's end.
+async fn count(store: &dyn Store, listed: Listed, filter: &ListFilter) -> StoreResult<(u64, bool)> {
+    let (mut n, mut after) = (0, None);
+    for _ in 0..BACKLOG_PAGES {
+        let page = store
+            .list(listed, filter, BACKLOG_PAGE, after.as_ref())
+            .await?;
+        n += page.items.len() as u64;
+        after = page.next_cursor;
+        if after.is_none() {
+            return Ok((n, true));
+        }
+    }
+    Ok((n, false))
 }
 
 fn endpoint_state(raw: &str) -> Result<EndpointState, FieldError> {

@@ -489,6 +489,22 @@ pub struct EndpointView {
     pub last_day: AttemptCounts,
     /// While paused: since when, and by whom.
     pub paused: Option<PauseView>,
+    /// Its notifications waiting for an attempt: only in the view of one endpoint
+    /// (`GET /endpoints/{id}`), not in a list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<Backlog>,
+}
+
+/// An endpoint's notifications waiting for an attempt, counted when asked.
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema)]
+pub struct Backlog {
+    /// Scheduled or retrying: due at their time.
+    pub pending: u64,
+    /// Held while the endpoint is paused.
+    pub held: u64,
+    /// `false` when a count stopped before the end of its list (it read as much as one
+    /// view may): there are at least this many.
+    pub complete: bool,
 }
 
 /// An endpoint's pause.
@@ -527,6 +543,7 @@ impl EndpointView {
             }),
             last_hour: r.last_hour(now).into(),
             last_day: r.last_day(now).into(),
+            notifications: None,
         }
     }
 }

@@ -295,12 +295,23 @@ pub fn endpoint(a: &Value, out: &mut Out) {
     if !p.is_null() {
         shown["paused"] = format!("since {} by {}", text(&p["since"]), text(&p["by"])).into();
     }
+    let n = &a["notifications"];
+    if !n.is_null() {
+        let at_least = if n["complete"] == false {
+            "at least "
+        } else {
+            ""
+        };
+        shown["notifications"] =
+            format!("{at_least}{} pending, {} held", n["pending"], n["held"]).into();
+    }
     let keys = [
         "id",
         "tenant",
         "url",
         "state",
         "paused",
+        "notifications",
         "consecutive_failures",
         "failing_since",
         "last_failure",

@@ -108,6 +108,18 @@ async fn a_paused_endpoint_holds_its_notifications_and_resuming_lets_them_go_in_
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(f.receiver.requests().len(), 1, "only the first was sent");
+    // The endpoint's view counts them: the key's three behind its first are pending.
+    let (_, shown) = f.get("tok-reader-a", &format!("/endpoints/{id}")).await;
+    assert_eq!(
+        shown["notifications"],
+        json!({"pending": 3, "held": 4, "complete": true}),
+        "{shown}"
+    );
+    let (_, listed) = f.get("tok-reader-a", "/endpoints").await;
+    assert!(
+        listed["items"][0].get("notifications").is_none(),
+        "{listed}"
+    );
 
     let (status, resumed) = post(&f, "tok-ops-a", &format!("/endpoints/{id}/resume")).await;
     assert_eq!(
@@ -129,6 +141,23 @@ async fn a_paused_endpoint_holds_its_notifications_and_resuming_lets_them_go_in_
         vec![0, 1, 2, 3],
         "the key kept its order"
     );
+    // Another tenant's notifications to the same origin are not this endpoint's.
+    let (_, of_b) = f
+        .call(
+            "tok-all-b",
+            Method::POST,
+            "/notify",
+            Some(json!({"url": f.receiver.url("/ok"), "body": {}, "delay": "1h"})),
+        )
+        .await;
+    assert!(of_b["id"].is_string(), "{of_b}");
+    let (_, shown) = f.get("tok-reader-a", &format!("/endpoints/{id}")).await;
+    assert_eq!(
+        shown["notifications"],
+        json!({"pending": 0, "held": 0, "complete": true}),
+        "{shown}"
+    );
+
     let mut loose_seqs = arrived(&f.receiver, "loose");
     loose_seqs.sort();
     assert_eq!(loose_seqs, vec![0, 1, 2], "each held one once");

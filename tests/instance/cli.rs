@@ -704,6 +704,12 @@ async fn endpoints_lists_the_failing_one_and_shows_its_last_failure() {
     pb.wait_state(&held, "held", WAIT).await;
     let listed = json(&pb, &["endpoints", "--state", "paused"]);
     assert_eq!(listed["items"][0]["id"], id.as_str(), "{listed}");
+    let out = ok(&pb, &["endpoints", &id]);
+    let shown = out.lines().find(|l| l.starts_with("notifications:"));
+    assert!(
+        shown.is_some_and(|l| l.ends_with(" 0 pending, 1 held")),
+        "{out}"
+    );
     let out = ok(&pb, &["endpoints", &id, "--resume"]);
     let state = out.lines().find(|l| l.starts_with("state:")).unwrap_or("");
     assert!(state.ends_with(" failing"), "{out}");
