@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -13,6 +14,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::domain::Tenant;
+use crate::portal::PortalKey;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,11 +117,30 @@ impl Principal {
 #[derive(Clone, Default)]
 pub struct TokenTable {
     entries: Vec<([u8; 32], Principal)>,
+    /// Checks portal links, when `server.portal_secret` is set.
+    portal: Option<Arc<PortalKey>>,
 }
 
 impl TokenTable {
     pub fn new(entries: Vec<([u8; 32], Principal)>) -> Self {
-        Self { entries }
+        Self {
+            entries,
+            portal: None,
+        }
+    }
+
+    /// The same, accepting the portal links `portal` signed.
+    pub fn with_portal(self, portal: Option<PortalKey>) -> Self {
+        Self {
+            portal: portal.map(Arc::new),
+            ..self
+        }
+    }
+
+    /// The principal of a portal link that has not expired.
+    pub fn identify_link(&self, link: &str) -> Option<Principal> {
+        let portal = self.portal.as_ref()?;
+        portal.verify(link, std::time::SystemTime::now())
     }
 
     /// A secret every instance with the same tokens shares: the SHA-256 of the tokens'

@@ -14,6 +14,7 @@ use crate::access::TokenTable;
 use crate::domain::{CallbackUrl, Destinations, HostAllowList, Tenant};
 use crate::egress::ProxyUrl;
 use crate::policy::{Quota, Quotas};
+use crate::portal::PortalKey;
 use crate::signing::{Keys, Secret, Signer, SigningKey};
 use crate::store::endpoints::EndpointRules;
 
@@ -150,6 +151,7 @@ impl Config {
             TokenTable::default()
         } else {
             tenants::token_table(s, &tenants)?
+                .with_portal(s.server.portal_secret.as_deref().map(PortalKey::new))
         };
         let config = Self {
             settings,

@@ -1,7 +1,7 @@
 //! postback: a webhook notification dispatcher with tiered retries and dead-lettering.
 //!
 //! A notification is registered through the API (`api`, which `access` guards: tokens,
-//! their tenants and roles) and kept by a store (`store`:
+//! their tenants and roles; `portal` issues and checks merchants' short-lived links) and kept by a store (`store`:
 //! Redis, a Redis Cluster, or an embedded file). The rules of its life (when it is due,
 //! what an attempt leads to, when it is dead) are pure functions in `lifecycle`, which
 //! every store applies. The scheduler (`scheduler`) claims it when due, under the
@@ -34,6 +34,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod metrics;
 pub(crate) mod ops_events;
 pub mod policy;
+pub(crate) mod portal;
 pub(crate) mod reservations;
 pub(crate) mod scheduler;
 pub(crate) mod sender;

@@ -1,5 +1,6 @@
 // The review page: a small client of postback's own API. The token is kept in
-// sessionStorage (this tab only) and sent as a bearer token, like any API client.
+// sessionStorage (this tab only) and sent as a bearer token, like any API client; a
+// portal link's credential arrives in the URL's fragment (`takePortalLink`).
 // Views are chosen by the URL's hash, so the browser's back button and links work:
 // #/overview (?tenant), #/dead (?filters), #/dead/<id>, #/queue (?state, filters, cursor),
 // #/lookup, #/lookup/<id>, #/endpoints (?filters), #/audit (?filters).
@@ -642,5 +643,16 @@ async function route() {
   document.getElementById("main").focus({ preventScroll: true });
 }
 
+// A portal link (`postback portal-link`) carries its credential in the fragment, which
+// the browser never sends: it is kept like a pasted token and taken out of the address
+// bar, so that it is neither bookmarked nor shown over a merchant's shoulder.
+function takePortalLink() {
+  const link = location.hash.match(/^#token=(pt_[A-Za-z0-9_.-]+)$/);
+  if (!link) return;
+  sessionStorage.setItem(TOKEN_KEY, link[1]);
+  history.replaceState(null, "", `${location.pathname}#/endpoints`);
+}
+
 window.addEventListener("hashchange", route);
+takePortalLink();
 route();

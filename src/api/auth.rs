@@ -28,9 +28,9 @@ pub async fn require_token(
         Principal::everything(ANONYMOUS)
     } else {
         let token = presented(request.headers()).ok_or(ApiError::unauthorized(false))?;
-        tokens
-            .identify(token)
-            .cloned()
+        let configured = tokens.identify(token).cloned();
+        configured
+            .or_else(|| tokens.identify_link(token))
             .ok_or(ApiError::unauthorized(true))?
     };
     request.extensions_mut().insert(principal);

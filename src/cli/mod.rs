@@ -184,6 +184,26 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Print a link to the review page for one tenant's merchant: a short-lived credential
+    /// signed with `server.portal_secret`, scoped to the tenant (read, and operate if
+    /// asked), in the URL's fragment. Rotating the secret revokes every link.
+    PortalLink {
+        /// The tenant (configured).
+        #[arg(long)]
+        tenant: String,
+        /// How long the link works, at most 24h.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        ttl: std::time::Duration,
+        /// What it may do: read, or read,operate.
+        #[arg(long, value_delimiter = ',', default_value = "read", value_parser = Role::from_str)]
+        roles: Vec<Role>,
+        /// The address merchants reach postback at; default: `http://` and `server.listen`.
+        #[arg(long)]
+        base_url: Option<String>,
+        /// TOML configuration file; `POSTBACK_<SECTION>_<KEY>` variables override it.
+        #[arg(long, env = "POSTBACK_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// ed25519 signing keys (`v1a` signatures).
     SigningKey {
         #[command(subcommand)]
@@ -432,6 +452,13 @@ pub fn main() -> ExitCode {
             command: ConfigCommand::Signing { tenant, config },
         } => local::print_signing(&tenant, config),
         Command::Completions { shell } => local::completions(shell),
+        Command::PortalLink {
+            tenant,
+            ttl,
+            roles,
+            base_url,
+            config,
+        } => local::portal_link(&tenant, ttl, &roles, base_url.as_deref(), config),
         Command::Receive { listen } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -20,6 +20,7 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
         | Command::Migrate { .. }
         | Command::Token { .. }
         | Command::SigningKey { .. }
+        | Command::PortalLink { .. }
         | Command::Completions { .. }
         | Command::Config { .. }
         | Command::Receive { .. } => {

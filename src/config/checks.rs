@@ -147,6 +147,13 @@ fn check_server(s: &ServerSettings) -> anyhow::Result<()> {
         "server.worker_threads",
         "must be from 0 (one per CPU core) to 256",
     )?;
+    check(
+        s.portal_secret
+            .as_ref()
+            .is_none_or(|p| p.len() >= crate::portal::MIN_SECRET_BYTES),
+        "server.portal_secret",
+        "must be at least 32 bytes (e.g. `openssl rand -base64 32`)",
+    )?;
     for (ok, key) in [
         (!s.header_timeout.is_zero(), "server.header_timeout"),
         (!s.idle_timeout.is_zero(), "server.idle_timeout"),

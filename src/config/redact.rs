@@ -1,5 +1,5 @@
 //! Settings with their secrets taken out, for `postback config check` and for logs: API
-//! and metrics tokens, the SHA-256 of each configured token (a hash of a short token can
+//! and metrics tokens, the portal secret, the SHA-256 of each configured token (a hash of a short token can
 //! be reversed, and an init container's logs are read by many), signing secrets and
 //! keys, and the passwords in store and proxy URLs.
 
@@ -16,6 +16,9 @@ impl Settings {
         s.server.api_tokens = hidden(&s.server.api_tokens);
         if s.server.metrics_token.is_some() {
             s.server.metrics_token = Some(REDACTED.into());
+        }
+        if s.server.portal_secret.is_some() {
+            s.server.portal_secret = Some(REDACTED.into());
         }
         s.store.redis_url = s.store.redis_url.as_deref().map(url);
         s.store.postgres_url = s.store.postgres_url.as_deref().map(url);

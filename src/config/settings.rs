@@ -102,6 +102,9 @@ pub struct ServerSettings {
     pub idempotency_ttl: Duration,
     /// When set, `/metrics` needs `Authorization: Bearer <metrics_token>`.
     pub metrics_token: Option<String>,
+    /// What signs portal links (`postback portal-link`), at least 32 bytes; rotating it
+    /// revokes every link. Unset: no link is issued or accepted.
+    pub portal_secret: Option<String>,
     /// A request's head must arrive within this of its first byte.
     #[serde(with = "super::duration")]
     pub header_timeout: Duration,
@@ -380,6 +383,7 @@ impl Default for ServerSettings {
             max_concurrent_requests: 512,
             idempotency_ttl: Duration::from_secs(24 * 3600),
             metrics_token: None,
+            portal_secret: None,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
             body_timeout: Duration::from_secs(30),

@@ -24,6 +24,7 @@ mod ops_events;
 mod ordering;
 mod pauses;
 mod policy;
+mod portal;
 mod resend;
 mod responses;
 mod retention;

@@ -111,6 +111,11 @@ impl Fleet {
         answer["id"].as_str().unwrap().to_string()
     }
 
+    /// The configuration file the instance runs on.
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("postback.toml")
+    }
+
     /// The shared secret that signs `tenant`'s deliveries, as `postback config signing`
     /// prints it.
     pub fn signing_secret(&self, tenant: &str) -> String {

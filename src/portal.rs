@@ -1,0 +1,182 @@
+//! Portal links: short-lived credentials a merchant's browser presents, scoped to one
+//! tenant and to `read` and, if given, `operate`. `postback portal-link` issues one
+//! (`PortalKey::issue`); the API takes it as a bearer token like any other
+//! (`PortalKey::verify`), naming the caller `portal:<tenant>` in the audit log.
+//!
+//! A credential is `pt_<claims>.<tag>`: the claims (tenant, roles, expiry) as URL-safe
+//! base64 JSON, and their HMAC-SHA256 under `server.portal_secret`. Nothing is stored:
+//! a link is good until it expires, and rotating the secret revokes every link at once.
+//! It lives in a URL's fragment (`/portal#token=…`), which browsers do not send, so no
+//! proxy or access log sees it.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine;
+use ring::hmac;
+use serde::{Deserialize, Serialize};
+
+use crate::access::{Principal, Role, Scope};
+use crate::domain::Tenant;
+
+/// What every credential starts with, so that it is told from a configured token.
+pub const PREFIX: &str = "pt_";
+/// The shortest `server.portal_secret`, in bytes.
+pub const MIN_SECRET_BYTES: usize = 32;
+/// The longest life a link may be given.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The roles a link may carry: a merchant reads and, at most, operates on its own.
+const ROLES: [Role; 2] = [Role::Read, Role::Operate];
+
+/// What a credential says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Claims {
+    /// The tenant.
+    t: String,
+    /// The roles, by name.
+    r: Vec<String>,
+    /// When it expires, seconds since the epoch.
+    e: u64,
+}
+
+/// Signs and checks credentials with `server.portal_secret`.
+pub struct PortalKey {
+    key: hmac::Key,
+}
+
+/// Why a link cannot be issued.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IssueError {
+    #[error("--ttl must be more than 0s and at most 24h")]
+    Ttl,
+    #[error("--roles: a portal link may carry read and operate only")]
+    Roles,
+}
+
+impl PortalKey {
+    /// The key of `secret`, which must be at least `MIN_SECRET_BYTES` long (checked
+    /// with the configuration).
+    pub fn new(secret: &str) -> Self {
+        Self {
+            key: hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes()),
+        }
+    }
+
+    /// A credential for `tenant` with `roles` (read is always among them), good for
+    /// `ttl` from `now`.
+    pub fn issue(
+        &self,
+        tenant: &Tenant,
+        roles: &[Role],
+        ttl: Duration,
+        now: SystemTime,
+    ) -> Result<String, IssueError> {
+        if ttl.is_zero() || ttl > MAX_TTL {
+            return Err(IssueError::Ttl);
+        }
+        if roles.iter().any(|r| !ROLES.contains(r)) {
+            return Err(IssueError::Roles);
+        }
+        let mut names = vec![Role::Read.name().to_string()];
+        if roles.contains(&Role::Operate) {
+            names.push(Role::Operate.name().to_string());
+        }
+        let claims = Claims {
+            t: tenant.to_string(),
+            r: names,
+            e: seconds(now + ttl),
+        };
+        let body = B64.encode(serde_json::to_vec(&claims).expect("claims serialize"));
+        let tag = hmac::sign(&self.key, body.as_bytes());
+        Ok(format!("{PREFIX}{body}.{}", B64.encode(tag.as_ref())))
+    }
+
+    /// The caller a credential names, if it is one this key signed and it has not
+    /// expired at `now`.
+    pub fn verify(&self, credential: &str, now: SystemTime) -> Option<Principal> {
+        let (body, tag) = credential.strip_prefix(PREFIX)?.split_once('.')?;
+        let tag = B64.decode(tag).ok()?;
+        hmac::verify(&self.key, body.as_bytes(), &tag).ok()?;
+        let claims: Claims = serde_json::from_slice(&B64.decode(body).ok()?).ok()?;
+        if claims.e <= seconds(now) {
+            return None;
+        }
+        let tenant = Tenant::parse(&claims.t, "tenant").ok()?;
+        let roles: Vec<Role> = ROLES
+            .into_iter()
+            .filter(|r| claims.r.iter().any(|n| n == r.name()))
+            .collect();
+        let actor = format!("portal:{tenant}");
+        Some(Principal::new(actor, Scope::One(tenant), &roles))
+    }
+}
+
+fn seconds(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "a portal secret of thirty-two bytes or more";
+
+    fn shop_a() -> Tenant {
+        Tenant::parse("shop-a", "tenant").unwrap()
+    }
+
+    #[test]
+    fn a_link_names_its_tenant_and_roles_until_it_expires() {
+        let key = PortalKey::new(SECRET);
+        let now = SystemTime::now();
+        let hour = Duration::from_secs(3600);
+        let link = key.issue(&shop_a(), &[Role::Operate], hour, now).unwrap();
+        let caller = key.verify(&link, now).unwrap();
+        assert_eq!(caller.actor, "portal:shop-a");
+        assert_eq!(caller.scope, Scope::One(shop_a()));
+        assert!(caller.may(Role::Read) && caller.may(Role::Operate));
+        assert!(!caller.may(Role::Notify) && !caller.may(Role::Audit));
+        assert_eq!(key.verify(&link, now + hour), None, "expired");
+        let read_only = key.issue(&shop_a(), &[Role::Read], hour, now).unwrap();
+        assert!(!key.verify(&read_only, now).unwrap().may(Role::Operate));
+    }
+
+    #[test]
+    fn a_link_changed_or_signed_with_another_secret_is_refused() {
+        let key = PortalKey::new(SECRET);
+        let now = SystemTime::now();
+        let hour = Duration::from_secs(3600);
+        let link = key.issue(&shop_a(), &[Role::Read], hour, now).unwrap();
+        let rotated = PortalKey::new("another portal secret, thirty-two bytes");
+        assert_eq!(
+            rotated.verify(&link, now),
+            None,
+            "rotating the secret revokes it"
+        );
+        let (body, tag) = link.split_once('.').unwrap();
+        let claims = B64.decode(body.strip_prefix(PREFIX).unwrap()).unwrap();
+        let other = String::from_utf8(claims)
+            .unwrap()
+            .replace("shop-a", "shop-b");
+        let forged = format!("{PREFIX}{}.{tag}", B64.encode(other));
+        assert_eq!(key.verify(&forged, now), None);
+        assert_eq!(key.verify("pt_garbage", now), None);
+        assert_eq!(key.verify(&link.replace(PREFIX, ""), now), None);
+    }
+
+    #[test]
+    fn a_link_carries_read_and_operate_only_for_a_day_at_most() {
+        let key = PortalKey::new(SECRET);
+        let now = SystemTime::now();
+        let day = Duration::from_secs(24 * 3600);
+        let notify = key.issue(&shop_a(), &[Role::Notify], day, now);
+        assert_eq!(notify, Err(IssueError::Roles));
+        let long = key.issue(&shop_a(), &[Role::Read], day + Duration::from_secs(1), now);
+        assert_eq!(long, Err(IssueError::Ttl));
+        assert_eq!(
+            key.issue(&shop_a(), &[], Duration::ZERO, now),
+            Err(IssueError::Ttl)
+        );
+    }
+}
