@@ -18,5 +18,7 @@ fi
 (cd tests/ui && npm ci --no-audit --no-fund --silent)
 export SCREENSHOTS="${SCREENSHOTS:-$(pwd)/docs}"
 mkdir -p "$SCREENSHOTS"
-# The receiver listens on loopback.
+# The receiver listens on loopback; the portal secret signs the merchant's link the test
+# opens (`postback portal-link`, which reads it from the environment too).
+export POSTBACK_SERVER_PORTAL_SECRET="ui-test portal secret, 32 bytes or more"
 POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS=true scripts/with-postback.sh node tests/ui/review.mjs

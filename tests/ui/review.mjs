@@ -4,10 +4,13 @@
 // it delivered; bulk-replays the rest after a confirmation that shows the count; finds
 // both replays in the audit log and filters it by action; walks the queue's tabs and
 // pages, finds a notification by its idempotency key and cancels it; sees a failing
-// endpoint among the endpoints and filters them by state; checks the page works at phone
+// endpoint among the endpoints and filters them by state; opens a merchant's portal link
+// in a fresh browser and sees its endpoints with the credential out of the address bar;
+// checks the page works at phone
 // width and with the keyboard, and that it and Swagger UI need nothing their
 // Content-Security-Policy refuses. Saves a screenshot of each view under docs/.
 import { chromium } from "playwright-core";
+import { execFileSync } from "node:child_process";
 import http from "node:http";
 import assert from "node:assert/strict";
 
@@ -269,6 +272,23 @@ try {
   await eventually("only the failing one", async () => (await endpointRows.count()) === 1);
   assert.equal((await call("GET", `/notifications/${failing.id}`)).state, "dead");
 
+  // A merchant's portal link, in a browser that never signed in: the page takes the
+  // credential from the fragment, clears it from the address bar, and reads as the tenant.
+  const portalLink = execFileSync(
+    "target/debug/postback",
+    ["portal-link", "--tenant", "default", "--ttl", "10m", "--base-url", api],
+    { encoding: "utf8" },
+  ).trim();
+  assert.match(portalLink, /\/ui#token=pt_/);
+  const merchant = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+  merchant.on("pageerror", (e) => errors.push(e.message));
+  await merchant.goto(portalLink);
+  await merchant.getByRole("table", { name: "Endpoints" }).locator("tbody tr").first().waitFor();
+  assert.equal(new URL(merchant.url()).hash, "#/endpoints", "the credential is out of the address bar");
+  assert.match(await merchant.evaluate(() => sessionStorage.getItem("postback-token")), /^pt_/);
+  await merchant.screenshot({ path: `${shots}/ui-portal.png`, fullPage: true });
+  await merchant.close();
+
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(`${api}/ui#/dead/${dead[1]}`);
@@ -290,7 +310,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, portal link, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
