@@ -234,15 +234,13 @@ impl EndpointPauses {
         let now = now_ms();
         let due: Vec<(String, i64)> = {
             let view = self.view.read().expect("pauses lock");
+            probes.last.retain(|k, _| view.keys.contains_key(k));
             let by_postback = view.keys.iter().filter(|(_, p)| p.by == PAUSED_BY_POSTBACK);
             by_postback
                 .map(|(k, p)| (k.clone(), (now - p.since).div_euclid(interval)))
                 .filter(|(k, round)| *round > 0 && probes.last.get(k) < Some(round))
                 .collect()
         };
-        probes
-            .last
-            .retain(|k, _| self.view.read().expect("pauses lock").keys.contains_key(k));
         for (key, round) in due {
             probes.last.insert(key.clone(), round);
             if let Some(id) = oldest_held(store, &key).await? {

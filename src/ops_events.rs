@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::backoff;
 use crate::config::Config;
 use crate::domain::{
-    AttemptReport, CallbackUrl, ExtraHeaders, Notification, Payload, Placement, Schedule,
+    rfc3339, AttemptReport, CallbackUrl, ExtraHeaders, Notification, Payload, Placement, Schedule,
     SuccessRule, Tenant,
 };
 use crate::store::endpoints::EndpointNotice;
@@ -325,10 +325,4 @@ fn health(r: &EndpointRecord) -> Value {
         "at": rfc3339(f.at), "status": f.status, "error": f.error,
     })));
     data
-}
-
-/// A time in ms as RFC 3339 with ms.
-fn rfc3339(ms: i64) -> String {
-    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(t).to_string()
 }

@@ -1,8 +1,6 @@
 //! The JSON shapes of API answers, typed so that the OpenAPI document describes exactly
 //! what the handlers send. Times are RFC 3339 UTC with milliseconds.
 
-use std::time::{Duration, UNIX_EPOCH};
-
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -13,11 +11,7 @@ use crate::store::{
     Trimmed,
 };
 
-/// Milliseconds since the epoch as RFC 3339 UTC with milliseconds.
-pub fn rfc3339(ms: i64) -> String {
-    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(t).to_string()
-}
+pub use crate::domain::rfc3339;
 
 // The API's own copy of `lifecycle::JobState`, so that the HTTP schema stays in `api/`.
 /// Where a notification is in its life.

@@ -29,6 +29,6 @@ pub use notification::{JobSpec, Notification, Target};
 pub use ordering_key::OrderingKey;
 pub use payload::Payload;
 pub use placement::Placement;
-pub use schedule::{duration_text, parse_duration, Schedule, DURATION_FORM, MAX_TIERS};
+pub use schedule::{duration_text, parse_duration, rfc3339, Schedule, DURATION_FORM, MAX_TIERS};
 pub use success::{BodyRule, RawSuccess, SuccessRule};
 pub use tenant::{HostAllowList, Tenant};

@@ -109,6 +109,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, FieldError> {
 /// How a duration is written, for the errors about one.
 pub const DURATION_FORM: &str = "a number and a unit, like 500ms, 15s, 3m, 1h or 2d";
 
+/// Milliseconds since the epoch as RFC 3339 UTC with milliseconds: how the API and the
+/// ops events write a time.
+pub fn rfc3339(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
 /// A duration as `parse_duration` reads it back, in whole days, hours, minutes, seconds
 /// and ms: `90d`, `1h 30m`, `1s 500ms`, `0s` (never months, whose length varies).
 pub fn duration_text(d: Duration) -> String {
