@@ -6,6 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -85,12 +86,14 @@ impl Scope {
 }
 
 /// The caller of one request: the token's name (the actor in the audit log), its
-/// tenants and its roles.
+/// tenants, its roles, and when its credential expires (a portal link's; configured
+/// tokens do not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub actor: String,
     pub scope: Scope,
     roles: u8,
+    pub expires: Option<SystemTime>,
 }
 
 impl Principal {
@@ -99,7 +102,21 @@ impl Principal {
             actor: actor.into(),
             scope,
             roles: roles.iter().fold(0, |acc, r| acc | r.bit()),
+            expires: None,
         }
+    }
+
+    /// The same caller, whose credential expires at `at`.
+    pub fn expiring(self, at: SystemTime) -> Self {
+        Self {
+            expires: Some(at),
+            ..self
+        }
+    }
+
+    /// Its roles, in the order of `Role::ALL`.
+    pub fn roles(&self) -> impl Iterator<Item = Role> + '_ {
+        Role::ALL.into_iter().filter(|r| self.may(*r))
     }
 
     /// Every tenant, every role: a token of `server.api_tokens`, or anyone when

@@ -6,7 +6,7 @@
 //! A credential is `pt_<claims>.<tag>`: the claims (tenant, roles, expiry) as URL-safe
 //! base64 JSON, and their HMAC-SHA256 under `server.portal_secret`. Nothing is stored:
 //! a link is good until it expires, and rotating the secret revokes every link at once.
-//! It lives in a URL's fragment (`/portal#token=…`), which browsers do not send, so no
+//! It lives in a URL's fragment (`/ui#token=…`), which browsers do not send, so no
 //! proxy or access log sees it.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -108,7 +108,8 @@ impl PortalKey {
             .filter(|r| claims.r.iter().any(|n| n == r.name()))
             .collect();
         let actor = format!("portal:{tenant}");
-        Some(Principal::new(actor, Scope::One(tenant), &roles))
+        let expires = UNIX_EPOCH + Duration::from_secs(claims.e);
+        Some(Principal::new(actor, Scope::One(tenant), &roles).expiring(expires))
     }
 }
 

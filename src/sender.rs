@@ -29,6 +29,21 @@ use crate::traces;
 /// `postback/<version>`, sent as the `User-Agent` of every delivery.
 pub const USER_AGENT_VALUE: &str = concat!("postback/", env!("CARGO_PKG_VERSION"));
 
+/// The headers every attempt of notification `id` carries, in the order they are set (a
+/// producer's header replaces one of the same name set before it): user agent, content
+/// type, `webhook-id`, then the producer's. Each attempt adds its own `webhook-timestamp`,
+/// `webhook-signature` and `traceparent`. `GET /notifications/{id}` shows the same list.
+pub fn request_headers(id: &str, spec: &JobSpec, mut put: impl FnMut(HeaderName, &str)) {
+    put(USER_AGENT, USER_AGENT_VALUE);
+    put(CONTENT_TYPE, &spec.content_type);
+    put(HeaderName::from_static("webhook-id"), id);
+    for (name, value) in &spec.headers {
+        if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+            put(name, value);
+        }
+    }
+}
+
 type HttpClient = Client<Connector, Full<Bytes>>;
 
 pub struct Sender {
@@ -129,8 +144,7 @@ impl Sender {
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
-        let mut h = HeaderMap::with_capacity(spec.headers.len() + 5);
-        h.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        let mut h = HeaderMap::with_capacity(spec.headers.len() + 6);
         h.insert(
             HeaderName::from_static("webhook-timestamp"),
             HeaderValue::from(timestamp),
@@ -140,19 +154,13 @@ impl Sender {
                 h.insert(name, v);
             }
         };
-        put(CONTENT_TYPE, &spec.content_type);
-        put(HeaderName::from_static("webhook-id"), &id);
         if let Some(sig) = self
             .signer
             .header(&spec.tenant, &id, timestamp, spec.body.as_bytes())
         {
             put(HeaderName::from_static("webhook-signature"), &sig);
         }
-        for (name, value) in &spec.headers {
-            if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
-                put(name, value);
-            }
-        }
+        request_headers(&id, spec, &mut put);
         // Exported, the attempt's own span replaces any the producer asked for.
         if let Some(traceparent) = traces::traceparent(&tracing::Span::current()) {
             put(HeaderName::from_static("traceparent"), &traceparent);

@@ -28,6 +28,7 @@ mod endpoints;
 mod error;
 pub mod intake;
 mod limits;
+mod me;
 mod notifications;
 mod notify;
 mod overview;
@@ -216,6 +217,7 @@ fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
         .routes(routes!(endpoints::show))
         .routes(routes!(endpoints::pause))
         .routes(routes!(endpoints::resume))
+        .routes(routes!(me::show))
 }
 
 /// Prometheus metrics: attempts, durations, scheduler lateness, queue depths per state

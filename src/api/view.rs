@@ -4,7 +4,8 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{Attempt, RawSuccess};
+use crate::domain::{shown_value, Attempt, RawSuccess};
+use crate::sender::request_headers;
 use crate::store::endpoints::Span;
 use crate::store::{
     EndpointPause, EndpointRecord, JobState, JobStatus, JobView, Listed, StateCounts, Stats,
@@ -75,7 +76,7 @@ pub struct AttemptView {
     pub response_headers: Vec<HeaderView>,
 }
 
-/// A response header as kept: its name in lower case, its value.
+/// A header: its name in lower case, its value.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HeaderView {
     pub name: String,
@@ -133,7 +134,46 @@ pub struct NotificationView {
     pub cancel_requested: bool,
     /// How often it was replayed from the dead letters.
     pub replays: u32,
+    /// What each attempt sends.
+    pub request: RequestView,
     pub history: Vec<AttemptView>,
+}
+
+/// The request each attempt of a notification sends: method, URL, the headers every
+/// attempt carries (credentials `(withheld)`) and the body. Each attempt adds its own
+/// `webhook-timestamp` (the attempt's time, in seconds) and `webhook-signature` over
+/// `{webhook-id}.{webhook-timestamp}.{body}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RequestView {
+    #[schema(example = "POST")]
+    pub method: &'static str,
+    pub url: String,
+    pub headers: Vec<HeaderView>,
+    /// The body as it is sent.
+    pub body: String,
+}
+
+impl RequestView {
+    fn of(v: &JobView) -> Self {
+        let mut headers: Vec<HeaderView> = Vec::with_capacity(v.spec.headers.len() + 3);
+        let id = v.id.to_string();
+        request_headers(&id, &v.spec, |name, value| {
+            let value = shown_value(name.as_str(), value).to_string();
+            match headers.iter_mut().find(|h| h.name == name.as_str()) {
+                Some(set) => set.value = value,
+                None => headers.push(HeaderView {
+                    name: name.to_string(),
+                    value,
+                }),
+            }
+        });
+        Self {
+            method: "POST",
+            url: v.spec.url.clone(),
+            headers,
+            body: v.spec.body.clone(),
+        }
+    }
 }
 
 impl From<&JobView> for NotificationView {
@@ -157,6 +197,7 @@ impl From<&JobView> for NotificationView {
             finished_at: s.finished_at.map(rfc3339),
             cancel_requested: s.cancel_requested,
             replays: s.replays,
+            request: RequestView::of(v),
             history: v.history.iter().map(AttemptView::from).collect(),
         }
     }

@@ -67,6 +67,25 @@ impl ExtraHeaders {
     }
 }
 
+/// A request header's value as the API shows it: a credential withheld (`authorization`,
+/// `cookie`, and names that say key, token, secret or password), since whoever may read a
+/// notification is not thereby meant to hold the merchant's credentials.
+pub fn shown_value<'a>(name: &str, value: &'a str) -> &'a str {
+    const CREDENTIALS: [&str; 6] = [
+        "authorization",
+        "cookie",
+        "key",
+        "token",
+        "secret",
+        "password",
+    ];
+    let name = name.to_ascii_lowercase();
+    match CREDENTIALS.iter().any(|c| name.contains(c)) {
+        true => "(withheld)",
+        false => value,
+    }
+}
+
 /// Visible ASCII, spaces and tabs: what every receiver reads the same way. (HTTP also
 /// lets bytes above 0x7f through, which receivers decode differently.)
 fn visible_ascii(value: &str) -> bool {
@@ -87,6 +106,20 @@ mod tests {
     fn accepts_ordinary_headers_lowercased() {
         let h = one("X-Merchant", "42").unwrap();
         assert_eq!(h.pairs(), &[("x-merchant".to_string(), "42".to_string())]);
+    }
+
+    #[test]
+    fn credentials_are_withheld_from_view() {
+        for name in [
+            "authorization",
+            "Cookie",
+            "x-api-key",
+            "x-auth-token",
+            "client_secret",
+        ] {
+            assert_eq!(shown_value(name, "s3cr3t"), "(withheld)", "{name}");
+        }
+        assert_eq!(shown_value("x-merchant-ref", "m-7"), "m-7");
     }
 
     #[test]

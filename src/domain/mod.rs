@@ -22,7 +22,7 @@ pub use attempt::{
 pub use callback_url::{CallbackUrl, Destinations};
 pub use endpoint::{Endpoint, EndpointId};
 pub use error::FieldError;
-pub use headers::ExtraHeaders;
+pub use headers::{shown_value, ExtraHeaders};
 pub use job_id::JobId;
 pub(crate) use job_id::BASE62;
 pub use notification::{JobSpec, Notification, Target};

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
 use support::tenants::{self, Fleet};
 use support::WAIT;
 
@@ -138,4 +138,35 @@ async fn a_portal_link_is_refused_without_a_secret_for_an_unknown_tenant_or_too_
     // This instance has no secret: it accepts no link, whoever signed it.
     let signed = credential(&portal_link(&f, Some(SECRET), &["--tenant", "shop-a"]).unwrap());
     assert_eq!(f.get(&signed, "/endpoints").await.0, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_learns_its_tenant_roles_and_expiry_and_nothing_without_a_token() {
+    let f = tenants::start(&[("POSTBACK_SERVER_PORTAL_SECRET", SECRET)]).await;
+    let link = portal_link(&f, Some(SECRET), &["--tenant", "shop-a", "--ttl", "10m"]).unwrap();
+    let (status, me) = f.get(&credential(&link), "/me").await;
+    assert_eq!(status, 200, "{me}");
+    assert_eq!(me["actor"], "portal:shop-a");
+    assert_eq!(me["tenant"], "shop-a");
+    assert_eq!(me["roles"], json!(["read"]));
+    let expires = me["expires_at"].as_str().unwrap();
+    let expires = humantime::parse_rfc3339(expires).unwrap();
+    let left = expires
+        .duration_since(std::time::SystemTime::now())
+        .unwrap();
+    assert!(
+        left > Duration::from_secs(540) && left <= Duration::from_secs(600),
+        "{me}"
+    );
+
+    let (_, me) = f.get("tok-ops-a", "/me").await;
+    assert_eq!(
+        me,
+        json!({"actor": "ops-a", "tenant": "shop-a", "roles": ["read", "operate"], "expires_at": null})
+    );
+    let (_, me) = f.get("tok-auditor", "/me").await;
+    assert_eq!(me["tenant"], Value::Null, "every tenant");
+    assert_eq!(me["roles"], json!(["audit"]));
+    assert_eq!(f.get("not-a-token", "/me").await.0, 401);
+    assert_eq!(f.get("", "/me").await.0, 401);
 }

@@ -62,3 +62,33 @@ async fn a_tenant_keeps_as_much_of_a_response_as_it_is_configured_to_and_no_othe
         "its own setting, the default for the other"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_shows_the_request_its_receiver_got_with_credentials_hidden() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let headers = json!({"x-merchant-ref": "m-7", "authorization": "Bearer merchant-secret"});
+    let body = json!({"url": receiver.url("/paid"), "body": {"order": 7}, "headers": headers});
+    let id = pb.register(body).await;
+    let done = pb.wait_state(&id, "delivered", WAIT).await;
+    let got = receiver.requests_for(&id).pop().unwrap();
+
+    let request = &done["request"];
+    assert_eq!(request["method"], "POST");
+    assert_eq!(request["url"], receiver.url("/paid"));
+    assert_eq!(request["body"].as_str().unwrap().as_bytes(), &got.body[..]);
+    let shown = |name: &str| {
+        let headers = request["headers"].as_array().unwrap();
+        let found = headers.iter().find(|h| h["name"] == name);
+        found.map(|h| h["value"].as_str().unwrap().to_string())
+    };
+    for name in ["content-type", "user-agent", "webhook-id", "x-merchant-ref"] {
+        assert_eq!(shown(name), got.header(name), "{name}: {request}");
+    }
+    assert_eq!(
+        got.header("authorization").unwrap(),
+        "Bearer merchant-secret"
+    );
+    let hidden = shown("authorization").unwrap();
+    assert!(!hidden.contains("merchant-secret"), "{hidden}");
+    assert_eq!(shown("webhook-timestamp"), None, "set at each attempt");
+}

@@ -34,6 +34,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/readyz"),
     ("get", "/metrics"),
     ("get", "/signing-keys"),
+    ("get", "/me"),
 ];
 
 fn documented(doc: &Value) -> BTreeSet<(String, String)> {
