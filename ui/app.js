@@ -3,7 +3,9 @@
 // portal link's credential arrives in the URL's fragment (`takePortalLink`).
 // Views are chosen by the URL's hash, so the browser's back button and links work:
 // #/overview (?tenant), #/dead (?filters), #/dead/<id>, #/queue (?state, filters, cursor),
-// #/lookup, #/lookup/<id>, #/endpoints (?filters), #/audit (?filters).
+// #/lookup, #/lookup/<id>, #/endpoints (?filters), #/audit (?filters), #/keys (?tenant).
+// A token of one tenant (a merchant's portal link) sees that tenant's views without a
+// tenant to choose, and only the actions its roles allow (`GET /me`).
 "use strict";
 
 const TOKEN_KEY = "postback-token";
@@ -30,6 +32,22 @@ class ApiError extends Error {
   }
 }
 
+// Who the token is (`GET /me`): its tenant (null: every tenant) and roles, asked once
+// per token.
+let caller = null;
+const can = (role) => Boolean(caller?.roles.includes(role));
+const oneTenant = () => caller?.tenant || null;
+// The filters of a view without `tenant` for a token of one tenant, which has no other.
+const ownFilters = (fields) => (oneTenant() ? fields.filter((f) => f !== "tenant") : fields);
+// A table's tenant header and cell, left out for a token of one tenant.
+const tenantHead = () => (oneTenant() ? null : el("th", { class: "wide" }, "Tenant"));
+const tenantCell = (t) => (oneTenant() ? null : el("td", { class: "wide" }, t));
+
+function forgetToken() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  caller = null;
+}
+
 async function api(path, options = {}) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   const headers = { Authorization: `Bearer ${token}` };
@@ -41,7 +59,7 @@ async function api(path, options = {}) {
   });
   const body = await response.json().catch(() => null);
   if (response.status === 401) {
-    sessionStorage.removeItem(TOKEN_KEY);
+    forgetToken();
     showTokenForm("The token was refused; paste a valid one.");
     throw new ApiError(401, body);
   }
@@ -55,19 +73,21 @@ function showTokenForm(message = "") {
   document.getElementById("token-form").hidden = false;
   document.getElementById("token-error").textContent = message;
   document.getElementById("sign-out").hidden = true;
+  document.getElementById("who").textContent = "";
   view.replaceChildren();
   document.getElementById("token").focus();
 }
 
 document.getElementById("token-form").addEventListener("submit", (event) => {
   event.preventDefault();
+  forgetToken();
   sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
   document.getElementById("token-form").hidden = true;
   route();
 });
 
 document.getElementById("sign-out").addEventListener("click", () => {
-  sessionStorage.removeItem(TOKEN_KEY);
+  forgetToken();
   showTokenForm();
 });
 
@@ -168,7 +188,7 @@ function failure(error) {
 // ---- views ---------------------------------------------------------------
 
 async function overview(params) {
-  const tenant = params.get("tenant");
+  const tenant = params.get("tenant") || oneTenant();
   const q = tenant ? `?${new URLSearchParams({ tenant })}` : "";
   const o = await api(`/overview${q}`);
   const c = o.counts;
@@ -176,7 +196,7 @@ async function overview(params) {
   const dead = (host) => `#/dead?${new URLSearchParams(tenant ? { host, tenant } : { host })}`;
   return [
     el("h1", {}, tenant ? `Overview of ${tenant}` : "Overview"),
-    filterForm(["tenant"], params, "o", "overview"),
+    oneTenant() ? null : filterForm(["tenant"], params, "o", "overview"),
     el("div", { class: "counts" },
       [["Scheduled", c.scheduled], ["In flight", c.in_flight], ["Dead letters", c.dead],
        ["Delivered or cancelled", c.finished]].map(([label, n]) =>
@@ -233,7 +253,7 @@ async function deadLetters(params) {
   if (params.get("cursor")) q.set("cursor", params.get("cursor"));
   const page = await api(`/dead-letters?${q}`);
   const status = el("p", { role: "status" });
-  const form = filterForm(FILTERS, params, "f", "dead");
+  const form = filterForm(ownFilters(FILTERS), params, "f", "dead");
   const list = el("div", {}, deadRows(page));
   const replayAll = el("button", { type: "button", class: "secondary" }, "Replay all matching…");
   replayAll.addEventListener("click", async () => {
@@ -263,7 +283,7 @@ async function deadLetters(params) {
   return [
     el("h1", {}, "Dead letters"),
     form,
-    el("div", { class: "actions" }, replayAll, status),
+    can("operate") ? el("div", { class: "actions" }, replayAll, status) : null,
     list,
     page.next_cursor ? el("p", {}, el("a", { href: `#/dead?${next}` }, "Next page →")) : null,
   ];
@@ -275,12 +295,12 @@ function deadRows(page) {
       ? el("p", { class: "muted" }, "No dead letters match.")
       : el("div", { class: "table-wrap" }, el("table", {},
         el("thead", {}, el("tr", {}, el("th", {}, "Notification"), el("th", { class: "wide" }, "Topic"),
-          el("th", { class: "wide" }, "Tenant"), el("th", {}, "Last failure"), el("th", { class: "wide" }, "Attempts"),
+          tenantHead(), el("th", {}, "Last failure"), el("th", { class: "wide" }, "Attempts"),
           el("th", {}, "Dead since"))),
         el("tbody", {}, page.items.map((d) => el("tr", {},
           el("td", { class: "url" }, el("a", { href: `#/dead/${d.id}` }, d.url), el("div", { class: "muted id" }, d.id)),
           el("td", { class: "wide" }, d.topic || "—"),
-          el("td", { class: "wide" }, d.tenant),
+          tenantCell(d.tenant),
           el("td", {}, lastAttempt(d)),
           el("td", { class: "wide" }, d.attempts),
           el("td", {}, when(d.dead_at)))))));
@@ -325,8 +345,8 @@ async function deadLetter(id) {
       el("dt", {}, "Created"), el("dd", {}, when(d.created_at)),
       el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
       el("dt", {}, "Replays"), el("dd", {}, d.replays))),
-    replay,
-    el("div", { class: "actions" }, discard),
+    can("operate") ? replay : null,
+    can("operate") ? el("div", { class: "actions" }, discard) : null,
     status,
     el("h2", {}, "Attempts"), timeline(d.history),
     el("h2", {}, `Body (${d.content_type})`), el("pre", {}, readable(d.body, d.content_type)),
@@ -334,7 +354,7 @@ async function deadLetter(id) {
 }
 
 const STATES = [["scheduled", "Scheduled"], ["retrying", "Retrying"], ["in_flight", "In flight"],
-  ["delivered", "Delivered"], ["dead", "Dead"], ["cancelled", "Cancelled"]];
+  ["held", "Held"], ["delivered", "Delivered"], ["dead", "Dead"], ["cancelled", "Cancelled"]];
 const QUEUE_FILTERS = ["topic", "host", "tenant", "since", "until"];
 
 // The search box: an id opens its notification; anything else is an idempotency key.
@@ -402,8 +422,8 @@ async function queue(params) {
     for (const [k, v] of Object.entries(extra)) next.set(k, v);
     return `#/queue?${next}`;
   };
-  const pending = ["scheduled", "retrying", "in_flight"].includes(state);
-  const form = filterForm(QUEUE_FILTERS, params, "q", "queue", () => null, { state });
+  const pending = ["scheduled", "retrying", "in_flight", "held"].includes(state);
+  const form = filterForm(ownFilters(QUEUE_FILTERS), params, "q", "queue", () => null, { state });
   const status = el("p", { role: "status" });
   return [
     el("h1", {}, "Queue"),
@@ -411,18 +431,18 @@ async function queue(params) {
     el("nav", { class: "tabs", "aria-label": "States" }, STATES.map(([s, name]) =>
       el("a", { href: `#/queue?state=${s}`, ...(s === state ? { "aria-current": "page" } : {}) }, name))),
     form,
-    pending ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
+    pending || !can("operate") ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
     page.items.length === 0
       ? el("p", { class: "muted" }, page.next_cursor ? "None on this page." : `Nothing ${label.toLowerCase()} matches.`)
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": label },
         el("thead", {}, el("tr", {}, el("th", {}, "Notification"), el("th", {}, pending ? "Next attempt" : "Finished"),
-          el("th", { class: "wide" }, "Topic"), el("th", { class: "wide" }, "Tenant"),
+          el("th", { class: "wide" }, "Topic"), tenantHead(),
           el("th", { class: "wide" }, "Attempts"), el("th", {}, "Last attempt"))),
         el("tbody", {}, page.items.map((n) => el("tr", {},
           el("td", { class: "url" }, el("a", { href: `#/lookup/${n.id}` }, n.url), el("div", { class: "muted id" }, n.id)),
           el("td", {}, when(pending ? n.next_attempt_at : n.finished_at)),
           el("td", { class: "wide" }, n.topic || "—"),
-          el("td", { class: "wide" }, n.tenant),
+          tenantCell(n.tenant),
           el("td", { class: "wide" }, `${n.attempts} of ${n.max_attempts}`),
           el("td", {}, lastAttempt(n))))))),
     page.partial ? el("p", { class: "muted" }, "This page stopped early: the filter matches few of those examined.") : null,
@@ -486,6 +506,29 @@ async function post(path, status) {
   }
 }
 
+// What the caller may do with a notification in its state: with role `operate`, cancel
+// one that has not finished, attempt a scheduled one now, resend a finished one.
+function notificationActions(n, status) {
+  if (!can("operate")) return [];
+  return [
+    ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
+    n.state === "scheduled" ? attemptNowButton(n, status) : null,
+    ["delivered", "dead", "cancelled"].includes(n.state) ? resendButton(n, status) : null,
+  ];
+}
+
+// The request every attempt sends: method, URL, headers (credentials withheld), body.
+function requestSent(r) {
+  const contentType = r.headers.find((h) => h.name === "content-type")?.value || "";
+  return [
+    el("h2", {}, "Request"),
+    el("p", { class: "muted" }, "Every attempt sends this, with its own webhook-timestamp and webhook-signature ",
+      el("a", { href: "#/keys" }, "(how to verify)"), "."),
+    el("pre", { id: "request-head" }, [`${r.method} ${r.url}`, ...r.headers.map((h) => `${h.name}: ${h.value}`)].join("\n")),
+    el("pre", { id: "request-body" }, readable(r.body, contentType)),
+  ];
+}
+
 async function lookup(id) {
   const input = el("input", { id: "lookup-id", name: "id", value: id || "", placeholder: "ntf_0_…", required: true });
   const form = el("form", { class: "actions", role: "search" },
@@ -513,11 +556,10 @@ async function lookup(id) {
         el("dt", {}, "Replays"), el("dd", {}, n.replays))),
       el("div", { class: "actions" },
         el("button", { type: "button", class: "secondary", onclick: () => route() }, "Refresh"),
-        ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
-        n.state === "scheduled" ? attemptNowButton(n, status) : null,
-        ["delivered", "dead", "cancelled"].includes(n.state) ? resendButton(n, status) : null,
+        ...notificationActions(n, status),
         n.state === "dead" ? el("a", { href: `#/dead/${n.id}` }, "Open as dead letter") : null),
       status,
+      ...requestSent(n.request),
       el("h2", {}, "Attempts"), timeline(n.history));
   } catch (e) {
     parts.push(e.status === 404 ? el("p", { class: "error", role: "alert" }, "No notification has this id.") : failure(e));
@@ -532,6 +574,14 @@ function span(s) {
   return s.attempts ? `${s.successes} of ${s.attempts} (${Math.round(s.success_rate * 100)}%)` : "none";
 }
 
+// An endpoint's notifications in the queue: its held ones when it is paused, else those
+// retrying (the queue filters by host; an endpoint is scheme, host and port).
+function endpointQueue(e) {
+  const q = new URLSearchParams({ state: e.state === "paused" ? "held" : "retrying", host: new URL(e.url).hostname });
+  if (!oneTenant()) q.set("tenant", e.tenant);
+  return `#/queue?${q}`;
+}
+
 // Each tenant's callback origins with their health, failing ones marked.
 async function endpoints(params) {
   const q = new URLSearchParams();
@@ -543,7 +593,7 @@ async function endpoints(params) {
   const states = (f) => f === "state" &&
     el("select", { id: "e-state", name: "state" }, el("option", { value: "" }, "any"),
       ["healthy", "failing", "paused"].map((s) => el("option", { value: s, selected: params.get("state") === s }, s)));
-  const form = filterForm(ENDPOINT_FILTERS, params, "e", "endpoints", states);
+  const form = filterForm(ownFilters(ENDPOINT_FILTERS), params, "e", "endpoints", states);
   if (page.next_cursor) shown.set("cursor", page.next_cursor);
   const lastFailure = (f) => f
     ? `${lastAttempt({ last_status: f.status, last_error: f.error })} · ${when(f.at)}` : "—";
@@ -556,21 +606,21 @@ async function endpoints(params) {
       ? el("p", { class: "muted" }, "No endpoints match.")
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Endpoints" },
         el("thead", {}, el("tr", {}, el("th", {}, "Endpoint"), el("th", {}, "State"),
-          el("th", { class: "wide" }, "Tenant"), el("th", {}, "Failures in a row"),
+          tenantHead(), el("th", {}, "Failures in a row"),
           el("th", {}, "Last hour ok"), el("th", { class: "wide" }, "Last day ok"),
           el("th", { class: "wide" }, "Last failure"), el("th", {}, "Last success"), el("th", {}, ""))),
         el("tbody", {}, page.items.map((e) => el("tr", {},
-          el("td", { class: "url" }, e.url, el("div", { class: "muted id" }, e.id)),
+          el("td", { class: "url" }, el("a", { href: endpointQueue(e) }, e.url), el("div", { class: "muted id" }, e.id)),
           el("td", { class: `state-${e.state}` }, e.state,
             e.paused ? el("div", { class: "muted" }, `by ${e.paused.by} ${when(e.paused.since)}`)
               : e.failing_since ? el("div", { class: "muted" }, `since ${when(e.failing_since)}`) : null),
-          el("td", { class: "wide" }, e.tenant),
+          tenantCell(e.tenant),
           el("td", {}, e.consecutive_failures),
           el("td", {}, span(e.last_hour)),
           el("td", { class: "wide" }, span(e.last_day)),
           el("td", { class: "wide" }, lastFailure(e.last_failure)),
           el("td", {}, when(e.last_success_at)),
-          el("td", {}, pauseButton(e, status))))))),
+          el("td", {}, can("operate") ? pauseButton(e, status) : null)))))),
     page.next_cursor ? el("p", {}, el("a", { href: `#/endpoints?${shown}` }, "Next page →")) : null,
   ];
 }
@@ -595,7 +645,7 @@ async function audit(params) {
   const actions = (f) => f === "action" &&
     el("select", { id: "a-action", name: "action" }, el("option", { value: "" }, "any"),
       ACTIONS.map((a) => el("option", { value: a, selected: params.get("action") === a }, a.replace("_", " "))));
-  const form = filterForm(AUDIT_FILTERS, params, "a", "audit", actions);
+  const form = filterForm(ownFilters(AUDIT_FILTERS), params, "a", "audit", actions);
   if (page.next_cursor) shown.set("cursor", page.next_cursor);
   return [
     el("h1", {}, "Audit log"),
@@ -604,19 +654,118 @@ async function audit(params) {
       ? el("p", { class: "muted" }, "No entries match.")
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Audit log" },
         el("thead", {}, el("tr", {}, el("th", {}, "At"), el("th", {}, "Actor"), el("th", {}, "Action"),
-          el("th", { class: "wide" }, "Tenant"), el("th", {}, "On"), el("th", {}, "Count"))),
+          tenantHead(), el("th", {}, "On"), el("th", {}, "Count"))),
         el("tbody", {}, page.items.map((e) => el("tr", {},
           el("td", {}, when(e.at)),
           el("td", {}, e.actor),
           el("td", {}, e.action.replace("_", " ")),
-          el("td", { class: "wide" }, e.tenant || "every tenant"),
+          oneTenant() ? null : el("td", { class: "wide" }, e.tenant || "every tenant"),
           el("td", { class: "id" }, auditTarget(e)),
           el("td", {}, e.count)))))),
     page.next_cursor ? el("p", {}, el("a", { href: `#/audit?${shown}` }, "Next page →")) : null,
   ];
 }
 
+// The code a receiver verifies a delivery with, in Node.js and in Python, with `keys`
+// (`whpk_…`) filled in. The browser test runs both against real deliveries.
+function nodeVerifier(keys) {
+  return `// Node.js 18 or later.
+const crypto = require("node:crypto");
+const PUBLIC_KEYS = ${JSON.stringify(keys)}.map((k) => crypto.createPublicKey({
+  key: { kty: "OKP", crv: "Ed25519", x: Buffer.from(k.slice(5), "base64").toString("base64url") },
+  format: "jwk",
+}));
+
+// headers: the request's headers (names in lower case); body: its raw bytes (a Buffer).
+function verify(headers, body) {
+  const id = headers["webhook-id"];
+  const timestamp = headers["webhook-timestamp"];
+  if (!id || !timestamp || Math.abs(Date.now() / 1000 - Number(timestamp)) > 300) return false;
+  const signed = Buffer.concat([Buffer.from(\`\${id}.\${timestamp}.\`), body]);
+  return (headers["webhook-signature"] || "").split(" ").some((entry) => {
+    const [version, signature] = entry.split(",");
+    return version === "v1a" && PUBLIC_KEYS.some((key) =>
+      crypto.verify(null, signed, key, Buffer.from(signature, "base64")));
+  });
+}`;
+}
+
+function pythonVerifier(keys) {
+  return `# Python 3 with the cryptography package.
+import base64
+import time
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+PUBLIC_KEYS = [
+    Ed25519PublicKey.from_public_bytes(base64.b64decode(k[5:]))
+    for k in ${JSON.stringify(keys)}
+]
+
+
+def verify(headers, body):
+    """headers: the request's headers (names in lower case); body: its raw bytes."""
+    msg_id, timestamp = headers.get("webhook-id"), headers.get("webhook-timestamp")
+    if not msg_id or not timestamp or abs(time.time() - int(timestamp)) > 300:
+        return False
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    for entry in headers.get("webhook-signature", "").split():
+        version, _, signature = entry.partition(",")
+        for key in PUBLIC_KEYS if version == "v1a" else []:
+            try:
+                key.verify(base64.b64decode(signature), signed)
+                return True
+            except InvalidSignature:
+                pass
+    return False`;
+}
+
+// A tenant's public signing keys and how a receiver verifies a delivery with them.
+async function keys(params) {
+  const tenant = oneTenant() || params.get("tenant") || "default";
+  const k = await api(`/signing-keys?${new URLSearchParams({ tenant })}`);
+  const published = k.keys.map((key) => key.public_key);
+  return [
+    el("h1", {}, "Signing keys"),
+    oneTenant() ? null : filterForm(["tenant"], params, "k", "keys"),
+    el("p", {}, `Every delivery of ${k.tenant} is signed with each key below (ed25519, `,
+      el("code", {}, "v1a"), " in Standard Webhooks' terms). During a rotation there are two: a signature that verifies with either is good."),
+    published.length === 0
+      ? el("p", { class: "muted" }, "No signing keys are configured: deliveries carry no v1a signature.")
+      : el("div", { class: "table-wrap" }, el("table", { class: "keys", "aria-label": "Public keys" },
+        el("thead", {}, el("tr", {}, el("th", {}, "Public key"), el("th", {}, "Algorithm"))),
+        el("tbody", {}, k.keys.map((key) => el("tr", {}, el("td", {}, key.public_key), el("td", {}, key.algorithm)))))),
+    el("p", { class: "muted" }, "They are public: ", el("code", {}, `GET /signing-keys?tenant=${k.tenant}`),
+      " answers them without a token, so a receiver can fetch them when it starts."),
+    el("h2", {}, "How to verify a delivery"),
+    el("ol", { class: "steps" },
+      el("li", {}, "Read the headers ", el("code", {}, "webhook-id"), ", ", el("code", {}, "webhook-timestamp"),
+        " and ", el("code", {}, "webhook-signature"), ", and the body exactly as it arrived (before any JSON parsing)."),
+      el("li", {}, "Refuse a timestamp more than five minutes from your clock: it may be a replayed request."),
+      el("li", {}, "The signed content is ", el("code", {}, "{webhook-id}.{webhook-timestamp}.{body}"), "."),
+      el("li", {}, el("code", {}, "webhook-signature"), " holds space-separated ", el("code", {}, "version,signature"),
+        " entries. Accept the delivery if one ", el("code", {}, "v1a"), " signature (base64) verifies with one of the keys above. (",
+        el("code", {}, "v1"), " entries are HMAC-SHA256 with a shared ", el("code", {}, "whsec_"), " secret, if you were given one.)"),
+      el("li", {}, "Answer 2xx quickly. A retry and a resend carry the same ", el("code", {}, "webhook-id"),
+        ": keep the ids you processed and skip a repeat.")),
+    el("h2", {}, "Node.js"),
+    el("pre", { id: "verify-node" }, nodeVerifier(published)),
+    el("h2", {}, "Python"),
+    el("pre", { id: "verify-python" }, pythonVerifier(published)),
+  ];
+}
+
 // ---- routing -------------------------------------------------------------
+
+// The header for the caller: its name, tenant, roles and expiry, and only the views
+// its roles open.
+function showCaller() {
+  for (const a of document.querySelectorAll("header nav a[data-role]")) a.hidden = !can(a.dataset.role);
+  const expires = caller.expires_at ? ` · until ${new Date(caller.expires_at).toLocaleTimeString()}` : "";
+  document.getElementById("who").textContent =
+    `${caller.tenant || "every tenant"} · ${caller.roles.join(", ")}${expires}`;
+}
 
 async function route() {
   if (!sessionStorage.getItem(TOKEN_KEY)) return showTokenForm();
@@ -628,12 +777,15 @@ async function route() {
     else a.removeAttribute("aria-current");
   }
   try {
+    caller = caller || (await api("/me"));
+    showCaller();
     const parts = name === "dead" && id ? await deadLetter(decodeURIComponent(id))
       : name === "dead" ? await deadLetters(new URLSearchParams(query))
       : name === "lookup" ? await lookup(id && decodeURIComponent(id))
       : name === "queue" ? await queue(new URLSearchParams(query))
       : name === "endpoints" ? await endpoints(new URLSearchParams(query))
       : name === "audit" ? await audit(new URLSearchParams(query))
+      : name === "keys" ? await keys(new URLSearchParams(query))
       : await overview(new URLSearchParams(query));
     view.replaceChildren(...parts.filter(Boolean));
     document.title = `postback — ${parts[0].textContent}`;
@@ -649,10 +801,15 @@ async function route() {
 function takePortalLink() {
   const link = location.hash.match(/^#token=(pt_[A-Za-z0-9_.-]+)$/);
   if (!link) return;
+  forgetToken();
   sessionStorage.setItem(TOKEN_KEY, link[1]);
   history.replaceState(null, "", `${location.pathname}#/endpoints`);
 }
 
-window.addEventListener("hashchange", route);
+// A link opened in a tab that shows the page already changes only the fragment.
+window.addEventListener("hashchange", () => {
+  takePortalLink();
+  route();
+});
 takePortalLink();
 route();

@@ -5,12 +5,15 @@
 // both replays in the audit log and filters it by action; walks the queue's tabs and
 // pages, finds a notification by its idempotency key and cancels it; sees a failing
 // endpoint among the endpoints and filters them by state; opens a merchant's portal link
-// in a fresh browser and sees its endpoints with the credential out of the address bar;
+// in a fresh browser: its endpoints with the credential out of the address bar, no
+// tenant to choose, actions only with `operate`, a notification's request and response,
+// and its signing keys with code (Node.js and Python) that verifies real deliveries;
 // checks the page works at phone
 // width and with the keyboard, and that it and Swagger UI need nothing their
 // Content-Security-Policy refuses. Saves a screenshot of each view under docs/.
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
+import { createRequire } from "node:module";
 import http from "node:http";
 import assert from "node:assert/strict";
 
@@ -18,13 +21,17 @@ const api = process.env.POSTBACK_URL;
 const token = process.env.POSTBACK_TOKEN;
 const shots = process.env.SCREENSHOTS || "docs";
 
-// The receiver: /down always fails, /up records what it gets.
+// The receiver: /down always fails, /up records what it gets (the ids, and each request's
+// headers and raw body, which the merchant's page's code verifies).
 const delivered = [];
+const requests = [];
 const receiver = http.createServer((req, res) => {
-  req.resume();
+  const chunks = [];
+  req.on("data", (c) => chunks.push(c));
   req.on("end", () => {
     if (req.url.startsWith("/up")) {
       delivered.push(req.headers["webhook-id"]);
+      requests.push({ headers: req.headers, body: Buffer.concat(chunks) });
       res.writeHead(200).end("ok");
     } else {
       res.writeHead(503).end("merchant down for maintenance");
@@ -42,6 +49,90 @@ async function call(method, path, body) {
   });
   if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
   return r.json();
+}
+
+// `postback portal-link` for the default tenant with `roles`.
+function portalLink(roles) {
+  const args = ["portal-link", "--tenant", "default", "--ttl", "10m", "--base-url", api, "--roles", roles];
+  const link = execFileSync("target/debug/postback", args, { encoding: "utf8" }).trim();
+  assert.match(link, /\/ui#token=pt_/);
+  return link;
+}
+
+// Whether the page's verifying code (`#verify-node`, `#verify-python`) accepts a request.
+function verifiesWithNode(code, request) {
+  const verify = new Function("require", `${code}\nreturn verify;`)(createRequire(import.meta.url));
+  return verify(request.headers, request.body);
+}
+function verifiesWithPython(code, request) {
+  const check = `${code}\n\nimport json, sys\nr = json.load(sys.stdin)\n` +
+    "print(verify(r['headers'], r['body'].encode()))\n";
+  const input = JSON.stringify({ headers: request.headers, body: request.body.toString() });
+  return execFileSync("python3", ["-c", check], { input, encoding: "utf8" }).trim() === "True";
+}
+
+// A merchant's portal links, in a browser that never signed in: the page takes the
+// credential from the fragment and clears it from the address bar, reads as the tenant
+// with no tenant to choose, offers actions only to a link with `operate`, shows a
+// notification's request and each attempt's response, and the tenant's signing keys
+// with code that verifies the receiver's real deliveries (and refuses a changed body).
+async function merchantPage(browser, errors) {
+  const merchant = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+  merchant.on("pageerror", (e) => errors.push(e.message));
+  await merchant.goto(portalLink("read"));
+  const rows = merchant.getByRole("table", { name: "Endpoints" }).locator("tbody tr");
+  await rows.first().waitFor();
+  assert.equal(new URL(merchant.url()).hash, "#/endpoints", "the credential is out of the address bar");
+  assert.match(await merchant.evaluate(() => sessionStorage.getItem("postback-token")), /^pt_/);
+  assert.match(await merchant.locator("#who").textContent(), /^default · read · until /);
+  assert.ok(await merchant.getByRole("link", { name: "Audit" }).isHidden(), "no audit role");
+  assert.equal(await merchant.getByRole("columnheader", { name: "Tenant" }).count(), 0);
+  assert.equal(await merchant.getByLabel("tenant").count(), 0, "no tenant to choose");
+  assert.equal(await rows.getByRole("button").count(), 0, "read only: no pause or resume");
+  await merchant.screenshot({ path: `${shots}/ui-portal.png`, fullPage: true });
+
+  // A delivered notification: the request it sent, the response it got, no resend.
+  await merchant.getByRole("link", { name: "Queue" }).click();
+  await merchant.getByRole("link", { name: "Delivered", exact: true }).click();
+  const deliveredRows = merchant.getByRole("table", { name: "Delivered" }).locator("tbody tr");
+  await deliveredRows.first().waitFor();
+  await deliveredRows.first().getByRole("link").click();
+  await merchant.getByRole("heading", { name: "Request" }).waitFor();
+  const id = merchant.url().split("#/lookup/")[1];
+  const head = await merchant.locator("#request-head").textContent();
+  assert.match(head, new RegExp(`^POST http://127\\.0\\.0\\.1:\\d+/up`));
+  assert.match(head, new RegExp(`webhook-id: ${id}`));
+  const sent = requests.findLast((r) => r.headers["webhook-id"] === id);
+  assert.equal(JSON.stringify(JSON.parse(await merchant.locator("#request-body").textContent())),
+    JSON.stringify(JSON.parse(sent.body.toString())), "the body the receiver got");
+  assert.match(await merchant.locator("ol.timeline").textContent(), /HTTP 200/);
+  assert.equal(await merchant.locator("ol.timeline pre").first().textContent(), "ok", "the response");
+  assert.equal(await merchant.getByRole("button", { name: "Resend…" }).count(), 0);
+  await merchant.screenshot({ path: `${shots}/ui-portal-notification.png`, fullPage: true });
+
+  // The signing keys, the ones the API publishes, and code that verifies deliveries.
+  await merchant.getByRole("link", { name: "Signing keys" }).click();
+  const keys = merchant.getByRole("table", { name: "Public keys" }).locator("tbody tr");
+  await keys.first().waitFor();
+  const published = (await call("GET", "/signing-keys?tenant=default")).keys.map((k) => k.public_key);
+  assert.deepEqual(await keys.evaluateAll((rs) => rs.map((r) => r.cells[0].textContent)), published);
+  const node = await merchant.locator("#verify-node").textContent();
+  const python = await merchant.locator("#verify-python").textContent();
+  const tampered = { ...sent, body: Buffer.from(sent.body.toString().replace("}", ',"x":1}')) };
+  for (const [language, verifies] of [["Node.js", verifiesWithNode], ["Python", verifiesWithPython]]) {
+    const code = language === "Node.js" ? node : python;
+    assert.equal(verifies(code, sent), true, `${language}: a real delivery verifies`);
+    assert.equal(verifies(code, tampered), false, `${language}: a changed body does not`);
+  }
+  await merchant.screenshot({ path: `${shots}/ui-portal-keys.png`, fullPage: true });
+
+  // With `operate`, the link may pause and resume its endpoints; still no audit.
+  await merchant.goto(portalLink("read,operate"));
+  await rows.first().waitFor();
+  assert.match(await merchant.locator("#who").textContent(), /^default · read, operate/);
+  assert.ok((await rows.getByRole("button", { name: /Pause…|Resume/ }).count()) > 0);
+  assert.ok(await merchant.getByRole("link", { name: "Audit" }).isHidden());
+  await merchant.close();
 }
 
 async function eventually(what, check, seconds = 20) {
@@ -272,22 +363,7 @@ try {
   await eventually("only the failing one", async () => (await endpointRows.count()) === 1);
   assert.equal((await call("GET", `/notifications/${failing.id}`)).state, "dead");
 
-  // A merchant's portal link, in a browser that never signed in: the page takes the
-  // credential from the fragment, clears it from the address bar, and reads as the tenant.
-  const portalLink = execFileSync(
-    "target/debug/postback",
-    ["portal-link", "--tenant", "default", "--ttl", "10m", "--base-url", api],
-    { encoding: "utf8" },
-  ).trim();
-  assert.match(portalLink, /\/ui#token=pt_/);
-  const merchant = await browser.newPage({ viewport: { width: 1200, height: 800 } });
-  merchant.on("pageerror", (e) => errors.push(e.message));
-  await merchant.goto(portalLink);
-  await merchant.getByRole("table", { name: "Endpoints" }).locator("tbody tr").first().waitFor();
-  assert.equal(new URL(merchant.url()).hash, "#/endpoints", "the credential is out of the address bar");
-  assert.match(await merchant.evaluate(() => sessionStorage.getItem("postback-token")), /^pt_/);
-  await merchant.screenshot({ path: `${shots}/ui-portal.png`, fullPage: true });
-  await merchant.close();
+  await merchantPage(browser, errors);
 
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
@@ -310,7 +386,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, portal link, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, merchant's page (roles, request and response, signing keys verified in Node.js and Python), phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
