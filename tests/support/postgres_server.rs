@@ -1,9 +1,11 @@
-//! A throwaway Postgres for one test: `initdb` in a temporary directory, `postgres` on a
-//! free port of loopback. As root, both run as the `postgres` user (they refuse root).
+//! A throwaway Postgres for one test: a copy of an initialised data directory in a
+//! temporary directory, `postgres` on a free port of loopback. As root, `initdb` and
+//! `postgres` run as the `postgres` user (they refuse root).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -56,30 +58,70 @@ fn command(program: &Path, user: Option<(u32, u32)>) -> Command {
     cmd
 }
 
+/// A data directory as `initdb` leaves it, made once and copied for each server: `initdb`
+/// costs a second or more of CPU, and the suite starts a server per test. It is kept in
+/// the target directory per Postgres version, made under a name of this process's own
+/// and renamed into place, so that test processes running side by side never see half
+/// of one; within a process, once.
+fn template() -> PathBuf {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(make_template).clone()
+}
+
+fn make_template() -> PathBuf {
+    let bin = bin_dir();
+    let version = bin.parent().and_then(|v| v.file_name()).unwrap_or_default();
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let template = root.join(format!("postgres-{}-template", version.to_string_lossy()));
+    if template.exists() {
+        return template;
+    }
+    let making = root.join(format!("postgres-template-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&making);
+    std::fs::create_dir_all(&making).unwrap();
+    let user = server_user();
+    if let Some((uid, gid)) = user {
+        std::os::unix::fs::chown(&making, Some(uid), Some(gid)).unwrap();
+    }
+    let status = command(&bin.join("initdb"), user)
+        .args([
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "-D",
+        ])
+        .arg(making.join("data"))
+        .status()
+        .expect("initdb must be installed (scripts/ensure-postgres.sh)");
+    assert!(status.success(), "initdb failed");
+    // Another process may have put its own in place meanwhile: either will do.
+    if std::fs::rename(&making, &template).is_err() {
+        let _ = std::fs::remove_dir_all(&making);
+    }
+    template
+}
+
 impl PostgresServer {
     /// A new cluster, started, answering on a free port.
     pub fn start() -> Self {
-        let (bin, user) = (bin_dir(), server_user());
         let dir = tempfile::tempdir().unwrap();
-        if let Some((uid, gid)) = user {
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(template().join("data"))
+            .arg(dir.path().join("data"))
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "copying the initialised data directory failed"
+        );
+        if let Some((uid, gid)) = server_user() {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
         }
-        let data = dir.path().join("data");
-        let status = command(&bin.join("initdb"), user)
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-                "--no-sync",
-                "-E",
-                "UTF8",
-                "-D",
-            ])
-            .arg(&data)
-            .status()
-            .expect("initdb must be installed (scripts/ensure-postgres.sh)");
-        assert!(status.success(), "initdb failed");
         let mut server = Self {
             child: None,
             port: super::free_port(),
