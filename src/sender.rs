@@ -33,14 +33,26 @@ pub const USER_AGENT_VALUE: &str = concat!("postback/", env!("CARGO_PKG_VERSION"
 /// producer's header replaces one of the same name set before it): user agent, content
 /// type, `webhook-id`, then the producer's. Each attempt adds its own `webhook-timestamp`,
 /// `webhook-signature` and `traceparent`. `GET /notifications/{id}` shows the same list.
-pub fn request_headers(id: &str, spec: &JobSpec, mut put: impl FnMut(HeaderName, &str)) {
-    put(USER_AGENT, USER_AGENT_VALUE);
-    put(CONTENT_TYPE, &spec.content_type);
-    put(HeaderName::from_static("webhook-id"), id);
+pub fn request_headers(id: &str, spec: &JobSpec, mut put: impl FnMut(HeaderName, HeaderValue)) {
+    put(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+    let mut text = |name: HeaderName, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            put(name, v);
+        }
+    };
+    text(CONTENT_TYPE, &spec.content_type);
+    text(HeaderName::from_static("webhook-id"), id);
     for (name, value) in &spec.headers {
         if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
-            put(name, value);
+            text(name, value);
         }
+    }
+}
+
+/// Sets `name` to `value` when `value` can be a header's.
+fn insert_text(h: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        h.insert(name, v);
     }
 }
 
@@ -149,21 +161,18 @@ impl Sender {
             HeaderName::from_static("webhook-timestamp"),
             HeaderValue::from(timestamp),
         );
-        let mut put = |name: HeaderName, value: &str| {
-            if let Ok(v) = HeaderValue::from_str(value) {
-                h.insert(name, v);
-            }
-        };
         if let Some(sig) = self
             .signer
             .header(&spec.tenant, &id, timestamp, spec.body.as_bytes())
         {
-            put(HeaderName::from_static("webhook-signature"), &sig);
+            insert_text(&mut h, HeaderName::from_static("webhook-signature"), &sig);
         }
-        request_headers(&id, spec, &mut put);
+        request_headers(&id, spec, |name, value| {
+            h.insert(name, value);
+        });
         // Exported, the attempt's own span replaces any the producer asked for.
         if let Some(traceparent) = traces::traceparent(&tracing::Span::current()) {
-            put(HeaderName::from_static("traceparent"), &traceparent);
+            insert_text(&mut h, HeaderName::from_static("traceparent"), &traceparent);
         }
         h
     }

@@ -158,7 +158,7 @@ impl RequestView {
         let mut headers: Vec<HeaderView> = Vec::with_capacity(v.spec.headers.len() + 3);
         let id = v.id.to_string();
         request_headers(&id, &v.spec, |name, value| {
-            let value = shown_value(name.as_str(), value).to_string();
+            let value = shown_value(name.as_str(), value.to_str().unwrap_or_default()).to_string();
             match headers.iter_mut().find(|h| h.name == name.as_str()) {
                 Some(set) => set.value = value,
                 None => headers.push(HeaderView {
