@@ -56,6 +56,10 @@ pub struct App {
     forget_endpoints_after: Duration,
     pipeline: Pipeline,
     server_limits: api::ServerLimits,
+    /// What the fan-out sweep registers events' notifications with, as the API does.
+    api_state: AppState,
+    /// Events are forgotten after this long (`retention.finished_max_age`).
+    forget_events_after: Duration,
 }
 
 impl App {
@@ -127,7 +131,9 @@ impl App {
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {
             listener,
-            router: api::router(state, tokens, &s.server),
+            router: api::router(state.clone(), tokens, &s.server),
+            api_state: state,
+            forget_events_after: s.retention.finished_max_age,
             store,
             dispatcher,
             ops,
@@ -196,6 +202,11 @@ impl App {
             self.wake.clone(),
             tasks.child_token(),
         ));
+        let fanning_out = tokio::spawn(api::run_fanout(
+            self.api_state,
+            self.forget_events_after,
+            tasks.child_token(),
+        ));
         let sweeping = tokio::spawn(sweep::run(
             self.store,
             self.sweep_interval,
@@ -214,6 +225,7 @@ impl App {
         watching.await.context("wake-up watcher")?;
         sweeping.await.context("retention sweep")?;
         taking_in.await.context("intake")?;
+        fanning_out.await.context("fan-out sweep")?;
         pausing.await.context("endpoint pauses")?;
         tracing::info!("stopped");
         Ok(())

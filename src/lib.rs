@@ -30,6 +30,7 @@ pub mod domain;
 pub(crate) mod egress;
 pub(crate) mod endpoint_pauses;
 pub(crate) mod endpoint_tallies;
+pub(crate) mod events;
 pub(crate) mod lifecycle;
 pub(crate) mod metrics;
 pub(crate) mod ops_events;

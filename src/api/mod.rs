@@ -26,6 +26,8 @@ mod browser;
 mod dead_letters;
 mod endpoints;
 mod error;
+mod events;
+mod fanout;
 pub mod intake;
 mod limits;
 mod me;
@@ -39,10 +41,12 @@ mod resend;
 mod rules;
 mod server;
 mod signing_keys;
+mod subscriptions;
 mod ui;
 mod view;
 
 pub use error::ApiError;
+pub use fanout::run as run_fanout;
 pub use rules::{RegistrationRules, TenantRules};
 pub use server::{serve, ServerLimits};
 
@@ -218,6 +222,15 @@ fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
         .routes(routes!(endpoints::pause))
         .routes(routes!(endpoints::resume))
         .routes(routes!(me::show))
+        .routes(routes!(subscriptions::create, subscriptions::list))
+        .routes(routes!(
+            subscriptions::show,
+            subscriptions::update,
+            subscriptions::delete
+        ))
+        .routes(routes!(events::publish, events::list))
+        .routes(routes!(events::show))
+        .routes(routes!(events::topics))
 }
 
 /// Prometheus metrics: attempts, durations, scheduler lateness, queue depths per state

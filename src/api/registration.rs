@@ -66,6 +66,39 @@ pub(super) fn prepare(
     })
 }
 
+/// Checks the notification an event makes for a subscription of `tenant`, as a request
+/// of a token bound to that tenant is checked: under `id` when the event named one
+/// before (its fan-out finished later), else a new one, with `idempotency` scoping it
+/// to the event and the subscription, so that registering it twice stores it once.
+pub(super) fn prepare_delivery(
+    rules: &RegistrationRules,
+    tenant: &Tenant,
+    request: NotifyRequest,
+    idempotency: Idempotency,
+    id: Option<JobId>,
+) -> Result<Registration, ApiError> {
+    let ordering_key = ordering_key(&request)?;
+    let id = id.unwrap_or_else(|| {
+        let placed_by = match &ordering_key {
+            Some(k) => format!("ordering {}", k.scoped(tenant)),
+            None => idempotency.scoped(),
+        };
+        rules.placement.new_id(Some(&placed_by))
+    });
+    let mut notification = validate(request, id, tenant.clone(), rules)?;
+    notification.ordering_key = ordering_key;
+    Ok(Registration {
+        notification,
+        idempotency: Some(idempotency),
+    })
+}
+
+impl Registration {
+    pub(super) fn id(&self) -> JobId {
+        self.notification.id
+    }
+}
+
 fn ordering_key(request: &NotifyRequest) -> Result<Option<OrderingKey>, FieldError> {
     request
         .ordering_key
@@ -204,6 +237,6 @@ pub(super) fn traceparent(headers: &HeaderMap) -> Option<&str> {
 
 /// The fingerprint of a request body, kept with its idempotency key: the first 16 bytes
 /// of its SHA-256, in hex.
-fn fingerprint(body: &[u8]) -> String {
+pub(super) fn fingerprint(body: &[u8]) -> String {
     access::hex(&Sha256::digest(body)[..16])
 }

@@ -12,7 +12,7 @@ const PREFIX: &str = "ntf_";
 pub(crate) const BASE62: &[u8; 62] =
     b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 /// Base-62 digits of a 128-bit UUID (62^22 > 2^128).
-const BASE62_WIDTH: usize = 22;
+pub(crate) const BASE62_WIDTH: usize = 22;
 
 /// `ntf_<shard>_<uuid v7 as 22 base-62 digits>`, e.g. `ntf_0_0352MTUd4Uo7EJoE0LjAvZ`.
 /// The id is stored in every index that holds the notification, so it is kept short.
@@ -65,7 +65,7 @@ impl fmt::Display for JobId {
 /// every record, header and answer).
 const TEN_DIGITS: u128 = 839_299_365_868_340_224;
 
-fn to_base62(n: u128) -> [u8; BASE62_WIDTH] {
+pub(crate) fn to_base62(n: u128) -> [u8; BASE62_WIDTH] {
     let mut digits = [b'0'; BASE62_WIDTH];
     let (high, low) = (n / TEN_DIGITS, (n % TEN_DIGITS) as u64);
     let (top, middle) = ((high / TEN_DIGITS) as u64, (high % TEN_DIGITS) as u64);
@@ -80,7 +80,7 @@ fn to_base62(n: u128) -> [u8; BASE62_WIDTH] {
     digits
 }
 
-fn from_base62(text: &str) -> Option<u128> {
+pub(crate) fn from_base62(text: &str) -> Option<u128> {
     if text.len() != BASE62_WIDTH {
         return None;
     }

@@ -12,9 +12,11 @@ mod notification;
 mod ordering_key;
 mod payload;
 mod placement;
+mod record_id;
 mod schedule;
 mod success;
 mod tenant;
+mod topic;
 
 pub use attempt::{
     kept_headers, truncate, Attempt, AttemptReport, Outcome, Reach, MAX_RESPONSE_BYTES,
@@ -29,6 +31,8 @@ pub use notification::{JobSpec, Notification, Target};
 pub use ordering_key::OrderingKey;
 pub use payload::Payload;
 pub use placement::Placement;
+pub use record_id::{EventId, SubscriptionId};
 pub use schedule::{duration_text, parse_duration, rfc3339, Schedule, DURATION_FORM, MAX_TIERS};
 pub use success::{BodyRule, RawSuccess, SuccessRule};
 pub use tenant::{HostAllowList, Tenant};
+pub use topic::{Topic, TopicPattern};

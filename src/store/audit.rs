@@ -30,10 +30,13 @@ pub enum AuditAction {
     AttemptNow,
     PauseEndpoint,
     ResumeEndpoint,
+    CreateSubscription,
+    UpdateSubscription,
+    DeleteSubscription,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 10] = [
+    pub const ALL: [AuditAction; 13] = [
         AuditAction::Cancel,
         AuditAction::Replay,
         AuditAction::ReplayMatching,
@@ -44,6 +47,9 @@ impl AuditAction {
         AuditAction::AttemptNow,
         AuditAction::PauseEndpoint,
         AuditAction::ResumeEndpoint,
+        AuditAction::CreateSubscription,
+        AuditAction::UpdateSubscription,
+        AuditAction::DeleteSubscription,
     ];
 
     /// As the API and the stored JSON write it.
@@ -59,6 +65,9 @@ impl AuditAction {
             AuditAction::AttemptNow => "attempt_now",
             AuditAction::PauseEndpoint => "pause_endpoint",
             AuditAction::ResumeEndpoint => "resume_endpoint",
+            AuditAction::CreateSubscription => "create_subscription",
+            AuditAction::UpdateSubscription => "update_subscription",
+            AuditAction::DeleteSubscription => "delete_subscription",
         }
     }
 }

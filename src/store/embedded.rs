@@ -14,6 +14,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::collections::{Change, Collection, Collections, Scan};
 use super::endpoints::{EndpointNotice, EndpointRules};
 use super::spec;
 use super::{
@@ -30,6 +31,7 @@ use crate::policy::{RateAsk, SendTimes};
 
 mod audit;
 mod changes;
+mod collections;
 mod endpoints;
 mod reads;
 mod tables;
@@ -503,6 +505,36 @@ impl EndpointHealth for EmbeddedStore {
 
     async fn pauses(&self) -> StoreResult<Vec<(String, EndpointPause)>> {
         self.read(endpoints::pauses).await
+    }
+}
+
+#[async_trait]
+impl Collections for EmbeddedStore {
+    async fn write(&self, changes: &[Change]) -> StoreResult<bool> {
+        let changes = changes.to_vec();
+        self.writer
+            .run(move |t, _| collections::write(t, &changes))
+            .await
+    }
+
+    async fn read(
+        &self,
+        collection: Collection,
+        keys: &[String],
+    ) -> StoreResult<Vec<Option<String>>> {
+        let keys = keys.to_vec();
+        self.read(move |tx| collections::read(tx, collection, &keys))
+            .await
+    }
+
+    async fn scan(
+        &self,
+        collection: Collection,
+        scan: &Scan,
+    ) -> StoreResult<Vec<(String, String)>> {
+        let scan = scan.clone();
+        self.read(move |tx| collections::scan(tx, collection, &scan))
+            .await
     }
 }
 

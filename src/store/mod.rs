@@ -6,10 +6,12 @@
 //! `embedded` the single-instance one on local disk; in both each change is atomic and
 //! is worked out by `lifecycle`. What every backend shares: how a spec is stored
 //! (`spec`), the counts per tenant (`tenant_counts`), the queue's lists (`listing`),
-//! cursors, the audit log's entries, endpoints' records and bulk actions.
+//! cursors, the audit log's entries, endpoints' records, bulk actions and the
+//! collections of documents that subscriptions and events are kept as (`collections`).
 
 pub mod audit;
 pub mod bulk;
+pub mod collections;
 mod cursor;
 mod embedded;
 pub mod endpoints;

@@ -44,7 +44,7 @@ const KEY: &str = "store.postgres_url (POSTBACK_STORE_POSTGRES_URL)";
 /// Connections per instance.
 const POOL_SIZE: usize = 16;
 /// How often a transaction that met a deadlock or a serialization failure is run again.
-const CONFLICT_RETRIES: usize = 8;
+pub(super) const CONFLICT_RETRIES: usize = 8;
 
 pub struct PostgresStore {
     pool: Pool,
@@ -81,6 +81,7 @@ macro_rules! in_transaction {
     }};
 }
 
+mod collections;
 mod enqueuer;
 
 impl PostgresStore {

@@ -27,6 +27,7 @@ use crate::lifecycle::{Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 mod acks;
 mod audit;
 mod claimed;
+mod collections;
 mod commit;
 mod conn;
 mod endpoints;
@@ -47,6 +48,7 @@ mod subscription;
 use acks::Acked;
 use audit::AuditStream;
 use claimed::ClaimedRecords;
+use collections::CollectionKeys;
 use commit::{commit, Committed, Decision, Held, Shard};
 use conn::Conn;
 use endpoints::EndpointKeys;
@@ -94,6 +96,7 @@ struct Scripts {
     trim: Script,
     reserve: Script,
     endpoints: Script,
+    collections: Script,
 }
 
 impl Scripts {
@@ -106,6 +109,7 @@ impl Scripts {
             trim: script!("trim"),
             reserve: Script::new(include_str!("../../lua/reserve.lua")),
             endpoints: Script::new(include_str!("../../lua/endpoints.lua")),
+            collections: Script::new(include_str!("../../lua/collections.lua")),
         }
     }
 }
@@ -152,6 +156,7 @@ pub struct RedisStore {
     enqueuer: Enqueuer,
     audit: AuditStream,
     endpoint_keys: EndpointKeys,
+    collection_keys: CollectionKeys,
 }
 
 impl RedisStore {
@@ -244,6 +249,7 @@ impl RedisStore {
             enqueuer,
             audit: AuditStream::new(&settings.key_prefix, retention.audit_max_age),
             endpoint_keys: EndpointKeys::new(&settings.key_prefix),
+            collection_keys: CollectionKeys::new(&settings.key_prefix),
         };
         if let Err(e) = store.check_replicas().await {
             tracing::error!(

@@ -1,6 +1,6 @@
 //! The storage port, by role: what the pipeline asks of the queue, what operators do,
-//! what readers read, the fleet's rate reservations and messages, the audit log and
-//! endpoints' health.
+//! what readers read, the fleet's rate reservations and messages, the audit log,
+//! endpoints' health and collections of documents (`collections.rs`).
 //! A backend implements each role it serves; `Store` is every role but fleet messaging,
 //! which a backend of one instance has no use for (`Store::fleet`). Each call is atomic
 //! where it changes anything.
@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::collections::Collections;
 use super::endpoints::{EndpointNotice, EndpointRules};
 use super::types::{
     Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, IntakeCheck, JobView,
@@ -257,7 +258,14 @@ pub trait Intake: Send + Sync {
 
 /// Every role a backend serves an instance with.
 pub trait Store:
-    Queue + OperatorActions + Reads + RateReservations + AuditLog + EndpointHealth + 'static
+    Queue
+    + OperatorActions
+    + Reads
+    + RateReservations
+    + AuditLog
+    + EndpointHealth
+    + Collections
+    + 'static
 {
     /// The instances sharing this store, if it can be shared.
     fn fleet(&self) -> Option<&dyn FleetMessaging>;

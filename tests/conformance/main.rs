@@ -16,6 +16,7 @@ mod dead_letters;
 mod delivery;
 mod egress_proxy;
 mod endpoints;
+mod events;
 mod failing_endpoints;
 mod fleet_policy;
 mod hostile_tenants;

@@ -35,6 +35,15 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/metrics"),
     ("get", "/signing-keys"),
     ("get", "/me"),
+    ("post", "/subscriptions"),
+    ("get", "/subscriptions"),
+    ("get", "/subscriptions/{id}"),
+    ("patch", "/subscriptions/{id}"),
+    ("delete", "/subscriptions/{id}"),
+    ("post", "/events"),
+    ("get", "/events"),
+    ("get", "/events/{id}"),
+    ("get", "/topics"),
 ];
 
 fn documented(doc: &Value) -> BTreeSet<(String, String)> {

@@ -235,3 +235,78 @@ async fn a_closed_store_frees_its_file_and_keeps_what_it_stored() {
     assert_eq!(seen.status.state, postback::store::JobState::Scheduled);
     assert_eq!(seen.status.max_attempts, 2);
 }
+
+/// An instance killed after it stored an event and before it registered the event's
+/// notifications (the event and its fan-out written, as `POST /events` writes them
+/// first): the next instance's fan-out sweep registers them, under the ids the event
+/// named, and they are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_whose_notifications_were_not_registered_before_a_crash_is_fanned_out_after_it() {
+    use postback::config::RetentionSettings;
+    use postback::domain::{EventId, JobId};
+    use postback::store::collections::{Change, Collection, Collections};
+    use postback::store::EmbeddedStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start().await;
+    let mut pb = Postback::start_embedded(dir.path(), &[]).await;
+    let (status, sub) = pb
+        .request(
+            reqwest::Method::POST,
+            "/subscriptions",
+            Some(json!({"url": receiver.url("/later"), "topics": ["payment.*"]})),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 201, "{sub}");
+    pb.kill();
+
+    let (event, notification) = (EventId::new().to_string(), JobId::new(0).to_string());
+    let published_at = 1_000_i64;
+    let doc = json!({
+        "id": event, "tenant": "default", "topic": "payment.succeeded", "body": {"order": 5},
+        "created_at": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64 - 20_000,
+        "fingerprint": "f",
+        "deliveries": [{"subscription": sub["id"], "notification": notification}],
+    });
+    let store = EmbeddedStore::open(dir.path(), &RetentionSettings::default()).unwrap();
+    let written = store
+        .write(&[
+            Change::put(Collection::Events, &event, doc.to_string()),
+            Change::put(
+                Collection::TenantEvents,
+                format!("default {event}"),
+                "payment.succeeded",
+            ),
+            Change::put(Collection::Fanouts, &event, published_at.to_string()),
+        ])
+        .await
+        .unwrap();
+    assert!(written);
+    drop(store);
+
+    let pb = Postback::start_embedded(dir.path(), &[]).await;
+    let path = format!("/notifications/{notification}");
+    let delivered = support::eventually(Duration::from_secs(20), || async {
+        pb.get(&path).await.1["state"] == "delivered"
+    })
+    .await;
+    assert!(
+        delivered,
+        "registered and delivered: {}",
+        pb.get(&path).await.1
+    );
+    assert_eq!(
+        pb.notification(&notification).await["topic"],
+        "payment.succeeded"
+    );
+    let got = receiver.requests_for(&notification);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&got[0].body).unwrap(),
+        json!({"order": 5})
+    );
+    let (_, shown) = pb.get(&format!("/events/{event}")).await;
+    assert_eq!(shown["deliveries"][0]["state"], "delivered", "{shown}");
+}

@@ -82,6 +82,9 @@ pub const ENDPOINTS: TableDefinition<&str, &str> = TableDefinition::new("endpoin
 /// (`store::EndpointPause`).
 pub const PAUSES: TableDefinition<&str, &str> = TableDefinition::new("endpoint_pauses");
 /// Counts per tenant but the default one, by field (`store::tenant_counts`).
+/// `(collection name, key)` → a document (`store::collections`).
+pub const DOCUMENTS: TableDefinition<(&str, &str), &str> = TableDefinition::new("documents");
+
 pub const TENANTS: TableDefinition<&str, i64> = TableDefinition::new("tenant_counts");
 /// (ordering key within its tenant, place) → id: each ordering key's notifications in
 /// registration order, while they are scheduled or in flight.
@@ -115,6 +118,7 @@ pub struct Tables<'t> {
     pub pauses: Table<'t, &'static str, &'static str>,
     pub tenants: Table<'t, &'static str, i64>,
     pub orders: Table<'t, (&'static str, u64), &'static str>,
+    pub documents: Table<'t, (&'static str, &'static str), &'static str>,
     /// The transaction's time, which window counts are kept by and turns taken at.
     now: Now,
     /// An ordering key's next notification took its turn in this transaction.
@@ -140,6 +144,7 @@ impl<'t> Tables<'t> {
             pauses: tx.open_table(PAUSES)?,
             tenants: tx.open_table(TENANTS)?,
             orders: tx.open_table(ORDERS)?,
+            documents: tx.open_table(DOCUMENTS)?,
             now,
             turned: false,
         })

@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_intake.sql"),
     include_str!("migrations/0003_endpoints.sql"),
     include_str!("migrations/0004_endpoint_pauses.sql"),
+    include_str!("migrations/0005_collections.sql"),
 ];
 
 /// The schema version this build writes and reads.

@@ -1,0 +1,191 @@
+//! An event's notifications: planned (one per subscription it reached, checked as
+//! `POST /notify` checks a request of the tenant's, under an id fixed before the event
+//! is stored), registered together (each with an idempotency key of the event and its
+//! subscription, so that registering one again stores nothing new), and the sweep that
+//! finishes what a crash or an outage cut short and forgets events past retention.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::error::ApiError;
+use super::registration::{prepare_delivery, register_many, Registration};
+use super::rules::RegistrationRules;
+use super::subscriptions::notify_request;
+use super::AppState;
+use crate::backoff::backoff;
+use crate::domain::{EventId, JobId, SubscriptionId, Tenant};
+use crate::events::{self, Delivery, Event, Subscription};
+use crate::store::{Idempotency, JobStatus, StoreError};
+
+/// How often the sweep looks for unfinished fan-outs.
+const EVERY: Duration = Duration::from_secs(5);
+/// A fan-out older than this is taken to be cut short (the API finishes its own within
+/// a store round trip or two).
+const STALE_MS: i64 = 10_000;
+/// Fan-outs finished, and events forgotten, per sweep at most.
+const BATCH: usize = 100;
+
+/// `event` with a delivery for each subscription of `reached`, and the registrations of
+/// those whose settings pass the tenant's rules (the others keep the error).
+pub(super) fn plan(
+    rules: &RegistrationRules,
+    mut event: Event,
+    reached: &[Subscription],
+) -> (Event, Vec<Registration>) {
+    let mut registrations = Vec::with_capacity(reached.len());
+    for s in reached {
+        let mut delivery = Delivery {
+            subscription: s.id.clone(),
+            notification: None,
+            refused: None,
+        };
+        match registration(rules, &event, s, None) {
+            Ok(r) => {
+                delivery.notification = Some(r.id().to_string());
+                registrations.push(r);
+            }
+            Err(e) => delivery.refused = Some(error_json(e)),
+        }
+        event.deliveries.push(delivery);
+    }
+    (event, registrations)
+}
+
+/// The registration of `event`'s notification for `s`, under `id` when it has one.
+fn registration(
+    rules: &RegistrationRules,
+    event: &Event,
+    s: &Subscription,
+    id: Option<JobId>,
+) -> Result<Registration, ApiError> {
+    let tenant = Tenant::parse(&event.tenant, "tenant")?;
+    let idempotency = Idempotency {
+        // A key with spaces: no producer's key is one (`parse::checked_key`).
+        key: format!("event {} {}", event.id, s.id),
+        tenant: tenant.clone(),
+        fingerprint: event.id.clone(),
+        ttl: rules.idempotency_ttl,
+    };
+    let request = notify_request(s, &event.body, &event.topic)?;
+    prepare_delivery(rules, &tenant, request, idempotency, id)
+}
+
+fn error_json(e: ApiError) -> Value {
+    let (_, body) = e.into_body();
+    serde_json::to_value(body.error).unwrap_or_default()
+}
+
+/// Registers `event`'s notifications together and, once every one is, notes its
+/// fan-out finished. Each notification's id and status; the first failure otherwise
+/// (the sweep finishes the rest).
+pub(super) async fn register(
+    state: &AppState,
+    event: &Event,
+    registrations: Vec<Registration>,
+) -> Result<Vec<(JobId, JobStatus)>, ApiError> {
+    if registrations.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stored = register_many(state, registrations.into_iter().map(Ok).collect(), None).await;
+    let accepted = stored
+        .into_iter()
+        .map(|a| a.map(|a| (a.id, a.status)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Err(e) = events::fanned_out(state.store.as_ref(), &event.id).await {
+        tracing::warn!(event = %event.id, error = %e, "fan-out: cannot note an event's notifications registered; the sweep will");
+    }
+    Ok(accepted)
+}
+
+/// Until `cancel` fires: finishes the fan-outs cut short, and forgets the events
+/// published longer than `max_age` ago.
+pub async fn run(state: AppState, max_age: Duration, cancel: CancellationToken) {
+    let mut failures = 0;
+    loop {
+        let pause = match sweep(&state, max_age).await {
+            Ok(()) => {
+                failures = 0;
+                EVERY
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "fan-out sweep: the store did not answer");
+                failures += 1;
+                backoff(failures).max(EVERY)
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+async fn sweep(state: &AppState, max_age: Duration) -> Result<(), StoreError> {
+    let store = state.store.as_ref();
+    let now = crate::store::endpoints::now_ms();
+    for (id, at) in events::unfinished(store, BATCH).await? {
+        if now - at < STALE_MS {
+            continue;
+        }
+        let event_id = EventId::parse(&id, "event")
+            .map_err(|e| StoreError::Corrupt(format!("a fan-out of {id}: {}", e.message)))?;
+        match events::event(store, &event_id).await? {
+            Some(event) => finish(state, &event).await,
+            None => events::fanned_out(store, &id).await?,
+        }
+    }
+    let before = now - max_age.as_millis() as i64;
+    let forgotten = events::forget_events(store, before, BATCH).await?;
+    if forgotten > 0 {
+        tracing::info!(forgotten, "retention: events forgotten");
+    }
+    Ok(())
+}
+
+/// Registers what `event` planned again: what was registered stays as it is, what was
+/// not is now (with its subscription's settings as they are now; one deleted meanwhile
+/// is left out).
+async fn finish(state: &AppState, event: &Event) {
+    let store = state.store.as_ref();
+    let mut registrations = Vec::new();
+    for d in &event.deliveries {
+        let Some(id) = d.notification.as_deref().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let found = match SubscriptionId::parse(&d.subscription, "subscription") {
+            Ok(sid) => events::subscription(store, &sid).await,
+            Err(_) => Ok(None),
+        };
+        match found {
+            Ok(Some(s)) => match registration(&state.rules, event, &s, Some(id)) {
+                Ok(r) => registrations.push(r),
+                Err(e) => {
+                    tracing::warn!(event = %event.id, %id, error = ?error_json(e), "fan-out: a notification no longer passes its tenant's rules; left out")
+                }
+            },
+            Ok(None) => {
+                tracing::warn!(event = %event.id, %id, subscription = %d.subscription, "fan-out: the subscription was deleted before its notification was registered; left out")
+            }
+            Err(e) => {
+                tracing::warn!(event = %event.id, error = %e, "fan-out: cannot read a subscription; tried again later");
+                return;
+            }
+        }
+    }
+    if registrations.is_empty() {
+        if let Err(e) = events::fanned_out(store, &event.id).await {
+            tracing::warn!(event = %event.id, error = %e, "fan-out: cannot note an event finished; tried again later");
+        }
+        return;
+    }
+    match register(state, event, registrations).await {
+        Ok(done) => {
+            tracing::info!(event = %event.id, notifications = done.len(), "fan-out finished")
+        }
+        Err(e) => {
+            tracing::warn!(event = %event.id, error = ?error_json(e), "fan-out: not finished; tried again later")
+        }
+    }
+}

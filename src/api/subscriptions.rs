@@ -1,0 +1,446 @@
+//! `POST /subscriptions`, `GET /subscriptions`, and `GET`, `PATCH` and `DELETE
+//! /subscriptions/{id}`: a tenant's standing subscriptions, each a URL, the topics it
+//! takes (`payment.*`) and the settings of the notifications an event makes for it (the
+//! fields of `POST /notify`). A subscription is checked as a notification to its URL
+//! would be, when it is written and again at each event (`events`). Reading needs
+//! `read`, writing `operate`; another tenant's subscription is not found.
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
+
+use super::audit;
+use super::body::Body;
+use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
+use super::notify::{validate, NotifyRequest};
+use super::parse::parse_json;
+use super::AppState;
+use super::{auth, paging};
+use crate::access::{Principal, Role};
+use crate::domain::{rfc3339, FieldError, JobId, SubscriptionId, Tenant, TopicPattern};
+use crate::events::{self, Subscription, MAX_SUBSCRIPTIONS};
+use crate::store::{AuditAction, AuditRecord};
+
+/// The fields of `POST /notify` a subscription may set for its notifications.
+pub(super) const SETTINGS: [&str; 9] = [
+    "schedule",
+    "profile",
+    "expect_body",
+    "success",
+    "headers",
+    "rate_key",
+    "timeout",
+    "delay",
+    "ordering_key",
+];
+const MAX_TOPICS: usize = 50;
+const MAX_DESCRIPTION: usize = 256;
+/// Tries of a `PATCH` that meets another write of the same subscription.
+const WRITE_TRIES: usize = 5;
+
+/// What `POST /subscriptions` and `PATCH /subscriptions/{id}` accept. A `PATCH` changes
+/// the fields it names; `null` removes a setting or the description.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct SubscriptionRequest {
+    /// Where its notifications go, checked as a notification's URL is.
+    #[schema(example = "https://merchant.example.com/hooks")]
+    url: Option<String>,
+    /// Topics it takes: names (`payment.succeeded`) or patterns whose `*` stands for any
+    /// one segment (`payment.*`); 1 to 50.
+    #[schema(example = json!(["payment.*"]))]
+    topics: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "given")]
+    #[schema(value_type = Option<String>)]
+    description: Option<Value>,
+    /// Default `true`; a disabled subscription takes no events.
+    enabled: Option<bool>,
+    /// Whose it is: only from a token for every tenant (default `default`).
+    tenant: Option<String>,
+    /// Any of `POST /notify`'s `schedule`, `profile`, `expect_body`, `success`,
+    /// `headers`, `rate_key`, `timeout`, `delay`, `ordering_key`: what each notification
+    /// made for it carries.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    settings: Map<String, Value>,
+}
+
+/// A present field, `null` included (an absent one is `None`).
+fn given<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// A subscription as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionView {
+    #[schema(example = "sub_0352MTUd4Uo7EJoE0LjAvZ")]
+    id: String,
+    tenant: String,
+    url: String,
+    topics: Vec<String>,
+    description: Option<String>,
+    enabled: bool,
+    /// The notifications' settings, as given.
+    #[schema(value_type = Object)]
+    settings: Map<String, Value>,
+    created_at: String,
+    updated_at: String,
+}
+
+impl From<&Subscription> for SubscriptionView {
+    fn from(s: &Subscription) -> Self {
+        Self {
+            id: s.id.clone(),
+            tenant: s.tenant.clone(),
+            url: s.url.clone(),
+            topics: s.topics.clone(),
+            description: s.description.clone(),
+            enabled: s.enabled,
+            settings: s.settings.clone(),
+            created_at: rfc3339(s.created_at),
+            updated_at: rfc3339(s.updated_at),
+        }
+    }
+}
+
+/// A page of subscriptions.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionPage {
+    items: Vec<SubscriptionView>,
+    next_cursor: Option<String>,
+}
+
+/// The paging of `GET /subscriptions`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Items per page, 1 to 500; default 50.
+    #[param(minimum = 1, maximum = 500)]
+    limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    cursor: Option<String>,
+    /// Only this tenant's (a token bound to a tenant sees its own only).
+    tenant: Option<String>,
+}
+
+/// Subscribe a URL to topics. Role `operate`; it belongs to the token's tenant.
+#[utoipa::path(
+    post,
+    path = "/subscriptions",
+    operation_id = "createSubscription",
+    tag = "events",
+    request_body = SubscriptionRequest,
+    responses(
+        (status = 201, body = SubscriptionView),
+        (status = 409, description = "The tenant has 200 subscriptions (`too_many_subscriptions`)", body = ErrorBody),
+        (status = 422, description = "A field is invalid (`field` names it); nothing was stored", body = ErrorBody),
+        BadInput,
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    Body(body): Body,
+) -> Result<Response, ApiError> {
+    auth::require(&caller, Role::Operate)?;
+    let request: SubscriptionRequest = parse_json(&body)?;
+    let tenant = auth::registering_tenant(&caller, request.tenant.as_deref(), |t| {
+        state.rules.tenants.contains_key(t)
+    })?;
+    let now = events_now();
+    let blank = Subscription {
+        id: SubscriptionId::new().to_string(),
+        tenant: tenant.to_string(),
+        url: String::new(),
+        topics: Vec::new(),
+        description: None,
+        enabled: true,
+        settings: Map::new(),
+        created_at: now,
+        updated_at: now,
+    };
+    let new = changed(&state, &blank, request)?;
+    if !events::create(state.store.as_ref(), &new).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "too_many_subscriptions",
+            format!(
+                "the tenant `{tenant}` has {MAX_SUBSCRIPTIONS} subscriptions, the most it may have"
+            ),
+        ));
+    }
+    tracing::info!(subscription = %new.id, %tenant, actor = %caller.actor, "subscription created");
+    audit::record(
+        &state,
+        on_subscription(&caller, AuditAction::CreateSubscription, &new),
+    )
+    .await;
+    Ok((StatusCode::CREATED, Json(SubscriptionView::from(&new))).into_response())
+}
+
+/// Subscriptions, by id, cursor-paged. Role `read`; a tenant-bound token lists its
+/// tenant's only.
+#[utoipa::path(
+    get,
+    path = "/subscriptions",
+    operation_id = "listSubscriptions",
+    tag = "events",
+    params(ListQuery),
+    responses(
+        (status = 200, body = SubscriptionPage),
+        (status = 400, description = "An unknown query parameter", body = ErrorBody),
+        (status = 422, description = "A bad limit, cursor or tenant; `field` names it", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<SubscriptionPage>, ApiError> {
+    auth::require(&caller, Role::Read)?;
+    let Query(q) = query.map_err(invalid_query)?;
+    let limit = paging::limit(q.limit)?;
+    let after = paging::cursor(&state.cursors, q.cursor.as_deref(), |c| Some(c.to_string()))?;
+    let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
+    let store = state.store.as_ref();
+    let found = events::subscriptions(store, tenant.as_ref(), after.as_deref(), limit).await?;
+    let next = (found.len() == limit)
+        .then(|| found.last().map(|s| state.cursors.seal(&s.id)))
+        .flatten();
+    Ok(Json(SubscriptionPage {
+        items: found.iter().map(SubscriptionView::from).collect(),
+        next_cursor: next,
+    }))
+}
+
+/// One subscription. Role `read`, for one of the token's tenant.
+#[utoipa::path(
+    get,
+    path = "/subscriptions/{id}",
+    operation_id = "getSubscription",
+    tag = "events",
+    params(("id" = String, Path, description = "The subscription id, `sub_…`")),
+    responses(
+        (status = 200, body = SubscriptionView),
+        (status = 404, description = "No such subscription", body = ErrorBody),
+        (status = 422, description = "Not a subscription id", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn show(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<SubscriptionView>, ApiError> {
+    auth::require(&caller, Role::Read)?;
+    let found = visible(&state, &caller, &id).await?;
+    Ok(Json(SubscriptionView::from(&found)))
+}
+
+/// Change a subscription: the fields given replace its own (`null` removes a setting or
+/// the description), and the whole is checked again. Role `operate`, for one of the
+/// token's tenant.
+#[utoipa::path(
+    patch,
+    path = "/subscriptions/{id}",
+    operation_id = "updateSubscription",
+    tag = "events",
+    params(("id" = String, Path, description = "The subscription id, `sub_…`")),
+    request_body = SubscriptionRequest,
+    responses(
+        (status = 200, body = SubscriptionView),
+        (status = 404, description = "No such subscription", body = ErrorBody),
+        (status = 422, description = "A field is invalid (`field` names it); nothing was changed", body = ErrorBody),
+        BadInput,
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn update(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    Path(id): Path<String>,
+    Body(body): Body,
+) -> Result<Json<SubscriptionView>, ApiError> {
+    auth::require(&caller, Role::Operate)?;
+    let request: SubscriptionRequest = parse_json(&body)?;
+    if request.tenant.is_some() {
+        return Err(FieldError::new("tenant", "a subscription keeps its tenant").into());
+    }
+    for _ in 0..WRITE_TRIES {
+        let old = visible(&state, &caller, &id).await?;
+        let mut new = changed(&state, &old, request.clone())?;
+        new.updated_at = events_now().max(old.updated_at);
+        if events::replace(state.store.as_ref(), &old, &new).await? {
+            tracing::info!(subscription = %new.id, tenant = %new.tenant, actor = %caller.actor, "subscription changed");
+            audit::record(
+                &state,
+                on_subscription(&caller, AuditAction::UpdateSubscription, &new),
+            )
+            .await;
+            return Ok(Json(SubscriptionView::from(&new)));
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "changed_meanwhile",
+        "the subscription kept changing while this change was written; try again",
+    ))
+}
+
+/// Delete a subscription: events published from now on do not reach it (notifications
+/// already made for it are kept). Role `operate`, for one of the token's tenant.
+#[utoipa::path(
+    delete,
+    path = "/subscriptions/{id}",
+    operation_id = "deleteSubscription",
+    tag = "events",
+    params(("id" = String, Path, description = "The subscription id, `sub_…`")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such subscription", body = ErrorBody),
+        (status = 422, description = "Not a subscription id", body = ErrorBody),
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    auth::require(&caller, Role::Operate)?;
+    for _ in 0..WRITE_TRIES {
+        let found = visible(&state, &caller, &id).await?;
+        if events::delete(state.store.as_ref(), &found).await? {
+            tracing::info!(subscription = %found.id, tenant = %found.tenant, actor = %caller.actor, "subscription deleted");
+            audit::record(
+                &state,
+                on_subscription(&caller, AuditAction::DeleteSubscription, &found),
+            )
+            .await;
+            return Ok(StatusCode::NO_CONTENT);
+        }
+    }
+    Err(ApiError::not_found("subscription"))
+}
+
+/// The subscription `id`, if the caller may see it (another tenant's is not found).
+async fn visible(state: &AppState, caller: &Principal, id: &str) -> Result<Subscription, ApiError> {
+    let id = SubscriptionId::parse(id, "id")?;
+    let found = events::subscription(state.store.as_ref(), &id).await?;
+    found
+        .filter(|s| Tenant::parse(&s.tenant, "tenant").is_ok_and(|t| auth::sees(caller, &t)))
+        .ok_or_else(|| ApiError::not_found("subscription"))
+}
+
+/// `old` with what `request` changes, checked whole.
+fn changed(
+    state: &AppState,
+    old: &Subscription,
+    request: SubscriptionRequest,
+) -> Result<Subscription, ApiError> {
+    let mut new = old.clone();
+    if let Some(url) = request.url {
+        new.url = url;
+    }
+    if let Some(topics) = request.topics {
+        new.topics = topics;
+    }
+    if let Some(description) = request.description {
+        new.description = match description {
+            Value::Null => None,
+            Value::String(text) => Some(text),
+            _ => return Err(FieldError::new("description", "must be a string").into()),
+        };
+    }
+    if let Some(enabled) = request.enabled {
+        new.enabled = enabled;
+    }
+    for (name, value) in request.settings {
+        if !SETTINGS.contains(&name.as_str()) {
+            let known =
+                "url, topics, description, enabled, tenant, ".to_string() + &SETTINGS.join(", ");
+            return Err(
+                FieldError::new(name, format!("unknown field; the fields are {known}")).into(),
+            );
+        }
+        match value {
+            Value::Null => new.settings.remove(&name),
+            value => new.settings.insert(name, value),
+        };
+    }
+    check(state, &new)?;
+    Ok(new)
+}
+
+/// Refuses a subscription whose URL, topics, description or settings would not do.
+fn check(state: &AppState, s: &Subscription) -> Result<(), ApiError> {
+    if s.url.is_empty() {
+        return Err(FieldError::new("url", "required").into());
+    }
+    if s.topics.is_empty() || s.topics.len() > MAX_TOPICS {
+        return Err(
+            FieldError::new("topics", format!("must list 1 to {MAX_TOPICS} topics")).into(),
+        );
+    }
+    for (i, topic) in s.topics.iter().enumerate() {
+        TopicPattern::parse(topic, &format!("topics[{i}]"))?;
+    }
+    if s.description
+        .as_ref()
+        .is_some_and(|d| d.chars().count() > MAX_DESCRIPTION)
+    {
+        return Err(FieldError::new(
+            "description",
+            format!("must be at most {MAX_DESCRIPTION} characters"),
+        )
+        .into());
+    }
+    let tenant = Tenant::parse(&s.tenant, "tenant")?;
+    let request = notify_request(s, &Value::Object(Map::new()), "subscription.check")?;
+    validate(request, JobId::new(0), tenant, &state.rules)?;
+    Ok(())
+}
+
+/// The `POST /notify` request a notification for `s` is checked as: its settings, its
+/// URL, and the event's body and topic.
+pub(super) fn notify_request(
+    s: &Subscription,
+    body: &Value,
+    topic: &str,
+) -> Result<NotifyRequest, ApiError> {
+    let mut request = s.settings.clone();
+    request.insert("url".into(), Value::String(s.url.clone()));
+    request.insert("body".into(), body.clone());
+    request.insert("topic".into(), Value::String(topic.to_string()));
+    let bytes = serde_json::to_vec(&request).expect("a JSON object serializes");
+    parse_json(&bytes)
+}
+
+fn on_subscription(caller: &Principal, action: AuditAction, s: &Subscription) -> AuditRecord {
+    AuditRecord {
+        actor: caller.actor.clone(),
+        tenant: Tenant::parse(&s.tenant, "tenant").ok(),
+        action,
+        target: Some(s.id.clone()),
+        filter: None,
+        count: 1,
+        url: None,
+    }
+}
+
+/// The store's clock is not asked for a subscription's times: the instance's will do.
+fn events_now() -> i64 {
+    crate::store::endpoints::now_ms()
+}

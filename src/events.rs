@@ -1,0 +1,436 @@
+//! Events and subscriptions as every store keeps them (`store::collections`): a tenant's
+//! standing subscriptions (a URL, the topics it takes, the settings of the notifications
+//! made for it), the events producers publish (a topic and a body, and the notification
+//! made for each subscription it reached), the events whose notifications are not all
+//! registered yet, and the topics catalog (each topic's latest example). What a
+//! document holds and under which key, and which subscriptions an event reaches, is
+//! decided here once.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::domain::{EventId, JobId, SubscriptionId, Tenant, Topic, TopicPattern};
+use crate::store::collections::{Change, Collection, Collections, Expect, Scan};
+use crate::store::{StoreError, StoreResult};
+
+/// Most subscriptions a tenant may have: an event reads them all.
+pub const MAX_SUBSCRIPTIONS: usize = 200;
+
+/// A tenant's standing subscription.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Subscription {
+    pub id: String,
+    pub tenant: String,
+    pub url: String,
+    pub topics: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub enabled: bool,
+    /// What each notification made for it carries besides its URL, body and topic: the
+    /// fields of `POST /notify` (schedule, profile, success rule, headers, rate key,
+    /// timeout, delay, ordering key), as given.
+    #[serde(default)]
+    pub settings: Map<String, Value>,
+    /// ms since the epoch.
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+impl Subscription {
+    /// Whether an event of `topic` reaches it.
+    pub fn takes(&self, topic: &Topic) -> bool {
+        self.enabled
+            && self.topics.iter().any(|p| {
+                TopicPattern::parse(p, "topics").is_ok_and(|pattern| pattern.matches(topic))
+            })
+    }
+
+    fn decode(json: &str) -> StoreResult<Self> {
+        serde_json::from_str(json)
+            .map_err(|e| StoreError::Corrupt(format!("a subscription's document: {e}")))
+    }
+
+    fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a subscription serializes")
+    }
+}
+
+/// A published event and what it became.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Event {
+    pub id: String,
+    pub tenant: String,
+    pub topic: String,
+    pub body: Value,
+    /// ms since the epoch.
+    pub created_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// The fingerprint of the publish, which a repeated idempotency key is held to.
+    pub fingerprint: String,
+    /// One per subscription the event reached, in the order of their ids.
+    pub deliveries: Vec<Delivery>,
+}
+
+/// The notification an event made for one subscription, or why it made none.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Delivery {
+    pub subscription: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notification: Option<String>,
+    /// The subscription's settings no longer pass the tenant's rules (its URL's host is
+    /// no longer allowed, its profile was removed): the error `POST /notify` would answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Value>,
+}
+
+impl Event {
+    pub fn decode(json: &str) -> StoreResult<Self> {
+        serde_json::from_str(json)
+            .map_err(|e| StoreError::Corrupt(format!("an event's document: {e}")))
+    }
+
+    fn encode(&self) -> String {
+        serde_json::to_string(self).expect("an event serializes")
+    }
+
+    /// The notifications it made.
+    pub fn notifications(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.deliveries
+            .iter()
+            .filter_map(|d| d.notification.as_deref()?.parse().ok())
+    }
+}
+
+/// A topic of the catalog: when it was last published, with that event's body.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TopicEntry {
+    pub topic: String,
+    pub last_published_at: i64,
+    pub last_event: String,
+    pub example: Value,
+}
+
+/// `<tenant> <rest>`: keys of what belongs to a tenant, listed tenant by tenant.
+fn tenant_key(tenant: &Tenant, rest: &str) -> String {
+    format!("{tenant} {rest}")
+}
+
+fn tenant_prefix(tenant: &Tenant) -> String {
+    format!("{tenant} ")
+}
+
+/// The rest of a tenant's key, after its tenant.
+fn after_tenant(key: &str) -> &str {
+    key.split_once(' ').map_or(key, |(_, rest)| rest)
+}
+
+/// The subscription `id`, whoever's it is.
+pub async fn subscription(
+    store: &dyn Collections,
+    id: &SubscriptionId,
+) -> StoreResult<Option<Subscription>> {
+    let stored = store
+        .read(Collection::Subscriptions, &[id.to_string()])
+        .await?;
+    stored
+        .into_iter()
+        .flatten()
+        .next()
+        .as_deref()
+        .map(Subscription::decode)
+        .transpose()
+}
+
+/// Up to `n` of `tenant`'s subscriptions (of every tenant's, by id, when `None`) after
+/// `after`, in id order.
+pub async fn subscriptions(
+    store: &dyn Collections,
+    tenant: Option<&Tenant>,
+    after: Option<&str>,
+    n: usize,
+) -> StoreResult<Vec<Subscription>> {
+    let Some(tenant) = tenant else {
+        let scan = Scan {
+            prefix: String::new(),
+            after: after.map(str::to_string),
+            newest_first: false,
+            limit: n,
+        };
+        let docs = store.scan(Collection::Subscriptions, &scan).await?;
+        return docs.iter().map(|(_, d)| Subscription::decode(d)).collect();
+    };
+    let scan = Scan {
+        prefix: tenant_prefix(tenant),
+        after: after.map(|a| tenant_key(tenant, a)),
+        newest_first: false,
+        limit: n,
+    };
+    let keys = store.scan(Collection::TenantSubscriptions, &scan).await?;
+    let ids: Vec<String> = keys
+        .iter()
+        .map(|(k, _)| after_tenant(k).to_string())
+        .collect();
+    let docs = store.read(Collection::Subscriptions, &ids).await?;
+    docs.into_iter()
+        .flatten()
+        .map(|d| Subscription::decode(&d))
+        .collect()
+}
+
+/// Stores a new subscription, unless its tenant has `MAX_SUBSCRIPTIONS` already: whether
+/// it was stored.
+pub async fn create(store: &dyn Collections, s: &Subscription) -> StoreResult<bool> {
+    let tenant = Tenant::parse(&s.tenant, "tenant").map_err(corrupt)?;
+    let had = subscriptions(store, Some(&tenant), None, MAX_SUBSCRIPTIONS).await?;
+    if had.len() >= MAX_SUBSCRIPTIONS {
+        return Ok(false);
+    }
+    let changes = [
+        Change::put(Collection::Subscriptions, &s.id, s.encode()).expecting(Expect::Nothing),
+        Change::put(
+            Collection::TenantSubscriptions,
+            tenant_key(&tenant, &s.id),
+            "",
+        ),
+    ];
+    store.write(&changes).await
+}
+
+/// Writes `new` over `old` if it is still as read: whether it was.
+pub async fn replace(
+    store: &dyn Collections,
+    old: &Subscription,
+    new: &Subscription,
+) -> StoreResult<bool> {
+    let change = Change::put(Collection::Subscriptions, &new.id, new.encode())
+        .expecting(Expect::Exactly(old.encode()));
+    store.write(&[change]).await
+}
+
+/// Deletes `s`: whether it was still there.
+pub async fn delete(store: &dyn Collections, s: &Subscription) -> StoreResult<bool> {
+    let tenant = Tenant::parse(&s.tenant, "tenant").map_err(corrupt)?;
+    let changes = [
+        Change::delete(Collection::Subscriptions, &s.id).expecting(Expect::Exactly(s.encode())),
+        Change::delete(Collection::TenantSubscriptions, tenant_key(&tenant, &s.id)),
+    ];
+    store.write(&changes).await
+}
+
+/// Every subscription of `tenant` that an event of `topic` reaches, in id order.
+pub async fn reached(
+    store: &dyn Collections,
+    tenant: &Tenant,
+    topic: &Topic,
+) -> StoreResult<Vec<Subscription>> {
+    let all = subscriptions(store, Some(tenant), None, MAX_SUBSCRIPTIONS).await?;
+    Ok(all.into_iter().filter(|s| s.takes(topic)).collect())
+}
+
+/// The event `id`, whoever's it is.
+pub async fn event(store: &dyn Collections, id: &EventId) -> StoreResult<Option<Event>> {
+    let stored = store.read(Collection::Events, &[id.to_string()]).await?;
+    stored
+        .into_iter()
+        .flatten()
+        .next()
+        .as_deref()
+        .map(Event::decode)
+        .transpose()
+}
+
+/// The event `tenant`'s idempotency `key` published, with the fingerprint it was
+/// published with; `None` while the key is unknown.
+pub async fn event_of_key(
+    store: &dyn Collections,
+    tenant: &Tenant,
+    key: &str,
+) -> StoreResult<Option<Event>> {
+    let stored = store
+        .read(Collection::EventKeys, &[tenant_key(tenant, key)])
+        .await?;
+    let Some(id) = stored.into_iter().flatten().next() else {
+        return Ok(None);
+    };
+    let id = EventId::parse(&id, "event").map_err(corrupt)?;
+    event(store, &id).await
+}
+
+/// Stores a published event with what it is still to register (its fan-out), its
+/// idempotency key and its topic's example, all at once. `false`: its idempotency key
+/// published another event meanwhile (nothing stored).
+pub async fn publish(store: &dyn Collections, e: &Event, now_ms: i64) -> StoreResult<bool> {
+    let tenant = Tenant::parse(&e.tenant, "tenant").map_err(corrupt)?;
+    let entry = TopicEntry {
+        topic: e.topic.clone(),
+        last_published_at: e.created_at,
+        last_event: e.id.clone(),
+        example: e.body.clone(),
+    };
+    let entry = serde_json::to_string(&entry).expect("a topic entry serializes");
+    let mut changes = vec![
+        Change::put(Collection::Events, &e.id, e.encode()).expecting(Expect::Nothing),
+        Change::put(
+            Collection::TenantEvents,
+            tenant_key(&tenant, &e.id),
+            &e.topic,
+        ),
+        Change::put(Collection::Topics, tenant_key(&tenant, &e.topic), entry),
+    ];
+    if e.notifications().next().is_some() {
+        changes.push(Change::put(Collection::Fanouts, &e.id, now_ms.to_string()));
+    }
+    if let Some(key) = &e.idempotency_key {
+        let key = Change::put(Collection::EventKeys, tenant_key(&tenant, key), &e.id);
+        changes.push(key.expecting(Expect::Nothing));
+    }
+    store.write(&changes).await
+}
+
+/// Notes that every notification of event `id` is registered.
+pub async fn fanned_out(store: &dyn Collections, id: &str) -> StoreResult<()> {
+    store
+        .write(&[Change::delete(Collection::Fanouts, id)])
+        .await
+        .map(|_| ())
+}
+
+/// Up to `n` events whose notifications are not all registered, with when each was
+/// published (ms), oldest first.
+pub async fn unfinished(store: &dyn Collections, n: usize) -> StoreResult<Vec<(String, i64)>> {
+    let scan = Scan {
+        prefix: String::new(),
+        after: None,
+        newest_first: false,
+        limit: n,
+    };
+    let read = store.scan(Collection::Fanouts, &scan).await?;
+    Ok(read
+        .into_iter()
+        .map(|(id, at)| (id, at.parse().unwrap_or(0)))
+        .collect())
+}
+
+/// Up to `n` of `tenant`'s events (of every tenant's, when `None`), newest first, before
+/// the id `before`, each with its topic, of `topic` only when given. How far the scan
+/// got is the last event's id (`None`: no more).
+pub async fn event_ids(
+    store: &dyn Collections,
+    tenant: Option<&Tenant>,
+    topic: Option<&Topic>,
+    before: Option<&str>,
+    n: usize,
+) -> StoreResult<(Vec<String>, Option<String>)> {
+    let (collection, prefix) = match tenant {
+        Some(t) => (Collection::TenantEvents, tenant_prefix(t)),
+        None => (Collection::Events, String::new()),
+    };
+    let scan = Scan {
+        after: before.map(|b| format!("{prefix}{b}")),
+        prefix,
+        newest_first: true,
+        limit: n,
+    };
+    let read = store.scan(collection, &scan).await?;
+    let last = (read.len() == n)
+        .then(|| {
+            read.last()
+                .map(|(k, _)| after_tenant_or_id(k, tenant.is_some()))
+        })
+        .flatten();
+    let of_topic = |(_, doc): &(String, String)| {
+        let event_topic = match tenant {
+            Some(_) => doc.clone(),
+            None => Event::decode(doc).map(|e| e.topic).unwrap_or_default(),
+        };
+        topic.is_none_or(|t| t.as_str() == event_topic)
+    };
+    let ids = read
+        .iter()
+        .filter(|entry| of_topic(entry))
+        .map(|(k, _)| after_tenant_or_id(k, tenant.is_some()))
+        .collect();
+    Ok((ids, last))
+}
+
+fn after_tenant_or_id(key: &str, tenant_keyed: bool) -> String {
+    match tenant_keyed {
+        true => after_tenant(key).to_string(),
+        false => key.to_string(),
+    }
+}
+
+/// The events among `ids`, in that order (one deleted meanwhile left out).
+pub async fn events(store: &dyn Collections, ids: &[String]) -> StoreResult<Vec<Event>> {
+    let docs = store.read(Collection::Events, ids).await?;
+    docs.into_iter()
+        .flatten()
+        .map(|d| Event::decode(&d))
+        .collect()
+}
+
+/// `tenant`'s topics catalog, in topic order, up to `n` after `after`.
+pub async fn topics(
+    store: &dyn Collections,
+    tenant: &Tenant,
+    after: Option<&str>,
+    n: usize,
+) -> StoreResult<Vec<TopicEntry>> {
+    let scan = Scan {
+        prefix: tenant_prefix(tenant),
+        after: after.map(|a| tenant_key(tenant, a)),
+        newest_first: false,
+        limit: n,
+    };
+    let read = store.scan(Collection::Topics, &scan).await?;
+    read.iter()
+        .map(|(_, d)| {
+            serde_json::from_str(d)
+                .map_err(|e| StoreError::Corrupt(format!("a topic's document: {e}")))
+        })
+        .collect()
+}
+
+/// Retention: deletes up to `n` events published before `before_ms`, oldest first, with
+/// their idempotency keys. How many.
+pub async fn forget_events(
+    store: &dyn Collections,
+    before_ms: i64,
+    n: usize,
+) -> StoreResult<usize> {
+    let scan = Scan {
+        prefix: String::new(),
+        after: None,
+        newest_first: false,
+        limit: n,
+    };
+    let read = store.scan(Collection::Events, &scan).await?;
+    let mut forgotten = 0;
+    for (id, doc) in &read {
+        let event = Event::decode(doc)?;
+        if event.created_at >= before_ms {
+            break;
+        }
+        let tenant = Tenant::parse(&event.tenant, "tenant").map_err(corrupt)?;
+        let mut changes = vec![
+            Change::delete(Collection::Events, id),
+            Change::delete(Collection::TenantEvents, tenant_key(&tenant, id)),
+            Change::delete(Collection::Fanouts, id),
+        ];
+        if let Some(key) = &event.idempotency_key {
+            changes.push(Change::delete(
+                Collection::EventKeys,
+                tenant_key(&tenant, key),
+            ));
+        }
+        if store.write(&changes).await? {
+            forgotten += 1;
+        }
+    }
+    Ok(forgotten)
+}
+
+fn corrupt(e: crate::domain::FieldError) -> StoreError {
+    StoreError::Corrupt(format!("a stored {}: {}", e.field, e.message))
+}

@@ -1,0 +1,488 @@
+//! Events and subscriptions: an event published once reaches every enabled
+//! subscription of its tenant whose topics take it, each as a notification of its own
+//! with the subscription's settings; a failing one holds up none of the others; a
+//! repeated idempotency key publishes nothing new; one tenant's events never reach
+//! another's subscriptions, and who may do what.
+
+use crate::support;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use support::tenants::{self, Fleet};
+use support::{Postback, WAIT};
+
+async fn call(pb: &Postback, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pb.request(method, path, body, &[]).await
+}
+
+async fn subscribe(pb: &Postback, body: Value) -> String {
+    let (status, answer) = call(pb, Method::POST, "/subscriptions", Some(body)).await;
+    assert_eq!(status, 201, "{answer}");
+    answer["id"].as_str().unwrap().to_string()
+}
+
+async fn publish(pb: &Postback, body: Value) -> Value {
+    let (status, answer) = call(pb, Method::POST, "/events", Some(body)).await;
+    assert_eq!(status, 202, "{answer}");
+    answer
+}
+
+/// The notification the event `answer` made for `subscription`.
+fn delivery_of(answer: &Value, subscription: &str) -> String {
+    let deliveries = answer["deliveries"].as_array().unwrap();
+    let d = deliveries
+        .iter()
+        .find(|d| d["subscription"] == subscription)
+        .unwrap_or_else(|| panic!("no delivery for {subscription}: {answer}"));
+    d["notification"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_reaches_each_subscription_and_a_failing_one_holds_up_none_of_the_others() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let orders = subscribe(
+        &pb,
+        json!({"url": receiver.url("/orders"), "topics": ["payment.*"], "description": "order system",
+               "headers": {"x-merchant": "m-1"}}),
+    )
+    .await;
+    let ledger = subscribe(
+        &pb,
+        json!({"url": receiver.url("/ledger"), "topics": ["payment.succeeded", "refund.*"]}),
+    )
+    .await;
+    let broken = subscribe(
+        &pb,
+        json!({"url": receiver.url("/broken?fail=99"), "topics": ["payment.*"], "schedule": ["100ms", "100ms"]}),
+    )
+    .await;
+
+    let answer = publish(
+        &pb,
+        json!({"topic": "payment.succeeded", "body": {"order": 42}}),
+    )
+    .await;
+    let event = answer["id"].as_str().unwrap().to_string();
+    assert!(event.starts_with("evt_"), "{answer}");
+    assert_eq!(
+        answer["deliveries"].as_array().unwrap().len(),
+        3,
+        "{answer}"
+    );
+    let (to_orders, to_ledger, to_broken) = (
+        delivery_of(&answer, &orders),
+        delivery_of(&answer, &ledger),
+        delivery_of(&answer, &broken),
+    );
+
+    let delivered = pb.wait_state(&to_orders, "delivered", WAIT).await;
+    assert_eq!(delivered["topic"], "payment.succeeded", "{delivered}");
+    pb.wait_state(&to_ledger, "delivered", WAIT).await;
+    let got = receiver.requests_for(&to_orders);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].path, "/orders");
+    assert_eq!(
+        got[0].header("x-merchant").as_deref(),
+        Some("m-1"),
+        "the subscription's headers"
+    );
+    let body: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(
+        body,
+        json!({"order": 42}),
+        "the event's body as it was published"
+    );
+    assert_eq!(receiver.requests_for(&to_ledger).len(), 1);
+    assert!(
+        receiver.requests_for(&to_broken).len() <= 2,
+        "the failing one was still retrying while the others were delivered"
+    );
+
+    let dead = pb.wait_state(&to_broken, "dead", WAIT).await;
+    assert_eq!(dead["attempts"], 3, "its own schedule: {dead}");
+    let (status, shown) = pb.get(&format!("/events/{event}")).await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["topic"], "payment.succeeded");
+    assert_eq!(shown["body"], json!({"order": 42}));
+    let state_of = |sub: &str| {
+        let d = shown["deliveries"].as_array().unwrap();
+        d.iter().find(|d| d["subscription"] == sub).unwrap()["state"].clone()
+    };
+    assert_eq!(state_of(&orders), "delivered", "{shown}");
+    assert_eq!(state_of(&ledger), "delivered", "{shown}");
+    assert_eq!(state_of(&broken), "dead", "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_patterns_take_one_segment_and_an_event_that_matches_nothing_is_kept() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let payments = subscribe(
+        &pb,
+        json!({"url": receiver.url("/p"), "topics": ["payment.*"]}),
+    )
+    .await;
+    let created = subscribe(
+        &pb,
+        json!({"url": receiver.url("/c"), "topics": ["*.created"]}),
+    )
+    .await;
+
+    let reached = |answer: &Value| -> Vec<String> {
+        let d = answer["deliveries"].as_array().unwrap();
+        d.iter()
+            .map(|d| d["subscription"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let a = publish(&pb, json!({"topic": "payment.succeeded", "body": {}})).await;
+    assert_eq!(reached(&a), vec![payments.clone()]);
+    let b = publish(&pb, json!({"topic": "refund.created", "body": {}})).await;
+    assert_eq!(reached(&b), vec![created.clone()]);
+    let nothing = publish(
+        &pb,
+        json!({"topic": "payment.refund.created", "body": {"n": 1}}),
+    )
+    .await;
+    assert_eq!(reached(&nothing), Vec::<String>::new(), "{nothing}");
+
+    let (status, listed) = pb.get("/events").await;
+    assert_eq!(status, 200, "{listed}");
+    let ids: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    let newest_first = [&nothing, &b, &a].map(|e| e["id"].as_str().unwrap());
+    assert_eq!(ids, newest_first, "every event, newest first: {listed}");
+    assert_eq!(listed["items"][0]["deliveries"], 0);
+    let (_, of_topic) = pb.get("/events?topic=refund.created").await;
+    assert_eq!(of_topic["items"].as_array().unwrap().len(), 1, "{of_topic}");
+    assert_eq!(of_topic["items"][0]["id"], b["id"]);
+    let (_, page) = pb.get("/events?limit=2").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    let cursor = page["next_cursor"].as_str().expect("a next page");
+    let (_, rest) = pb.get(&format!("/events?limit=2&cursor={cursor}")).await;
+    assert_eq!(rest["items"][0]["id"], a["id"], "{rest}");
+
+    let (_, topics) = pb.get("/topics").await;
+    let names: Vec<&str> = topics["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["topic"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "payment.refund.created",
+            "payment.succeeded",
+            "refund.created"
+        ]
+    );
+    assert_eq!(topics["items"][0]["example"], json!({"n": 1}), "{topics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_idempotency_key_publishes_nothing_new() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let sub = subscribe(
+        &pb,
+        json!({"url": receiver.url("/once"), "topics": ["payment.succeeded"]}),
+    )
+    .await;
+    let event = json!({"topic": "payment.succeeded", "body": {"order": 9}, "idempotency_key": "order-9-paid"});
+    let first = publish(&pb, event.clone()).await;
+    let notification = delivery_of(&first, &sub);
+    pb.wait_state(&notification, "delivered", WAIT).await;
+
+    let resp = reqwest::Client::new()
+        .post(pb.url("/events"))
+        .bearer_auth(support::instance::TOKEN)
+        .json(&event)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 202);
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
+    let again: Value = resp.json().await.unwrap();
+    assert_eq!(again["id"], first["id"]);
+    assert_eq!(delivery_of(&again, &sub), notification);
+    assert_eq!(again["deliveries"][0]["state"], "delivered", "{again}");
+
+    let other = json!({"topic": "payment.succeeded", "body": {"order": 10}, "idempotency_key": "order-9-paid"});
+    let (status, refused) = call(&pb, Method::POST, "/events", Some(other)).await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["code"], "idempotency_key_mismatch");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(receiver.requests().len(), 1, "sent once");
+    let (_, listed) = pb.get("/events").await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_subscription_takes_nothing_until_enabled_and_a_deleted_one_nothing_more() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let sub = subscribe(
+        &pb,
+        json!({"url": receiver.url("/s"), "topics": ["order.shipped"], "enabled": false}),
+    )
+    .await;
+    let none = publish(&pb, json!({"topic": "order.shipped", "body": {"n": 1}})).await;
+    assert_eq!(none["deliveries"], json!([]), "{none}");
+
+    let (status, changed) = call(
+        &pb,
+        Method::PATCH,
+        &format!("/subscriptions/{sub}"),
+        Some(json!({"enabled": true, "description": "shipping", "schedule": ["100ms"]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(changed["enabled"], true);
+    assert_eq!(changed["settings"]["schedule"], json!(["100ms"]));
+    let (_, shown) = pb.get(&format!("/subscriptions/{sub}")).await;
+    assert_eq!(shown["description"], "shipping", "{shown}");
+    let one = publish(&pb, json!({"topic": "order.shipped", "body": {"n": 2}})).await;
+    let id = delivery_of(&one, &sub);
+    pb.wait_state(&id, "delivered", WAIT).await;
+
+    let (status, _) = call(
+        &pb,
+        Method::PATCH,
+        &format!("/subscriptions/{sub}"),
+        Some(json!({"schedule": null})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, shown) = pb.get(&format!("/subscriptions/{sub}")).await;
+    assert_eq!(
+        shown["settings"],
+        json!({}),
+        "null removes a setting: {shown}"
+    );
+
+    let (status, _) = call(&pb, Method::DELETE, &format!("/subscriptions/{sub}"), None).await;
+    assert_eq!(status, 204);
+    let (status, _) = pb.get(&format!("/subscriptions/{sub}")).await;
+    assert_eq!(status, 404);
+    let after = publish(&pb, json!({"topic": "order.shipped", "body": {"n": 3}})).await;
+    assert_eq!(after["deliveries"], json!([]), "{after}");
+    let (_, listed) = pb.get("/subscriptions").await;
+    assert_eq!(listed["items"], json!([]), "{listed}");
+    let (_, audit) = pb.get("/audit").await;
+    let actions: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "delete_subscription",
+            "update_subscription",
+            "update_subscription",
+            "create_subscription"
+        ],
+        "{audit}"
+    );
+    assert_eq!(
+        receiver.requests().len(),
+        1,
+        "only the event while it was enabled"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_subscriptions_and_events_are_refused_naming_the_field_and_store_nothing() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let refused = [
+        (json!({"topics": ["a.b"]}), "url"),
+        (json!({"url": "ftp://x/y", "topics": ["a.b"]}), "url"),
+        (json!({"url": receiver.url("/x")}), "topics"),
+        (json!({"url": receiver.url("/x"), "topics": []}), "topics"),
+        (
+            json!({"url": receiver.url("/x"), "topics": ["a.b", "a..b"]}),
+            "topics[1]",
+        ),
+        (
+            json!({"url": receiver.url("/x"), "topics": ["postback.*"]}),
+            "topics[0]",
+        ),
+        (
+            json!({"url": receiver.url("/x"), "topics": ["a"], "schedule": ["soon"]}),
+            "schedule[0]",
+        ),
+        (
+            json!({"url": receiver.url("/x"), "topics": ["a"], "profile": "nope"}),
+            "profile",
+        ),
+        (
+            json!({"url": receiver.url("/x"), "topics": ["a"], "colour": "red"}),
+            "colour",
+        ),
+        (
+            json!({"url": receiver.url("/x"), "topics": ["a"], "headers": {"webhook-id": "x"}}),
+            "headers",
+        ),
+    ];
+    for (body, field) in refused {
+        let (status, answer) = call(&pb, Method::POST, "/subscriptions", Some(body.clone())).await;
+        assert_eq!(status, 422, "{body} → {answer}");
+        let named = answer["error"]["field"].as_str().unwrap_or_default();
+        assert!(
+            named.starts_with(field),
+            "{body} should name {field}: {answer}"
+        );
+    }
+    let (_, listed) = pb.get("/subscriptions").await;
+    assert_eq!(listed["items"], json!([]), "nothing stored: {listed}");
+
+    for (body, field) in [
+        (json!({"body": {}}), "topic"),
+        (json!({"topic": "a b", "body": {}}), "topic"),
+        (
+            json!({"topic": "postback.endpoint.paused", "body": {}}),
+            "topic",
+        ),
+        (json!({"topic": "a"}), "body"),
+        (
+            json!({"topic": "a", "body": {}, "idempotency_key": ""}),
+            "idempotency_key",
+        ),
+    ] {
+        let (status, answer) = call(&pb, Method::POST, "/events", Some(body.clone())).await;
+        assert_eq!(status, 422, "{body} → {answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+    }
+    let (_, listed) = pb.get("/events").await;
+    assert_eq!(listed["items"], json!([]), "nothing stored: {listed}");
+    for path in ["/subscriptions/sub_nope", "/events/evt_nope"] {
+        let (status, _) = pb.get(path).await;
+        assert_eq!(status, 422, "{path}");
+    }
+}
+
+async fn as_token(
+    f: &Fleet,
+    token: &str,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    f.call(token, method, path, body).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tenants_events_never_reach_anothers_subscriptions_and_roles_hold() {
+    let f = tenants::start(&[]).await;
+    let r = &f.receiver;
+    let sub = json!({"url": r.url("/a"), "topics": ["payment.*"]});
+    let (status, a) = as_token(&f, "tok-ops-a", Method::POST, "/subscriptions", Some(sub)).await;
+    assert_eq!(status, 201, "{a}");
+    assert_eq!(a["tenant"], "shop-a");
+    let a_sub = a["id"].as_str().unwrap().to_string();
+    let sub_b = json!({"url": r.url("/b"), "topics": ["payment.*"]});
+    let (status, b) = as_token(&f, "tok-all-b", Method::POST, "/subscriptions", Some(sub_b)).await;
+    assert_eq!(status, 201, "{b}");
+
+    // Refused callers: publishing needs `notify`, subscribing `operate`, reading `read`;
+    // a tenant-bound token acts for its tenant only.
+    let event = json!({"topic": "payment.succeeded", "body": {"for": "a"}});
+    let sub_any = json!({"url": r.url("/x"), "topics": ["a"]});
+    for (token, method, path, body) in [
+        ("tok-reader-a", Method::POST, "/events", Some(event.clone())),
+        (
+            "tok-checkout-a",
+            Method::POST,
+            "/subscriptions",
+            Some(sub_any.clone()),
+        ),
+        (
+            "tok-reader-a",
+            Method::POST,
+            "/subscriptions",
+            Some(sub_any.clone()),
+        ),
+        ("tok-checkout-a", Method::GET, "/subscriptions", None),
+        ("tok-checkout-a", Method::GET, "/events", None),
+        ("tok-audit-a", Method::GET, "/topics", None),
+        (
+            "tok-reader-a",
+            Method::DELETE,
+            &format!("/subscriptions/{a_sub}"),
+            None,
+        ),
+    ] {
+        let (status, answer) = as_token(&f, token, method.clone(), path, body).await;
+        assert_eq!(status, 403, "{token} {method} {path}: {answer}");
+    }
+    let other = json!({"topic": "payment.succeeded", "body": {}, "tenant": "shop-b"});
+    let (status, answer) =
+        as_token(&f, "tok-checkout-a", Method::POST, "/events", Some(other)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["field"], "tenant");
+
+    let (status, published) =
+        as_token(&f, "tok-checkout-a", Method::POST, "/events", Some(event)).await;
+    assert_eq!(status, 202, "{published}");
+    assert_eq!(published["tenant"], "shop-a");
+    let deliveries = published["deliveries"].as_array().unwrap();
+    assert_eq!(
+        deliveries.len(),
+        1,
+        "shop-a's subscription only: {published}"
+    );
+    assert_eq!(deliveries[0]["subscription"], a_sub.as_str());
+    let event_id = published["id"].as_str().unwrap();
+    let id = deliveries[0]["notification"].as_str().unwrap();
+    f.pb.wait_state(id, "delivered", WAIT).await;
+    assert!(
+        r.requests().iter().all(|q| q.path == "/a"),
+        "nothing reached shop-b's subscription"
+    );
+
+    // shop-b sees none of shop-a's subscriptions, events or topics, and changes none.
+    let b_paths = [
+        format!("/subscriptions/{a_sub}"),
+        format!("/events/{event_id}"),
+    ];
+    for path in &b_paths {
+        let (status, _) = f.get("tok-all-b", path).await;
+        assert_eq!(status, 404, "{path}");
+    }
+    let patch = Some(json!({"url": r.url("/stolen")}));
+    let (status, _) = as_token(&f, "tok-all-b", Method::PATCH, &b_paths[0], patch).await;
+    assert_eq!(status, 404);
+    let (status, _) = as_token(&f, "tok-all-b", Method::DELETE, &b_paths[0], None).await;
+    assert_eq!(status, 404);
+    for path in ["/subscriptions", "/events", "/topics"] {
+        let (status, listed) = f.get("tok-all-b", path).await;
+        assert_eq!(status, 200, "{listed}");
+        let text = listed.to_string();
+        assert!(
+            !text.contains("shop-a") && !text.contains(&a_sub),
+            "{path}: {listed}"
+        );
+    }
+    let (status, _) = f.get("tok-all-b", "/events?tenant=shop-a").await;
+    assert_eq!(status, 403);
+    let (_, mine) = f.get("tok-ops-a", &format!("/subscriptions/{a_sub}")).await;
+    assert_eq!(mine["url"], r.url("/a"), "unchanged: {mine}");
+
+    // A subscription's URL is held to its tenant's allowed hosts, as a notification's is.
+    let elsewhere = json!({"url": "http://127.0.0.2:9/x", "topics": ["a"]});
+    let (status, answer) = as_token(
+        &f,
+        "tok-ops-a",
+        Method::POST,
+        "/subscriptions",
+        Some(elsewhere),
+    )
+    .await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["field"], "url");
+    // Every tenant's, for a token of every tenant.
+    let (_, all) = f.get("tok-ops", "/subscriptions").await;
+    assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
+}
