@@ -269,6 +269,7 @@ fn registration_rules(config: &Config) -> RegistrationRules {
         destinations: Destinations::of(d.allow_private_networks),
         placement: Placement::new(config.shards),
         profiles: config.profiles.clone(),
+        event_schemas: config.event_schemas.clone(),
         tenants: config
             .tenants
             .iter()

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
@@ -20,6 +21,7 @@ use crate::store::endpoints::EndpointRules;
 
 mod checks;
 mod duration;
+mod event_schemas;
 mod loading;
 mod percent;
 mod profiles;
@@ -29,6 +31,7 @@ mod string_list;
 mod tenant_tls;
 mod tenants;
 
+pub use event_schemas::EventSchemas;
 pub use percent::Percent;
 pub use profiles::{Profile, ProfileSettings};
 pub use settings::*;
@@ -79,6 +82,8 @@ pub struct Config {
     pub proxy: Option<ProxyUrl>,
     /// `ops.url`, held to what callback URLs are.
     pub ops_url: Option<CallbackUrl>,
+    /// `events.schema_dir`'s schemas, compiled.
+    pub event_schemas: Arc<EventSchemas>,
 }
 
 /// A tenant's decoded settings.
@@ -147,6 +152,7 @@ impl Config {
             .map(|u| tenants::callback_setting(u, destinations, "ops.url (POSTBACK_OPS_URL)"))
             .transpose()?;
         let profiles = profiles::profiles(&s.profiles, &s.schedules)?;
+        let event_schemas = Arc::new(EventSchemas::load(s.events.schema_dir.as_deref())?);
         let tokens = if insecure_no_auth && s.server.api_tokens.is_empty() && s.tokens.is_empty() {
             TokenTable::default()
         } else {
@@ -164,6 +170,7 @@ impl Config {
             profiles,
             proxy,
             ops_url,
+            event_schemas,
         };
         config.signer()?;
         Ok(config)

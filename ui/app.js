@@ -626,7 +626,7 @@ async function endpoints(params) {
 }
 
 const AUDIT_FILTERS = ["actor", "action", "tenant", "since", "until"];
-const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge", "resend", "resend_matching", "attempt_now", "pause_endpoint", "resume_endpoint", "create_subscription", "update_subscription", "delete_subscription"];
+const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge", "resend", "resend_matching", "attempt_now", "pause_endpoint", "resume_endpoint", "create_subscription", "update_subscription", "delete_subscription", "resend_event"];
 
 // What an entry acted on: one notification (linked), or a bulk action's filter.
 function auditTarget(e) {

@@ -1,9 +1,9 @@
 //! `POST /events` (publish once: one notification per enabled subscription of the
-//! tenant whose topics take the event's), `GET /events`, `GET /events/{id}` and
-//! `GET /topics` (the topics catalog). An event is stored with the ids of the
-//! notifications it makes before they are registered (`fanout`), so that a publish
-//! cut short by a crash or an outage is finished by the fan-out sweep, and a repeated
-//! `idempotency_key` answers the event it published.
+//! tenant whose topics take the event's), `GET /events`, `GET /events/{id}`,
+//! `POST /events/{id}/resend` and `GET /topics` (the topics catalog). An event is
+//! stored with the ids of the notifications it makes before they are registered
+//! (`fanout`), so that a publish cut short by a crash or an outage is finished by the
+//! fan-out sweep, and a repeated `idempotency_key` answers the event it published.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -14,18 +14,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::audit;
 use super::body::Body;
 use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
 use super::fanout;
-use super::parse::{checked_key, parse_json};
+use super::parse::{checked_key, optional_json, parse_json};
 use super::registration::fingerprint;
 use super::view::{next_attempt_at, StateView};
 use super::AppState;
 use super::{auth, paging};
 use crate::access::{Principal, Role};
-use crate::domain::{rfc3339, EventId, FieldError, JobId, Payload, Tenant, Topic};
-use crate::events::{self, Event};
-use crate::store::JobStatus;
+use crate::domain::{rfc3339, EventId, FieldError, JobId, Payload, SubscriptionId, Tenant, Topic};
+use crate::events::{self, Delivery, Event};
+use crate::store::{Again, AuditAction, AuditRecord, JobStatus};
 
 /// Events one page of `GET /events` examines at most, when a topic or time filter
 /// matches few: then the page comes back short, with a cursor to go on from.
@@ -172,8 +173,25 @@ pub async fn publish(
     Body(raw): Body,
 ) -> Result<Response, ApiError> {
     auth::require(&caller, Role::Notify)?;
-    let request: PublishRequest = parse_json(&raw)?;
-    let tenant = auth::registering_tenant(&caller, request.tenant.as_deref(), |t| {
+    let (view, replayed) = publish_one(&state, &caller, parse_json(&raw)?).await?;
+    let mut response = (StatusCode::ACCEPTED, Json(view)).into_response();
+    if replayed {
+        response.headers_mut().insert(
+            "idempotent-replayed",
+            "true".parse().expect("a header value"),
+        );
+    }
+    Ok(response)
+}
+
+/// Publishes one event of `caller`'s: the event as stored, and whether its idempotency
+/// key had published it before.
+pub(super) async fn publish_one(
+    state: &AppState,
+    caller: &Principal,
+    request: PublishRequest,
+) -> Result<(EventView, bool), ApiError> {
+    let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
         state.rules.tenants.contains_key(t)
     })?;
     let topic = request
@@ -185,16 +203,20 @@ pub async fn publish(
         .body
         .ok_or_else(|| FieldError::new("body", "required"))?;
     Payload::from_json(body.clone())?;
+    state.rules.event_schemas.check(&topic, &body)?;
     let key = request
         .idempotency_key
         .as_deref()
         .map(|k| checked_key(k, "idempotency_key"))
         .transpose()?;
-    let fingerprint = fingerprint(&raw);
+    // What a repeated key is held to: the event as published, whatever its spacing.
+    let published =
+        serde_json::json!({"tenant": tenant.to_string(), "topic": topic.as_str(), "body": body});
+    let fingerprint = fingerprint(published.to_string().as_bytes());
     let store = state.store.as_ref();
     if let Some(key) = &key {
         if let Some(earlier) = events::event_of_key(store, &tenant, key).await? {
-            return replayed(&state, &earlier, &fingerprint).await;
+            return Ok((replayed(state, &earlier, &fingerprint).await?, true));
         }
     }
     let event = Event {
@@ -213,9 +235,9 @@ pub async fn publish(
         // The key published another event meanwhile.
         let earlier = events::event_of_key(store, &tenant, key.as_deref().unwrap_or_default());
         let earlier = earlier.await?.ok_or_else(|| ApiError::not_found("event"))?;
-        return replayed(&state, &earlier, &event.fingerprint).await;
+        return Ok((replayed(state, &earlier, &event.fingerprint).await?, true));
     }
-    let accepted = fanout::register(&state, &event, registrations).await?;
+    let accepted = fanout::register(state, &event, registrations).await?;
     tracing::info!(event = %event.id, %tenant, topic = %event.topic, deliveries = event.deliveries.len(), "event published");
     let view = view_of(&event, |id| {
         accepted
@@ -223,16 +245,16 @@ pub async fn publish(
             .find(|(n, _)| n == id)
             .map(|(_, s)| s.clone())
     });
-    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
+    Ok((view, false))
 }
 
-/// The answer to a repeated idempotency key: the event it published, unless that was
-/// published with another body.
+/// The event a repeated idempotency key published, unless that was published with
+/// another body.
 async fn replayed(
     state: &AppState,
     earlier: &Event,
     fingerprint: &str,
-) -> Result<Response, ApiError> {
+) -> Result<EventView, ApiError> {
     if earlier.fingerprint != fingerprint {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -243,13 +265,7 @@ async fn replayed(
             ),
         ));
     }
-    let view = current_view(state, earlier).await?;
-    let mut response = (StatusCode::ACCEPTED, Json(view)).into_response();
-    response.headers_mut().insert(
-        "idempotent-replayed",
-        "true".parse().expect("a header value"),
-    );
-    Ok(response)
+    current_view(state, earlier).await
 }
 
 /// Events, newest first, cursor-paged. Role `read`; a tenant-bound token lists its
@@ -341,12 +357,99 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<EventView>, ApiError> {
     auth::require(&caller, Role::Read)?;
-    let id = EventId::parse(&id, "id")?;
-    let found = events::event(state.store.as_ref(), &id).await?;
-    let found = found
-        .filter(|e| Tenant::parse(&e.tenant, "tenant").is_ok_and(|t| auth::sees(&caller, &t)))
-        .ok_or_else(|| ApiError::not_found("event"))?;
+    let found = visible(&state, &caller, &id).await?;
     Ok(Json(current_view(&state, &found).await?))
+}
+
+/// What `POST /events/{id}/resend` may name: one subscription's delivery only.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EventResendRequest {
+    /// Only the notification the event made for this subscription (`sub_…`).
+    subscription: Option<String>,
+}
+
+/// How many of an event's notifications were sent again.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventResent {
+    count: usize,
+}
+
+/// Send an event's notifications again: each that is delivered, dead or cancelled gets
+/// a new cycle under its own id (as `POST /notifications/{id}/resend`), all of them or
+/// the one of `subscription`; those still pending are left as they are. Role `operate`,
+/// for an event of the token's tenant.
+#[utoipa::path(
+    post,
+    path = "/events/{id}/resend",
+    operation_id = "resendEvent",
+    tag = "events",
+    params(("id" = String, Path, description = "The event id, `evt_…`")),
+    request_body(content = Option<EventResendRequest>, description = "Which subscription's; may be empty or `null` for all"),
+    responses(
+        (status = 200, description = "How many were sent again", body = EventResent),
+        (status = 404, description = "No such event, or no delivery of it for `subscription`", body = ErrorBody),
+        (status = 422, description = "Not an event or subscription id", body = ErrorBody),
+        BadInput,
+        CommonErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn resend(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Principal>,
+    Path(id): Path<String>,
+    Body(raw): Body,
+) -> Result<Json<EventResent>, ApiError> {
+    auth::require(&caller, Role::Operate)?;
+    let request: EventResendRequest = optional_json(&raw)?;
+    let found = visible(&state, &caller, &id).await?;
+    let only = request
+        .subscription
+        .map(|s| SubscriptionId::parse(&s, "subscription").map(|s| s.to_string()))
+        .transpose()?;
+    let chosen: Vec<&Delivery> = found
+        .deliveries
+        .iter()
+        .filter(|d| only.as_ref().is_none_or(|s| *s == d.subscription))
+        .collect();
+    if only.is_some() && chosen.is_empty() {
+        return Err(ApiError::not_found(
+            "delivery of this event for that subscription",
+        ));
+    }
+    let ids: Vec<JobId> = chosen
+        .iter()
+        .filter_map(|d| d.notification.as_deref()?.parse().ok())
+        .collect();
+    let count = state
+        .store
+        .send_again(Again::Resend, &ids, None, std::time::Duration::ZERO)
+        .await?;
+    if count > 0 {
+        state.wake.notify_one();
+    }
+    tracing::info!(event = %found.id, tenant = %found.tenant, count, actor = %caller.actor, "event resent");
+    let record = AuditRecord {
+        actor: caller.actor.clone(),
+        tenant: Tenant::parse(&found.tenant, "tenant").ok(),
+        action: AuditAction::ResendEvent,
+        target: Some(found.id.clone()),
+        filter: None,
+        count: count as u64,
+        url: None,
+    };
+    audit::record(&state, record).await;
+    Ok(Json(EventResent { count }))
+}
+
+/// The event `id`, if the caller may see it (another tenant's is not found).
+async fn visible(state: &AppState, caller: &Principal, id: &str) -> Result<Event, ApiError> {
+    let id = EventId::parse(id, "id")?;
+    let found = events::event(state.store.as_ref(), &id).await?;
+    found
+        .filter(|e| Tenant::parse(&e.tenant, "tenant").is_ok_and(|t| auth::sees(caller, &t)))
+        .ok_or_else(|| ApiError::not_found("event"))
 }
 
 /// The topics a tenant published, in topic order, each with its latest example. Role

@@ -27,6 +27,7 @@ mod dead_letters;
 mod endpoints;
 mod error;
 mod events;
+mod events_batch;
 mod fanout;
 pub mod intake;
 mod limits;
@@ -200,6 +201,7 @@ fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
     };
     let batch = OpenApiRouter::new()
         .routes(routes!(batch::register_batch))
+        .routes(routes!(events_batch::publish_batch))
         .layer(batch_limit.layer());
     OpenApiRouter::new()
         .merge(batch)
@@ -230,6 +232,7 @@ fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(events::publish, events::list))
         .routes(routes!(events::show))
+        .routes(routes!(events::resend))
         .routes(routes!(events::topics))
 }
 

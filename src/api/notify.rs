@@ -272,6 +272,7 @@ mod tests {
                     success: SuccessRule::body_equals("success".into()),
                 },
             )]),
+            event_schemas: Default::default(),
         }
     }
 

@@ -3,12 +3,13 @@
 //! tenant's rules for its callbacks.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
 
-use crate::config::Profile;
+use crate::config::{EventSchemas, Profile};
 use crate::domain::{
     parse_duration, CallbackUrl, Destinations, FieldError, HostAllowList, Placement, Schedule,
     Tenant, MAX_TIERS,
@@ -30,6 +31,8 @@ pub struct RegistrationRules {
     pub tenants: BTreeMap<Tenant, TenantRules>,
     /// The configured profiles.
     pub profiles: BTreeMap<String, Profile>,
+    /// The JSON Schemas of topics (`events.schema_dir`).
+    pub event_schemas: Arc<EventSchemas>,
 }
 
 /// What a tenant's callbacks must be.

@@ -24,6 +24,7 @@ const SECTIONS: &[&str] = &[
     "traces",
     "ops",
     "endpoints",
+    "events",
     "schedules",
     "quotas",
     "secrets",

@@ -27,6 +27,7 @@ pub struct Settings {
     pub traces: TraceSettings,
     pub ops: OpsSettings,
     pub endpoints: EndpointSettings,
+    pub events: EventSettings,
     pub schedules: BTreeMap<String, Schedule>,
     /// Named bundles of a schedule and a success rule (`profile` on `POST /notify`).
     pub profiles: BTreeMap<String, ProfileSettings>,
@@ -273,6 +274,14 @@ impl Default for OpsSettings {
     }
 }
 
+/// Events (`POST /events`): the JSON Schemas their bodies are held to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EventSettings {
+    /// A directory of `<topic>.json` JSON Schemas (`config::event_schemas`).
+    pub schema_dir: Option<PathBuf>,
+}
+
 /// Endpoints (`store::endpoints`): when one that keeps failing is paused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -363,6 +372,7 @@ impl Default for Settings {
             traces: TraceSettings::default(),
             ops: OpsSettings::default(),
             endpoints: EndpointSettings::default(),
+            events: EventSettings::default(),
             schedules: default_schedules(),
             profiles: super::profiles::default_profiles(),
             quotas: BTreeMap::new(),

@@ -33,10 +33,11 @@ pub enum AuditAction {
     CreateSubscription,
     UpdateSubscription,
     DeleteSubscription,
+    ResendEvent,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 13] = [
+    pub const ALL: [AuditAction; 14] = [
         AuditAction::Cancel,
         AuditAction::Replay,
         AuditAction::ReplayMatching,
@@ -50,6 +51,7 @@ impl AuditAction {
         AuditAction::CreateSubscription,
         AuditAction::UpdateSubscription,
         AuditAction::DeleteSubscription,
+        AuditAction::ResendEvent,
     ];
 
     /// As the API and the stored JSON write it.
@@ -68,6 +70,7 @@ impl AuditAction {
             AuditAction::CreateSubscription => "create_subscription",
             AuditAction::UpdateSubscription => "update_subscription",
             AuditAction::DeleteSubscription => "delete_subscription",
+            AuditAction::ResendEvent => "resend_event",
         }
     }
 }

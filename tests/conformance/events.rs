@@ -456,6 +456,11 @@ async fn one_tenants_events_never_reach_anothers_subscriptions_and_roles_hold() 
     assert_eq!(status, 404);
     let (status, _) = as_token(&f, "tok-all-b", Method::DELETE, &b_paths[0], None).await;
     assert_eq!(status, 404);
+    let resend = format!("/events/{event_id}/resend");
+    let (status, _) = as_token(&f, "tok-all-b", Method::POST, &resend, None).await;
+    assert_eq!(status, 404, "another tenant's event is not resent");
+    let (status, _) = as_token(&f, "tok-reader-a", Method::POST, &resend, None).await;
+    assert_eq!(status, 403, "resending needs operate");
     for path in ["/subscriptions", "/events", "/topics"] {
         let (status, listed) = f.get("tok-all-b", path).await;
         assert_eq!(status, 200, "{listed}");
@@ -485,4 +490,139 @@ async fn one_tenants_events_never_reach_anothers_subscriptions_and_roles_hold() 
     // Every tenant's, for a token of every tenant.
     let (_, all) = f.get("tok-ops", "/subscriptions").await;
     assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_publishes_each_event_on_its_own_and_answers_in_order() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let sub = subscribe(
+        &pb,
+        json!({"url": receiver.url("/b"), "topics": ["order.*"]}),
+    )
+    .await;
+    let batch = json!({"items": [
+        {"topic": "order.paid", "body": {"n": 1}, "idempotency_key": "o-1"},
+        {"body": {"n": 2}},
+        {"topic": "order.shipped", "body": {"n": 3}},
+    ]});
+    let (status, answer) = call(&pb, Method::POST, "/events/batch", Some(batch.clone())).await;
+    assert_eq!(status, 200, "{answer}");
+    let items = answer["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0]["topic"], "order.paid");
+    assert_eq!(items[1]["error"]["field"], "topic", "{answer}");
+    assert_eq!(items[2]["topic"], "order.shipped");
+    let (first, third) = (delivery_of(&items[0], &sub), delivery_of(&items[2], &sub));
+    pb.wait_state(&first, "delivered", WAIT).await;
+    pb.wait_state(&third, "delivered", WAIT).await;
+
+    let again =
+        json!({"items": [{"topic": "order.paid", "body": {"n": 1}, "idempotency_key": "o-1"}]});
+    let (_, answer) = call(&pb, Method::POST, "/events/batch", Some(again)).await;
+    assert_eq!(answer["items"][0]["idempotent_replayed"], true, "{answer}");
+    assert_eq!(answer["items"][0]["id"], items[0]["id"]);
+    let (status, _) = call(
+        &pb,
+        Method::POST,
+        "/events/batch",
+        Some(json!({"items": []})),
+    )
+    .await;
+    assert_eq!(status, 422);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(receiver.requests().len(), 2, "each event sent once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_is_resent_to_one_subscription_or_to_all_with_the_same_webhook_ids() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let one = subscribe(&pb, json!({"url": receiver.url("/one"), "topics": ["a.b"]})).await;
+    let two = subscribe(&pb, json!({"url": receiver.url("/two"), "topics": ["a.b"]})).await;
+    let event = publish(&pb, json!({"topic": "a.b", "body": {"x": 1}})).await;
+    let id = event["id"].as_str().unwrap();
+    let (to_one, to_two) = (delivery_of(&event, &one), delivery_of(&event, &two));
+    pb.wait_state(&to_one, "delivered", WAIT).await;
+    pb.wait_state(&to_two, "delivered", WAIT).await;
+
+    let path = format!("/events/{id}/resend");
+    let (status, answer) = call(&pb, Method::POST, &path, Some(json!({"subscription": one}))).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["count"], 1);
+    let done =
+        support::eventually(WAIT, || async { receiver.requests_for(&to_one).len() == 2 }).await;
+    assert!(done, "sent again to the one named, with its webhook-id");
+    pb.wait_state(&to_one, "delivered", WAIT).await;
+    assert_eq!(receiver.requests_for(&to_two).len(), 1, "not to the other");
+
+    let (_, answer) = call(&pb, Method::POST, &path, None).await;
+    assert_eq!(answer["count"], 2, "{answer}");
+    let done = support::eventually(WAIT, || async {
+        receiver.requests_for(&to_one).len() == 3 && receiver.requests_for(&to_two).len() == 2
+    })
+    .await;
+    assert!(done, "both sent again");
+
+    let unknown = json!({"subscription": "sub_0000000000000000000000"});
+    let (status, _) = call(&pb, Method::POST, &path, Some(unknown)).await;
+    assert_eq!(status, 404);
+    let (_, audit) = pb.get("/audit?action=resend_event").await;
+    let counts: Vec<u64> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [2, 1], "{audit}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_does_not_match_its_topics_schema_is_refused_naming_where() {
+    let schemas = tempfile::tempdir().unwrap();
+    let schema = json!({
+        "type": "object", "required": ["order", "amount"],
+        "properties": {"order": {"type": "integer"}, "amount": {"type": "number", "minimum": 0}}
+    });
+    std::fs::write(
+        schemas.path().join("payment.succeeded.json"),
+        schema.to_string(),
+    )
+    .unwrap();
+    let dir = schemas.path().to_str().unwrap();
+    let (_backend, receiver, pb) = support::start_any(&[("POSTBACK_EVENTS_SCHEMA_DIR", dir)]).await;
+    subscribe(
+        &pb,
+        json!({"url": receiver.url("/s"), "topics": ["payment.*"]}),
+    )
+    .await;
+
+    for (body, field) in [
+        (json!({"order": 1, "amount": -5}), "body/amount"),
+        (json!({"order": "one", "amount": 5}), "body/order"),
+        (json!({"order": 1}), "body"),
+    ] {
+        let event = json!({"topic": "payment.succeeded", "body": body});
+        let (status, answer) = call(&pb, Method::POST, "/events", Some(event)).await;
+        assert_eq!(status, 422, "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("payment.succeeded"),
+            "{answer}"
+        );
+    }
+    let (_, listed) = pb.get("/events").await;
+    assert_eq!(listed["items"], json!([]), "nothing stored: {listed}");
+    publish(
+        &pb,
+        json!({"topic": "payment.succeeded", "body": {"order": 1, "amount": 5}}),
+    )
+    .await;
+    publish(
+        &pb,
+        json!({"topic": "payment.failed", "body": "no schema, anything goes"}),
+    )
+    .await;
+    assert!(receiver.wait_for(2, WAIT).await, "both sent");
 }

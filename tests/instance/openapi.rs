@@ -44,6 +44,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/events"),
     ("get", "/events/{id}"),
     ("get", "/topics"),
+    ("post", "/events/batch"),
+    ("post", "/events/{id}/resend"),
 ];
 
 fn documented(doc: &Value) -> BTreeSet<(String, String)> {
