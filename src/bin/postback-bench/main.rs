@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release --bin postback-bench -- SCENARIO [--runs 3] [--n 20000]`
 //! Scenarios: `burst`, `retry`, `delayed`, `fleet`, `isolation`, `ordering`, `backlog`,
-//! `idle`, `overload`, `quota`, `walk`, `all`.
+//! `idle`, `overload`, `quota`, `walk`, `retention`, `fanout`, `all`.
 
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ enum Scenario {
     Quota,
     Walk,
     Retention,
+    Fanout,
     All,
 }
 
@@ -115,6 +116,9 @@ pub struct Opts {
     /// quota: the merchant's quota (postback's default).
     #[arg(long, default_value = "1000/s")]
     pub quota: String,
+    /// fanout: subscriptions each event reaches.
+    #[arg(long, default_value_t = 10)]
+    pub subscriptions: usize,
     /// overload: requests in flight at once, beyond `server.max_concurrent_requests`.
     #[arg(long, default_value_t = 1_024)]
     pub flood: usize,
@@ -178,6 +182,7 @@ async fn main() -> anyhow::Result<()> {
             Scenario::Quota,
             Scenario::Walk,
             Scenario::Retention,
+            Scenario::Fanout,
         ] {
             if opts.scenario != scenario && opts.scenario != Scenario::All {
                 continue;
@@ -196,6 +201,7 @@ async fn main() -> anyhow::Result<()> {
                 Scenario::Quota => quota::quota(&opts, r, run).await?,
                 Scenario::Walk => scenarios::walk(&opts, r, run).await?,
                 Scenario::Retention => scenarios::retention(&opts, r, run).await?,
+                Scenario::Fanout => scenarios::fanout(&opts, r, run).await?,
                 Scenario::All => unreachable!("expanded above"),
             }
         }

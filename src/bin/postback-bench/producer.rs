@@ -1,6 +1,6 @@
 //! The benchmark's producer: registers notifications through `POST /notify` (or
-//! `POST /notify/batch`) with many requests in flight, and keeps, per notification, when
-//! it was sent and when it is due.
+//! `POST /notify/batch`), or publishes events through `POST /events`, with many requests
+//! in flight, and keeps, per notification, when it was sent and when it is due.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -98,6 +98,50 @@ impl Producer {
             .collect()
     }
 
+    /// Posts `body` to `path` of the first instance with the benchmark's token: the
+    /// answer, if its status is `expected`.
+    pub async fn call(&self, path: &str, body: &Value, expected: u16) -> anyhow::Result<Value> {
+        let base = self.urls[0].trim_end_matches("/notify");
+        let response = self
+            .client
+            .post(format!("{base}{path}"))
+            .bearer_auth(TOKEN)
+            .json(body)
+            .send()
+            .await?;
+        read_answer(response, expected).await
+    }
+
+    /// Publishes every event with `in_flight` requests at a time: the notifications they
+    /// made, and how long it took from the first request to the last answer.
+    pub async fn publish_all(
+        &self,
+        events: Vec<Value>,
+        in_flight: usize,
+    ) -> anyhow::Result<(Vec<Registered>, Duration)> {
+        let start = SystemTime::now();
+        let results: Vec<anyhow::Result<Vec<Registered>>> = stream::iter(events)
+            .map(|event| async move {
+                let sent = SystemTime::now();
+                let answer: EventAnswer =
+                    serde_json::from_value(self.call("/events", &event, 202).await?)?;
+                answer
+                    .deliveries
+                    .iter()
+                    .map(|d| d.registered(sent))
+                    .collect()
+            })
+            .buffer_unordered(in_flight)
+            .collect()
+            .await;
+        let took = start.elapsed().unwrap_or_default();
+        let mut all = Vec::new();
+        for made in results {
+            all.extend(made?);
+        }
+        Ok((all, took))
+    }
+
     /// Registers every body with `in_flight` requests at a time; the registrations in
     /// order of their answers, and how long it took from the first request to the last
     /// answer.
@@ -146,6 +190,32 @@ impl Producer {
 #[derive(Serialize)]
 struct BatchRequest<'a> {
     items: &'a [Value],
+}
+
+#[derive(Deserialize)]
+struct EventAnswer {
+    deliveries: Vec<DeliveryAnswer>,
+}
+
+/// What the producer reads of an event's delivery.
+#[derive(Deserialize)]
+struct DeliveryAnswer {
+    notification: Option<String>,
+    state: Option<String>,
+    next_attempt_at: Option<String>,
+    error: Option<Value>,
+}
+
+impl DeliveryAnswer {
+    fn registered(&self, sent: SystemTime) -> anyhow::Result<Registered> {
+        let answer = Answer {
+            id: self.notification.clone(),
+            state: self.state.clone(),
+            next_attempt_at: self.next_attempt_at.clone(),
+            error: self.error.clone(),
+        };
+        answer.registered(sent)
+    }
 }
 
 #[derive(Deserialize)]

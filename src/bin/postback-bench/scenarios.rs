@@ -783,3 +783,80 @@ pub async fn retention(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Resu
     );
     Ok(())
 }
+
+/// Publish once, deliver to many: `--n` deliveries as `--n / --subscriptions` events,
+/// each reaching `--subscriptions` subscriptions, beside (on a fresh store) a burst of as
+/// many single notifications through `POST /notify` to the same URLs, both with
+/// `--producers` requests in flight; deliveries per second of each, end to end, and
+/// their ratio.
+pub async fn fanout(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    let subscriptions = opts.subscriptions.max(1);
+    let events = (opts.n / subscriptions).max(1);
+    let single = single_burst(opts, r, run, subscriptions, events).await?;
+
+    let rig = Rig::start(opts).await?;
+    let (store, receiver, addr, pb, producer) = rig.parts();
+    for i in 0..subscriptions {
+        let sub = json!({"url": format!("http://{addr}/hook/{i}"), "topics": ["payment.*"]});
+        producer.call("/subscriptions", &sub, 201).await?;
+    }
+    let meter = Meter::start(store, pb)?;
+    let published = (0..events)
+        .map(|i| json!({"topic": "payment.succeeded", "body": payment(i)}))
+        .collect();
+    let start = SystemTime::now();
+    let (registered, took) = producer.publish_all(published, opts.producers).await?;
+    let deliveries = events * subscriptions;
+    if registered.len() != deliveries {
+        bail!(
+            "{events} events made {} notifications, not {deliveries}",
+            registered.len()
+        );
+    }
+    r.add(
+        "fanout",
+        run,
+        "publish_rate",
+        events as f64 / took.as_secs_f64(),
+        "events/s",
+    );
+    let last = wait_all(receiver, &registered).await?;
+    let fanned = deliveries as f64 / (ms_between(start, last) / 1000.0);
+    r.add("fanout", run, "e2e_throughput", fanned, "deliveries/s");
+    r.add("fanout", run, "vs_single", fanned / single, "ratio");
+    check_exactly_once(receiver, &registered, r, "fanout", run)?;
+    meter.report(r, "fanout", run, deliveries)
+}
+
+/// `events` single notifications to each of `urls` URLs through `POST /notify`, on a
+/// rig of their own: deliveries per second, end to end.
+async fn single_burst(
+    opts: &Opts,
+    r: &mut Results,
+    run: usize,
+    urls: usize,
+    events: usize,
+) -> anyhow::Result<f64> {
+    let rig = Rig::start(opts).await?;
+    let (_, receiver, addr, _, producer) = rig.parts();
+    let bodies = (0..events)
+        .flat_map(|i| {
+            (0..urls).map(move |u| {
+                json!({"url": format!("http://{addr}/hook/{u}"), "body": payment(i), "topic": "payment.succeeded"})
+            })
+        })
+        .collect();
+    let start = SystemTime::now();
+    let (registered, _) = producer.register_all(bodies, opts.producers).await?;
+    let last = wait_all(receiver, &registered).await?;
+    let single = (events * urls) as f64 / (ms_between(start, last) / 1000.0);
+    r.add(
+        "fanout",
+        run,
+        "single_e2e_throughput",
+        single,
+        "deliveries/s",
+    );
+    check_exactly_once(receiver, &registered, r, "fanout_single", run)?;
+    Ok(single)
+}
