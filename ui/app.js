@@ -625,6 +625,140 @@ async function endpoints(params) {
   ];
 }
 
+// A tenant's standing subscriptions: URL, topics, whether it takes events; with role
+// `operate`, subscribe a URL, disable or enable one, delete one.
+async function subscriptions(params) {
+  const q = new URLSearchParams({ limit: "50" });
+  if (params.get("tenant")) q.set("tenant", params.get("tenant"));
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const page = await api(`/subscriptions?${q}`);
+  const status = el("div", { role: "status" });
+  const change = async (path, method, body) => {
+    try {
+      await api(path, { method, body });
+      route();
+    } catch (e) {
+      status.replaceChildren(failure(e));
+    }
+  };
+  const actions = (s) => can("operate") && el("div", { class: "row-actions" },
+    el("button", { type: "button", onclick: () => change(`/subscriptions/${s.id}`, "PATCH", { enabled: !s.enabled }) },
+      s.enabled ? "Disable" : "Enable"),
+    el("button", { type: "button", class: "danger", onclick: async () => {
+      if (await confirmAction(`Delete the subscription of ${s.url}? Later events do not reach it.`, "Delete it")) {
+        change(`/subscriptions/${s.id}`, "DELETE");
+      }
+    } }, "Delete…"));
+  const form = can("operate") && el("form", { class: "filters", "aria-label": "Subscribe" },
+    el("div", {}, el("label", { for: "s-url" }, "url"), el("input", { id: "s-url", name: "url", required: true })),
+    el("div", {}, el("label", { for: "s-topics" }, "topics"),
+      el("input", { id: "s-topics", name: "topics", placeholder: "payment.*, refund.created", required: true })),
+    el("div", {}, el("button", { type: "submit" }, "Subscribe")));
+  form?.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const topics = form.elements.topics.value.split(",").map((t) => t.trim()).filter(Boolean);
+    change("/subscriptions", "POST", { url: form.elements.url.value.trim(), topics });
+  });
+  const next = new URLSearchParams(params);
+  if (page.next_cursor) next.set("cursor", page.next_cursor);
+  return [
+    el("h1", {}, "Subscriptions"),
+    form,
+    status,
+    page.items.length === 0
+      ? el("p", { class: "muted" }, "No subscriptions.")
+      : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Subscriptions" },
+        el("thead", {}, el("tr", {}, el("th", {}, "URL"), el("th", {}, "Topics"), tenantHead(),
+          el("th", {}, "Takes events"), el("th", { class: "wide" }, "Settings"), el("th", {}, ""))),
+        el("tbody", {}, page.items.map((s) => el("tr", {},
+          el("td", { class: "url" }, s.url, el("div", { class: "muted id" }, s.id),
+            s.description ? el("div", { class: "muted" }, s.description) : null),
+          el("td", {}, s.topics.join(", ")),
+          tenantCell(s.tenant),
+          el("td", {}, s.enabled ? "yes" : "no"),
+          el("td", { class: "wide id" }, Object.keys(s.settings).length ? JSON.stringify(s.settings) : "—"),
+          el("td", {}, actions(s))))))),
+    page.next_cursor ? el("p", {}, el("a", { href: `#/subscriptions?${next}` }, "Next page →")) : null,
+  ];
+}
+
+const EVENT_FILTERS = ["topic", "tenant", "since"];
+
+// The topics catalog (each with its latest example) and the events, newest first.
+async function events(params) {
+  const q = new URLSearchParams();
+  for (const f of EVENT_FILTERS) if (params.get(f)) q.set(f, params.get(f));
+  const shown = new URLSearchParams(q);
+  q.set("limit", "50");
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const topicQuery = params.get("tenant") ? `?tenant=${encodeURIComponent(params.get("tenant"))}` : "";
+  const [page, topics] = await Promise.all([api(`/events?${q}`), api(`/topics${topicQuery}`)]);
+  const form = filterForm(ownFilters(EVENT_FILTERS), params, "v", "events");
+  if (page.next_cursor) shown.set("cursor", page.next_cursor);
+  return [
+    el("h1", {}, "Events"),
+    topics.items.length === 0 ? null : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Topics" },
+      el("thead", {}, el("tr", {}, el("th", {}, "Topic"), el("th", {}, "Last published"), el("th", { class: "wide" }, "Example"))),
+      el("tbody", {}, topics.items.map((t) => el("tr", {},
+        el("td", {}, el("a", { href: `#/events?${new URLSearchParams({ ...Object.fromEntries(params), topic: t.topic })}` }, t.topic)),
+        el("td", {}, when(t.last_published_at)),
+        el("td", { class: "wide" }, el("code", {}, JSON.stringify(t.example).slice(0, 120)))))))),
+    form,
+    page.items.length === 0
+      ? el("p", { class: "muted" }, "No events match.")
+      : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Events list" },
+        el("thead", {}, el("tr", {}, el("th", {}, "Event"), el("th", {}, "Topic"), tenantHead(),
+          el("th", {}, "Published"), el("th", {}, "Subscriptions reached"))),
+        el("tbody", {}, page.items.map((e) => el("tr", {},
+          el("td", { class: "id" }, el("a", { href: `#/events/${e.id}` }, e.id)),
+          el("td", {}, e.topic),
+          tenantCell(e.tenant),
+          el("td", {}, when(e.created_at)),
+          el("td", {}, e.deliveries)))))),
+    page.next_cursor ? el("p", {}, el("a", { href: `#/events?${shown}` }, "Next page →")) : null,
+  ];
+}
+
+// One event: its body, and each subscription's notification with its state (linked);
+// with role `operate`, resend its finished ones.
+async function event(id) {
+  const e = await api(`/events/${encodeURIComponent(id)}`);
+  const status = el("div", { role: "status" });
+  const resend = can("operate") && el("button", { type: "button", onclick: async () => {
+    try {
+      const done = await api(`/events/${encodeURIComponent(id)}/resend`, { method: "POST" });
+      status.replaceChildren(el("p", {}, `${done.count} resent.`));
+    } catch (err) {
+      status.replaceChildren(failure(err));
+    }
+  } }, "Resend finished ones");
+  return [
+    el("h1", {}, "Event"),
+    el("div", { class: "card" }, el("dl", {},
+      el("dt", {}, "Id"), el("dd", {}, e.id),
+      el("dt", {}, "Topic"), el("dd", {}, e.topic),
+      oneTenant() ? null : [el("dt", {}, "Tenant"), el("dd", {}, e.tenant)],
+      el("dt", {}, "Published"), el("dd", {}, when(e.created_at)),
+      e.idempotency_key ? [el("dt", {}, "Idempotency key"), el("dd", {}, e.idempotency_key)] : null)),
+    el("h2", {}, "Deliveries"),
+    resend ? el("div", { class: "actions" }, resend) : null,
+    status,
+    e.deliveries.length === 0
+      ? el("p", { class: "muted" }, "No subscription took it.")
+      : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Deliveries" },
+        el("thead", {}, el("tr", {}, el("th", {}, "Subscription"), el("th", {}, "Notification"),
+          el("th", {}, "State"), el("th", {}, "Attempts"), el("th", {}, "Next attempt"))),
+        el("tbody", {}, e.deliveries.map((d) => el("tr", {},
+          el("td", { class: "id" }, d.subscription),
+          el("td", { class: "id" }, d.notification ? el("a", { href: `#/lookup/${d.notification}` }, d.notification) : "—"),
+          el("td", { class: d.state ? `state-${d.state}` : "" }, d.error ? `refused: ${d.error.message}` : d.state || "deleted"),
+          el("td", {}, d.attempts ?? "—"),
+          el("td", {}, when(d.next_attempt_at))))))),
+    el("h2", {}, "Body"),
+    el("pre", {}, JSON.stringify(e.body, null, 2)),
+  ];
+}
+
 const AUDIT_FILTERS = ["actor", "action", "tenant", "since", "until"];
 const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge", "resend", "resend_matching", "attempt_now", "pause_endpoint", "resume_endpoint", "create_subscription", "update_subscription", "delete_subscription", "resend_event"];
 
@@ -784,6 +918,9 @@ async function route() {
       : name === "lookup" ? await lookup(id && decodeURIComponent(id))
       : name === "queue" ? await queue(new URLSearchParams(query))
       : name === "endpoints" ? await endpoints(new URLSearchParams(query))
+      : name === "subscriptions" ? await subscriptions(new URLSearchParams(query))
+      : name === "events" && id ? await event(decodeURIComponent(id))
+      : name === "events" ? await events(new URLSearchParams(query))
       : name === "audit" ? await audit(new URLSearchParams(query))
       : name === "keys" ? await keys(new URLSearchParams(query))
       : await overview(new URLSearchParams(query));

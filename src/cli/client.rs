@@ -43,6 +43,11 @@ impl Client {
         self.send(self.request(Method::DELETE, path)).await
     }
 
+    pub async fn patch(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        self.send(self.request(Method::PATCH, path).json(body))
+            .await
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         self.post_with_key(path, body, None).await
     }

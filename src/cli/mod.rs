@@ -5,7 +5,8 @@
 //! against, `completions` prints a shell's completion script; the other commands are the
 //! operator's client of a running instance's API (`notify`, also `--batch` from a file,
 //! `status`, `list`, `cancel`, `resend`, `attempt-now`, `stats`,
-//! `endpoints`, `dlq list|show|replay|discard|purge`, `audit`),
+//! `endpoints`, `subscriptions …`, `events …`, `topics` (`events.rs`),
+//! `dlq list|show|replay|discard|purge`, `audit`),
 //! printing readable tables or, with `--json`, the API's JSON answer.
 //!
 //! This file is the command line's shape (its commands, arguments and help) and its
@@ -23,6 +24,7 @@ use crate::access::Role;
 
 mod batch;
 mod client;
+mod events;
 mod local;
 mod operator;
 mod print;
@@ -150,6 +152,28 @@ enum Command {
         #[arg(long, conflicts_with = "id")]
         cursor: Option<String>,
     },
+    /// A tenant's standing subscriptions: list, show, create, update, delete.
+    Subscriptions {
+        #[command(subcommand)]
+        command: Subscriptions,
+    },
+    /// Events: publish one, list them, show one with its deliveries, resend one.
+    Events {
+        #[command(subcommand)]
+        command: Events,
+    },
+    /// The topics a tenant published, each with its latest example.
+    Topics {
+        /// Whose (a token for every tenant only; default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Items per page (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed under the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
     /// Review the dead letters: list, show, replay, discard, purge.
     Dlq {
         #[command(subcommand)]
@@ -160,7 +184,7 @@ enum Command {
         /// Only this token's actions (its configured name).
         #[arg(long)]
         actor: Option<String>,
-        /// Only this action: cancel, replay, replay_matching, discard, purge, resend, resend_matching, attempt_now, pause_endpoint, resume_endpoint.
+        /// Only this action: cancel, replay, replay_matching, discard, purge, resend, resend_matching, attempt_now, pause_endpoint, resume_endpoint, create_subscription, update_subscription, delete_subscription, resend_event.
         #[arg(long)]
         action: Option<String>,
         /// Only actions on this tenant.
@@ -373,6 +397,112 @@ struct Filter {
     /// Only this tenant's (a token for every tenant only).
     #[arg(long)]
     tenant: Option<String>,
+}
+
+/// What a subscription's notifications carry, and where they go.
+#[derive(Args)]
+pub(crate) struct SubscriptionFields {
+    /// Where its notifications go.
+    #[arg(long)]
+    url: Option<String>,
+    /// Topics it takes, comma-separated (`payment.*,refund.created`).
+    #[arg(long, value_delimiter = ',')]
+    topics: Option<Vec<String>>,
+    #[arg(long)]
+    description: Option<String>,
+    /// Settings of its notifications, as a JSON object of `POST /notify` fields
+    /// (`{"schedule": ["1m", "10m"], "profile": "alipay"}`); `@file.json` reads a file.
+    #[arg(long)]
+    settings: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Subscriptions {
+    /// Subscriptions, by id.
+    List {
+        /// Only this tenant's (a token for every tenant only).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Items per page (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed under the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One subscription.
+    Show { id: String },
+    /// Subscribe a URL to topics.
+    Create {
+        #[command(flatten)]
+        fields: SubscriptionFields,
+        /// Created disabled: it takes no events until enabled.
+        #[arg(long)]
+        disabled: bool,
+        /// Whose (a token for every tenant only; default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Change what is given; the settings given replace the ones named.
+    Update {
+        id: String,
+        #[command(flatten)]
+        fields: SubscriptionFields,
+        /// Take events again.
+        #[arg(long, conflicts_with = "disable")]
+        enable: bool,
+        /// Take no events until enabled.
+        #[arg(long)]
+        disable: bool,
+    },
+    /// Delete one: later events do not reach it.
+    Delete { id: String },
+}
+
+#[derive(Subcommand)]
+enum Events {
+    /// Publish an event to every subscription that takes its topic.
+    Publish {
+        /// What it is about (`payment.succeeded`).
+        #[arg(long)]
+        topic: String,
+        /// The body, JSON (`@file.json` reads a file).
+        #[arg(long)]
+        body: String,
+        /// Makes publishing it again safe: the same key answers the same event.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Whose (a token for every tenant only; default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Events, newest first.
+    List {
+        /// Only this topic.
+        #[arg(long)]
+        topic: Option<String>,
+        /// Published at or after (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this tenant's (a token for every tenant only).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Items per page (1 to 500).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed under the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// One event, its body and each delivery's state.
+    Show { id: String },
+    /// Send an event's finished notifications again: all, or one subscription's.
+    Resend {
+        id: String,
+        /// Only the notification made for this subscription.
+        #[arg(long)]
+        subscription: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]

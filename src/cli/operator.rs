@@ -103,6 +103,13 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
             print::answer(api, &answer, print::stats)
         }
         Command::Dlq { command } => dlq(command, api).await,
+        Command::Subscriptions { command } => super::events::subscriptions(command, api).await,
+        Command::Events { command } => super::events::events(command, api).await,
+        Command::Topics {
+            tenant,
+            limit,
+            cursor,
+        } => super::events::topics(tenant, limit, cursor, api).await,
         Command::Endpoints {
             id: Some(id),
             pause,
@@ -365,7 +372,7 @@ fn headers(raw: &[String]) -> anyhow::Result<Map<String, Value>> {
 }
 
 /// The argument itself, or the contents of the file it names as `@PATH`.
-fn read_arg(raw: &str) -> anyhow::Result<String> {
+pub(super) fn read_arg(raw: &str) -> anyhow::Result<String> {
     match raw.strip_prefix('@') {
         Some(path) => {
             std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {path}: {e}"))

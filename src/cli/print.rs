@@ -324,6 +324,149 @@ pub fn endpoint(a: &Value, out: &mut Out) {
     fields(&shown, &keys, out);
 }
 
+/// A page of subscriptions, and how to get the next one.
+pub fn subscriptions(a: &Value, out: &mut Out) {
+    let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        out.line("no subscriptions");
+    } else {
+        let mut t = table(&["ID", "TENANT", "URL", "TOPICS", "ENABLED", "DESCRIPTION"]);
+        for s in items {
+            t.add_row([
+                text(&s["id"]),
+                text(&s["tenant"]),
+                text(&s["url"]),
+                list(&s["topics"]),
+                text(&s["enabled"]),
+                text(&s["description"]),
+            ]);
+        }
+        out.line(t);
+    }
+    next_page(a, out);
+}
+
+pub fn subscription(a: &Value, out: &mut Out) {
+    let mut shown = a.clone();
+    shown["topics"] = list(&a["topics"]).into();
+    shown["settings"] = match &a["settings"] {
+        Value::Object(s) if s.is_empty() => Value::Null,
+        settings => settings.to_string().into(),
+    };
+    let keys = [
+        "id",
+        "tenant",
+        "url",
+        "topics",
+        "enabled",
+        "description",
+        "settings",
+        "created_at",
+        "updated_at",
+    ];
+    fields(&shown, &keys, out);
+}
+
+/// A page of events, and how to get the next one.
+pub fn events(a: &Value, out: &mut Out) {
+    let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        out.line("no events");
+    } else {
+        let mut t = table(&["ID", "TENANT", "TOPIC", "PUBLISHED", "DELIVERIES"]);
+        for e in items {
+            t.add_row([
+                text(&e["id"]),
+                text(&e["tenant"]),
+                text(&e["topic"]),
+                text(&e["created_at"]),
+                text(&e["deliveries"]),
+            ]);
+        }
+        out.line(t);
+    }
+    next_page(a, out);
+}
+
+/// One event, then a table of its deliveries.
+pub fn event(a: &Value, out: &mut Out) {
+    let mut shown = a.clone();
+    shown["body"] = excerpt(&a["body"].to_string()).into();
+    fields(
+        &shown,
+        &[
+            "id",
+            "tenant",
+            "topic",
+            "created_at",
+            "idempotency_key",
+            "body",
+        ],
+        out,
+    );
+    let deliveries = a["deliveries"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if deliveries.is_empty() {
+        out.line("\nno subscription took it");
+        return;
+    }
+    let mut t = table(&[
+        "SUBSCRIPTION",
+        "NOTIFICATION",
+        "STATE",
+        "ATTEMPTS",
+        "NEXT ATTEMPT",
+    ]);
+    for d in deliveries {
+        let state = match &d["error"] {
+            Value::Null => text(&d["state"]),
+            e => format!("refused: {}", text(&e["message"])),
+        };
+        t.add_row([
+            text(&d["subscription"]),
+            text(&d["notification"]),
+            state,
+            text(&d["attempts"]),
+            text(&d["next_attempt_at"]),
+        ]);
+    }
+    out.line(format!("\n{t}"));
+}
+
+/// The topics catalog, and how to get the next page.
+pub fn topics(a: &Value, out: &mut Out) {
+    let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if items.is_empty() {
+        out.line("no topics");
+    } else {
+        let mut t = table(&["TOPIC", "LAST PUBLISHED", "LAST EVENT", "EXAMPLE"]);
+        for i in items {
+            t.add_row([
+                text(&i["topic"]),
+                text(&i["last_published_at"]),
+                text(&i["last_event"]),
+                excerpt(&i["example"].to_string()),
+            ]);
+        }
+        out.line(t);
+    }
+    next_page(a, out);
+}
+
+/// A list's values, comma-separated.
+fn list(v: &Value) -> String {
+    let items = v.as_array().map(Vec::as_slice).unwrap_or_default();
+    items.iter().map(text).collect::<Vec<_>>().join(",")
+}
+
+fn next_page(a: &Value, out: &mut Out) {
+    if let Some(next) = a["next_cursor"].as_str() {
+        out.line(format!("\nmore: --cursor {next}"));
+    }
+}
+
 /// Attempts over a span: `38/41 ok (92.7%)`.
 fn span(s: &Value) -> String {
     match s["success_rate"].as_f64() {

@@ -715,3 +715,83 @@ async fn endpoints_lists_the_failing_one_and_shows_its_last_failure() {
     assert!(state.ends_with(" failing"), "{out}");
     pb.wait_state(&held, "dead", WAIT).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_subscribes_a_url_publishes_an_event_and_follows_it() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/orders");
+    let sub = json(
+        &pb,
+        &[
+            "subscriptions",
+            "create",
+            "--url",
+            &url,
+            "--topics",
+            "payment.*,refund.created",
+            "--description",
+            "orders",
+            "--settings",
+            r#"{"schedule": ["100ms"]}"#,
+        ],
+    );
+    let sub_id = sub["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        sub["topics"],
+        serde_json::json!(["payment.*", "refund.created"]),
+        "{sub}"
+    );
+    assert_eq!(sub["settings"]["schedule"], serde_json::json!(["100ms"]));
+    let table = ok(&pb, &["subscriptions", "list"]);
+    assert!(
+        table.contains(&sub_id) && table.contains("payment.*,refund.created"),
+        "{table}"
+    );
+
+    let event = json(
+        &pb,
+        &[
+            "events",
+            "publish",
+            "--topic",
+            "payment.succeeded",
+            "--body",
+            r#"{"order": 8}"#,
+            "--idempotency-key",
+            "o-8",
+        ],
+    );
+    let event_id = event["id"].as_str().unwrap().to_string();
+    let notification = event["deliveries"][0]["notification"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    pb.wait_state(&notification, "delivered", WAIT).await;
+    let shown = ok(&pb, &["events", "show", &event_id]);
+    assert!(
+        shown.contains(&notification) && shown.contains("delivered"),
+        "{shown}"
+    );
+    let listed = ok(&pb, &["events", "list", "--topic", "payment.succeeded"]);
+    assert!(listed.contains(&event_id), "{listed}");
+    let topics = ok(&pb, &["topics"]);
+    assert!(
+        topics.contains("payment.succeeded") && topics.contains(r#"{"order":8}"#),
+        "{topics}"
+    );
+
+    let resent = ok(
+        &pb,
+        &["events", "resend", &event_id, "--subscription", &sub_id],
+    );
+    assert!(resent.contains("resent 1 notifications"), "{resent}");
+    let updated = json(&pb, &["subscriptions", "update", &sub_id, "--disable"]);
+    assert_eq!(updated["enabled"], false);
+    let deleted = ok(&pb, &["subscriptions", "delete", &sub_id]);
+    assert!(deleted.contains(&sub_id), "{deleted}");
+    let out = cli(&pb, &["subscriptions", "show", &sub_id]);
+    assert!(!out.status.success());
+    let said = String::from_utf8(out.stderr).unwrap();
+    assert!(said.contains("404 not_found"), "{said}");
+    assert!(receiver.wait_for(2, WAIT).await, "sent, then resent");
+}

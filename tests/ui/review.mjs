@@ -4,7 +4,9 @@
 // it delivered; bulk-replays the rest after a confirmation that shows the count; finds
 // both replays in the audit log and filters it by action; walks the queue's tabs and
 // pages, finds a notification by its idempotency key and cancels it; sees a failing
-// endpoint among the endpoints and filters them by state; opens a merchant's portal link
+// endpoint among the endpoints and filters them by state; subscribes a URL to topics,
+// follows a published event to its delivery, resends it, disables the subscription;
+// opens a merchant's portal link
 // in a fresh browser: its endpoints with the credential out of the address bar, no
 // tenant to choose, actions only with `operate`, a notification's request and response,
 // and its signing keys with code (Node.js and Python) that verifies real deliveries;
@@ -363,6 +365,37 @@ try {
   await eventually("only the failing one", async () => (await endpointRows.count()) === 1);
   assert.equal((await call("GET", `/notifications/${failing.id}`)).state, "dead");
 
+  // Subscriptions and events: subscribe a URL on the page, publish an event, follow it
+  // to its delivery, resend it, disable the subscription.
+  await page.goto(`${api}/ui#/subscriptions`);
+  await page.getByLabel("url").fill(target("/up/hooks/orders"));
+  await page.getByLabel("topics").fill("ui.payment.*");
+  await page.getByRole("button", { name: "Subscribe" }).click();
+  const subscriptionRow = page.getByRole("table", { name: "Subscriptions" }).locator("tbody tr")
+    .filter({ hasText: "/up/hooks/orders" });
+  await subscriptionRow.waitFor();
+  const published = await call("POST", "/events", { topic: "ui.payment.succeeded", body: { order: 4001 } });
+  assert.equal(published.deliveries.length, 1, "the subscription made on the page took it");
+  const made = published.deliveries[0].notification;
+  await eventually("the event's delivery", async () => delivered.includes(made));
+  await page.goto(`${api}/ui#/events`);
+  await page.getByRole("table", { name: "Topics" }).getByText("ui.payment.succeeded").waitFor();
+  await page.getByRole("link", { name: published.id }).click();
+  await page.getByRole("heading", { name: "Event" }).waitFor();
+  const deliveries = page.getByRole("table", { name: "Deliveries" });
+  assert.match(await deliveries.textContent(), /delivered/);
+  assert.match(await deliveries.textContent(), new RegExp(made));
+  await page.screenshot({ path: `${shots}/ui-event.png`, fullPage: true });
+  await page.getByRole("button", { name: "Resend finished ones" }).click();
+  await page.getByText("1 resent.").waitFor();
+  await eventually("sent again", async () => delivered.filter((id) => id === made).length === 2);
+  await page.goto(`${api}/ui#/subscriptions`);
+  await subscriptionRow.getByRole("button", { name: "Disable" }).click();
+  await subscriptionRow.getByRole("button", { name: "Enable" }).waitFor();
+  const later = await call("POST", "/events", { topic: "ui.payment.succeeded", body: { order: 4002 } });
+  assert.equal(later.deliveries.length, 0, "a disabled subscription takes nothing");
+  await page.screenshot({ path: `${shots}/ui-subscriptions.png`, fullPage: true });
+
   await merchantPage(browser, errors);
 
   // Phone width: nothing wider than the screen.
@@ -386,7 +419,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, merchant's page (roles, request and response, signing keys verified in Node.js and Python), phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, subscriptions and events, merchant's page (roles, request and response, signing keys verified in Node.js and Python), phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
