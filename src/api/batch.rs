@@ -66,15 +66,22 @@ pub struct ItemRegistered {
 /// is not a valid `NotifyRequest` (with an optional `idempotency_key`) is refused on its
 /// own in the answer, not by refusing the request.
 fn items_schema() -> Schema {
+    list_schema(
+        "A `NotifyRequest`, with an optional `idempotency_key` (1 to 255 visible ASCII characters)",
+        MAX_ITEMS,
+    )
+}
+
+/// The document's schema of a batch's `items`: 1 to `max` values of any type, each
+/// `described`.
+pub(super) fn list_schema(described: &str, max: usize) -> Schema {
     let item = ObjectBuilder::new()
         .schema_type(SchemaType::AnyValue)
-        .description(Some(
-        "A `NotifyRequest`, with an optional `idempotency_key` (1 to 255 visible ASCII characters)",
-    ));
+        .description(Some(described));
     ArrayBuilder::new()
         .items(item)
         .min_items(Some(1))
-        .max_items(Some(MAX_ITEMS))
+        .max_items(Some(max))
         .into()
 }
 
@@ -102,7 +109,7 @@ pub async fn register_batch(
 ) -> Result<Json<BatchRegistered>, ApiError> {
     auth::require(&caller, Role::Notify)?;
     let request: BatchRequest = parse_json(&body)?;
-    let items = items(request.items.as_deref())?;
+    let items = items(request.items.as_deref(), MAX_ITEMS, "notifications")?;
     let registrations = items
         .into_iter()
         .map(|item| registration(&state, &caller, item))
@@ -122,14 +129,18 @@ pub async fn register_batch(
     Ok(Json(BatchRegistered { items }))
 }
 
-/// The list of items: 1 to `MAX_ITEMS` of them, each as sent.
-fn items(raw: Option<&RawValue>) -> Result<Vec<&RawValue>, FieldError> {
+/// The list of items: 1 to `max` of them, each as sent.
+pub(super) fn items<'r>(
+    raw: Option<&'r RawValue>,
+    max: usize,
+    noun: &str,
+) -> Result<Vec<&'r RawValue>, FieldError> {
     let raw = raw.ok_or_else(|| FieldError::new("items", "required"))?;
     match serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
-        Ok(items) if (1..=MAX_ITEMS).contains(&items.len()) => Ok(items),
+        Ok(items) if (1..=max).contains(&items.len()) => Ok(items),
         _ => Err(FieldError::new(
             "items",
-            format!("must be a list of 1 to {MAX_ITEMS} notifications"),
+            format!("must be a list of 1 to {max} {noun}"),
         )),
     }
 }

@@ -9,17 +9,17 @@ use axum::{Extension, Json};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, SchemaType};
+use utoipa::openapi::schema::Schema;
 use utoipa::ToSchema;
 
 use super::auth;
+use super::batch::{items, list_schema};
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::events::{publish_one, EventView};
 use super::parse::parse_json;
 use super::AppState;
 use crate::access::{Principal, Role};
-use crate::domain::FieldError;
 
 /// Most events in one batch: each may reach up to 200 subscriptions.
 pub const MAX_ITEMS: usize = 100;
@@ -59,14 +59,7 @@ pub struct EventPublished {
 }
 
 fn items_schema() -> Schema {
-    let item = ObjectBuilder::new()
-        .schema_type(SchemaType::AnyValue)
-        .description(Some("A `PublishRequest`"));
-    ArrayBuilder::new()
-        .items(item)
-        .min_items(Some(1))
-        .max_items(Some(MAX_ITEMS))
-        .into()
+    list_schema("A `PublishRequest`", MAX_ITEMS)
 }
 
 /// Publish up to 100 events. Role `notify`; each belongs to the token's tenant (or, for
@@ -92,7 +85,7 @@ pub async fn publish_batch(
 ) -> Result<Json<EventBatchPublished>, ApiError> {
     auth::require(&caller, Role::Notify)?;
     let request: EventBatchRequest = parse_json(&body)?;
-    let items: Vec<String> = items(request.items.as_deref())?
+    let items: Vec<String> = items(request.items.as_deref(), MAX_ITEMS, "events")?
         .into_iter()
         .map(|item| item.get().to_string())
         .collect();
@@ -133,16 +126,4 @@ async fn publish_item(
         ));
     }
     publish_one(state, caller, parse_json(raw)?).await
-}
-
-/// The list of items: 1 to `MAX_ITEMS` of them, each as sent.
-fn items(raw: Option<&RawValue>) -> Result<Vec<&RawValue>, FieldError> {
-    let raw = raw.ok_or_else(|| FieldError::new("items", "required"))?;
-    match serde_json::from_str::<Vec<&RawValue>>(raw.get()) {
-        Ok(items) if (1..=MAX_ITEMS).contains(&items.len()) => Ok(items),
-        _ => Err(FieldError::new(
-            "items",
-            format!("must be a list of 1 to {MAX_ITEMS} events"),
-        )),
-    }
 }

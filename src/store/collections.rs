@@ -52,6 +52,17 @@ pub enum Expect {
     Exactly(String),
 }
 
+impl Expect {
+    /// Whether a key holding `held` (`None`: nothing) holds what is expected.
+    pub fn holds(&self, held: Option<&str>) -> bool {
+        match self {
+            Self::Anything => true,
+            Self::Nothing => held.is_none(),
+            Self::Exactly(doc) => held == Some(doc.as_str()),
+        }
+    }
+}
+
 /// One change of a write: `put` a document under `key`, or delete it (`None`).
 #[derive(Debug, Clone)]
 pub struct Change {

@@ -7,7 +7,7 @@ use std::ops::Bound;
 use redb::{ReadTransaction, ReadableTable};
 
 use super::tables::{DbResult, Tables, DOCUMENTS};
-use crate::store::collections::{Change, Collection, End, Expect, Scan};
+use crate::store::collections::{Change, Collection, End, Scan};
 
 /// Applies `changes` if every expectation holds; whether they were applied.
 pub fn write(t: &mut Tables, changes: &[Change]) -> DbResult<bool> {
@@ -16,12 +16,7 @@ pub fn write(t: &mut Tables, changes: &[Change]) -> DbResult<bool> {
             .documents
             .get((change.collection.name(), change.key.as_str()))?
             .map(|d| d.value().to_string());
-        let holds = match &change.expect {
-            Expect::Anything => true,
-            Expect::Nothing => held.is_none(),
-            Expect::Exactly(doc) => held.as_deref() == Some(doc.as_str()),
-        };
-        if !holds {
+        if !change.expect.holds(held.as_deref()) {
             return Ok(false);
         }
     }

@@ -1,14 +1,14 @@
 //! Collections on Postgres: the table `postback.documents`, keyed by the collection's
 //! name and the key. A write takes a transaction-scoped advisory lock per key it touches
 //! (in key order, as `unnest` gives them, so that two writes never wait for each other in
-//! turn) before it checks
-//! what the keys hold, so that a write expecting a key to be free cannot race another.
+//! turn) before it checks what the keys hold, so that a write expecting a key to be free
+//! cannot race another.
 
 use async_trait::async_trait;
 
 use super::tx::{PgResult, Tx};
 use super::{store_error, PostgresStore, CONFLICT_RETRIES};
-use crate::store::collections::{Change, Collection, Collections, Expect, Scan};
+use crate::store::collections::{Change, Collection, Collections, Scan};
 use crate::store::StoreResult;
 
 /// Applies `changes` if every expectation holds; whether they were applied.
@@ -32,12 +32,7 @@ async fn write(t: &mut Tx<'_>, changes: &[Change]) -> PgResult<bool> {
             )
             .await?;
         let held: Option<String> = rows.first().map(|r| r.get(0));
-        let holds = match &change.expect {
-            Expect::Anything => true,
-            Expect::Nothing => held.is_none(),
-            Expect::Exactly(doc) => held.as_deref() == Some(doc.as_str()),
-        };
-        if !holds {
+        if !change.expect.holds(held.as_deref()) {
             return Ok(false);
         }
     }
