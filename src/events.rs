@@ -431,6 +431,42 @@ pub async fn forget_events(
     Ok(forgotten)
 }
 
+/// Retention of the catalog: of up to `n` topics after the key `after` (every tenant's,
+/// in key order), forgets those last published before `before_ms`, each only if not
+/// published again since it was read. How many, and the key to go on from (`None`: the
+/// last was read).
+pub async fn forget_topics(
+    store: &dyn Collections,
+    before_ms: i64,
+    after: Option<&str>,
+    n: usize,
+) -> StoreResult<(usize, Option<String>)> {
+    let scan = Scan {
+        prefix: String::new(),
+        after: after.map(str::to_string),
+        newest_first: false,
+        limit: n,
+    };
+    let read = store.scan(Collection::Topics, &scan).await?;
+    let next = (read.len() == n)
+        .then(|| read.last().map(|(k, _)| k.clone()))
+        .flatten();
+    let mut forgotten = 0;
+    for (key, doc) in &read {
+        let entry: TopicEntry = serde_json::from_str(doc)
+            .map_err(|e| StoreError::Corrupt(format!("a topic's document: {e}")))?;
+        if entry.last_published_at >= before_ms {
+            continue;
+        }
+        let change =
+            Change::delete(Collection::Topics, key).expecting(Expect::Exactly(doc.clone()));
+        if store.write(&[change]).await? {
+            forgotten += 1;
+        }
+    }
+    Ok((forgotten, next))
+}
+
 fn corrupt(e: crate::domain::FieldError) -> StoreError {
     StoreError::Corrupt(format!("a stored {}: {}", e.field, e.message))
 }

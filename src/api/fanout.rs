@@ -2,7 +2,8 @@
 //! `POST /notify` checks a request of the tenant's, under an id fixed before the event
 //! is stored), registered together (each with an idempotency key of the event and its
 //! subscription, so that registering one again stores nothing new), and the sweep that
-//! finishes what a crash or an outage cut short and forgets events past retention.
+//! finishes what a crash or an outage cut short and forgets events and the catalog's
+//! topics past retention.
 
 use std::time::Duration;
 
@@ -102,13 +103,14 @@ pub(super) async fn register(
     Ok(accepted)
 }
 
-/// Until `cancel` fires: finishes the fan-outs cut short, and forgets the events
-/// published longer than `max_age` ago.
+/// Until `cancel` fires: finishes the fan-outs cut short, and forgets the events, and
+/// the catalog's topics, published longer than `max_age` ago.
 pub async fn run(state: AppState, max_age: Duration, cancel: CancellationToken) {
     let mut failures = 0;
+    let mut topics_after = None;
     for round in 0u32.. {
         let forget = round % RETENTION_EVERY == 0;
-        let pause = match sweep(&state, forget.then_some(max_age)).await {
+        let pause = match sweep(&state, forget.then_some(max_age), &mut topics_after).await {
             Ok(()) => {
                 failures = 0;
                 EVERY
@@ -126,8 +128,13 @@ pub async fn run(state: AppState, max_age: Duration, cancel: CancellationToken) 
     }
 }
 
-/// Finishes the fan-outs cut short and, with `max_age`, forgets the events older.
-async fn sweep(state: &AppState, max_age: Option<Duration>) -> Result<(), StoreError> {
+/// Finishes the fan-outs cut short and, with `max_age`, forgets the events and the
+/// catalog's topics older (the topics a page at a time, from `topics_after`).
+async fn sweep(
+    state: &AppState,
+    max_age: Option<Duration>,
+    topics_after: &mut Option<String>,
+) -> Result<(), StoreError> {
     let store = state.store.as_ref();
     let now = crate::store::endpoints::now_ms();
     for (id, at) in events::unfinished(store, BATCH).await? {
@@ -146,8 +153,15 @@ async fn sweep(state: &AppState, max_age: Option<Duration>) -> Result<(), StoreE
     };
     let before = now - max_age.as_millis() as i64;
     let forgotten = events::forget_events(store, before, BATCH).await?;
-    if forgotten > 0 {
-        tracing::info!(forgotten, "retention: events forgotten");
+    let (topics, next) =
+        events::forget_topics(store, before, topics_after.as_deref(), BATCH).await?;
+    *topics_after = next;
+    if forgotten + topics > 0 {
+        tracing::info!(
+            events = forgotten,
+            topics,
+            "retention: events and topics forgotten"
+        );
     }
     Ok(())
 }

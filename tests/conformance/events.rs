@@ -626,3 +626,45 @@ async fn a_body_that_does_not_match_its_topics_schema_is_refused_naming_where() 
     .await;
     assert!(receiver.wait_for(2, WAIT).await, "both sent");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_and_topics_past_retention_are_forgotten() {
+    let env = [("POSTBACK_RETENTION_FINISHED_MAX_AGE", "2s")];
+    let (backend, _receiver, mut pb) = support::start_any(&env).await;
+    let old = publish(
+        &pb,
+        json!({"topic": "order.old", "body": {"n": 1}, "idempotency_key": "k-1"}),
+    )
+    .await;
+    let (_, listed) = pb.get("/events").await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    pb.kill();
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+
+    // A new instance sweeps at once: the event, its key and its topic are gone.
+    let pb = backend.postback(&env).await;
+    let forgotten = support::eventually(WAIT, || async {
+        let (events, topics) = (pb.get("/events").await.1, pb.get("/topics").await.1);
+        events["items"] == json!([]) && topics["items"] == json!([])
+    })
+    .await;
+    assert!(
+        forgotten,
+        "{} {}",
+        pb.get("/events").await.1,
+        pb.get("/topics").await.1
+    );
+    let (status, _) = pb
+        .get(&format!("/events/{}", old["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, 404);
+    let again = publish(
+        &pb,
+        json!({"topic": "order.old", "body": {"n": 2}, "idempotency_key": "k-1"}),
+    )
+    .await;
+    assert_ne!(
+        again["id"], old["id"],
+        "the key was forgotten with its event"
+    );
+}
