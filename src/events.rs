@@ -111,6 +111,13 @@ pub struct TopicEntry {
     pub example: Value,
 }
 
+impl TopicEntry {
+    fn decode(json: &str) -> StoreResult<Self> {
+        serde_json::from_str(json)
+            .map_err(|e| StoreError::Corrupt(format!("a topic's document: {e}")))
+    }
+}
+
 /// `<tenant> <rest>`: keys of what belongs to a tenant, listed tenant by tenant.
 fn tenant_key(tenant: &Tenant, rest: &str) -> String {
     format!("{tenant} {rest}")
@@ -151,21 +158,15 @@ pub async fn subscriptions(
     n: usize,
 ) -> StoreResult<Vec<Subscription>> {
     let Some(tenant) = tenant else {
-        let scan = Scan {
-            prefix: String::new(),
-            after: after.map(str::to_string),
-            newest_first: false,
-            limit: n,
-        };
+        let scan = Scan::in_order(String::new(), after.map(str::to_string), n);
         let docs = store.scan(Collection::Subscriptions, &scan).await?;
         return docs.iter().map(|(_, d)| Subscription::decode(d)).collect();
     };
-    let scan = Scan {
-        prefix: tenant_prefix(tenant),
-        after: after.map(|a| tenant_key(tenant, a)),
-        newest_first: false,
-        limit: n,
-    };
+    let scan = Scan::in_order(
+        tenant_prefix(tenant),
+        after.map(|a| tenant_key(tenant, a)),
+        n,
+    );
     let keys = store.scan(Collection::TenantSubscriptions, &scan).await?;
     let ids: Vec<String> = keys
         .iter()
@@ -299,12 +300,7 @@ pub async fn fanned_out(store: &dyn Collections, id: &str) -> StoreResult<()> {
 /// Up to `n` events whose notifications are not all registered, with when each was
 /// published (ms), oldest first.
 pub async fn unfinished(store: &dyn Collections, n: usize) -> StoreResult<Vec<(String, i64)>> {
-    let scan = Scan {
-        prefix: String::new(),
-        after: None,
-        newest_first: false,
-        limit: n,
-    };
+    let scan = Scan::in_order(String::new(), None, n);
     let read = store.scan(Collection::Fanouts, &scan).await?;
     Ok(read
         .into_iter()
@@ -377,19 +373,13 @@ pub async fn topics(
     after: Option<&str>,
     n: usize,
 ) -> StoreResult<Vec<TopicEntry>> {
-    let scan = Scan {
-        prefix: tenant_prefix(tenant),
-        after: after.map(|a| tenant_key(tenant, a)),
-        newest_first: false,
-        limit: n,
-    };
+    let scan = Scan::in_order(
+        tenant_prefix(tenant),
+        after.map(|a| tenant_key(tenant, a)),
+        n,
+    );
     let read = store.scan(Collection::Topics, &scan).await?;
-    read.iter()
-        .map(|(_, d)| {
-            serde_json::from_str(d)
-                .map_err(|e| StoreError::Corrupt(format!("a topic's document: {e}")))
-        })
-        .collect()
+    read.iter().map(|(_, d)| TopicEntry::decode(d)).collect()
 }
 
 /// Retention: deletes up to `n` events published before `before_ms`, oldest first, with
@@ -399,12 +389,7 @@ pub async fn forget_events(
     before_ms: i64,
     n: usize,
 ) -> StoreResult<usize> {
-    let scan = Scan {
-        prefix: String::new(),
-        after: None,
-        newest_first: false,
-        limit: n,
-    };
+    let scan = Scan::in_order(String::new(), None, n);
     let read = store.scan(Collection::Events, &scan).await?;
     let mut forgotten = 0;
     for (id, doc) in &read {
@@ -441,20 +426,14 @@ pub async fn forget_topics(
     after: Option<&str>,
     n: usize,
 ) -> StoreResult<(usize, Option<String>)> {
-    let scan = Scan {
-        prefix: String::new(),
-        after: after.map(str::to_string),
-        newest_first: false,
-        limit: n,
-    };
+    let scan = Scan::in_order(String::new(), after.map(str::to_string), n);
     let read = store.scan(Collection::Topics, &scan).await?;
     let next = (read.len() == n)
         .then(|| read.last().map(|(k, _)| k.clone()))
         .flatten();
     let mut forgotten = 0;
     for (key, doc) in &read {
-        let entry: TopicEntry = serde_json::from_str(doc)
-            .map_err(|e| StoreError::Corrupt(format!("a topic's document: {e}")))?;
+        let entry = TopicEntry::decode(doc)?;
         if entry.last_published_at >= before_ms {
             continue;
         }

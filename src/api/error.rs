@@ -211,6 +211,12 @@ fn log_unavailable(e: &StoreError) {
 }
 
 impl ApiError {
+    /// The error's JSON (`{"code", "message", "field"}`), as a refused registration
+    /// keeps it.
+    pub fn into_json(self) -> serde_json::Value {
+        serde_json::to_value(self.into_body().1.error).unwrap_or_default()
+    }
+
     /// Its status and the JSON it is answered with (a batch item's result is the JSON).
     pub fn into_body(self) -> (StatusCode, ErrorBody) {
         let body = ErrorBody {

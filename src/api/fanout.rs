@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::error::ApiError;
@@ -50,7 +49,7 @@ pub(super) fn plan(
                 delivery.notification = Some(r.id().to_string());
                 registrations.push(r);
             }
-            Err(e) => delivery.refused = Some(error_json(e)),
+            Err(e) => delivery.refused = Some(e.into_json()),
         }
         event.deliveries.push(delivery);
     }
@@ -74,11 +73,6 @@ fn registration(
     };
     let request = notify_request(s, &event.body, &event.topic)?;
     prepare_delivery(rules, &tenant, request, idempotency, id)
-}
-
-fn error_json(e: ApiError) -> Value {
-    let (_, body) = e.into_body();
-    serde_json::to_value(body.error).unwrap_or_default()
 }
 
 /// Registers `event`'s notifications together and, once every one is, notes its
@@ -184,7 +178,7 @@ async fn finish(state: &AppState, event: &Event) {
             Ok(Some(s)) => match registration(&state.rules, event, &s, Some(id)) {
                 Ok(r) => registrations.push(r),
                 Err(e) => {
-                    tracing::warn!(event = %event.id, %id, error = ?error_json(e), "fan-out: a notification no longer passes its tenant's rules; left out")
+                    tracing::warn!(event = %event.id, %id, error = ?e.into_json(), "fan-out: a notification no longer passes its tenant's rules; left out")
                 }
             },
             Ok(None) => {
@@ -207,7 +201,7 @@ async fn finish(state: &AppState, event: &Event) {
             tracing::info!(event = %event.id, notifications = done.len(), "fan-out finished")
         }
         Err(e) => {
-            tracing::warn!(event = %event.id, error = ?error_json(e), "fan-out: not finished; tried again later")
+            tracing::warn!(event = %event.id, error = ?e.into_json(), "fan-out: not finished; tried again later")
         }
     }
 }

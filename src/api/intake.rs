@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use super::error::ApiError;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -33,7 +33,7 @@ pub async fn run(
     let Some(arrivals) = store.intake().map(|i| i.arrivals()) else {
         return;
     };
-    let check = move |item: &_| prepare_intake(&rules, item).map_err(error_json);
+    let check = move |item: &_| prepare_intake(&rules, item).map_err(ApiError::into_json);
     let mut failures = 0;
     loop {
         let Some(intake) = store.intake() else { return };
@@ -58,11 +58,6 @@ pub async fn run(
             _ = tokio::time::sleep(pause) => {}
         }
     }
-}
-
-fn error_json(e: super::error::ApiError) -> Value {
-    let (_, body) = e.into_body();
-    serde_json::to_value(body.error).unwrap_or_default()
 }
 
 fn report(taken: &[TakenIn], wake: &Notify) {

@@ -116,6 +116,16 @@ pub struct End {
 }
 
 impl Scan {
+    /// Up to `limit` keys starting with `prefix`, after `after`, in key order.
+    pub fn in_order(prefix: String, after: Option<String>, limit: usize) -> Self {
+        Self {
+            prefix,
+            after,
+            newest_first: false,
+            limit,
+        }
+    }
+
     /// The lowest and the highest key the scan may read: the prefix's range, narrowed by
     /// `after` (which itself is left out).
     pub fn bounds(&self) -> (End, End) {
