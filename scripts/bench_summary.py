@@ -3,6 +3,7 @@
 prints, as markdown, the medians of every figure and the targets of BENCHMARKS.md as
 ratios measured in the same session."""
 
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -50,8 +51,15 @@ def main(path):
          ratio(batch, med("bullmq", "burst", "e2e_throughput"))),
         ("`POST /notify` burst e2e throughput, postback / BullMQ", "≥ 3",
          ratio(med("postback", "burst", "e2e_throughput"), med("bullmq", "burst", "e2e_throughput"))),
+        ("`POST /notify` burst e2e at most, were postback's own work free / BullMQ", "",
+         ratio(bound(med, "e2e", ("store", "harness", "postback_system")),
+               med("bullmq", "burst", "e2e_throughput"))),
         ("burst delivery-only throughput / receiver ceiling (wrk)", "≥ 0.5",
          ratio(delivery_only, ceiling)),
+        ("burst delivery-only at most, were postback's own work free / receiver ceiling", "",
+         ratio(bound(med, "delivery_only", ("store", "harness", "postback_system")), ceiling)),
+        ("burst delivery-only at most, were postback free / receiver ceiling", "",
+         ratio(bound(med, "delivery_only", ("store", "harness")), ceiling)),
         ("batch burst e2e / postback's delivery-only", "≥ 0.9", ratio(batch, delivery_only)),
         ("idle: Redis commands per second", "≤ 3", med("postback", "idle", "redis_commands_per_second")),
         ("isolation: healthy p99 beside a hanging host / alone", "≤ 1.2",
@@ -85,6 +93,16 @@ def main(path):
     for name, goal, value in rows:
         shown = "NA" if value is None else f"{value:.2f}"
         print(f"| {name} | {goal} | {shown} |")
+
+
+def bound(med, phase, parts):
+    """Notifications per second that this machine's cores could carry in a phase of the
+    burst if they did nothing but `parts` of each one's CPU (µs): the store's, the
+    harness's (producer and receiver), postback's in the kernel or in user space."""
+    costs = [med("postback", "burst", f"{phase}_{part}_cpu") for part in parts]
+    if None in costs or not sum(costs):
+        return None
+    return (os.cpu_count() or 1) * 1e6 / sum(costs)
 
 
 def print_fleet(figures):

@@ -22,17 +22,25 @@ pub fn free_port() -> anyhow::Result<u16> {
 
 /// CPU seconds (user + system) a process has used so far.
 pub fn cpu_seconds(pid: u32) -> f64 {
+    let (user, system) = cpu_split(pid);
+    user + system
+}
+
+/// CPU seconds a process has used so far in user space and in the kernel on its behalf
+/// (its system calls, with the loopback TCP they do for the other end).
+pub fn cpu_split(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
+    let seconds = |i: usize| {
         fields
             .get(i)
             .and_then(|f| f.parse::<f64>().ok())
             .unwrap_or(0.0)
+            / clock_ticks()
     };
-    (ticks(11) + ticks(12)) / clock_ticks()
+    (seconds(11), seconds(12))
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`, nearly always 100).

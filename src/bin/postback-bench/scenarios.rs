@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 
-use crate::processes::{cpu_seconds, peak_rss_mib, rss_mib, Backend, Postback, WatchGuard};
+use crate::processes::{
+    cpu_seconds, cpu_split, peak_rss_mib, rss_mib, Backend, Postback, WatchGuard,
+};
 use crate::producer::{Producer, Registered};
 use crate::receiver::Receiver;
 use crate::report::{percentile, Results};
@@ -175,6 +177,62 @@ impl Rig {
     }
 }
 
+/// Where the CPU of one phase went, per delivery: postback's own work (user space) and
+/// the kernel's on its behalf (its system calls, with the loopback TCP they do for the
+/// other end), the store's, and the harness's (this process: the producer and the
+/// receiver). With every process on the same cores, these say how fast the phase could
+/// be at most, were postback's own work free.
+struct CpuSplit<'a> {
+    store: &'a Backend,
+    pids: Vec<u32>,
+    postback: (f64, f64),
+    store_cpu: f64,
+    harness: f64,
+}
+
+impl<'a> CpuSplit<'a> {
+    fn start(store: &'a Backend, instances: &[Postback]) -> anyhow::Result<Self> {
+        let pids: Vec<u32> = instances.iter().map(Postback::pid).collect();
+        Ok(Self {
+            store,
+            postback: postback_split(&pids),
+            pids,
+            store_cpu: store.cpu_seconds()?,
+            harness: cpu_seconds(std::process::id()),
+        })
+    }
+
+    /// Reports `<phase>_<part>_cpu` figures, µs per delivery.
+    fn report(
+        &self,
+        r: &mut Results,
+        scenario: &str,
+        run: usize,
+        phase: &str,
+        n: usize,
+    ) -> anyhow::Result<()> {
+        let per = |seconds: f64| seconds * 1e6 / n.max(1) as f64;
+        let (user, system) = postback_split(&self.pids);
+        let figures = [
+            ("postback_user", user - self.postback.0),
+            ("postback_system", system - self.postback.1),
+            ("store", self.store.cpu_seconds()? - self.store_cpu),
+            ("harness", cpu_seconds(std::process::id()) - self.harness),
+        ];
+        for (whose, seconds) in figures {
+            let metric = format!("{phase}_{whose}_cpu");
+            r.add(scenario, run, &metric, per(seconds), "us");
+        }
+        Ok(())
+    }
+}
+
+fn postback_split(pids: &[u32]) -> (f64, f64) {
+    pids.iter()
+        .map(|&pid| cpu_split(pid))
+        .fold((0.0, 0.0), |(u, s), (pu, ps)| (u + pu, s + ps))
+}
+
 /// N registrations as fast as the producer can (one per request, or `--batch` per
 /// request), receiver always 200: enqueue rate, each request's time to its answer (p99)
 /// and end-to-end throughput; then N more all due at one instant: delivery-only
@@ -190,6 +248,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     let url = format!("http://{addr}/hook");
 
     let meter = Meter::start(store, pb)?;
+    let split = CpuSplit::start(store, pb)?;
     let bodies = (0..opts.n)
         .map(|i| json!({"url": url, "body": payment(i)}))
         .collect();
@@ -220,6 +279,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     );
     check_exactly_once(receiver, &registered, r, name, run)?;
     meter.report(r, name, run, opts.n)?;
+    split.report(r, name, run, "e2e", opts.n)?;
 
     // Every one due at the same instant, far enough ahead for the registration to finish.
     receiver.reset();
@@ -233,6 +293,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     if SystemTime::now() > first_due {
         bail!("registration overran the common due time");
     }
+    let split = CpuSplit::start(store, pb)?;
     let last = wait_all(receiver, &registered).await?;
     r.add(
         name,
@@ -241,7 +302,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
         opts.n as f64 / (ms_between(first_due, last) / 1000.0),
         "notifications/s",
     );
-    Ok(())
+    split.report(r, name, run, "delivery_only", opts.n)
 }
 
 /// The receiver fails the first two requests of each notification; tiers 1s, 2s, 4s:
