@@ -223,7 +223,7 @@ async function overview(params) {
   ];
 }
 
-const FILTERS = ["topic", "host", "tenant", "since", "until"];
+const FILTERS = ["topic", "host", "endpoint", "tenant", "since", "until"];
 
 function filterQuery(params) {
   const q = new URLSearchParams();
@@ -355,7 +355,7 @@ async function deadLetter(id) {
 
 const STATES = [["scheduled", "Scheduled"], ["retrying", "Retrying"], ["in_flight", "In flight"],
   ["held", "Held"], ["delivered", "Delivered"], ["dead", "Dead"], ["cancelled", "Cancelled"]];
-const QUEUE_FILTERS = ["topic", "host", "tenant", "since", "until"];
+const QUEUE_FILTERS = ["topic", "host", "endpoint", "tenant", "since", "until"];
 
 // The search box: an id opens its notification; anything else is an idempotency key.
 function queueSearch() {
@@ -575,11 +575,15 @@ function span(s) {
 }
 
 // An endpoint's notifications in the queue: its held ones when it is paused, else those
-// retrying (the queue filters by host; an endpoint is scheme, host and port).
+// retrying.
 function endpointQueue(e) {
-  const q = new URLSearchParams({ state: e.state === "paused" ? "held" : "retrying", host: new URL(e.url).hostname });
-  if (!oneTenant()) q.set("tenant", e.tenant);
+  const q = new URLSearchParams({ state: e.state === "paused" ? "held" : "retrying", endpoint: e.id });
   return `#/queue?${q}`;
+}
+
+// An endpoint's dead letters, which the view replays all at once after an outage.
+function endpointDead(e) {
+  return el("a", { href: `#/dead?${new URLSearchParams({ endpoint: e.id })}` }, "Dead letters");
 }
 
 // Each tenant's callback origins with their health, failing ones marked.
@@ -620,7 +624,8 @@ async function endpoints(params) {
           el("td", { class: "wide" }, span(e.last_day)),
           el("td", { class: "wide" }, lastFailure(e.last_failure)),
           el("td", {}, when(e.last_success_at)),
-          el("td", {}, can("operate") ? pauseButton(e, status) : null)))))),
+          el("td", {}, el("div", { class: "row-actions" },
+            endpointDead(e), can("operate") ? pauseButton(e, status) : null))))))),
     page.next_cursor ? el("p", {}, el("a", { href: `#/endpoints?${shown}` }, "Next page →")) : null,
   ];
 }

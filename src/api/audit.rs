@@ -238,6 +238,10 @@ fn filter_of(listed: Option<Listed>, filter: &ListFilter) -> Map<String, Value> 
     put("state", listed.map(|l| l.name().to_string()));
     put("topic", filter.topic.clone());
     put("host", filter.host.clone());
+    put(
+        "endpoint",
+        filter.endpoint.as_ref().map(|e| e.id().to_string()),
+    );
     put("since", filter.since.map(rfc3339));
     put("until", filter.until.map(rfc3339));
     put("tenant", filter.tenant.as_ref().map(|t| t.to_string()));

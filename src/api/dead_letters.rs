@@ -260,6 +260,9 @@ pub struct BulkRequest {
     topic: Option<String>,
     /// Only callbacks to this host.
     host: Option<String>,
+    /// Only callbacks to this endpoint (`ep_…`, from `GET /endpoints`): what died there
+    /// during its outage, say.
+    endpoint: Option<String>,
     /// Dead-lettered at or after this RFC 3339 time.
     #[schema(format = DateTime)]
     since: Option<String>,
@@ -281,14 +284,15 @@ pub struct BulkRequest {
 
 impl BulkRequest {
     /// The filter, within the caller's tenant; an empty one is refused unless `all` says
-    /// so.
-    fn filter(&self, caller: &Principal) -> Result<ListFilter, ApiError> {
+    /// so, and an endpoint the caller cannot see is refused naming `endpoint`.
+    async fn filter(&self, state: &AppState, caller: &Principal) -> Result<ListFilter, ApiError> {
         let conditions = paging::Conditions {
             topic: &self.topic,
             host: &self.host,
             since: &self.since,
             until: &self.until,
             tenant: &self.tenant,
+            endpoint: endpoints::filter(state, caller, self.endpoint.as_deref()).await?,
             all: self.all,
         };
         paging::bulk_filter(caller, conditions, "every dead letter")
@@ -317,7 +321,7 @@ pub async fn replay_matching(
 ) -> Result<Json<Count>, ApiError> {
     auth::require(&caller, Role::Operate)?;
     let request: BulkRequest = parse_json(&body)?;
-    let filter = request.filter(&caller)?;
+    let filter = request.filter(&state, &caller).await?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.rules)?;
     let done =
@@ -360,7 +364,7 @@ pub async fn purge(
             return Err(FieldError::new(field, "applies to replay only").into());
         }
     }
-    let filter = request.filter(&caller)?;
+    let filter = request.filter(&state, &caller).await?;
     let done = bulk::discard_matching(state.store.as_ref(), &filter).await?;
     let count = done.values().sum();
     tracing::info!(count, ?filter, actor = %caller.actor, "dead letters purged");

@@ -14,7 +14,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 
 use super::error::ApiError;
 use crate::access::Principal;
-use crate::domain::FieldError;
+use crate::domain::{Endpoint, FieldError};
 use crate::store::ListFilter;
 
 const DEFAULT_LIMIT: usize = 50;
@@ -127,6 +127,8 @@ pub(super) struct Conditions<'a> {
     pub since: &'a Option<String>,
     pub until: &'a Option<String>,
     pub tenant: &'a Option<String>,
+    /// One endpoint's only, as `endpoints::filter` found it.
+    pub endpoint: Option<Endpoint>,
     /// `"all": true`: act on everything when no condition is given.
     pub all: bool,
 }
@@ -148,11 +150,13 @@ pub(super) fn bulk_filter(
         && f.host.is_none()
         && f.since.is_none()
         && f.until.is_none()
-        && c.tenant.is_none();
+        && c.tenant.is_none()
+        && c.endpoint.is_none();
     if empty && !c.all {
-        let hint = format!("no filter given: pass `topic`, `host`, `since`, `until` or `tenant`, or `\"all\": true` to act on {every}");
+        let hint = format!("no filter given: pass `topic`, `host`, `endpoint`, `since`, `until` or `tenant`, or `\"all\": true` to act on {every}");
         return Err(FieldError::new("all", hint).into());
     }
     f.tenant = super::auth::tenant_filter(caller, c.tenant.as_deref())?;
+    f.endpoint = c.endpoint;
     Ok(f)
 }

@@ -19,7 +19,7 @@ use super::parse::{optional_json, parse_json};
 use super::rules::schedule_schema;
 use super::view::NotificationView;
 use super::AppState;
-use super::{audit, auth, paging};
+use super::{audit, auth, endpoints, paging};
 use crate::access::{Principal, Role};
 use crate::domain::FieldError;
 use crate::lifecycle::LetGo;
@@ -139,6 +139,8 @@ pub struct BulkResendRequest {
     topic: Option<String>,
     /// Only callbacks to this host.
     host: Option<String>,
+    /// Only callbacks to this endpoint (`ep_…`, from `GET /endpoints`).
+    endpoint: Option<String>,
     /// Finished at or after this RFC 3339 time.
     #[schema(format = DateTime)]
     since: Option<String>,
@@ -193,7 +195,7 @@ pub async fn resend_matching(
 ) -> Result<Json<Resent>, ApiError> {
     auth::require(&caller, Role::Operate)?;
     let request: BulkResendRequest = parse_json(&body)?;
-    let (listed, filter) = request.filter(&caller)?;
+    let (listed, filter) = request.filter(&state, &caller).await?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.rules)?;
     let store = state.store.as_ref();
@@ -219,7 +221,11 @@ pub async fn resend_matching(
 impl BulkResendRequest {
     /// The state and the filter, within the caller's tenant; no filter but the state is
     /// refused unless `all` says so.
-    fn filter(&self, caller: &Principal) -> Result<(Listed, ListFilter), ApiError> {
+    async fn filter(
+        &self,
+        state: &AppState,
+        caller: &Principal,
+    ) -> Result<(Listed, ListFilter), ApiError> {
         let listed = match Listed::parse(&self.state) {
             Some(l @ (Listed::Delivered | Listed::Dead | Listed::Cancelled)) => l,
             _ => {
@@ -236,6 +242,7 @@ impl BulkResendRequest {
             since: &self.since,
             until: &self.until,
             tenant: &self.tenant,
+            endpoint: endpoints::filter(state, caller, self.endpoint.as_deref()).await?,
             all: self.all,
         };
         let every = format!("every {} notification", listed.name());

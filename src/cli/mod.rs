@@ -387,6 +387,9 @@ struct Filter {
     /// The callback URL's host.
     #[arg(long)]
     host: Option<String>,
+    /// One endpoint's (`ep_…`, as `GET /endpoints` names it).
+    #[arg(long)]
+    endpoint: Option<String>,
     /// At or after (RFC 3339): when it was dead-lettered, or for `list` the time the
     /// list is ordered by (next attempt, or finish).
     #[arg(long)]

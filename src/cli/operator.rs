@@ -308,6 +308,7 @@ impl Filter {
         [
             ("topic", &self.topic),
             ("host", &self.host),
+            ("endpoint", &self.endpoint),
             ("since", &self.since),
             ("until", &self.until),
             ("tenant", &self.tenant),
@@ -321,7 +322,7 @@ impl Filter {
     fn or_all(&self, all: bool, does: &str) -> anyhow::Result<()> {
         if !all && self.given().next().is_none() {
             anyhow::bail!(
-                "no filter given: pass --topic, --host, --since, --until or --tenant, or --all to {does}"
+                "no filter given: pass --topic, --host, --endpoint, --since, --until or --tenant, or --all to {does}"
             );
         }
         Ok(())

@@ -279,3 +279,117 @@ async fn an_endpoint_idle_for_the_dead_letters_retention_is_forgotten() {
         "known again from its next notification: {items:?}"
     );
 }
+
+/// The dead letters (or the delivered ones) at one endpoint, by its id alone: after an
+/// endpoint's outage its tenant replays what died there, or purges it. Another
+/// endpoint's, and another tenant's at the same origin, are left as they are; an
+/// endpoint the token cannot see is no filter, and the actions need `operate`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_endpoints_dead_letters_are_replayed_or_purged_by_its_id() {
+    let f = tenants::start(&[]).await;
+    let other = Receiver::start().await;
+    let dead_at = |token: &'static str, url: String| {
+        let body = json!({"url": url, "body": {}, "schedule": []});
+        let f = &f;
+        async move {
+            let id = f.register(token, body).await;
+            f.pb.wait_state(&id, "dead", WAIT).await;
+            id
+        }
+    };
+    let mut down = Vec::new();
+    for n in 0..2 {
+        down.push(
+            dead_at(
+                "tok-checkout-a",
+                f.receiver.url(&format!("/down/{n}?fail=1")),
+            )
+            .await,
+        );
+    }
+    let elsewhere = dead_at("tok-checkout-a", other.url("/x?fail=1")).await;
+    let of_b = dead_at("tok-all-b", f.receiver.url("/b?fail=1")).await;
+
+    let origin_a = origin(&f.receiver);
+    let items = listed_once(&f, "tok-reader-a", "", &origin_a, 2).await;
+    let a_id = by_url(&items, &origin_a)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let other_id = by_url(&items, &origin(&other))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let items = listed_once(&f, "tok-all-b", "", &origin_a, 1).await;
+    let b_id = by_url(&items, &origin_a)["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let replay = |token: &'static str, body: Value| {
+        f.call(
+            token,
+            reqwest::Method::POST,
+            "/dead-letters/replay",
+            Some(body),
+        )
+    };
+    let (status, error) = replay("tok-all-b", json!({"endpoint": a_id})).await;
+    assert_eq!(
+        (status, error["error"]["field"].as_str()),
+        (422, Some("endpoint")),
+        "another tenant's endpoint is no filter: {error}"
+    );
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no endpoint"), "{error}");
+    let (status, _) = replay("tok-reader-a", json!({"endpoint": a_id})).await;
+    assert_eq!(status, 403, "role operate is needed");
+    let (status, error) = replay("tok-ops-a", json!({"endpoint": "pay.shop-a.example"})).await;
+    assert_eq!(
+        (status, error["error"]["field"].as_str()),
+        (422, Some("endpoint"))
+    );
+
+    let body = json!({"endpoint": a_id, "schedule": ["100ms"]});
+    let (status, answer) = replay("tok-ops-a", body).await;
+    assert_eq!((status, &answer["count"]), (200, &json!(2)), "{answer}");
+    for id in &down {
+        let done = f.pb.wait_state(id, "delivered", WAIT).await;
+        assert_eq!(done["replays"], 1, "{done}");
+    }
+    for id in [&elsewhere, &of_b] {
+        assert_eq!(f.pb.notification(id).await["state"], "dead", "{id}");
+    }
+
+    // What was delivered there, counted for a resend; the other endpoint's letter purged.
+    let body = json!({"state": "delivered", "endpoint": a_id, "dry_run": true});
+    let path = "/notifications/resend";
+    let (status, answer) = f
+        .call("tok-ops-a", reqwest::Method::POST, path, Some(body))
+        .await;
+    assert_eq!((status, &answer["count"]), (200, &json!(2)), "{answer}");
+    let body = json!({"endpoint": other_id});
+    let path = "/dead-letters/purge";
+    let (status, answer) = f
+        .call("tok-ops-a", reqwest::Method::POST, path, Some(body))
+        .await;
+    assert_eq!((status, &answer["count"]), (200, &json!(1)), "{answer}");
+    let (status, _) = f
+        .get("tok-reader-a", &format!("/dead-letters/{elsewhere}"))
+        .await;
+    assert_eq!(status, 404, "purged");
+
+    // shop-b's own endpoint at the same origin, by the operator's token of every tenant.
+    let body = json!({"endpoint": b_id, "schedule": ["100ms"]});
+    let (status, answer) = replay("tok-ops", body).await;
+    assert_eq!((status, &answer["count"]), (200, &json!(1)), "{answer}");
+    f.pb.wait_state(&of_b, "delivered", WAIT).await;
+
+    let (_, audit) = f.get("tok-audit-a", "/audit?action=replay_matching").await;
+    let entry = &audit["items"][0];
+    assert_eq!(
+        entry["filter"],
+        json!({"endpoint": a_id, "tenant": "shop-a"}),
+        "{audit}"
+    );
+}

@@ -145,6 +145,24 @@ async fn bulk_replay_and_purge_by_filter_report_their_counts() {
     assert_eq!(pb.get(&format!("/notifications/{}", ids[0])).await.0, 404);
 }
 
+/// The id of the endpoint at `url`'s origin, once the instance has told the store of it.
+async fn endpoint_id(pb: &Postback, url: &str) -> String {
+    let origin = url.trim_end_matches('/');
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (_, page) = pb.get("/endpoints").await;
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        if let Some(e) = items.iter().find(|e| e["url"] == origin) {
+            return e["id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{origin} not listed: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_resends_a_delivered_one_counts_a_bulk_resend_and_hurries_a_pending_one() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
@@ -169,6 +187,12 @@ async fn an_operator_resends_a_delivered_one_counts_a_bulk_resend_and_hurries_a_
         receiver.requests_for(&sent).len(),
         2,
         "a dry run sends nothing"
+    );
+    let endpoint = endpoint_id(&pb, &receiver.url("")).await;
+    let args = ["resend", "--state", "delivered", "--endpoint", &endpoint];
+    assert_eq!(
+        ok(&pb, &[&args[..], &["--dry-run"]].concat()).trim(),
+        "would resend 1 notifications"
     );
 
     let later = notify(&pb, &receiver.url("/ok"), &["--delay", "1h"]);

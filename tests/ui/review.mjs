@@ -364,6 +364,17 @@ try {
   await page.waitForURL(/state=failing/);
   await eventually("only the failing one", async () => (await endpointRows.count()) === 1);
   assert.equal((await call("GET", `/notifications/${failing.id}`)).state, "dead");
+  // After the outage, what died at that endpoint is replayed by its id alone.
+  await eventually("the held one dead too", async () => (await call("GET", `/notifications/${held.id}`)).state === "dead");
+  await failingRow.getByRole("link", { name: "Dead letters" }).click();
+  await page.waitForURL(/#\/dead\?endpoint=ep_/);
+  await page.getByText(held.id).waitFor();
+  await page.getByRole("button", { name: "Replay all matching…" }).click();
+  const replayDialog = page.locator("dialog[open]");
+  assert.match(await replayDialog.textContent(), /Replay 2 dead letters matching endpoint=ep_/);
+  await replayDialog.getByRole("button", { name: "Replay 2" }).click();
+  await page.getByText("2 replayed.").waitFor();
+  assert.equal((await call("GET", `/notifications/${failing.id}`)).replays, 1);
 
   // Subscriptions and events: subscribe a URL on the page, publish an event, follow it
   // to its delivery, resend it, disable the subscription.
@@ -419,7 +430,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, subscriptions and events, merchant's page (roles, request and response, signing keys verified in Node.js and Python), phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, merchant's page (roles, request and response, signing keys verified in Node.js and Python), phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
