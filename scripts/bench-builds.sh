@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # postback beside an earlier build of itself, in one session: REV (a commit) is built in
 # a scratch worktree, and both builds run the same scenarios (burst, batch burst, retry,
-# delayed, backlog) REPEATS times, interleaved, both driven by this build's harness
-# (postback-bench runs the `postback` beside it), so that the ratios are postback's
-# alone. Prints the medians as a markdown table, with this build's figures as a ratio to
-# REV's: what a change did, told apart from what the machine did that day. REV must
-# start with the settings this harness gives postback (`postback-bench`'s `Postback`).
+# delayed, backlog) REPEATS times, both driven by this build's harness (postback-bench
+# runs the `postback` beside it), so that the ratios are postback's alone. Each scenario
+# runs for both builds back to back, each build first in every other repeat (an even
+# number of repeats balances them). Prints the medians as a markdown table, with this
+# build's figures as a ratio to REV's: what a change did, told apart from what the
+# machine did that day. REV must start with the settings this harness gives postback
+# (`postback-bench`'s `Postback`).
 #
-#   scripts/bench-builds.sh REV [REPEATS] [BACKLOG]   (default 3 repeats; backlog sizes
+#   scripts/bench-builds.sh REV [REPEATS] [BACKLOG]   (default 4 repeats; backlog sizes
 #                                                      10000,100000, once per repeat)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev="${1:?usage: scripts/bench-builds.sh REV [REPEATS] [BACKLOG]}"
-repeats="${2:-3}"
+repeats="${2:-4}"
 backlog="${3:-10000,100000}"
 out="$(pwd)/bench-results"
 mkdir -p "$out"
@@ -38,11 +40,16 @@ run() {
     tee -a "$tsv"
 }
 
-for _ in $(seq "$repeats"); do
-  for build in previous this; do
-    for scenario in burst retry delayed; do run "$build" "$scenario"; done
-    run "$build" burst --batch 1000 --producers 4
-    run "$build" backlog --backlog "$backlog"
+# Both builds run each scenario back to back, the first of the two alternating from one
+# repeat to the next: the machine drifts over minutes, and the second of two runs in a
+# row is slower more often than not, so neither build may always come second.
+scenarios=(burst retry delayed "burst --batch 1000 --producers 4" "backlog --backlog $backlog")
+for r in $(seq "$repeats"); do
+  order=(previous this)
+  if (( r % 2 == 0 )); then order=(this previous); fi
+  for scenario in "${scenarios[@]}"; do
+    # shellcheck disable=SC2086 # a scenario is its name and its options, split here
+    for build in "${order[@]}"; do run "$build" $scenario; done
   done
 done
 
