@@ -25,16 +25,23 @@ pub fn payment(i: usize) -> Value {
 }
 
 /// What one run cost: postback's and Redis's CPU, Redis commands, postback's memory
-/// (CPU summed over the instances, memory of the largest).
+/// (CPU summed over the instances, memory of the largest); and, for a phase of it, where
+/// the CPU went (`report_split`).
 pub struct Meter<'a> {
     store: &'a Backend,
     pids: Vec<u32>,
-    postback_cpu: f64,
+    /// postback's user and system CPU seconds when the meter started.
+    postback: (f64, f64),
     redis_cpu: f64,
+    /// This process's CPU seconds: the producer's and the receiver's.
+    harness: f64,
 }
 
-fn total_cpu(pids: &[u32]) -> f64 {
-    pids.iter().map(|&pid| cpu_seconds(pid)).sum()
+/// The user and system CPU seconds of postback's instances.
+fn postback_split(pids: &[u32]) -> (f64, f64) {
+    pids.iter()
+        .map(|&pid| cpu_split(pid))
+        .fold((0.0, 0.0), |(u, s), (pu, ps)| (u + pu, s + ps))
 }
 
 impl<'a> Meter<'a> {
@@ -43,10 +50,45 @@ impl<'a> Meter<'a> {
         let pids: Vec<u32> = instances.iter().map(Postback::pid).collect();
         Ok(Self {
             store,
-            postback_cpu: total_cpu(&pids),
+            postback: postback_split(&pids),
             pids,
             redis_cpu: store.cpu_seconds()?,
+            harness: cpu_seconds(std::process::id()),
         })
+    }
+
+    /// postback's CPU seconds since the start, user and system.
+    fn postback_cpu(&self) -> (f64, f64) {
+        let (user, system) = postback_split(&self.pids);
+        (user - self.postback.0, system - self.postback.1)
+    }
+
+    /// Where the CPU of a phase went, per delivery (`<phase>_<part>_cpu`, µs): postback's
+    /// own work (user space) and the kernel's on its behalf (its system calls, with the
+    /// loopback TCP they do for the other end), the store's, and the harness's (this
+    /// process: the producer and the receiver). With every process on the same cores,
+    /// these say how fast the phase could be at most, were postback's own work free.
+    fn report_split(
+        &self,
+        r: &mut Results,
+        scenario: &str,
+        run: usize,
+        phase: &str,
+        n: usize,
+    ) -> anyhow::Result<()> {
+        let per = |seconds: f64| seconds * 1e6 / n.max(1) as f64;
+        let (user, system) = self.postback_cpu();
+        let figures = [
+            ("postback_user", user),
+            ("postback_system", system),
+            ("store", self.store.cpu_seconds()? - self.redis_cpu),
+            ("harness", cpu_seconds(std::process::id()) - self.harness),
+        ];
+        for (whose, seconds) in figures {
+            let metric = format!("{phase}_{whose}_cpu");
+            r.add(scenario, run, &metric, per(seconds), "us");
+        }
+        Ok(())
     }
 
     pub fn report(
@@ -70,11 +112,12 @@ impl<'a> Meter<'a> {
                 "us",
             );
         }
+        let (user, system) = self.postback_cpu();
         r.add(
             scenario,
             run,
             "postback_cpu_per_delivery",
-            (total_cpu(&self.pids) - self.postback_cpu) * 1e6 / n,
+            (user + system) * 1e6 / n,
             "us",
         );
         r.add(
@@ -177,62 +220,6 @@ impl Rig {
     }
 }
 
-/// Where the CPU of one phase went, per delivery: postback's own work (user space) and
-/// the kernel's on its behalf (its system calls, with the loopback TCP they do for the
-/// other end), the store's, and the harness's (this process: the producer and the
-/// receiver). With every process on the same cores, these say how fast the phase could
-/// be at most, were postback's own work free.
-struct CpuSplit<'a> {
-    store: &'a Backend,
-    pids: Vec<u32>,
-    postback: (f64, f64),
-    store_cpu: f64,
-    harness: f64,
-}
-
-impl<'a> CpuSplit<'a> {
-    fn start(store: &'a Backend, instances: &[Postback]) -> anyhow::Result<Self> {
-        let pids: Vec<u32> = instances.iter().map(Postback::pid).collect();
-        Ok(Self {
-            store,
-            postback: postback_split(&pids),
-            pids,
-            store_cpu: store.cpu_seconds()?,
-            harness: cpu_seconds(std::process::id()),
-        })
-    }
-
-    /// Reports `<phase>_<part>_cpu` figures, µs per delivery.
-    fn report(
-        &self,
-        r: &mut Results,
-        scenario: &str,
-        run: usize,
-        phase: &str,
-        n: usize,
-    ) -> anyhow::Result<()> {
-        let per = |seconds: f64| seconds * 1e6 / n.max(1) as f64;
-        let (user, system) = postback_split(&self.pids);
-        let figures = [
-            ("postback_user", user - self.postback.0),
-            ("postback_system", system - self.postback.1),
-            ("store", self.store.cpu_seconds()? - self.store_cpu),
-            ("harness", cpu_seconds(std::process::id()) - self.harness),
-        ];
-        for (whose, seconds) in figures {
-            let metric = format!("{phase}_{whose}_cpu");
-            r.add(scenario, run, &metric, per(seconds), "us");
-        }
-        Ok(())
-    }
-}
-
-fn postback_split(pids: &[u32]) -> (f64, f64) {
-    pids.iter()
-        .map(|&pid| cpu_split(pid))
-        .fold((0.0, 0.0), |(u, s), (pu, ps)| (u + pu, s + ps))
-}
-
 /// N registrations as fast as the producer can (one per request, or `--batch` per
 /// request), receiver always 200: enqueue rate, each request's time to its answer (p99)
 /// and end-to-end throughput; then N more all due at one instant: delivery-only
@@ -248,7 +235,6 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     let url = format!("http://{addr}/hook");
 
     let meter = Meter::start(store, pb)?;
-    let split = CpuSplit::start(store, pb)?;
     let bodies = (0..opts.n)
         .map(|i| json!({"url": url, "body": payment(i)}))
         .collect();
@@ -279,7 +265,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     );
     check_exactly_once(receiver, &registered, r, name, run)?;
     meter.report(r, name, run, opts.n)?;
-    split.report(r, name, run, "e2e", opts.n)?;
+    meter.report_split(r, name, run, "e2e", opts.n)?;
 
     // Every one due at the same instant, far enough ahead for the registration to finish.
     receiver.reset();
@@ -293,7 +279,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
     if SystemTime::now() > first_due {
         bail!("registration overran the common due time");
     }
-    let split = CpuSplit::start(store, pb)?;
+    let phase = Meter::start(store, pb)?;
     let last = wait_all(receiver, &registered).await?;
     r.add(
         name,
@@ -302,7 +288,7 @@ pub async fn burst(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<(
         opts.n as f64 / (ms_between(first_due, last) / 1000.0),
         "notifications/s",
     );
-    split.report(r, name, run, "delivery_only", opts.n)
+    phase.report_split(r, name, run, "delivery_only", opts.n)
 }
 
 /// The receiver fails the first two requests of each notification; tiers 1s, 2s, 4s:
