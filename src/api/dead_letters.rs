@@ -292,10 +292,10 @@ impl BulkRequest {
             since: &self.since,
             until: &self.until,
             tenant: &self.tenant,
-            endpoint: endpoints::filter(state, caller, self.endpoint.as_deref()).await?,
+            endpoint: &self.endpoint,
             all: self.all,
         };
-        paging::bulk_filter(caller, conditions, "every dead letter")
+        paging::bulk_filter(state, caller, conditions, "every dead letter").await
     }
 }
 

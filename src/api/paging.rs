@@ -13,8 +13,9 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305, NONCE_L
 use ring::rand::{SecureRandom, SystemRandom};
 
 use super::error::ApiError;
+use super::AppState;
 use crate::access::Principal;
-use crate::domain::{Endpoint, FieldError};
+use crate::domain::FieldError;
 use crate::store::ListFilter;
 
 const DEFAULT_LIMIT: usize = 50;
@@ -127,19 +128,21 @@ pub(super) struct Conditions<'a> {
     pub since: &'a Option<String>,
     pub until: &'a Option<String>,
     pub tenant: &'a Option<String>,
-    /// One endpoint's only, as `endpoints::filter` found it.
-    pub endpoint: Option<Endpoint>,
+    /// One endpoint's only (`ep_…`): one the caller may see, else `422` naming it.
+    pub endpoint: &'a Option<String>,
     /// `"all": true`: act on everything when no condition is given.
     pub all: bool,
 }
 
 /// The filter of a bulk action, within the caller's tenant. Without any condition it is
 /// refused unless `all` says so, naming what `all` would act on (`every dead letter`).
-pub(super) fn bulk_filter(
+pub(super) async fn bulk_filter(
+    state: &AppState,
     caller: &Principal,
     c: Conditions<'_>,
     every: &str,
 ) -> Result<ListFilter, ApiError> {
+    let endpoint = super::endpoints::filter(state, caller, c.endpoint.as_deref()).await?;
     let mut f = filter(
         c.topic.clone(),
         c.host.clone(),
@@ -151,12 +154,12 @@ pub(super) fn bulk_filter(
         && f.since.is_none()
         && f.until.is_none()
         && c.tenant.is_none()
-        && c.endpoint.is_none();
+        && endpoint.is_none();
     if empty && !c.all {
         let hint = format!("no filter given: pass `topic`, `host`, `endpoint`, `since`, `until` or `tenant`, or `\"all\": true` to act on {every}");
         return Err(FieldError::new("all", hint).into());
     }
     f.tenant = super::auth::tenant_filter(caller, c.tenant.as_deref())?;
-    f.endpoint = c.endpoint;
+    f.endpoint = endpoint;
     Ok(f)
 }

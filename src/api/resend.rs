@@ -19,7 +19,7 @@ use super::parse::{optional_json, parse_json};
 use super::rules::schedule_schema;
 use super::view::NotificationView;
 use super::AppState;
-use super::{audit, auth, endpoints, paging};
+use super::{audit, auth, paging};
 use crate::access::{Principal, Role};
 use crate::domain::FieldError;
 use crate::lifecycle::LetGo;
@@ -242,11 +242,14 @@ impl BulkResendRequest {
             since: &self.since,
             until: &self.until,
             tenant: &self.tenant,
-            endpoint: endpoints::filter(state, caller, self.endpoint.as_deref()).await?,
+            endpoint: &self.endpoint,
             all: self.all,
         };
         let every = format!("every {} notification", listed.name());
-        Ok((listed, paging::bulk_filter(caller, conditions, &every)?))
+        Ok((
+            listed,
+            paging::bulk_filter(state, caller, conditions, &every).await?,
+        ))
     }
 }
 
