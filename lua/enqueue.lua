@@ -12,17 +12,17 @@
 -- An idempotency key holds `<id> <fingerprint>` (keys of builds before fingerprints:
 -- `<id>`). A notification whose idempotency key was seen before (earlier, or earlier in
 -- this group) stores nothing: the first notification of that key is answered instead,
--- or, when the key was first used with another request (fingerprints differ), refused.
--- The
+-- with the fingerprint kept (postback refuses the repeat when that says another
+-- request: `Fingerprint::refuses`). The
 -- group is written with one command per structure: the spec, with the registration's
 -- time, delay and schedule in front, and the due time. No state record is written until
 -- the notification first changes: until then its record is the one
 -- lifecycle::transitions::register gives it from that first line.
 -- Returns {0, or 1 + ms until due when one is the shard's new earliest, registration
--- time ms, then per notification: id, duplicate
--- 0|1 (2: of another request), and for a duplicate of the same request the state of the
--- first (held_of in common.lua), or false when that one is in this group or refused;
--- for a new one, 1 when it waits behind another of its ordering key, else false}.
+-- time ms, then per notification: id, duplicate 0|1, for a duplicate the state of the
+-- first (held_of in common.lua), or false when that one is in this group; for a new one,
+-- 1 when it waits behind another of its ordering key, else false; and for a duplicate
+-- the fingerprint kept with its key ('' for none)}.
 local FIRST, WIDTH = 2, 11
 if #ARGV < FIRST or (#ARGV - FIRST + 1) % WIDTH ~= 0 then
   return redis.error_reply('enqueue: ' .. #ARGV .. ' arguments are not records of ' .. WIDTH)
@@ -80,19 +80,15 @@ for i = FIRST, #ARGV, WIDTH do
   local fingerprint = ARGV[i + 8]
   local existing = key > 0 and seen[key]
   if existing then
-    local first, seen = string.match(existing, '^(%S+) ?(%S*)$')
-    if seen ~= '' and seen ~= fingerprint then
-      out[#out + 1], out[#out + 2], out[#out + 3] = first, 2, false
-    else
-      local held = not created[first] and held_of(first)
-      if not created[first] and not rewritten[key] then
-        -- A write of its own, so that a WAIT behind this call (store.replica_acks)
-        -- answers for the first registration too: replicas apply writes in order.
-        redis.call('SET', KEYS[key], existing, 'KEEPTTL')
-        rewritten[key] = true
-      end
-      out[#out + 1], out[#out + 2], out[#out + 3] = first, 1, held
+    local first, kept = string.match(existing, '^(%S+) ?(%S*)$')
+    local held = not created[first] and held_of(first)
+    if not created[first] and not rewritten[key] then
+      -- A write of its own, so that a WAIT behind this call (store.replica_acks)
+      -- answers for the first registration too: replicas apply writes in order.
+      redis.call('SET', KEYS[key], existing, 'KEEPTTL')
+      rewritten[key] = true
     end
+    out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = first, 1, held, kept
   else
     if key > 0 then
       seen[key] = id .. ' ' .. fingerprint
@@ -111,7 +107,7 @@ for i = FIRST, #ARGV, WIDTH do
     local line = line_start .. ARGV[i + 5] .. ' ' .. schedule_word(ARGV[i + 2], ARGV[i + 3])
     jobs[#jobs + 1], jobs[#jobs + 2] = id, line .. ARGV[i + 1]
     due[#due + 1], due[#due + 2] = next_text, id
-    out[#out + 1], out[#out + 2], out[#out + 3] = id, 0, waits
+    out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = id, 0, waits, ''
     if ARGV[i + 9] ~= '' then tally(ARGV[i + 9], 'due', nil, 1, now) end
   end
 end

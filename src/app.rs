@@ -119,7 +119,6 @@ impl App {
             metrics: crate::metrics::install()?,
             pipeline: pipeline.clone(),
             host_labels: s.metrics.host_labels,
-            max_body_bytes: s.server.max_body_bytes,
             body_timeout: s.server.body_timeout,
             metrics_token: s.server.metrics_token.as_deref().map(access::digest),
             signer,
@@ -270,6 +269,7 @@ fn registration_rules(config: &Config) -> RegistrationRules {
         placement: Placement::new(config.shards),
         profiles: config.profiles.clone(),
         event_schemas: config.event_schemas.clone(),
+        max_request_bytes: config.settings.server.max_body_bytes,
         tenants: config
             .tenants
             .iter()

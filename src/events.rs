@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::domain::{EventId, JobId, SubscriptionId, Tenant, Topic, TopicPattern};
+use crate::domain::{EventId, JobId, RawJson, SubscriptionId, Tenant, Topic, TopicPattern};
 use crate::store::collections::{Change, Collection, Collections, Expect, Scan};
 use crate::store::{StoreError, StoreResult};
 
@@ -55,13 +55,45 @@ impl Subscription {
     }
 }
 
+/// A document that cannot be read (stored deeper than a reader reads by a build before
+/// the nesting limit, or damaged): named wherever it would be listed, so that it costs
+/// only itself, and deleted by its id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unreadable {
+    pub id: String,
+    /// Its tenant, as far as the document and the tenant's index tell.
+    pub tenant: Option<String>,
+    pub error: String,
+}
+
+/// A subscription's document, read or not.
+pub type StoredSubscription = Result<Subscription, Unreadable>;
+
+/// `doc`, the subscription `id`, read.
+fn read_subscription(id: &str, doc: &str) -> StoredSubscription {
+    Subscription::decode(doc).map_err(|e| Unreadable {
+        id: id.to_string(),
+        tenant: written_tenant(doc),
+        error: e.to_string(),
+    })
+}
+
+/// The tenant a document that cannot be read names first (every document postback writes
+/// names its tenant before anything a caller wrote), if any.
+fn written_tenant(doc: &str) -> Option<String> {
+    let rest = &doc[doc.find("\"tenant\":\"")? + "\"tenant\":\"".len()..];
+    let name = &rest[..rest.find('"')?];
+    Tenant::parse(name, "tenant").ok().map(|t| t.to_string())
+}
+
 /// A published event and what it became.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Event {
     pub id: String,
     pub tenant: String,
     pub topic: String,
-    pub body: Value,
+    /// As the producer sent it.
+    pub body: RawJson,
     /// ms since the epoch.
     pub created_at: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,7 +140,7 @@ pub struct TopicEntry {
     pub topic: String,
     pub last_published_at: i64,
     pub last_event: String,
-    pub example: Value,
+    pub example: RawJson,
 }
 
 impl TopicEntry {
@@ -136,31 +168,43 @@ fn after_tenant(key: &str) -> &str {
 pub async fn subscription(
     store: &dyn Collections,
     id: &SubscriptionId,
-) -> StoreResult<Option<Subscription>> {
+) -> StoreResult<Option<StoredSubscription>> {
+    let id = id.to_string();
     let stored = store
-        .read(Collection::Subscriptions, &[id.to_string()])
+        .read(Collection::Subscriptions, std::slice::from_ref(&id))
         .await?;
-    stored
-        .into_iter()
-        .flatten()
-        .next()
-        .as_deref()
-        .map(Subscription::decode)
-        .transpose()
+    let Some(doc) = stored.into_iter().flatten().next() else {
+        return Ok(None);
+    };
+    let read = read_subscription(&id, &doc);
+    let Err(mut unreadable) = read else {
+        return Ok(Some(read));
+    };
+    // The tenant the document names counts only if its index agrees.
+    if let Some(tenant) = unreadable.tenant.take() {
+        let indexed = store
+            .read(Collection::TenantSubscriptions, &[format!("{tenant} {id}")])
+            .await?;
+        unreadable.tenant = indexed.into_iter().flatten().next().map(|_| tenant);
+    }
+    Ok(Some(Err(unreadable)))
 }
 
 /// Up to `n` of `tenant`'s subscriptions (of every tenant's, by id, when `None`) after
-/// `after`, in id order.
+/// `after`, in id order, each read or named as unreadable.
 pub async fn subscriptions(
     store: &dyn Collections,
     tenant: Option<&Tenant>,
     after: Option<&str>,
     n: usize,
-) -> StoreResult<Vec<Subscription>> {
+) -> StoreResult<Vec<StoredSubscription>> {
     let Some(tenant) = tenant else {
         let scan = Scan::in_order(String::new(), after.map(str::to_string), n);
         let docs = store.scan(Collection::Subscriptions, &scan).await?;
-        return docs.iter().map(|(_, d)| Subscription::decode(d)).collect();
+        return Ok(docs
+            .iter()
+            .map(|(id, d)| read_subscription(id, d))
+            .collect());
     };
     let scan = Scan::in_order(
         tenant_prefix(tenant),
@@ -173,9 +217,30 @@ pub async fn subscriptions(
         .map(|(k, _)| after_tenant(k).to_string())
         .collect();
     let docs = store.read(Collection::Subscriptions, &ids).await?;
-    docs.into_iter()
-        .flatten()
-        .map(|d| Subscription::decode(&d))
+    Ok(ids
+        .iter()
+        .zip(docs)
+        .filter_map(|(id, doc)| {
+            let read = read_subscription(id, &doc?);
+            Some(read.map_err(|u| Unreadable {
+                tenant: Some(tenant.to_string()),
+                ..u
+            }))
+        })
+        .collect())
+}
+
+/// The subscriptions that could be read, each unreadable one logged (it takes no event
+/// until it is deleted and created again).
+fn readable(stored: Vec<StoredSubscription>) -> Vec<Subscription> {
+    stored
+        .into_iter()
+        .filter_map(|s| {
+            s.map_err(|u| {
+                tracing::warn!(subscription = %u.id, error = %u.error, "a subscription cannot be read; it takes no events until deleted and created again");
+            })
+            .ok()
+        })
         .collect()
 }
 
@@ -209,6 +274,17 @@ pub async fn replace(
     store.write(&[change]).await
 }
 
+/// Deletes a subscription that cannot be read, with its tenant's index entry when its
+/// tenant is known.
+pub async fn delete_unreadable(store: &dyn Collections, u: &Unreadable) -> StoreResult<bool> {
+    let mut changes = vec![Change::delete(Collection::Subscriptions, &u.id)];
+    if let Some(tenant) = &u.tenant {
+        let key = format!("{tenant} {}", u.id);
+        changes.push(Change::delete(Collection::TenantSubscriptions, key));
+    }
+    store.write(&changes).await
+}
+
 /// Deletes `s`: whether it was still there.
 pub async fn delete(store: &dyn Collections, s: &Subscription) -> StoreResult<bool> {
     let tenant = Tenant::parse(&s.tenant, "tenant").map_err(corrupt)?;
@@ -226,7 +302,10 @@ pub async fn reached(
     topic: &Topic,
 ) -> StoreResult<Vec<Subscription>> {
     let all = subscriptions(store, Some(tenant), None, MAX_SUBSCRIPTIONS).await?;
-    Ok(all.into_iter().filter(|s| s.takes(topic)).collect())
+    Ok(readable(all)
+        .into_iter()
+        .filter(|s| s.takes(topic))
+        .collect())
 }
 
 /// The event `id`, whoever's it is.

@@ -292,7 +292,7 @@ impl OpsEvents {
             id: self.placement.new_id(None),
             rate_key: url.host().to_string(),
             url,
-            payload: Payload::from_json(body).ok()?,
+            payload: Payload::json(&body),
             headers: ExtraHeaders::default(),
             schedule: self.schedule.clone(),
             delay: Duration::ZERO,

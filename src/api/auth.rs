@@ -135,6 +135,11 @@ pub fn sees(caller: &Principal, tenant: &Tenant) -> bool {
     caller.scope.covers(tenant)
 }
 
+/// Whether `caller` sees every tenant's (what belongs to no tenant it can tell).
+pub fn sees_every_tenant(caller: &Principal) -> bool {
+    matches!(caller.scope, Scope::All)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,20 +5,17 @@
 //! refuses none of the others; only a malformed request is refused whole.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::{Extension, Json};
-use serde::de::IgnoredAny;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
-use serde_json::Value;
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, Schema, SchemaType};
 use utoipa::ToSchema;
 
 use super::auth;
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
-use super::notify::NotifyRequest;
-use super::parse::{checked_key, parse_json};
+use super::parse::{no_key_header, parse_json, parse_json_within, split_key, BATCH_NESTING};
 use super::registration::{self, Registration};
 use super::view::Registered;
 use super::AppState;
@@ -108,7 +105,8 @@ pub async fn register_batch(
     Body(body): Body,
 ) -> Result<Json<BatchRegistered>, ApiError> {
     auth::require(&caller, Role::Notify)?;
-    let request: BatchRequest = parse_json(&body)?;
+    no_key_header(&headers)?;
+    let request: BatchRequest = parse_json_within(&body, BATCH_NESTING)?;
     let items = items(request.items.as_deref(), MAX_ITEMS, "notifications")?;
     let registrations = items
         .into_iter()
@@ -145,70 +143,15 @@ pub(super) fn items<'r>(
     }
 }
 
-/// Whether an item has an `idempotency_key` field (with any value, `null` too), found
-/// without building the item.
-#[derive(Deserialize)]
-struct KeyField {
-    #[serde(default, deserialize_with = "present")]
-    idempotency_key: bool,
-}
-
-fn present<'de, D: Deserializer<'de>>(field: D) -> Result<bool, D::Error> {
-    IgnoredAny::deserialize(field).map(|_| true)
-}
-
-/// One item checked as `POST /notify` checks its body, its key as the header's. An item
-/// without a key is read as it came; one with a key is read without it, and its
-/// fingerprint is that of the rest written out again (so that the key's fingerprint
-/// does not depend on spacing or field order).
+/// One item checked as `POST /notify` checks its body, its key as the header's: the
+/// request is the item without its `idempotency_key`, every other field as sent.
 fn registration(
     state: &AppState,
     caller: &Principal,
     item: &RawValue,
 ) -> Result<Registration, ApiError> {
-    let not_object = || {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_json",
-            "an item must be a JSON object",
-        )
-    };
-    if !item.get().starts_with('{') {
-        return Err(not_object());
-    }
-    let has_key = serde_json::from_str::<KeyField>(item.get())
-        .map_err(|_| not_object())?
-        .idempotency_key;
-    if !has_key {
-        let raw = item.get().as_bytes();
-        check_size(state, raw)?;
-        return registration::prepare(state, caller, parse_json(raw)?, None, raw);
-    }
-    let Ok(Value::Object(mut fields)) = serde_json::from_str(item.get()) else {
-        return Err(not_object());
-    };
-    let key = match fields.remove("idempotency_key") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(key)) => Some(checked_key(&key, "idempotency_key")?),
-        Some(_) => return Err(FieldError::new("idempotency_key", "must be a string").into()),
-    };
-    let raw = serde_json::to_vec(&fields).expect("a JSON object serializes");
-    check_size(state, &raw)?;
-    let request: NotifyRequest = parse_json(&raw)?;
-    registration::prepare(state, caller, request, key, &raw)
-}
-
-/// Refuses an item larger than `server.max_body_bytes`, the limit of one `POST /notify`.
-fn check_size(state: &AppState, raw: &[u8]) -> Result<(), ApiError> {
-    if raw.len() <= state.max_body_bytes {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "invalid_body",
-        format!(
-            "this notification is larger than {} bytes (server.max_body_bytes)",
-            state.max_body_bytes
-        ),
-    ))
+    let (request, key) = split_key(item)?;
+    let raw = request.as_bytes();
+    state.rules.check_size(raw)?;
+    registration::prepare(state, caller, parse_json(raw)?, key, raw)
 }

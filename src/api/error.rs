@@ -130,16 +130,21 @@ pub fn invalid_query(r: axum::extract::rejection::QueryRejection) -> ApiError {
 }
 
 impl ApiError {
+    /// `413`: a body, or an item of one, larger than `bytes` (the setting `key`).
+    pub fn too_large(bytes: usize, key: &str) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_body",
+            format!("the body is larger than {bytes} bytes ({key})"),
+        )
+    }
+
     /// A body that could not be read: larger than its route's `limit` (413, naming the
     /// limit and its key) or broken.
     pub fn body(r: BytesRejection, limit: Option<BodyLimit>) -> Self {
         if let (StatusCode::PAYLOAD_TOO_LARGE, Some(BodyLimit { bytes, key })) = (r.status(), limit)
         {
-            return Self::new(
-                r.status(),
-                "invalid_body",
-                format!("the body is larger than {bytes} bytes ({key})"),
-            );
+            return Self::too_large(bytes, key);
         }
         Self::new(r.status(), "invalid_body", r.body_text())
     }

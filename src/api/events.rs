@@ -7,10 +7,11 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
@@ -18,13 +19,15 @@ use super::audit;
 use super::body::Body;
 use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
 use super::fanout;
-use super::parse::{checked_key, optional_json, parse_json};
-use super::registration::fingerprint;
+use super::parse::{key_header, optional_json, parse_json, without_key};
 use super::view::{next_attempt_at, StateView};
 use super::AppState;
 use super::{auth, paging};
 use crate::access::{Principal, Role};
-use crate::domain::{rfc3339, EventId, FieldError, JobId, Payload, SubscriptionId, Tenant, Topic};
+use crate::domain::{
+    rfc3339, EventId, FieldError, Fingerprint, IdempotencyKey, JobId, Payload, RawJson,
+    SubscriptionId, Tenant, Topic,
+};
 use crate::events::{self, Delivery, Event};
 use crate::store::{Again, AuditAction, AuditRecord, JobStatus};
 
@@ -41,8 +44,9 @@ pub struct PublishRequest {
     topic: Option<String>,
     /// A JSON value (sent as `application/json`) or a string (sent as is).
     #[schema(required = true, value_type = Object, example = json!({"order": 42, "status": "paid"}))]
-    body: Option<Value>,
-    /// Makes the publish safe to repeat: the same key answers the same event.
+    body: Option<Box<RawValue>>,
+    /// Makes the publish safe to repeat: the same key answers the same event (as the
+    /// `Idempotency-Key` header does; both given, they must be the same).
     idempotency_key: Option<String>,
     /// Whose event it is: only from a token for every tenant (default `default`).
     tenant: Option<String>,
@@ -72,7 +76,7 @@ pub struct EventView {
     tenant: String,
     topic: String,
     #[schema(value_type = Object)]
-    body: Value,
+    body: RawJson,
     created_at: String,
     idempotency_key: Option<String>,
     /// One per subscription it reached, in the order of their ids; none when it matched
@@ -106,7 +110,7 @@ pub struct TopicView {
     last_event: String,
     /// The body of the latest event of this topic.
     #[schema(value_type = Object)]
-    example: Value,
+    example: RawJson,
 }
 
 /// A page of topics, in topic order.
@@ -170,10 +174,12 @@ pub struct TopicsQuery {
 pub async fn publish(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
+    headers: HeaderMap,
     Body(raw): Body,
 ) -> Result<Response, ApiError> {
     auth::require(&caller, Role::Notify)?;
-    let (view, replayed) = publish_one(&state, &caller, parse_json(&raw)?).await?;
+    let key = key_header(&headers)?;
+    let (view, replayed) = publish_one(&state, &caller, &raw, key).await?;
     let mut response = (StatusCode::ACCEPTED, Json(view)).into_response();
     if replayed {
         response.headers_mut().insert(
@@ -184,13 +190,20 @@ pub async fn publish(
     Ok(response)
 }
 
-/// Publishes one event of `caller`'s: the event as stored, and whether its idempotency
-/// key had published it before.
+/// Publishes the event `raw` of `caller`'s (with `header_key`, its `Idempotency-Key`
+/// header): the event as stored, and whether its idempotency key had published it
+/// before.
 pub(super) async fn publish_one(
     state: &AppState,
     caller: &Principal,
-    request: PublishRequest,
+    raw: &[u8],
+    header_key: Option<IdempotencyKey>,
 ) -> Result<(EventView, bool), ApiError> {
+    let request: PublishRequest = parse_json(raw)?;
+    let key = publish_key(header_key, request.idempotency_key.as_deref())?;
+    // What a repeated key is held to: the request without its key, whatever its
+    // spacing or field order.
+    let fingerprint = Fingerprint::of_request(without_key(raw)?.as_bytes());
     let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
         state.rules.tenants.contains_key(t)
     })?;
@@ -202,17 +215,10 @@ pub(super) async fn publish_one(
     let body = request
         .body
         .ok_or_else(|| FieldError::new("body", "required"))?;
-    Payload::from_json(body.clone())?;
-    state.rules.event_schemas.check(&topic, &body)?;
-    let key = request
-        .idempotency_key
-        .as_deref()
-        .map(|k| checked_key(k, "idempotency_key"))
-        .transpose()?;
-    // What a repeated key is held to: the event as published, whatever its spacing.
-    let published =
-        serde_json::json!({"tenant": tenant.to_string(), "topic": topic.as_str(), "body": body});
-    let fingerprint = fingerprint(published.to_string().as_bytes());
+    Payload::from_raw(&body)?;
+    let body = RawJson::new(body);
+    state.rules.event_schemas.check(&topic, &body.value())?;
+    let key = key.map(IdempotencyKey::into_string);
     let store = state.store.as_ref();
     if let Some(key) = &key {
         if let Some(earlier) = events::event_of_key(store, &tenant, key).await? {
@@ -226,7 +232,7 @@ pub(super) async fn publish_one(
         body,
         created_at: crate::store::endpoints::now_ms(),
         idempotency_key: key.clone(),
-        fingerprint,
+        fingerprint: fingerprint.as_str().to_string(),
         deliveries: Vec::new(),
     };
     let reached = events::reached(store, &tenant, &topic).await?;
@@ -235,7 +241,7 @@ pub(super) async fn publish_one(
         // The key published another event meanwhile.
         let earlier = events::event_of_key(store, &tenant, key.as_deref().unwrap_or_default());
         let earlier = earlier.await?.ok_or_else(|| ApiError::not_found("event"))?;
-        return Ok((replayed(state, &earlier, &event.fingerprint).await?, true));
+        return Ok((replayed(state, &earlier, &fingerprint).await?, true));
     }
     let accepted = fanout::register(state, &event, registrations).await?;
     tracing::info!(event = %event.id, %tenant, topic = %event.topic, deliveries = event.deliveries.len(), "event published");
@@ -253,9 +259,9 @@ pub(super) async fn publish_one(
 async fn replayed(
     state: &AppState,
     earlier: &Event,
-    fingerprint: &str,
+    fingerprint: &Fingerprint,
 ) -> Result<EventView, ApiError> {
-    if earlier.fingerprint != fingerprint {
+    if fingerprint.refuses(Some(&earlier.fingerprint)) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "idempotency_key_mismatch",
@@ -551,5 +557,23 @@ fn summary(e: &Event) -> EventSummary {
         topic: e.topic.clone(),
         created_at: rfc3339(e.created_at),
         deliveries: e.deliveries.len(),
+    }
+}
+
+/// A publish's idempotency key: the header's or the body's field (the same, when both
+/// are given).
+fn publish_key(
+    header: Option<IdempotencyKey>,
+    field: Option<&str>,
+) -> Result<Option<IdempotencyKey>, FieldError> {
+    let field = field
+        .map(|k| IdempotencyKey::parse(k, "idempotency_key"))
+        .transpose()?;
+    match (header, field) {
+        (Some(h), Some(f)) if h != f => Err(FieldError::new(
+            "idempotency_key",
+            "differs from the Idempotency-Key header; give one key, or the same in both",
+        )),
+        (h, f) => Ok(h.or(f)),
     }
 }

@@ -4,7 +4,7 @@
 //! nothing and refuses none of the others; only a malformed request is refused whole.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::HeaderMap;
 use axum::{Extension, Json};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,7 @@ use super::batch::{items, list_schema};
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::events::{publish_one, EventView};
-use super::parse::parse_json;
+use super::parse::{no_key_header, parse_json_within, BATCH_NESTING};
 use super::AppState;
 use crate::access::{Principal, Role};
 
@@ -81,10 +81,12 @@ fn items_schema() -> Schema {
 pub async fn publish_batch(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
+    headers: HeaderMap,
     Body(body): Body,
 ) -> Result<Json<EventBatchPublished>, ApiError> {
     auth::require(&caller, Role::Notify)?;
-    let request: EventBatchRequest = parse_json(&body)?;
+    no_key_header(&headers)?;
+    let request: EventBatchRequest = parse_json_within(&body, BATCH_NESTING)?;
     let items: Vec<String> = items(request.items.as_deref(), MAX_ITEMS, "events")?
         .into_iter()
         .map(|item| item.get().to_string())
@@ -115,15 +117,6 @@ async fn publish_item(
     caller: &Principal,
     raw: &[u8],
 ) -> Result<(EventView, bool), ApiError> {
-    if raw.len() > state.max_body_bytes {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_body",
-            format!(
-                "this event is larger than {} bytes (server.max_body_bytes)",
-                state.max_body_bytes
-            ),
-        ));
-    }
-    publish_one(state, caller, parse_json(raw)?).await
+    state.rules.check_size(raw)?;
+    publish_one(state, caller, raw, None).await
 }

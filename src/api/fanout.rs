@@ -15,7 +15,7 @@ use super::rules::RegistrationRules;
 use super::subscriptions::notify_request;
 use super::AppState;
 use crate::backoff::backoff;
-use crate::domain::{EventId, JobId, SubscriptionId, Tenant};
+use crate::domain::{EventId, Fingerprint, JobId, SubscriptionId, Tenant};
 use crate::events::{self, Delivery, Event, Subscription};
 use crate::store::{Idempotency, JobStatus, StoreError};
 
@@ -65,10 +65,10 @@ fn registration(
 ) -> Result<Registration, ApiError> {
     let tenant = Tenant::parse(&event.tenant, "tenant")?;
     let idempotency = Idempotency {
-        // A key with spaces: no producer's key is one (`parse::checked_key`).
+        // A key with spaces: no producer's key is one (`IdempotencyKey`).
         key: format!("event {} {}", event.id, s.id),
         tenant: tenant.clone(),
-        fingerprint: event.id.clone(),
+        fingerprint: Fingerprint::of_request(event.id.as_bytes()),
         ttl: rules.idempotency_ttl,
     };
     let request = notify_request(s, &event.body, &event.topic)?;
@@ -175,7 +175,10 @@ async fn finish(state: &AppState, event: &Event) {
             Err(_) => Ok(None),
         };
         match found {
-            Ok(Some(s)) => match registration(&state.rules, event, &s, Some(id)) {
+            Ok(Some(Err(u))) => {
+                tracing::warn!(event = %event.id, %id, subscription = %u.id, error = %u.error, "fan-out: the subscription cannot be read; left out")
+            }
+            Ok(Some(Ok(s))) => match registration(&state.rules, event, &s, Some(id)) {
                 Ok(r) => registrations.push(r),
                 Err(e) => {
                     tracing::warn!(event = %event.id, %id, error = ?e.into_json(), "fan-out: a notification no longer passes its tenant's rules; left out")

@@ -12,9 +12,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::registration::prepare_intake;
-use super::rules::RegistrationRules;
+use super::rules::{RegistrationRules, MAX_REQUEST_KEY};
 use crate::backoff::backoff;
-use crate::store::{Store, TakenIn};
+use crate::domain::{FieldError, IdempotencyKey};
+use crate::store::{IntakeRules, Store, TakenIn};
 
 /// Registrations taken in per transaction.
 const BATCH: usize = 200;
@@ -33,10 +34,20 @@ pub async fn run(
     let Some(arrivals) = store.intake().map(|i| i.arrivals()) else {
         return;
     };
+    let published = published_rules(&rules);
     let check = move |item: &_| prepare_intake(&rules, item).map_err(ApiError::into_json);
-    let mut failures = 0;
+    let (mut failures, mut rules_written) = (0, false);
     loop {
         let Some(intake) = store.intake() else { return };
+        if !rules_written {
+            rules_written = match intake.publish_rules(&published).await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "intake: cannot write postback.intake_rules; will try again");
+                    false
+                }
+            };
+        }
         let pause = match intake.take_in(BATCH, &check).await {
             Ok(taken) => {
                 failures = 0;
@@ -57,6 +68,19 @@ pub async fn run(
             _ = arrivals.notified() => {}
             _ = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+/// What `postback.notify()` checks at once, as `POST /notify` checks it: the key rule
+/// and the size limit, each with the error the API answers.
+fn published_rules(rules: &RegistrationRules) -> IntakeRules {
+    let key_error = FieldError::new("idempotency_key", IdempotencyKey::RULE);
+    let size_error = ApiError::too_large(rules.max_request_bytes, MAX_REQUEST_KEY);
+    IntakeRules {
+        key_pattern: IdempotencyKey::PATTERN.to_string(),
+        key_error: ApiError::from(key_error).into_json().to_string(),
+        max_request_bytes: rules.max_request_bytes as i64,
+        size_error: size_error.into_json().to_string(),
     }
 }
 

@@ -98,8 +98,6 @@ pub struct Shared {
     pub pipeline: Pipeline,
     /// Label open-circuit series with their endpoint (`metrics.host_labels`).
     pub host_labels: bool,
-    /// `server.max_body_bytes`, which each notification of a batch is held to.
-    pub max_body_bytes: usize,
     /// `server.body_timeout`: a body not read whole by then is answered `408`.
     pub body_timeout: std::time::Duration,
     /// The SHA-256 of `server.metrics_token`: `/metrics` needs it when set.
@@ -167,7 +165,7 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
         .layer(
             BodyLimit {
                 bytes: server.max_body_bytes,
-                key: "server.max_body_bytes",
+                key: rules::MAX_REQUEST_KEY,
             }
             .layer(),
         )

@@ -15,7 +15,7 @@ use super::AppState;
 use super::{audit, auth, endpoints, paging};
 use crate::access::{Principal, Role};
 use crate::domain::{FieldError, JobId};
-use crate::store::{AuditAction, Cancelled, Idempotency, JobView, ListFilter, Listed, WalkCursor};
+use crate::store::{AuditAction, Cancelled, JobView, ListFilter, Listed, WalkCursor};
 
 /// One notification: state, attempts so far, next attempt, attempt history. Role `read`
 /// or `notify`, for a notification of the token's tenant.
@@ -237,10 +237,9 @@ async fn by_key(
     key: &str,
 ) -> Result<Option<JobView>, ApiError> {
     let tenant = filter.tenant.clone().unwrap_or_default();
-    let scoped = Idempotency::scope(key, &tenant);
     Ok(state
         .store
-        .find_by_key(&scoped)
+        .find_by_key(&tenant, key)
         .await?
         .filter(|v| v.spec.tenant == tenant))
 }

@@ -10,13 +10,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::auth;
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
-use super::parse::{checked_key, parse_json};
+use super::parse::{key_header, parse_json};
 use super::registration::{prepare, register, traceparent};
 use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRules};
 use super::view::Registered;
@@ -42,7 +43,7 @@ pub struct NotifyRequest {
     url: Option<String>,
     /// A JSON value (sent as `application/json`) or a string (sent as is).
     #[schema(required = true, value_type = Object, example = json!({"order": 42, "status": "paid"}))]
-    body: Option<Value>,
+    body: Option<Box<RawValue>>,
     /// Extra request headers; hop-by-hop, `webhook-*` and `User-Agent` are refused.
     headers: Option<BTreeMap<String, String>>,
     /// Intervals between attempts (`["15s", "3m"]`, each 100ms to 7 days, at most 50) or
@@ -81,6 +82,16 @@ pub struct NotifyRequest {
     pub(super) ordering_key: Option<String>,
 }
 
+impl NotifyRequest {
+    /// The request with `body` as its body: an event's, as it was published.
+    pub(super) fn with_body(self, body: Box<RawValue>) -> Self {
+        Self {
+            body: Some(body),
+            ..self
+        }
+    }
+}
+
 /// Register a notification. Role `notify`; it belongs to the token's tenant.
 #[utoipa::path(
     post,
@@ -106,11 +117,7 @@ pub async fn notify(
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     auth::require(&caller, Role::Notify)?;
-    // A value that is not visible ASCII reads as empty, which checked_key refuses.
-    let key = headers
-        .get("idempotency-key")
-        .map(|raw| checked_key(raw.to_str().unwrap_or_default(), "Idempotency-Key"))
-        .transpose()?;
+    let key = key_header(&headers)?;
     let request: NotifyRequest = parse_json(&body)?;
     let registration = prepare(&state, &caller, request, key, &body)?;
     let accepted = register(&state, registration, traceparent(&headers)).await?;
@@ -141,7 +148,11 @@ pub(super) fn validate(
             .ok_or_else(|| FieldError::new("url", "required"))?,
         &tenant,
     )?;
-    let payload = Payload::from_json(r.body.unwrap_or(Value::Null))?;
+    let body = r
+        .body
+        .as_deref()
+        .ok_or_else(|| FieldError::new("body", "required: a JSON value or a string"))?;
+    let payload = Payload::from_raw(body)?;
     let headers = ExtraHeaders::parse(r.headers.unwrap_or_default().into_iter().collect())?;
     let profile = match r.profile.as_deref() {
         Some(name) => Some((name, profile(name, &rules.profiles)?)),
@@ -273,6 +284,7 @@ mod tests {
                 },
             )]),
             event_schemas: Default::default(),
+            max_request_bytes: 256 * 1024,
         }
     }
 

@@ -3,7 +3,6 @@
 //! is stored in a span of its own, and the store's answer becomes what the API answers.
 
 use axum::http::{HeaderMap, StatusCode};
-use sha2::{Digest, Sha256};
 use tracing::{Instrument, Span};
 
 use super::auth;
@@ -12,8 +11,8 @@ use super::notify::{validate, NotifyRequest};
 use super::parse::parse_json;
 use super::rules::RegistrationRules;
 use super::AppState;
-use crate::access::{self, Principal, Role, Scope};
-use crate::domain::{FieldError, JobId, Notification, OrderingKey, Tenant};
+use crate::access::{Principal, Role, Scope};
+use crate::domain::{Fingerprint, IdempotencyKey, JobId, Notification, OrderingKey, Tenant};
 use crate::store::{Enqueued, Idempotency, IntakeItem, JobStatus, StoreResult};
 use crate::traces;
 
@@ -32,30 +31,26 @@ pub(super) struct Accepted {
 }
 
 /// Checks a request of `caller` into a registration: its tenant, its id, every field.
-/// `raw` is the request as sent, whose fingerprint an idempotency key keeps.
+/// `raw` is the request as sent (without its idempotency key), whose fingerprint the key
+/// keeps.
 pub(super) fn prepare(
     state: &AppState,
     caller: &Principal,
     request: NotifyRequest,
-    key: Option<String>,
+    key: Option<IdempotencyKey>,
     raw: &[u8],
 ) -> Result<Registration, ApiError> {
     let rules = &state.rules;
     let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
         rules.tenants.contains_key(t)
     })?;
-    let idempotency = key.map(|key| Idempotency {
-        key,
-        tenant: tenant.clone(),
-        fingerprint: fingerprint(raw),
-        ttl: rules.idempotency_ttl,
-    });
+    let idempotency = key.map(|key| idempotency(rules, &tenant, key, raw));
     let ordering_key = ordering_key(&request)?;
     // Every notification of an ordering key lives on one shard, whose scripts keep the
     // key's order; with an idempotency key too, the ordering key places it.
     let placed_by = match &ordering_key {
         Some(k) => Some(format!("ordering {}", k.scoped(&tenant))),
-        None => idempotency.as_ref().map(Idempotency::scoped),
+        None => idempotency.as_ref().map(Idempotency::placement_key),
     };
     let id = rules.placement.new_id(placed_by.as_deref());
     let mut notification = validate(request, id, tenant, rules)?;
@@ -81,7 +76,7 @@ pub(super) fn prepare_delivery(
     let id = id.unwrap_or_else(|| {
         let placed_by = match &ordering_key {
             Some(k) => format!("ordering {}", k.scoped(tenant)),
-            None => idempotency.scoped(),
+            None => idempotency.placement_key(),
         };
         rules.placement.new_id(Some(&placed_by))
     });
@@ -99,7 +94,22 @@ impl Registration {
     }
 }
 
-fn ordering_key(request: &NotifyRequest) -> Result<Option<OrderingKey>, FieldError> {
+/// A producer's `key` within `tenant`, holding repeats to the request `raw`.
+fn idempotency(
+    rules: &RegistrationRules,
+    tenant: &Tenant,
+    key: IdempotencyKey,
+    raw: &[u8],
+) -> Idempotency {
+    Idempotency {
+        key: key.into_string(),
+        tenant: tenant.clone(),
+        fingerprint: Fingerprint::of_request(raw),
+        ttl: rules.idempotency_ttl,
+    }
+}
+
+fn ordering_key(request: &NotifyRequest) -> Result<Option<OrderingKey>, crate::domain::FieldError> {
     request
         .ordering_key
         .as_deref()
@@ -114,18 +124,20 @@ pub(super) fn prepare_intake(
     rules: &RegistrationRules,
     item: &IntakeItem,
 ) -> Result<(Notification, Option<Idempotency>), ApiError> {
-    let request: NotifyRequest = parse_json(item.request.as_bytes())?;
+    let raw = item.request.as_bytes();
+    rules.check_size(raw)?;
+    let key = item
+        .idempotency_key
+        .as_deref()
+        .map(|k| IdempotencyKey::parse(k, "idempotency_key"))
+        .transpose()?;
+    let request: NotifyRequest = parse_json(raw)?;
     let tenant = Tenant::parse(&item.tenant, "tenant")?;
     let caller = Principal::new("postback.notify", Scope::One(tenant), &[Role::Notify]);
     let tenant = auth::registering_tenant(&caller, request.tenant.as_deref(), |t| {
         rules.tenants.contains_key(t)
     })?;
-    let idempotency = item.idempotency_key.clone().map(|key| Idempotency {
-        key,
-        tenant: tenant.clone(),
-        fingerprint: item.fingerprint.clone(),
-        ttl: rules.idempotency_ttl,
-    });
+    let idempotency = key.map(|key| idempotency(rules, &tenant, key, raw));
     let ordering_key = ordering_key(&request)?;
     let mut notification = validate(request, item.id, tenant, rules)?;
     notification.ordering_key = ordering_key;
@@ -233,10 +245,4 @@ fn accepted(
 /// The producer's W3C `traceparent`, if it sent one.
 pub(super) fn traceparent(headers: &HeaderMap) -> Option<&str> {
     headers.get("traceparent").and_then(|v| v.to_str().ok())
-}
-
-/// The fingerprint of a request body, kept with its idempotency key: the first 16 bytes
-/// of its SHA-256, in hex.
-pub(super) fn fingerprint(body: &[u8]) -> String {
-    access::hex(&Sha256::digest(body)[..16])
 }

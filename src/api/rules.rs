@@ -9,11 +9,15 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
 
+use super::error::ApiError;
 use crate::config::{EventSchemas, Profile};
 use crate::domain::{
     parse_duration, CallbackUrl, Destinations, FieldError, HostAllowList, Placement, Schedule,
     Tenant, MAX_TIERS,
 };
+
+/// The setting `max_request_bytes` comes from, which a `413` names.
+pub const MAX_REQUEST_KEY: &str = "server.max_body_bytes";
 
 /// The limits a registration is checked against, from configuration.
 #[derive(Debug)]
@@ -33,6 +37,9 @@ pub struct RegistrationRules {
     pub profiles: BTreeMap<String, Profile>,
     /// The JSON Schemas of topics (`events.schema_dir`).
     pub event_schemas: Arc<EventSchemas>,
+    /// `server.max_body_bytes`: what one request may weigh (each item of a batch, and a
+    /// registration through `postback.notify()`, too).
+    pub max_request_bytes: usize,
 }
 
 /// What a tenant's callbacks must be.
@@ -45,6 +52,15 @@ pub struct TenantRules {
 }
 
 impl RegistrationRules {
+    /// Refuses a request larger than `max_request_bytes` as the API refuses a body over
+    /// it: `413`, naming the setting.
+    pub fn check_size(&self, raw: &[u8]) -> Result<(), ApiError> {
+        match raw.len() <= self.max_request_bytes {
+            true => Ok(()),
+            false => Err(ApiError::too_large(self.max_request_bytes, MAX_REQUEST_KEY)),
+        }
+    }
+
     /// A callback URL `tenant` may use: valid, past the SSRF guard, one of the tenant's
     /// allowed hosts if it has a list, and `https` if it requires that.
     pub fn callback(&self, raw: &str, tenant: &Tenant) -> Result<CallbackUrl, FieldError> {

@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
@@ -22,7 +23,9 @@ use super::parse::parse_json;
 use super::AppState;
 use super::{auth, paging};
 use crate::access::{Principal, Role};
-use crate::domain::{rfc3339, FieldError, JobId, SubscriptionId, Tenant, TopicPattern};
+use crate::domain::{
+    rfc3339, shown_value, FieldError, JobId, RawJson, SubscriptionId, Tenant, TopicPattern,
+};
 use crate::events::{self, Subscription, MAX_SUBSCRIPTIONS};
 use crate::store::{AuditAction, AuditRecord};
 
@@ -84,15 +87,28 @@ pub struct SubscriptionView {
     topics: Vec<String>,
     description: Option<String>,
     enabled: bool,
-    /// The notifications' settings, as given.
+    /// The notifications' settings, as given, but the values of credential headers
+    /// (`authorization`, `cookie`, names with key, token, secret or password), which
+    /// are shown as `(withheld)`: sent back so, a header keeps its stored value.
     #[schema(value_type = Object)]
     settings: Map<String, Value>,
     created_at: String,
     updated_at: String,
 }
 
+/// What a header's value is shown as when it is a credential.
+const WITHHELD: &str = "(withheld)";
+
 impl From<&Subscription> for SubscriptionView {
     fn from(s: &Subscription) -> Self {
+        let mut settings = s.settings.clone();
+        if let Some(Value::Object(headers)) = settings.get_mut("headers") {
+            for (name, value) in headers.iter_mut() {
+                if let Value::String(text) = value {
+                    *text = shown_value(name, text).to_string();
+                }
+            }
+        }
         Self {
             id: s.id.clone(),
             tenant: s.tenant.clone(),
@@ -100,7 +116,7 @@ impl From<&Subscription> for SubscriptionView {
             topics: s.topics.clone(),
             description: s.description.clone(),
             enabled: s.enabled,
-            settings: s.settings.clone(),
+            settings,
             created_at: rfc3339(s.created_at),
             updated_at: rfc3339(s.updated_at),
         }
@@ -111,7 +127,21 @@ impl From<&Subscription> for SubscriptionView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SubscriptionPage {
     items: Vec<SubscriptionView>,
+    /// Subscriptions of this page whose documents cannot be read (stored by an earlier
+    /// build deeper than the nesting limit, or damaged): they take no events; delete
+    /// each and create it again. Absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unreadable: Vec<UnreadableView>,
     next_cursor: Option<String>,
+}
+
+/// A subscription that cannot be read.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UnreadableView {
+    #[schema(example = "sub_0352MTUd4Uo7EJoE0LjAvZ")]
+    id: String,
+    tenant: Option<String>,
+    error: String,
 }
 
 /// The paging of `GET /subscriptions`.
@@ -213,11 +243,27 @@ pub async fn list(
     let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let store = state.store.as_ref();
     let found = events::subscriptions(store, tenant.as_ref(), after.as_deref(), limit).await?;
+    let last_id = |s: &events::StoredSubscription| match s {
+        Ok(s) => s.id.clone(),
+        Err(u) => u.id.clone(),
+    };
     let next = (found.len() == limit)
-        .then(|| found.last().map(|s| state.cursors.seal(&s.id)))
+        .then(|| found.last().map(|s| state.cursors.seal(&last_id(s))))
         .flatten();
+    let (mut items, mut unreadable) = (Vec::new(), Vec::new());
+    for s in found {
+        match s {
+            Ok(s) => items.push(SubscriptionView::from(&s)),
+            Err(u) => unreadable.push(UnreadableView {
+                id: u.id,
+                tenant: u.tenant,
+                error: u.error,
+            }),
+        }
+    }
     Ok(Json(SubscriptionPage {
-        items: found.iter().map(SubscriptionView::from).collect(),
+        items,
+        unreadable,
         next_cursor: next,
     }))
 }
@@ -243,7 +289,7 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<SubscriptionView>, ApiError> {
     auth::require(&caller, Role::Read)?;
-    let found = visible(&state, &caller, &id).await?;
+    let found = readable(visible(&state, &caller, &id).await?)?;
     Ok(Json(SubscriptionView::from(&found)))
 }
 
@@ -278,7 +324,7 @@ pub async fn update(
         return Err(FieldError::new("tenant", "a subscription keeps its tenant").into());
     }
     for _ in 0..WRITE_TRIES {
-        let old = visible(&state, &caller, &id).await?;
+        let old = readable(visible(&state, &caller, &id).await?)?;
         let mut new = changed(&state, &old, request.clone())?;
         new.updated_at = events_now().max(old.updated_at);
         if events::replace(state.store.as_ref(), &old, &new).await? {
@@ -321,27 +367,67 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     auth::require(&caller, Role::Operate)?;
     for _ in 0..WRITE_TRIES {
-        let found = visible(&state, &caller, &id).await?;
-        if events::delete(state.store.as_ref(), &found).await? {
-            tracing::info!(subscription = %found.id, tenant = %found.tenant, actor = %caller.actor, "subscription deleted");
-            audit::record(
-                &state,
-                on_subscription(&caller, AuditAction::DeleteSubscription, &found),
-            )
-            .await;
+        let store = state.store.as_ref();
+        let (deleted, tenant) = match visible(&state, &caller, &id).await? {
+            Ok(found) => (events::delete(store, &found).await?, found.tenant),
+            Err(u) => (
+                events::delete_unreadable(store, &u).await?,
+                u.tenant.unwrap_or_default(),
+            ),
+        };
+        if deleted {
+            tracing::info!(subscription = %id, %tenant, actor = %caller.actor, "subscription deleted");
+            let entry = AuditRecord {
+                actor: caller.actor.clone(),
+                tenant: Tenant::parse(&tenant, "tenant").ok(),
+                action: AuditAction::DeleteSubscription,
+                target: Some(id.clone()),
+                filter: None,
+                count: 1,
+                url: None,
+            };
+            audit::record(&state, entry).await;
             return Ok(StatusCode::NO_CONTENT);
         }
     }
     Err(ApiError::not_found("subscription"))
 }
 
-/// The subscription `id`, if the caller may see it (another tenant's is not found).
-async fn visible(state: &AppState, caller: &Principal, id: &str) -> Result<Subscription, ApiError> {
+/// The subscription `id`, read or not, if the caller may see it (another tenant's is
+/// not found; so is one that cannot be read and whose tenant cannot be told, but for a
+/// token of every tenant).
+async fn visible(
+    state: &AppState,
+    caller: &Principal,
+    id: &str,
+) -> Result<events::StoredSubscription, ApiError> {
     let id = SubscriptionId::parse(id, "id")?;
     let found = events::subscription(state.store.as_ref(), &id).await?;
+    let tenant_of = |s: &events::StoredSubscription| match s {
+        Ok(s) => Some(s.tenant.clone()),
+        Err(u) => u.tenant.clone(),
+    };
+    let sees = |tenant: Option<String>| match tenant {
+        Some(t) => Tenant::parse(&t, "tenant").is_ok_and(|t| auth::sees(caller, &t)),
+        None => auth::sees_every_tenant(caller),
+    };
     found
-        .filter(|s| Tenant::parse(&s.tenant, "tenant").is_ok_and(|t| auth::sees(caller, &t)))
+        .filter(|s| sees(tenant_of(s)))
         .ok_or_else(|| ApiError::not_found("subscription"))
+}
+
+/// A subscription as read: `409 unreadable` for one that cannot be.
+fn readable(stored: events::StoredSubscription) -> Result<Subscription, ApiError> {
+    stored.map_err(|u| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "unreadable",
+            format!(
+                "subscription {} cannot be read ({}); delete it and create it again",
+                u.id, u.error
+            ),
+        )
+    })
 }
 
 /// `old` with what `request` changes, checked whole.
@@ -375,6 +461,10 @@ fn changed(
                 FieldError::new(name, format!("unknown field; the fields are {known}")).into(),
             );
         }
+        let value = match name.as_str() {
+            "headers" => kept_credentials(value, old.settings.get("headers"))?,
+            _ => value,
+        };
         match value {
             Value::Null => new.settings.remove(&name),
             value => new.settings.insert(name, value),
@@ -382,6 +472,30 @@ fn changed(
     }
     check(state, &new)?;
     Ok(new)
+}
+
+/// `headers` as given, each `(withheld)` value (what the view shows of a credential)
+/// replaced by the value `old` holds under that name.
+fn kept_credentials(mut headers: Value, old: Option<&Value>) -> Result<Value, FieldError> {
+    let Value::Object(given) = &mut headers else {
+        return Ok(headers);
+    };
+    for (name, value) in given.iter_mut() {
+        if value.as_str() != Some(WITHHELD) {
+            continue;
+        }
+        let stored = old
+            .and_then(Value::as_object)
+            .and_then(|o| o.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)))
+            .map(|(_, v)| v.clone());
+        *value = stored.ok_or_else(|| {
+            FieldError::new(
+                format!("headers.{name}"),
+                "`(withheld)` stands for a stored value, and this header has none",
+            )
+        })?;
+    }
+    Ok(headers)
 }
 
 /// Refuses a subscription whose URL, topics, description or settings would not do.
@@ -408,7 +522,8 @@ fn check(state: &AppState, s: &Subscription) -> Result<(), ApiError> {
         .into());
     }
     let tenant = Tenant::parse(&s.tenant, "tenant")?;
-    let request = notify_request(s, &Value::Object(Map::new()), "subscription.check")?;
+    let body = RawJson::new(RawValue::from_string("{}".into()).expect("JSON"));
+    let request = notify_request(s, &body, "subscription.check")?;
     validate(request, JobId::new(0), tenant, &state.rules)?;
     Ok(())
 }
@@ -417,15 +532,15 @@ fn check(state: &AppState, s: &Subscription) -> Result<(), ApiError> {
 /// URL, and the event's body and topic.
 pub(super) fn notify_request(
     s: &Subscription,
-    body: &Value,
+    body: &RawJson,
     topic: &str,
 ) -> Result<NotifyRequest, ApiError> {
     let mut request = s.settings.clone();
     request.insert("url".into(), Value::String(s.url.clone()));
-    request.insert("body".into(), body.clone());
     request.insert("topic".into(), Value::String(topic.to_string()));
     let bytes = serde_json::to_vec(&request).expect("a JSON object serializes");
-    parse_json(&bytes)
+    let request: NotifyRequest = parse_json(&bytes)?;
+    Ok(request.with_body(body.as_raw().to_owned()))
 }
 
 fn on_subscription(caller: &Principal, action: AuditAction, s: &Subscription) -> AuditRecord {

@@ -6,6 +6,7 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::Context;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::client::Client;
@@ -23,10 +24,10 @@ pub async fn register(file: &Path, api: &ApiArgs) -> anyhow::Result<()> {
     let client = Client::new(api)?;
     let mut results = Vec::with_capacity(items.len());
     for chunk in items.chunks(PER_REQUEST) {
-        let bodies: Vec<&Value> = chunk.iter().map(|(_, item)| item).collect();
-        let answer = client
-            .post("/notify/batch", &json!({ "items": bodies }))
-            .await?;
+        // Each line goes as it was written: never parsed and written out again.
+        let lines: Vec<&str> = chunk.iter().map(|(_, item)| item.get()).collect();
+        let request = format!("{{\"items\":[{}]}}", lines.join(","));
+        let answer = client.post_text("/notify/batch", request, None).await?;
         let answered = answer["items"].as_array().cloned().unwrap_or_default();
         for ((line, _), mut result) in chunk.iter().zip(answered) {
             result["line"] = json!(line);
@@ -42,9 +43,9 @@ pub async fn register(file: &Path, api: &ApiArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The non-blank lines of `file` (`-`: standard input), each parsed as JSON, with
-/// their line numbers.
-fn read(file: &Path) -> anyhow::Result<Vec<(usize, Value)>> {
+/// The non-blank lines of `file` (`-`: standard input), each checked to be one JSON
+/// value and kept as written, with their line numbers.
+fn read(file: &Path) -> anyhow::Result<Vec<(usize, Box<RawValue>)>> {
     let text = if file == Path::new("-") {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text)?;
@@ -56,7 +57,7 @@ fn read(file: &Path) -> anyhow::Result<Vec<(usize, Value)>> {
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .map(|(i, line)| {
-            let item = serde_json::from_str(line)
+            let item = RawValue::from_string(line.trim().to_string())
                 .with_context(|| format!("{} line {}: not JSON", file.display(), i + 1))?;
             Ok((i + 1, item))
         })

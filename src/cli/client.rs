@@ -1,12 +1,14 @@
 //! The operator commands' HTTP client of the API: the base URL, the bearer token, and
 //! API errors turned into one readable line (`404 not_found: notification not found`).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use reqwest::header::HeaderMap;
 use reqwest::{Method, RequestBuilder};
-use serde_json::Value;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use super::ApiArgs;
 
@@ -59,7 +61,22 @@ impl Client {
         body: &Value,
         idempotency_key: Option<&str>,
     ) -> anyhow::Result<Value> {
-        let mut request = self.request(Method::POST, path).json(body);
+        let text = serde_json::to_string(body).expect("a JSON value serializes");
+        self.post_text(path, text, idempotency_key).await
+    }
+
+    /// A POST of JSON already written (`text`: a producer's body in it as the producer
+    /// wrote it), with an `Idempotency-Key` header when one is given.
+    pub async fn post_text(
+        &self,
+        path: &str,
+        text: String,
+        idempotency_key: Option<&str>,
+    ) -> anyhow::Result<Value> {
+        let mut request = self
+            .request(Method::POST, path)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(text);
         if let Some(key) = idempotency_key {
             request = request.header("idempotency-key", key);
         }
@@ -119,4 +136,25 @@ impl Client {
         }
         Err(anyhow!(line))
     }
+}
+
+/// `fields` as a JSON object with `raw` under `name`, written as it is (a producer's
+/// body: never parsed and written out again, so its numbers keep every digit).
+pub fn with_raw(fields: Map<String, Value>, name: &str, raw: Box<RawValue>) -> String {
+    let mut object: BTreeMap<String, Box<RawValue>> = fields
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k,
+                serde_json::value::to_raw_value(&v).expect("a JSON value"),
+            )
+        })
+        .collect();
+    object.insert(name.to_string(), raw);
+    serde_json::to_string(&object).expect("JSON values serialize")
+}
+
+/// `text` as one JSON value, kept as written; `what` names it in the error.
+pub fn raw_json(text: String, what: &str) -> anyhow::Result<Box<RawValue>> {
+    RawValue::from_string(text).map_err(|e| anyhow!("{what} is not JSON ({e})"))
 }

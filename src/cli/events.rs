@@ -3,7 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::client::Client;
+use super::client::{raw_json, with_raw, Client};
 use super::operator::read_arg;
 use super::{print, ApiArgs, Events, SubscriptionFields, Subscriptions};
 
@@ -84,16 +84,18 @@ pub(super) async fn events(command: Events, api: &ApiArgs) -> anyhow::Result<()>
             idempotency_key,
             tenant,
         } => {
-            let body: Value = serde_json::from_str(&read_arg(&body)?)
-                .map_err(|e| anyhow::anyhow!("--body is not JSON ({e})"))?;
-            let mut event = json!({"topic": topic, "body": body});
+            let body = raw_json(read_arg(&body)?, "--body")?;
+            let mut event = Map::new();
+            event.insert("topic".into(), topic.into());
             if let Some(key) = idempotency_key {
-                event["idempotency_key"] = key.into();
+                event.insert("idempotency_key".into(), key.into());
             }
             if let Some(t) = tenant {
-                event["tenant"] = t.into();
+                event.insert("tenant".into(), t.into());
             }
-            let answer = client.post("/events", &event).await?;
+            let answer = client
+                .post_text("/events", with_raw(event, "body", body), None)
+                .await?;
             print::answer(api, &answer, print::event)
         }
         Events::List {

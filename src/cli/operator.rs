@@ -1,9 +1,10 @@
 //! The operator's commands, each a call of a running instance's API: `notify` (also
 //! `--batch`), `status`, `list`, `cancel`, `stats`, `dlq …`, `audit`.
 
+use serde_json::value::to_raw_value;
 use serde_json::{json, Map, Value};
 
-use super::client::Client;
+use super::client::{raw_json, with_raw, Client};
 use super::{batch, print, ApiArgs, Command, Dlq, Filter, NotifyArgs};
 
 /// Runs an operator's command against the instance its `--url` names.
@@ -183,17 +184,14 @@ async fn notify(args: NotifyArgs, api: &ApiArgs) -> anyhow::Result<()> {
     if let Some(file) = &args.batch {
         return batch::register(file, api).await;
     }
+    // The body goes as the producer wrote it: never parsed and written out again.
     let body = match (&args.body, &args.body_text) {
-        (Some(raw), _) => {
-            let text = read_arg(raw)?;
-            serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!("--body is not JSON ({e}); use --body-text for text")
-            })?
-        }
-        (None, Some(raw)) => Value::String(read_arg(raw)?),
+        (Some(raw), _) => raw_json(read_arg(raw)?, "--body")
+            .map_err(|e| anyhow::anyhow!("{e}; use --body-text for text"))?,
+        (None, Some(raw)) => to_raw_value(&read_arg(raw)?)?,
         (None, None) => unreachable!("clap requires a body"),
     };
-    let mut request = json!({"url": args.url.unwrap_or_default(), "body": body});
+    let mut request = json!({"url": args.url.unwrap_or_default()});
     let fields = [
         ("delay", &args.delay),
         ("timeout", &args.timeout),
@@ -219,9 +217,13 @@ async fn notify(args: NotifyArgs, api: &ApiArgs) -> anyhow::Result<()> {
     if !args.headers.is_empty() {
         request["headers"] = Value::Object(headers(&args.headers)?);
     }
+    let Value::Object(fields) = request else {
+        unreachable!("built as an object")
+    };
     let client = Client::new(api)?;
+    let text = with_raw(fields, "body", body);
     let answer = client
-        .post_with_key("/notify", &request, args.idempotency_key.as_deref())
+        .post_text("/notify", text, args.idempotency_key.as_deref())
         .await?;
     print::answer(api, &answer, print::registered)
 }

@@ -1,7 +1,10 @@
-//! `Payload`: the exact bytes a notification sends and their content type. A JSON value
-//! is sent as compact JSON; a string is sent as it is.
+//! `Payload`: the exact bytes a notification sends and their content type. A body sent
+//! as a JSON value is delivered as the producer wrote it (its bytes, from the value's
+//! first character to its last: numbers, key order and spacing within it kept); a JSON
+//! string is delivered as its text.
 
-use serde_json::Value;
+use serde::Serialize;
+use serde_json::value::RawValue;
 
 use super::FieldError;
 
@@ -18,21 +21,34 @@ impl Payload {
     /// The content type of a JSON body.
     pub const JSON_CONTENT_TYPE: &'static str = JSON;
 
-    /// From the `body` field of a request: any JSON value but `null`.
-    pub fn from_json(value: Value) -> Result<Self, FieldError> {
-        match value {
-            Value::Null => Err(FieldError::new(
+    /// From the `body` field of a request as sent: any JSON value but `null`.
+    pub fn from_raw(raw: &RawValue) -> Result<Self, FieldError> {
+        let text = raw.get();
+        match text.as_bytes().first() {
+            Some(b'"') => {
+                let text: String = serde_json::from_str(text)
+                    .map_err(|_| FieldError::new("body", "not a valid JSON string"))?;
+                Ok(Self {
+                    body: text,
+                    content_type: TEXT,
+                })
+            }
+            _ if text == "null" => Err(FieldError::new(
                 "body",
                 "required: a JSON value or a string",
             )),
-            Value::String(text) => Ok(Self {
-                body: text,
-                content_type: TEXT,
-            }),
-            other => Ok(Self {
-                body: other.to_string(),
+            _ => Ok(Self {
+                body: text.to_string(),
                 content_type: JSON,
             }),
+        }
+    }
+
+    /// postback's own JSON body (`ops_events`): `value` written compactly.
+    pub fn json(value: &impl Serialize) -> Self {
+        Self {
+            body: serde_json::to_string(value).expect("a JSON value serializes"),
+            content_type: JSON,
         }
     }
 
@@ -52,14 +68,18 @@ impl Payload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_string()).unwrap()
+    }
 
     #[test]
-    fn json_is_compact_and_strings_are_verbatim() {
-        let p = Payload::from_json(json!({"a": [1, 2]})).unwrap();
-        assert_eq!((p.body(), p.content_type()), ("{\"a\":[1,2]}", JSON));
-        let p = Payload::from_json(json!("trade_no=1&x=2")).unwrap();
-        assert_eq!((p.body(), p.content_type()), ("trade_no=1&x=2", TEXT));
-        assert!(Payload::from_json(Value::Null).is_err());
+    fn json_is_kept_as_written_and_strings_are_their_text() {
+        let written = "{\"z\": -0, \"a\":[1.0, 1E+2],\n \"n\":12345678901234567890123}";
+        let p = Payload::from_raw(&raw(written)).unwrap();
+        assert_eq!((p.body(), p.content_type()), (written, JSON));
+        let p = Payload::from_raw(&raw("\"trade_no=1&x=2 \\u00e9\"")).unwrap();
+        assert_eq!((p.body(), p.content_type()), ("trade_no=1&x=2 é", TEXT));
+        assert!(Payload::from_raw(&raw("null")).is_err());
     }
 }

@@ -369,8 +369,8 @@ impl Reads for EmbeddedStore {
         self.read(move |tx| reads::view(tx, &id)).await
     }
 
-    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>> {
-        let (key, now) = (scoped_key.to_string(), Now::read().down());
+    async fn find_by_key(&self, tenant: &Tenant, key: &str) -> StoreResult<Option<JobView>> {
+        let (key, now) = (Idempotency::scope(key, tenant), Now::read().down());
         self.read(move |tx| reads::by_key(tx, &key, now)).await
     }
 

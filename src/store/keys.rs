@@ -96,9 +96,16 @@ impl ShardKeys {
         format!("{}:claim:{token}", self.tag)
     }
 
-    /// The key remembering which notification an idempotency key created.
-    pub fn idempotency(&self, key: &str) -> String {
-        format!("{}:idem:{key}", self.tag)
+    /// The key remembering which notification an idempotency key created (`scoped`:
+    /// `Idempotency::scoped`).
+    pub fn idempotency(&self, scoped: &str) -> String {
+        format!("{}:idem:{scoped}", self.tag)
+    }
+
+    /// The upgrades of what earlier builds stored that are done on this shard
+    /// (`redis_store/upgrade.rs`).
+    pub fn upgrades(&self) -> String {
+        format!("{}:upgrades", self.tag)
     }
 
     /// The list of an ordering key's notifications in registration order (`scoped`:

@@ -20,9 +20,10 @@ use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
     DeadPage, Deferral, EndpointHealth, EndpointPause, EndpointRecord, EndpointTally, Enqueued,
-    FleetMessaging, HealthListener, Idempotency, Intake, IntakeCheck, JobState, JobStatus, JobView,
-    ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue, RateReservations, Reads,
-    Settled, Settlement, Stats, Store, StoreError, StoreResult, TakenIn, WalkCursor,
+    FleetMessaging, HealthListener, Idempotency, Intake, IntakeCheck, IntakeRules, JobState,
+    JobStatus, JobView, ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue,
+    RateReservations, Reads, Settled, Settlement, Stats, Store, StoreError, StoreResult, TakenIn,
+    WalkCursor,
 };
 use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
@@ -371,10 +372,10 @@ impl Reads for PostgresStore {
         reads::view(&c, &id.to_string()).await.map_err(store_error)
     }
 
-    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>> {
+    async fn find_by_key(&self, tenant: &Tenant, key: &str) -> StoreResult<Option<JobView>> {
         let c = self.reader().await?;
         let now = database_now(&c).await?;
-        reads::by_key(&c, scoped_key, now.down())
+        reads::by_key(&c, tenant, key, now.down())
             .await
             .map_err(store_error)
     }
@@ -543,6 +544,10 @@ impl Intake for PostgresStore {
 
     fn arrivals(&self) -> Arc<Notify> {
         self.listeners.intake.clone()
+    }
+
+    async fn publish_rules(&self, rules: &IntakeRules) -> StoreResult<()> {
+        in_transaction!(self, |t| changes::publish_rules(&mut t, rules).await?)
     }
 }
 

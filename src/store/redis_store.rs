@@ -44,6 +44,7 @@ mod reply;
 mod schedules;
 mod shard_clock;
 mod subscription;
+mod upgrade;
 
 use acks::Acked;
 use audit::AuditStream;
@@ -251,6 +252,9 @@ impl RedisStore {
             endpoint_keys: EndpointKeys::new(&settings.key_prefix),
             collection_keys: CollectionKeys::new(&settings.key_prefix),
         };
+        store.upgrade_idempotency_keys().await.map_err(|e| {
+            anyhow::anyhow!("{key}: cannot upgrade what an earlier build stored: {e}")
+        })?;
         if let Err(e) = store.check_replicas().await {
             tracing::error!(
                 "store.replica_acks (POSTBACK_STORE_REPLICA_ACKS): {e}; registrations, replays, cancels and discards on it are answered 503 replica_ack_timeout, and /readyz 503, until they connect"

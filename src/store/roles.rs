@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::collections::Collections;
 use super::endpoints::{EndpointNotice, EndpointRules};
 use super::types::{
-    Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, IntakeCheck, JobView,
-    ListFilter, Settled, Settlement, Stats, StoreResult, TakenIn,
+    Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, IntakeCheck, IntakeRules,
+    JobView, ListFilter, Settled, Settlement, Stats, StoreResult, TakenIn,
 };
 use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
 use super::{EndpointPause, EndpointRecord, EndpointTally, Outcomes, WalkCursor};
@@ -111,9 +111,8 @@ pub trait Reads: Send + Sync {
     /// One notification with its history.
     async fn get(&self, id: &JobId) -> StoreResult<Option<JobView>>;
 
-    /// The notification an idempotency key registered (`Idempotency::scoped`), while the
-    /// key is kept.
-    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>>;
+    /// The notification `tenant`'s idempotency `key` registered, while the key is kept.
+    async fn find_by_key(&self, tenant: &Tenant, key: &str) -> StoreResult<Option<JobView>>;
 
     /// A page of the notifications in `listed` that `filter` matches, in its order
     /// (`Listed::soonest_first`), after `after`. A walk leaves out what came to the
@@ -254,6 +253,10 @@ pub trait Intake: Send + Sync {
     /// Signalled when a producer's transaction with a registration commits (while
     /// `Queue::watch` runs).
     fn arrivals(&self) -> Arc<Notify>;
+
+    /// Writes what the database refuses at once, in the producer's transaction, as the
+    /// API would (the rest is checked as each registration is taken in).
+    async fn publish_rules(&self, rules: &IntakeRules) -> StoreResult<()>;
 }
 
 /// Every role a backend serves an instance with.

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use super::Cursor;
 use crate::config::RetentionSettings;
-use crate::domain::{Attempt, AttemptReport, Endpoint, JobId, JobSpec, Notification, Tenant};
+use crate::domain::{
+    Attempt, AttemptReport, Endpoint, Fingerprint, JobId, JobSpec, Notification, Tenant,
+};
 use crate::lifecycle::{transitions, JobStatus, Now, Record, Verdict};
 
 /// The store could not do what was asked.
@@ -99,18 +101,17 @@ impl Enqueued {
 /// with it, and how long it is remembered.
 #[derive(Debug, Clone)]
 pub struct Idempotency {
-    /// As the producer sent it: visible ASCII, no spaces.
+    /// A producer's key (`IdempotencyKey`), or one of postback's own (an event's for one
+    /// subscription: with spaces, so that no producer's key is one).
     pub key: String,
     pub tenant: Tenant,
-    /// Of the request body: a key repeated with another body is refused.
-    pub fingerprint: String,
+    /// Of the request: a key repeated with another request is refused.
+    pub fingerprint: Fingerprint,
     pub ttl: Duration,
 }
 
 impl Idempotency {
-    /// The key within its tenant: the producer's key for the default tenant (as builds
-    /// before tenants kept it), `<tenant> <key>` for another (a key holds no space, so
-    /// no key of one tenant is another's).
+    /// The key's name where a store names it by one string (Redis, the embedded store).
     pub fn scoped(&self) -> String {
         Self::scope(&self.key, &self.tenant)
     }
@@ -121,19 +122,45 @@ impl Idempotency {
         (self.ttl.as_millis() as u64).max(1)
     }
 
-    /// `key` within `tenant`, as `scoped`.
+    /// `key` within `tenant`: `<tenant> <key>`, for every tenant. A tenant's name holds
+    /// no space, so the tenant is what comes before the first space whatever the key
+    /// holds: no key of one tenant spells another's. (Postgres keeps the two apart in
+    /// columns of their own.)
     pub fn scope(key: &str, tenant: &Tenant) -> String {
-        if tenant.is_default() {
-            key.to_string()
-        } else {
-            format!("{tenant} {key}")
+        format!("{tenant} {key}")
+    }
+
+    /// What a keyed notification's shard is chosen by (`Placement`): the key alone for
+    /// the default tenant, `<tenant> <key>` for another, as earlier builds chose it, so
+    /// that a repeat across an upgrade meets its first registration. It names no key.
+    pub fn placement_key(&self) -> String {
+        match self.tenant.is_default() {
+            true => self.key.clone(),
+            false => self.scoped(),
         }
     }
 
-    /// The key as a store writes it, under `name` (its own name for the scoped key).
-    pub(crate) fn entry(&self, name: String) -> IdempotencyEntry {
+    /// The name of a key an earlier build stored by the name `legacy`, where it differs:
+    /// the default tenant's keys had no tenant in front (a producer's key, with no
+    /// space; or an event's for a subscription, `event <event id> <subscription id>`).
+    pub fn upgraded_name(legacy: &str) -> Option<String> {
+        let words: Vec<&str> = legacy.split(' ').collect();
+        let default_tenants = match words.as_slice() {
+            [_] => true,
+            ["event", event, subscription] => {
+                event.starts_with("evt_") && subscription.starts_with("sub_")
+            }
+            _ => false,
+        };
+        default_tenants.then(|| Self::scope(legacy, &Tenant::default()))
+    }
+
+    /// The key as a store writes it.
+    pub(crate) fn entry(&self) -> IdempotencyEntry {
         IdempotencyEntry {
-            name,
+            name: self.scoped(),
+            tenant: self.tenant.to_string(),
+            key: self.key.clone(),
             ttl_ms: self.ttl_ms(),
             fingerprint: self.fingerprint.clone(),
         }
@@ -160,7 +187,7 @@ impl NewJob {
             spec: super::spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| i.entry(i.scoped())),
+            idempotency: idempotency.map(Idempotency::entry),
         }
     }
 }
@@ -184,28 +211,29 @@ impl From<&RetentionSettings> for RetentionLimits {
     }
 }
 
-/// An idempotency key as a store writes it: under which name, for how long, and the
-/// fingerprint of the request that first used it. Under it a store keeps
-/// `<id> <fingerprint>` (`kept`), read back by `idempotency_value`.
+/// An idempotency key as a store writes it: its name (`Idempotency::scoped`), or its
+/// tenant and key apart (Postgres), for how long, and the fingerprint of the request
+/// that first used it. Under it a store keeps `<id> <fingerprint>` (`kept`), read back
+/// by `idempotency_value`.
 #[derive(Debug, Clone)]
 pub(crate) struct IdempotencyEntry {
     pub name: String,
+    pub tenant: String,
+    pub key: String,
     pub ttl_ms: u64,
-    pub fingerprint: String,
+    pub fingerprint: Fingerprint,
 }
 
 impl IdempotencyEntry {
     /// What is kept under the key for the notification `id`.
     pub fn kept(&self, id: &JobId) -> String {
-        format!("{id} {}", self.fingerprint)
+        format!("{id} {}", self.fingerprint.as_str())
     }
 
     /// Whether `kept` (what is kept under the key) came with another request: then the
     /// registration is refused, not answered with that notification.
     pub fn mismatches(&self, kept: &str) -> bool {
-        idempotency_value(kept)
-            .1
-            .is_some_and(|seen| seen != self.fingerprint)
+        self.fingerprint.refuses(idempotency_value(kept).1)
     }
 }
 
@@ -227,10 +255,20 @@ pub struct IntakeItem {
     /// The tenant its database role was granted.
     pub tenant: String,
     pub idempotency_key: Option<String>,
-    /// The `POST /notify` body it stands for.
+    /// The `POST /notify` body it stands for, as Postgres writes the `jsonb`.
     pub request: String,
-    /// Of `request`, as an idempotency key keeps it.
-    pub fingerprint: String,
+}
+
+/// The rules a registration made in the database is held to as it is made, each with
+/// the error the API answers when it is broken (JSON text).
+#[derive(Debug, Clone)]
+pub struct IntakeRules {
+    /// `IdempotencyKey::PATTERN`.
+    pub key_pattern: String,
+    pub key_error: String,
+    /// `server.max_body_bytes`.
+    pub max_request_bytes: i64,
+    pub size_error: String,
 }
 
 /// What became of a registration taken in.

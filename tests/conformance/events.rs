@@ -668,3 +668,211 @@ async fn events_and_topics_past_retention_are_forgotten() {
         "the key was forgotten with its event"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idempotency_key_header_makes_a_publish_safe_to_repeat_as_on_notify() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let sub = subscribe(
+        &pb,
+        json!({"url": receiver.url("/h"), "topics": ["payment.*"]}),
+    )
+    .await;
+    let event = json!({"topic": "payment.succeeded", "body": {"order": 3}});
+    let header = [("idempotency-key", "order-3-paid")];
+    let (status, first) = pb
+        .request(Method::POST, "/events", Some(event.clone()), &header)
+        .await;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(first["idempotency_key"], "order-3-paid", "{first}");
+    let (status, again) = pb
+        .request(Method::POST, "/events", Some(event.clone()), &header)
+        .await;
+    assert_eq!((status, &again["id"]), (202, &first["id"]), "{again}");
+    // The body's field names the same key: the same publish.
+    let mut in_body = event.clone();
+    in_body["idempotency_key"] = json!("order-3-paid");
+    let (status, same) = pb
+        .request(Method::POST, "/events", Some(in_body.clone()), &header)
+        .await;
+    assert_eq!((status, &same["id"]), (202, &first["id"]), "{same}");
+    // Two different keys for one publish: refused, nothing published.
+    let (status, refused) = pb
+        .request(
+            Method::POST,
+            "/events",
+            Some(in_body),
+            &[("idempotency-key", "other")],
+        )
+        .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["field"], "idempotency_key", "{refused}");
+    // A batch's items carry their own keys; a header there would be ignored, so it is
+    // refused.
+    let batch = json!({"items": [event]});
+    let (status, refused) = pb
+        .request(Method::POST, "/events/batch", Some(batch.clone()), &header)
+        .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["field"], "Idempotency-Key", "{refused}");
+    let (status, refused) = pb
+        .request(
+            Method::POST,
+            "/notify/batch",
+            Some(json!({"items": [{"url": receiver.url("/x"), "body": {}}]})),
+            &header,
+        )
+        .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["error"]["field"], "Idempotency-Key", "{refused}");
+
+    let notification = delivery_of(&first, &sub);
+    pb.wait_state(&notification, "delivered", WAIT).await;
+    pb.wait_quiet().await;
+    assert_eq!(receiver.count(), 1, "published once, delivered once");
+    let (_, listed) = pb.get("/events").await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriptions_credentials_are_write_only() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let headers =
+        json!({"Authorization": "Bearer s3cr3t-token", "X-Api-Key": "k-123", "X-Merchant": "m-1"});
+    let (status, created) = call(
+        &pb,
+        Method::POST,
+        "/subscriptions",
+        Some(json!({"url": receiver.url("/creds"), "topics": ["a.b"], "headers": headers})),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let (_, shown) = pb.get(&format!("/subscriptions/{id}")).await;
+    let (_, listed) = pb.get("/subscriptions").await;
+    let changed = json!({"description": "renamed"});
+    let (_, patched) = call(
+        &pb,
+        Method::PATCH,
+        &format!("/subscriptions/{id}"),
+        Some(changed),
+    )
+    .await;
+    for view in [&created, &shown, &listed["items"][0], &patched] {
+        let text = view.to_string();
+        assert!(
+            !text.contains("s3cr3t") && !text.contains("k-123"),
+            "{view}"
+        );
+        let headers = &view["settings"]["headers"];
+        assert_eq!(headers["Authorization"], "(withheld)", "{view}");
+        assert_eq!(headers["X-Api-Key"], "(withheld)", "{view}");
+        assert_eq!(headers["X-Merchant"], "m-1", "{view}");
+    }
+    // What was shown, sent back, keeps what it stands for.
+    let round_trip = json!({"headers": shown["settings"]["headers"].clone()});
+    let (status, _) = call(
+        &pb,
+        Method::PATCH,
+        &format!("/subscriptions/{id}"),
+        Some(round_trip),
+    )
+    .await;
+    assert_eq!(status, 200);
+
+    let answer = publish(&pb, json!({"topic": "a.b", "body": {}})).await;
+    let notification = delivery_of(&answer, &id);
+    pb.wait_state(&notification, "delivered", WAIT).await;
+    let got = receiver.requests_for(&notification);
+    assert_eq!(
+        got[0].header("authorization").as_deref(),
+        Some("Bearer s3cr3t-token")
+    );
+    assert_eq!(got[0].header("x-api-key").as_deref(), Some("k-123"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_nested_deeper_than_the_limit_is_refused_and_stores_nothing() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let mut rule = json!("x");
+    for _ in 0..125 {
+        rule = json!({"json_pointer": "/a", "json_equals": rule});
+    }
+    let deep = json!({"url": receiver.url("/deep"), "topics": ["a.b"], "success": rule});
+    let (status, answer) = call(&pb, Method::POST, "/subscriptions", Some(deep)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["field"], "success", "{answer}");
+    let (status, listed) = pb.get("/subscriptions").await;
+    assert_eq!((status, &listed["items"]), (200, &json!([])), "{listed}");
+    let fine = json!({"url": receiver.url("/fine"), "topics": ["a.b"]});
+    let (status, answer) = call(&pb, Method::POST, "/subscriptions", Some(fine)).await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// A subscription document an earlier build stored deeper than any reader reads: it is
+/// named, costs nothing else, and can be deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_that_cannot_be_read_costs_only_itself_and_can_be_deleted() {
+    use postback::store::collections::{Change, Collection};
+    let (backend, receiver, pb) = support::start_any(&[]).await;
+    let good = subscribe(
+        &pb,
+        json!({"url": receiver.url("/good"), "topics": ["a.*"]}),
+    )
+    .await;
+    let broken = postback::domain::SubscriptionId::new().to_string();
+    let rule = format!(
+        "{}\"x\"{}",
+        "{\"json_equals\":".repeat(140),
+        "}".repeat(140)
+    );
+    let doc = format!(
+        r#"{{"id":"{broken}","tenant":"default","url":"{}","topics":["a.*"],"enabled":true,"settings":{{"success":{rule}}},"created_at":1,"updated_at":1}}"#,
+        receiver.url("/broken")
+    );
+    let store = backend.store().await;
+    let written = store
+        .write(&[
+            Change::put(Collection::Subscriptions, &broken, doc),
+            Change::put(
+                Collection::TenantSubscriptions,
+                format!("default {broken}"),
+                "",
+            ),
+        ])
+        .await;
+    assert!(written.unwrap());
+
+    let (status, listed) = pb.get("/subscriptions").await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(support::item_ids(&listed), vec![good.as_str()], "{listed}");
+    assert_eq!(listed["unreadable"][0]["id"], broken, "{listed}");
+    let (status, shown) = pb.get(&format!("/subscriptions/{broken}")).await;
+    assert_eq!(status, 409, "{shown}");
+    assert_eq!(shown["error"]["code"], "unreadable", "{shown}");
+    let answer = publish(&pb, json!({"topic": "a.b", "body": {}})).await;
+    pb.wait_state(&delivery_of(&answer, &good), "delivered", WAIT)
+        .await;
+    let (status, answer) = call(
+        &pb,
+        Method::POST,
+        "/subscriptions",
+        Some(json!({"url": receiver.url("/new"), "topics": ["a.*"]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+
+    let (status, _) = call(
+        &pb,
+        Method::DELETE,
+        &format!("/subscriptions/{broken}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let (_, listed) = pb.get("/subscriptions").await;
+    assert!(
+        listed.get("unreadable").is_none_or(|u| u == &json!([])),
+        "{listed}"
+    );
+    assert_eq!(support::item_ids(&listed).len(), 2, "{listed}");
+}

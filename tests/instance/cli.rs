@@ -67,7 +67,11 @@ async fn an_operator_finds_a_dead_letter_fixes_its_url_and_resends_it() {
     let id = registered["id"].as_str().unwrap().to_string();
     pb.wait_state(&id, "dead", WAIT).await;
     let first = &receiver.requests_for(&id)[0];
-    assert_eq!(first.body.as_ref(), br#"{"order":7}"#);
+    assert_eq!(
+        first.body.as_ref(),
+        br#"{"order": 7}"#,
+        "the body as written"
+    );
     assert_eq!(first.header("x-shop").as_deref(), Some("42"));
 
     let table = ok(&pb, &["dlq", "list", "--topic", "payment.succeeded"]);

@@ -18,7 +18,7 @@ use crate::support;
 use std::time::Duration;
 
 use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
-use postback::domain::{JobId, Notification, OrderingKey, Outcome, Schedule, Tenant};
+use postback::domain::{Fingerprint, JobId, Notification, OrderingKey, Outcome, Schedule, Tenant};
 use postback::policy::{Quota, RateAsk};
 use postback::store::{
     Again, Back, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, LetGo, ListFilter,
@@ -321,7 +321,7 @@ impl Subject {
                 seen(store.get(&n.id).await.unwrap())
             ));
             if let Some(key) = key {
-                let found = store.find_by_key(&key.scoped()).await.unwrap();
+                let found = store.find_by_key(&key.tenant, &key.key).await.unwrap();
                 seen_all.push(format!("key {} → {:?}", key.scoped(), found.map(|v| v.id)));
             }
         }
@@ -402,7 +402,7 @@ fn registration(r: &Reg) -> (Notification, Option<Idempotency>) {
     let idempotency = r.key.map(|(k, body)| Idempotency {
         key: format!("key-{k}"),
         tenant,
-        fingerprint: format!("body-{body}"),
+        fingerprint: Fingerprint::of_request(format!("body-{body}").as_bytes()),
         ttl: LONG,
     });
     (n, idempotency)

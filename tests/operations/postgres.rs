@@ -319,3 +319,198 @@ async fn one_tenants_idempotency_key_in_the_database_is_not_anothers() {
     let again = pay(&pg, 3, &call("default", 1), "COMMIT").unwrap();
     assert_eq!(again, mine, "and within the tenant the key still repeats");
 }
+
+/// An instance on `pg` with the tenants and tokens of `support::tenants`, and `env`.
+async fn with_tenants(pg: &PostgresServer, env: &[(&str, &str)]) -> (tempfile::TempDir, Postback) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = support::config_file(&dir, &support::tenants::config());
+    let mut env = env.to_vec();
+    env.push(("POSTBACK_CONFIG", &path));
+    let pb = Postback::start_on_postgres(pg, &env).await;
+    (dir, pb)
+}
+
+/// A role granted only `default` cannot reach another tenant's idempotency keys: not by
+/// writing that tenant's name into a key (refused as `POST /notify` refuses it), and not
+/// with the same key (another tenant's is another key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_role_cannot_take_another_tenants_idempotency_key() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let (_dir, pb) = with_tenants(&pg, &[]).await;
+    producer_role(&pg);
+    let url = receiver.url("/paid");
+
+    let forged = format!(
+        "'{url}', '{{\"order\": 80}}', '{{\"idempotency_key\": \"shop-b order-80\", \"delay\": \"7d\"}}'"
+    );
+    let refused = pay(&pg, 1, &forged, "COMMIT").unwrap_err();
+    assert!(
+        refused.contains("idempotency_key") && refused.contains("visible ASCII"),
+        "{refused}"
+    );
+    let same_key = format!(
+        "'{url}', '{{\"order\": 80}}', '{{\"idempotency_key\": \"order-80\", \"delay\": \"7d\"}}'"
+    );
+    let default_one = pay(&pg, 2, &same_key, "COMMIT").unwrap();
+    taken_in(&pb, &default_one).await;
+
+    let shop_b = json!({"url": url, "body": {"order": 80}, "delay": "7d"});
+    let (status, answer, headers) = pb
+        .request_raw(
+            "tok-all-b",
+            reqwest::Method::POST,
+            "/notify",
+            &shop_b.to_string(),
+            &[("idempotency-key", "order-80")],
+        )
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    assert!(
+        headers.get("idempotent-replayed").is_none(),
+        "a new notification of shop-b's"
+    );
+    let id = answer["id"].as_str().unwrap();
+    assert_ne!(id, default_one);
+    let (status, view) = pb
+        .request_as(
+            "tok-all-b",
+            reqwest::Method::GET,
+            &format!("/notifications/{id}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!((status, &view["tenant"]), (200, &json!("shop-b")), "{view}");
+}
+
+/// The keys and bodies `POST /notify` refuses, `postback.notify()` refuses, in the
+/// producer's transaction, with the error the API answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_refuses_the_keys_and_sizes_post_notify_refuses_with_its_error() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_on_postgres(&pg, &[("POSTBACK_SERVER_MAX_BODY_BYTES", "2048")]).await;
+    producer_role(&pg);
+    let url = receiver.url("/paid");
+    let long = "k".repeat(256);
+    for key in ["a b", "a\\tb", "caf\u{e9}", "", long.as_str()] {
+        let call = format!("'{url}', '{{}}', '{{\"idempotency_key\": \"{key}\"}}'");
+        let refused = pay(&pg, 1, &call, "COMMIT").unwrap_err();
+        let batch = json!({"items": [{"url": url, "body": {}, "idempotency_key": serde_json::from_str::<String>(&format!("\"{key}\"")).unwrap()}]});
+        let (_, answer) = pb
+            .request(reqwest::Method::POST, "/notify/batch", Some(batch), &[])
+            .await;
+        let message = answer["items"][0]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            refused.contains(&message),
+            "{key:?}: {refused}\nthe API: {message}"
+        );
+        assert!(
+            refused.contains("\"field\":\"idempotency_key\""),
+            "{refused}"
+        );
+    }
+    let big = format!("{{\"filler\": \"{}\"}}", "x".repeat(4096));
+    let refused = pay(&pg, 2, &format!("'{url}', '{big}'"), "COMMIT").unwrap_err();
+    let (status, answer, _) = pb
+        .request_raw(
+            support::instance::TOKEN,
+            reqwest::Method::POST,
+            "/notify",
+            &json!({"url": url, "body": serde_json::from_str::<serde_json::Value>(&big).unwrap()})
+                .to_string(),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 413, "{answer}");
+    let code = answer["error"]["code"].as_str().unwrap();
+    assert!(
+        refused.contains(code) && refused.contains("2048"),
+        "{refused}\nthe API: {answer}"
+    );
+    assert_eq!(pg.psql("SELECT count(*) FROM postback.intake").trim(), "0");
+}
+
+/// The same request through the database and over HTTP is one request: the same
+/// fingerprint, so an `Idempotency-Key` repeated over HTTP answers what the database
+/// registered, whose id is of the same kind as the API's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_through_the_database_and_over_http_is_the_same_request() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start_on_postgres(&pg, &[]).await;
+    producer_role(&pg);
+    let url = receiver.url("/paid");
+    let call = format!(
+        "'{url}', '{{\"order\": 9, \"total\": 10.10, \"big\": 12345678901234567890123}}', '{{\"idempotency_key\": \"pay-9\", \"topic\": \"payment\"}}'"
+    );
+    let id = pay(&pg, 1, &call, "COMMIT").unwrap();
+    let parsed: postback::domain::JobId = id.parse().unwrap();
+    assert_eq!(
+        id.len(),
+        "ntf_0_".len() + 22,
+        "{id}: 22 base-62 digits, as the API's"
+    );
+    assert_eq!(parsed.to_string(), id);
+    taken_in(&pb, &id).await;
+
+    let over_http = format!(
+        r#"{{"topic": "payment", "body": {{"big": 12345678901234567890123, "total": 10.10, "order": 9}}, "url": "{url}"}}"#
+    );
+    let (status, answer, headers) = pb
+        .request_raw(
+            support::instance::TOKEN,
+            reqwest::Method::POST,
+            "/notify",
+            &over_http,
+            &[("idempotency-key", "pay-9")],
+        )
+        .await;
+    assert_eq!(
+        (status, answer["id"].as_str()),
+        (202, Some(id.as_str())),
+        "{answer}"
+    );
+    assert_eq!(headers["idempotent-replayed"], "true");
+}
+
+/// Bodies written through `postback.notify()` arrive value for value (the database keeps
+/// a `jsonb`: every digit, not the key order or spacing), and the fingerprint postback
+/// computes of a request is the one the database computes of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_through_the_database_arrive_value_for_value() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let _pb = Postback::start_on_postgres(&pg, &[]).await;
+    producer_role(&pg);
+    let bodies = support::json_text::sample_bodies(40);
+    let mut ids = Vec::new();
+    for (n, body) in bodies.iter().enumerate() {
+        let call = format!("'{}', $j${body}$j$", receiver.url(&format!("/sql/{n}")));
+        ids.push(pay(&pg, n as u32, &call, "COMMIT").unwrap());
+        let canonical = pg.psql(&format!("SELECT $j${body}$j$::jsonb::text"));
+        assert_eq!(
+            postback::domain::canonical_json(body.as_bytes()).unwrap(),
+            canonical.trim_end_matches('\n'),
+            "{body}"
+        );
+    }
+    assert!(receiver.wait_for(bodies.len(), support::LONG_WAIT).await);
+    for (n, body) in bodies.iter().enumerate() {
+        let got = receiver
+            .requests()
+            .into_iter()
+            .find(|r| r.path == format!("/sql/{n}"))
+            .unwrap();
+        let same = pg.psql(&format!(
+            "SELECT $j${body}$j$::jsonb = $k${}$k$::jsonb",
+            String::from_utf8_lossy(&got.body)
+        ));
+        assert_eq!(same.trim(), "t", "{body} arrived as {:?}", got.body);
+    }
+    drop(ids);
+}

@@ -15,7 +15,7 @@ pub fn notification(schedule: &[&str], delay: Duration) -> Notification {
         id: JobId::new(0),
         url: CallbackUrl::parse("http://merchant.example.com/cb", Destinations::PublicOnly)
             .unwrap(),
-        payload: Payload::from_json(serde_json::json!({"a": 1})).unwrap(),
+        payload: Payload::json(&serde_json::json!({"a": 1})),
         headers: ExtraHeaders::default(),
         schedule: Schedule::parse(schedule).unwrap(),
         delay,

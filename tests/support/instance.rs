@@ -195,6 +195,30 @@ impl Postback {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// A request with `token` whose body is `raw`, sent as written (`application/json`):
+    /// the status, the answer as JSON (null when there is none) and its headers.
+    pub async fn request_raw(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        raw: &str,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        let mut req = self
+            .http
+            .request(method, self.url(path))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(raw.to_string());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.unwrap();
+        let (status, answered) = (resp.status().as_u16(), resp.headers().clone());
+        (status, resp.json().await.unwrap_or(Value::Null), answered)
+    }
+
     /// Registers and asserts `202`; returns the id.
     pub async fn register(&self, body: Value) -> String {
         let (status, answer) = self.notify(body).await;

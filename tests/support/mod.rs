@@ -7,6 +7,7 @@
 pub mod connect_proxy;
 pub mod fixtures;
 pub mod instance;
+pub mod json_text;
 pub mod load;
 pub mod postgres_server;
 pub mod proxy;

@@ -618,7 +618,7 @@ async fn fill(backend: &Backend, pending: usize) -> anyhow::Result<f64> {
             let n = Notification {
                 id: JobId::new(0),
                 url: url.clone(),
-                payload: Payload::from_json(payment(i)).expect("a JSON object"),
+                payload: Payload::json(&payment(i)),
                 headers: ExtraHeaders::default(),
                 schedule: schedule.clone(),
                 delay: Duration::from_secs(24 * 3600),

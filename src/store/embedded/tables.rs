@@ -63,11 +63,13 @@ pub const INFLIGHT: TableDefinition<(i64, &str), ()> = TableDefinition::new("inf
 pub const DEAD: TableDefinition<(i64, &str), ()> = TableDefinition::new("dead");
 /// (finished at, id) of delivered and cancelled notifications.
 pub const DONE: TableDefinition<(i64, &str), ()> = TableDefinition::new("done");
-/// Idempotency key (within its tenant) → (id and the request's fingerprint, forgotten at).
-pub const IDEMPOTENCY: TableDefinition<&str, (&str, i64)> = TableDefinition::new("idempotency");
-/// (forgotten at, idempotency key), for the sweep.
+/// Idempotency key within its tenant (`Idempotency::scoped`) → (id and the request's
+/// fingerprint, forgotten at).
+pub const IDEMPOTENCY: TableDefinition<&str, (&str, i64)> =
+    TableDefinition::new("idempotency_scoped");
+/// (forgotten at, idempotency key within its tenant), for the sweep.
 pub const IDEMPOTENCY_EXPIRY: TableDefinition<(i64, &str), ()> =
-    TableDefinition::new("idempotency_expiry");
+    TableDefinition::new("idempotency_scoped_expiry");
 /// What retention deleted, by reason → count.
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 /// Rate key → its quota's state (`policy::RateState`: theoretical arrival time, end of

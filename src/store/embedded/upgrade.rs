@@ -1,7 +1,9 @@
-//! Opening a file that an earlier build wrote (up to 2026-11-23, with redb 2): once, its
-//! file format is upgraded with redb 2 (redb 3 does not open redb 2's), and its tables
+//! Opening a file that an earlier build wrote: once, a file of redb 2 (builds up to
+//! 2026-11-23) is upgraded with redb 2 (redb 3 does not open redb 2's), and its tables
 //! keyed by tuples are copied into redb 3's tuple encoding (redb 2's is not read as it
-//! is). Records and specs are not rewritten: their decoders read every earlier layout.
+//! is); and idempotency keys, which earlier builds kept without the default tenant's name
+//! in front, are moved to tables named for their tenant-scoped names. Records and specs
+//! are not rewritten: their decoders read every earlier layout.
 
 use std::path::Path;
 
@@ -10,6 +12,12 @@ use redb::{
 };
 
 use super::tables::{DbResult, DEAD, DONE, DUE, IDEMPOTENCY, IDEMPOTENCY_EXPIRY, INFLIGHT};
+use crate::store::Idempotency;
+
+/// Idempotency keys as builds before tenant-scoped names kept them.
+const LEGACY_IDEMPOTENCY: TableDefinition<&str, (&str, i64)> = TableDefinition::new("idempotency");
+const LEGACY_IDEMPOTENCY_EXPIRY: TableDefinition<(i64, &str), ()> =
+    TableDefinition::new("idempotency_expiry");
 
 /// Opens (or creates) the file, upgrading an earlier build's first.
 pub fn open(path: &Path) -> Result<Database, redb::DatabaseError> {
@@ -38,11 +46,21 @@ fn upgrade_format(path: &Path) -> std::io::Result<()> {
 pub fn upgrade_tables(db: &Database) -> DbResult<usize> {
     let tx = db.begin_write()?;
     let mut copied = 0;
-    for index in [DUE, INFLIGHT, DEAD, DONE, IDEMPOTENCY_EXPIRY] {
+    for index in [DUE, INFLIGHT, DEAD, DONE, LEGACY_IDEMPOTENCY_EXPIRY] {
         copied += usize::from(copy_if_legacy::<(i64, &str), ()>(&tx, index)?);
     }
-    copied += usize::from(copy_if_legacy::<&str, (&str, i64)>(&tx, IDEMPOTENCY)?);
+    copied += usize::from(copy_if_legacy::<&str, (&str, i64)>(
+        &tx,
+        LEGACY_IDEMPOTENCY,
+    )?);
+    let scoped = scope_idempotency_keys(&tx)?;
     tx.commit()?;
+    if scoped > 0 {
+        tracing::info!(
+            keys = scoped,
+            "moved the embedded store's idempotency keys to their tenant-scoped names"
+        );
+    }
     if copied > 0 {
         tracing::info!(
             tables = copied,
@@ -50,6 +68,35 @@ pub fn upgrade_tables(db: &Database) -> DbResult<usize> {
         );
     }
     Ok(copied)
+}
+
+/// Moves the idempotency keys of an earlier build's tables (if any) to this build's,
+/// renaming the default tenant's (`Idempotency::upgraded_name`). How many it moved.
+fn scope_idempotency_keys(tx: &WriteTransaction) -> DbResult<usize> {
+    let legacy = tx
+        .list_tables()?
+        .any(|t| t.name() == LEGACY_IDEMPOTENCY.name());
+    if !legacy {
+        return Ok(0);
+    }
+    let mut moved = 0;
+    {
+        let from = tx.open_table(LEGACY_IDEMPOTENCY)?;
+        let mut keys = tx.open_table(IDEMPOTENCY)?;
+        let mut expiry = tx.open_table(IDEMPOTENCY_EXPIRY)?;
+        for entry in redb::ReadableTable::iter(&from)? {
+            let (name, kept) = entry?;
+            let (kept, until) = kept.value();
+            let name = name.value();
+            let scoped = Idempotency::upgraded_name(name).unwrap_or_else(|| name.to_string());
+            keys.insert(scoped.as_str(), (kept, until))?;
+            expiry.insert((until, scoped.as_str()), ())?;
+            moved += 1;
+        }
+    }
+    tx.delete_table(LEGACY_IDEMPOTENCY)?;
+    tx.delete_table(LEGACY_IDEMPOTENCY_EXPIRY)?;
+    Ok(moved)
 }
 
 /// A key or value type as redb 2 encoded it: tuples wrapped in `Legacy`.

@@ -17,7 +17,7 @@ use crate::store::endpoints::{
 pub(super) use crate::store::types::{NewJob, RetentionLimits as Retention};
 use crate::store::{
     idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, IntakeCheck,
-    IntakeItem, Settlement, TakenIn,
+    IntakeItem, IntakeRules, Settlement, TakenIn,
 };
 use crate::store::{spec, EndpointTally};
 
@@ -154,10 +154,10 @@ async fn claim_key(
     let kept = entry.kept(id);
     let taken = t
         .execute(
-            "INSERT INTO postback.idempotency (key, kept, until) VALUES ($1, $2, $3)
-             ON CONFLICT (key) DO UPDATE SET kept = $2, until = $3
-             WHERE postback.idempotency.until <= $4",
-            &[&entry.name, &kept, &until, &t.now.down()],
+            "INSERT INTO postback.idempotency (tenant, key, kept, until) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (tenant, key) DO UPDATE SET kept = $3, until = $4
+             WHERE postback.idempotency.until <= $5",
+            &[&entry.tenant, &entry.key, &kept, &until, &t.now.down()],
         )
         .await?;
     if taken == 1 {
@@ -165,8 +165,8 @@ async fn claim_key(
     }
     let rows = t
         .query(
-            "SELECT kept FROM postback.idempotency WHERE key = $1",
-            &[&entry.name],
+            "SELECT kept FROM postback.idempotency WHERE tenant = $1 AND key = $2",
+            &[&entry.tenant, &entry.key],
         )
         .await?;
     let kept: String = rows.first().map(|r| r.get(0)).unwrap_or_default();
@@ -555,8 +555,8 @@ pub async fn apply_retention(
         n += drop_oldest(t, ("done", before), budget, "finished_by_age").await?;
     }
     t.execute(
-        "DELETE FROM postback.idempotency WHERE key IN (
-             SELECT key FROM postback.idempotency WHERE until <= $1 ORDER BY until
+        "DELETE FROM postback.idempotency WHERE (tenant, key) IN (
+             SELECT tenant, key FROM postback.idempotency WHERE until <= $1 ORDER BY until
              LIMIT $2 FOR UPDATE SKIP LOCKED)",
         &[&now_ms, &budget],
     )
@@ -639,7 +639,7 @@ pub async fn reserve(t: &mut Tx<'_>, asks: &[RateAsk]) -> PgResult<Vec<SendTimes
 pub async fn take_in(t: &mut Tx<'_>, limit: usize, check: &IntakeCheck) -> PgResult<Vec<TakenIn>> {
     let rows = t
         .query(
-            "SELECT seq, id, tenant, idempotency_key, request::text, fingerprint
+            "SELECT seq, id, tenant, idempotency_key, request::text
              FROM postback.intake ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
             &[&(limit as i64)],
         )
@@ -651,7 +651,6 @@ pub async fn take_in(t: &mut Tx<'_>, limit: usize, check: &IntakeCheck) -> PgRes
             tenant: row.get(2),
             idempotency_key: row.get(3),
             request: row.get(4),
-            fingerprint: row.get(5),
         };
         taken.push(match check(&item) {
             Ok((n, idempotency)) => {
@@ -673,6 +672,24 @@ pub async fn take_in(t: &mut Tx<'_>, limit: usize, check: &IntakeCheck) -> PgRes
         .await?;
     }
     Ok(taken)
+}
+
+/// Writes the rules `postback.notify()` checks, over any written before.
+pub async fn publish_rules(t: &mut Tx<'_>, rules: &IntakeRules) -> PgResult<()> {
+    t.execute(
+        "INSERT INTO postback.intake_rules (key_pattern, key_error, max_request_bytes, size_error)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (only_row) DO UPDATE SET key_pattern = $1, key_error = $2,
+             max_request_bytes = $3, size_error = $4, written_at = clock_timestamp()",
+        &[
+            &rules.key_pattern,
+            &rules.key_error,
+            &rules.max_request_bytes,
+            &rules.size_error,
+        ],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Keeps a refused registration with its error, for its producer to read.

@@ -48,12 +48,12 @@ fn job_view(row: &Row) -> PgResult<JobView> {
     })
 }
 
-/// The notification the idempotency key `scoped` registered, while it is kept at `now`.
-pub async fn by_key(c: &Client, scoped: &str, now: i64) -> PgResult<Option<JobView>> {
+/// The notification `tenant`'s idempotency `key` registered, while it is kept at `now`.
+pub async fn by_key(c: &Client, tenant: &Tenant, key: &str, now: i64) -> PgResult<Option<JobView>> {
     let rows = query(
         c,
-        "SELECT kept FROM postback.idempotency WHERE key = $1 AND until > $2",
-        &[&scoped, &now],
+        "SELECT kept FROM postback.idempotency WHERE tenant = $1 AND key = $2 AND until > $3",
+        &[&&**tenant, &key, &now],
     )
     .await?;
     let Some(kept) = rows.first().map(|r| r.get::<_, String>(0)) else {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::config::{RedisTarget, StoreSettings};
@@ -40,6 +41,19 @@ impl Conn {
                     .retries(3)
                     .build()?;
                 Ok(Self::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+
+    /// `cmd` on the primary that holds `key`'s slot (a command with no key of its own,
+    /// as `INFO` or `SCAN`, goes where it is sent).
+    pub async fn on_primary(&self, key: &str, cmd: &Cmd) -> RedisResult<Value> {
+        match &mut self.clone() {
+            Self::Standalone(c) => cmd.query_async::<Value>(c).await,
+            Self::Cluster(c) => {
+                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
+                let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                c.route_command(cmd.clone(), node).await
             }
         }
     }

@@ -240,7 +240,7 @@ async fn store_group<'a>(
         .invoke_async(&mut writes.on(keys.due()))
         .await
         .map_err(script_error("enqueue"))?;
-    if reply.len() != 2 + 3 * items.len() {
+    if reply.len() != 2 + REPLY_WIDTH * items.len() {
         return Err(short());
     }
     let earliest = earliest_at(&reply, 0)?;
@@ -249,8 +249,13 @@ async fn store_group<'a>(
     target.schedules.reading(&target.conn, keys, read).await
 }
 
-/// One answer per item, in order: the item's own id, or its key's first notification.
-/// An answer that does not read is that item's error alone.
+/// Values the script answers per item: id, duplicate, held state or waits, the
+/// fingerprint kept with a repeated key.
+const REPLY_WIDTH: usize = 4;
+
+/// One answer per item, in order: the item's own id, or its key's first notification
+/// (refused when its key was first used with another request). An answer that does not
+/// read is that item's error alone.
 fn answers(
     replies: &[Value],
     items: &[Item],
@@ -261,19 +266,24 @@ fn answers(
     // What this group registered, for a later item that repeats one's idempotency key.
     let mut registered: HashMap<JobId, JobStatus> = HashMap::new();
     Ok(replies
-        .chunks(3)
+        .chunks(REPLY_WIDTH)
         .zip(items)
         .map(|(c, item)| {
             let id: JobId = text_at(c, 0)?
                 .parse()
                 .map_err(|e| StoreError::Corrupt(format!("enqueue returned a bad id: {e}")))?;
-            let seen = int_at(c, 1)?;
-            let (duplicate, mismatch) = (seen > 0, seen == 2);
+            let duplicate = int_at(c, 1)? > 0;
+            let kept = text_at(c, 3)?;
+            let mismatch = duplicate
+                && item
+                    .idempotency
+                    .as_ref()
+                    .is_some_and(|e| e.fingerprint.refuses((!kept.is_empty()).then_some(&kept)));
             let status = match c.get(2) {
+                _ if mismatch => None,
                 Some(Value::Array(_)) => {
                     Held::parse(&id.to_string(), &c[2], shared)?.map(|h| h.record.status())
                 }
-                _ if mismatch => None,
                 _ if duplicate => registered.get(&id).cloned(),
                 waits => {
                     let status = JobStatus {

@@ -24,8 +24,8 @@ use crate::lifecycle::{retention, transitions, Index, JobState, Now};
 use crate::store::spec;
 use crate::store::tenant_counts::counted;
 use crate::store::{
-    Claim, ClaimedJob, Deferral, Enqueued, Idempotency, Queue, Settled, Settlement, StoreError,
-    StoreResult,
+    Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry, Queue, Settled,
+    Settlement, StoreError, StoreResult,
 };
 
 impl RedisStore {
@@ -37,7 +37,10 @@ impl RedisStore {
             spec: spec::encode(&n.spec()),
             schedule: n.schedule.intervals_ms(),
             delay_ms: n.delay.as_millis() as u64,
-            idempotency: idempotency.map(|i| i.entry(keys.idempotency(&i.scoped()))),
+            idempotency: idempotency.map(|i| IdempotencyEntry {
+                name: keys.idempotency(&i.scoped()),
+                ..i.entry()
+            }),
             tenant: counted(&n.tenant).to_string(),
             ordering: n
                 .ordering_key

@@ -14,8 +14,8 @@ use crate::store::keys::ShardKeys;
 use crate::store::listing::MAX_SCAN;
 use crate::store::tenant_counts::{TenantCounts, OUTCOME_WINDOW_MS};
 use crate::store::{
-    spec, Cursor, DeadPage, JobView, ListFilter, ListPage, Listed, Outcomes, Reads, StateCounts,
-    Stats, StoreError, StoreResult, Trimmed, WalkCursor,
+    spec, Cursor, DeadPage, Idempotency, JobView, ListFilter, ListPage, Listed, Outcomes, Reads,
+    StateCounts, Stats, StoreError, StoreResult, Trimmed, WalkCursor,
 };
 
 /// Dead letters read per round trip while filtering a page.
@@ -153,10 +153,11 @@ impl Reads for RedisStore {
         Ok(self.views(keys, &[id.to_string()]).await?.pop())
     }
 
-    async fn find_by_key(&self, scoped_key: &str) -> StoreResult<Option<JobView>> {
+    async fn find_by_key(&self, tenant: &Tenant, key: &str) -> StoreResult<Option<JobView>> {
+        let scoped = Idempotency::scope(key, tenant);
         for keys in &self.shards {
             let kept: Option<String> = redis::cmd("GET")
-                .arg(keys.idempotency(scoped_key))
+                .arg(keys.idempotency(&scoped))
                 .query_async(&mut self.conn.clone())
                 .await
                 .map_err(store_error)?;

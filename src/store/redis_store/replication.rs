@@ -3,11 +3,9 @@
 //! `/readyz`; and the check, at start-up and for `/readyz`, that each primary has the
 //! replicas `store.replica_acks` asks for.
 
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::Value;
-
 use super::conn::Conn;
 use super::{store_error, RedisStore};
+use crate::store::keys::ShardKeys;
 use crate::store::{ShardReplication, StoreError, StoreResult};
 
 impl RedisStore {
@@ -18,26 +16,22 @@ impl RedisStore {
         for keys in &self.shards {
             let seen = match (&self.conn, out.first()) {
                 (Conn::Standalone(_), Some(first)) => *first,
-                _ => parse(&self.info_of_primary(keys.due()).await?),
+                _ => parse(&self.info_of_primary(keys).await?),
             };
             out.push(seen);
         }
         Ok(out)
     }
 
-    /// `INFO replication` of the primary holding `key`.
-    async fn info_of_primary(&self, key: &str) -> StoreResult<String> {
-        let mut info = redis::cmd("INFO");
-        info.arg("replication");
-        let reply = match &mut self.conn.clone() {
-            Conn::Standalone(c) => info.query_async::<Value>(c).await,
-            Conn::Cluster(c) => {
-                let route = Route::with_slot(Slot::for_key(key), SlotAddr::Master);
-                let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                c.route_command(info, node).await
-            }
-        };
-        redis::from_redis_value(reply.map_err(store_error)?)
+    /// `INFO replication` of the primary holding the shard `keys`.
+    async fn info_of_primary(&self, keys: &ShardKeys) -> StoreResult<String> {
+        let info = redis::cmd("INFO").arg("replication").clone();
+        let reply = self
+            .conn
+            .on_primary(keys.due(), &info)
+            .await
+            .map_err(store_error)?;
+        redis::from_redis_value::<String>(reply)
             .map_err(|e| StoreError::Corrupt(format!("INFO replication: {e}")))
     }
 
