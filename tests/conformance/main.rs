@@ -26,6 +26,7 @@ mod ordering;
 mod pauses;
 mod policy;
 mod portal;
+mod portal_roles;
 mod resend;
 mod responses;
 mod retention;
