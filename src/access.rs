@@ -1,7 +1,9 @@
 //! Who may call the API, for which tenant, to do what. A token is configured by the
 //! SHA-256 of its value (the value itself is never written down), with a tenant or `*`
 //! for all, and roles; a request's token is hashed and compared in constant time with
-//! every configured hash, and becomes the request's `Principal`.
+//! every configured hash, and becomes the request's `Principal`. What each route does is
+//! an `Action`; the roles of a configured token (`Role`) and of a portal link
+//! (`LinkRole`) grant actions, here and nowhere else.
 
 use std::fmt;
 use std::str::FromStr;
@@ -17,7 +19,78 @@ use subtle::ConstantTimeEq;
 use crate::domain::Tenant;
 use crate::portal::PortalKey;
 
-/// What a token may do.
+/// What a route does, as far as who may call it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Register notifications and publish events.
+    Register,
+    /// Read one notification by its id.
+    Lookup,
+    /// Read notifications, dead letters, endpoints, subscriptions, events, counts.
+    Read,
+    /// Resend one finished notification as it was, or make a pending one due now.
+    Resend,
+    /// Pause or resume an endpoint.
+    Pause,
+    /// Cancel a notification.
+    Cancel,
+    /// Replay a dead letter.
+    Replay,
+    /// Replay to another URL or with other headers.
+    Redirect,
+    /// Resend or replay with another schedule or delay.
+    Reschedule,
+    /// Discard a dead letter.
+    Discard,
+    /// Act on every notification a filter matches, or on an event's.
+    Bulk,
+    /// Create, change or delete subscriptions.
+    Subscriptions,
+    /// Read the audit log.
+    Audit,
+}
+
+impl Action {
+    pub const ALL: [Action; 13] = [
+        Action::Register,
+        Action::Lookup,
+        Action::Read,
+        Action::Resend,
+        Action::Pause,
+        Action::Cancel,
+        Action::Replay,
+        Action::Redirect,
+        Action::Reschedule,
+        Action::Discard,
+        Action::Bulk,
+        Action::Subscriptions,
+        Action::Audit,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Register => "register",
+            Action::Lookup => "lookup",
+            Action::Read => "read",
+            Action::Resend => "resend",
+            Action::Pause => "pause",
+            Action::Cancel => "cancel",
+            Action::Replay => "replay",
+            Action::Redirect => "redirect",
+            Action::Reschedule => "reschedule",
+            Action::Discard => "discard",
+            Action::Bulk => "bulk",
+            Action::Subscriptions => "subscriptions",
+            Action::Audit => "audit",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+/// What a configured token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -25,7 +98,7 @@ pub enum Role {
     Notify,
     /// Read notifications, dead letters, counts and the overview.
     Read,
-    /// Cancel, replay, discard and purge.
+    /// Every action on notifications, dead letters, endpoints and subscriptions.
     Operate,
     /// Read the audit log.
     Audit,
@@ -43,8 +116,25 @@ impl Role {
         }
     }
 
-    fn bit(self) -> u8 {
-        1 << self as u8
+    /// The actions it grants.
+    pub fn grants(self) -> &'static [Action] {
+        use Action::*;
+        match self {
+            Role::Notify => &[Register, Lookup],
+            Role::Read => &[Lookup, Read],
+            Role::Operate => &[
+                Resend,
+                Pause,
+                Cancel,
+                Replay,
+                Redirect,
+                Reschedule,
+                Discard,
+                Bulk,
+                Subscriptions,
+            ],
+            Role::Audit => &[Audit],
+        }
     }
 }
 
@@ -56,6 +146,78 @@ impl FromStr for Role {
             .into_iter()
             .find(|r| r.name() == raw.trim())
             .ok_or_else(|| format!("`{raw}` is not one of notify, read, operate, audit"))
+    }
+}
+
+/// What a portal link may do: it always reads; `operate` resends, attempts now, pauses
+/// and resumes; every other action needs the role of its name. A link never registers
+/// and never reads the audit log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkRole {
+    Read,
+    Operate,
+    Cancel,
+    Replay,
+    Redirect,
+    Reschedule,
+    Discard,
+    Bulk,
+    Subscriptions,
+}
+
+impl LinkRole {
+    pub const ALL: [LinkRole; 9] = [
+        LinkRole::Read,
+        LinkRole::Operate,
+        LinkRole::Cancel,
+        LinkRole::Replay,
+        LinkRole::Redirect,
+        LinkRole::Reschedule,
+        LinkRole::Discard,
+        LinkRole::Bulk,
+        LinkRole::Subscriptions,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkRole::Read => "read",
+            LinkRole::Operate => "operate",
+            LinkRole::Cancel => "cancel",
+            LinkRole::Replay => "replay",
+            LinkRole::Redirect => "redirect",
+            LinkRole::Reschedule => "reschedule",
+            LinkRole::Discard => "discard",
+            LinkRole::Bulk => "bulk",
+            LinkRole::Subscriptions => "subscriptions",
+        }
+    }
+
+    /// The actions it grants.
+    pub fn grants(self) -> &'static [Action] {
+        use Action::*;
+        match self {
+            LinkRole::Read => &[Lookup, Read],
+            LinkRole::Operate => &[Resend, Pause],
+            LinkRole::Cancel => &[Cancel],
+            LinkRole::Replay => &[Replay],
+            LinkRole::Redirect => &[Redirect],
+            LinkRole::Reschedule => &[Reschedule],
+            LinkRole::Discard => &[Discard],
+            LinkRole::Bulk => &[Bulk],
+            LinkRole::Subscriptions => &[Subscriptions],
+        }
+    }
+}
+
+impl FromStr for LinkRole {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        let names: Vec<&str> = LinkRole::ALL.iter().map(|r| r.name()).collect();
+        LinkRole::ALL
+            .into_iter()
+            .find(|r| r.name() == raw.trim())
+            .ok_or_else(|| format!("`{raw}` is not one of {}", names.join(", ")))
     }
 }
 
@@ -86,37 +248,59 @@ impl Scope {
 }
 
 /// The caller of one request: the token's name (the actor in the audit log), its
-/// tenants, its roles, and when its credential expires (a portal link's; configured
-/// tokens do not).
+/// tenants, its roles and the actions they grant, and when its credential expires (a
+/// portal link's; configured tokens do not).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
     pub actor: String,
     pub scope: Scope,
-    roles: u8,
+    roles: Vec<&'static str>,
+    actions: u16,
+    link: bool,
     pub expires: Option<SystemTime>,
 }
 
 impl Principal {
+    /// A configured token's caller.
     pub fn new(actor: impl Into<String>, scope: Scope, roles: &[Role]) -> Self {
+        let roles: Vec<Role> = Role::ALL
+            .into_iter()
+            .filter(|r| roles.contains(r))
+            .collect();
         Self {
             actor: actor.into(),
             scope,
-            roles: roles.iter().fold(0, |acc, r| acc | r.bit()),
+            roles: roles.iter().map(|r| r.name()).collect(),
+            actions: granted(roles.iter().flat_map(|r| r.grants())),
+            link: false,
             expires: None,
         }
     }
 
-    /// The same caller, whose credential expires at `at`.
-    pub fn expiring(self, at: SystemTime) -> Self {
+    /// A portal link's caller: `portal:<tenant>`, until `expires`.
+    pub fn link(tenant: Tenant, roles: &[LinkRole], expires: SystemTime) -> Self {
+        let roles: Vec<LinkRole> = LinkRole::ALL
+            .into_iter()
+            .filter(|r| roles.contains(r))
+            .collect();
         Self {
-            expires: Some(at),
-            ..self
+            actor: format!("portal:{tenant}"),
+            scope: Scope::One(tenant),
+            roles: roles.iter().map(|r| r.name()).collect(),
+            actions: granted(roles.iter().flat_map(|r| r.grants())),
+            link: true,
+            expires: Some(expires),
         }
     }
 
-    /// Its roles, in the order of `Role::ALL`.
-    pub fn roles(&self) -> impl Iterator<Item = Role> + '_ {
-        Role::ALL.into_iter().filter(|r| self.may(*r))
+    /// Its roles' names, in the order of `Role::ALL` (`LinkRole::ALL` for a link).
+    pub fn roles(&self) -> &[&'static str] {
+        &self.roles
+    }
+
+    /// What its roles let it do, in the order of `Action::ALL`.
+    pub fn actions(&self) -> impl Iterator<Item = Action> + '_ {
+        Action::ALL.into_iter().filter(|a| self.may(*a))
     }
 
     /// Every tenant, every role: a token of `server.api_tokens`, or anyone when
@@ -125,9 +309,35 @@ impl Principal {
         Self::new(actor, Scope::All, &Role::ALL)
     }
 
-    pub fn may(&self, role: Role) -> bool {
-        self.roles & role.bit() != 0
+    /// Whether its roles grant `action`: the one question every route asks.
+    pub fn may(&self, action: Action) -> bool {
+        self.actions & action.bit() != 0
     }
+
+    /// The role that would grant `action` to a caller of its kind (token or link), if
+    /// any does.
+    pub fn role_for(&self, action: Action) -> Option<&'static str> {
+        match self.link {
+            true => LinkRole::ALL
+                .into_iter()
+                .find(|r| r.grants().contains(&action))
+                .map(LinkRole::name),
+            false => Role::ALL
+                .into_iter()
+                .find(|r| r.grants().contains(&action))
+                .map(Role::name),
+        }
+    }
+
+    /// Whether it is a portal link's.
+    pub fn is_link(&self) -> bool {
+        self.link
+    }
+}
+
+/// The set of `actions`, as bits.
+fn granted<'a>(actions: impl Iterator<Item = &'a Action>) -> u16 {
+    actions.fold(0, |acc, a| acc | a.bit())
 }
 
 /// The configured tokens, by hash; empty means authentication is off.
@@ -251,8 +461,47 @@ mod tests {
         assert_eq!(table.identify("secret-1"), Some(&ops));
         assert_eq!(table.identify("secret-2"), None);
         assert_eq!(table.identify(&digest_hex("secret-1")), None);
-        assert!(ops.may(Role::Operate) && !ops.may(Role::Audit));
+        assert!(ops.may(Action::Cancel) && !ops.may(Action::Audit));
         assert_eq!(format!("{table:?}"), "[\"ops\"]");
+    }
+
+    #[test]
+    fn a_tokens_operate_does_everything_a_links_operate_resends_and_pauses() {
+        let shop = Tenant::parse("shop-a", "tenant").unwrap();
+        let token = Principal::new("ops", Scope::One(shop.clone()), &[Role::Operate]);
+        let operating = Action::ALL.into_iter().filter(|a| {
+            ![
+                Action::Register,
+                Action::Lookup,
+                Action::Read,
+                Action::Audit,
+            ]
+            .contains(a)
+        });
+        assert!(operating.clone().all(|a| token.may(a)));
+        let at = SystemTime::now();
+        let link = Principal::link(shop.clone(), &[LinkRole::Read, LinkRole::Operate], at);
+        let may: Vec<Action> = link.actions().collect();
+        use Action::*;
+        assert_eq!(may, [Lookup, Read, Resend, Pause]);
+        assert_eq!(link.roles(), ["read", "operate"]);
+        assert_eq!(link.actor, "portal:shop-a");
+        assert_eq!(link.role_for(Cancel), Some("cancel"));
+        assert_eq!(link.role_for(Register), None, "a link never registers");
+        assert_eq!(token.role_for(Cancel), Some("operate"));
+        let every = Principal::link(shop, &LinkRole::ALL, at);
+        assert!(operating.clone().all(|a| every.may(a)));
+        assert!(!every.may(Register) && !every.may(Audit));
+    }
+
+    #[test]
+    fn a_link_role_is_one_of_its_names() {
+        assert_eq!("cancel".parse(), Ok(LinkRole::Cancel));
+        let said = "notify".parse::<LinkRole>().unwrap_err();
+        assert!(
+            said.contains("`notify` is not one of read, operate"),
+            "{said}"
+        );
     }
 
     #[test]

@@ -156,8 +156,12 @@ impl Config {
         let tokens = if insecure_no_auth && s.server.api_tokens.is_empty() && s.tokens.is_empty() {
             TokenTable::default()
         } else {
-            tenants::token_table(s, &tenants)?
-                .with_portal(s.server.portal_secret.as_deref().map(PortalKey::new))
+            tenants::token_table(s, &tenants)?.with_portal(
+                s.server
+                    .portal_secret
+                    .as_deref()
+                    .map(|p| PortalKey::new(p, tenants.keys())),
+            )
         };
         let config = Self {
             settings,
@@ -227,7 +231,7 @@ mod tests {
 
     use super::loading::named_error;
     use super::*;
-    use crate::access::{self, Role};
+    use crate::access::{self, Action};
 
     fn with_token() -> Settings {
         let mut s = Settings::default();
@@ -452,7 +456,7 @@ mod tests {
         assert!(c.tenants.contains_key(&Tenant::default()));
         let p = c.tokens.identify("tok-x").unwrap();
         assert_eq!(p.actor, "x");
-        assert!(p.may(Role::Read) && !p.may(Role::Operate));
+        assert!(p.may(Action::Read) && !p.may(Action::Cancel));
         assert_eq!(format!("{:?}", c.tokens), "[\"api_token_1\", \"x\"]");
     }
 

@@ -1,14 +1,16 @@
 //! Portal links: short-lived credentials a merchant's browser presents, scoped to one
-//! tenant and to `read` and, if given, `operate`. `postback portal-link` issues one
-//! (`PortalKey::issue`); the API takes it as a bearer token like any other
-//! (`PortalKey::verify`), naming the caller `portal:<tenant>` in the audit log.
+//! configured tenant and to the link roles (`access::LinkRole`) it was issued with:
+//! `read` always, and `operate`, `cancel`, `replay`… only if named. `postback
+//! portal-link` issues one (`PortalKey::issue`); the API takes it as a bearer token like
+//! any other (`PortalKey::verify`), naming the caller `portal:<tenant>` in the audit log.
 //!
 //! A credential is `pt_<claims>.<tag>`: the claims (tenant, roles, expiry) as URL-safe
 //! base64 JSON, and their HMAC-SHA256 under `server.portal_secret`. Nothing is stored:
-//! a link is good until it expires, and rotating the secret revokes every link at once.
-//! It lives in a URL's fragment (`/ui#token=…`), which browsers do not send, so no
-//! proxy or access log sees it.
+//! a link is good until it expires or its tenant leaves the configuration, and rotating
+//! the secret revokes every link at once. It lives in a URL's fragment (`/ui#token=…`),
+//! which browsers do not send, so no proxy or access log sees it.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -16,7 +18,7 @@ use base64::Engine;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 
-use crate::access::{Principal, Role, Scope};
+use crate::access::{LinkRole, Principal};
 use crate::domain::Tenant;
 
 /// What every credential starts with, so that it is told from a configured token.
@@ -25,9 +27,6 @@ pub const PREFIX: &str = "pt_";
 pub const MIN_SECRET_BYTES: usize = 32;
 /// The longest life a link may be given.
 pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
-
-/// The roles a link may carry: a merchant reads and, at most, operates on its own.
-const ROLES: [Role; 2] = [Role::Read, Role::Operate];
 
 /// What a credential says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,9 +39,11 @@ struct Claims {
     e: u64,
 }
 
-/// Signs and checks credentials with `server.portal_secret`.
+/// Signs and checks credentials with `server.portal_secret`, for the configured
+/// tenants.
 pub struct PortalKey {
     key: hmac::Key,
+    tenants: BTreeSet<Tenant>,
 }
 
 /// Why a link cannot be issued.
@@ -50,38 +51,40 @@ pub struct PortalKey {
 pub enum IssueError {
     #[error("--ttl must be more than 0s and at most 24h")]
     Ttl,
-    #[error("--roles: a portal link may carry read and operate only")]
-    Roles,
+    #[error("--tenant {0}: no such tenant is configured")]
+    Tenant(Tenant),
 }
 
 impl PortalKey {
     /// The key of `secret`, which must be at least `MIN_SECRET_BYTES` long (checked
-    /// with the configuration).
-    pub fn new(secret: &str) -> Self {
+    /// with the configuration), for links of `tenants` only.
+    pub fn new<'a>(secret: &str, tenants: impl IntoIterator<Item = &'a Tenant>) -> Self {
         Self {
             key: hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes()),
+            tenants: tenants.into_iter().cloned().collect(),
         }
     }
 
-    /// A credential for `tenant` with `roles` (read is always among them), good for
-    /// `ttl` from `now`.
+    /// A credential for `tenant` (a configured one) with `roles` (read is always among
+    /// them), good for `ttl` from `now`.
     pub fn issue(
         &self,
         tenant: &Tenant,
-        roles: &[Role],
+        roles: &[LinkRole],
         ttl: Duration,
         now: SystemTime,
     ) -> Result<String, IssueError> {
         if ttl.is_zero() || ttl > MAX_TTL {
             return Err(IssueError::Ttl);
         }
-        if roles.iter().any(|r| !ROLES.contains(r)) {
-            return Err(IssueError::Roles);
+        if !self.tenants.contains(tenant) {
+            return Err(IssueError::Tenant(tenant.clone()));
         }
-        let mut names = vec![Role::Read.name().to_string()];
-        if roles.contains(&Role::Operate) {
-            names.push(Role::Operate.name().to_string());
-        }
+        let names = LinkRole::ALL
+            .into_iter()
+            .filter(|r| *r == LinkRole::Read || roles.contains(r))
+            .map(|r| r.name().to_string())
+            .collect();
         let claims = Claims {
             t: tenant.to_string(),
             r: names,
@@ -92,8 +95,8 @@ impl PortalKey {
         Ok(format!("{PREFIX}{body}.{}", B64.encode(tag.as_ref())))
     }
 
-    /// The caller a credential names, if it is one this key signed and it has not
-    /// expired at `now`.
+    /// The caller a credential names, if it is one this key signed, it has not expired
+    /// at `now`, and its tenant is still configured. Only the roles it names are its.
     pub fn verify(&self, credential: &str, now: SystemTime) -> Option<Principal> {
         let (body, tag) = credential.strip_prefix(PREFIX)?.split_once('.')?;
         let tag = B64.decode(tag).ok()?;
@@ -103,13 +106,15 @@ impl PortalKey {
             return None;
         }
         let tenant = Tenant::parse(&claims.t, "tenant").ok()?;
-        let roles: Vec<Role> = ROLES
+        if !self.tenants.contains(&tenant) {
+            return None;
+        }
+        let roles: Vec<LinkRole> = LinkRole::ALL
             .into_iter()
             .filter(|r| claims.r.iter().any(|n| n == r.name()))
             .collect();
-        let actor = format!("portal:{tenant}");
         let expires = UNIX_EPOCH + Duration::from_secs(claims.e);
-        Some(Principal::new(actor, Scope::One(tenant), &roles).expiring(expires))
+        Some(Principal::link(tenant, &roles, expires))
     }
 }
 
@@ -120,6 +125,7 @@ fn seconds(t: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::{Action, Scope};
 
     const SECRET: &str = "a portal secret of thirty-two bytes or more";
 
@@ -127,29 +133,37 @@ mod tests {
         Tenant::parse("shop-a", "tenant").unwrap()
     }
 
+    fn key() -> PortalKey {
+        PortalKey::new(SECRET, &[shop_a(), Tenant::default()])
+    }
+
     #[test]
     fn a_link_names_its_tenant_and_roles_until_it_expires() {
-        let key = PortalKey::new(SECRET);
+        let key = key();
         let now = SystemTime::now();
         let hour = Duration::from_secs(3600);
-        let link = key.issue(&shop_a(), &[Role::Operate], hour, now).unwrap();
+        let link = key
+            .issue(&shop_a(), &[LinkRole::Operate], hour, now)
+            .unwrap();
         let caller = key.verify(&link, now).unwrap();
         assert_eq!(caller.actor, "portal:shop-a");
         assert_eq!(caller.scope, Scope::One(shop_a()));
-        assert!(caller.may(Role::Read) && caller.may(Role::Operate));
-        assert!(!caller.may(Role::Notify) && !caller.may(Role::Audit));
+        assert_eq!(caller.roles(), ["read", "operate"]);
+        assert!(caller.may(Action::Read) && caller.may(Action::Resend));
+        assert!(!caller.may(Action::Cancel) && !caller.may(Action::Replay));
+        assert!(!caller.may(Action::Register) && !caller.may(Action::Audit));
         assert_eq!(key.verify(&link, now + hour), None, "expired");
-        let read_only = key.issue(&shop_a(), &[Role::Read], hour, now).unwrap();
-        assert!(!key.verify(&read_only, now).unwrap().may(Role::Operate));
+        let read_only = key.issue(&shop_a(), &[LinkRole::Read], hour, now).unwrap();
+        assert!(!key.verify(&read_only, now).unwrap().may(Action::Resend));
     }
 
     #[test]
     fn a_link_changed_or_signed_with_another_secret_is_refused() {
-        let key = PortalKey::new(SECRET);
+        let key = key();
         let now = SystemTime::now();
         let hour = Duration::from_secs(3600);
-        let link = key.issue(&shop_a(), &[Role::Read], hour, now).unwrap();
-        let rotated = PortalKey::new("another portal secret, thirty-two bytes");
+        let link = key.issue(&shop_a(), &[LinkRole::Read], hour, now).unwrap();
+        let rotated = PortalKey::new("another portal secret, thirty-two bytes", &[shop_a()]);
         assert_eq!(
             rotated.verify(&link, now),
             None,
@@ -167,17 +181,33 @@ mod tests {
     }
 
     #[test]
-    fn a_link_carries_read_and_operate_only_for_a_day_at_most() {
-        let key = PortalKey::new(SECRET);
+    fn a_link_is_for_a_configured_tenant_for_a_day_at_most() {
+        let key = key();
         let now = SystemTime::now();
         let day = Duration::from_secs(24 * 3600);
-        let notify = key.issue(&shop_a(), &[Role::Notify], day, now);
-        assert_eq!(notify, Err(IssueError::Roles));
-        let long = key.issue(&shop_a(), &[Role::Read], day + Duration::from_secs(1), now);
+        let gone = Tenant::parse("shop-gone", "tenant").unwrap();
+        let said = key.issue(&gone, &[], day, now).unwrap_err();
+        assert_eq!(
+            said.to_string(),
+            "--tenant shop-gone: no such tenant is configured"
+        );
+        let long = key.issue(
+            &shop_a(),
+            &[LinkRole::Read],
+            day + Duration::from_secs(1),
+            now,
+        );
         assert_eq!(long, Err(IssueError::Ttl));
         assert_eq!(
             key.issue(&shop_a(), &[], Duration::ZERO, now),
             Err(IssueError::Ttl)
+        );
+        let link = key.issue(&shop_a(), &[], day, now).unwrap();
+        let without = PortalKey::new(SECRET, &[Tenant::default()]);
+        assert_eq!(
+            without.verify(&link, now),
+            None,
+            "shop-a left the configuration"
         );
     }
 }

@@ -1,11 +1,11 @@
 // The review page: a small client of postback's own API. The token is kept in
 // sessionStorage (this tab only) and sent as a bearer token, like any API client; a
-// portal link's credential arrives in the URL's fragment (`takePortalLink`).
+// portal link's credential arrives in the URL's fragment (`portalLink`).
 // Views are chosen by the URL's hash, so the browser's back button and links work:
 // #/overview (?tenant), #/dead (?filters), #/dead/<id>, #/queue (?state, filters, cursor),
 // #/lookup, #/lookup/<id>, #/endpoints (?filters), #/audit (?filters), #/keys (?tenant).
 // A token of one tenant (a merchant's portal link) sees that tenant's views without a
-// tenant to choose, and only the actions its roles allow (`GET /me`).
+// tenant to choose, and only the actions its roles allow (`may` of `GET /me`).
 "use strict";
 
 const TOKEN_KEY = "postback-token";
@@ -32,10 +32,11 @@ class ApiError extends Error {
   }
 }
 
-// Who the token is (`GET /me`): its tenant (null: every tenant) and roles, asked once
-// per token.
+// Who the token is (`GET /me`): its tenant (null: every tenant), roles and what they let
+// it do (`may`), asked once per token. The page offers an action only when `can` says
+// the API would take it.
 let caller = null;
-const can = (role) => Boolean(caller?.roles.includes(role));
+const can = (...actions) => actions.every((a) => Boolean(caller?.may.includes(a)));
 const oneTenant = () => caller?.tenant || null;
 // The filters of a view without `tenant` for a token of one tenant, which has no other.
 const ownFilters = (fields) => (oneTenant() ? fields.filter((f) => f !== "tenant") : fields);
@@ -283,7 +284,7 @@ async function deadLetters(params) {
   return [
     el("h1", {}, "Dead letters"),
     form,
-    can("operate") ? el("div", { class: "actions" }, replayAll, status) : null,
+    can("replay", "bulk") ? el("div", { class: "actions" }, replayAll, status) : null,
     list,
     page.next_cursor ? el("p", {}, el("a", { href: `#/dead?${next}` }, "Next page →")) : null,
   ];
@@ -311,7 +312,7 @@ async function deadLetter(id) {
   const status = el("p", { role: "status" });
   const url = el("input", { id: "replay-url", name: "url", type: "url", placeholder: d.url });
   const replay = el("form", { class: "actions", "aria-label": "Replay" },
-    el("div", { class: "grow" }, el("label", { for: "replay-url" }, "New callback URL (optional)"), url),
+    can("redirect") ? el("div", { class: "grow" }, el("label", { for: "replay-url" }, "New callback URL (optional)"), url) : null,
     el("button", { type: "submit" }, "Replay"));
   replay.addEventListener("submit", async (event) => {
     event.preventDefault();
@@ -345,8 +346,8 @@ async function deadLetter(id) {
       el("dt", {}, "Created"), el("dd", {}, when(d.created_at)),
       el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
       el("dt", {}, "Replays"), el("dd", {}, d.replays))),
-    can("operate") ? replay : null,
-    can("operate") ? el("div", { class: "actions" }, discard) : null,
+    can("replay") ? replay : null,
+    can("discard") ? el("div", { class: "actions" }, discard) : null,
     status,
     el("h2", {}, "Attempts"), timeline(d.history),
     el("h2", {}, `Body (${d.content_type})`), el("pre", {}, readable(d.body, d.content_type)),
@@ -431,7 +432,7 @@ async function queue(params) {
     el("nav", { class: "tabs", "aria-label": "States" }, STATES.map(([s, name]) =>
       el("a", { href: `#/queue?state=${s}`, ...(s === state ? { "aria-current": "page" } : {}) }, name))),
     form,
-    pending || !can("operate") ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
+    pending || !can("resend", "bulk") ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
     page.items.length === 0
       ? el("p", { class: "muted" }, page.next_cursor ? "None on this page." : `Nothing ${label.toLowerCase()} matches.`)
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": label },
@@ -506,14 +507,13 @@ async function post(path, status) {
   }
 }
 
-// What the caller may do with a notification in its state: with role `operate`, cancel
-// one that has not finished, attempt a scheduled one now, resend a finished one.
+// What the caller may do with a notification in its state: cancel one that has not
+// finished, attempt a scheduled one now, resend a finished one; each if it `can`.
 function notificationActions(n, status) {
-  if (!can("operate")) return [];
   return [
-    ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
-    n.state === "scheduled" ? attemptNowButton(n, status) : null,
-    ["delivered", "dead", "cancelled"].includes(n.state) ? resendButton(n, status) : null,
+    can("cancel") && ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
+    can("resend") && n.state === "scheduled" ? attemptNowButton(n, status) : null,
+    can("resend") && ["delivered", "dead", "cancelled"].includes(n.state) ? resendButton(n, status) : null,
   ];
 }
 
@@ -625,13 +625,13 @@ async function endpoints(params) {
           el("td", { class: "wide" }, lastFailure(e.last_failure)),
           el("td", {}, when(e.last_success_at)),
           el("td", {}, el("div", { class: "row-actions" },
-            endpointDead(e), can("operate") ? pauseButton(e, status) : null))))))),
+            endpointDead(e), can("pause") ? pauseButton(e, status) : null))))))),
     page.next_cursor ? el("p", {}, el("a", { href: `#/endpoints?${shown}` }, "Next page →")) : null,
   ];
 }
 
-// A tenant's standing subscriptions: URL, topics, whether it takes events; with role
-// `operate`, subscribe a URL, disable or enable one, delete one.
+// A tenant's standing subscriptions: URL, topics, whether it takes events; if it `can`
+// (`subscriptions`), subscribe a URL, disable or enable one, delete one.
 async function subscriptions(params) {
   const q = new URLSearchParams({ limit: "50" });
   if (params.get("tenant")) q.set("tenant", params.get("tenant"));
@@ -646,7 +646,7 @@ async function subscriptions(params) {
       status.replaceChildren(failure(e));
     }
   };
-  const actions = (s) => can("operate") && el("div", { class: "row-actions" },
+  const actions = (s) => can("subscriptions") && el("div", { class: "row-actions" },
     el("button", { type: "button", onclick: () => change(`/subscriptions/${s.id}`, "PATCH", { enabled: !s.enabled }) },
       s.enabled ? "Disable" : "Enable"),
     el("button", { type: "button", class: "danger", onclick: async () => {
@@ -654,7 +654,7 @@ async function subscriptions(params) {
         change(`/subscriptions/${s.id}`, "DELETE");
       }
     } }, "Delete…"));
-  const form = can("operate") && el("form", { class: "filters", "aria-label": "Subscribe" },
+  const form = can("subscriptions") && el("form", { class: "filters", "aria-label": "Subscribe" },
     el("div", {}, el("label", { for: "s-url" }, "url"), el("input", { id: "s-url", name: "url", required: true })),
     el("div", {}, el("label", { for: "s-topics" }, "topics"),
       el("input", { id: "s-topics", name: "topics", placeholder: "payment.*, refund.created", required: true })),
@@ -725,11 +725,11 @@ async function events(params) {
 }
 
 // One event: its body, and each subscription's notification with its state (linked);
-// with role `operate`, resend its finished ones.
+// if it `can`, resend its finished ones.
 async function event(id) {
   const e = await api(`/events/${encodeURIComponent(id)}`);
   const status = el("div", { role: "status" });
-  const resend = can("operate") && el("button", { type: "button", onclick: async () => {
+  const resend = can("resend", "bulk") && el("button", { type: "button", onclick: async () => {
     try {
       const done = await api(`/events/${encodeURIComponent(id)}/resend`, { method: "POST" });
       status.replaceChildren(el("p", {}, `${done.count} resent.`));
@@ -900,7 +900,7 @@ async function keys(params) {
 // The header for the caller: its name, tenant, roles and expiry, and only the views
 // its roles open.
 function showCaller() {
-  for (const a of document.querySelectorAll("header nav a[data-role]")) a.hidden = !can(a.dataset.role);
+  for (const a of document.querySelectorAll("header nav a[data-may]")) a.hidden = !can(a.dataset.may);
   const expires = caller.expires_at ? ` · until ${new Date(caller.expires_at).toLocaleTimeString()}` : "";
   document.getElementById("who").textContent =
     `${caller.tenant || "every tenant"} · ${caller.roles.join(", ")}${expires}`;
@@ -938,20 +938,44 @@ async function route() {
 }
 
 // A portal link (`postback portal-link`) carries its credential in the fragment, which
-// the browser never sends: it is kept like a pasted token and taken out of the address
-// bar, so that it is neither bookmarked nor shown over a merchant's shoulder.
-function takePortalLink() {
-  const link = location.hash.match(/^#token=(pt_[A-Za-z0-9_.-]+)$/);
-  if (!link) return;
+// the browser never sends. The page takes it out of the address bar at once, so that it
+// is neither bookmarked nor shown over a merchant's shoulder, and keeps it like a pasted
+// token: at once in a tab that holds no other, else only if the user agrees, so that a
+// link opened in an operator's tab (a new fragment, a hash change) never signs it in as
+// someone else unasked.
+const PORTAL_LINK = /^#token=(pt_[A-Za-z0-9_.-]+)$/;
+
+async function portalLink(previousHash) {
+  const credential = location.hash.match(PORTAL_LINK)?.[1];
+  if (!credential) return;
+  const held = sessionStorage.getItem(TOKEN_KEY);
+  history.replaceState(null, "", `${location.pathname}${held ? previousHash : "#/endpoints"}`);
+  if (held === credential || (held && !(await switchTo(credential)))) return;
   forgetToken();
-  sessionStorage.setItem(TOKEN_KEY, link[1]);
+  sessionStorage.setItem(TOKEN_KEY, credential);
   history.replaceState(null, "", `${location.pathname}#/endpoints`);
 }
 
-// A link opened in a tab that shows the page already changes only the fragment.
-window.addEventListener("hashchange", () => {
-  takePortalLink();
+// Whether the user signs this tab in with a portal link instead of its current token.
+function switchTo(credential) {
+  const who = caller ? `${caller.actor} (${caller.tenant || "every tenant"})` : "another token";
+  const tenant = linkTenant(credential);
+  return confirmAction(`A portal link${tenant ? ` for ${tenant}` : ""} was opened in this tab, which is signed in as ${who}. ` +
+    "Sign this tab in with the link instead? Keep the current sign-in unless you opened the link yourself.", "Switch to the link");
+}
+
+// The tenant a link names (as it says: the API checks its signature when it is used).
+function linkTenant(credential) {
+  try {
+    const claims = credential.slice("pt_".length).split(".")[0].replace(/-/g, "+").replace(/_/g, "/");
+    return JSON.parse(atob(claims)).t;
+  } catch {
+    return null;
+  }
+}
+
+window.addEventListener("hashchange", async (event) => {
+  await portalLink(new URL(event.oldURL).hash);
   route();
 });
-takePortalLink();
-route();
+portalLink("").then(route);

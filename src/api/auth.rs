@@ -1,11 +1,11 @@
 //! Bearer tokens for every route but health and metrics: the token names the caller
-//! (`access::Principal`), which each handler then asks for the role its route needs and
-//! for the tenant of what it touches. Another tenant's notification is answered as if it
-//! did not exist.
+//! (`access::Principal`), which must be granted every action of its route
+//! (`permits::needs`) before the handler runs; the handler then asks for the tenant of
+//! what it touches. Another tenant's notification is answered as if it did not exist.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
@@ -13,7 +13,8 @@ use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use crate::access::{self, Principal, Role, Scope, TokenTable};
+use super::permits;
+use crate::access::{self, Action, Principal, Scope, TokenTable};
 use crate::domain::{FieldError, Tenant};
 
 /// Who calls when authentication is off (`--insecure-no-auth`).
@@ -33,6 +34,12 @@ pub async fn require_token(
             .or_else(|| tokens.identify_link(token))
             .ok_or(ApiError::unauthorized(true))?
     };
+    let route = request.extensions().get::<MatchedPath>();
+    let needs = route.and_then(|r| permits::needs(request.method(), r.as_str()));
+    let needs = needs.ok_or_else(|| forbidden(&principal, None))?;
+    for action in needs {
+        require(&principal, *action)?;
+    }
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
 }
@@ -60,28 +67,43 @@ fn bearer(header: &str) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// `403 forbidden` unless the caller has `role`.
-pub fn require(caller: &Principal, role: Role) -> Result<(), ApiError> {
-    if caller.may(role) {
-        return Ok(());
+/// `403 forbidden` unless the caller's roles grant `action`.
+pub fn require(caller: &Principal, action: Action) -> Result<(), ApiError> {
+    match caller.may(action) {
+        true => Ok(()),
+        false => Err(forbidden(caller, Some(action))),
     }
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        "forbidden",
-        format!(
-            "the token `{}` does not have the `{}` role this route needs",
-            caller.actor,
-            role.name()
-        ),
-    ))
 }
 
-/// `403 forbidden` unless the caller has one of `roles`.
-pub fn require_any(caller: &Principal, roles: &[Role]) -> Result<(), ApiError> {
-    match roles.iter().find(|r| caller.may(**r)) {
-        Some(_) => Ok(()),
-        None => require(caller, roles[0]),
+/// `403 forbidden` unless the caller may also change where a replay goes (its URL or
+/// headers: `redirect`) and when a replay or resend goes (its schedule or delay:
+/// `reschedule`), when its body asks to.
+pub fn require_changes(caller: &Principal, callback: bool, timing: bool) -> Result<(), ApiError> {
+    if callback {
+        require(caller, Action::Redirect)?;
     }
+    if timing {
+        require(caller, Action::Reschedule)?;
+    }
+    Ok(())
+}
+
+/// The refusal of `action` (of a route no caller may call, for `None`), naming the role
+/// that would grant it to a caller of the same kind, if any does.
+fn forbidden(caller: &Principal, action: Option<Action>) -> ApiError {
+    let role = action.and_then(|a| caller.role_for(a));
+    let who = match caller.is_link() {
+        true => "the portal link",
+        false => "the token",
+    };
+    let message = match role {
+        Some(role) => format!(
+            "{who} `{}` does not have the `{role}` role this route needs",
+            caller.actor
+        ),
+        None => format!("{who} `{}` may not call this route", caller.actor),
+    };
+    ApiError::new(StatusCode::FORBIDDEN, "forbidden", message)
 }
 
 /// Which tenant a list, a count or a bulk action covers: a tenant-bound caller's own
@@ -157,7 +179,7 @@ mod tests {
     #[test]
     fn a_tenant_bound_caller_is_held_to_its_tenant() {
         let a = Tenant::parse("shop-a", "tenant").unwrap();
-        let bound = Principal::new("a", Scope::One(a.clone()), &[Role::Read]);
+        let bound = Principal::new("a", Scope::One(a.clone()), &[access::Role::Read]);
         let all = Principal::everything("ops");
         assert_eq!(tenant_filter(&bound, None).unwrap(), Some(a.clone()));
         assert!(tenant_filter(&bound, Some("shop-b")).is_err());

@@ -1,5 +1,6 @@
 //! `GET /me`: who the caller is, as the API sees its token: the actor the audit log
-//! names, its tenant (none: every tenant), its roles, and when its credential expires.
+//! names, its tenant (none: every tenant), its roles and the actions they grant, and
+//! when its credential expires.
 //! The review page reads it to show a merchant's portal link only that tenant's views
 //! and only the actions its roles allow.
 
@@ -8,7 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::CommonErrors;
-use crate::access::{Principal, Scope};
+use crate::access::{Action, Principal, Scope};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Caller {
@@ -18,14 +19,21 @@ pub struct Caller {
     /// The one tenant it acts for; null for a token of every tenant.
     #[schema(example = "shop-a")]
     pub tenant: Option<String>,
-    /// Of `notify`, `read`, `operate`, `audit`.
-    #[schema(example = json!(["read"]))]
+    /// Of `notify`, `read`, `operate`, `audit` for a configured token; of `read`,
+    /// `operate`, `cancel`, `replay`, `redirect`, `reschedule`, `discard`, `bulk`,
+    /// `subscriptions` for a portal link.
+    #[schema(example = json!(["read", "operate"]))]
     pub roles: Vec<&'static str>,
+    /// What its roles let it do: of `register`, `lookup`, `read`, `resend`, `pause`,
+    /// `cancel`, `replay`, `redirect`, `reschedule`, `discard`, `bulk`, `subscriptions`,
+    /// `audit` (the review page offers these actions only).
+    #[schema(example = json!(["lookup", "read", "resend", "pause"]))]
+    pub may: Vec<&'static str>,
     /// When its credential stops working (a portal link's); null for a configured token.
     pub expires_at: Option<String>,
 }
 
-/// Who the token names: actor, tenant, roles, expiry. Any valid token.
+/// Who the token names: actor, tenant, roles, what they grant, expiry. Any valid token.
 #[utoipa::path(
     get,
     path = "/me",
@@ -45,7 +53,8 @@ pub async fn show(Extension(caller): Extension<Principal>) -> Json<Caller> {
     Json(Caller {
         actor: caller.actor.clone(),
         tenant,
-        roles: caller.roles().map(|r| r.name()).collect(),
+        roles: caller.roles().to_vec(),
+        may: caller.actions().map(Action::name).collect(),
         expires_at,
     })
 }

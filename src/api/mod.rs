@@ -37,6 +37,7 @@ mod notify;
 mod overview;
 pub(crate) mod paging;
 mod parse;
+mod permits;
 mod registration;
 mod resend;
 mod rules;

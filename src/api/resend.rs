@@ -20,7 +20,7 @@ use super::rules::schedule_schema;
 use super::view::NotificationView;
 use super::AppState;
 use super::{audit, auth, paging};
-use crate::access::{Principal, Role};
+use crate::access::Principal;
 use crate::domain::FieldError;
 use crate::lifecycle::LetGo;
 use crate::store::{bulk, Again, AuditAction, JobView, ListFilter, Listed};
@@ -65,8 +65,9 @@ pub async fn resend(
     Path(id): Path<String>,
     Body(body): Body,
 ) -> Result<Json<NotificationView>, ApiError> {
-    auth::require(&caller, Role::Operate)?;
     let request: ResendRequest = optional_json(&body)?;
+    let timing = request.schedule.is_some() || request.delay.is_some();
+    auth::require_changes(&caller, false, timing)?;
     let id = parse_id(&id)?;
     let found = visible(&state, &caller, &id).await?;
     let (schedule, delay) =
@@ -111,7 +112,6 @@ pub async fn attempt_now(
     Extension(caller): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<NotificationView>, ApiError> {
-    auth::require(&caller, Role::Operate)?;
     let id = parse_id(&id)?;
     let found = visible(&state, &caller, &id).await?;
     if !state.store.attempt_now(&id, LetGo::Now).await? {
@@ -193,8 +193,9 @@ pub async fn resend_matching(
     Extension(caller): Extension<Principal>,
     Body(body): Body,
 ) -> Result<Json<Resent>, ApiError> {
-    auth::require(&caller, Role::Operate)?;
     let request: BulkResendRequest = parse_json(&body)?;
+    let timing = request.schedule.is_some() || request.delay.is_some();
+    auth::require_changes(&caller, false, timing)?;
     let (listed, filter) = request.filter(&state, &caller).await?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.rules)?;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::CommandFactory;
 
 use super::{print, Cli};
-use crate::access::{self, Role, Scope};
+use crate::access::{self, LinkRole, Role, Scope};
 use crate::config::{Config, RedisTarget, StoreTarget};
 use crate::domain::Tenant;
 use crate::portal::PortalKey;
@@ -68,23 +68,20 @@ pub(super) fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> any
 pub(super) fn portal_link(
     tenant: &str,
     ttl: std::time::Duration,
-    roles: &[Role],
+    roles: &[LinkRole],
     base_url: Option<&str>,
     path: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let tenant =
         Tenant::parse(tenant, "tenant").map_err(|e| anyhow::anyhow!("--tenant {}", e.message))?;
     let config = Config::load(path.as_deref(), true)?;
-    anyhow::ensure!(
-        config.tenants.contains_key(&tenant),
-        "--tenant {tenant}: no such tenant is configured"
-    );
     let secret = config.settings.server.portal_secret.as_deref();
     let secret = secret.ok_or_else(|| {
         anyhow::anyhow!("server.portal_secret is not set: portal links need it (at least 32 bytes)")
     })?;
     let now = std::time::SystemTime::now();
-    let link = PortalKey::new(secret).issue(&tenant, roles, ttl, now)?;
+    let key = PortalKey::new(secret, config.tenants.keys());
+    let link = key.issue(&tenant, roles, ttl, now)?;
     let base = match base_url {
         Some(b) => b.trim_end_matches('/').to_string(),
         None => format!("http://{}", config.settings.server.listen),

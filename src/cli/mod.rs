@@ -20,7 +20,7 @@ use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::access::Role;
+use crate::access::{LinkRole, Role};
 
 mod batch;
 mod client;
@@ -209,8 +209,8 @@ enum Command {
         command: TokenCommand,
     },
     /// Print a link to the review page for one tenant's merchant: a short-lived credential
-    /// signed with `server.portal_secret`, scoped to the tenant (read, and operate if
-    /// asked), in the URL's fragment. Rotating the secret revokes every link.
+    /// signed with `server.portal_secret`, scoped to the tenant and to the roles asked
+    /// (read always), in the URL's fragment. Rotating the secret revokes every link.
     PortalLink {
         /// The tenant (configured).
         #[arg(long)]
@@ -218,9 +218,13 @@ enum Command {
         /// How long the link works, at most 24h.
         #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
         ttl: std::time::Duration,
-        /// What it may do: read, or read,operate.
-        #[arg(long, value_delimiter = ',', default_value = "read", value_parser = Role::from_str)]
-        roles: Vec<Role>,
+        /// What it may do, besides read: operate (resend, attempt now, pause, resume),
+        /// cancel, replay, redirect (replay to another URL or with other headers),
+        /// reschedule (resend or replay with another schedule or delay), discard, bulk
+        /// (the same over a filter, or an event's notifications), subscriptions (create,
+        /// change, delete).
+        #[arg(long, value_delimiter = ',', default_value = "read", value_parser = LinkRole::from_str)]
+        roles: Vec<LinkRole>,
         /// The address merchants reach postback at; default: `http://` and `server.listen`.
         #[arg(long)]
         base_url: Option<String>,

@@ -27,6 +27,7 @@ mod pauses;
 mod policy;
 mod portal;
 mod producer_bytes;
+mod portal_roles;
 mod resend;
 mod responses;
 mod retention;

@@ -15,11 +15,15 @@ use serde_json::{json, Value};
 use support::tenants::{self, Fleet};
 use support::WAIT;
 
-const SECRET: &str = "the portal secret of these tests, 32 bytes or more";
+pub(crate) const SECRET: &str = "the portal secret of these tests, 32 bytes or more";
 
 /// Runs `postback portal-link` with the fleet's configuration and `secret`: what it
 /// printed (stdout), or what it said when it failed (stderr).
-fn portal_link(f: &Fleet, secret: Option<&str>, args: &[&str]) -> Result<String, String> {
+pub(crate) fn portal_link(
+    f: &Fleet,
+    secret: Option<&str>,
+    args: &[&str],
+) -> Result<String, String> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_postback"));
     cmd.arg("portal-link")
         .args(args)
@@ -37,7 +41,7 @@ fn portal_link(f: &Fleet, secret: Option<&str>, args: &[&str]) -> Result<String,
 }
 
 /// The credential of a printed link.
-fn credential(link: &str) -> String {
+pub(crate) fn credential(link: &str) -> String {
     let (_, token) = link.split_once("/ui#token=").expect(link);
     token.to_string()
 }
@@ -149,6 +153,7 @@ async fn a_caller_learns_its_tenant_roles_and_expiry_and_nothing_without_a_token
     assert_eq!(me["actor"], "portal:shop-a");
     assert_eq!(me["tenant"], "shop-a");
     assert_eq!(me["roles"], json!(["read"]));
+    assert_eq!(me["may"], json!(["lookup", "read"]));
     let expires = me["expires_at"].as_str().unwrap();
     let expires = humantime::parse_rfc3339(expires).unwrap();
     let left = expires
@@ -160,13 +165,27 @@ async fn a_caller_learns_its_tenant_roles_and_expiry_and_nothing_without_a_token
     );
 
     let (_, me) = f.get("tok-ops-a", "/me").await;
+    let may = [
+        "lookup",
+        "read",
+        "resend",
+        "pause",
+        "cancel",
+        "replay",
+        "redirect",
+        "reschedule",
+        "discard",
+        "bulk",
+        "subscriptions",
+    ];
     assert_eq!(
         me,
-        json!({"actor": "ops-a", "tenant": "shop-a", "roles": ["read", "operate"], "expires_at": null})
+        json!({"actor": "ops-a", "tenant": "shop-a", "roles": ["read", "operate"], "may": may, "expires_at": null})
     );
     let (_, me) = f.get("tok-auditor", "/me").await;
     assert_eq!(me["tenant"], Value::Null, "every tenant");
     assert_eq!(me["roles"], json!(["audit"]));
+    assert_eq!(me["may"], json!(["audit"]));
     assert_eq!(f.get("not-a-token", "/me").await.0, 401);
     assert_eq!(f.get("", "/me").await.0, 401);
 }

@@ -6,9 +6,10 @@
 // pages, finds a notification by its idempotency key and cancels it; sees a failing
 // endpoint among the endpoints and filters them by state; subscribes a URL to topics,
 // follows a published event to its delivery, resends it, disables the subscription;
+// opens a portal link in a tab signed in as the operator: it asks before it switches;
 // opens a merchant's portal link
 // in a fresh browser: its endpoints with the credential out of the address bar, no
-// tenant to choose, actions only with `operate`, a notification's request and response,
+// tenant to choose, only the actions its roles name, a notification's request and response,
 // and its signing keys with code (Node.js and Python) that verifies real deliveries;
 // checks the page works at phone
 // width and with the keyboard, and that it and Swagger UI need nothing their
@@ -75,7 +76,7 @@ function verifiesWithPython(code, request) {
 
 // A merchant's portal links, in a browser that never signed in: the page takes the
 // credential from the fragment and clears it from the address bar, reads as the tenant
-// with no tenant to choose, offers actions only to a link with `operate`, shows a
+// with no tenant to choose, offers only the actions a link's roles name, shows a
 // notification's request and each attempt's response, and the tenant's signing keys
 // with code that verifies the receiver's real deliveries (and refuses a changed body).
 async function merchantPage(browser, errors) {
@@ -128,13 +129,79 @@ async function merchantPage(browser, errors) {
   }
   await merchant.screenshot({ path: `${shots}/ui-portal-keys.png`, fullPage: true });
 
-  // With `operate`, the link may pause and resume its endpoints; still no audit.
-  await merchant.goto(portalLink("read,operate"));
+  // Another link opened in this tab asks before it switches. With `operate` it may
+  // pause and resume endpoints and attempt a notification now, but neither cancel,
+  // replay nor discard; still no audit.
+  const later = await call("POST", "/notify", { url: target("/up/later"), body: {}, delay: "1h" });
+  const dying = await call("POST", "/notify", { url: target("/down/dying"), body: {}, schedule: [] });
+  await eventually("a dead letter", async () => (await call("GET", `/notifications/${dying.id}`)).state === "dead");
+  await switchTab(merchant, portalLink("read,operate"));
   await rows.first().waitFor();
   assert.match(await merchant.locator("#who").textContent(), /^default · read, operate/);
   assert.ok((await rows.getByRole("button", { name: /Pause…|Resume/ }).count()) > 0);
   assert.ok(await merchant.getByRole("link", { name: "Audit" }).isHidden());
+  await merchant.goto(`${api}/ui#/lookup/${later.id}`);
+  await merchant.getByRole("button", { name: "Attempt now" }).waitFor();
+  assert.equal(await merchant.getByRole("button", { name: "Cancel…" }).count(), 0, "cancel needs `cancel`");
+  await merchant.goto(`${api}/ui#/dead/${dying.id}`);
+  await merchant.getByRole("heading", { name: "Attempts" }).waitFor();
+  assert.equal(await merchant.getByRole("button", { name: "Replay", exact: true }).count(), 0, "replay needs `replay`");
+  assert.equal(await merchant.getByRole("button", { name: "Discard" }).count(), 0, "discard needs `discard`");
+  await merchant.goto(`${api}/ui#/dead`);
+  await merchant.getByRole("heading", { name: "Dead letters" }).waitFor();
+  assert.equal(await merchant.getByRole("button", { name: "Replay all matching…" }).count(), 0, "needs `bulk`");
+
+  // With `replay` it replays to the same URL only (a new one needs `redirect`).
+  await switchTab(merchant, portalLink("read,replay"));
+  await rows.first().waitFor();
+  await merchant.goto(`${api}/ui#/dead/${dying.id}`);
+  await merchant.getByRole("button", { name: "Replay", exact: true }).waitFor();
+  assert.equal(await merchant.getByLabel("New callback URL (optional)").count(), 0, "a new URL needs `redirect`");
+  assert.equal(await merchant.getByRole("button", { name: "Discard" }).count(), 0);
+  await merchant.getByRole("button", { name: "Replay", exact: true }).click();
+  await merchant.getByRole("heading", { name: "Look up a notification" }).waitFor();
   await merchant.close();
+}
+
+// Opens `link` in a tab signed in already: the page asks, and switches once agreed.
+async function switchTab(tab, link) {
+  await tab.goto(link);
+  const dialog = tab.locator("dialog[open]");
+  await dialog.waitFor();
+  assert.doesNotMatch(tab.url(), /token=/, "the credential is out of the address bar while it asks");
+  await dialog.getByRole("button", { name: "Switch to the link" }).click();
+}
+
+// A portal link opened in the operator's tab (only its fragment changes) neither signs
+// the tab in as the link unasked nor stays in the address bar; declined, the operator
+// stays signed in; agreed, the tab is the link's.
+async function linkInASignedInTab(browser, errors) {
+  const tab = await browser.newPage({ viewport: { width: 1200, height: 800 } });
+  tab.on("pageerror", (e) => errors.push(e.message));
+  await tab.goto(`${api}/ui#/dead`);
+  await tab.getByLabel("API token").fill(token);
+  await tab.getByRole("button", { name: "Use token" }).click();
+  await tab.getByRole("heading", { name: "Dead letters" }).waitFor();
+  const operator = await tab.locator("#who").textContent();
+  const link = portalLink("read");
+  await tab.evaluate((l) => { location.hash = new URL(l).hash; }, link);
+  const dialog = tab.locator("dialog[open]");
+  await dialog.waitFor();
+  assert.match(await dialog.textContent(), /A portal link for default was opened in this tab, which is signed in as api_token_1/);
+  assert.equal(new URL(tab.url()).hash, "#/dead", "the credential is out of the address bar");
+  await dialog.getByRole("button", { name: "Cancel" }).click();
+  await tab.getByRole("heading", { name: "Dead letters" }).waitFor();
+  assert.equal(await tab.evaluate(() => sessionStorage.getItem("postback-token")), token, "still the operator");
+  assert.equal(await tab.locator("#who").textContent(), operator);
+  // Reloaded with a link in its address, the signed-in tab asks too.
+  await tab.goto("about:blank");
+  await tab.goto(link);
+  await dialog.waitFor();
+  await dialog.getByRole("button", { name: "Switch to the link" }).click();
+  await tab.getByRole("table", { name: "Endpoints" }).waitFor();
+  assert.match(await tab.locator("#who").textContent(), /^default · read · until /);
+  assert.equal(new URL(tab.url()).hash, "#/endpoints");
+  await tab.close();
 }
 
 async function eventually(what, check, seconds = 20) {
@@ -407,6 +474,7 @@ try {
   assert.equal(later.deliveries.length, 0, "a disabled subscription takes nothing");
   await page.screenshot({ path: `${shots}/ui-subscriptions.png`, fullPage: true });
 
+  await linkInASignedInTab(browser, errors);
   await merchantPage(browser, errors);
 
   // Phone width: nothing wider than the screen.
@@ -430,7 +498,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, merchant's page (roles, request and response, signing keys verified in Node.js and Python), phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, merchant's page (roles, request and response, signing keys verified in Node.js and Python), phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
