@@ -168,11 +168,13 @@ impl RedisServer {
     }
 
     /// The keys that hold notifications or anything about them: every key but those of
-    /// the running instances' membership (`{postback:fleet}:…`).
+    /// the running instances' membership (`{postback:fleet}:…`) and of the deployment's
+    /// secrets (`{postback:collections}:secrets:…`).
     pub fn notification_keys(&self) -> Vec<String> {
         let keys: Vec<String> = self.query(redis::cmd("KEYS").arg("*"));
         keys.into_iter()
             .filter(|k| !k.starts_with("{postback:fleet}:"))
+            .filter(|k| !k.starts_with("{postback:collections}:secrets:"))
             .collect()
     }
 
