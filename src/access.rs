@@ -370,19 +370,6 @@ impl TokenTable {
         portal.verify(link, std::time::SystemTime::now())
     }
 
-    /// A secret every instance with the same tokens shares: the SHA-256 of the tokens'
-    /// digests, in order (what `api::paging` seals cursors with).
-    pub fn fingerprint(&self) -> [u8; 32] {
-        let mut digests: Vec<&[u8; 32]> = self.entries.iter().map(|(d, _)| d).collect();
-        digests.sort();
-        let mut hasher = Sha256::new();
-        hasher.update(b"postback cursor key");
-        for d in digests {
-            hasher.update(d);
-        }
-        hasher.finalize().into()
-    }
-
     /// No token is needed (`--insecure-no-auth`).
     pub fn is_open(&self) -> bool {
         self.entries.is_empty()

@@ -111,6 +111,9 @@ impl App {
         );
         let pipeline = Pipeline::default();
         let rules = Arc::new(registration_rules(&config));
+        let cursors = CursorSeal::of_deployment(store.as_ref())
+            .await
+            .context("store: cannot read or keep the key that seals list cursors")?;
         let state = AppState::new(api::Shared {
             store: store.clone(),
             wake: wake.clone(),
@@ -122,7 +125,7 @@ impl App {
             body_timeout: s.server.body_timeout,
             metrics_token: s.server.metrics_token.as_deref().map(access::digest),
             signer,
-            cursors: Arc::new(CursorSeal::new(&config.tokens.fingerprint())),
+            cursors: Arc::new(cursors),
             endpoints: endpoints.clone(),
             pauses: pauses.clone(),
             ops: ops.clone(),

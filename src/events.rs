@@ -376,10 +376,41 @@ pub async fn fanned_out(store: &dyn Collections, id: &str) -> StoreResult<()> {
         .map(|_| ())
 }
 
-/// Up to `n` events whose notifications are not all registered, with when each was
-/// published (ms), oldest first.
-pub async fn unfinished(store: &dyn Collections, n: usize) -> StoreResult<Vec<(String, i64)>> {
-    let scan = Scan::in_order(String::new(), None, n);
+/// Notes that every notification of event `id` is registered but those of `refused`
+/// (subscription id → the error), which made none: each of their deliveries keeps the
+/// error instead of a notification. Nothing is written when the event changed since it
+/// was read, or is gone.
+pub async fn refused(
+    store: &dyn Collections,
+    id: &str,
+    refused: &[(String, Value)],
+) -> StoreResult<()> {
+    let stored = store.read(Collection::Events, &[id.to_string()]).await?;
+    let Some(doc) = stored.into_iter().flatten().next() else {
+        return Ok(());
+    };
+    let mut event = Event::decode(&doc)?;
+    for d in &mut event.deliveries {
+        if let Some((_, error)) = refused.iter().find(|(s, _)| *s == d.subscription) {
+            d.notification = None;
+            d.refused = Some(error.clone());
+        }
+    }
+    let changes = [
+        Change::put(Collection::Events, id, event.encode()).expecting(Expect::Exactly(doc)),
+        Change::delete(Collection::Fanouts, id),
+    ];
+    store.write(&changes).await.map(|_| ())
+}
+
+/// Up to `n` events whose notifications are not all registered, after the event `after`
+/// (from the first when `None`), oldest first, with when each was published (ms).
+pub async fn unfinished(
+    store: &dyn Collections,
+    after: Option<&str>,
+    n: usize,
+) -> StoreResult<Vec<(String, i64)>> {
+    let scan = Scan::in_order(String::new(), after.map(str::to_string), n);
     let read = store.scan(Collection::Fanouts, &scan).await?;
     Ok(read
         .into_iter()

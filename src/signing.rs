@@ -232,6 +232,17 @@ impl Signer {
         }
     }
 
+    /// The public keys (`whpk_…`) that verify `tenant`'s `v1a` signatures. The keys
+    /// derived for `tenant` are made whoever asks, configured or not and with keys of its
+    /// own or not, so that the answer costs the same for every name and how long it takes
+    /// tells nobody which tenants are configured.
+    pub fn public_keys(&self, tenant: &Tenant) -> Vec<String> {
+        let derived = fill(tenant, &[], &self.global.keys, |k| k.derive(tenant));
+        let derived = std::hint::black_box(derived);
+        let keys = self.per_tenant.get(tenant).map_or(&derived, |k| &k.keys);
+        keys.iter().map(SigningKey::public_key).collect()
+    }
+
     /// The `webhook-signature` header of one of `tenant`'s deliveries; `None` when
     /// nothing signs them.
     pub fn header(&self, tenant: &Tenant, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
@@ -354,6 +365,14 @@ mod tests {
                     assert_ne!(secret(a), secret(b), "{a} and {b}");
                 }
             }
+        }
+        for t in all {
+            let published = signer.public_keys(&tenant(t));
+            assert_eq!(
+                published,
+                vec![public(t)],
+                "{t}: what signs is what is published"
+            );
         }
         assert_eq!(
             secret("bare"),

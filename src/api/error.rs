@@ -216,6 +216,13 @@ fn log_unavailable(e: &StoreError) {
 }
 
 impl ApiError {
+    /// Whether it is the request's to change (a `4xx` but `408` and `429`): the same
+    /// request is refused again, where the others may pass when tried again.
+    pub fn is_final(&self) -> bool {
+        let later = [StatusCode::REQUEST_TIMEOUT, StatusCode::TOO_MANY_REQUESTS];
+        self.status.is_client_error() && !later.contains(&self.status)
+    }
+
     /// The error's JSON (`{"code", "message", "field"}`), as a refused registration
     /// keeps it.
     pub fn into_json(self) -> serde_json::Value {

@@ -2,8 +2,9 @@
 //! `POST /notify` checks a request of the tenant's, under an id fixed before the event
 //! is stored), registered together (each with an idempotency key of the event and its
 //! subscription, so that registering one again stores nothing new), and the sweep that
-//! finishes what a crash or an outage cut short and forgets events and the catalog's
-//! topics past retention.
+//! finishes what a crash or an outage cut short (every unfinished fan-out, each on its
+//! own, so that one that cannot be finished holds up none after it) and forgets events
+//! and the catalog's topics past retention.
 
 use std::time::Duration;
 
@@ -19,15 +20,15 @@ use crate::domain::{EventId, Fingerprint, JobId, SubscriptionId, Tenant};
 use crate::events::{self, Delivery, Event, Subscription};
 use crate::store::{Idempotency, JobStatus, StoreError};
 
-/// How often the sweep looks for unfinished fan-outs: one store read each time, on every
-/// instance, so that an idle fleet costs the store little.
+/// How often the sweep looks for unfinished fan-outs: one store read each time there is
+/// none, on every instance, so that an idle fleet costs the store little.
 const EVERY: Duration = Duration::from_secs(15);
 /// Events past retention are looked for every this many sweeps (5 minutes).
 const RETENTION_EVERY: u32 = 20;
 /// A fan-out older than this is taken to be cut short (the API finishes its own within
 /// a store round trip or two).
 const STALE_MS: i64 = 10_000;
-/// Fan-outs finished, and events forgotten, per sweep at most.
+/// Unfinished fan-outs read at once, and events forgotten per sweep at most.
 const BATCH: usize = 100;
 
 /// `event` with a delivery for each subscription of `reached`, and the registrations of
@@ -131,17 +132,7 @@ async fn sweep(
 ) -> Result<(), StoreError> {
     let store = state.store.as_ref();
     let now = crate::store::endpoints::now_ms();
-    for (id, at) in events::unfinished(store, BATCH).await? {
-        if now - at < STALE_MS {
-            continue;
-        }
-        let event_id = EventId::parse(&id, "event")
-            .map_err(|e| StoreError::Corrupt(format!("a fan-out of {id}: {}", e.message)))?;
-        match events::event(store, &event_id).await? {
-            Some(event) => finish(state, &event).await,
-            None => events::fanned_out(store, &id).await?,
-        }
-    }
+    finish_unfinished(state, now).await?;
     let Some(max_age) = max_age else {
         return Ok(());
     };
@@ -160,10 +151,94 @@ async fn sweep(
     Ok(())
 }
 
+/// Every unfinished fan-out older than `STALE_MS`, a page at a time to the last, each
+/// finished on its own: one that cannot be finished now is tried again next sweep and
+/// holds up none after it. Stops only when the store does not answer.
+async fn finish_unfinished(state: &AppState, now: i64) -> Result<(), StoreError> {
+    let store = state.store.as_ref();
+    let mut after: Option<String> = None;
+    loop {
+        let page = events::unfinished(store, after.as_deref(), BATCH).await?;
+        for (id, _) in page.iter().filter(|(_, at)| now - at >= STALE_MS) {
+            finish_one(state, id).await?;
+        }
+        match page.last() {
+            Some((last, _)) if page.len() == BATCH => after = Some(last.clone()),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Finishes the fan-out of the event `id`. An event that cannot be read is left as it
+/// is, for an operator to see in the log, and tried again next sweep.
+async fn finish_one(state: &AppState, id: &str) -> Result<(), StoreError> {
+    let store = state.store.as_ref();
+    let read = match EventId::parse(id, "event") {
+        Ok(event_id) => events::event(store, &event_id).await,
+        Err(e) => Err(StoreError::Corrupt(format!(
+            "a fan-out's event id: {}",
+            e.message
+        ))),
+    };
+    match read {
+        Ok(Some(event)) => finish(state, &event).await,
+        Ok(None) => events::fanned_out(store, id).await?,
+        Err(e) if e.is_bug() => {
+            tracing::error!(event = %id, error = %e, "fan-out: cannot read the event; tried again later")
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
 /// Registers what `event` planned again: what was registered stays as it is, what was
-/// not is now (with its subscription's settings as they are now; one deleted meanwhile
-/// is left out).
+/// not is now (with its subscription's settings as they are now; one deleted meanwhile,
+/// or that its tenant's rules no longer pass, is left out). One that the store refuses
+/// for good (a `4xx`: its idempotency key holds another request) makes no notification,
+/// and the event's delivery keeps the error instead; the fan-out is finished once
+/// nothing else is left to register.
 async fn finish(state: &AppState, event: &Event) {
+    let Some(registrations) = replan(state, event).await else {
+        return;
+    };
+    let (subscriptions, registrations): (Vec<String>, Vec<Registration>) =
+        registrations.into_iter().unzip();
+    let stored = match registrations.is_empty() {
+        true => Vec::new(),
+        false => register_many(state, registrations.into_iter().map(Ok).collect(), None).await,
+    };
+    let (mut registered, mut refused, mut again) = (0, Vec::new(), false);
+    for (subscription, result) in subscriptions.into_iter().zip(stored) {
+        match result {
+            Ok(_) => registered += 1,
+            Err(e) if e.is_final() => refused.push((subscription, e.into_json())),
+            Err(e) => {
+                tracing::warn!(event = %event.id, error = ?e.into_json(), "fan-out: not finished; tried again later");
+                again = true;
+            }
+        }
+    }
+    if again {
+        return;
+    }
+    let store = state.store.as_ref();
+    let noted = match refused.is_empty() {
+        true => events::fanned_out(store, &event.id).await,
+        false => events::refused(store, &event.id, &refused).await,
+    };
+    match noted {
+        Ok(()) => {
+            tracing::info!(event = %event.id, notifications = registered, refused = refused.len(), "fan-out finished")
+        }
+        Err(e) => {
+            tracing::warn!(event = %event.id, error = %e, "fan-out: cannot note an event finished; tried again later")
+        }
+    }
+}
+
+/// The registrations of `event`'s notifications, each with its subscription's id;
+/// `None` when a subscription cannot be read now.
+async fn replan(state: &AppState, event: &Event) -> Option<Vec<(String, Registration)>> {
     let store = state.store.as_ref();
     let mut registrations = Vec::new();
     for d in &event.deliveries {
@@ -179,7 +254,7 @@ async fn finish(state: &AppState, event: &Event) {
                 tracing::warn!(event = %event.id, %id, subscription = %u.id, error = %u.error, "fan-out: the subscription cannot be read; left out")
             }
             Ok(Some(Ok(s))) => match registration(&state.rules, event, &s, Some(id)) {
-                Ok(r) => registrations.push(r),
+                Ok(r) => registrations.push((s.id, r)),
                 Err(e) => {
                     tracing::warn!(event = %event.id, %id, error = ?e.into_json(), "fan-out: a notification no longer passes its tenant's rules; left out")
                 }
@@ -189,22 +264,9 @@ async fn finish(state: &AppState, event: &Event) {
             }
             Err(e) => {
                 tracing::warn!(event = %event.id, error = %e, "fan-out: cannot read a subscription; tried again later");
-                return;
+                return None;
             }
         }
     }
-    if registrations.is_empty() {
-        if let Err(e) = events::fanned_out(store, &event.id).await {
-            tracing::warn!(event = %event.id, error = %e, "fan-out: cannot note an event finished; tried again later");
-        }
-        return;
-    }
-    match register(state, event, registrations).await {
-        Ok(done) => {
-            tracing::info!(event = %event.id, notifications = done.len(), "fan-out finished")
-        }
-        Err(e) => {
-            tracing::warn!(event = %event.id, error = ?e.into_json(), "fan-out: not finished; tried again later")
-        }
-    }
+    Some(registrations)
 }

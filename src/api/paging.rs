@@ -4,8 +4,9 @@
 //!
 //! A cursor is sealed (`CursorSeal`): a page cut short by the scan limit ends at the
 //! last notification it examined, which may be another tenant's, so a cursor must say
-//! nothing a caller could read. Every instance with the same tokens seals alike, so a
-//! walk may go on at another instance.
+//! nothing a caller could read, and nobody may make one up. The key is the deployment's,
+//! kept in its store, so that a walk may go on at another instance and nothing in the
+//! configuration gives it away.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
@@ -16,7 +17,8 @@ use super::error::ApiError;
 use super::AppState;
 use crate::access::Principal;
 use crate::domain::FieldError;
-use crate::store::ListFilter;
+use crate::store::collections::{Change, Collection, Collections, Expect};
+use crate::store::{ListFilter, StoreError, StoreResult};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
@@ -33,15 +35,37 @@ pub fn limit(raw: Option<usize>) -> Result<usize, FieldError> {
     Ok(limit)
 }
 
-/// Seals cursors with ChaCha20-Poly1305 under a key derived from the instance's tokens
-/// (`TokenTable::fingerprint`), which every instance of a deployment shares.
+/// The name of the cursor key among the deployment's secrets (`Collection::Secrets`).
+const KEY_NAME: &str = "cursor_seal";
+const KEY_LEN: usize = 32;
+
+/// Seals cursors with ChaCha20-Poly1305 under the deployment's key (`of_deployment`).
 pub struct CursorSeal {
     key: LessSafeKey,
     random: SystemRandom,
 }
 
 impl CursorSeal {
-    pub fn new(secret: &[u8; 32]) -> Self {
+    /// The seal of the deployment whose store is `store`: under the key kept there, which
+    /// the first instance to start makes from the system's randomness (two starting at
+    /// once both end up with the one written first).
+    pub async fn of_deployment(store: &dyn Collections) -> StoreResult<Self> {
+        if let Some(key) = stored_key(store).await? {
+            return Ok(Self::new(&key));
+        }
+        let mut fresh = [0u8; KEY_LEN];
+        SystemRandom::new()
+            .fill(&mut fresh)
+            .expect("the system's randomness");
+        let made = Change::put(Collection::Secrets, KEY_NAME, B64.encode(fresh))
+            .expecting(Expect::Nothing);
+        store.write(&[made]).await?;
+        let key = stored_key(store).await?;
+        let key = key.ok_or_else(|| StoreError::Corrupt("the cursor key was not kept".into()))?;
+        Ok(Self::new(&key))
+    }
+
+    fn new(secret: &[u8; KEY_LEN]) -> Self {
         let key = UnboundKey::new(&CHACHA20_POLY1305, secret).expect("a 32-byte key");
         Self {
             key: LessSafeKey::new(key),
@@ -78,6 +102,19 @@ impl CursorSeal {
             .ok()?;
         String::from_utf8(plain.to_vec()).ok()
     }
+}
+
+/// The cursor key kept in `store`, if one was made.
+async fn stored_key(store: &dyn Collections) -> StoreResult<Option<[u8; KEY_LEN]>> {
+    let held = store
+        .read(Collection::Secrets, &[KEY_NAME.to_string()])
+        .await?;
+    let Some(doc) = held.into_iter().flatten().next() else {
+        return Ok(None);
+    };
+    let key = B64.decode(&doc).ok().and_then(|k| k.try_into().ok());
+    key.map(Some)
+        .ok_or_else(|| StoreError::Corrupt("the cursor key is not 32 bytes of base64".into()))
 }
 
 /// The cursor of a previous page, if given: opened with `seal`, then read by `decode`.
@@ -162,4 +199,51 @@ pub(super) async fn bulk_filter(
     f.tenant = super::auth::tenant_filter(caller, c.tenant.as_deref())?;
     f.endpoint = endpoint;
     Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RetentionSettings;
+    use crate::store::EmbeddedStore;
+
+    fn store(dir: &tempfile::TempDir) -> EmbeddedStore {
+        EmbeddedStore::open(dir.path(), &RetentionSettings::default()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_store_keeps_one_cursor_key_that_every_seal_of_it_uses() {
+        let (dir, other) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let sealed = CursorSeal::of_deployment(&store(&dir))
+            .await
+            .unwrap()
+            .seal("at 5");
+        let again = CursorSeal::of_deployment(&store(&dir)).await.unwrap();
+        assert_eq!(again.open(&sealed).as_deref(), Some("at 5"));
+        let elsewhere = CursorSeal::of_deployment(&store(&other)).await.unwrap();
+        assert_eq!(elsewhere.open(&sealed), None, "another deployment's key");
+    }
+
+    #[tokio::test]
+    async fn a_cursor_changed_anywhere_does_not_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let seal = CursorSeal::of_deployment(&store(&dir)).await.unwrap();
+        let sealed = seal.seal("at 5").into_bytes();
+        for i in 0..sealed.len() {
+            let mut changed = sealed.clone();
+            changed[i] = if changed[i] == b'A' { b'B' } else { b'A' };
+            let changed = String::from_utf8(changed).unwrap();
+            assert_eq!(seal.open(&changed), None, "byte {i} changed");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kept_key_that_is_not_one_is_a_corrupt_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(&dir);
+        let put = Change::put(Collection::Secrets, KEY_NAME, "c2hvcnQ");
+        assert!(s.write(&[put]).await.unwrap());
+        let refused = CursorSeal::of_deployment(&s).await;
+        assert!(matches!(refused, Err(StoreError::Corrupt(_))));
+    }
 }

@@ -2,8 +2,9 @@
 //! signatures. Public keys are public: the route needs no token, so that a merchant's
 //! receiver can fetch them and verify deliveries without holding any secret. It answers
 //! alike for every well-formed tenant name, configured or not (a name that is not
-//! configured gets the keys its deliveries would be signed with), so that it tells
-//! nobody which tenants exist.
+//! configured gets the keys its deliveries would be signed with), at the same cost
+//! (`Signer::public_keys`), so that neither what it answers nor how long it takes tells
+//! anybody which tenants exist.
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -66,11 +67,11 @@ pub async fn list(
         None => Tenant::default(),
         Some(raw) => Tenant::parse(raw, "tenant")?,
     };
-    let keys = state.signer.keys_of(&tenant);
-    let keys = keys.keys.iter().map(|k| PublicKey {
+    let keys = state.signer.public_keys(&tenant);
+    let keys = keys.into_iter().map(|public_key| PublicKey {
         version: "v1a",
         algorithm: "ed25519",
-        public_key: k.public_key(),
+        public_key,
     });
     Ok(Json(SigningKeys {
         tenant: tenant.to_string(),

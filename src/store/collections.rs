@@ -1,8 +1,9 @@
 //! Collections: small documents every store keeps under `(collection, key)` and lists in
 //! key order, written several at once, all or none, each only if its key holds what the
 //! writer expects. Subscriptions, events and the topics catalog are kept as these
-//! (`crate::events` says what each document and key is), so that their rules are written
-//! once rather than once per store.
+//! (`crate::events` says what each document and key is), and so are the secrets the
+//! instances of a deployment share (`api::paging`'s cursor key), so that their rules are
+//! written once rather than once per store.
 
 use async_trait::async_trait;
 
@@ -26,6 +27,9 @@ pub enum Collection {
     Fanouts,
     /// `<tenant> <topic>` → the topic's last example.
     Topics,
+    /// A secret's name → the secret, which every instance of the deployment shares: made
+    /// once, from the system's randomness, by the first instance that needs it.
+    Secrets,
 }
 
 impl Collection {
@@ -39,6 +43,7 @@ impl Collection {
             Self::EventKeys => "event_keys",
             Self::Fanouts => "fanouts",
             Self::Topics => "topics",
+            Self::Secrets => "secrets",
         }
     }
 }

@@ -288,3 +288,98 @@ async fn paging_while_notifications_move_returns_each_at_most_once() {
         "all 200 listed"
     );
 }
+
+/// A cursor sealed as an instance that took its key from the configured tokens sealed
+/// them: the key ChaCha20-Poly1305 would be under, the SHA-256 of `postback cursor key`
+/// and the sorted SHA-256 digests of the tokens, which whoever reads the configuration
+/// (or the tokens' `sha256` there) can compute.
+fn forged_with_the_tokens(tokens: &[&str], plain: &str) -> String {
+    use base64::Engine;
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+    use sha2::{Digest, Sha256};
+
+    let mut digests: Vec<[u8; 32]> = tokens.iter().map(|t| Sha256::digest(t).into()).collect();
+    digests.sort();
+    let mut key = Sha256::new();
+    key.update(b"postback cursor key");
+    digests.iter().for_each(|d| key.update(d));
+    let key = UnboundKey::new(&CHACHA20_POLY1305, &key.finalize()).unwrap();
+    let nonce = [7u8; 12];
+    let mut sealed = plain.as_bytes().to_vec();
+    LessSafeKey::new(key)
+        .seal_in_place_append_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::empty(),
+            &mut sealed,
+        )
+        .unwrap();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([&nonce[..], &sealed].concat())
+}
+
+/// The field a `422` names.
+fn refused_field(answer: &(u16, Value)) -> (u16, Option<&str>) {
+    (answer.0, answer.1["error"]["field"].as_str())
+}
+
+/// Cursors are sealed under a key the deployment keeps in its store: a walk begun at one
+/// instance goes on at another of the same store, whatever tokens it has; a cursor
+/// sealed under a key the configuration gives away, or changed on the way, is refused
+/// naming `cursor`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cursor_opens_at_every_instance_of_the_store_and_nowhere_else() {
+    let backend = support::Backend::start();
+    let receiver = Receiver::start().await;
+    let mut a = backend.postback(&[]).await;
+    for n in 0..3 {
+        a.register(json!({"url": receiver.url("/walk"), "body": {"n": n}, "delay": "1h"}))
+            .await;
+    }
+    let (status, first) = a.get("/notifications?state=scheduled&limit=1").await;
+    assert_eq!(status, 200, "{first}");
+    let cursor = first["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_string();
+    if !backend.is_shared() {
+        a.terminate();
+    }
+
+    let b = backend
+        .postback(&[("POSTBACK_SERVER_API_TOKENS", "another-token")])
+        .await;
+    let page = |cursor: &str| {
+        let path = format!("/notifications?state=scheduled&limit=1&cursor={cursor}");
+        let b = &b;
+        async move {
+            b.request_as("another-token", reqwest::Method::GET, &path, None, &[])
+                .await
+        }
+    };
+    let (status, second) = page(&cursor).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["items"].as_array().unwrap().len(), 1);
+    assert_ne!(second["items"][0]["id"], first["items"][0]["id"]);
+
+    let mut tampered = cursor.clone().into_bytes();
+    let middle = tampered.len() / 2;
+    tampered[middle] = if tampered[middle] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    assert_eq!(refused_field(&page(&tampered).await), (422, Some("cursor")));
+
+    let forged = forged_with_the_tokens(&["another-token"], "zzz");
+    let listed = b
+        .request_as(
+            "another-token",
+            reqwest::Method::GET,
+            &format!("/subscriptions?cursor={forged}"),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(
+        refused_field(&listed),
+        (422, Some("cursor")),
+        "{}",
+        listed.1
+    );
+}

@@ -876,3 +876,108 @@ async fn a_subscription_that_cannot_be_read_costs_only_itself_and_can_be_deleted
     );
     assert_eq!(support::item_ids(&listed).len(), 2, "{listed}");
 }
+
+/// What the fan-out sweep finds in the store when an event was stored and its
+/// notification not registered: the event (published 20 s ago) naming `notification` for
+/// `subscription`, listed among its tenant's events, and its unfinished fan-out.
+fn cut_short(
+    event: &str,
+    subscription: &str,
+    notification: &str,
+) -> Vec<postback::store::collections::Change> {
+    use postback::store::collections::{Change, Collection};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let doc = json!({
+        "id": event, "tenant": "default", "topic": "payment.succeeded", "body": {"event": event},
+        "created_at": now - 20_000, "fingerprint": "f",
+        "deliveries": [{"subscription": subscription, "notification": notification}],
+    });
+    vec![
+        Change::put(Collection::Events, event, doc.to_string()),
+        Change::put(
+            Collection::TenantEvents,
+            format!("default {event}"),
+            "payment.succeeded",
+        ),
+        Change::put(Collection::Fanouts, event, "1000"),
+    ]
+}
+
+/// Fan-outs that cannot be finished hold up none published after them: 101 whose
+/// subscription cannot be read (left out, as a deleted one is) and 3 whose
+/// registration the store refuses for good (its idempotency key holds another request:
+/// the event's delivery shows the error), before one that can be finished, which the
+/// first sweep of a new instance registers and delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fanouts_that_cannot_be_finished_hold_up_none_published_after_them() {
+    use postback::domain::{EventId, JobId, SubscriptionId, Tenant};
+    use postback::store::collections::{Change, Collection};
+    use postback::store::Idempotency;
+
+    let backend = support::Backend::start();
+    let receiver = support::Receiver::start().await;
+    let mut pb = backend.postback(&[]).await;
+    let good = subscribe(
+        &pb,
+        json!({"url": receiver.url("/later"), "topics": ["payment.*"]}),
+    )
+    .await;
+    pb.kill();
+
+    let store = backend.store().await;
+    let unreadable = SubscriptionId::new().to_string();
+    let put = Change::put(Collection::Subscriptions, &unreadable, "not a subscription");
+    assert!(store.write(&[put]).await.unwrap());
+    for _ in 0..101 {
+        let (event, id) = (EventId::new().to_string(), JobId::new(0).to_string());
+        assert!(store
+            .write(&cut_short(&event, &unreadable, &id))
+            .await
+            .unwrap());
+    }
+    let mut refused = Vec::new();
+    for _ in 0..3 {
+        let (event, id) = (EventId::new().to_string(), JobId::new(0).to_string());
+        assert!(store.write(&cut_short(&event, &good, &id)).await.unwrap());
+        let held = Idempotency {
+            key: format!("event {event} {good}"),
+            tenant: Tenant::default(),
+            fingerprint: postback::domain::Fingerprint::of_request(b"another-request"),
+            ttl: std::time::Duration::from_secs(86_400),
+        };
+        let other = support::fixtures::notification(&["1s"], std::time::Duration::from_secs(3600));
+        store.enqueue(&other, Some(&held)).await.unwrap();
+        refused.push(event);
+    }
+    let (newest, notification) = (EventId::new().to_string(), JobId::new(0).to_string());
+    assert!(store
+        .write(&cut_short(&newest, &good, &notification))
+        .await
+        .unwrap());
+    drop(store);
+
+    let pb = backend.postback(&[]).await;
+    let path = format!("/notifications/{notification}");
+    let delivered = support::eventually(WAIT, || async {
+        pb.get(&path).await.1["state"] == "delivered"
+    })
+    .await;
+    assert!(
+        delivered,
+        "registered and delivered: {}",
+        pb.get(&path).await.1
+    );
+    assert_eq!(receiver.requests_for(&notification).len(), 1);
+    for event in &refused {
+        let (_, shown) = pb.get(&format!("/events/{event}")).await;
+        let delivery = &shown["deliveries"][0];
+        assert_eq!(
+            delivery["error"]["code"], "idempotency_key_mismatch",
+            "{shown}"
+        );
+        assert_eq!(delivery["notification"], Value::Null, "{shown}");
+    }
+}

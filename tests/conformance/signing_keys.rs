@@ -117,6 +117,62 @@ async fn each_tenants_deliveries_verify_with_its_published_public_keys_alone() {
     assert!(!pb.logs().contains("whsk_"), "keys never logged");
 }
 
+/// `GET /signing-keys?tenant=name` without a token: its status, its headers but the
+/// date, and its JSON with each public key's value left out.
+async fn answer_shape(pb: &Postback, tenant: &str) -> (u16, Vec<(String, String)>, Value) {
+    let answer = pb
+        .http
+        .get(pb.url(&format!("/signing-keys?tenant={tenant}")))
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let mut headers: Vec<(String, String)> = answer
+        .headers()
+        .iter()
+        .filter(|(name, _)| *name != "date")
+        .map(|(name, value)| (name.to_string(), value.to_str().unwrap().to_string()))
+        .collect();
+    headers.sort();
+    let mut body: Value = answer.json().await.unwrap();
+    for key in body["keys"].as_array_mut().unwrap() {
+        let public = key["public_key"].as_str().unwrap();
+        assert!(public.starts_with("whpk_"), "{public}");
+        key["public_key"] = json!("…");
+    }
+    body["tenant"] = json!("…");
+    (status, headers, body)
+}
+
+/// A name no tenant is configured with is answered as a configured tenant without
+/// ed25519 keys of its own is: the same status, headers and shape, a key derived for the
+/// name as many as the configured one has; only the name and the key's value differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tenant_is_answered_as_a_configured_one_without_keys() {
+    let (instance, instance_public) = key_pair();
+    let (own, _) = key_pair();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("postback.toml");
+    let config = format!(
+        "[signing]\nkeys = [\"{instance}\"]\n\n[tenants.shop-a]\nkeys = [\"{own}\"]\n\n[tenants.shop-b]\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n"
+    );
+    std::fs::write(&path, config).unwrap();
+    let (_backend, _receiver, pb) =
+        support::start_any(&[("POSTBACK_CONFIG", path.to_str().unwrap())]).await;
+
+    let configured = answer_shape(&pb, "shop-b").await;
+    assert_eq!(configured.0, 200);
+    assert_eq!(configured.2["keys"].as_array().unwrap().len(), 1);
+    for unknown in ["shop-z", "shop-q"] {
+        assert_eq!(answer_shape(&pb, unknown).await, configured, "{unknown}");
+    }
+    let (_, b) = published(&pb, "shop-b").await;
+    let (_, z) = published(&pb, "shop-z").await;
+    assert_ne!(b, z, "each name its own key");
+    assert!(!z.contains(&instance_public), "not the instance's");
+    assert_eq!(z, published(&pb, "shop-z").await.1, "the same each time");
+}
+
 #[tokio::test]
 async fn signing_key_new_prints_a_key_whose_public_half_is_published() {
     let out = Command::new(env!("CARGO_BIN_EXE_postback"))

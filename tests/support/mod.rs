@@ -110,7 +110,8 @@ impl Backend {
     }
 
     /// Whether the store holds nothing, as far as it can be seen while `pb` runs on it:
-    /// not one key in a standalone Redis but the instances' membership; no notification
+    /// not one key in a standalone Redis but the instances' membership and the
+    /// deployment's secrets; no notification
     /// in any state otherwise.
     pub async fn holds_nothing(&self, pb: &Postback) -> bool {
         if let Self::Standalone(redis) = self {

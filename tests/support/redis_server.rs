@@ -168,13 +168,14 @@ impl RedisServer {
     }
 
     /// The keys that hold notifications or anything about them: every key but those of
-    /// the running instances' membership (`{postback:fleet}:…`).
-    /// Every key but the instances' membership and each shard's record of the upgrades
-    /// done on it, which an instance writes as it starts.
+    /// the running instances' membership (`{postback:fleet}:…`), of the deployment's
+    /// secrets (`{postback:collections}:secrets:…`) and each shard's record of the
+    /// upgrades done on it (`…}:upgrades`), which an instance writes as it starts.
     pub fn notification_keys(&self) -> Vec<String> {
         let keys: Vec<String> = self.query(redis::cmd("KEYS").arg("*"));
         keys.into_iter()
             .filter(|k| !k.starts_with("{postback:fleet}:") && !k.ends_with("}:upgrades"))
+            .filter(|k| !k.starts_with("{postback:collections}:secrets:"))
             .collect()
     }
 
