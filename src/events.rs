@@ -503,27 +503,50 @@ pub async fn forget_events(
     let read = store.scan(Collection::Events, &scan).await?;
     let mut forgotten = 0;
     for (id, doc) in &read {
-        let event = Event::decode(doc)?;
-        if event.created_at >= before_ms {
+        let Some(changes) = forgetting(id, doc, before_ms) else {
             break;
-        }
-        let tenant = Tenant::parse(&event.tenant, "tenant").map_err(corrupt)?;
-        let mut changes = vec![
-            Change::delete(Collection::Events, id),
-            Change::delete(Collection::TenantEvents, tenant_key(&tenant, id)),
-            Change::delete(Collection::Fanouts, id),
-        ];
-        if let Some(key) = &event.idempotency_key {
-            changes.push(Change::delete(
-                Collection::EventKeys,
-                tenant_key(&tenant, key),
-            ));
-        }
+        };
         if store.write(&changes).await? {
             forgotten += 1;
         }
     }
     Ok(forgotten)
+}
+
+/// What forgetting the event `id` (its document `doc`) deletes, if it was published
+/// before `before_ms`. One that cannot be read is forgotten by its id's time, with its
+/// tenant's index entry where the document names its tenant (its idempotency key then
+/// expires with nothing to name).
+fn forgetting(id: &str, doc: &str, before_ms: i64) -> Option<Vec<Change>> {
+    let (created_at, tenant, key) = match Event::decode(doc) {
+        Ok(e) => (e.created_at, Some(e.tenant), e.idempotency_key),
+        Err(e) => {
+            tracing::warn!(event = %id, error = %e, "an event cannot be read; forgotten by its id's time");
+            let created = EventId::parse(id, "event").map_or(i64::MIN, |e| e.created_ms());
+            (created, written_tenant(doc), None)
+        }
+    };
+    if created_at >= before_ms {
+        return None;
+    }
+    let mut changes = vec![
+        Change::delete(Collection::Events, id),
+        Change::delete(Collection::Fanouts, id),
+    ];
+    let tenant = tenant.and_then(|t| Tenant::parse(&t, "tenant").ok());
+    if let Some(tenant) = &tenant {
+        changes.push(Change::delete(
+            Collection::TenantEvents,
+            tenant_key(tenant, id),
+        ));
+        if let Some(key) = key {
+            changes.push(Change::delete(
+                Collection::EventKeys,
+                tenant_key(tenant, &key),
+            ));
+        }
+    }
+    Some(changes)
 }
 
 /// Retention of the catalog: of up to `n` topics after the key `after` (every tenant's,
@@ -543,8 +566,9 @@ pub async fn forget_topics(
         .flatten();
     let mut forgotten = 0;
     for (key, doc) in &read {
-        let entry = TopicEntry::decode(doc)?;
-        if entry.last_published_at >= before_ms {
+        // One that cannot be read is only an example: forgotten.
+        let last = TopicEntry::decode(doc).map_or(i64::MIN, |e| e.last_published_at);
+        if last >= before_ms {
             continue;
         }
         let change =
@@ -558,4 +582,32 @@ pub async fn forget_topics(
 
 fn corrupt(e: crate::domain::FieldError) -> StoreError {
     StoreError::Corrupt(format!("a stored {}: {}", e.field, e.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_that_cannot_be_read_is_forgotten_by_its_ids_time() {
+        let id = EventId::new();
+        let made = id.created_ms();
+        let doc = r#"{"id":"x","tenant":"shop-a","body":"#;
+        let changes = forgetting(&id.to_string(), doc, made + 1).expect("old enough");
+        let keys: Vec<(Collection, String)> =
+            changes.into_iter().map(|c| (c.collection, c.key)).collect();
+        assert!(keys.contains(&(Collection::Events, id.to_string())));
+        assert!(keys.contains(&(Collection::TenantEvents, format!("shop-a {id}"))));
+        assert!(forgetting(&id.to_string(), doc, made).is_none(), "not yet");
+    }
+
+    #[test]
+    fn a_subscription_that_cannot_be_read_is_named_with_the_tenant_it_names() {
+        let read = read_subscription("sub_x", r#"{"id":"sub_x","tenant":"shop-b","url":1}"#);
+        let unreadable = read.unwrap_err();
+        assert_eq!(unreadable.tenant.as_deref(), Some("shop-b"));
+        assert_eq!(unreadable.id, "sub_x");
+        let no_tenant = read_subscription("sub_y", "[");
+        assert_eq!(no_tenant.unwrap_err().tenant, None);
+    }
 }

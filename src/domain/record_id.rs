@@ -52,6 +52,11 @@ impl<K: IdKind> RecordId<K> {
         }
     }
 
+    /// When it was made, in ms since the epoch (its UUID v7's time).
+    pub fn created_ms(&self) -> i64 {
+        (self.uuid.as_u128() >> 80) as i64
+    }
+
     pub fn parse(text: &str, field: &str) -> Result<Self, FieldError> {
         text.strip_prefix(K::PREFIX)
             .filter(|digits| digits.len() == BASE62_WIDTH)
