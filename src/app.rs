@@ -18,7 +18,7 @@ use crate::access;
 use crate::api::paging::CursorSeal;
 use crate::api::{self, AppState, RegistrationRules, TenantRules};
 use crate::config::{redact, Config, RedisTarget, StoreTarget};
-use crate::domain::{Destinations, Placement};
+use crate::domain::{Destinations, Placement, ShardHealth};
 use crate::endpoint_pauses::EndpointPauses;
 use crate::endpoint_tallies::EndpointTallies;
 use crate::ops_events::OpsEvents;
@@ -110,7 +110,10 @@ impl App {
             },
         );
         let pipeline = Pipeline::default();
-        let rules = Arc::new(registration_rules(&config));
+        let health = store
+            .shard_health()
+            .unwrap_or_else(|| Arc::new(ShardHealth::new(config.shards)));
+        let rules = Arc::new(registration_rules(&config, health));
         let cursors = CursorSeal::of_deployment(store.as_ref())
             .await
             .context("store: cannot read or keep the key that seals list cursors")?;
@@ -260,7 +263,7 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     Ok(Arc::new(store))
 }
 
-fn registration_rules(config: &Config) -> RegistrationRules {
+fn registration_rules(config: &Config, health: Arc<ShardHealth>) -> RegistrationRules {
     let d = &config.settings.delivery;
     RegistrationRules {
         schedules: config.settings.schedules.clone(),
@@ -269,7 +272,7 @@ fn registration_rules(config: &Config) -> RegistrationRules {
         max_delay: d.max_delay,
         idempotency_ttl: config.settings.server.idempotency_ttl,
         destinations: Destinations::of(d.allow_private_networks),
-        placement: Placement::new(config.shards),
+        placement: Placement::watching(config.shards, health),
         profiles: config.profiles.clone(),
         event_schemas: config.event_schemas.clone(),
         max_request_bytes: config.settings.server.max_body_bytes,

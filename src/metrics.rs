@@ -217,6 +217,10 @@ fn describe() {
         "Replicas connected to the primary of each shard (Redis), at the last scrape"
     );
     describe_gauge!(
+        "postback_shard_degraded",
+        "1 while a shard cannot acknowledge writes as store.replica_acks asks (its primary lacks replicas, or a write came back short): it takes no new notification, and one whose ordering key fixes it there is answered 503 shard_unavailable"
+    );
+    describe_gauge!(
         "postback_replication_lag_bytes",
         "How far the slowest replica of each shard's primary is behind it, in bytes of the replication stream, at the last scrape"
     );
@@ -323,6 +327,12 @@ pub fn replication(shard: usize, replicas: u32, lag_bytes: u64) {
     let shard = shard.to_string();
     gauge!("postback_replicas_connected", "shard" => shard.clone()).set(f64::from(replicas));
     gauge!("postback_replication_lag_bytes", "shard" => shard).set(lag_bytes as f64);
+}
+
+/// Whether shard `shard` is degraded (`ShardHealth`).
+pub fn shard_degraded(shard: usize, degraded: bool) {
+    gauge!("postback_shard_degraded", "shard" => shard.to_string())
+        .set(f64::from(u8::from(degraded)));
 }
 
 /// A write that its replicas did not acknowledge in time (`store.replica_acks`).

@@ -289,7 +289,7 @@ impl OpsEvents {
             "data": data,
         });
         Some(Notification {
-            id: self.placement.new_id(None),
+            id: self.placement.new_id(),
             rate_key: url.host().to_string(),
             url,
             payload: Payload::json(&body),

@@ -71,6 +71,7 @@ fn registration(
         tenant: tenant.clone(),
         fingerprint: Fingerprint::of_request(event.id.as_bytes()),
         ttl: rules.idempotency_ttl,
+        moved_from: None,
     };
     let request = notify_request(s, &event.body, &event.topic)?;
     prepare_delivery(rules, &tenant, request, idempotency, id)

@@ -64,7 +64,7 @@ use crate::signing::Signer;
 use crate::store::{Stats, Store};
 use body::BodyLimit;
 use error::ErrorBody;
-use view::Health;
+use view::{DegradedView, Health};
 
 /// What every handler can reach: one shared value, so that what the router hands each
 /// request (a clone) is one reference count, however many tenants' keys the signer holds.
@@ -274,11 +274,15 @@ async fn prometheus(
 /// Liveness: the process is up.
 #[utoipa::path(get, path = "/healthz", operation_id = "getHealth", tag = "operations", responses((status = 200, body = Health)))]
 async fn healthz() -> Json<Health> {
-    Json(Health { status: "ok" })
+    Json(Health {
+        status: "ok",
+        degraded_shards: Vec::new(),
+    })
 }
 
-/// Readiness: the store answers (with the replicas `store.replica_acks` asks for) and
-/// the delivery pipeline runs.
+/// Readiness: the store answers, some shard can take a new notification (its primary
+/// has the replicas `store.replica_acks` asks for), and the delivery pipeline runs. The
+/// shards that cannot are named.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -286,7 +290,7 @@ async fn healthz() -> Json<Health> {
     tag = "operations",
     responses(
         (status = 200, body = Health),
-        (status = 503, description = "The store is unreachable (`store_unavailable`), a shard's primary has fewer replicas than `store.replica_acks` (`replicas_missing`), or the delivery pipeline has stopped (`pipeline_stopped`)", body = ErrorBody)
+        (status = 503, description = "The store is unreachable (`store_unavailable`), no shard's primary has the replicas `store.replica_acks` asks for (`replicas_missing`), or the delivery pipeline has stopped (`pipeline_stopped`)", body = ErrorBody)
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
@@ -298,7 +302,10 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
         ));
     }
     state.store.ping().await?;
-    Ok(Json(Health { status: "ready" }))
+    Ok(Json(Health {
+        status: "ready",
+        degraded_shards: DegradedView::all(state.rules.placement.health()),
+    }))
 }
 
 /// Queue depths per shard and what retention deleted, from the store's counts.

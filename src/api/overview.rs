@@ -16,7 +16,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::auth;
 use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::rfc3339;
-use super::view::{CountsView, StatsView};
+use super::view::{CountsView, DegradedView, StatsView};
 use super::AppState;
 use crate::access::Principal;
 use crate::store::{window_of, JobView, ListFilter, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
@@ -54,7 +54,11 @@ pub async fn stats(
 ) -> Result<Json<StatsView>, ApiError> {
     let Query(q) = query.map_err(invalid_query)?;
     let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
-    Ok(Json(state.store.stats(tenant.as_ref()).await?.into()))
+    let mut stats = StatsView::from(state.store.stats(tenant.as_ref()).await?);
+    if tenant.is_none() {
+        stats.degraded_shards = DegradedView::all(state.rules.placement.health());
+    }
+    Ok(Json(stats))
 }
 
 /// Most dead letters of the last hour read to rank the failing hosts.

@@ -59,7 +59,13 @@ impl CursorSeal {
             .expect("the system's randomness");
         let made = Change::put(Collection::Secrets, KEY_NAME, B64.encode(fresh))
             .expecting(Expect::Nothing);
-        store.write(&[made]).await?;
+        match store.write(&[made]).await {
+            // Written on the primary, which is what is read back: replicas missing at
+            // start-up (a cluster just made) must not stop an instance. A failover that
+            // loses it ends the walks under way, nothing more.
+            Ok(_) | Err(StoreError::NotReplicated { .. }) => {}
+            Err(e) => return Err(e),
+        }
         let key = stored_key(store).await?;
         let key = key.ok_or_else(|| StoreError::Corrupt("the cursor key was not kept".into()))?;
         Ok(Self::new(&key))

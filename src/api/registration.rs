@@ -12,7 +12,9 @@ use super::parse::parse_json;
 use super::rules::RegistrationRules;
 use super::AppState;
 use crate::access::{Principal, Role, Scope};
-use crate::domain::{Fingerprint, IdempotencyKey, JobId, Notification, OrderingKey, Tenant};
+use crate::domain::{
+    Fingerprint, IdempotencyKey, JobId, Notification, OrderingKey, PlacedBy, Tenant,
+};
 use crate::store::{Enqueued, Idempotency, IntakeItem, JobStatus, StoreResult};
 use crate::traces;
 
@@ -44,15 +46,9 @@ pub(super) fn prepare(
     let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
         rules.tenants.contains_key(t)
     })?;
-    let idempotency = key.map(|key| idempotency(rules, &tenant, key, raw));
+    let mut idempotency = key.map(|key| idempotency(rules, &tenant, key, raw));
     let ordering_key = ordering_key(&request)?;
-    // Every notification of an ordering key lives on one shard, whose scripts keep the
-    // key's order; with an idempotency key too, the ordering key places it.
-    let placed_by = match &ordering_key {
-        Some(k) => Some(format!("ordering {}", k.scoped(&tenant))),
-        None => idempotency.as_ref().map(Idempotency::placement_key),
-    };
-    let id = rules.placement.new_id(placed_by.as_deref());
+    let id = place(rules, &tenant, ordering_key.as_ref(), idempotency.as_mut())?;
     let mut notification = validate(request, id, tenant, rules)?;
     notification.ordering_key = ordering_key;
     Ok(Registration {
@@ -69,17 +65,14 @@ pub(super) fn prepare_delivery(
     rules: &RegistrationRules,
     tenant: &Tenant,
     request: NotifyRequest,
-    idempotency: Idempotency,
+    mut idempotency: Idempotency,
     id: Option<JobId>,
 ) -> Result<Registration, ApiError> {
     let ordering_key = ordering_key(&request)?;
-    let id = id.unwrap_or_else(|| {
-        let placed_by = match &ordering_key {
-            Some(k) => format!("ordering {}", k.scoped(tenant)),
-            None => idempotency.placement_key(),
-        };
-        rules.placement.new_id(Some(&placed_by))
-    });
+    let id = match id {
+        Some(id) => id,
+        None => place(rules, tenant, ordering_key.as_ref(), Some(&mut idempotency))?,
+    };
     let mut notification = validate(request, id, tenant.clone(), rules)?;
     notification.ordering_key = ordering_key;
     Ok(Registration {
@@ -94,6 +87,36 @@ impl Registration {
     }
 }
 
+/// A new notification's id: on its ordering key's shard (every notification of a key
+/// lives on one shard, whose scripts keep the key's order; refused at once while that
+/// shard cannot take it), else on its idempotency key's (or, while that one is degraded,
+/// another, which `idempotency` then names), else on any healthy shard.
+fn place(
+    rules: &RegistrationRules,
+    tenant: &Tenant,
+    ordering_key: Option<&OrderingKey>,
+    idempotency: Option<&mut Idempotency>,
+) -> Result<JobId, ApiError> {
+    let by_ordering = ordering_key.map(|k| format!("ordering {}", k.scoped(tenant)));
+    let by_key = idempotency.as_ref().map(|i| i.placement_key());
+    let by = match (&by_ordering, &by_key) {
+        (Some(k), _) => PlacedBy::Ordering(k),
+        (None, Some(k)) => PlacedBy::Idempotency(k),
+        (None, None) => PlacedBy::Nothing,
+    };
+    let placed = rules.placement.place(by).map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shard_unavailable",
+            format!("{e}; its ordering key keeps it there, try again shortly"),
+        )
+    })?;
+    if let Some(i) = idempotency {
+        i.moved_from = placed.moved_from;
+    }
+    Ok(placed.id)
+}
+
 /// A producer's `key` within `tenant`, holding repeats to the request `raw`.
 fn idempotency(
     rules: &RegistrationRules,
@@ -106,6 +129,7 @@ fn idempotency(
         tenant: tenant.clone(),
         fingerprint: Fingerprint::of_request(raw),
         ttl: rules.idempotency_ttl,
+        moved_from: None,
     }
 }
 

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{shown_value, Attempt, RawSuccess};
+use crate::domain::{shown_value, Attempt, RawSuccess, ShardHealth};
 use crate::sender::request_headers;
 use crate::store::endpoints::Span;
 use crate::store::{
@@ -358,6 +358,37 @@ pub struct Count {
 pub struct Health {
     #[schema(example = "ok")]
     pub status: &'static str,
+    /// `/readyz`: the shards that take no new notification now (the instance is ready
+    /// while another can). Absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub degraded_shards: Vec<DegradedView>,
+}
+
+/// A shard that takes no new notification now, and why: its primary cannot acknowledge
+/// writes as `store.replica_acks` asks.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = DegradedShard)]
+pub struct DegradedView {
+    pub shard: u16,
+    #[schema(example = "its primary has 0 of the 1 replicas store.replica_acks asks for")]
+    pub reason: String,
+    /// Since when, as this instance saw it.
+    pub since: String,
+}
+
+impl DegradedView {
+    /// Every degraded shard `health` knows of.
+    pub fn all(health: &ShardHealth) -> Vec<Self> {
+        health
+            .degraded()
+            .into_iter()
+            .map(|d| Self {
+                shard: d.shard,
+                reason: d.reason,
+                since: rfc3339(d.since),
+            })
+            .collect()
+    }
 }
 
 /// How many notifications are in each state, over all shards and per shard, and how many
@@ -374,6 +405,10 @@ pub struct StatsView {
     /// order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub replication: Vec<ReplicationView>,
+    /// For a token of every tenant: the shards that take no new notification now, and
+    /// why. Absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub degraded_shards: Vec<DegradedView>,
 }
 
 impl From<Stats> for StatsView {
@@ -390,6 +425,7 @@ impl From<Stats> for StatsView {
                     lag_bytes: r.lag_bytes,
                 })
                 .collect(),
+            degraded_shards: Vec::new(),
         }
     }
 }

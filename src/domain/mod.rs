@@ -34,7 +34,7 @@ pub use json::{canonical_json, check_nesting, RawJson, MAX_NESTING};
 pub use notification::{JobSpec, Notification, Target};
 pub use ordering_key::OrderingKey;
 pub use payload::Payload;
-pub use placement::Placement;
+pub use placement::{Degraded, PlacedBy, Placement, ShardHealth, ShardUnavailable};
 pub use record_id::{EventId, SubscriptionId};
 pub use schedule::{duration_text, parse_duration, rfc3339, Schedule, DURATION_FORM, MAX_TIERS};
 pub use success::{BodyRule, RawSuccess, SuccessRule};

@@ -10,7 +10,7 @@
 //! subscription they share is `subscription.rs`, the fleet's membership `fleet.rs`.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use super::keys::{wake_channel, ShardKeys};
 use super::{spec, tenant_counts};
 use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
-use crate::domain::JobId;
+use crate::domain::{JobId, ShardHealth};
 use crate::lifecycle::{Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
 mod acks;
@@ -127,6 +127,10 @@ pub struct RedisStore {
     to_replicas: Acked,
     /// `store.replica_acks`.
     replica_acks: u32,
+    /// Which shards can acknowledge writes as `replica_acks` asks (`replication.rs`).
+    shard_health: Arc<ShardHealth>,
+    /// Per shard, until when (ms) a write to it that came back short keeps it degraded.
+    short_until: Vec<AtomicI64>,
     shards: Vec<ShardKeys>,
     wake_channel: String,
     health: HealthChannel,
@@ -222,6 +226,8 @@ impl RedisStore {
             to_primary: Acked::primary_only(conn.clone()),
             to_replicas,
             replica_acks: settings.replica_acks,
+            shard_health: Arc::new(ShardHealth::new(shard_count)),
+            short_until: (0..shard_count).map(|_| AtomicI64::new(0)).collect(),
             conn,
             shards,
             wake_channel: wake_channel(&settings.key_prefix),
@@ -255,9 +261,12 @@ impl RedisStore {
         store.upgrade_idempotency_keys().await.map_err(|e| {
             anyhow::anyhow!("{key}: cannot upgrade what an earlier build stored: {e}")
         })?;
+        if store.replica_acks > 0 {
+            store.note_replication(&store.replication_of_each().await);
+        }
         if let Err(e) = store.check_replicas().await {
             tracing::error!(
-                "store.replica_acks (POSTBACK_STORE_REPLICA_ACKS): {e}; registrations, replays, cancels and discards on it are answered 503 replica_ack_timeout, and /readyz 503, until they connect"
+                "store.replica_acks (POSTBACK_STORE_REPLICA_ACKS): {e}; the shard takes no new notification (one whose ordering key fixes it there is answered 503 shard_unavailable), and its replays, cancels and discards are answered 503 replica_ack_timeout, until they connect"
             );
         }
         Ok(store)
@@ -358,6 +367,10 @@ impl RedisStore {
 impl Store for RedisStore {
     fn fleet(&self) -> Option<&dyn FleetMessaging> {
         Some(self)
+    }
+
+    fn shard_health(&self) -> Option<Arc<ShardHealth>> {
+        Some(self.shard_health.clone())
     }
 }
 

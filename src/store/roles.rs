@@ -20,7 +20,7 @@ use super::types::{
 };
 use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
 use super::{EndpointPause, EndpointRecord, EndpointTally, Outcomes, WalkCursor};
-use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
+use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, ShardHealth, Tenant};
 use crate::lifecycle::{Again, Cancelled, JobStatus, LetGo};
 use crate::policy::{RateAsk, SendTimes};
 
@@ -275,6 +275,12 @@ pub trait Store:
 
     /// Registrations made inside producers' transactions, if the store takes them.
     fn intake(&self) -> Option<&dyn Intake> {
+        None
+    }
+
+    /// Which shards can take new notifications now, if that can change (a store whose
+    /// shards' primaries may lack the replicas `store.replica_acks` asks for).
+    fn shard_health(&self) -> Option<Arc<ShardHealth>> {
         None
     }
 }

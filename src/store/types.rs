@@ -108,6 +108,10 @@ pub struct Idempotency {
     /// Of the request: a key repeated with another request is refused.
     pub fingerprint: Fingerprint,
     pub ttl: Duration,
+    /// The shard the key hashes to, when that one was degraded and the notification was
+    /// placed on another (`Placement`): the key may be kept there already, and is kept
+    /// there too once stored, for a repeat after the shard has recovered.
+    pub moved_from: Option<u16>,
 }
 
 impl Idempotency {

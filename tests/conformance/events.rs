@@ -947,6 +947,7 @@ async fn fanouts_that_cannot_be_finished_hold_up_none_published_after_them() {
             tenant: Tenant::default(),
             fingerprint: postback::domain::Fingerprint::of_request(b"another-request"),
             ttl: std::time::Duration::from_secs(86_400),
+            moved_from: None,
         };
         let other = support::fixtures::notification(&["1s"], std::time::Duration::from_secs(3600));
         store.enqueue(&other, Some(&held)).await.unwrap();

@@ -404,6 +404,7 @@ fn registration(r: &Reg) -> (Notification, Option<Idempotency>) {
         tenant,
         fingerprint: Fingerprint::of_request(format!("body-{body}").as_bytes()),
         ttl: LONG,
+        moved_from: None,
     });
     (n, idempotency)
 }

@@ -8,6 +8,7 @@ mod support;
 
 mod app;
 mod cluster;
+mod degraded;
 mod deploy;
 mod differential;
 mod docs;

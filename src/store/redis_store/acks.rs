@@ -154,9 +154,16 @@ pub fn shortfall(e: &RedisError) -> Option<StoreError> {
     }
 }
 
+/// Whether `cmd` loads a script (`SCRIPT LOAD`, which the script calls send when the
+/// server does not know a script yet): it writes nothing for a `WAIT` to count, and one
+/// behind it would fail it while replicas are missing, so that the script never ran.
+fn loads_a_script(cmd: &Cmd) -> bool {
+    matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(name)) if name.eq_ignore_ascii_case(b"SCRIPT"))
+}
+
 impl ConnectionLike for Acked {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        if !self.waits() {
+        if !self.waits() || loads_a_script(cmd) {
             return self.conn.req_packed_command(cmd);
         }
         Box::pin(self.with_wait(cmd))

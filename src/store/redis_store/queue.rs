@@ -21,10 +21,11 @@ use super::{script_error, store_error, RedisStore};
 use crate::backoff::worth_logging;
 use crate::domain::{JobId, Notification};
 use crate::lifecycle::{retention, transitions, Index, JobState, Now};
+use crate::store::keys::ShardKeys;
 use crate::store::spec;
 use crate::store::tenant_counts::counted;
 use crate::store::{
-    Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry, Queue, Settled,
+    Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry, Queue, Reads, Settled,
     Settlement, StoreError, StoreResult,
 };
 
@@ -51,11 +52,82 @@ impl RedisStore {
 
     /// A registration's answer; the shard's clock learns when its earliest is due.
     fn enqueued(&self, n: &Notification, enqueued: StoreResult<Enqueued>) -> StoreResult<Enqueued> {
+        if let Err(e @ StoreError::NotReplicated { .. }) = &enqueued {
+            self.note_short_write(usize::from(n.id.shard()), e);
+        }
         let enqueued = enqueued?;
         if let Some(due_in) = enqueued.earliest {
             self.clock.wake_in(usize::from(n.id.shard()), due_in);
         }
         Ok(enqueued)
+    }
+
+    /// For a registration placed off its idempotency key's degraded shard
+    /// (`Idempotency::moved_from`): the notification the key registered there already,
+    /// if it did (a registration of it before the shard was seen degraded, answered 503
+    /// but stored on its primary), or its refusal for another request.
+    async fn kept_where_moved_from(
+        &self,
+        idempotency: Option<&Idempotency>,
+    ) -> StoreResult<Option<Enqueued>> {
+        let Some((i, keys)) = self.moved_from(idempotency) else {
+            return Ok(None);
+        };
+        let kept: Option<String> = redis::cmd("GET")
+            .arg(keys.idempotency(&i.scoped()))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let Some(kept) = kept else { return Ok(None) };
+        let first = crate::store::idempotency_value(&kept).0;
+        let id: JobId = first
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("idempotency key names `{first}`")))?;
+        let mismatch = i.entry().mismatches(&kept);
+        let status = match mismatch {
+            true => None,
+            false => Reads::get(self, &id).await?.map(|v| v.status),
+        };
+        Ok(Some(Enqueued {
+            id,
+            status,
+            duplicate: true,
+            mismatch,
+            earliest: None,
+        }))
+    }
+
+    /// Keeps a key registered off its degraded shard at that shard too, naming the
+    /// notification it registered, so that a repeat after the shard has recovered (and
+    /// so is placed there again) meets it. The shard's primary takes writes; they are not
+    /// waited on, as nothing is lost without this one (a repeat would register again).
+    async fn keep_where_moved_from(&self, idempotency: Option<&Idempotency>, e: &Enqueued) {
+        let Some((i, keys)) = self.moved_from(idempotency) else {
+            return;
+        };
+        if e.duplicate {
+            return;
+        }
+        let kept = redis::cmd("SET")
+            .arg(keys.idempotency(&i.scoped()))
+            .arg(i.entry().kept(&e.id))
+            .arg("NX")
+            .arg("PX")
+            .arg(i.ttl_ms())
+            .query_async::<Value>(&mut self.conn.clone())
+            .await;
+        if let Err(error) = kept {
+            tracing::warn!(id = %e.id, %error, "cannot keep an idempotency key at its degraded shard; a repeat after the shard recovers may register again");
+        }
+    }
+
+    /// The key and the keys of the shard it was moved from, if it was.
+    fn moved_from<'a>(
+        &'a self,
+        idempotency: Option<&'a Idempotency>,
+    ) -> Option<(&'a Idempotency, &'a ShardKeys)> {
+        let i = idempotency?;
+        Some((i, self.shards.get(usize::from(i.moved_from?))?))
     }
 
     /// Claims up to `limit` notifications of shard `shard`, and hands back those whose
@@ -261,8 +333,13 @@ impl Queue for RedisStore {
         n: &Notification,
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Enqueued> {
+        if let Some(earlier) = self.kept_where_moved_from(idempotency).await? {
+            return Ok(earlier);
+        }
         let enqueued = self.enqueuer.enqueue(self.item(n, idempotency)?).await;
-        self.enqueued(n, enqueued)
+        let enqueued = self.enqueued(n, enqueued)?;
+        self.keep_where_moved_from(idempotency, &enqueued).await;
+        Ok(enqueued)
     }
 
     /// Hands every registration to the group-storing task at once and then waits for
@@ -273,18 +350,25 @@ impl Queue for RedisStore {
     ) -> Vec<StoreResult<Enqueued>> {
         let mut answers = Vec::with_capacity(registrations.len());
         for (n, idempotency) in registrations {
-            answers.push(match self.item(n, *idempotency) {
-                Ok(item) => Ok(self.enqueuer.send(item).await),
-                Err(e) => Err(e),
+            answers.push(match self.kept_where_moved_from(*idempotency).await {
+                Ok(Some(earlier)) => Err(Ok(earlier)),
+                Ok(None) => match self.item(n, *idempotency) {
+                    Ok(item) => Ok(self.enqueuer.send(item).await),
+                    Err(e) => Err(Err(e)),
+                },
+                Err(e) => Err(Err(e)),
             });
         }
         let mut results = Vec::with_capacity(registrations.len());
-        for ((n, _), answer) in registrations.iter().zip(answers) {
+        for ((n, idempotency), answer) in registrations.iter().zip(answers) {
             let enqueued = match answer {
-                Ok(answer) => answer.wait().await,
-                Err(e) => Err(e),
+                Ok(answer) => self.enqueued(n, answer.wait().await),
+                Err(known) => known,
             };
-            results.push(self.enqueued(n, enqueued));
+            if let Ok(enqueued) = &enqueued {
+                self.keep_where_moved_from(*idempotency, enqueued).await;
+            }
+            results.push(enqueued);
         }
         results
     }
@@ -419,7 +503,8 @@ impl Queue for RedisStore {
     async fn watch(&self, wake: Arc<Notify>, cancel: CancellationToken) {
         tokio::join!(
             self.subscribe(&wake, &cancel),
-            self.keep_membership(&wake, &cancel)
+            self.keep_membership(&wake, &cancel),
+            self.watch_replication(&cancel)
         );
     }
 }

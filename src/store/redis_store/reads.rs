@@ -311,12 +311,16 @@ impl Reads for RedisStore {
         Ok(total)
     }
 
+    /// The store answers, and some shard can take a new notification.
     async fn ping(&self) -> StoreResult<()> {
         redis::cmd("PING")
             .query_async::<String>(&mut self.conn.clone())
             .await
             .map_err(store_error)?;
-        self.check_replicas().await
+        match self.shard_health.all_degraded() {
+            true => self.check_replicas().await,
+            false => Ok(()),
+        }
     }
 }
 

@@ -1,0 +1,183 @@
+//! A shard in trouble costs that shard, not the fleet: on a Redis Cluster with one
+//! replica per primary and `store.replica_acks = 1`, a primary is killed mid-stream and
+//! its replica takes over with no replica of its own, so the shards it holds cannot
+//! acknowledge writes as asked. New registrations go to the other shards, one whose
+//! ordering key fixes it to a degraded shard is refused at once, `/readyz` stays ready,
+//! `/stats` and the metrics name the degraded shards, and nothing accepted is lost or
+//! sent twice.
+
+use crate::support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use support::load::{self, Answer};
+use support::{Postback, Receiver, RedisCluster, LONG_WAIT, WAIT};
+
+const REGISTRATIONS: usize = 3000;
+const PRODUCERS: usize = 16;
+
+/// `/readyz` every 50 ms until stopped: each answer that was not `200`.
+fn watch_readiness(pb: &Postback, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<Value>> {
+    let (client, url) = (pb.http.clone(), pb.url("/readyz"));
+    tokio::spawn(async move {
+        let mut not_ready = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let answer = client.get(&url).send().await;
+            match answer {
+                Ok(r) if r.status() == 200 => {}
+                Ok(r) => not_ready.push(json!({"status": r.status().as_u16(), "body": r.text().await.unwrap_or_default()})),
+                Err(e) => not_ready.push(json!({"error": e.to_string()})),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        not_ready
+    })
+}
+
+/// `PRODUCERS` producers registering `REGISTRATIONS` notifications between them, each
+/// with its own key, retrying a `503` with it: every answer of each registration.
+fn produce(
+    pb: &Postback,
+    receiver: &Receiver,
+    next: Arc<AtomicUsize>,
+) -> tokio::task::JoinSet<Vec<Vec<Answer>>> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut producers = tokio::task::JoinSet::new();
+    for _ in 0..PRODUCERS {
+        let (client, url, next) = (client.clone(), pb.url("/notify"), next.clone());
+        let target = receiver.url("/paid");
+        producers.spawn(async move {
+            let mut registrations = Vec::new();
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= REGISTRATIONS {
+                    return registrations;
+                }
+                let body = json!({"url": target, "body": {"n": n}, "delay": "4s"});
+                registrations.push(load::register(&client, &url, &body, &format!("pay-{n}")).await);
+            }
+        });
+    }
+    producers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_left_without_a_replica_costs_its_shards_not_the_fleet() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let receiver = Receiver::start().await;
+    let env = [
+        ("POSTBACK_STORE_REPLICA_ACKS", "1"),
+        ("POSTBACK_STORE_REPLICA_ACK_TIMEOUT", "1s"),
+    ];
+    let pb = Postback::start_on_cluster(&cluster, &env).await;
+    let ready = support::eventually(WAIT, || async { pb.get("/readyz").await.0 == 200 }).await;
+    assert!(ready, "{:?}", pb.get("/readyz").await);
+
+    let stop_watching = Arc::new(AtomicBool::new(false));
+    let readiness = watch_readiness(&pb, stop_watching.clone());
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut producers = produce(&pb, &receiver, next.clone());
+    let under_way =
+        support::eventually(WAIT, || async { next.load(Ordering::Relaxed) >= 300 }).await;
+    assert!(under_way);
+    let victim = cluster.primary_of("{postback:0}", 0);
+    cluster.kill(victim);
+    tokio::task::block_in_place(|| cluster.wait_failover("{postback:0}", victim));
+
+    // The promoted replica has no replica: the shards it holds are degraded.
+    let named = support::eventually(LONG_WAIT, || async {
+        pb.get("/stats").await.1["degraded_shards"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty())
+    })
+    .await;
+    let (_, stats) = pb.get("/stats").await;
+    assert!(named, "{stats}");
+    let degraded = stats["degraded_shards"].as_array().unwrap().clone();
+    assert!(
+        degraded.iter().any(|d| d["shard"] == 0) && degraded.len() < 12,
+        "{stats}"
+    );
+    assert!(
+        degraded[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("replicas store.replica_acks asks for"),
+        "{stats}"
+    );
+    let metrics = pb.get_text("/metrics").await.1;
+    assert_eq!(
+        support::metric_value(&metrics, r#"postback_shard_degraded{shard="0"}"#),
+        Some(1.0)
+    );
+    let refused_at_once = ordering_keys_on_degraded_shards(&pb, &receiver).await;
+
+    let mut registrations = Vec::new();
+    while let Some(done) = producers.join_next().await {
+        registrations.extend(done.unwrap());
+    }
+    let took = started.elapsed();
+    stop_watching.store(true, Ordering::Relaxed);
+    let not_ready = readiness.await.unwrap();
+
+    let accepted: Vec<&Answer> = registrations
+        .iter()
+        .filter_map(|answers| answers.last().filter(|a| a.status == 202))
+        .collect();
+    let retried = registrations.iter().filter(|a| a.len() > 1).count();
+    println!(
+        "{} of {REGISTRATIONS} accepted in {took:?} ({retried} after a retry); {} ordering keys refused at once; degraded {degraded:?}",
+        accepted.len(),
+        refused_at_once
+    );
+    assert!(
+        accepted.len() * 100 >= REGISTRATIONS * 97,
+        "{} accepted",
+        accepted.len()
+    );
+    assert!(not_ready.is_empty(), "/readyz failed: {not_ready:?}");
+    let all: Vec<Answer> = registrations.into_iter().flatten().collect();
+    let twice = load::all_delivered(&pb, &receiver, &all).await;
+    assert_eq!(twice, 0, "nothing sent twice");
+}
+
+/// Registers with ordering keys until some land on a degraded shard: each of those is
+/// refused at once (`503 shard_unavailable`, naming the shard), the others accepted.
+/// How many were refused.
+async fn ordering_keys_on_degraded_shards(pb: &Postback, receiver: &Receiver) -> usize {
+    let mut refused = 0;
+    for n in 0..60 {
+        let body = json!({"url": receiver.url("/ordered"), "body": {}, "ordering_key": format!("o-{n}"), "delay": "1h"});
+        let asked = Instant::now();
+        let (status, answer) = pb.notify(body).await;
+        let took = asked.elapsed();
+        match status {
+            503 => {
+                assert_eq!(answer["error"]["code"], "shard_unavailable", "{answer}");
+                assert!(
+                    answer["error"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("shard"),
+                    "{answer}"
+                );
+                assert!(
+                    took < Duration::from_millis(500),
+                    "refused without waiting: {took:?}"
+                );
+                refused += 1;
+            }
+            _ => assert_eq!(status, 202, "{answer}"),
+        }
+    }
+    assert!(refused > 0, "some of 60 keys live on a degraded shard");
+    refused
+}
