@@ -1040,3 +1040,42 @@ async fn fanouts_that_cannot_be_finished_hold_up_none_published_after_them() {
         assert_eq!(delivery["notification"], Value::Null, "{shown}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schemas_ref_is_followed_within_its_directory_and_stops_start_up_outside_it() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = root.path().join("secret.json");
+    std::fs::write(&outside, r#"{"type": "object"}"#).unwrap();
+    let schemas = root.path().join("schemas");
+    std::fs::create_dir_all(schemas.join("defs")).unwrap();
+    let amount = json!({"type": "number", "minimum": 0});
+    std::fs::write(schemas.join("defs/amount.json"), amount.to_string()).unwrap();
+    let paid = json!({"type": "object", "properties": {"amount": {"$ref": "defs/amount.json"}}});
+    std::fs::write(schemas.join("payment.succeeded.json"), paid.to_string()).unwrap();
+    let dir = schemas.to_str().unwrap();
+    let (_backend, _receiver, pb) =
+        support::start_any(&[("POSTBACK_EVENTS_SCHEMA_DIR", dir)]).await;
+    let event = json!({"topic": "payment.succeeded", "body": {"amount": -5}});
+    let (status, answer) = call(&pb, Method::POST, "/events", Some(event)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["field"], "body/amount", "{answer}");
+    drop(pb);
+
+    for reference in [
+        "../secret.json".to_string(),
+        outside.to_str().unwrap().to_string(),
+        format!("file://{}", outside.display()),
+        "https://schemas.example/secret.json".to_string(),
+    ] {
+        let refund = json!({"properties": {"x": {"$ref": reference}}});
+        std::fs::write(schemas.join("refund.created.json"), refund.to_string()).unwrap();
+        let said = Postback::refused_start(&[("POSTBACK_EVENTS_SCHEMA_DIR", dir)]);
+        assert!(
+            said.contains("events.schema_dir")
+                && said.contains("refund.created.json refers to")
+                && said.contains("secret.json")
+                && said.contains("outside the directory"),
+            "{reference}: {said}"
+        );
+    }
+}
