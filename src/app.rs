@@ -249,7 +249,7 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         StoreTarget::Redis(target) => target,
         StoreTarget::Postgres(url) => {
             let store = PostgresStore::connect(url, &s.store, &s.retention).await?;
-            tracing::info!(store = "postgres", url = %redact::url(url), "store connected");
+            tracing::info!(store = "postgres", url = %redact::address(url), "store connected");
             return Ok(Arc::new(store));
         }
     };
@@ -258,7 +258,7 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         RedisTarget::Standalone(url) => ("redis", vec![url]),
         RedisTarget::Cluster(seeds) => ("redis cluster", seeds.iter().collect()),
     };
-    let urls: Vec<String> = urls.into_iter().map(|u| redact::url(u)).collect();
+    let urls: Vec<String> = urls.into_iter().map(|u| redact::address(u)).collect();
     tracing::info!(store = kind, url = %urls.join(","), shards = config.shards, instance = store.instance(), "store connected");
     Ok(Arc::new(store))
 }

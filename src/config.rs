@@ -276,8 +276,11 @@ mod tests {
         assert!(err.starts_with("store.cluster_urls"), "{err}");
         s.store.redis_url = None;
         s.store.cluster_urls = StringList::from_csv("redis://a:7000,nonsense");
-        let err = Config::validate(s, false).unwrap_err().to_string();
-        assert!(err.contains("`nonsense` is not a Redis URL"), "{err}");
+        let err = Config::validate(s.clone(), false).unwrap_err().to_string();
+        assert!(err.contains("seed 2: not a Redis URL"), "{err}");
+        s.store.cluster_urls = StringList::from_csv("redis://a:7000,redis://:pw-1@b:x");
+        let err = format!("{:#}", Config::validate(s, false).unwrap_err());
+        assert!(err.contains("seed 2") && !err.contains("pw-1"), "{err}");
     }
 
     #[test]

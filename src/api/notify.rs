@@ -24,7 +24,8 @@ use super::AppState;
 use crate::access::Principal;
 use crate::config::Profile;
 use crate::domain::{
-    ExtraHeaders, FieldError, JobId, Notification, Payload, RawSuccess, SuccessRule, Tenant,
+    check_label, ExtraHeaders, FieldError, JobId, Notification, Payload, RawSuccess, SuccessRule,
+    Tenant,
 };
 
 const MAX_LABEL: usize = 256;
@@ -176,8 +177,7 @@ pub(super) fn validate(
         rules.max_timeout,
     )?;
     let topic = topic(r.topic)?;
-    let rate_key =
-        label("rate_key", r.rate_key, MAX_LABEL)?.unwrap_or_else(|| url.host().to_string());
+    let rate_key = label("rate_key", r.rate_key)?.unwrap_or_else(|| url.host().to_string());
     Ok(Notification {
         id,
         url,
@@ -220,7 +220,7 @@ fn success(
     raw: Option<RawSuccess>,
     profile: Option<&SuccessRule>,
 ) -> Result<SuccessRule, FieldError> {
-    let expect_body = label("expect_body", expect_body, MAX_EXPECT_BODY)?;
+    let expect_body = expect_body_text(expect_body)?;
     match (expect_body, raw) {
         (Some(_), Some(raw)) if raw != RawSuccess::default() => Err(FieldError::new(
             "expect_body",
@@ -235,7 +235,7 @@ fn success(
 /// A producer's topic: a label outside the prefix `postback.`, which postback's own
 /// notifications carry (`ops_events::TOPIC`).
 fn topic(raw: Option<String>) -> Result<Option<String>, FieldError> {
-    let topic = label("topic", raw, MAX_LABEL)?;
+    let topic = label("topic", raw)?;
     if topic
         .as_deref()
         .is_some_and(|t| t.starts_with(RESERVED_TOPICS))
@@ -246,12 +246,23 @@ fn topic(raw: Option<String>) -> Result<Option<String>, FieldError> {
     Ok(topic)
 }
 
-fn label(field: &str, raw: Option<String>, max: usize) -> Result<Option<String>, FieldError> {
+/// A label (`topic`, `rate_key`), if given, checked by `domain::check_label`.
+fn label(field: &str, raw: Option<String>) -> Result<Option<String>, FieldError> {
+    if let Some(text) = &raw {
+        check_label(text, field, MAX_LABEL)?;
+    }
+    Ok(raw)
+}
+
+/// `expect_body`, if given. Not a label: it is compared with what a receiver answers,
+/// which may hold format characters of its own (a byte order mark, U+FEFF), so only
+/// control characters are refused; the command line shows it escaped.
+fn expect_body_text(raw: Option<String>) -> Result<Option<String>, FieldError> {
     match raw {
-        Some(s) if s.is_empty() || s.len() > max || s.chars().any(char::is_control) => {
+        Some(s) if s.is_empty() || s.len() > MAX_EXPECT_BODY || s.chars().any(char::is_control) => {
             Err(FieldError::new(
-                field,
-                format!("must be 1 to {max} bytes without control characters"),
+                "expect_body",
+                format!("must be 1 to {MAX_EXPECT_BODY} bytes without control characters"),
             ))
         }
         other => Ok(other),

@@ -606,7 +606,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("postback: {e:#}");
+            eprintln!("postback: {}", print::printable(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -1,8 +1,11 @@
 //! How the operator commands print API answers: aligned tables and `key: value` lines
 //! for people, or the JSON answer itself with `--json`. What came from the store or a
-//! receiver may hold control characters (a terminal's escape sequences); they are shown
-//! escaped, never sent to the terminal. Output whose reader has gone (`| head`) ends
-//! there, quietly.
+//! receiver may hold control characters (a terminal's escape sequences) and other
+//! invisible ones (`domain::invisible`: a right-to-left override that shows what
+//! follows backwards, zero-width characters), values that earlier builds stored
+//! included; they are shown escaped, never sent to the terminal: `\u{202e}` in tables,
+//! `\u202e` in JSON (the same JSON). Output whose reader has gone (`| head`) ends there,
+//! quietly.
 
 use std::borrow::Cow;
 use std::fmt::Display;
@@ -12,6 +15,7 @@ use comfy_table::{presets, Table};
 use serde_json::Value;
 
 use super::ApiArgs;
+use crate::domain::invisible;
 
 /// What a command prints, gathered before it is written.
 #[derive(Default)]
@@ -32,19 +36,19 @@ pub fn answer(
 ) -> anyhow::Result<()> {
     let mut out = Out::default();
     if api.json {
-        out.line(serde_json::to_string_pretty(answer)?);
+        out.line(escaped_json(&serde_json::to_string_pretty(answer)?));
     } else {
         human(answer, &mut out);
     }
     emit(&out.0)
 }
 
-/// Writes `text` to stdout; a reader that has gone away ends the output, not the
-/// command.
+/// Writes `text` to stdout, anything `printable` would escape escaped; a reader that has
+/// gone away ends the output, not the command.
 pub fn emit(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout
-        .write_all(text.as_bytes())
+        .write_all(printable(text).as_bytes())
         .and_then(|()| stdout.flush())
     {
         Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
@@ -565,20 +569,26 @@ pub(super) fn table(header: &[&str]) -> Table {
     t
 }
 
-/// A value as a cell: strings without quotes, null as `-`, control characters other than
-/// line breaks and tabs escaped.
+/// A value as a cell: strings without quotes, null as `-`, invisible characters other
+/// than line breaks and tabs escaped.
 pub(super) fn text(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => printable(s).into_owned(),
-        other => other.to_string(),
+        other => escaped_json(&other.to_string()),
     }
 }
 
-/// `s` with every control character but `\n` and `\t` escaped (`\u{1b}`), so that what a
-/// receiver or a producer wrote cannot drive the terminal.
+/// Whether the terminal is kept from `c`: an invisible character, but for line breaks
+/// and tabs, which lay out what is printed.
+fn harmful(c: char) -> bool {
+    invisible(c) && c != '\n' && c != '\t'
+}
+
+/// `s` with every `harmful` character escaped (`\u{1b}`, `\u{202e}`), so that what a
+/// receiver or a producer wrote can neither drive the terminal nor read as something
+/// else.
 pub fn printable(s: &str) -> Cow<'_, str> {
-    let harmful = |c: char| c.is_control() && c != '\n' && c != '\t';
     if !s.chars().any(harmful) {
         return Cow::Borrowed(s);
     }
@@ -592,16 +602,35 @@ pub fn printable(s: &str) -> Cow<'_, str> {
     )
 }
 
+/// JSON text with each `harmful` character written as a JSON escape (`\u202e`): the
+/// same JSON. serde_json escapes only the C0 controls, and outside its strings JSON text
+/// holds no character `harmful` would escape.
+fn escaped_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if !harmful(c) {
+            out.push(c);
+            continue;
+        }
+        let mut units = [0u16; 2];
+        for unit in c.encode_utf16(&mut units) {
+            out.push_str(&format!("\\u{unit:04x}"));
+        }
+    }
+    out
+}
+
 /// The first 40 characters on one line.
 fn excerpt(s: &str) -> String {
     let one_line: String = s
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    match one_line.char_indices().nth(40) {
+    let shown = match one_line.char_indices().nth(40) {
         Some((i, _)) => format!("{}…", &one_line[..i]),
         None => one_line,
-    }
+    };
+    printable(&shown).into_owned()
 }
 
 #[cfg(test)]
@@ -613,5 +642,21 @@ mod tests {
         let title = Value::String("ok\u{1b}]0;owned\u{7}\r\nnext\tline".into());
         assert_eq!(text(&title), "ok\\u{1b}]0;owned\\u{7}\\r\nnext\tline");
         assert_eq!(excerpt("a\u{1b}[2Jb"), "a [2Jb");
+    }
+
+    #[test]
+    fn format_characters_are_shown_escaped_and_json_stays_the_same_json() {
+        let topic = Value::String("paid\u{202e}gnp.exe\u{200b}\u{9b}\u{e0041}".into());
+        let shown = "paid\\u{202e}gnp.exe\\u{200b}\\u{9b}\\u{e0041}";
+        assert_eq!(text(&topic), shown);
+        assert_eq!(
+            text(&Value::Array(vec![topic.clone()])),
+            "[\"paid\\u202egnp.exe\\u200b\\u009b\\udb40\\udc41\"]"
+        );
+        assert_eq!(excerpt("x\u{202e}y"), "x\\u{202e}y");
+        let answer = serde_json::json!({"topic": topic, "n": [1, "é"]});
+        let json = escaped_json(&serde_json::to_string_pretty(&answer).unwrap());
+        assert!(json.chars().all(|c| !harmful(c)), "{json}");
+        assert_eq!(serde_json::from_str::<Value>(&json).unwrap(), answer);
     }
 }

@@ -41,6 +41,6 @@ async fn answer(method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> St
         uri.path(),
         String::from_utf8_lossy(&body)
     );
-    let _ = print::emit(&print::printable(&line));
+    let _ = print::emit(&line);
     status
 }

@@ -196,10 +196,12 @@ fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
             .with_context(|| format!("{key}: not a Postgres URL"))?;
         return Ok(StoreTarget::Postgres(url.clone()));
     }
+    // A string that does not parse cannot be told apart into its parts, its password
+    // among them: none of it is shown.
     let is_url = |url: &str, key: &str| {
         redis::IntoConnectionInfo::into_connection_info(url)
             .map(drop)
-            .with_context(|| format!("{key}: `{url}` is not a Redis URL"))
+            .with_context(|| format!("{key}: not a Redis URL"))
     };
     if store.cluster_urls.is_empty() {
         let Some(url) = store.redis_url.clone() else {
@@ -219,8 +221,12 @@ fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
         );
     }
     let seeds: Vec<String> = store.cluster_urls.iter().cloned().collect();
-    for url in &seeds {
-        is_url(url, "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS)")?;
+    for (i, url) in seeds.iter().enumerate() {
+        let key = format!(
+            "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS), seed {}",
+            i + 1
+        );
+        is_url(url, &key)?;
     }
     Ok(StoreTarget::Redis(RedisTarget::Cluster(seeds)))
 }

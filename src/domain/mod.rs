@@ -1,6 +1,6 @@
 //! Domain types that validate on construction, so that an invalid notification cannot
 //! exist past the API boundary: ids, callback URLs and their endpoints, schedules, request headers, payloads,
-//! tenants and the record of one attempt.
+//! tenants, labels and the record of one attempt.
 
 mod attempt;
 mod callback_url;
@@ -10,6 +10,7 @@ mod headers;
 mod idempotency;
 mod job_id;
 mod json;
+mod label;
 mod notification;
 mod ordering_key;
 mod payload;
@@ -31,6 +32,7 @@ pub use idempotency::{Fingerprint, IdempotencyKey};
 pub use job_id::JobId;
 pub(crate) use job_id::BASE62;
 pub use json::{canonical_json, check_nesting, RawJson, MAX_NESTING};
+pub use label::{check_label, invisible};
 pub use notification::{JobSpec, Notification, Target};
 pub use ordering_key::OrderingKey;
 pub use payload::Payload;

@@ -35,7 +35,8 @@ impl std::str::FromStr for ProxyUrl {
     type Err = String;
 
     fn from_str(raw: &str) -> Result<Self, String> {
-        let url = url::Url::parse(raw).map_err(|e| format!("`{raw}` is not a URL ({e})"))?;
+        // Not shown: what does not parse cannot be told apart from its password.
+        let url = url::Url::parse(raw).map_err(|e| format!("not a URL ({e})"))?;
         if url.scheme() != "http" {
             return Err(format!(
                 "`{}:` proxies are not supported: give an http:// proxy that takes CONNECT",
@@ -160,6 +161,8 @@ mod tests {
         ] {
             assert!(bad.parse::<ProxyUrl>().is_err(), "{bad}");
         }
+        let e = "http://egress:pw-1@p:port".parse::<ProxyUrl>().unwrap_err();
+        assert!(!e.contains("pw-1"), "the password is not shown: {e}");
     }
 
     #[test]

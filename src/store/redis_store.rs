@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use super::keys::{wake_channel, ShardKeys};
 use super::{spec, tenant_counts};
 use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
-use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
+use crate::config::{redact, RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{JobId, ShardHealth};
 use crate::lifecycle::{Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
@@ -186,9 +186,10 @@ impl RedisStore {
             match Conn::open(target, settings).await {
                 Ok(conn) => break conn,
                 Err(e) if tokio::time::Instant::now() >= deadline => {
+                    let shown: Vec<String> = urls.iter().map(|u| redact::address(u)).collect();
                     anyhow::bail!(
                         "{key}: Redis at {} is unreachable after {}: {e}",
-                        urls.join(", "),
+                        shown.join(", "),
                         humantime::format_duration(settings.connect_wait)
                     )
                 }

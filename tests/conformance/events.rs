@@ -363,6 +363,65 @@ async fn bad_subscriptions_and_events_are_refused_naming_the_field_and_store_not
     }
 }
 
+/// Topics and rate keys that would show as something they are not: a right-to-left
+/// override (`gnp.exe` shown backwards), zero-width and other invisible characters.
+const INVISIBLE: [&str; 5] = [
+    "paid\u{202E}gnp.exe",
+    "pay\u{200B}ment",
+    "paid\u{2066}x\u{2069}",
+    "\u{FEFF}paid",
+    "paid\u{E0041}",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invisible_characters_are_refused_in_topics_and_rate_keys_naming_the_field() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let url = receiver.url("/x");
+    for bad in INVISIBLE {
+        let refused = [
+            (
+                "/notify",
+                json!({"url": url, "body": {}, "topic": bad}),
+                "topic",
+            ),
+            (
+                "/notify",
+                json!({"url": url, "body": {}, "rate_key": bad}),
+                "rate_key",
+            ),
+            (
+                "/events",
+                json!({"topic": format!("a.{bad}"), "body": {}}),
+                "topic",
+            ),
+            (
+                "/subscriptions",
+                json!({"url": url, "topics": [bad]}),
+                "topics[0]",
+            ),
+            (
+                "/subscriptions",
+                json!({"url": url, "topics": ["a"], "rate_key": bad}),
+                "rate_key",
+            ),
+        ];
+        for (path, body, field) in refused {
+            let (status, answer) = call(&pb, Method::POST, path, Some(body.clone())).await;
+            assert_eq!(status, 422, "{body} → {answer}");
+            assert_eq!(answer["error"]["field"], field, "{body} → {answer}");
+        }
+    }
+    let (status, answer) = pb
+        .notify(json!({"url": url, "body": {}, "topic": "支付 成功", "rate_key": "café"}))
+        .await;
+    assert_eq!(
+        status, 202,
+        "visible letters of any script are labels: {answer}"
+    );
+    let (_, listed) = pb.get("/subscriptions").await;
+    assert_eq!(listed["items"], json!([]), "nothing stored: {listed}");
+}
+
 async fn as_token(
     f: &Fleet,
     token: &str,
@@ -980,5 +1039,44 @@ async fn fanouts_that_cannot_be_finished_hold_up_none_published_after_them() {
             "{shown}"
         );
         assert_eq!(delivery["notification"], Value::Null, "{shown}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schemas_ref_is_followed_within_its_directory_and_stops_start_up_outside_it() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = root.path().join("secret.json");
+    std::fs::write(&outside, r#"{"type": "object"}"#).unwrap();
+    let schemas = root.path().join("schemas");
+    std::fs::create_dir_all(schemas.join("defs")).unwrap();
+    let amount = json!({"type": "number", "minimum": 0});
+    std::fs::write(schemas.join("defs/amount.json"), amount.to_string()).unwrap();
+    let paid = json!({"type": "object", "properties": {"amount": {"$ref": "defs/amount.json"}}});
+    std::fs::write(schemas.join("payment.succeeded.json"), paid.to_string()).unwrap();
+    let dir = schemas.to_str().unwrap();
+    let (_backend, _receiver, pb) =
+        support::start_any(&[("POSTBACK_EVENTS_SCHEMA_DIR", dir)]).await;
+    let event = json!({"topic": "payment.succeeded", "body": {"amount": -5}});
+    let (status, answer) = call(&pb, Method::POST, "/events", Some(event)).await;
+    assert_eq!(status, 422, "{answer}");
+    assert_eq!(answer["error"]["field"], "body/amount", "{answer}");
+    drop(pb);
+
+    for reference in [
+        "../secret.json".to_string(),
+        outside.to_str().unwrap().to_string(),
+        format!("file://{}", outside.display()),
+        "https://schemas.example/secret.json".to_string(),
+    ] {
+        let refund = json!({"properties": {"x": {"$ref": reference}}});
+        std::fs::write(schemas.join("refund.created.json"), refund.to_string()).unwrap();
+        let said = Postback::refused_start(&[("POSTBACK_EVENTS_SCHEMA_DIR", dir)]);
+        assert!(
+            said.contains("events.schema_dir")
+                && said.contains("refund.created.json refers to")
+                && said.contains("secret.json")
+                && said.contains("outside the directory"),
+            "{reference}: {said}"
+        );
     }
 }

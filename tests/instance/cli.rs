@@ -408,6 +408,60 @@ async fn what_came_from_outside_cannot_drive_the_terminal() {
     assert!(ok(&pb, &["dlq", "show", &id]).contains("\\u{1b}]0;pwned"));
 }
 
+/// What would show as something it is not: a right-to-left override (what follows it
+/// reads backwards), a zero-width space, a tag character and a C1 control (CSI).
+const DISGUISED: &str = "paid\u{202E}gnp.exe\u{200B}\u{E0041}\u{9B}2J";
+
+/// Asserts that `shown` holds none of `DISGUISED`'s invisible characters.
+fn none_raw(args: &[&str], shown: &str) {
+    let raw = ['\u{202E}', '\u{200B}', '\u{E0041}', '\u{9B}'];
+    assert!(!shown.contains(raw), "{args:?}: {shown:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invisible_characters_stored_are_printed_escaped_in_tables_and_json() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let id = pb
+        .register(serde_json::json!({
+            "url": receiver.url("/x?fail=9"),
+            "body": {"note": DISGUISED},
+            "schedule": [],
+        }))
+        .await;
+    pb.wait_state(&id, "dead", WAIT).await;
+    let subscription = serde_json::json!({
+        "url": receiver.url("/s"), "topics": ["a.b"], "description": DISGUISED,
+    });
+    let (status, created) = pb
+        .request(
+            reqwest::Method::POST,
+            "/subscriptions",
+            Some(subscription),
+            &[],
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let sub = created["id"].as_str().unwrap();
+    for args in [
+        vec!["dlq", "show", &id],
+        vec!["subscriptions", "list"],
+        vec!["subscriptions", "show", sub],
+    ] {
+        let shown = ok(&pb, &args);
+        none_raw(&args, &shown);
+        assert!(shown.contains("paid\\u{202e}gnp.exe"), "{args:?}: {shown}");
+        let mut with_json = args.clone();
+        with_json.push("--json");
+        let shown = ok(&pb, &with_json);
+        none_raw(&with_json, &shown);
+        let answer: Value = serde_json::from_str(&shown).unwrap();
+        assert!(
+            answer.to_string().contains(DISGUISED),
+            "the same JSON: {shown}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_browses_a_state_and_status_finds_a_notification_by_its_key() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;

@@ -1,12 +1,13 @@
 //! Start-up checks: postback refuses to start, with a message naming the setting, when
 //! Redis may evict keys, when Redis stays unreachable, or when the configuration is bad;
 //! `postback config check` says the same without starting, and prints the effective
-//! configuration with its secrets redacted; and the process runs on as many worker
-//! threads as `server.worker_threads` says.
+//! configuration with its secrets redacted; no store password, in any form a store's
+//! address takes, is printed by either, nor logged once connected; and the process runs
+//! on as many worker threads as `server.worker_threads` says.
 
 use crate::support;
 
-use support::{Postback, RedisServer};
+use support::{Postback, PostgresServer, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_redis_is_refused_unless_allowed() {
@@ -159,7 +160,7 @@ roles = ["notify"]
     );
     assert_eq!(
         effective["delivery"]["proxy"].as_str(),
-        Some("http://egress:REDACTED@10.0.0.9:3128/")
+        Some("http://egress:REDACTED@10.0.0.9:3128")
     );
     for secret in [
         "tok-very-secret",
@@ -249,4 +250,165 @@ fn the_shipped_config_starts_as_the_readme_says() {
     let token = [("POSTBACK_SERVER_API_TOKENS", "dev-token")];
     let (code, _, stderr) = config_check(&["--config", shipped], &token);
     assert_eq!(code, 0, "{stderr}");
+}
+
+/// The setting a `POSTBACK_*` variable sets: `store.redis_url` of
+/// `POSTBACK_STORE_REDIS_URL`.
+fn setting(variable: &str) -> String {
+    let name = variable.trim_start_matches("POSTBACK_").to_lowercase();
+    name.replacen('_', ".", 1)
+}
+
+/// Asserts that `said` holds no part of a password: each password of these tests has
+/// `pass-` in it, and its form's own word beside.
+fn no_password(said: &str) {
+    assert!(!said.contains("pass-"), "a password shown:\n{said}");
+}
+
+#[test]
+fn config_check_shows_no_store_password_in_any_form() {
+    let token = ("POSTBACK_SERVER_API_TOKENS", "t");
+    for (key, given, shown) in [
+        (
+            "postgres_url",
+            "host=db.internal port=5432 user=pb password='kv pass-1' dbname=pb",
+            "host=db.internal port=5432 user=pb password=REDACTED dbname=pb",
+        ),
+        (
+            "postgres_url",
+            "postgres://pb:url-pass-2@db.internal/pb?sslmode=disable",
+            "postgres://pb:REDACTED@db.internal/pb?sslmode=disable",
+        ),
+        (
+            "postgres_url",
+            "postgresql://pb@db.internal/pb?password=query-pass-3",
+            "postgresql://pb@db.internal/pb?password=REDACTED",
+        ),
+        (
+            "redis_url",
+            "redis://app:redis-pass-4@cache.internal:6380/0",
+            "redis://app:REDACTED@cache.internal:6380/0",
+        ),
+    ] {
+        let variable = format!("POSTBACK_STORE_{}", key.to_uppercase());
+        let (code, stdout, stderr) = config_check(&[], &[token, (&variable, given)]);
+        assert_eq!(code, 0, "{given}: {stderr}");
+        let effective: toml::Value = toml::from_str(&stdout).unwrap();
+        assert_eq!(effective["store"][key].as_str(), Some(shown));
+        no_password(&format!("{stdout}{stderr}"));
+    }
+    let seeds = (
+        "POSTBACK_STORE_CLUSTER_URLS",
+        "redis://:seed-pass-5@a:7000,redis://u:seed-pass-5@b:7001",
+    );
+    let (code, stdout, stderr) = config_check(&[], &[token, seeds]);
+    assert_eq!(code, 0, "{stderr}");
+    let effective: toml::Value = toml::from_str(&stdout).unwrap();
+    assert_eq!(
+        effective["store"]["cluster_urls"][1].as_str(),
+        Some("redis://u:REDACTED@b:7001")
+    );
+    no_password(&format!("{stdout}{stderr}"));
+
+    for (variable, bad) in [
+        (
+            "POSTBACK_STORE_POSTGRES_URL",
+            "host=db passfile=/run/pg-pass-6",
+        ),
+        (
+            "POSTBACK_STORE_POSTGRES_URL",
+            "host=db password='open pass-7",
+        ),
+        (
+            "POSTBACK_STORE_REDIS_URL",
+            "redis://:redis-pass-8@cache:port",
+        ),
+        (
+            "POSTBACK_STORE_REDIS_URL",
+            "rediss://app:tls-pass-8@cache:6380",
+        ),
+        (
+            "POSTBACK_STORE_CLUSTER_URLS",
+            "redis://a:7000,redis://:seed-pass-9@b:x",
+        ),
+        (
+            "POSTBACK_DELIVERY_PROXY",
+            "http://egress:proxy-pass-10@[::1",
+        ),
+    ] {
+        let (code, stdout, stderr) = config_check(&[], &[token, (variable, bad)]);
+        assert_eq!(code, 1, "{bad}");
+        let key = setting(variable);
+        assert!(stderr.contains(&key), "names the key: {stderr}");
+        no_password(&format!("{stdout}{stderr}"));
+    }
+}
+
+#[test]
+fn a_store_that_cannot_be_reached_or_read_is_refused_without_its_password() {
+    let port = support::free_port();
+    for (variable, given, why) in [
+        (
+            "POSTBACK_STORE_POSTGRES_URL",
+            format!("host=127.0.0.1 port={port} user=pb password='kv pass-1' dbname=pb"),
+            "Postgres is unreachable",
+        ),
+        (
+            "POSTBACK_STORE_POSTGRES_URL",
+            format!("postgres://pb:url-pass-2@127.0.0.1:{port}/pb?password=query-pass-3"),
+            "Postgres is unreachable",
+        ),
+        (
+            "POSTBACK_STORE_REDIS_URL",
+            format!("redis://app:redis-pass-4@127.0.0.1:{port}"),
+            "is unreachable",
+        ),
+        (
+            "POSTBACK_STORE_REDIS_URL",
+            "redis://:redis-pass-5@127.0.0.1:port".to_string(),
+            "not a Redis URL",
+        ),
+        (
+            "POSTBACK_STORE_POSTGRES_URL",
+            "host=127.0.0.1 password='open pass-6".to_string(),
+            "not a Postgres",
+        ),
+    ] {
+        let said = Postback::refused_start(&[(variable, &given)]);
+        let key = setting(variable);
+        assert!(said.contains(&key) && said.contains(why), "{given}: {said}");
+        no_password(&said);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connected_store_is_logged_without_its_password() {
+    let pg = PostgresServer::start();
+    let kv = format!(
+        "host=127.0.0.1 port={} user=postgres password='kv pass-1' dbname=postgres",
+        pg.port
+    );
+    let pb = Postback::start_on_postgres(&pg, &[("POSTBACK_STORE_POSTGRES_URL", &kv)]).await;
+    let logs = pb.logs();
+    assert!(
+        logs.contains("store connected") && logs.contains("password=REDACTED"),
+        "{logs}"
+    );
+    no_password(&logs);
+
+    let redis = RedisServer::start();
+    let url = format!("redis://:redis-pass-2@127.0.0.1:{}", redis.port);
+    redis.query::<()>(
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg("redis-pass-2"),
+    );
+    let pb = Postback::start(&redis, &[("POSTBACK_STORE_REDIS_URL", &url)]).await;
+    let logs = pb.logs();
+    assert!(
+        logs.contains("store connected") && logs.contains(":REDACTED@"),
+        "{logs}"
+    );
+    no_password(&logs);
 }

@@ -64,8 +64,8 @@ impl Postback {
     }
 
     /// Runs `postback serve` with a token, a free port, a 1 s wait for Redis and `env`,
-    /// expecting it to refuse to start: asserts that it exits 1, and returns what it
-    /// said on stderr.
+    /// expecting it to refuse to start: asserts that it exits 1, and returns all it
+    /// printed (its log lines on stdout, then stderr).
     pub fn refused_start(env: &[(&str, &str)]) -> String {
         let mut cmd = Self::command();
         cmd.env("POSTBACK_SERVER_API_TOKENS", TOKEN)
@@ -78,7 +78,7 @@ impl Postback {
             cmd.env(k, v);
         }
         let out = cmd.output().unwrap();
-        let said = String::from_utf8_lossy(&out.stderr).to_string();
+        let said = String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).to_string();
         assert_eq!(out.status.code(), Some(1), "exits 1; said: {said}");
         said
     }
