@@ -23,7 +23,7 @@ pub mod transitions;
 mod properties;
 
 pub use record::{
-    interval_ms, schedule_intervals, schedule_text, Index, JobState, JobStatus, Record,
+    interval_ms, schedule_intervals, schedule_text, wakes_at, Index, JobState, JobStatus, Record,
     HELD_OFFSET_MS, WAITING_OFFSET_MS,
 };
 pub use time::Now;

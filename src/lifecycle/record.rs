@@ -147,6 +147,14 @@ pub struct Record {
 /// time at which anything is due.
 pub const HELD_OFFSET_MS: i64 = 1 << 47;
 
+/// Whether a due-index score (or a lease end) is a time a scheduler should wake for: not
+/// a held or waiting notification's, kept `HELD_OFFSET_MS` or more later, which no time
+/// makes due. Every store decides the next wake-up by this; `claim.lua` gets the bound
+/// as `HELD`.
+pub fn wakes_at(score: i64) -> bool {
+    score < HELD_OFFSET_MS
+}
+
 /// How much later than its own due time a waiting notification is kept in the due index:
 /// 2^48 ms, about 8,900 years, so that no claim reaches it, and its own time (the score
 /// less this) stays exact in a sorted set's double.
@@ -367,6 +375,13 @@ fn schedule_in<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_time_wakes_a_scheduler_not_a_held_or_waiting_score() {
+        assert!(wakes_at(1_795_000_000_000));
+        assert!(!wakes_at(HELD_OFFSET_MS + 1_795_000_000_000));
+        assert!(!wakes_at(WAITING_OFFSET_MS + 5));
+    }
 
     #[test]
     fn a_record_of_layout_1_is_read_and_written_as_layout_2() {

@@ -1,8 +1,8 @@
-//! The Redis store and the embedded store are one state machine: random sequences of
-//! registrations (with delays, idempotency keys, ordering keys, tenants), claims,
-//! outcomes, deferrals (and holds), releases, cancels, replays, resends, attempts now, discards and
-//! retention, applied to
-//! both, must give the same answers and leave the same observable states (each
+//! The Redis store, the embedded store and the Postgres store are one state machine:
+//! random sequences of registrations (with delays, idempotency keys, ordering keys,
+//! tenants), claims, outcomes, deferrals (and holds), releases, cancels, replays,
+//! resends, attempts now, discards and retention, applied to all three step by step,
+//! must give the same answers and leave the same observable states (each
 //! notification's state, attempts, history, whether it waits behind its ordering key or
 //! is held;
 //! the counts of every tenant and of one; the dead letters; idempotency keys).
@@ -22,11 +22,14 @@ use postback::domain::{Fingerprint, JobId, Notification, OrderingKey, Outcome, S
 use postback::policy::{Quota, RateAsk};
 use postback::store::{
     Again, Back, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, LetGo, ListFilter,
-    RedisStore, Settlement, Store,
+    PostgresStore, RedisStore, Settlement, Store,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use support::RedisServer;
+use support::{PostgresServer, RedisServer};
+
+/// The stores compared, in the order their answers are.
+const STORES: [&str; 3] = ["Redis", "embedded", "Postgres"];
 
 /// Sequences tried; `POSTBACK_DIFFERENTIAL_CASES` sets more for a longer search.
 const CASES: u32 = 32;
@@ -161,10 +164,31 @@ fn seen(v: Option<JobView>) -> String {
     )
 }
 
-/// One store under test, with the leases it holds.
+/// When a store's last claim said the scheduler should look again, in the order of
+/// soonest: within the longest interval and lease of these sequences, later (only a
+/// held or waiting notification, which no time makes due, would be that), or never.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Wake {
+    Soon,
+    Later,
+    Never,
+}
+
+impl Wake {
+    fn of(next: Option<Duration>) -> Self {
+        match next {
+            Some(d) if d <= LONG + LEASE => Self::Soon,
+            Some(_) => Self::Later,
+            None => Self::Never,
+        }
+    }
+}
+
+/// One store under test, with the leases it holds and its last claim's wake-up.
 struct Subject {
     store: Box<dyn Store>,
     held: Vec<ClaimedJob>,
+    wake: Option<Wake>,
 }
 
 impl Subject {
@@ -207,6 +231,7 @@ impl Subject {
                 got.sort();
                 self.held.extend(claim.jobs);
                 self.held.sort_by_key(|j| j.id.to_string());
+                self.wake = Some(Wake::of(claim.next_wake));
                 format!("{got:?}")
             }
             Op::Settle { pick, outcome } => {
@@ -340,25 +365,37 @@ impl Subject {
     }
 }
 
-/// Applies `ops` to both stores, comparing every answer and, after each, what is seen.
-async fn run(redis: &RedisServer, ops: &[Op]) -> Result<(), TestCaseError> {
+/// The three stores, each empty: Redis flushed, a new embedded file (in `dir`), the
+/// Postgres schema dropped and migrated again.
+async fn stores(redis: &RedisServer, pg: &PostgresServer, dir: &std::path::Path) -> [Subject; 3] {
     redis.query::<()>(&mut redis::cmd("FLUSHALL"));
     let target = RedisTarget::Standalone(redis.url());
-    let on_redis = RedisStore::connect(&target, 1, &StoreSettings::default(), &retention())
+    let settings = StoreSettings::default();
+    let on_redis = RedisStore::connect(&target, 1, &settings, &retention())
         .await
         .unwrap();
+    let embedded = EmbeddedStore::open(dir, &retention()).unwrap();
+    pg.psql("DROP SCHEMA IF EXISTS postback CASCADE");
+    let on_postgres = PostgresStore::connect(&pg.url(), &settings, &retention())
+        .await
+        .unwrap();
+    let subject = |store: Box<dyn Store>| Subject {
+        store,
+        held: Vec::new(),
+        wake: None,
+    };
+    [
+        subject(Box::new(on_redis)),
+        subject(Box::new(embedded)),
+        subject(Box::new(on_postgres)),
+    ]
+}
+
+/// Applies `ops` to every store, comparing every answer and, after each, what is seen,
+/// with Redis's.
+async fn run(redis: &RedisServer, pg: &PostgresServer, ops: &[Op]) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
-    let embedded = EmbeddedStore::open(dir.path(), &retention()).unwrap();
-    let mut subjects = [
-        Subject {
-            store: Box::new(on_redis),
-            held: Vec::new(),
-        },
-        Subject {
-            store: Box::new(embedded),
-            held: Vec::new(),
-        },
-    ];
+    let mut subjects = stores(redis, pg, dir.path()).await;
     let mut ids: Vec<(Notification, Option<Idempotency>)> = Vec::new();
     for (step, op) in ops.iter().enumerate() {
         if let Op::Register(regs) = op {
@@ -370,22 +407,47 @@ async fn run(redis: &RedisServer, ops: &[Op]) -> Result<(), TestCaseError> {
         for subject in &mut subjects {
             answers.push(subject.apply(op, &ids).await);
         }
+        let mut seen = Vec::new();
+        for subject in &subjects {
+            seen.push(subject.observe(&ids).await);
+        }
+        // The stores that work out the next wake-up from what they hold agree on it;
+        // Redis's comes from what its claims last saw of each shard, so it may be
+        // sooner (a wake-up that finds nothing is cheap), never later.
+        let wakes: Vec<Option<Wake>> = subjects.iter().map(|s| s.wake).collect();
         prop_assert_eq!(
-            &answers[0],
-            &answers[1],
-            "step {} {:?}: Redis, then embedded",
+            wakes[1],
+            wakes[2],
+            "step {} {:?}: embedded, then Postgres",
             step,
             op
         );
-        let redis_sees = subjects[0].observe(&ids).await;
-        let embedded_sees = subjects[1].observe(&ids).await;
-        prop_assert_eq!(
-            redis_sees,
-            embedded_sees,
-            "after step {} {:?}: Redis, then embedded",
+        prop_assert!(
+            wakes[0] <= wakes[1],
+            "step {} {:?}: Redis wakes {:?}, the others {:?}",
             step,
-            op
+            op,
+            wakes[0],
+            wakes[1]
         );
+        for other in 1..STORES.len() {
+            prop_assert_eq!(
+                &answers[0],
+                &answers[other],
+                "step {} {:?}: Redis, then {}",
+                step,
+                op,
+                STORES[other]
+            );
+            prop_assert_eq!(
+                &seen[0],
+                &seen[other],
+                "after step {} {:?}: Redis, then {}",
+                step,
+                op,
+                STORES[other]
+            );
+        }
     }
     Ok(())
 }
@@ -410,7 +472,7 @@ fn registration(r: &Reg) -> (Notification, Option<Idempotency>) {
 }
 
 #[test]
-fn redis_and_embedded_stores_agree_on_every_sequence() {
+fn redis_embedded_and_postgres_stores_agree_on_every_sequence() {
     let cases = std::env::var("POSTBACK_DIFFERENTIAL_CASES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -420,14 +482,14 @@ fn redis_and_embedded_stores_agree_on_every_sequence() {
         .enable_all()
         .build()
         .unwrap();
-    let redis = RedisServer::start();
+    let (redis, pg) = (RedisServer::start(), PostgresServer::start());
     let mut runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
         ..Config::default()
     });
     let sequences = prop::collection::vec(op(), 1..80);
-    let result = runner.run(&sequences, |ops| runtime.block_on(run(&redis, &ops)));
+    let result = runner.run(&sequences, |ops| runtime.block_on(run(&redis, &pg, &ops)));
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -437,7 +499,7 @@ fn redis_and_embedded_stores_agree_on_every_sequence() {
 #[test]
 fn retention_by_count_deletes_the_same_dead_letters() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let redis = RedisServer::start();
+    let (redis, pg) = (RedisServer::start(), PostgresServer::start());
     let register = Op::Register(vec![Reg {
         delayed: false,
         tiers: 1,
@@ -457,7 +519,32 @@ fn retention_by_count_deletes_the_same_dead_letters() {
         gone.clone(),
     ]);
     ops.extend([gone, Op::Trim]);
-    runtime.block_on(run(&redis, &ops)).unwrap();
+    runtime.block_on(run(&redis, &pg, &ops)).unwrap();
+}
+
+/// A notification held for its paused endpoint is due at no time: a claim that finds
+/// only it says there is nothing to wake for, on every store.
+#[test]
+fn a_held_notification_alone_wakes_no_scheduler() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (redis, pg) = (RedisServer::start(), PostgresServer::start());
+    let register = Op::Register(vec![Reg {
+        delayed: false,
+        tiers: 1,
+        ordering: None,
+        key: None,
+        other_tenant: false,
+    }]);
+    let ops = [
+        register,
+        Op::Claim { limit: 1 },
+        Op::Defer {
+            pick: 0,
+            hold: true,
+        },
+        Op::Claim { limit: 1 },
+    ];
+    runtime.block_on(run(&redis, &pg, &ops)).unwrap();
 }
 
 /// One ask of a sequence of reservations: a key, its quota and burst, how many send

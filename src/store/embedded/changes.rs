@@ -8,9 +8,7 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{
-    transitions, Again, Cancelled, Index, LetGo, Now, Record, WAITING_OFFSET_MS,
-};
+use crate::lifecycle::{transitions, wakes_at, Again, Cancelled, Index, LetGo, Now, Record};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::types::{NewJob, RetentionLimits as Retention};
@@ -120,7 +118,7 @@ pub fn claim(
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {
         let first = table.first()?.map(|(k, _)| k.value().0);
-        Ok(first.filter(|at| *at < WAITING_OFFSET_MS))
+        Ok(first.filter(|at| wakes_at(*at)))
     };
     let wake = match (head(&t.due)?, head(&t.inflight)?) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -8,7 +8,7 @@ use super::tables::{
     IDEMPOTENCY, INFLIGHT, RECORDS, SPECS, TENANTS,
 };
 use crate::domain::{Attempt, JobId, Tenant};
-use crate::lifecycle::{Record, HELD_OFFSET_MS};
+use crate::lifecycle::{wakes_at, Record};
 use crate::store::listing::MAX_SCAN;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
@@ -153,7 +153,7 @@ pub fn next_wake_at(tx: &ReadTransaction) -> DbResult<Option<i64>> {
     // A notification waiting behind its ordering key or held is not due until let go.
     let head = |def: Index| -> DbResult<Option<i64>> {
         let first = tx.open_table(def)?.first()?.map(|(k, _)| k.value().0);
-        Ok(first.filter(|at| *at < HELD_OFFSET_MS))
+        Ok(first.filter(|at| wakes_at(*at)))
     };
     Ok(match (head(DUE)?, head(INFLIGHT)?) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
 use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, LetGo, Record, HELD_OFFSET_MS};
+use crate::lifecycle::{transitions, wakes_at, Again, Cancelled, JobStatus, LetGo, Record};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::endpoints::{
     self, Added, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules,
@@ -268,7 +268,7 @@ pub async fn next_wake_at(t: &Tx<'_>) -> PgResult<Option<i64>> {
         .await?;
     let at: Option<i64> = rows.first().and_then(|r| r.get(0));
     // A notification waiting behind its ordering key or held is not due until let go.
-    Ok(at.filter(|at| *at < HELD_OFFSET_MS))
+    Ok(at.filter(|at| wakes_at(*at)))
 }
 
 /// Applies `step` to the locked record of `id` and saves what it returns: the new
