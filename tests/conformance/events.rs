@@ -872,12 +872,14 @@ async fn a_subscription_nested_deeper_than_the_limit_is_refused_and_stores_nothi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_that_cannot_be_read_costs_only_itself_and_can_be_deleted() {
     use postback::store::collections::{Change, Collection};
-    let (backend, receiver, pb) = support::start_any(&[]).await;
+    let (backend, receiver, mut pb) = support::start_any(&[]).await;
     let good = subscribe(
         &pb,
         json!({"url": receiver.url("/good"), "topics": ["a.*"]}),
     )
     .await;
+    // The embedded store's file is the instance's alone while it runs.
+    pb.terminate();
     let broken = postback::domain::SubscriptionId::new().to_string();
     let rule = format!(
         "{}\"x\"{}",
@@ -900,6 +902,8 @@ async fn a_subscription_that_cannot_be_read_costs_only_itself_and_can_be_deleted
         ])
         .await;
     assert!(written.unwrap());
+    drop(store);
+    let pb = backend.postback(&[]).await;
 
     let (status, listed) = pb.get("/subscriptions").await;
     assert_eq!(status, 200, "{listed}");

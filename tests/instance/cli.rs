@@ -90,7 +90,7 @@ async fn an_operator_finds_a_dead_letter_fixes_its_url_and_resends_it() {
     );
 
     let shown = ok(&pb, &["dlq", "show", &id]);
-    assert!(shown.contains(r#"body:         {"order":7}"#), "{shown}");
+    assert!(shown.contains(r#"body:         {"order": 7}"#), "{shown}");
     let attempts = shown
         .lines()
         .filter(|l| l.trim_start().starts_with(['1', '2', '3']) && l.contains(" 500 "))

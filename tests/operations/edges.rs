@@ -254,7 +254,7 @@ async fn a_script_error_fails_only_the_request_that_met_it() {
     let (redis, receiver, pb) = support::start(&[]).await;
     let _: () = redis.query(
         redis::cmd("HSET")
-            .arg("{postback:0}:idem:broken")
+            .arg("{postback:0}:idem:default broken")
             .arg("x")
             .arg("y"),
     );
