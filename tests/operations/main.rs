@@ -18,6 +18,7 @@ mod outage;
 mod overload;
 mod postgres;
 mod replication;
+mod sentinel;
 mod shard_ownership;
 mod ssrf;
 mod startup;
