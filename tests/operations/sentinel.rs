@@ -33,7 +33,7 @@ struct Ledger {
 /// A producer registers through the sentinels (a silent one listed first); once 20 are
 /// stored, the test waits until both replicas hold all the primary has, kills the
 /// primary (SIGKILL) while the producer goes on, waits until the sentinels have promoted
-/// a replica and the producer has had 20 more accepted, and stops it. Every
+/// a replica and the producer has had 25 more accepted, and stops it. Every
 /// registration is due 3 s after it was accepted, so that nothing is attempted before
 /// the primary dies and no outcome can be lost with it.
 async fn failover_ledger(replica_acks: &str) -> Ledger {
@@ -72,7 +72,7 @@ async fn failover_ledger(replica_acks: &str) -> Ledger {
     let failed_over = Instant::now();
     let before = producer.accepted_so_far();
     let more = support::eventually(Duration::from_secs(30), || async {
-        producer.accepted_so_far() >= before + 20
+        producer.accepted_so_far() >= before + 25
     })
     .await;
     assert!(
@@ -111,6 +111,8 @@ impl Ledger {
         failed_over: Instant,
     ) -> Self {
         let answers = producer.stop().await;
+        let other = answers.iter().find(|a| a.status != 202 && a.status != 503);
+        assert!(other.is_none(), "only 202 or 503 (retried): {other:?}");
         let accepted: BTreeMap<String, &Answer> = answers
             .iter()
             .filter(|a| a.status == 202)
