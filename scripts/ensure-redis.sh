@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs redis-server from Debian's packages when it is missing.
+# Installs redis-server from Debian's packages when it is missing. The same binary runs
+# the sentinels of the Sentinel tests (`redis-server <file> --sentinel`): Debian's
+# redis-sentinel package adds only a service around it, and is not needed.
 # With --running, also makes sure a Redis answers at $REDIS_HOST:$REDIS_PORT
 # (default 127.0.0.1:6379), starting one with the append-only file on under ./data/redis.
 set -euo pipefail

@@ -254,11 +254,20 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
         }
     };
     let store = RedisStore::connect(target, config.shards, &s.store, &s.retention).await?;
-    let (kind, urls) = match target {
-        RedisTarget::Standalone(url) => ("redis", vec![url]),
-        RedisTarget::Cluster(seeds) => ("redis cluster", seeds.iter().collect()),
+    let (kind, urls): (_, Vec<String>) = match target {
+        RedisTarget::Standalone(url) => ("redis", vec![redact::address(url)]),
+        RedisTarget::Cluster(seeds) => (
+            "redis cluster",
+            seeds.iter().map(|u| redact::address(u)).collect(),
+        ),
+        RedisTarget::Sentinel(s) => (
+            "redis sentinel",
+            s.sentinels
+                .iter()
+                .map(|a| format!("{a}/{}", s.master_name))
+                .collect(),
+        ),
     };
-    let urls: Vec<String> = urls.into_iter().map(|u| redact::address(u)).collect();
     tracing::info!(store = kind, url = %urls.join(","), shards = config.shards, instance = store.instance(), "store connected");
     Ok(Arc::new(store))
 }

@@ -1,6 +1,6 @@
 //! How long a worker waits before trying a store that did not answer again, and which of
 //! its failures in a row it logs: one rule for the claim loop, the settler, the store's
-//! claims per shard and its wake-up subscription.
+//! claims per shard, its wake-up subscription and its askings of Redis Sentinel.
 
 use std::time::Duration;
 

@@ -26,6 +26,7 @@ mod loading;
 mod percent;
 mod profiles;
 pub mod redact;
+mod sentinel;
 mod settings;
 mod string_list;
 mod tenant_tls;
@@ -34,6 +35,7 @@ mod tenants;
 pub use event_schemas::EventSchemas;
 pub use percent::Percent;
 pub use profiles::{Profile, ProfileSettings};
+pub use sentinel::{Credentials, NodeAddress, SentinelTarget, DEFAULT_MASTER_NAME};
 pub use settings::*;
 pub use string_list::StringList;
 pub use tenant_tls::TenantTls;
@@ -58,6 +60,19 @@ pub enum RedisTarget {
     Standalone(String),
     /// The seed nodes of a Redis Cluster.
     Cluster(Vec<String>),
+    /// The primary Redis Sentinel names, followed through its failovers.
+    Sentinel(SentinelTarget),
+}
+
+impl RedisTarget {
+    /// The key that names it.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Self::Standalone(_) => "store.redis_url",
+            Self::Cluster(_) => "store.cluster_urls",
+            Self::Sentinel(_) => "store.redis_sentinels",
+        }
+    }
 }
 
 /// Validated configuration, ready to run with.
@@ -281,6 +296,70 @@ mod tests {
         s.store.cluster_urls = StringList::from_csv("redis://a:7000,redis://:pw-1@b:x");
         let err = format!("{:#}", Config::validate(s, false).unwrap_err());
         assert!(err.contains("seed 2") && !err.contains("pw-1"), "{err}");
+    }
+
+    #[test]
+    fn sentinels_mean_redis_through_sentinel_set_alone() {
+        let mut s = with_token();
+        s.store.redis_sentinels = StringList::from_csv("10.0.0.1:26379, sentinel-2:26379");
+        s.store.redis_password = Some("data-secret".into());
+        let c = Config::validate(s.clone(), false).unwrap();
+        let StoreTarget::Redis(RedisTarget::Sentinel(target)) = &c.store else {
+            panic!("{:?}", c.store);
+        };
+        assert_eq!(target.master_name, DEFAULT_MASTER_NAME);
+        assert_eq!(target.sentinels[1].to_string(), "sentinel-2:26379");
+        assert_eq!(target.node_auth.password.as_deref(), Some("data-secret"));
+        assert_eq!(c.shards, 1);
+        assert!(!format!("{target:?}").contains("data-secret"), "{target:?}");
+
+        for (other, named) in [
+            ("redis_url", "store.redis_url"),
+            ("cluster_urls", "store.cluster_urls"),
+        ] {
+            let mut both = s.clone();
+            match other {
+                "redis_url" => both.store.redis_url = Some("redis://c:6379".into()),
+                _ => both.store.cluster_urls = StringList::from_csv("redis://a:7000"),
+            }
+            let err = Config::validate(both, false).unwrap_err().to_string();
+            assert!(
+                err.starts_with("store.redis_sentinels") && err.contains(named),
+                "{err}"
+            );
+        }
+        let mut pg = s.clone();
+        pg.store.postgres_url = Some("postgres://p@h/db".into());
+        let err = Config::validate(pg, false).unwrap_err().to_string();
+        assert!(err.contains("store.redis_sentinels"), "{err}");
+
+        let mut bad = s.clone();
+        bad.store.redis_sentinels = StringList::from_csv("10.0.0.1:26379,redis://10.0.0.2");
+        let err = Config::validate(bad, false).unwrap_err().to_string();
+        assert!(
+            err.starts_with("store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS): `redis://10.0.0.2` is not host:port"),
+            "{err}"
+        );
+        let mut spaced = s;
+        spaced.store.redis_master_name = "my master".into();
+        let err = Config::validate(spaced, false).unwrap_err().to_string();
+        assert!(err.starts_with("store.redis_master_name"), "{err}");
+    }
+
+    #[test]
+    fn keys_of_sentinel_are_refused_without_sentinels() {
+        let mut s = with_token();
+        s.store.redis_url = Some("redis://c:6379".into());
+        s.store.redis_password = Some("p".into());
+        let err = Config::validate(s.clone(), false).unwrap_err().to_string();
+        assert!(
+            err.starts_with("store.redis_password") && err.contains("store.redis_sentinels"),
+            "{err}"
+        );
+        s.store.redis_password = None;
+        s.store.redis_master_name = "orders".into();
+        let err = Config::validate(s, false).unwrap_err().to_string();
+        assert!(err.starts_with("store.redis_master_name"), "{err}");
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub(super) fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> any
         StoreTarget::Embedded(_) => "the embedded store",
         StoreTarget::Redis(RedisTarget::Standalone(_)) => "Redis",
         StoreTarget::Redis(RedisTarget::Cluster(_)) => "a Redis Cluster",
+        StoreTarget::Redis(RedisTarget::Sentinel(_)) => "Redis through Sentinel",
         StoreTarget::Postgres(_) => "Postgres",
     };
     eprintln!(

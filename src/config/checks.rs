@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 use super::{
-    DeliverySettings, RedisTarget, RetentionSettings, ServerSettings, Settings, StoreSettings,
-    StoreTarget, TraceSettings, CLUSTER_SHARDS,
+    DeliverySettings, RedisTarget, RetentionSettings, SentinelTarget, ServerSettings, Settings,
+    StoreSettings, StoreTarget, TraceSettings, CLUSTER_SHARDS,
 };
 use crate::domain::MAX_RESPONSE_BYTES;
 
@@ -184,17 +184,21 @@ fn check_replica_acks(s: &StoreSettings, store: &StoreTarget) -> anyhow::Result<
     )
 }
 
-/// The embedded store when no Redis is named, otherwise the standalone URL or the
-/// cluster's seed nodes, each checked to be a Redis URL.
+/// The embedded store when no Redis is named, otherwise the sentinels, the standalone URL
+/// or the cluster's seed nodes, each checked to be a Redis URL.
 fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
+    let sentinels = SentinelTarget::read(store)?;
     if let Some(url) = &store.postgres_url {
         let key = "store.postgres_url (POSTBACK_STORE_POSTGRES_URL)";
-        if store.redis_url.is_some() || !store.cluster_urls.is_empty() {
-            bail!("{key}: set it or store.redis_url / store.cluster_urls, not both");
+        if store.redis_url.is_some() || !store.cluster_urls.is_empty() || sentinels.is_some() {
+            bail!("{key}: set it or store.redis_url / store.cluster_urls / store.redis_sentinels, not both");
         }
         url.parse::<tokio_postgres::Config>()
             .with_context(|| format!("{key}: not a Postgres URL"))?;
         return Ok(StoreTarget::Postgres(url.clone()));
+    }
+    if let Some(sentinels) = sentinels {
+        return Ok(StoreTarget::Redis(RedisTarget::Sentinel(sentinels)));
     }
     // A string that does not parse cannot be told apart into its parts, its password
     // among them: none of it is shown.

@@ -1,8 +1,8 @@
 //! Settings with their secrets taken out, for `postback config check` and for logs: API
 //! and metrics tokens, the portal secret, the SHA-256 of each configured token (a hash of a short token can
 //! be reversed, and an init container's logs are read by many), signing secrets and
-//! keys, and the credentials in store and proxy addresses (`address`, which every place
-//! that prints one uses).
+//! keys, the credentials in store and proxy addresses (`address`, which every place
+//! that prints one uses), and the Redis and sentinels' passwords of Sentinel's keys.
 
 use super::{Settings, StringList};
 
@@ -20,6 +20,12 @@ impl Settings {
         }
         if s.server.portal_secret.is_some() {
             s.server.portal_secret = Some(REDACTED.into());
+        }
+        if s.store.redis_password.is_some() {
+            s.store.redis_password = Some(REDACTED.into());
+        }
+        if s.store.redis_sentinel_password.is_some() {
+            s.store.redis_sentinel_password = Some(REDACTED.into());
         }
         s.store.redis_url = s.store.redis_url.as_deref().map(address);
         s.store.postgres_url = s.store.postgres_url.as_deref().map(address);

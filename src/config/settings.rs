@@ -131,6 +131,19 @@ pub struct StoreSettings {
     pub data_dir: PathBuf,
     /// Seed nodes of a Redis Cluster; set means cluster mode (instead of `redis_url`).
     pub cluster_urls: StringList,
+    /// Redis Sentinel's `host:port` addresses; set means Redis through Sentinel (instead
+    /// of `redis_url`): the primary is asked of them and followed through a failover.
+    pub redis_sentinels: StringList,
+    /// The primary's name at the sentinels (their `sentinel monitor <name> …`).
+    pub redis_master_name: String,
+    /// The sentinels' own user and password (their `requirepass`, or an ACL user).
+    pub redis_sentinel_username: Option<String>,
+    pub redis_sentinel_password: Option<String>,
+    /// Through Sentinel: the primary's (and its replicas') user, password and database,
+    /// which a `redis_url` carries in the URL.
+    pub redis_username: Option<String>,
+    pub redis_password: Option<String>,
+    pub redis_db: u32,
     /// A Postgres database (instead of Redis or the embedded store).
     pub postgres_url: Option<String>,
     /// Start even when Redis's `maxmemory-policy` may evict keys (notifications can be lost).
@@ -409,6 +422,13 @@ impl Default for StoreSettings {
             redis_url: None,
             data_dir: PathBuf::from("data"),
             cluster_urls: StringList::default(),
+            redis_sentinels: StringList::default(),
+            redis_master_name: "mymaster".into(),
+            redis_sentinel_username: None,
+            redis_sentinel_password: None,
+            redis_username: None,
+            redis_password: None,
+            redis_db: 0,
             postgres_url: None,
             allow_eviction: false,
             shards: None,

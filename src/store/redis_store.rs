@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use super::keys::{wake_channel, ShardKeys};
 use super::{spec, tenant_counts};
 use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
-use crate::config::{redact, RedisTarget, RetentionSettings, StoreSettings};
+use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{JobId, ShardHealth};
 use crate::lifecycle::{Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
@@ -42,6 +42,7 @@ mod reads;
 mod replication;
 mod reply;
 mod schedules;
+mod sentinel;
 mod shard_clock;
 mod subscription;
 mod upgrade;
@@ -51,7 +52,7 @@ use audit::AuditStream;
 use claimed::ClaimedRecords;
 use collections::CollectionKeys;
 use commit::{commit, Committed, Decision, Held, Shard};
-use conn::Conn;
+use conn::{Conn, Place};
 use endpoints::EndpointKeys;
 use enqueue::Enqueuer;
 use fleet::Fleet;
@@ -116,8 +117,9 @@ impl Scripts {
 }
 
 pub struct RedisStore {
-    /// Where the wake-up subscription connects: the server, or each cluster seed in turn.
-    pubsub: Vec<redis::Client>,
+    /// Where the connections go, and so the wake-up subscription: the server, each
+    /// cluster seed in turn, or the primary the sentinels name.
+    place: Place,
     next_pubsub: AtomicUsize,
     conn: Conn,
     /// Writes answered once the primary has them: the scheduler's.
@@ -173,26 +175,14 @@ impl RedisStore {
         settings: &StoreSettings,
         retention: &RetentionSettings,
     ) -> anyhow::Result<Self> {
-        let (key, urls) = match target {
-            RedisTarget::Standalone(url) => ("store.redis_url", vec![url.clone()]),
-            RedisTarget::Cluster(seeds) => ("store.cluster_urls", seeds.clone()),
-        };
-        let pubsub = urls
-            .iter()
-            .map(|url| redis::Client::open(url.as_str()))
-            .collect::<redis::RedisResult<_>>()?;
         let deadline = tokio::time::Instant::now() + settings.connect_wait;
-        let conn = loop {
-            match Conn::open(target, settings).await {
-                Ok(conn) => break conn,
-                Err(e) if tokio::time::Instant::now() >= deadline => {
-                    let shown: Vec<String> = urls.iter().map(|u| redact::address(u)).collect();
-                    anyhow::bail!(
-                        "{key}: Redis at {} is unreachable after {}: {e}",
-                        shown.join(", "),
-                        humantime::format_duration(settings.connect_wait)
-                    )
-                }
+        let (place, conn) = loop {
+            match open(target, settings).await {
+                Ok(opened) => break opened,
+                Err(e) if tokio::time::Instant::now() >= deadline => anyhow::bail!(
+                    "{e} (waited {})",
+                    humantime::format_duration(settings.connect_wait)
+                ),
                 Err(e) => {
                     tracing::warn!(error = %e, "waiting for Redis");
                     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -206,7 +196,7 @@ impl RedisStore {
             .collect();
         let scripts = Scripts::load();
         let schedules = Arc::new(ScheduleBook::default());
-        let replicated = replicated_writes(target, settings, &conn).await?;
+        let replicated = replicated_writes(&place, settings, &conn).await?;
         let to_replicas = replicated[0].clone();
         let enqueuer = Enqueuer::start(enqueue::Target {
             conn: conn.clone(),
@@ -222,7 +212,7 @@ impl RedisStore {
             .map(|(i, keys)| (keys.due().to_string(), i))
             .collect();
         let store = Self {
-            pubsub,
+            place,
             next_pubsub: AtomicUsize::new(0),
             to_primary: Acked::primary_only(conn.clone()),
             to_replicas,
@@ -260,7 +250,10 @@ impl RedisStore {
             collection_keys: CollectionKeys::new(&settings.key_prefix),
         };
         store.upgrade_idempotency_keys().await.map_err(|e| {
-            anyhow::anyhow!("{key}: cannot upgrade what an earlier build stored: {e}")
+            anyhow::anyhow!(
+                "{}: cannot upgrade what an earlier build stored: {e}",
+                target.key()
+            )
         })?;
         if store.replica_acks > 0 {
             store.note_replication(&store.replication_of_each().await);
@@ -459,6 +452,16 @@ fn script_error(script: &'static str) -> impl Fn(redis::RedisError) -> StoreErro
     }
 }
 
+/// Where `target` is, and a first connection to it.
+async fn open(target: &RedisTarget, settings: &StoreSettings) -> anyhow::Result<(Place, Conn)> {
+    let place = Place::find(target, settings).await?;
+    let conn = Conn::open(&place, settings).await.map_err(|e| {
+        let key = target.key();
+        anyhow::anyhow!("{key}: {} is unreachable: {e}", place.describe())
+    })?;
+    Ok((place, conn))
+}
+
 /// Connections that registrations wait for replicas on, each storing one group at a
 /// time, when `store.replica_acks` asks for replicas.
 const WAITING_WRITERS: usize = 4;
@@ -468,7 +471,7 @@ const WAITING_WRITERS: usize = 4;
 /// groups of registrations are stored while others wait; or `conn` when they wait for
 /// none.
 async fn replicated_writes(
-    target: &RedisTarget,
+    place: &Place,
     settings: &StoreSettings,
     conn: &Conn,
 ) -> anyhow::Result<Vec<Acked>> {
@@ -484,7 +487,7 @@ async fn replicated_writes(
     };
     let mut writers = Vec::with_capacity(WAITING_WRITERS);
     for _ in 0..WAITING_WRITERS {
-        let own = Conn::open(target, &waiting).await?;
+        let own = Conn::open(place, &waiting).await?;
         let (replicas, timeout) = (settings.replica_acks, settings.replica_ack_timeout);
         writers.push(Acked::new(own, replicas, settings.fsync_acks, timeout));
     }

@@ -1,6 +1,7 @@
 //! What runs around the pipeline, each on the store it is about: start-up and
-//! configuration, a Redis Cluster and shard ownership, Redis outages, overload, upgrades
-//! of stored data, the embedded store's file, the Redis and embedded stores compared
+//! configuration, a Redis Cluster and shard ownership, replicas' acknowledgements and
+//! failovers (behind an address a failover moves, through Sentinel, on a cluster), Redis
+//! outages, overload, upgrades of stored data, the embedded store's file, the Redis and embedded stores compared
 //! (`differential`), the SSRF guard, traces, and the deployment files.
 
 #[path = "../support/mod.rs"]
@@ -18,6 +19,7 @@ mod outage;
 mod overload;
 mod postgres;
 mod replication;
+mod sentinel;
 mod shard_ownership;
 mod ssrf;
 mod startup;

@@ -1,9 +1,10 @@
 //! Start-up checks: postback refuses to start, with a message naming the setting, when
 //! Redis may evict keys, when Redis stays unreachable, or when the configuration is bad;
 //! `postback config check` says the same without starting, and prints the effective
-//! configuration with its secrets redacted; no store password, in any form a store's
-//! address takes, is printed by either, nor logged once connected; and the process runs
-//! on as many worker threads as `server.worker_threads` says.
+//! configuration with its secrets redacted; no store password (Redis's, the sentinels',
+//! Postgres's), in any form a store's address takes, is printed by either, nor logged
+//! once connected; and the process runs on as many worker threads as
+//! `server.worker_threads` says.
 
 use crate::support;
 
@@ -198,6 +199,38 @@ roles = ["notify"]
         Some("REDACTED")
     );
     assert!(stderr.contains("valid"), "{stderr}");
+}
+
+#[test]
+fn config_check_hides_the_passwords_of_redis_through_sentinel() {
+    let (code, stdout, stderr) = config_check(
+        &[],
+        &[
+            ("POSTBACK_SERVER_API_TOKENS", "t"),
+            (
+                "POSTBACK_STORE_REDIS_SENTINELS",
+                "10.0.0.1:26379,10.0.0.2:26379",
+            ),
+            ("POSTBACK_STORE_REDIS_SENTINEL_PASSWORD", "sentinel-pass"),
+            ("POSTBACK_STORE_REDIS_USERNAME", "postback"),
+            ("POSTBACK_STORE_REDIS_PASSWORD", "data-pass"),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("Redis through Sentinel"), "{stderr}");
+    let effective: toml::Value = toml::from_str(&stdout).unwrap();
+    let store = &effective["store"];
+    assert_eq!(store["redis_sentinels"].as_array().unwrap().len(), 2);
+    assert_eq!(store["redis_master_name"].as_str(), Some("mymaster"));
+    assert_eq!(store["redis_username"].as_str(), Some("postback"));
+    assert_eq!(store["redis_password"].as_str(), Some("REDACTED"));
+    assert_eq!(store["redis_sentinel_password"].as_str(), Some("REDACTED"));
+    for secret in ["sentinel-pass", "data-pass"] {
+        assert!(
+            !stdout.contains(secret) && !stderr.contains(secret),
+            "{secret} shown:\n{stdout}{stderr}"
+        );
+    }
 }
 
 #[test]

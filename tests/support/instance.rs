@@ -30,6 +30,11 @@ impl Postback {
         Self::start_on(("POSTBACK_STORE_CLUSTER_URLS", &cluster.urls()), env).await
     }
 
+    /// Starts an instance on the primary `group`'s sentinels name, with `env`.
+    pub async fn start_on_sentinels(group: &super::SentinelGroup, env: &[(&str, &str)]) -> Self {
+        Self::start_on(("POSTBACK_STORE_REDIS_SENTINELS", &group.addresses()), env).await
+    }
+
     /// Starts an instance on the Postgres `pg`, with `env`.
     pub async fn start_on_postgres(pg: &super::PostgresServer, env: &[(&str, &str)]) -> Self {
         Self::start_on(("POSTBACK_STORE_POSTGRES_URL", &pg.url()), env).await

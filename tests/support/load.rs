@@ -30,6 +30,8 @@ pub struct Answer {
 
 pub struct Load {
     stop: Arc<AtomicBool>,
+    /// Registrations answered `202` so far.
+    accepted: Arc<AtomicUsize>,
     tasks: JoinSet<Vec<Answer>>,
 }
 
@@ -45,6 +47,7 @@ impl Load {
         let stop = Arc::new(AtomicBool::new(false));
         let body = Arc::new(body);
         let counter = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::new(AtomicUsize::new(0));
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -52,19 +55,31 @@ impl Load {
         let mut set = JoinSet::new();
         for _ in 0..tasks {
             let (stop, body, counter) = (stop.clone(), body.clone(), counter.clone());
-            let (client, url) = (client.clone(), notify_url.clone());
+            let (client, url, accepted) = (client.clone(), notify_url.clone(), accepted.clone());
             set.spawn(async move {
                 let mut answers = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let n = counter.fetch_add(1, Ordering::Relaxed);
                     let key = format!("load-{n}");
                     answers.extend(register(&client, &url, &body(n), &key).await);
+                    if answers.last().is_some_and(|a| a.status == 202) {
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                    }
                     tokio::time::sleep(pause).await;
                 }
                 answers
             });
         }
-        Self { stop, tasks: set }
+        Self {
+            stop,
+            accepted,
+            tasks: set,
+        }
+    }
+
+    /// How many registrations have been answered `202` so far.
+    pub fn accepted_so_far(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// Stops the producers; every answer they got.

@@ -13,6 +13,7 @@ pub mod postgres_server;
 pub mod proxy;
 pub mod receiver;
 pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
 pub mod signatures;
 pub mod tenants;
@@ -22,6 +23,7 @@ pub use instance::Postback;
 pub use postgres_server::PostgresServer;
 pub use receiver::Receiver;
 pub use redis_cluster::RedisCluster;
+pub use redis_sentinel::SentinelGroup;
 pub use redis_server::RedisServer;
 
 use std::net::TcpListener;

@@ -240,16 +240,20 @@ impl Backend {
     /// Where postback keeps its notifications, for the store and for the environment:
     /// a cluster's nodes, or a standalone Redis's primary (the first node).
     pub fn target(&self) -> RedisTarget {
-        let urls: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|(_, p)| format!("redis://127.0.0.1:{p}"))
-            .collect();
+        let urls = self.urls();
         if self.cluster {
             RedisTarget::Cluster(urls)
         } else {
             RedisTarget::Standalone(urls[0].clone())
         }
+    }
+
+    /// Each node's URL.
+    fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|(_, p)| format!("redis://127.0.0.1:{p}"))
+            .collect()
     }
 
     /// The environment variable that points postback at this store.
@@ -261,9 +265,10 @@ impl Backend {
         if let Some(pg) = &self.postgres {
             return ("POSTBACK_STORE_POSTGRES_URL".into(), pg.url());
         }
-        match self.target() {
-            RedisTarget::Standalone(url) => ("POSTBACK_STORE_REDIS_URL".into(), url),
-            RedisTarget::Cluster(urls) => ("POSTBACK_STORE_CLUSTER_URLS".into(), urls.join(",")),
+        let urls = self.urls();
+        match self.cluster {
+            true => ("POSTBACK_STORE_CLUSTER_URLS".into(), urls.join(",")),
+            false => ("POSTBACK_STORE_REDIS_URL".into(), urls[0].clone()),
         }
     }
 

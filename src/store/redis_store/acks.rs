@@ -97,6 +97,7 @@ impl Acked {
         pipe.add_command(cmd.clone()).add_command(wait);
         let replies = match &mut self.conn {
             Conn::Standalone(c) => c.req_packed_commands(&pipe, 0, 2).await?,
+            Conn::Sentinel(c) => c.req_packed_commands(&pipe, 0, 2).await?,
             Conn::Cluster(c) => match &self.route {
                 Some(route) => {
                     let node = SingleNodeRoutingInfo::SpecificNode(*route);

@@ -33,7 +33,7 @@ impl RedisStore {
         let mut out: Vec<StoreResult<ShardReplication>> = Vec::with_capacity(self.shards.len());
         for keys in &self.shards {
             let seen = match (&self.conn, out.first()) {
-                (Conn::Standalone(_), Some(first)) => first.clone(),
+                (Conn::Standalone(_) | Conn::Sentinel(_), Some(first)) => first.clone(),
                 _ => self.info_of_primary(keys).await.map(|info| parse(&info)),
             };
             out.push(seen);

@@ -1,6 +1,7 @@
 //! The Redis store's one pub/sub subscription: wake-ups (a shard's new earliest due
 //! time), endpoints' health from other instances, and changes of the fleet; kept with
-//! backoff, and after a gap every shard is looked at once.
+//! backoff, moved to the new primary when Sentinel names another, and after a gap every
+//! shard is looked at once.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -36,7 +37,8 @@ impl RedisStore {
     /// Subscribes to the wake channel and forwards messages until it drops or `cancel`.
     async fn listen(&self, wake: &Notify, cancel: &CancellationToken) -> redis::RedisResult<()> {
         let turn = self.next_pubsub.fetch_add(1, Ordering::Relaxed);
-        let client = &self.pubsub[turn % self.pubsub.len()];
+        let moved = self.place.moved();
+        let client = self.place.pubsub_client(turn)?;
         let mut pubsub = tokio::time::timeout(self.connect_timeout, client.get_async_pubsub())
             .await
             .map_err(|_| {
@@ -55,9 +57,12 @@ impl RedisStore {
         wake.notify_one();
         self.fleet_changed.notify_one();
         let mut messages = pubsub.on_message();
+        tokio::pin!(moved);
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return Ok(()),
+                // The primary moved: subscribe on the new one.
+                _ = &mut moved => return Ok(()),
                 msg = messages.next() => match msg {
                     Some(msg) if msg.get_channel_name() == self.fleet.channel => {
                         let from: String = msg.get_payload().unwrap_or_default();

@@ -1,0 +1,484 @@
+//! Redis through Sentinel: the primary is asked of the sentinels and followed through a
+//! failover. `Primary` is where it is now, shared by every connection of the store: each
+//! sentinel is asked which primary it names (`SENTINEL get-master-addr-by-name`), and the
+//! address most of them name that answers `ROLE` as a primary is taken. They are asked
+//! again when a connection meets what a primary gone or demoted gives (a dropped or
+//! refused connection, a timeout, `READONLY`, `MASTERDOWN`; while none is found, after a
+//! backoff of at most a second), when a sentinel announces `+switch-master` (every
+//! sentinel's is subscribed to, and heard at once), and every few seconds. `Followed` is
+//! one connection that follows it: a `ConnectionManager` to the primary of the moment,
+//! replaced by one to the next when it moves.
+//!
+//! The redis crate's `sentinel` module finds a primary the same way, but neither says
+//! which sentinel did not answer nor follows a primary that moves; postback asks the
+//! sentinels itself.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind,
+    IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisError, RedisFuture, RedisResult,
+    ServerErrorKind, Value,
+};
+use tokio::sync::{watch, Mutex, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::backoff::{backoff, worth_logging};
+use crate::config::{Credentials, NodeAddress, SentinelTarget, StoreSettings};
+
+/// How often the sentinels are asked when nothing suggests that the primary moved.
+const RECHECK: Duration = Duration::from_secs(5);
+/// How soon after an asking that found no primary a connection's error has them asked
+/// again, at most (growing from 50 ms with the failures in a row).
+const MOST_PATIENT: Duration = Duration::from_secs(1);
+/// How soon after an asking that found the primary a connection's error has them asked
+/// again.
+const LEAST_GAP: Duration = Duration::from_millis(100);
+/// The channel on which sentinels announce a new primary.
+const SWITCH_CHANNEL: &str = "+switch-master";
+
+/// The primary the sentinels name, shared by every connection that follows it; the
+/// tasks that keep it up to date stop once the last copy is dropped.
+#[derive(Clone)]
+pub struct Primary {
+    shared: Arc<Shared>,
+    _following: Arc<DropGuard>,
+}
+
+struct Shared {
+    sentinels: Sentinels,
+    /// The primary found last, numbered.
+    now: watch::Sender<Located>,
+    /// Told by a connection that met an error a moved primary gives.
+    suspect: Notify,
+    /// Told by a sentinel's `+switch-master` (and when its subscription starts).
+    switched: Notify,
+}
+
+/// The sentinels, and how to ask them.
+struct Sentinels {
+    target: SentinelTarget,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// Whether each sentinel answered when last asked, so that a change is logged once.
+    answering: Vec<AtomicBool>,
+}
+
+/// A primary found, numbered so that a connection knows whether it still goes there.
+#[derive(Clone)]
+struct Located {
+    generation: u64,
+    address: String,
+    info: ConnectionInfo,
+}
+
+impl Primary {
+    /// Asks the sentinels once: the primary they name, which is then followed; or why
+    /// none was found, naming the setting.
+    pub async fn find(target: &SentinelTarget, settings: &StoreSettings) -> anyhow::Result<Self> {
+        let sentinels = Sentinels {
+            target: target.clone(),
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+            answering: target
+                .sentinels
+                .iter()
+                .map(|_| AtomicBool::new(true))
+                .collect(),
+        };
+        let (address, info) = sentinels.locate().await?;
+        let shared = Arc::new(Shared {
+            sentinels,
+            now: watch::Sender::new(Located {
+                generation: 0,
+                address,
+                info,
+            }),
+            suspect: Notify::new(),
+            switched: Notify::new(),
+        });
+        let stop = CancellationToken::new();
+        tokio::spawn(follow(shared.clone(), stop.clone()));
+        for sentinel in 0..target.sentinels.len() {
+            tokio::spawn(hear_switches(shared.clone(), sentinel, stop.clone()));
+        }
+        Ok(Self {
+            shared,
+            _following: Arc::new(stop.drop_guard()),
+        })
+    }
+
+    /// A client of the primary as it is now (`host:port` with the data nodes' credentials).
+    pub fn client(&self) -> RedisResult<Client> {
+        Client::open(self.shared.now.borrow().info.clone())
+    }
+
+    /// The primary's address now, `host:port`.
+    pub fn address(&self) -> String {
+        self.shared.now.borrow().address.clone()
+    }
+
+    /// Returns once the primary has moved from where it is now (not where it is when
+    /// first awaited).
+    pub fn moved(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut now = self.shared.now.subscribe();
+        async move {
+            let _ = now.changed().await;
+        }
+    }
+
+    /// A connection of its own that follows the primary.
+    pub fn connection(&self, settings: &StoreSettings) -> Followed {
+        Followed {
+            primary: self.clone(),
+            current: Arc::new(Mutex::new(None)),
+            config: ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(settings.connect_timeout))
+                .set_response_timeout(Some(settings.response_timeout))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500)),
+        }
+    }
+}
+
+impl Sentinels {
+    /// The address most sentinels name that answers `ROLE` as a primary (ties: the first
+    /// named by the first sentinel listed), with what connects to it; or why none.
+    async fn locate(&self) -> anyhow::Result<(String, ConnectionInfo)> {
+        let mut refused = Vec::new();
+        for address in self.named().await? {
+            let info = self.node_info(&address)?;
+            match self.role(&info).await {
+                Ok(role) if role == "master" => return Ok((address.to_string(), info)),
+                Ok(role) => refused.push(format!("{address} is a {role}")),
+                Err(e) => refused.push(format!("{address}: {e}")),
+            }
+        }
+        anyhow::bail!(
+            "store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS): no primary the sentinels name for `{}` answers as one: {}",
+            self.target.master_name,
+            refused.join("; ")
+        )
+    }
+
+    /// The addresses the sentinels name, the most named first; or why none.
+    async fn named(&self) -> anyhow::Result<Vec<NodeAddress>> {
+        let asked = self.target.sentinels.iter().map(|s| self.ask(s));
+        let answers = futures_util::future::join_all(asked).await;
+        let mut named: Vec<(NodeAddress, usize)> = Vec::new();
+        let mut silent = Vec::new();
+        let each = self.target.sentinels.iter().zip(&self.answering);
+        for ((sentinel, was), answer) in each.zip(answers) {
+            self.note_answering(sentinel, was, answer.is_ok());
+            match answer {
+                Ok(Some(address)) => match named.iter_mut().find(|(a, _)| *a == address) {
+                    Some((_, n)) => *n += 1,
+                    None => named.push((address, 1)),
+                },
+                Ok(None) => {}
+                Err(e) => silent.push(format!("{sentinel}: {e}")),
+            }
+        }
+        if named.is_empty() {
+            return Err(self.none_named(&silent));
+        }
+        named.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        Ok(named.into_iter().map(|(address, _)| address).collect())
+    }
+
+    /// Why no sentinel named a primary: none answered, or none knows the name.
+    fn none_named(&self, silent: &[String]) -> anyhow::Error {
+        if silent.len() == self.target.sentinels.len() {
+            return anyhow::anyhow!(
+                "store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS): no sentinel answers: {}",
+                silent.join("; ")
+            );
+        }
+        anyhow::anyhow!(
+            "store.redis_master_name (POSTBACK_STORE_REDIS_MASTER_NAME): no sentinel of store.redis_sentinels knows a primary named `{}`",
+            self.target.master_name
+        )
+    }
+
+    /// Logs a sentinel that stopped answering, or answers again.
+    fn note_answering(&self, sentinel: &NodeAddress, was: &AtomicBool, answers: bool) {
+        match (was.swap(answers, Ordering::Relaxed), answers) {
+            (true, false) => {
+                tracing::warn!(%sentinel, "store.redis_sentinels: sentinel {sentinel} does not answer")
+            }
+            (false, true) => {
+                tracing::info!(%sentinel, "store.redis_sentinels: sentinel {sentinel} answers again")
+            }
+            _ => {}
+        }
+    }
+
+    /// The primary `sentinel` names, if it knows the name.
+    async fn ask(&self, sentinel: &NodeAddress) -> RedisResult<Option<NodeAddress>> {
+        let mut conn = self
+            .client(sentinel)?
+            .get_multiplexed_async_connection_with_config(&self.connection_config())
+            .await?;
+        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.target.master_name)
+            .query_async(&mut conn)
+            .await?;
+        Ok(named.map(|(host, port)| NodeAddress { host, port }))
+    }
+
+    /// A client of `sentinel`, with the sentinels' credentials.
+    fn client(&self, sentinel: &NodeAddress) -> RedisResult<Client> {
+        let info = ConnectionAddr::Tcp(sentinel.host.clone(), sentinel.port)
+            .into_connection_info()?
+            .set_redis_settings(settings_of(&self.target.sentinel_auth, 0));
+        Client::open(info)
+    }
+
+    /// What connects to the data node at `address`, with the data nodes' credentials.
+    fn node_info(&self, address: &NodeAddress) -> RedisResult<ConnectionInfo> {
+        let settings = settings_of(&self.target.node_auth, i64::from(self.target.db));
+        Ok(ConnectionAddr::Tcp(address.host.clone(), address.port)
+            .into_connection_info()?
+            .set_redis_settings(settings))
+    }
+
+    /// The first word of `ROLE` at `info`: `master`, `slave` or `sentinel`.
+    async fn role(&self, info: &ConnectionInfo) -> RedisResult<String> {
+        let mut conn = Client::open(info.clone())?
+            .get_multiplexed_async_connection_with_config(&self.connection_config())
+            .await?;
+        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
+        let first = role.into_iter().next().unwrap_or(Value::Nil);
+        redis::from_redis_value(first).map_err(Into::into)
+    }
+
+    fn connection_config(&self) -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+    }
+}
+
+impl Shared {
+    /// Takes the primary `locate` found, if it is another.
+    fn moved_to(&self, (address, info): (String, ConnectionInfo)) {
+        self.now.send_if_modified(|now| {
+            if now.address == address {
+                return false;
+            }
+            tracing::warn!(from = %now.address, to = %address, "the primary moved; following it");
+            *now = Located {
+                generation: now.generation + 1,
+                address,
+                info,
+            };
+            true
+        });
+    }
+}
+
+/// A connection's user, password and database.
+fn settings_of(auth: &Credentials, db: i64) -> RedisConnectionInfo {
+    let mut settings = RedisConnectionInfo::default().set_db(db);
+    if let Some(user) = &auth.username {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = &auth.password {
+        settings = settings.set_password(password);
+    }
+    settings
+}
+
+/// Asks the sentinels again whenever there is reason to, until `stop`.
+async fn follow(shared: Arc<Shared>, stop: CancellationToken) {
+    let mut failures = 0u32;
+    loop {
+        let asked = Instant::now();
+        let earliest = match failures {
+            0 => LEAST_GAP,
+            n => backoff(n).min(MOST_PATIENT),
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = shared.switched.notified() => {}
+            _ = async {
+                tokio::time::sleep_until(asked + earliest).await;
+                shared.suspect.notified().await;
+            } => {}
+            _ = tokio::time::sleep_until(asked + RECHECK) => {}
+        }
+        match shared.sentinels.locate().await {
+            Ok(found) => {
+                failures = 0;
+                shared.moved_to(found);
+            }
+            Err(e) => {
+                failures += 1;
+                if worth_logging(failures) {
+                    tracing::warn!(error = %e, failures, "cannot find the primary through the sentinels");
+                }
+            }
+        }
+    }
+}
+
+/// Keeps a subscription to `+switch-master` on the `index`-th sentinel, until `stop`:
+/// on every one, so that the first to switch is heard (the one that led the failover
+/// announces it last).
+async fn hear_switches(shared: Arc<Shared>, index: usize, stop: CancellationToken) {
+    let sentinel = &shared.sentinels.target.sentinels[index];
+    let mut failures = 0u32;
+    loop {
+        match listen(&shared, sentinel, &stop).await {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                tracing::debug!(%sentinel, error = %e, "cannot hear the sentinel's +switch-master");
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(backoff(failures)) => {}
+        }
+    }
+}
+
+/// Subscribes to `sentinel`'s `+switch-master` and tells `switched` of each for this
+/// primary (and once subscribed, for what was missed), until the connection drops.
+async fn listen(
+    shared: &Shared,
+    sentinel: &NodeAddress,
+    stop: &CancellationToken,
+) -> RedisResult<()> {
+    let client = shared.sentinels.client(sentinel)?;
+    let connecting = client.get_async_pubsub();
+    let mut pubsub = tokio::time::timeout(shared.sentinels.connect_timeout, connecting)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting to a sentinel")
+        })??;
+    pubsub.subscribe(SWITCH_CHANNEL).await?;
+    shared.switched.notify_one();
+    let mine = format!("{} ", shared.sentinels.target.master_name);
+    let mut messages = pubsub.on_message();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            message = messages.next() => match message {
+                Some(m) => {
+                    let text: String = m.get_payload().unwrap_or_default();
+                    if text.starts_with(&mine) {
+                        shared.switched.notify_one();
+                    }
+                }
+                None => return Ok(()),
+            },
+        }
+    }
+}
+
+/// One connection to the primary of the moment: a `ConnectionManager` to where the
+/// primary is now, replaced when it moves (on the first command after), shared by the
+/// connection's clones. An error a moved primary gives makes the sentinels be asked.
+#[derive(Clone)]
+pub struct Followed {
+    primary: Primary,
+    current: Arc<Mutex<Option<(u64, ConnectionManager)>>>,
+    config: ConnectionManagerConfig,
+}
+
+impl Followed {
+    /// The connection to the primary as it is now, opened if it moved.
+    async fn manager(&self) -> RedisResult<ConnectionManager> {
+        let mut current = self.current.lock().await;
+        let now = self.primary.shared.now.borrow().clone();
+        if let Some((generation, manager)) = &*current {
+            if *generation == now.generation {
+                return Ok(manager.clone());
+            }
+        }
+        let opened = match Client::open(now.info) {
+            Ok(client) => ConnectionManager::new_with_config(client, self.config.clone()).await,
+            Err(e) => Err(e),
+        };
+        let manager = opened.inspect_err(|e| self.heard(e))?;
+        *current = Some((now.generation, manager.clone()));
+        Ok(manager)
+    }
+
+    /// Asks the sentinels again when `e` says the primary may have moved.
+    fn heard(&self, e: &RedisError) {
+        let server = match e.kind() {
+            ErrorKind::Server(kind) => Some(kind),
+            _ => None,
+        };
+        let lost = e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal();
+        if lost || demoted(server) {
+            self.primary.shared.suspect.notify_one();
+        }
+    }
+
+    /// Asks the sentinels again when a reply among `replies` says the primary may have
+    /// moved.
+    fn heard_replies(&self, replies: &[Value]) {
+        let moved = replies
+            .iter()
+            .any(|r| matches!(r, Value::ServerError(e) if demoted(e.kind())));
+        if moved {
+            self.primary.shared.suspect.notify_one();
+        }
+    }
+}
+
+/// Whether a server's error says that it is no primary: `READONLY` (a replica now) or
+/// `MASTERDOWN` (a replica cut off from its primary).
+fn demoted(kind: Option<ServerErrorKind>) -> bool {
+    matches!(
+        kind,
+        Some(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
+    )
+}
+
+impl ConnectionLike for Followed {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let reply = self.manager().await?.req_packed_command(cmd).await;
+            match &reply {
+                Ok(value) => self.heard_replies(std::slice::from_ref(value)),
+                Err(e) => self.heard(e),
+            }
+            reply
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let mut manager = self.manager().await?;
+            let replies = manager.req_packed_commands(pipeline, offset, count).await;
+            match &replies {
+                Ok(values) => self.heard_replies(values),
+                Err(e) => self.heard(e),
+            }
+            replies
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        i64::from(self.primary.shared.sentinels.target.db)
+    }
+}

@@ -1,0 +1,207 @@
+//! A primary, two replicas and three sentinels watching them (`redis-server --sentinel`:
+//! quorum 2, a primary not answering for 1 s thought down, so that a killed primary is
+//! replaced within a few seconds), each a real process on a free port in a temporary
+//! directory.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use super::RedisServer;
+
+/// The name the sentinels know the primary by (`store.redis_master_name`'s default).
+pub const MASTER_NAME: &str = "mymaster";
+
+/// A sentinel process.
+struct Sentinel {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+pub struct SentinelGroup {
+    /// The primary the group started with, then its replicas.
+    servers: Vec<RedisServer>,
+    sentinels: Vec<Sentinel>,
+}
+
+impl SentinelGroup {
+    /// Starts the servers and the sentinels, and waits until every sentinel knows both
+    /// replicas and the other two sentinels (without which it cannot fail over).
+    pub fn start() -> Self {
+        let primary = RedisServer::start();
+        let replicas = [
+            RedisServer::start_replica_of(&primary),
+            RedisServer::start_replica_of(&primary),
+        ];
+        let mut servers = vec![primary];
+        for replica in replicas {
+            // A replica promoted syncs the other at once, as the primary does.
+            replica.query::<()>(
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("repl-diskless-sync-delay")
+                    .arg("0"),
+            );
+            servers.push(replica);
+        }
+        let sentinels = (0..3).map(|_| Sentinel::start(servers[0].port)).collect();
+        let group = Self { servers, sentinels };
+        group.wait_until(
+            Duration::from_secs(20),
+            "the sentinels to know each other",
+            |g| {
+                g.sentinels.iter().all(|s| {
+                    let master = s.master();
+                    master.get("num-slaves").map(String::as_str) == Some("2")
+                        && master.get("num-other-sentinels").map(String::as_str) == Some("2")
+                })
+            },
+        );
+        group
+    }
+
+    /// The sentinels' addresses, as `store.redis_sentinels` takes them.
+    pub fn addresses(&self) -> String {
+        let each: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        each.join(",")
+    }
+
+    /// The port of the primary the first sentinel that answers names.
+    pub fn primary_port(&self) -> u16 {
+        self.sentinels
+            .iter()
+            .find_map(|s| s.primary_port())
+            .expect("a sentinel names a primary")
+    }
+
+    /// The server on `port`.
+    pub fn server(&self, port: u16) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|s| s.port == port)
+            .expect("a server of the group")
+    }
+
+    /// Kills the current primary (SIGKILL); its port.
+    pub fn kill_primary(&mut self) -> u16 {
+        let port = self.primary_port();
+        let primary = self.servers.iter_mut().find(|s| s.port == port).unwrap();
+        primary.stop();
+        port
+    }
+
+    /// Has the sentinels fail over without a failure (`SENTINEL FAILOVER`, as an operator
+    /// does before maintenance): the primary is demoted to a replica of the one promoted.
+    pub fn fail_over_by_hand(&self) {
+        let asked: Option<String> =
+            self.sentinels[0].query(redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME));
+        assert_eq!(asked.as_deref(), Some("OK"));
+    }
+
+    /// Waits until every sentinel names a primary other than the one on `old`, that
+    /// primary says it is one, and the other replica replicates it; its port.
+    pub fn wait_failover(&self, old: u16) -> u16 {
+        self.wait_until(Duration::from_secs(30), "the sentinels to fail over", |g| {
+            let named: Vec<Option<u16>> = g.sentinels.iter().map(Sentinel::primary_port).collect();
+            let Some(Some(new)) = named.first().copied() else {
+                return false;
+            };
+            if new == old || named.iter().any(|p| *p != Some(new)) {
+                return false;
+            }
+            let replication = g.server(new).info("replication");
+            let replicas = replication.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("connected_slaves:")?
+                    .parse::<u32>()
+                    .ok()
+            });
+            replication.contains("role:master") && replicas >= Some(1)
+        });
+        self.primary_port()
+    }
+
+    fn wait_until(&self, timeout: Duration, what: &str, done: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !done(self) {
+            assert!(Instant::now() < deadline, "waited {timeout:?} for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Sentinel {
+    /// Starts a sentinel watching the primary on `primary`, and waits until it answers.
+    fn start(primary: u16) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = super::free_port();
+        let config = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel failover-timeout {MASTER_NAME} 2000\n\
+                 sentinel parallel-syncs {MASTER_NAME} 2\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&config)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/ensure-redis.sh)");
+        let sentinel = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while sentinel.query::<String>(&mut redis::cmd("PING")).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "sentinel on {port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sentinel
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Option<T> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
+        let mut c = client.get_connection().ok()?;
+        cmd.query(&mut c).ok()
+    }
+
+    /// What it says of the primary (`SENTINEL MASTER`).
+    fn master(&self) -> HashMap<String, String> {
+        self.query(redis::cmd("SENTINEL").arg("MASTER").arg(MASTER_NAME))
+            .unwrap_or_default()
+    }
+
+    /// The port of the primary it names.
+    fn primary_port(&self) -> Option<u16> {
+        let mut asked = redis::cmd("SENTINEL");
+        asked.arg("GET-MASTER-ADDR-BY-NAME").arg(MASTER_NAME);
+        let (_, port): (String, u16) = self.query(&mut asked)?;
+        Some(port)
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
