@@ -427,6 +427,10 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The command that makes a token for every tenant with every role, as messages name it.
+pub const NEW_TOKEN_COMMAND: &str =
+    "postback token new ops --tenant '*' --roles notify,read,operate,audit";
+
 /// A fresh token: `pbk_` and 32 random bytes from the operating system, base64url.
 pub fn new_token() -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];

@@ -147,7 +147,7 @@ impl Config {
     pub fn validate(settings: Settings, insecure_no_auth: bool) -> anyhow::Result<Self> {
         let s = &settings;
         if s.server.api_tokens.is_empty() && s.tokens.is_empty() && !insecure_no_auth {
-            bail!("server.api_tokens: no API token is configured, and the API would be open to anyone. To try postback, give it one: POSTBACK_SERVER_API_TOKENS=dev-token postback serve --config config/postback.toml (scripts/run.sh does that). To run it for real, `postback token new <name>` prints a token and the [tokens.<name>] lines that accept it.");
+            bail!("server.api_tokens: no API token is configured, and the API would be open to anyone. To try postback, give it one: POSTBACK_SERVER_API_TOKENS=dev-token postback serve --config config/postback.toml (scripts/run.sh does that). To run it for real, `{}` prints a token and the [tokens.ops] lines that accept it (name it, and narrow --tenant and --roles, as you need).", crate::access::NEW_TOKEN_COMMAND);
         }
         checks::settings(s)?;
         let (store, shards) = checks::store(&s.store)?;

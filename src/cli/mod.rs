@@ -284,9 +284,15 @@ enum TokenCommand {
     /// Print a fresh random token once, and the configuration lines that accept it (its
     /// SHA-256, never the token itself).
     New {
-        /// The token's name: the actor in the audit log.
-        #[arg(long)]
-        name: String,
+        /// The token's name: the actor in the audit log, and its `[tokens.<name>]`.
+        #[arg(
+            required_unless_present = "name_option",
+            conflicts_with = "name_option"
+        )]
+        name: Option<String>,
+        /// The token's name, as NAME.
+        #[arg(long = "name", id = "name_option", value_name = "NAME")]
+        name_option: Option<String>,
         /// The tenant it acts for, or `*` for every tenant.
         #[arg(long)]
         tenant: String,
@@ -571,10 +577,11 @@ pub fn main() -> ExitCode {
             command:
                 TokenCommand::New {
                     name,
+                    name_option,
                     tenant,
                     roles,
                 },
-        } => local::new_token(&name, &tenant, &roles),
+        } => local::new_token(&name.or(name_option).unwrap_or_default(), &tenant, &roles),
         Command::SigningKey {
             command: SigningKeyCommand::New,
         } => local::new_signing_key(),
@@ -620,5 +627,13 @@ mod tests {
     fn the_command_line_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_commands_messages_name_are_commands_it_takes() {
+        let words = crate::access::NEW_TOKEN_COMMAND
+            .split(' ')
+            .map(|w| w.trim_matches('\''));
+        assert!(Cli::try_parse_from(words).is_ok());
     }
 }

@@ -877,3 +877,54 @@ async fn an_operator_subscribes_a_url_publishes_an_event_and_follows_it() {
     assert!(said.contains("404 not_found"), "{said}");
     assert!(receiver.wait_for(2, WAIT).await, "sent, then resent");
 }
+
+/// The command a message names, between backticks, starting with `start`.
+fn hinted<'a>(said: &'a str, start: &str) -> &'a str {
+    let from = said.find(&format!("`{start}")).expect(said) + 1;
+    let len = said[from..].find('`').expect(said);
+    &said[from..from + len]
+}
+
+/// Runs `command` as a shell would, with `postback` this build's binary.
+fn run_as_written(command: &str) -> Output {
+    let command = command.replacen("postback", env!("CARGO_BIN_EXE_postback"), 1);
+    Command::new("sh").args(["-c", &command]).output().unwrap()
+}
+
+#[test]
+fn the_first_error_of_a_fresh_install_hints_at_a_command_that_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_postback"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env_clear()
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let said = String::from_utf8(refused.stderr).unwrap();
+    let hint = hinted(&said, "postback token new");
+    let made = run_as_written(hint);
+    let (token, lines) = (
+        String::from_utf8(made.stdout).unwrap(),
+        String::from_utf8(made.stderr).unwrap(),
+    );
+    assert!(made.status.success(), "`{hint}`: {lines}");
+    assert!(
+        token.starts_with("pbk_") && lines.contains("[tokens."),
+        "{lines}"
+    );
+    for args in [
+        &["token", "new", "ci", "--tenant", "*", "--roles", "read"][..],
+        &[
+            "token", "new", "--name", "ci", "--tenant", "*", "--roles", "read",
+        ],
+    ] {
+        let made = Command::new(env!("CARGO_BIN_EXE_postback"))
+            .args(args)
+            .output()
+            .unwrap();
+        let lines = String::from_utf8(made.stderr).unwrap();
+        assert!(made.status.success(), "{args:?}: {lines}");
+        assert!(lines.contains("[tokens.ci]"), "{lines}");
+    }
+}
