@@ -409,7 +409,7 @@ mod tests {
             ),
             (
                 "[delivery]\nrate_limit = 5",
-                "delivery.rate_limit: invalid type",
+                "delivery.rate_limit: `5` is not a quota like 50/s",
             ),
             (
                 "[delivery]\nresponse_bytes = 70000",
@@ -426,6 +426,14 @@ mod tests {
             (
                 "[server]\nlisen = \"127.0.0.1:1\"",
                 "server.lisen: no such key; those of server are listen, ",
+            ),
+            (
+                "[delivery]\ntimeout = 10",
+                "delivery.timeout: `10` is not a duration: a number and a unit",
+            ),
+            (
+                "[delivery]\nconcurrency = \"many\"",
+                "delivery.concurrency: `many` is not a whole number",
             ),
             (
                 "[delivery]\ntimeout = \"10 seconds or so\"",

@@ -84,6 +84,33 @@ fn problem(kind: &Kind, key: &str) -> String {
         Kind::InvalidValue(Actual::Str(value), expected) if expected == "a duration" => {
             format!("`{value}` is not a duration: {DURATION_FORM}")
         }
+        Kind::InvalidType(actual, expected) => {
+            format!("{} is not {}", shown(actual), wanted(expected))
+        }
         other => other.to_string(),
+    }
+}
+
+/// A value as it was written (`10`, `abc`), or what it was when it has no short form.
+fn shown(actual: &Actual) -> String {
+    match actual {
+        Actual::Bool(b) => format!("`{b}`"),
+        Actual::Unsigned(n) => format!("`{n}`"),
+        Actual::Signed(n) => format!("`{n}`"),
+        Actual::Float(n) => format!("`{n}`"),
+        Actual::Char(c) => format!("`{c}`"),
+        Actual::Str(s) => format!("`{s}`"),
+        other => other.to_string(),
+    }
+}
+
+/// What a setting takes, in words rather than Rust's type names.
+fn wanted(expected: &str) -> String {
+    match expected {
+        "a duration" => format!("a duration: {DURATION_FORM}"),
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number".into(),
+        "i8" | "i16" | "i32" | "i64" | "isize" | "f32" | "f64" => "a number".into(),
+        "a boolean" => "true or false".into(),
+        other => other.into(),
     }
 }

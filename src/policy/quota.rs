@@ -82,9 +82,28 @@ impl FromStr for Quota {
 }
 
 /// Settings write a quota as text (`50/s`); a bad one is refused when it is read.
+/// A quota as written: text, or a bare number (`rate_limit = 5`), which is read as the
+/// text it is so that the error says what a quota looks like.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Written {
+    Text(String),
+    Number(u64),
+    Other(de::IgnoredAny),
+}
+
 impl<'de> Deserialize<'de> for Quota {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(de::Error::custom)
+        let text = match Written::deserialize(d)? {
+            Written::Text(text) => text,
+            Written::Number(n) => n.to_string(),
+            Written::Other(_) => {
+                return Err(de::Error::custom(
+                    "not a quota like 50/s, 600/m, 1000/h or unlimited",
+                ))
+            }
+        };
+        text.parse().map_err(de::Error::custom)
     }
 }
 

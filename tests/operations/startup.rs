@@ -246,6 +246,19 @@ fn config_check_refuses_a_bad_setting_by_name_and_exits_1() {
     assert!(stdout.is_empty(), "{stdout}");
     assert!(stderr.contains("delivery.claim_batch"), "{stderr}");
 
+    // A number where a duration goes reads the same from a variable as from the file.
+    let (code, _, stderr) = config_check(
+        &[],
+        &[
+            ("POSTBACK_SERVER_API_TOKENS", "t"),
+            ("POSTBACK_DELIVERY_TIMEOUT", "10"),
+        ],
+    );
+    assert_eq!(code, 1);
+    let said = "delivery.timeout (from POSTBACK_DELIVERY_TIMEOUT): `10` is not a duration: \
+                a number and a unit, like 500ms";
+    assert!(stderr.contains(said), "{stderr}");
+
     let (code, _, stderr) = config_check(&[], &[]);
     assert_eq!(code, 1, "no token is refused as serve refuses it");
     assert!(stderr.contains("server.api_tokens"), "{stderr}");
