@@ -46,6 +46,11 @@ impl CallbackUrl {
         if raw.chars().any(|c| c.is_control() || c.is_whitespace()) {
             return Err(fail("must not contain spaces or control characters"));
         }
+        if !raw.contains("://") {
+            return Err(fail(
+                "must be a whole URL, starting with http:// or https://",
+            ));
+        }
         let url = Url::parse(raw).map_err(|e| fail(&format!("not a valid URL ({e})")))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(fail("scheme must be http or https"));
@@ -128,6 +133,13 @@ mod tests {
         ] {
             let err = CallbackUrl::parse(bad, Destinations::Any).unwrap_err();
             assert_eq!(err.field, "url", "{bad}");
+        }
+        for without_scheme in ["example.com/cb", "127.0.0.1:9000/cb", "localhost:9000/cb"] {
+            let err = CallbackUrl::parse(without_scheme, Destinations::Any).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "url: must be a whole URL, starting with http:// or https://"
+            );
         }
         let long = format!("http://e.com/{}", "a".repeat(3000));
         assert!(CallbackUrl::parse(&long, Destinations::Any).is_err());
