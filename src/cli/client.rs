@@ -85,7 +85,7 @@ impl Client {
             .get("idempotent-replayed")
             .is_some_and(|v| v == "true")
         {
-            eprintln!("postback: this Idempotency-Key was used before: nothing new was stored, and this is the notification it registered");
+            eprintln!("postback: {}", replayed(path));
         }
         Ok(answer)
     }
@@ -135,6 +135,14 @@ impl Client {
             line.push_str("; pass --token or set POSTBACK_API_TOKEN");
         }
         Err(anyhow!(line))
+    }
+}
+
+/// What an answer to a repeated `Idempotency-Key` at `path` means.
+fn replayed(path: &str) -> &'static str {
+    match path {
+        "/events" => "this Idempotency-Key was used before: nothing new was published, and this is the event it published",
+        _ => "this Idempotency-Key was used before: nothing new was stored, and this is the notification it registered",
     }
 }
 

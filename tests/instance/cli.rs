@@ -844,6 +844,24 @@ async fn an_operator_subscribes_a_url_publishes_an_event_and_follows_it() {
         ],
     );
     let event_id = event["id"].as_str().unwrap().to_string();
+    let publish = [
+        "events",
+        "publish",
+        "--topic",
+        "payment.succeeded",
+        "--body",
+        r#"{"order": 8}"#,
+        "--idempotency-key",
+        "o-8",
+    ];
+    let again = cli(&pb, &publish);
+    let said = String::from_utf8(again.stderr).unwrap();
+    assert!(
+        said.contains("this Idempotency-Key was used before: nothing new was published")
+            && said.contains("the event it published")
+            && !said.contains("notification"),
+        "{said}"
+    );
     let notification = event["deliveries"][0]["notification"]
         .as_str()
         .unwrap()
