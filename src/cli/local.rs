@@ -38,12 +38,28 @@ pub(super) fn migrate(path: Option<PathBuf>) -> anyhow::Result<()> {
         anyhow::bail!("store.postgres_url (POSTBACK_STORE_POSTGRES_URL): not set; only a Postgres store has a schema to migrate");
     };
     let s = &config.settings;
-    let version = tokio::runtime::Builder::new_current_thread()
+    let migrated = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
         .block_on(crate::store::PostgresStore::migrate(url, &s.store))?;
-    eprintln!("postback: the schema postback is at version {version}");
+    eprintln!("postback: {}", migration_done(&migrated));
     Ok(())
+}
+
+/// What `migrate` did, in one line: created the schema, upgraded it, or nothing.
+fn migration_done(m: &crate::store::Migrated) -> String {
+    let version = m.version;
+    match m.applied.first() {
+        None => format!("the schema postback is at version {version} already: nothing to do"),
+        Some(1) => format!("created the schema postback at version {version}"),
+        Some(_) => {
+            let applied: Vec<String> = m.applied.iter().map(i32::to_string).collect();
+            format!(
+                "upgraded the schema postback to version {version} (applied {})",
+                applied.join(", ")
+            )
+        }
+    }
 }
 
 /// Prints the settings with their secrets redacted, or says what is wrong.
@@ -152,4 +168,32 @@ pub(super) fn new_signing_key() -> anyhow::Result<()> {
     eprintln!("tenant without its own. Its public key, which GET /signing-keys publishes:\n");
     eprintln!("{public}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Migrated;
+
+    #[test]
+    fn migrate_says_whether_it_created_upgraded_or_left_the_schema() {
+        let said = |applied: &[i32]| {
+            migration_done(&Migrated {
+                applied: applied.to_vec(),
+                version: 6,
+            })
+        };
+        assert_eq!(
+            said(&[1, 2, 3, 4, 5, 6]),
+            "created the schema postback at version 6"
+        );
+        assert_eq!(
+            said(&[5, 6]),
+            "upgraded the schema postback to version 6 (applied 5, 6)"
+        );
+        assert_eq!(
+            said(&[]),
+            "the schema postback is at version 6 already: nothing to do"
+        );
+    }
 }

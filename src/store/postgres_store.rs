@@ -122,18 +122,28 @@ impl PostgresStore {
         })
     }
 
-    /// Creates or upgrades the schema of the database at `url` (as `connect` does). The
-    /// schema's version.
-    pub async fn migrate(url: &str, settings: &StoreSettings) -> anyhow::Result<i32> {
+    /// Creates or upgrades the schema of the database at `url` (as `connect` does).
+    pub async fn migrate(url: &str, settings: &StoreSettings) -> anyhow::Result<Migrated> {
         let config = client_config(url, settings)?;
-        migrate_when_reachable(&config, settings.connect_wait).await?;
-        Ok(migrations::VERSION)
+        let applied = migrate_when_reachable(&config, settings.connect_wait).await?;
+        Ok(Migrated {
+            applied,
+            version: migrations::VERSION,
+        })
     }
 
     /// A pooled connection for a read.
     async fn reader(&self) -> StoreResult<deadpool_postgres::Client> {
         self.pool.get().await.map_err(|e| store_error(e.into()))
     }
+}
+
+/// What a migration did: the versions it applied (none when the schema was up to
+/// date; version 1 among them when it created the schema), and the schema's version now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrated {
+    pub applied: Vec<i32>,
+    pub version: i32,
 }
 
 /// The connection settings of `url`, with the configured timeout.
@@ -146,11 +156,12 @@ fn client_config(url: &str, settings: &StoreSettings) -> anyhow::Result<tokio_po
     Ok(config)
 }
 
-/// Brings the schema up to this build's version, waiting up to `wait` for the database.
+/// Brings the schema up to this build's version, waiting up to `wait` for the database;
+/// the versions applied.
 async fn migrate_when_reachable(
     config: &tokio_postgres::Config,
     wait: Duration,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<i32>> {
     let deadline = tokio::time::Instant::now() + wait;
     let (mut client, connection) = loop {
         match config.connect(NoTls).await {
@@ -169,10 +180,11 @@ async fn migrate_when_reachable(
     let applied = migrations::migrate(&mut client, KEY).await;
     drop(client);
     let _ = connection.await;
-    for version in applied? {
+    let applied = applied?;
+    for version in &applied {
         tracing::info!(version, "postgres: schema migrated");
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// Whether the database could not be reached or could not serve (connection lost, the

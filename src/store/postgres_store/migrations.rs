@@ -22,8 +22,14 @@ pub const VERSION: i32 = MIGRATIONS.len() as i32;
 /// Held while migrating, so that instances starting at once apply each version once.
 const LOCK: i64 = 0x706f_7374_6261_636b; // "postback"
 
-/// Creates the schema or brings it up to `VERSION`. The versions applied now.
+/// Creates the schema or brings it up to `VERSION`. The versions applied now. Postgres's
+/// notices (`schema "postback" already exists, skipping`) are not asked for: what an
+/// `IF NOT EXISTS` found is nothing to report.
 pub async fn migrate(client: &mut Client, key: &str) -> anyhow::Result<Vec<i32>> {
+    client
+        .batch_execute("SET client_min_messages = warning")
+        .await
+        .with_context(|| format!("{key}: cannot set up the session to migrate the schema"))?;
     client
         .execute("SELECT pg_advisory_lock($1)", &[&LOCK])
         .await
