@@ -79,10 +79,10 @@ enum Command {
     /// Browse the queue: the notifications in one state, pending ones soonest due
     /// first, finished ones newest first.
     List {
-        /// scheduled, retrying (scheduled after a failed attempt), in_flight, delivered,
-        /// dead or cancelled.
-        #[arg(long, default_value = "scheduled")]
-        state: String,
+        /// scheduled (the default), retrying (scheduled after a failed attempt), held
+        /// (scheduled, its endpoint paused), in_flight, delivered, dead or cancelled.
+        #[arg(long)]
+        state: Option<String>,
         #[command(flatten)]
         filter: Filter,
         /// Only the notification registered with this Idempotency-Key.

@@ -46,17 +46,8 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
             limit,
             cursor,
         } => {
-            let mut query = filter.pairs();
-            match key {
-                Some(key) => query.push(("idempotency_key", key)),
-                None => query.push(("state", state)),
-            }
-            query.push(("limit", limit.to_string()));
-            query.extend(cursor.map(|c| ("cursor", c)));
-            let answer = Client::new(api)?
-                .get_query("/notifications", &query)
-                .await?;
-            print::answer(api, &answer, print::notifications)
+            let page = Page { limit, cursor };
+            list(api, state, &filter, key, page).await
         }
         Command::Cancel { id } => {
             let answer = Client::new(api)?
@@ -342,6 +333,54 @@ impl Filter {
             .map(|(k, v)| (k.to_string(), Value::String(v.clone())))
             .chain(all)
     }
+}
+
+/// Which page of a list.
+struct Page {
+    limit: usize,
+    cursor: Option<String>,
+}
+
+/// A page of the queue in one state (`scheduled` unless given), or the notification of
+/// an idempotency key. An empty first page of the default state, unfiltered, says what
+/// the other states hold, so that nothing scheduled is not read as nothing at all.
+async fn list(
+    api: &ApiArgs,
+    state: Option<String>,
+    filter: &Filter,
+    key: Option<String>,
+    page: Page,
+) -> anyhow::Result<()> {
+    let client = Client::new(api)?;
+    let chosen = state.is_some() || key.is_some() || page.cursor.is_some();
+    let state = state.unwrap_or_else(|| "scheduled".to_string());
+    let mut query = filter.pairs();
+    match &key {
+        Some(key) => query.push(("idempotency_key", key.clone())),
+        None => query.push(("state", state.clone())),
+    }
+    query.push(("limit", page.limit.to_string()));
+    query.extend(page.cursor.map(|c| ("cursor", c)));
+    let answer = client.get_query("/notifications", &query).await?;
+    let narrowed = filter.given().any(|(k, _)| k != "tenant");
+    let empty = answer["items"].as_array().is_some_and(Vec::is_empty);
+    let others = match !api.json && empty && !chosen && !narrowed {
+        true => {
+            let tenant = filter.tenant.iter().map(|t| ("tenant", t.clone()));
+            Some(
+                client
+                    .get_query("/stats", &tenant.collect::<Vec<_>>())
+                    .await?,
+            )
+        }
+        false => None,
+    };
+    let listed = print::Listed {
+        state: &state,
+        filtered: narrowed || key.is_some(),
+        others: others.as_ref(),
+    };
+    print::answer(api, &answer, |a, out| print::notifications(a, &listed, out))
 }
 
 /// The body of a replay or resend with a new schedule and delay, if given.

@@ -150,11 +150,23 @@ pub fn dead_letters(a: &Value, out: &mut Out) {
     }
 }
 
+/// What a page of the queue lists: its state, whether a filter narrowed it, and, for an
+/// empty page, the counts of every state (`GET /stats`) to say where the rest are.
+pub struct Listed<'a> {
+    pub state: &'a str,
+    pub filtered: bool,
+    pub others: Option<&'a Value>,
+}
+
 /// A page of one list of the queue, and how to get the next one.
-pub fn notifications(a: &Value, out: &mut Out) {
+pub fn notifications(a: &Value, listed: &Listed, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
-        out.line("no notifications");
+        let matching = if listed.filtered { " match" } else { "" };
+        out.line(format!("no {} notifications{matching}", listed.state));
+        if let Some(stats) = listed.others {
+            elsewhere(stats, out);
+        }
     } else {
         let mut t = table(&[
             "ID",
@@ -457,6 +469,31 @@ pub fn topics(a: &Value, out: &mut Out) {
         out.line(t);
     }
     next_page(a, out);
+}
+
+/// Where the notifications are when none is scheduled (and none waits behind its
+/// ordering key): each other state's count, with the `--state` that lists it.
+fn elsewhere(counts: &Value, out: &mut Out) {
+    let states = [
+        (
+            "scheduled",
+            "retrying or held",
+            "--state retrying, --state held",
+        ),
+        ("in_flight", "in flight", "--state in_flight"),
+        ("dead", "dead", "--state dead"),
+        (
+            "finished",
+            "delivered or cancelled",
+            "--state delivered, --state cancelled",
+        ),
+    ];
+    for (field, what, option) in states {
+        let n = counts[field].as_u64().unwrap_or(0);
+        if n > 0 {
+            out.line(format!("{n} {what}: list them with {option}"));
+        }
+    }
 }
 
 /// A list's values, comma-separated.

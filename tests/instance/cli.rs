@@ -946,3 +946,24 @@ fn the_first_error_of_a_fresh_install_hints_at_a_command_that_works() {
         assert!(lines.contains("[tokens.ci]"), "{lines}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_list_names_its_state_and_what_the_others_hold() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    for _ in 0..3 {
+        let id = notify(&pb, &receiver.url("/ok"), &[]);
+        pb.wait_state(&id, "delivered", WAIT).await;
+    }
+    let said = ok(&pb, &["list"]);
+    assert!(said.starts_with("no scheduled notifications\n"), "{said}");
+    assert!(
+        said.contains("3 delivered or cancelled") && said.contains("--state delivered"),
+        "{said}"
+    );
+    let said = ok(&pb, &["list", "--state", "dead"]);
+    assert_eq!(said.trim(), "no dead notifications");
+    let said = ok(&pb, &["list", "--topic", "nothing.here"]);
+    assert_eq!(said.trim(), "no scheduled notifications match");
+    let help = ok(&pb, &["list", "--help"]);
+    assert!(help.contains("held"), "{help}");
+}
