@@ -171,7 +171,8 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
             .layer(),
         )
         .layer(middleware::from_fn(limits::limit_headers))
-        .layer(middleware::from_fn(count_request));
+        .layer(middleware::from_fn(count_request))
+        .layer(middleware::from_fn(json_line));
     browser::with_security_headers(routes).with_state(state)
 }
 
@@ -189,6 +190,29 @@ async fn count_request(request: Request, next: Next) -> Response {
     let status = response.status().as_u16();
     metrics::api_request(method.as_str(), &route, status, started.elapsed());
     response
+}
+
+/// Ends every JSON answer (a route's, an error, the OpenAPI document) with a newline,
+/// as a line of text does, so that `curl` leaves the next prompt on a line of its own.
+/// The answers are whole in memory already; what else is answered passes as it is.
+async fn json_line(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if !is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let mut line = Vec::with_capacity(bytes.len() + 1);
+    line.extend_from_slice(&bytes);
+    line.push(b'\n');
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(line))
 }
 
 /// The routes that need a bearer token, with their documentation.

@@ -389,3 +389,42 @@ async fn while_redis_is_stopped_the_api_answers_503_and_recovers() {
         pb.logs()
     );
 }
+
+/// Every JSON answer is a line: it ends with a newline (so that `curl` leaves the prompt
+/// on a line of its own), and is the same JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_json_answer_ends_with_a_newline() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let registered = pb
+        .http
+        .post(pb.url("/notify"))
+        .bearer_auth(support::instance::TOKEN)
+        .json(&json!({"url": receiver.url("/ok"), "body": {}}))
+        .send()
+        .await
+        .unwrap();
+    let mut answers = vec![("POST /notify".to_string(), registered)];
+    for path in ["/me", "/stats", "/nowhere", "/notifications?state=nope"] {
+        let answer = pb
+            .http
+            .get(pb.url(path))
+            .bearer_auth(support::instance::TOKEN)
+            .send()
+            .await
+            .unwrap();
+        answers.push((format!("GET {path}"), answer));
+    }
+    for path in ["/healthz", "/dead-letters", "/openapi.json"] {
+        answers.push((path.into(), pb.http.get(pb.url(path)).send().await.unwrap()));
+    }
+    for (what, answer) in answers {
+        let length = answer.content_length();
+        let text = answer.text().await.unwrap();
+        assert!(
+            text.ends_with("}\n") && !text.ends_with("\n\n"),
+            "{what}: {text:?}"
+        );
+        assert_eq!(length, Some(text.len() as u64), "{what}");
+        serde_json::from_str::<Value>(&text).unwrap();
+    }
+}
