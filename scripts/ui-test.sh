@@ -21,7 +21,7 @@ fi
 export SCREENSHOTS="${SCREENSHOTS:-$(pwd)/docs}"
 mkdir -p "$SCREENSHOTS"
 # The receiver listens on loopback; the portal secret signs the merchant's links the test
-# opens (`postback portal-link`, which reads it from the environment too).
+# opens (`postback portal-link` asks the instance for them).
 export POSTBACK_SERVER_PORTAL_SECRET="ui-test portal secret, 32 bytes or more"
 # A signing key, whose public key the merchant's page shows (generated: never a fixed one).
 cargo build --locked -q --bin postback

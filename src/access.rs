@@ -48,10 +48,12 @@ pub enum Action {
     Subscriptions,
     /// Read the audit log.
     Audit,
+    /// Issue portal links: an operator's power, which no link has.
+    IssueLink,
 }
 
 impl Action {
-    pub const ALL: [Action; 13] = [
+    pub const ALL: [Action; 14] = [
         Action::Register,
         Action::Lookup,
         Action::Read,
@@ -65,6 +67,7 @@ impl Action {
         Action::Bulk,
         Action::Subscriptions,
         Action::Audit,
+        Action::IssueLink,
     ];
 
     pub fn name(self) -> &'static str {
@@ -82,6 +85,7 @@ impl Action {
             Action::Bulk => "bulk",
             Action::Subscriptions => "subscriptions",
             Action::Audit => "audit",
+            Action::IssueLink => "issue_link",
         }
     }
 
@@ -98,7 +102,8 @@ pub enum Role {
     Notify,
     /// Read notifications, dead letters, counts and the overview.
     Read,
-    /// Every action on notifications, dead letters, endpoints and subscriptions.
+    /// Every action on notifications, dead letters, endpoints and subscriptions, and
+    /// issuing portal links.
     Operate,
     /// Read the audit log.
     Audit,
@@ -132,6 +137,7 @@ impl Role {
                 Discard,
                 Bulk,
                 Subscriptions,
+                IssueLink,
             ],
             Role::Audit => &[Audit],
         }
@@ -150,8 +156,8 @@ impl FromStr for Role {
 }
 
 /// What a portal link may do: it always reads; `operate` resends, attempts now, pauses
-/// and resumes; every other action needs the role of its name. A link never registers
-/// and never reads the audit log.
+/// and resumes; every other action needs the role of its name. A link never registers,
+/// never reads the audit log and never issues links.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkRole {
     Read,
@@ -364,6 +370,11 @@ impl TokenTable {
         }
     }
 
+    /// What signs and checks portal links, when `server.portal_secret` is set.
+    pub fn portal(&self) -> Option<Arc<PortalKey>> {
+        self.portal.clone()
+    }
+
     /// The principal of a portal link that has not expired.
     pub fn identify_link(&self, link: &str) -> Option<Principal> {
         let portal = self.portal.as_ref()?;
@@ -481,8 +492,11 @@ mod tests {
         assert_eq!(link.role_for(Register), None, "a link never registers");
         assert_eq!(token.role_for(Cancel), Some("operate"));
         let every = Principal::link(shop, &LinkRole::ALL, at);
-        assert!(operating.clone().all(|a| every.may(a)));
+        let operating_on_notifications = operating.clone().filter(|a| *a != IssueLink);
+        assert!(operating_on_notifications.clone().all(|a| every.may(a)));
         assert!(!every.may(Register) && !every.may(Audit));
+        assert!(!every.may(IssueLink), "a link never issues links");
+        assert_eq!(every.role_for(IssueLink), None);
     }
 
     #[test]

@@ -79,6 +79,7 @@ impl App {
         }
         let wake = Arc::new(Notify::new());
         let signer = config.signer()?;
+        warn_unsigned(&signer);
         let proxy = config.proxy.as_ref();
         let sender = Sender::new(&s.delivery, proxy, signer.clone(), &config.tenants)?;
         let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas()));
@@ -132,6 +133,7 @@ impl App {
             endpoints: endpoints.clone(),
             pauses: pauses.clone(),
             ops: ops.clone(),
+            portal: config.tokens.portal(),
         });
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {
@@ -235,6 +237,21 @@ impl App {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Says at start-up which tenants' deliveries go unsigned, so that nobody learns it from
+/// a receiver.
+fn warn_unsigned(signer: &crate::signing::Signer) {
+    let unsigned = signer.unsigned();
+    if unsigned.is_empty() {
+        return;
+    }
+    let tenants: Vec<&str> = unsigned.iter().map(|t| &***t).collect();
+    tracing::warn!(
+        tenants = %tenants.join(","),
+        "deliveries are not signed: no signing secret or key is configured; \
+         `postback signing-key new` makes a key for signing.keys (POSTBACK_SIGNING_KEYS)"
+    );
 }
 
 /// The configured store, with one line saying which and where.

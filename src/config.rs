@@ -168,16 +168,14 @@ impl Config {
             .transpose()?;
         let profiles = profiles::profiles(&s.profiles, &s.schedules)?;
         let event_schemas = Arc::new(EventSchemas::load(s.events.schema_dir.as_deref())?);
+        let portal = s.server.portal_secret.as_deref();
+        let portal = portal.map(|p| PortalKey::new(p, tenants.keys()));
         let tokens = if insecure_no_auth && s.server.api_tokens.is_empty() && s.tokens.is_empty() {
             TokenTable::default()
         } else {
-            tenants::token_table(s, &tenants)?.with_portal(
-                s.server
-                    .portal_secret
-                    .as_deref()
-                    .map(|p| PortalKey::new(p, tenants.keys())),
-            )
+            tenants::token_table(s, &tenants)?
         };
+        let tokens = tokens.with_portal(portal);
         let config = Self {
             settings,
             store,

@@ -18,7 +18,8 @@
 //!
 //! The public modules are those the binary, the benchmark harness and the integration
 //! tests use (an instance run in process with `app::App`, the store's roles, the domain
-//! types, the configuration); the rest are internal.
+//! types, the configuration, portal links signed with a secret of a test's choosing);
+//! the rest are internal.
 
 pub(crate) mod access;
 pub(crate) mod api;
@@ -35,7 +36,7 @@ pub(crate) mod lifecycle;
 pub(crate) mod metrics;
 pub(crate) mod ops_events;
 pub mod policy;
-pub(crate) mod portal;
+pub mod portal;
 pub(crate) mod reservations;
 pub(crate) mod scheduler;
 pub(crate) mod sender;

@@ -1,8 +1,9 @@
 //! Portal links: short-lived credentials a merchant's browser presents, scoped to one
 //! configured tenant and to the link roles (`access::LinkRole`) it was issued with:
-//! `read` always, and `operate`, `cancel`, `replay`… only if named. `postback
-//! portal-link` issues one (`PortalKey::issue`); the API takes it as a bearer token like
-//! any other (`PortalKey::verify`), naming the caller `portal:<tenant>` in the audit log.
+//! `read` always, and `operate`, `cancel`, `replay`… only if named. An operator asks a
+//! running instance for one (`POST /portal-links`, which `postback portal-link` calls;
+//! `PortalKey::issue`); the API takes it as a bearer token like any other
+//! (`PortalKey::verify`), naming the caller `portal:<tenant>` in the audit log.
 //!
 //! A credential is `pt_<claims>.<tag>`: the claims (tenant, roles, expiry) as URL-safe
 //! base64 JSON, and their HMAC-SHA256 under `server.portal_secret`. Nothing is stored:
@@ -49,10 +50,34 @@ pub struct PortalKey {
 /// Why a link cannot be issued.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IssueError {
-    #[error("--ttl must be more than 0s and at most 24h")]
+    #[error("must be more than 0s and at most 24h")]
     Ttl,
-    #[error("--tenant {0}: no such tenant is configured")]
-    Tenant(Tenant),
+    #[error("no tenant `{asked}` is configured (configured: {}); add a [tenants.{asked}] section to the instance's configuration file (it may be empty) and restart it", names(.configured))]
+    Tenant {
+        asked: Tenant,
+        configured: Vec<Tenant>,
+    },
+}
+
+impl IssueError {
+    /// The field of a request the error is about.
+    pub fn field(&self) -> &'static str {
+        match self {
+            IssueError::Ttl => "ttl",
+            IssueError::Tenant { .. } => "tenant",
+        }
+    }
+}
+
+fn names(tenants: &[Tenant]) -> String {
+    let names: Vec<&str> = tenants.iter().map(|t| &**t).collect();
+    names.join(", ")
+}
+
+/// Where a credential opens the review page, relative to the instance's address: in the
+/// fragment, which browsers do not send.
+pub fn page_path(credential: &str) -> String {
+    format!("/ui#token={credential}")
 }
 
 impl PortalKey {
@@ -78,7 +103,10 @@ impl PortalKey {
             return Err(IssueError::Ttl);
         }
         if !self.tenants.contains(tenant) {
-            return Err(IssueError::Tenant(tenant.clone()));
+            return Err(IssueError::Tenant {
+                asked: tenant.clone(),
+                configured: self.tenants.iter().cloned().collect(),
+            });
         }
         let names = LinkRole::ALL
             .into_iter()
@@ -187,9 +215,12 @@ mod tests {
         let day = Duration::from_secs(24 * 3600);
         let gone = Tenant::parse("shop-gone", "tenant").unwrap();
         let said = key.issue(&gone, &[], day, now).unwrap_err();
+        assert_eq!(said.field(), "tenant");
         assert_eq!(
             said.to_string(),
-            "--tenant shop-gone: no such tenant is configured"
+            "no tenant `shop-gone` is configured (configured: default, shop-a); add a \
+             [tenants.shop-gone] section to the instance's configuration file (it may be \
+             empty) and restart it"
         );
         let long = key.issue(
             &shop_a(),

@@ -224,6 +224,14 @@ impl Signer {
         Ok(Self { global, per_tenant })
     }
 
+    /// The configured tenants whose deliveries carry no signature: neither they nor the
+    /// instance have a secret or a key.
+    pub fn unsigned(&self) -> Vec<&Tenant> {
+        let none = |k: &Keys| k.secrets.is_empty() && k.keys.is_empty();
+        let tenants = self.per_tenant.iter();
+        tenants.filter(|(_, k)| none(k)).map(|(t, _)| t).collect()
+    }
+
     /// The secrets and keys that sign `tenant`'s deliveries.
     pub fn keys_of(&self, tenant: &Tenant) -> Cow<'_, Keys> {
         match self.per_tenant.get(tenant) {

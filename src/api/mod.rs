@@ -38,6 +38,7 @@ mod overview;
 pub(crate) mod paging;
 mod parse;
 mod permits;
+mod portal_links;
 mod registration;
 mod resend;
 mod rules;
@@ -59,6 +60,7 @@ use crate::endpoint_tallies::EndpointTallies;
 use crate::metrics;
 use crate::ops_events::OpsEvents;
 use crate::policy::Policy;
+use crate::portal::PortalKey;
 use crate::scheduler::Pipeline;
 use crate::signing::Signer;
 use crate::store::{Stats, Store};
@@ -113,6 +115,9 @@ pub struct Shared {
     pub pauses: Arc<EndpointPauses>,
     /// Tells the ops URLs of each pause and resume by hand.
     pub ops: Arc<OpsEvents>,
+    /// Signs the portal links `POST /portal-links` issues, when `server.portal_secret`
+    /// is set.
+    pub portal: Option<Arc<PortalKey>>,
 }
 
 #[derive(OpenApi)]
@@ -247,6 +252,7 @@ fn protected_routes(server: &ServerSettings) -> OpenApiRouter<AppState> {
         .routes(routes!(endpoints::pause))
         .routes(routes!(endpoints::resume))
         .routes(routes!(me::show))
+        .routes(routes!(portal_links::issue))
         .routes(routes!(subscriptions::create, subscriptions::list))
         .routes(routes!(
             subscriptions::show,

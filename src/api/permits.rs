@@ -33,6 +33,7 @@ pub fn needs(method: &Method, path: &str) -> Option<&'static [Action]> {
             | "/topics",
         ) => &[Read],
         ("GET", "/audit") => &[Audit],
+        ("POST", "/portal-links") => &[IssueLink],
         ("POST", "/notifications/{id}/resend" | "/notifications/{id}/attempt-now") => &[Resend],
         ("POST", "/notifications/resend" | "/events/{id}/resend") => &[Resend, Bulk],
         ("DELETE", "/notifications/{id}") => &[Cancel],

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use clap::CommandFactory;
 
 use super::{print, Cli};
-use crate::access::{self, LinkRole, Role, Scope};
+use crate::access::{self, Role, Scope};
 use crate::config::{Config, RedisTarget, StoreTarget};
 use crate::domain::Tenant;
-use crate::portal::PortalKey;
 
 /// Runs an instance until SIGTERM or Ctrl-C.
 pub(super) fn serve(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
@@ -78,34 +77,6 @@ pub(super) fn check_config(path: Option<PathBuf>, insecure_no_auth: bool) -> any
         config.shards,
         config.tenants.len()
     );
-    Ok(())
-}
-
-/// Prints a portal link for `tenant`'s merchant, good for `ttl`.
-pub(super) fn portal_link(
-    tenant: &str,
-    ttl: std::time::Duration,
-    roles: &[LinkRole],
-    base_url: Option<&str>,
-    path: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    let tenant =
-        Tenant::parse(tenant, "tenant").map_err(|e| anyhow::anyhow!("--tenant {}", e.message))?;
-    let config = Config::load(path.as_deref(), true)?;
-    let secret = config.settings.server.portal_secret.as_deref();
-    let secret = secret.ok_or_else(|| {
-        anyhow::anyhow!("server.portal_secret is not set: portal links need it (at least 32 bytes)")
-    })?;
-    let now = std::time::SystemTime::now();
-    let key = PortalKey::new(secret, config.tenants.keys());
-    let link = key.issue(&tenant, roles, ttl, now)?;
-    let base = match base_url {
-        Some(b) => b.trim_end_matches('/').to_string(),
-        None => format!("http://{}", config.settings.server.listen),
-    };
-    print::emit(&format!("{base}/ui#token={link}\n"))?;
-    let until = humantime::format_rfc3339_seconds(now + ttl);
-    eprintln!("\nFor {tenant}'s merchant, until {until}. Rotating server.portal_secret revokes every link.");
     Ok(())
 }
 

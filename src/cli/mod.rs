@@ -6,7 +6,7 @@
 //! operator's client of a running instance's API (`notify`, also `--batch` from a file,
 //! `status`, `list`, `cancel`, `resend`, `attempt-now`, `stats`,
 //! `endpoints`, `subscriptions …`, `events …`, `topics` (`events.rs`),
-//! `dlq list|show|replay|discard|purge`, `audit`),
+//! `dlq list|show|replay|discard|purge`, `audit`, `portal-link`),
 //! printing readable tables or, with `--json`, the API's JSON answer.
 //!
 //! This file is the command line's shape (its commands, arguments and help) and its
@@ -208,16 +208,17 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
-    /// Print a link to the review page for one tenant's merchant: a short-lived credential
-    /// signed with `server.portal_secret`, scoped to the tenant and to the roles asked
-    /// (read always), in the URL's fragment. Rotating the secret revokes every link.
+    /// Print a link to the review page for one tenant's merchant, issued by the running
+    /// instance (its `server.portal_secret` and tenants; a token with `operate`): a
+    /// short-lived credential scoped to the tenant and to the roles asked (read always),
+    /// in the URL's fragment. Rotating the secret revokes every link.
     PortalLink {
-        /// The tenant (configured).
+        /// The tenant (configured on the instance).
         #[arg(long)]
         tenant: String,
         /// How long the link works, at most 24h.
-        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
-        ttl: std::time::Duration,
+        #[arg(long, default_value = "1h")]
+        ttl: String,
         /// What it may do, besides read: operate (resend, attempt now, pause, resume),
         /// cancel, replay, redirect (replay to another URL or with other headers),
         /// reschedule (resend or replay with another schedule or delay), discard, bulk
@@ -225,12 +226,10 @@ enum Command {
         /// change, delete).
         #[arg(long, value_delimiter = ',', default_value = "read", value_parser = LinkRole::from_str)]
         roles: Vec<LinkRole>,
-        /// The address merchants reach postback at; default: `http://` and `server.listen`.
+        /// The address merchants reach postback at; default: the API's address
+        /// (--api-url).
         #[arg(long)]
         base_url: Option<String>,
-        /// TOML configuration file; `POSTBACK_<SECTION>_<KEY>` variables override it.
-        #[arg(long, env = "POSTBACK_CONFIG")]
-        config: Option<PathBuf>,
     },
     /// ed25519 signing keys (`v1a` signatures).
     SigningKey {
@@ -596,13 +595,6 @@ pub fn main() -> ExitCode {
             command: ConfigCommand::Signing { tenant, config },
         } => local::print_signing(&tenant, config),
         Command::Completions { shell } => local::completions(shell),
-        Command::PortalLink {
-            tenant,
-            ttl,
-            roles,
-            base_url,
-            config,
-        } => local::portal_link(&tenant, ttl, &roles, base_url.as_deref(), config),
         Command::Receive { listen } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -1,5 +1,5 @@
 //! The operator's commands, each a call of a running instance's API: `notify` (also
-//! `--batch`), `status`, `list`, `cancel`, `stats`, `dlq …`, `audit`.
+//! `--batch`), `status`, `list`, `cancel`, `stats`, `dlq …`, `audit`, `portal-link`.
 
 use serde_json::value::to_raw_value;
 use serde_json::{json, Map, Value};
@@ -21,7 +21,6 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
         | Command::Migrate { .. }
         | Command::Token { .. }
         | Command::SigningKey { .. }
-        | Command::PortalLink { .. }
         | Command::Completions { .. }
         | Command::Config { .. }
         | Command::Receive { .. } => {
@@ -30,6 +29,18 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
             )
         }
         Command::Notify(args) => notify(args, api).await,
+        Command::PortalLink {
+            tenant,
+            ttl,
+            roles,
+            base_url,
+        } => {
+            let roles: Vec<&str> = roles.iter().map(|r| r.name()).collect();
+            let body = json!({"tenant": tenant, "ttl": ttl, "roles": roles});
+            let link = Client::new(api)?.post("/portal-links", &body).await?;
+            let base = base_url.as_deref().unwrap_or(&api.api_url);
+            print::answer(api, &link, |a, out| print::portal_link(a, base, out))
+        }
         Command::Status { id, key, tenant } => {
             let client = Client::new(api)?;
             let id = match (id, key) {

@@ -56,6 +56,22 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
     }
 }
 
+/// A portal link issued: the link on stdout (for a script to take), what it is for on
+/// stderr.
+pub fn portal_link(a: &Value, base: &str, out: &mut Out) {
+    out.line(format!(
+        "{}{}",
+        base.trim_end_matches('/'),
+        text(&a["path"])
+    ));
+    eprintln!(
+        "\nFor {}'s merchant, with {}, until {}. Rotating server.portal_secret revokes every link.",
+        text(&a["tenant"]),
+        list(&a["roles"]),
+        text(&a["expires_at"])
+    );
+}
+
 /// The answer to a registration or a replay.
 pub fn registered(a: &Value, out: &mut Out) {
     fields(

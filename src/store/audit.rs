@@ -34,10 +34,11 @@ pub enum AuditAction {
     UpdateSubscription,
     DeleteSubscription,
     ResendEvent,
+    IssuePortalLink,
 }
 
 impl AuditAction {
-    pub const ALL: [AuditAction; 14] = [
+    pub const ALL: [AuditAction; 15] = [
         AuditAction::Cancel,
         AuditAction::Replay,
         AuditAction::ReplayMatching,
@@ -52,6 +53,7 @@ impl AuditAction {
         AuditAction::UpdateSubscription,
         AuditAction::DeleteSubscription,
         AuditAction::ResendEvent,
+        AuditAction::IssuePortalLink,
     ];
 
     /// As the API and the stored JSON write it.
@@ -71,6 +73,7 @@ impl AuditAction {
             AuditAction::UpdateSubscription => "update_subscription",
             AuditAction::DeleteSubscription => "delete_subscription",
             AuditAction::ResendEvent => "resend_event",
+            AuditAction::IssuePortalLink => "issue_portal_link",
         }
     }
 }

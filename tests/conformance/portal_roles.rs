@@ -1,8 +1,8 @@
 //! What a portal link may call: each route of the API, with a link that lacks one role
 //! the call needs (refused, `403 forbidden`, before anything is looked up) and a link
 //! with just those roles (allowed). `operate` on a link resends, attempts now, pauses
-//! and resumes; every other action needs the role named for it; registering and the
-//! audit log are never a link's. A link of a tenant no longer configured is refused. On
+//! and resumes; every other action needs the role named for it; registering, the audit
+//! log and issuing links are never a link's. A link of a tenant no longer configured is refused. On
 //! every backend (`scripts/test.sh`).
 
 use crate::support;
@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use support::tenants::{self, Fleet};
 use support::WAIT;
 
-use super::portal::{credential, portal_link, SECRET};
+use super::portal::{credential, portal_link, signed_elsewhere, SECRET};
 
 /// Every role a link may carry besides `read`, which every link has.
 const LINK_ROLES: [&str; 8] = [
@@ -66,7 +66,7 @@ impl Links<'_> {
         let link = self.issued.entry(roles).or_insert_with_key(|roles| {
             let roles = [&["read"][..], roles].concat().join(",");
             let args = ["--tenant", "shop-a", "--ttl", "10m", "--roles", &roles];
-            credential(&portal_link(fleet, Some(SECRET), &args).unwrap())
+            credential(&portal_link(fleet, &args).unwrap())
         });
         link.clone()
     }
@@ -142,6 +142,7 @@ fn cases(ids: &BTreeMap<&'static str, String>) -> Vec<Case> {
         ),
         never(M::POST, "/events/batch", json!({"items": []})),
         never(M::GET, "/audit", Value::Null),
+        never(M::POST, "/portal-links", json!({"tenant": "shop-a"})),
         case(M::GET, "/notifications?state=delivered", None, &[]),
         case(M::GET, &p("/notifications/{delivered-1}"), None, &[]),
         case(
@@ -342,7 +343,7 @@ async fn a_portal_link_calls_what_its_roles_name_and_nothing_more() {
 async fn a_portal_link_shows_what_it_may_do_and_refuses_unknown_roles() {
     let f = tenants::start(&[("POSTBACK_SERVER_PORTAL_SECRET", SECRET)]).await;
     let args = ["--tenant", "shop-a", "--roles", "read,operate,cancel"];
-    let link = credential(&portal_link(&f, Some(SECRET), &args).unwrap());
+    let link = credential(&portal_link(&f, &args).unwrap());
     let (_, me) = f.get(&link, "/me").await;
     assert_eq!(me["roles"], json!(["read", "operate", "cancel"]), "{me}");
     assert_eq!(
@@ -351,11 +352,11 @@ async fn a_portal_link_shows_what_it_may_do_and_refuses_unknown_roles() {
         "{me}"
     );
     let args = ["--tenant", "shop-a", "--roles", "read,purge"];
-    let said = portal_link(&f, Some(SECRET), &args).unwrap_err();
+    let said = portal_link(&f, &args).unwrap_err();
     assert!(said.contains("--roles") && said.contains("purge"), "{said}");
     for role in ["notify", "audit"] {
         let args = ["--tenant", "shop-a", "--roles", role];
-        let said = portal_link(&f, Some(SECRET), &args).unwrap_err();
+        let said = portal_link(&f, &args).unwrap_err();
         assert!(said.contains("--roles"), "{said}");
     }
 }
@@ -399,21 +400,14 @@ async fn an_operate_token_still_does_every_operation_of_its_tenant() {
 async fn a_portal_link_of_a_tenant_no_longer_configured_is_refused() {
     let f = tenants::start(&[("POSTBACK_SERVER_PORTAL_SECRET", SECRET)]).await;
     // Issued while shop-gone was configured, with the same secret.
-    let before = f.config_path().with_file_name("before.toml");
-    let config = std::fs::read_to_string(f.config_path()).unwrap();
-    std::fs::write(&before, config + "\n[tenants.shop-gone]\n").unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_postback"))
-        .args(["portal-link", "--tenant", "shop-gone", "--config"])
-        .arg(&before)
-        .env("POSTBACK_SERVER_PORTAL_SECRET", SECRET)
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let link = credential(String::from_utf8(output.stdout).unwrap().trim());
+    let link = signed_elsewhere(SECRET, &["shop-a", "shop-gone"], "shop-gone");
     for path in ["/me", "/endpoints", "/notifications?state=dead"] {
         let (status, answer) = f.get(&link, path).await;
         assert_eq!(status, 401, "{path}: {answer}");
     }
-    let said = portal_link(&f, Some(SECRET), &["--tenant", "shop-gone"]).unwrap_err();
-    assert!(said.contains("--tenant shop-gone"), "{said}");
+    let said = portal_link(&f, &["--tenant", "shop-gone"]).unwrap_err();
+    assert!(
+        said.contains("no tenant `shop-gone` is configured"),
+        "{said}"
+    );
 }

@@ -35,6 +35,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/metrics"),
     ("get", "/signing-keys"),
     ("get", "/me"),
+    ("post", "/portal-links"),
     ("post", "/subscriptions"),
     ("get", "/subscriptions"),
     ("get", "/subscriptions/{id}"),

@@ -3,8 +3,8 @@
 //! `postback config check` says the same without starting, and prints the effective
 //! configuration with its secrets redacted; no store password (Redis's, the sentinels',
 //! Postgres's), in any form a store's address takes, is printed by either, nor logged
-//! once connected; and the process runs on as many worker threads as
-//! `server.worker_threads` says.
+//! once connected; the process runs on as many worker threads as
+//! `server.worker_threads` says; and an instance that signs nothing says so.
 
 use crate::support;
 
@@ -457,4 +457,84 @@ async fn a_connected_store_is_logged_without_its_password() {
         "{logs}"
     );
     no_password(&logs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_signs_nothing_says_so_as_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = support::config_file(&dir, "[tenants.shop-a]\n");
+    let mut pb = Postback::start_embedded(dir.path(), &[("POSTBACK_CONFIG", &config)]).await;
+    let logs = pb.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("deliveries are not signed"))
+        .unwrap_or_else(|| panic!("{logs}"));
+    assert!(line.contains("tenants=default,shop-a"), "{line}");
+    pb.terminate();
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let signs = [
+        ("POSTBACK_CONFIG", config.as_str()),
+        ("POSTBACK_SIGNING_SECRETS", secret),
+    ];
+    let pb = Postback::start_embedded(dir.path(), &signs).await;
+    assert!(!pb.logs().contains("not signed"), "{}", pb.logs());
+}
+
+/// What `scripts/run.sh` with `args` and `env` runs: the arguments it gives `cargo` and
+/// the trial settings in its environment, as a stand-in `cargo` on its `PATH` reports
+/// them.
+fn run_sh(args: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let cargo = dir.path().join("cargo");
+    let report = "#!/bin/sh\necho \"$@\"\nenv | grep -E '^POSTBACK_' | sort\n";
+    std::fs::write(&cargo, report).unwrap();
+    std::fs::set_permissions(&cargo, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:/usr/bin:/bin", dir.path().display());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/run.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .env_clear()
+        .env("PATH", path)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn run_sh_tries_the_shipped_config_or_runs_one_of_your_own_as_it_is() {
+    let trial = run_sh(&[], &[]);
+    assert!(
+        trial.starts_with("run --release --bin postback -- serve --config config/postback.toml\n"),
+        "{trial}"
+    );
+    for set in [
+        "POSTBACK_SERVER_API_TOKENS=dev-token",
+        "POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS=true",
+        "POSTBACK_SERVER_PORTAL_SECRET=",
+    ] {
+        assert!(trial.contains(set), "{set}: {trial}");
+    }
+    let token = run_sh(&[], &[("POSTBACK_SERVER_API_TOKENS", "mine")]);
+    assert!(
+        token.contains("POSTBACK_SERVER_API_TOKENS=mine\n"),
+        "{token}"
+    );
+
+    for args in [&["--config", "my.toml"][..], &["--config=my.toml"]] {
+        let own = run_sh(args, &[]);
+        let first = own.lines().next().unwrap();
+        assert_eq!(
+            first,
+            format!("run --release --bin postback -- serve {}", args.join(" "))
+        );
+        assert_eq!(own.lines().count(), 1, "nothing set for it: {own}");
+    }
+    let own = run_sh(&[], &[("POSTBACK_CONFIG", "my.toml")]);
+    assert!(
+        own.starts_with("run --release --bin postback -- serve\n"),
+        "{own}"
+    );
 }

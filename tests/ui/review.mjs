@@ -54,10 +54,13 @@ async function call(method, path, body) {
   return r.json();
 }
 
-// `postback portal-link` for the default tenant with `roles`.
+// `postback portal-link` for the default tenant with `roles`, asked of the instance by
+// the operator.
 function portalLink(roles) {
-  const args = ["portal-link", "--tenant", "default", "--ttl", "10m", "--base-url", api, "--roles", roles];
-  const link = execFileSync("target/debug/postback", args, { encoding: "utf8" }).trim();
+  const args = ["portal-link", "--tenant", "default", "--ttl", "10m", "--roles", roles];
+  const env = { ...process.env, POSTBACK_API_URL: api, POSTBACK_API_TOKEN: token };
+  const link = execFileSync("target/debug/postback", args, { encoding: "utf8", env }).trim();
+  assert.ok(link.startsWith(`${api}/ui#token=pt_`), link);
   assert.match(link, /\/ui#token=pt_/);
   return link;
 }
