@@ -118,7 +118,7 @@ impl EndpointTallies {
                     for notice in &notices {
                         if let EndpointNotice::Paused(record, pause) = notice {
                             pauses.note(&record.key(), Some(pause));
-                            tracing::warn!(endpoint = %record.id(), tenant = %record.tenant, failing_since = ?record.failing_since, "endpoint paused: no success for its pause_after; its notifications are held");
+                            tracing::warn!(endpoint = %record.id(), tenant = %record.tenant, failing_since = record.failing_since.map(crate::domain::rfc3339), "endpoint paused: no success for its pause_after; its notifications are held");
                         }
                     }
                     ops.endpoints(store.as_ref(), &wake, &notices).await;

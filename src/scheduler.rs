@@ -488,7 +488,7 @@ impl AttemptContext {
     /// Hands a claimed notification back as `back` says, without an attempt.
     async fn defer(&self, job: ClaimedJob, place: Place, back: Back, reason: &'static str) {
         metrics::deferred(reason);
-        tracing::debug!(id = %job.id, reason, ?back, "deferred");
+        tracing::debug!(id = %job.id, reason, back = %back, "deferred");
         let deferral = Deferral {
             id: job.id,
             lease: job.lease,

@@ -152,13 +152,14 @@ pub async fn record(state: &AppState, record: AuditRecord) {
             Ok(()) => return,
             Err(e) if attempt == WRITE_ATTEMPTS => {
                 crate::metrics::store_error("audit");
+                let filter = record.filter.clone().map(Value::Object);
                 tracing::error!(
                     error = %e,
                     actor = %record.actor,
-                    action = ?record.action,
-                    tenant = ?record.tenant.as_deref(),
-                    target = ?record.target,
-                    filter = ?record.filter,
+                    action = record.action.name(),
+                    tenant = record.tenant.as_deref(),
+                    target = record.target.as_deref(),
+                    filter = filter.map(tracing::field::display),
                     count = record.count,
                     "cannot write the audit log entry of an action that was done"
                 );
@@ -224,6 +225,11 @@ pub async fn record_matching(
     for e in entries {
         record(state, e).await;
     }
+}
+
+/// A filter as the log shows it: the audit log's JSON of its conditions.
+pub fn shown(filter: &ListFilter) -> Value {
+    Value::Object(filter_of(None, filter))
 }
 
 /// A bulk action's conditions as the audit log shows them.

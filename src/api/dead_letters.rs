@@ -327,7 +327,7 @@ pub async fn replay_matching(
     let done =
         bulk::replay_matching(state.store.as_ref(), &filter, schedule.as_ref(), delay).await?;
     let count = done.values().sum();
-    tracing::info!(count, ?filter, actor = %caller.actor, "dead letters replayed in bulk");
+    tracing::info!(count, filter = %audit::shown(&filter), actor = %caller.actor, "dead letters replayed in bulk");
     state.wake.notify_one();
     let on = (None, &filter);
     audit::record_matching(&state, &caller, AuditAction::ReplayMatching, on, &done).await;
@@ -366,7 +366,7 @@ pub async fn purge(
     let filter = request.filter(&state, &caller).await?;
     let done = bulk::discard_matching(state.store.as_ref(), &filter).await?;
     let count = done.values().sum();
-    tracing::info!(count, ?filter, actor = %caller.actor, "dead letters purged");
+    tracing::info!(count, filter = %audit::shown(&filter), actor = %caller.actor, "dead letters purged");
     audit::record_matching(&state, &caller, AuditAction::Purge, (None, &filter), &done).await;
     Ok(Json(Count { count }))
 }

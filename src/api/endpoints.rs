@@ -207,7 +207,12 @@ async fn set_pause(
                 EndpointNotice::Resumed(found.clone(), caller.actor.clone()),
             ),
         };
-        tracing::info!(endpoint = %id, tenant = %found.tenant, actor = %caller.actor, action = action.name(), "endpoint");
+        let done = if paused {
+            "endpoint paused"
+        } else {
+            "endpoint resumed"
+        };
+        tracing::info!(endpoint = %id, tenant = %found.tenant, actor = %caller.actor, "{done}");
         audit::record(&state, audit::on_endpoint(&caller, action, &found)).await;
         state
             .ops

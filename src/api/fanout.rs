@@ -214,7 +214,7 @@ async fn finish(state: &AppState, event: &Event) {
             Ok(_) => registered += 1,
             Err(e) if e.is_final() => refused.push((subscription, e.into_json())),
             Err(e) => {
-                tracing::warn!(event = %event.id, error = ?e.into_json(), "fan-out: not finished; tried again later");
+                tracing::warn!(event = %event.id, error = %e.into_json(), "fan-out: not finished; tried again later");
                 again = true;
             }
         }
@@ -257,7 +257,7 @@ async fn replan(state: &AppState, event: &Event) -> Option<Vec<(String, Registra
             Ok(Some(Ok(s))) => match registration(&state.rules, event, &s, Some(id)) {
                 Ok(r) => registrations.push((s.id, r)),
                 Err(e) => {
-                    tracing::warn!(event = %event.id, %id, error = ?e.into_json(), "fan-out: a notification no longer passes its tenant's rules; left out")
+                    tracing::warn!(event = %event.id, %id, error = %e.into_json(), "fan-out: a notification no longer passes its tenant's rules; left out")
                 }
             },
             Ok(None) => {

@@ -73,7 +73,7 @@ pub async fn cancel(
                 %id,
                 tenant = %found.spec.tenant,
                 attempts = found.status.attempts,
-                last_status = ?last_status,
+                last_status,
                 actor = %caller.actor,
                 "notification cancelled"
             );

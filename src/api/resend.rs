@@ -17,7 +17,7 @@ use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::notifications::{current, parse_id, visible};
 use super::parse::{optional_json, parse_json};
 use super::rules::schedule_schema;
-use super::view::NotificationView;
+use super::view::{NotificationView, StateView};
 use super::AppState;
 use super::{audit, auth, paging};
 use crate::access::Principal;
@@ -83,7 +83,7 @@ pub async fn resend(
             "only a delivered, dead or cancelled one is resent",
         ));
     }
-    tracing::info!(id = %found.id, tenant = %found.spec.tenant, was = ?found.status.state, actor = %caller.actor, "notification resent");
+    tracing::info!(id = %found.id, tenant = %found.spec.tenant, was = %StateView::from(&found.status), actor = %caller.actor, "notification resent");
     state.wake.notify_one();
     audit::record(&state, audit::on_one(&caller, AuditAction::Resend, &found)).await;
     current(&state, &caller, &id).await
@@ -210,7 +210,7 @@ pub async fn resend_matching(
     let done = bulk::resend_matching(store, listed, &filter, schedule.as_ref(), delay).await?;
     state.wake.notify_one();
     let count = done.values().sum();
-    tracing::info!(count, state = listed.name(), ?filter, actor = %caller.actor, "notifications resent in bulk");
+    tracing::info!(count, state = listed.name(), filter = %audit::shown(&filter), actor = %caller.actor, "notifications resent in bulk");
     let on = (Some(listed), &filter);
     audit::record_matching(&state, &caller, AuditAction::ResendMatching, on, &done).await;
     Ok(Json(Resent {

@@ -30,6 +30,14 @@ pub enum StateView {
     Cancelled,
 }
 
+/// As the API spells it (`in_flight`), for the log.
+impl std::fmt::Display for StateView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let spelled = serde_json::to_value(self).map_err(|_| std::fmt::Error)?;
+        f.write_str(spelled.as_str().unwrap_or_default())
+    }
+}
+
 impl From<&JobStatus> for StateView {
     fn from(status: &JobStatus) -> Self {
         match status.state {

@@ -432,6 +432,20 @@ pub enum Back {
     Held,
 }
 
+/// As the log writes it: `held`, or `after 1s 200ms` (`, reserved` when its send time
+/// is reserved).
+impl std::fmt::Display for Back {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Back::Held => f.write_str("held"),
+            Back::After { delay, reserved } => {
+                let reserved = if *reserved { ", reserved" } else { "" };
+                write!(f, "after {}{reserved}", humantime::format_duration(*delay))
+            }
+        }
+    }
+}
+
 impl Back {
     /// Due again after `delay`, with no send time reserved.
     pub fn later(delay: Duration) -> Self {

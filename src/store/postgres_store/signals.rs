@@ -59,7 +59,7 @@ pub async fn listen(
         match listen_once(&config, &instance, &listeners, &wake, &cancel).await {
             Ok(()) => backoff = Duration::from_millis(100),
             Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?backoff, "postgres: cannot listen for wake-ups")
+                tracing::warn!(error = %e, retry_in = %humantime::format_duration(backoff), "postgres: cannot listen for wake-ups")
             }
         }
         tokio::select! {
