@@ -235,7 +235,6 @@ async fn view(state: &AppState, found: &EndpointRecord) -> Result<Json<EndpointV
 /// Pages of each list read at most to count an endpoint's backlog: a view costs a
 /// bounded read however long the lists are.
 const BACKLOG_PAGES: usize = 10;
-const BACKLOG_PAGE: usize = 500;
 
 /// The notifications of `found`'s endpoint that wait for an attempt, counted from the
 /// lists they are in (every tenant's share them, so a count reads past others').
@@ -250,7 +249,7 @@ async fn backlog(store: &dyn Store, found: &EndpointRecord) -> StoreResult<Backl
         ..Backlog::default()
     };
     for listed in [Listed::Scheduled, Listed::Retrying, Listed::Held] {
-        let (n, complete) = count(store, listed, &filter).await?;
+        let (n, complete) = paging::count(store, listed, &filter, BACKLOG_PAGES).await?;
         match listed {
             Listed::Held => backlog.held += n,
             _ => backlog.pending += n,
@@ -258,22 +257,6 @@ async fn backlog(store: &dyn Store, found: &EndpointRecord) -> StoreResult<Backl
         backlog.complete &= complete;
     }
     Ok(backlog)
-}
-
-/// How many of `listed` match `filter`, and whether the count reached the list's end.
-async fn count(store: &dyn Store, listed: Listed, filter: &ListFilter) -> StoreResult<(u64, bool)> {
-    let (mut n, mut after) = (0, None);
-    for _ in 0..BACKLOG_PAGES {
-        let page = store
-            .list(listed, filter, BACKLOG_PAGE, after.as_ref())
-            .await?;
-        n += page.items.len() as u64;
-        after = page.next_cursor;
-        if after.is_none() {
-            return Ok((n, true));
-        }
-    }
-    Ok((n, false))
 }
 
 fn endpoint_state(raw: &str) -> Result<EndpointState, FieldError> {

@@ -13,13 +13,13 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth;
 use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::rfc3339;
 use super::view::{CountsView, DegradedView, StatsView};
 use super::AppState;
+use super::{auth, paging};
 use crate::access::Principal;
-use crate::store::{window_of, JobView, ListFilter, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
+use crate::store::{window_of, JobView, ListFilter, Listed, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 
 /// Whose counts: a token bound to a tenant counts its own only.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -67,13 +67,28 @@ const TOP_HOSTS: usize = 5;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Overview {
+    /// By state; `scheduled` counts the held ones too.
     pub counts: CountsView,
+    /// Those of `counts.scheduled` held while their endpoint is paused.
+    pub held: Held,
     /// Five-minute windows (aligned on five minutes of the clock), oldest first, the last
     /// one ending now.
     pub last_hour: Vec<Window>,
     /// The hosts with the most dead letters in the last hour (of the newest 500).
     pub failing_hosts: Vec<FailingHost>,
 }
+
+/// Notifications held while their endpoint is paused, counted up to 1,000.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = HeldCount)]
+pub struct Held {
+    pub count: u64,
+    /// False when there are more than `count` (the count stopped at 1,000).
+    pub complete: bool,
+}
+
+/// Pages of the held list the overview reads at most to count it.
+const HELD_PAGES: usize = 2;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Window {
@@ -133,14 +148,20 @@ pub async fn overview(
             dead: o.dead,
         })
         .collect();
-    let filter = ListFilter {
-        since: Some(first * OUTCOME_WINDOW_MS),
+    let everything = ListFilter {
         tenant,
         ..ListFilter::default()
+    };
+    let held = paging::count(state.store.as_ref(), Listed::Held, &everything, HELD_PAGES);
+    let (count, complete) = held.await?;
+    let filter = ListFilter {
+        since: Some(first * OUTCOME_WINDOW_MS),
+        ..everything
     };
     let recent = state.store.dead_letters(&filter, SAMPLE, None).await?;
     Ok(Json(Overview {
         counts: stats.total.into(),
+        held: Held { count, complete },
         last_hour,
         failing_hosts: failing_hosts(&recent.items),
     }))

@@ -1,6 +1,7 @@
 //! What the list routes share (`GET /notifications`, `GET /dead-letters`, `GET /audit`):
 //! the page size, the cursor each gives back, the RFC 3339 times of their `since` and
-//! `until`, and the filter of the notification lists.
+//! `until`, and the filter of the notification lists; and a list counted a bounded
+//! number of pages at most (an endpoint's backlog, the overview's held ones).
 //!
 //! A cursor is sealed (`CursorSeal`): a page cut short by the scan limit ends at the
 //! last notification it examined, which may be another tenant's, so a cursor must say
@@ -18,10 +19,32 @@ use super::AppState;
 use crate::access::Principal;
 use crate::domain::FieldError;
 use crate::store::collections::{Change, Collection, Collections, Expect};
-use crate::store::{ListFilter, StoreError, StoreResult};
+use crate::store::{ListFilter, Listed, Store, StoreError, StoreResult};
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;
+
+/// How many of `listed` match `filter`, reading at most `pages` pages of 500, and
+/// whether the count reached the list's end.
+pub async fn count(
+    store: &dyn Store,
+    listed: Listed,
+    filter: &ListFilter,
+    pages: usize,
+) -> StoreResult<(u64, bool)> {
+    let (mut n, mut after) = (0, None);
+    for _ in 0..pages {
+        let page = store
+            .list(listed, filter, MAX_LIMIT, after.as_ref())
+            .await?;
+        n += page.items.len() as u64;
+        after = page.next_cursor;
+        if after.is_none() {
+            return Ok((n, true));
+        }
+    }
+    Ok((n, false))
+}
 
 /// Items per page: `limit` if given (1 to 500), otherwise 50.
 pub fn limit(raw: Option<usize>) -> Result<usize, FieldError> {

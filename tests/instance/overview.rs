@@ -50,6 +50,34 @@ async fn the_overview_counts_the_last_hour_and_ranks_failing_hosts() {
     assert_eq!(hosts[0]["last_status"], 500);
     assert_eq!(hosts[1]["host"], "127.0.0.2");
     assert_eq!(hosts[1]["last_status"], 503);
+    assert_eq!(o["held"], json!({"count": 0, "complete": true}), "{o}");
+}
+
+/// Held notifications are counted apart: among the scheduled, and on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_counts_the_held_apart() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let paused_url = receiver.url("/paused");
+    let first = pb
+        .register(json!({"url": paused_url, "body": {}, "delay": "1h"}))
+        .await;
+    let endpoint = support::eventually(Duration::from_secs(10), || async {
+        pb.get("/endpoints").await.1["items"][0]["id"].is_string()
+    });
+    assert!(endpoint.await, "the endpoint is listed");
+    let (_, page) = pb.get("/endpoints").await;
+    let id = page["items"][0]["id"].as_str().unwrap().to_string();
+    let pause = format!("/endpoints/{id}/pause");
+    let (status, _) = pb.request(reqwest::Method::POST, &pause, None, &[]).await;
+    assert_eq!(status, 200);
+    let held = pb.register(json!({"url": paused_url, "body": {}})).await;
+    pb.wait_state(&held, "held", Duration::from_secs(10)).await;
+
+    let (_, o) = pb.get("/overview").await;
+    assert_eq!(o["counts"]["scheduled"], 2, "{first} and the held one: {o}");
+    assert_eq!(o["held"], json!({"count": 1, "complete": true}), "{o}");
+    let (_, other) = pb.get("/overview?tenant=shop-elsewhere").await;
+    assert_eq!(other["held"]["count"], 0, "{other}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
