@@ -3,9 +3,11 @@
 // portal link's credential arrives in the URL's fragment (`portalLink`).
 // Views are chosen by the URL's hash, so the browser's back button and links work:
 // #/overview (?tenant), #/dead (?filters), #/dead/<id>, #/queue (?state, filters, cursor),
-// #/lookup, #/lookup/<id>, #/endpoints (?filters), #/audit (?filters), #/keys (?tenant).
-// A token of one tenant (a merchant's portal link) sees that tenant's views without a
-// tenant to choose, and only the actions its roles allow (`may` of `GET /me`).
+// #/lookup, #/lookup/<id>, #/endpoints (?filters), #/subscriptions, #/events,
+// #/events/<id>, #/audit (?filters), #/keys (?tenant) (`VIEWS`). A token of one tenant
+// (a merchant's portal link) sees that tenant's views without a tenant to choose, and
+// only the actions its roles allow (`may` of `GET /me`); a view it may not open, or one
+// that does not exist, says so rather than fail.
 "use strict";
 
 const TOKEN_KEY = "postback-token";
@@ -18,8 +20,9 @@ function el(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
   }
+  // `false` is nothing too, so that `can(…) && el(…)` leaves nothing when it cannot.
   for (const c of children.flat()) {
-    if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+    if (c !== null && c !== undefined && c !== false) node.append(c instanceof Node ? c : String(c));
   }
   return node;
 }
@@ -38,6 +41,8 @@ class ApiError extends Error {
 let caller = null;
 const can = (...actions) => actions.every((a) => Boolean(caller?.may.includes(a)));
 const oneTenant = () => caller?.tenant || null;
+// Whether the caller is a merchant's portal link rather than a configured token.
+const isLink = () => Boolean(caller?.actor.startsWith("portal:"));
 // The filters of a view without `tenant` for a token of one tenant, which has no other.
 const ownFilters = (fields) => (oneTenant() ? fields.filter((f) => f !== "tenant") : fields);
 // A table's tenant header and cell, left out for a token of one tenant.
@@ -128,6 +133,12 @@ function deliveryRules(n) {
     el("dt", {}, "Success"), el("dd", { id: "success-rule" }, successText(n.success)),
   ];
 }
+// A long value (a URL, an id) kept on one line and cut with an ellipsis where its column
+// ends; the whole value shows on hover, and a copy takes all of it.
+function clip(text, attrs = {}) {
+  const tag = attrs.href ? "a" : "span";
+  return el(tag, { ...attrs, class: `clip ${attrs.class || ""}`.trim(), title: text }, text);
+}
 const stateBadge = (s) => el("span", { class: `state state-${s}` }, s.replace("_", " "));
 const outcome = (a) => (a.status !== null ? `HTTP ${a.status}` : a.error || "no response");
 // How a list item's last attempt ended: its status, and why when the status does not
@@ -195,13 +206,17 @@ async function overview(params) {
   const c = o.counts;
   const max = Math.max(1, ...o.last_hour.map((w) => w.finished + w.dead));
   const dead = (host) => `#/dead?${new URLSearchParams(tenant ? { host, tenant } : { host })}`;
+  const queue = (state) => `#/queue?${new URLSearchParams(tenant && !oneTenant() ? { state, tenant } : { state })}`;
+  // The held are among the scheduled; each is counted once, under its own name.
+  const held = `${o.held.count}${o.held.complete ? "" : "+"}`;
+  const counts = [["Scheduled or retrying", c.scheduled - o.held.count, queue("scheduled")],
+    ["Held (endpoint paused)", held, queue("held")], ["In flight", c.in_flight, queue("in_flight")],
+    ["Dead letters", c.dead, "#/dead"], ["Delivered or cancelled", c.finished, queue("delivered")]];
   return [
     el("h1", {}, tenant ? `Overview of ${tenant}` : "Overview"),
     oneTenant() ? null : filterForm(["tenant"], params, "o", "overview"),
-    el("div", { class: "counts" },
-      [["Scheduled", c.scheduled], ["In flight", c.in_flight], ["Dead letters", c.dead],
-       ["Delivered or cancelled", c.finished]].map(([label, n]) =>
-        el("div", { class: "count" }, el("b", {}, n), el("span", {}, label)))),
+    el("div", { class: "counts" }, counts.map(([label, n, href]) =>
+      el("a", { class: "count", href }, el("b", {}, n), el("span", {}, label)))),
     el("h2", {}, "Last hour"),
     el("p", { class: "legend" }, "Per five minutes: ",
       el("span", { class: "ok" }, "■ delivered or cancelled "), el("span", { class: "bad" }, "■ dead-lettered"),
@@ -217,7 +232,7 @@ async function overview(params) {
       : el("div", { class: "table-wrap" }, el("table", {},
         el("thead", {}, el("tr", {}, el("th", {}, "Host"), el("th", {}, "Dead letters"), el("th", {}, "Last error"), el("th", { class: "wide" }, "At"))),
         el("tbody", {}, o.failing_hosts.map((h) => el("tr", {},
-          el("td", {}, el("a", { href: dead(h.host) }, h.host)),
+          el("td", {}, clip(h.host, { href: dead(h.host) })),
           el("td", {}, h.dead),
           el("td", {}, h.last_status !== null ? `HTTP ${h.last_status}` : h.last_error || "—"),
           el("td", { class: "wide" }, when(h.last_at))))))),
@@ -249,13 +264,14 @@ async function countMatching(params) {
 }
 
 async function deadLetters(params) {
+  const filtered = [...filterQuery(params).keys()].length > 0;
   const q = filterQuery(params);
   q.set("limit", "50");
   if (params.get("cursor")) q.set("cursor", params.get("cursor"));
   const page = await api(`/dead-letters?${q}`);
   const status = el("p", { role: "status" });
   const form = filterForm(ownFilters(FILTERS), params, "f", "dead");
-  const list = el("div", {}, deadRows(page));
+  const list = el("div", {}, deadRows(page, filtered));
   const replayAll = el("button", { type: "button", class: "secondary" }, "Replay all matching…");
   replayAll.addEventListener("click", async () => {
     replayAll.disabled = true;
@@ -291,15 +307,16 @@ async function deadLetters(params) {
 }
 
 // The rows of a page of dead letters.
-function deadRows(page) {
+function deadRows(page, filtered) {
   return page.items.length === 0
-      ? el("p", { class: "muted" }, "No dead letters match.")
+      ? el("p", { class: "muted" }, filtered ? "No dead letters match."
+        : "No dead letters: nothing has used up its schedule. A notification lands here after its last attempt fails.")
       : el("div", { class: "table-wrap" }, el("table", {},
         el("thead", {}, el("tr", {}, el("th", {}, "Notification"), el("th", { class: "wide" }, "Topic"),
           tenantHead(), el("th", {}, "Last failure"), el("th", { class: "wide" }, "Attempts"),
           el("th", {}, "Dead since"))),
         el("tbody", {}, page.items.map((d) => el("tr", {},
-          el("td", { class: "url" }, el("a", { href: `#/dead/${d.id}` }, d.url), el("div", { class: "muted id" }, d.id)),
+          el("td", { class: "url" }, clip(d.url, { href: `#/dead/${d.id}` }), clip(d.id, { class: "muted id" })),
           el("td", { class: "wide" }, d.topic || "—"),
           tenantCell(d.tenant),
           el("td", {}, lastAttempt(d)),
@@ -440,7 +457,7 @@ async function queue(params) {
           el("th", { class: "wide" }, "Topic"), tenantHead(),
           el("th", { class: "wide" }, "Attempts"), el("th", {}, "Last attempt"))),
         el("tbody", {}, page.items.map((n) => el("tr", {},
-          el("td", { class: "url" }, el("a", { href: `#/lookup/${n.id}` }, n.url), el("div", { class: "muted id" }, n.id)),
+          el("td", { class: "url" }, clip(n.url, { href: `#/lookup/${n.id}` }), clip(n.id, { class: "muted id" })),
           el("td", {}, when(pending ? n.next_attempt_at : n.finished_at)),
           el("td", { class: "wide" }, n.topic || "—"),
           tenantCell(n.tenant),
@@ -607,14 +624,16 @@ async function endpoints(params) {
     form,
     status,
     page.items.length === 0
-      ? el("p", { class: "muted" }, "No endpoints match.")
+      ? el("p", { class: "muted" }, shown.toString() ? "No endpoints match."
+        : "No endpoints yet: an endpoint (a callback's scheme, host and port) is listed once a notification to it is registered.")
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Endpoints" },
         el("thead", {}, el("tr", {}, el("th", {}, "Endpoint"), el("th", {}, "State"),
           tenantHead(), el("th", {}, "Failures in a row"),
           el("th", {}, "Last hour ok"), el("th", { class: "wide" }, "Last day ok"),
-          el("th", { class: "wide" }, "Last failure"), el("th", {}, "Last success"), el("th", {}, ""))),
+          el("th", { class: "wide" }, "Last failure"), el("th", {}, "Last success"),
+          el("th", {}, el("span", { class: "visually-hidden" }, "Actions")))),
         el("tbody", {}, page.items.map((e) => el("tr", {},
-          el("td", { class: "url" }, el("a", { href: endpointQueue(e) }, e.url), el("div", { class: "muted id" }, e.id)),
+          el("td", { class: "url" }, clip(e.url, { href: endpointQueue(e) }), clip(e.id, { class: "muted id" })),
           el("td", { class: `state-${e.state}` }, e.state,
             e.paused ? el("div", { class: "muted" }, `by ${e.paused.by} ${when(e.paused.since)}`)
               : e.failing_since ? el("div", { class: "muted" }, `since ${when(e.failing_since)}`) : null),
@@ -659,11 +678,13 @@ async function subscriptions(params) {
     el("div", {}, el("label", { for: "s-topics" }, "topics"),
       el("input", { id: "s-topics", name: "topics", placeholder: "payment.*, refund.created", required: true })),
     el("div", {}, el("button", { type: "submit" }, "Subscribe")));
-  form?.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const topics = form.elements.topics.value.split(",").map((t) => t.trim()).filter(Boolean);
-    change("/subscriptions", "POST", { url: form.elements.url.value.trim(), topics });
-  });
+  if (form) {
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const topics = form.elements.topics.value.split(",").map((t) => t.trim()).filter(Boolean);
+      change("/subscriptions", "POST", { url: form.elements.url.value.trim(), topics });
+    });
+  }
   const next = new URLSearchParams(params);
   if (page.next_cursor) next.set("cursor", page.next_cursor);
   return [
@@ -671,18 +692,21 @@ async function subscriptions(params) {
     form,
     status,
     page.items.length === 0
-      ? el("p", { class: "muted" }, "No subscriptions.")
+      ? el("p", { class: "muted" }, can("subscriptions")
+        ? "No subscriptions yet: subscribe a URL to topics above, and each event published on them is sent there."
+        : "No subscriptions yet: a URL subscribed to topics gets each event published on them.")
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Subscriptions" },
         el("thead", {}, el("tr", {}, el("th", {}, "URL"), el("th", {}, "Topics"), tenantHead(),
-          el("th", {}, "Takes events"), el("th", { class: "wide" }, "Settings"), el("th", {}, ""))),
+          el("th", {}, "Takes events"), el("th", { class: "wide" }, "Settings"),
+          can("subscriptions") ? el("th", {}, el("span", { class: "visually-hidden" }, "Actions")) : null)),
         el("tbody", {}, page.items.map((s) => el("tr", {},
-          el("td", { class: "url" }, s.url, el("div", { class: "muted id" }, s.id),
+          el("td", { class: "url" }, clip(s.url), clip(s.id, { class: "muted id" }),
             s.description ? el("div", { class: "muted" }, s.description) : null),
           el("td", {}, s.topics.join(", ")),
           tenantCell(s.tenant),
           el("td", {}, s.enabled ? "yes" : "no"),
           el("td", { class: "wide id" }, Object.keys(s.settings).length ? JSON.stringify(s.settings) : "—"),
-          el("td", {}, actions(s))))))),
+          can("subscriptions") ? el("td", {}, actions(s)) : null))))),
     page.next_cursor ? el("p", {}, el("a", { href: `#/subscriptions?${next}` }, "Next page →")) : null,
   ];
 }
@@ -710,12 +734,13 @@ async function events(params) {
         el("td", { class: "wide" }, el("code", {}, JSON.stringify(t.example).slice(0, 120)))))))),
     form,
     page.items.length === 0
-      ? el("p", { class: "muted" }, "No events match.")
+      ? el("p", { class: "muted" }, shown.toString() ? "No events match."
+        : "No events yet: a producer publishes one with POST /events, and each subscription that takes its topic gets a notification.")
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Events list" },
         el("thead", {}, el("tr", {}, el("th", {}, "Event"), el("th", {}, "Topic"), tenantHead(),
           el("th", {}, "Published"), el("th", {}, "Subscriptions reached"))),
         el("tbody", {}, page.items.map((e) => el("tr", {},
-          el("td", { class: "id" }, el("a", { href: `#/events/${e.id}` }, e.id)),
+          el("td", { class: "id" }, clip(e.id, { href: `#/events/${e.id}` })),
           el("td", {}, e.topic),
           tenantCell(e.tenant),
           el("td", {}, when(e.created_at)),
@@ -754,8 +779,8 @@ async function event(id) {
         el("thead", {}, el("tr", {}, el("th", {}, "Subscription"), el("th", {}, "Notification"),
           el("th", {}, "State"), el("th", {}, "Attempts"), el("th", {}, "Next attempt"))),
         el("tbody", {}, e.deliveries.map((d) => el("tr", {},
-          el("td", { class: "id" }, d.subscription),
-          el("td", { class: "id" }, d.notification ? el("a", { href: `#/lookup/${d.notification}` }, d.notification) : "—"),
+          el("td", { class: "id" }, clip(d.subscription)),
+          el("td", { class: "id" }, d.notification ? clip(d.notification, { href: `#/lookup/${d.notification}` }) : "—"),
           el("td", { class: d.state ? `state-${d.state}` : "" }, d.error ? `refused: ${d.error.message}` : d.state || "deleted"),
           el("td", {}, d.attempts ?? "—"),
           el("td", {}, when(d.next_attempt_at))))))),
@@ -765,11 +790,11 @@ async function event(id) {
 }
 
 const AUDIT_FILTERS = ["actor", "action", "tenant", "since", "until"];
-const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge", "resend", "resend_matching", "attempt_now", "pause_endpoint", "resume_endpoint", "create_subscription", "update_subscription", "delete_subscription", "resend_event"];
+const ACTIONS = ["cancel", "replay", "replay_matching", "discard", "purge", "resend", "resend_matching", "attempt_now", "pause_endpoint", "resume_endpoint", "create_subscription", "update_subscription", "delete_subscription", "resend_event", "issue_portal_link"];
 
 // What an entry acted on: one notification (linked), or a bulk action's filter.
 function auditTarget(e) {
-  if (e.target) return el("a", { href: `#/lookup/${e.target}` }, e.target);
+  if (e.target) return clip(e.target, { href: `#/lookup/${e.target}` });
   const f = Object.entries(e.filter || {});
   return f.length ? f.map(([k, v]) => `${k}=${v}`).join(" ") : "every dead letter";
 }
@@ -783,21 +808,22 @@ async function audit(params) {
   const page = await api(`/audit?${q}`);
   const actions = (f) => f === "action" &&
     el("select", { id: "a-action", name: "action" }, el("option", { value: "" }, "any"),
-      ACTIONS.map((a) => el("option", { value: a, selected: params.get("action") === a }, a.replace("_", " "))));
+      ACTIONS.map((a) => el("option", { value: a, selected: params.get("action") === a }, a.replaceAll("_", " "))));
   const form = filterForm(ownFilters(AUDIT_FILTERS), params, "a", "audit", actions);
   if (page.next_cursor) shown.set("cursor", page.next_cursor);
   return [
     el("h1", {}, "Audit log"),
     form,
     page.items.length === 0
-      ? el("p", { class: "muted" }, "No entries match.")
+      ? el("p", { class: "muted" }, shown.toString() ? "No entries match."
+        : "Nothing recorded yet: each cancel, replay, resend, discard, purge, pause, resume and change of a subscription is, with who did it.")
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Audit log" },
         el("thead", {}, el("tr", {}, el("th", {}, "At"), el("th", {}, "Actor"), el("th", {}, "Action"),
           tenantHead(), el("th", {}, "On"), el("th", {}, "Count"))),
         el("tbody", {}, page.items.map((e) => el("tr", {},
           el("td", {}, when(e.at)),
           el("td", {}, e.actor),
-          el("td", {}, e.action.replace("_", " ")),
+          el("td", {}, e.action.replaceAll("_", " ")),
           oneTenant() ? null : el("td", { class: "wide" }, e.tenant || "every tenant"),
           el("td", { class: "id" }, auditTarget(e)),
           el("td", {}, e.count)))))),
@@ -865,16 +891,15 @@ async function keys(params) {
   const tenant = oneTenant() || params.get("tenant") || "default";
   const k = await api(`/signing-keys?${new URLSearchParams({ tenant })}`);
   const published = k.keys.map((key) => key.public_key);
+  const heading = [el("h1", {}, "Signing keys"), oneTenant() ? null : filterForm(["tenant"], params, "k", "keys")];
+  if (published.length === 0) return [...heading, ...noSigningKeys(k.tenant)];
   return [
-    el("h1", {}, "Signing keys"),
-    oneTenant() ? null : filterForm(["tenant"], params, "k", "keys"),
+    ...heading,
     el("p", {}, `Every delivery of ${k.tenant} is signed with each key below (ed25519, `,
       el("code", {}, "v1a"), " in Standard Webhooks' terms). During a rotation there are two: a signature that verifies with either is good."),
-    published.length === 0
-      ? el("p", { class: "muted" }, "No signing keys are configured: deliveries carry no v1a signature.")
-      : el("div", { class: "table-wrap" }, el("table", { class: "keys", "aria-label": "Public keys" },
-        el("thead", {}, el("tr", {}, el("th", {}, "Public key"), el("th", {}, "Algorithm"))),
-        el("tbody", {}, k.keys.map((key) => el("tr", {}, el("td", {}, key.public_key), el("td", {}, key.algorithm)))))),
+    el("div", { class: "table-wrap" }, el("table", { class: "keys", "aria-label": "Public keys" },
+      el("thead", {}, el("tr", {}, el("th", {}, "Public key"), el("th", {}, "Algorithm"))),
+      el("tbody", {}, k.keys.map((key) => el("tr", {}, el("td", {}, key.public_key), el("td", {}, key.algorithm)))))),
     el("p", { class: "muted" }, "They are public: ", el("code", {}, `GET /signing-keys?tenant=${k.tenant}`),
       " answers them without a token, so a receiver can fetch them when it starts."),
     el("h2", {}, "How to verify a delivery"),
@@ -895,6 +920,23 @@ async function keys(params) {
   ];
 }
 
+// What the Signing keys view says when a tenant has no public key: what that means for its
+// deliveries, and who does what to sign them.
+function noSigningKeys(tenant) {
+  return [
+    el("p", { class: "notice", role: "status" }, `No signing key is configured for ${tenant}: its deliveries carry no `,
+      el("code", {}, "v1a"), " signature, so a receiver cannot verify them with a public key. (They carry a ",
+      el("code", {}, "v1"), " signature if the tenant has a shared ", el("code", {}, "whsec_"), " secret.)"),
+    isLink()
+      ? el("p", {}, "Ask postback's operator for a signing key; once it is configured, its public key and code that verifies a delivery with it appear here.")
+      : el("ol", { class: "steps" },
+        el("li", {}, el("code", {}, "postback signing-key new"), " prints a fresh key (", el("code", {}, "whsk_…"), ")."),
+        el("li", {}, "Add it to ", el("code", {}, "signing.keys"), " (every tenant's, each signing with one derived from it) or to ",
+          el("code", {}, `[tenants.${tenant}] keys`), ", and restart postback."),
+        el("li", {}, "Its public key then shows here, with code that verifies a delivery in Node.js and Python.")),
+  ];
+}
+
 // ---- routing -------------------------------------------------------------
 
 // The header for the caller: its name, tenant, roles and expiry, and only the views
@@ -906,33 +948,67 @@ function showCaller() {
     `${caller.tenant || "every tenant"} · ${caller.roles.join(", ")}${expires}`;
 }
 
+// Every view: its title, what the caller must be allowed to open it (`may` of
+// `GET /me`), and how it is drawn, with the id after its name if one is given.
+const VIEWS = {
+  overview: { title: "Overview", may: "read", show: (id, q) => overview(q) },
+  dead: { title: "Dead letters", may: "read", show: (id, q) => (id ? deadLetter(id) : deadLetters(q)) },
+  queue: { title: "Queue", may: "read", show: (id, q) => queue(q) },
+  lookup: { title: "Look up a notification", may: "lookup", show: (id) => lookup(id) },
+  endpoints: { title: "Endpoints", may: "read", show: (id, q) => endpoints(q) },
+  subscriptions: { title: "Subscriptions", may: "read", show: (id, q) => subscriptions(q) },
+  events: { title: "Events", may: "read", show: (id, q) => (id ? event(id) : events(q)) },
+  audit: { title: "Audit log", may: "audit", show: (id, q) => audit(q) },
+  keys: { title: "Signing keys", may: null, show: (id, q) => keys(q) },
+};
+
+// The roles of a configured token that let it open a view needing `may`.
+const OPENED_BY = { read: "read", lookup: "read or notify", audit: "audit" };
+
+// A view the caller may not open: why, and which role would open it.
+function notAllowed(v) {
+  const why = isLink()
+    ? `A portal link does not open the ${v.title.toLowerCase()}: it is for postback's operators.`
+    : `The token ${caller.actor} may not open the ${v.title.toLowerCase()}: it needs the ${OPENED_BY[v.may]} role.`;
+  return [el("h1", {}, v.title), el("p", { class: "notice", role: "status" }, why), home()];
+}
+
+// A link to a view the caller may open, to go on from a page that shows nothing.
+function home() {
+  const first = Object.entries(VIEWS).find(([, v]) => !v.may || can(v.may));
+  return el("p", {}, el("a", { href: `#/${first[0]}` }, `Go to ${first[1].title.toLowerCase()}`));
+}
+
+// What went wrong, in words: a refusal says what the caller lacks, anything else what
+// the API answered.
+function failed(title, e) {
+  if (e.status === 403) return [el("h1", {}, title), el("p", { class: "notice", role: "status" }, e.message), home()];
+  if (e.status === 404) return [el("h1", {}, title), el("p", { class: "notice", role: "status" }, "Not found: it does not exist, or is not one this sign-in may see."), home()];
+  return [el("h1", {}, title), failure(e),
+    el("p", { class: "muted" }, "Refresh to try again; if it persists, postback's log says more.")];
+}
+
 async function route() {
   if (!sessionStorage.getItem(TOKEN_KEY)) return showTokenForm();
   document.getElementById("sign-out").hidden = false;
   const [path, query = ""] = location.hash.replace(/^#/, "").split("?");
-  const [, name = "overview", id] = path.split("/");
+  const [, named, id] = path.split("/");
+  const name = named || "overview";
   for (const a of document.querySelectorAll("nav a")) {
     if (a.dataset.view === name) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
+  const v = Object.hasOwn(VIEWS, name) ? VIEWS[name] : null;
   try {
     caller = caller || (await api("/me"));
     showCaller();
-    const parts = name === "dead" && id ? await deadLetter(decodeURIComponent(id))
-      : name === "dead" ? await deadLetters(new URLSearchParams(query))
-      : name === "lookup" ? await lookup(id && decodeURIComponent(id))
-      : name === "queue" ? await queue(new URLSearchParams(query))
-      : name === "endpoints" ? await endpoints(new URLSearchParams(query))
-      : name === "subscriptions" ? await subscriptions(new URLSearchParams(query))
-      : name === "events" && id ? await event(decodeURIComponent(id))
-      : name === "events" ? await events(new URLSearchParams(query))
-      : name === "audit" ? await audit(new URLSearchParams(query))
-      : name === "keys" ? await keys(new URLSearchParams(query))
-      : await overview(new URLSearchParams(query));
+    const parts = !v ? [el("h1", {}, "No such page"), el("p", { class: "notice", role: "status" }, `There is no page #/${name}.`), home()]
+      : v.may && !can(v.may) ? notAllowed(v)
+      : await v.show(id && decodeURIComponent(id), new URLSearchParams(query));
     view.replaceChildren(...parts.filter(Boolean));
     document.title = `postback — ${parts[0].textContent}`;
   } catch (e) {
-    if (e.status !== 401) view.replaceChildren(el("h1", {}, "Something went wrong"), failure(e));
+    if (e.status !== 401) view.replaceChildren(...failed(v ? v.title : "postback", e));
   }
   document.getElementById("main").focus({ preventScroll: true });
 }

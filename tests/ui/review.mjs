@@ -11,11 +11,17 @@
 // in a fresh browser: its endpoints with the credential out of the address bar, no
 // tenant to choose, only the actions its roles name, a notification's request and response,
 // and its signing keys with code (Node.js and Python) that verifies real deliveries;
-// checks the page works at phone
+// a view a link may not open (the audit log) and one that does not exist say so; an
+// instance without signing keys says what that means and how to give one; URLs and ids
+// stay on one line, whole on hover; the overview counts held ones apart; every view of
+// an operator and of a merchant answers at 1400 px and 390 px, no wider than the screen
+// (VIEWS=DIR saves a screenshot of each there); checks the page works at phone
 // width and with the keyboard, and that it and Swagger UI need nothing their
 // Content-Security-Policy refuses. Saves a screenshot of each view under docs/.
 import { chromium } from "playwright-core";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { createRequire } from "node:module";
 import http from "node:http";
 import assert from "node:assert/strict";
@@ -59,7 +65,7 @@ async function call(method, path, body) {
 function portalLink(roles) {
   const args = ["portal-link", "--tenant", "default", "--ttl", "10m", "--roles", roles];
   const env = { ...process.env, POSTBACK_API_URL: api, POSTBACK_API_TOKEN: token };
-  const link = execFileSync("target/debug/postback", args, { encoding: "utf8", env }).trim();
+  const link = execFileSync("target/debug/postback", args, { encoding: "utf8", env, stdio: ["ignore", "pipe", "pipe"] }).trim();
   assert.ok(link.startsWith(`${api}/ui#token=pt_`), link);
   assert.match(link, /\/ui#token=pt_/);
   return link;
@@ -207,6 +213,99 @@ async function linkInASignedInTab(browser, errors) {
   await tab.close();
 }
 
+// Every view of the operator's page and of a merchant's link answers, at 1400 px and at
+// 390 px, with a heading of its own (a view the caller may not open says why), and none
+// is wider than a phone's screen. With VIEWS set, a screenshot of each goes there.
+async function everyView(browser, errors, ids) {
+  const views = process.env.VIEWS;
+  const routes = ["overview", "dead", `dead/${ids.dead}`, "queue?state=scheduled", "queue?state=held",
+    "queue?state=delivered", `lookup/${ids.notification}`, "endpoints", "subscriptions", "events",
+    `events/${ids.event}`, "audit", "keys", "nowhere"];
+  const problems = [];
+  for (const [who, open] of [["operator", null], ["merchant", portalLink("read")]]) {
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    page.on("pageerror", (e) => errors.push(e.message));
+    if (open) {
+      await page.goto(open);
+    } else {
+      await page.goto(`${api}/ui`);
+      await page.getByLabel("API token").fill(token);
+      await page.getByRole("button", { name: "Use token" }).click();
+    }
+    await page.locator("#view h1").first().waitFor();
+    for (const width of [1400, 390]) {
+      await page.setViewportSize({ width, height: width === 390 ? 844 : 900 });
+      for (const route of routes) {
+        await page.evaluate(() => document.getElementById("view").replaceChildren());
+        await page.goto(`${api}/ui#/${route}`);
+        await page.waitForFunction(() => document.querySelector("#view h1"));
+        await page.waitForLoadState("networkidle");
+        const name = `${who}-${route.replace(/[/?=]/g, "-").slice(0, 40)}-${width}`;
+        if (await page.locator("#view .error").count() > 0) problems.push(`${name}: ${await page.locator("#view").textContent()}`);
+        const leaked = await page.locator("#view td, #view dd, #view .count b").evaluateAll((cells) =>
+          cells.map((c) => c.textContent).filter((t) => ["false", "true", "undefined", "null", "NaN"].includes(t)));
+        if (leaked.length) problems.push(`${name}: a script's value shown as text: ${leaked}`);
+        const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+        if (wide > width) problems.push(`${name}: ${wide}px wide`);
+        if (views) await page.screenshot({ path: `${views}/${name}.png`, fullPage: true });
+      }
+    }
+    await page.close();
+  }
+  assert.deepEqual(problems, [], "every view answers, within the screen");
+}
+
+// A view a merchant's link may not open, and one that does not exist, say so.
+async function notForALink(browser, errors) {
+  const merchant = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  merchant.on("pageerror", (e) => errors.push(e.message));
+  await merchant.goto(portalLink("read"));
+  await merchant.getByRole("table", { name: "Endpoints" }).waitFor();
+  await merchant.goto(`${api}/ui#/audit`);
+  await merchant.getByRole("heading", { name: "Audit log" }).waitFor();
+  await merchant.getByText("A portal link does not open the audit log: it is for postback's operators.").waitFor();
+  await merchant.goto(`${api}/ui#/nowhere`);
+  await merchant.getByRole("heading", { name: "No such page" }).waitFor();
+  await merchant.getByRole("link", { name: "Go to overview" }).click();
+  await merchant.getByRole("heading", { name: "Overview" }).waitFor();
+  await merchant.close();
+}
+
+// The signing keys of an instance that has none: the page says what that means and how
+// to give one, and shows no verifying code with no key in it. A second postback,
+// without keys (and without tokens: any token is taken), on a store of its own.
+async function noSigningKeys(browser, errors) {
+  const port = await new Promise((resolve) => {
+    const probe = http.createServer().listen(0, "127.0.0.1", () => {
+      const { port: free } = probe.address();
+      probe.close(() => resolve(free));
+    });
+  });
+  const data = mkdtempSync(`${tmpdir()}/postback-ui-`);
+  const env = { PATH: process.env.PATH, POSTBACK_SERVER_LISTEN: `127.0.0.1:${port}`, POSTBACK_STORE_DATA_DIR: data };
+  const other = spawn("target/debug/postback", ["serve", "--insecure-no-auth"], { env, stdio: "ignore" });
+  const keyless = `http://127.0.0.1:${port}`;
+  try {
+    await eventually("the keyless instance", async () => (await fetch(`${keyless}/healthz`).catch(() => null))?.ok);
+    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    page.on("pageerror", (e) => errors.push(e.message));
+    await page.goto(`${keyless}/ui#/keys`);
+    await page.getByLabel("API token").fill("any");
+    await page.getByRole("button", { name: "Use token" }).click();
+    await page.getByText("No signing key is configured for default").waitFor();
+    await page.getByText("postback signing-key new").waitFor();
+    assert.equal(await page.locator("#verify-node, #verify-python").count(), 0, "no code without a key");
+    assert.doesNotMatch(await page.locator("#view").textContent(), /signed with each key below|PUBLIC_KEYS/);
+    if (process.env.VIEWS) await page.screenshot({ path: `${process.env.VIEWS}/operator-keys-none-1400.png`, fullPage: true });
+    await page.setViewportSize({ width: 390, height: 844 });
+    if (process.env.VIEWS) await page.screenshot({ path: `${process.env.VIEWS}/operator-keys-none-390.png`, fullPage: true });
+    await page.close();
+  } finally {
+    other.kill();
+    rmSync(data, { recursive: true, force: true });
+  }
+}
+
 async function eventually(what, check, seconds = 20) {
   const end = Date.now() + seconds * 1000;
   while (Date.now() < end) {
@@ -267,7 +366,7 @@ try {
   assert.equal(await deadCount.textContent(), "3");
 
   // The dead letters, filtered by topic.
-  await page.getByRole("link", { name: "Dead letters" }).click();
+  await page.getByRole("link", { name: "Dead letters", exact: true }).click();
   await page.getByLabel("topic").fill("payment.succeeded");
   await page.getByRole("button", { name: "Filter" }).click();
   await page.locator("tbody tr").nth(2).waitFor();
@@ -414,7 +513,16 @@ try {
   assert.match(await failingRow.textContent(), /HTTP 503/);
   // The receiver's own origin: its last attempt (a delivery) succeeded.
   assert.match(await endpointRows.filter({ hasText: "127.0.0.1" }).textContent(), /healthy/);
+  // A URL and an id each on one line, cut where the column ends, whole on hover.
+  await page.setViewportSize({ width: 1400, height: 900 });
+  const clipped = await page.locator("td.url .clip").evaluateAll((all) => all.map((e) => ({
+    text: e.textContent, whole: e.title === e.textContent,
+    lines: Math.round(e.getBoundingClientRect().height / (parseFloat(getComputedStyle(e).fontSize) * 1.2)),
+  })));
+  assert.ok(clipped.length >= 4, "a URL and an id per row");
+  for (const c of clipped) assert.deepEqual([c.whole, c.lines], [true, 1], `${c.text} on one line, whole in its title`);
   await page.screenshot({ path: `${shots}/ui-endpoints.png`, fullPage: true });
+  await page.setViewportSize({ width: 1200, height: 800 });
   // Pausing the failing one holds its next notification; resuming lets it go.
   await failingRow.getByRole("button", { name: "Pause…" }).click();
   await page.locator("dialog[open]").getByRole("button", { name: "Pause it" }).click();
@@ -423,6 +531,13 @@ try {
   await eventually("held", async () => (await call("GET", `/notifications/${held.id}`)).state === "held");
   await page.goto(`${api}/ui#/queue?state=held`);
   await page.getByText(held.id).waitFor();
+  // The overview counts it as held, not among the scheduled.
+  await page.goto(`${api}/ui#/overview`);
+  const heldCount = page.locator(".count", { hasText: "Held (endpoint paused)" }).locator("b");
+  assert.equal(await heldCount.textContent(), "1");
+  const scheduledCount = page.locator(".count", { hasText: "Scheduled or retrying" }).locator("b");
+  const counts = (await call("GET", "/overview")).counts;
+  assert.equal(await scheduledCount.textContent(), String(counts.scheduled - 1));
   await page.goto(`${api}/ui#/endpoints`);
   await endpointRows.nth(1).waitFor();
   await page.screenshot({ path: `${shots}/ui-endpoints-paused.png`, fullPage: true });
@@ -479,6 +594,9 @@ try {
 
   await linkInASignedInTab(browser, errors);
   await merchantPage(browser, errors);
+  await notForALink(browser, errors);
+  await noSigningKeys(browser, errors);
+  await everyView(browser, errors, { dead: dead[1], notification: scheduled[0], event: published.id });
 
   // Phone width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
