@@ -215,6 +215,7 @@ async function overview(params) {
   return [
     el("h1", {}, tenant ? `Overview of ${tenant}` : "Overview"),
     oneTenant() ? null : filterForm(["tenant"], params, "o", "overview"),
+    degradedShards(o.degraded_shards || []),
     el("div", { class: "counts" }, counts.map(([label, n, href]) =>
       el("a", { class: "count", href }, el("b", {}, n), el("span", {}, label)))),
     el("h2", {}, "Last hour"),
@@ -237,6 +238,16 @@ async function overview(params) {
           el("td", {}, h.last_status !== null ? `HTTP ${h.last_status}` : h.last_error || "—"),
           el("td", { class: "wide" }, when(h.last_at))))))),
   ];
+}
+
+// The shards that take no new notification now (store.replica_acks not met), and why:
+// what an operator fixes by giving their primary a replica (docs/durability.md).
+function degradedShards(shards) {
+  if (shards.length === 0) return null;
+  return el("div", { class: "alert", role: "status" },
+    el("b", {}, shards.length === 1 ? "1 shard takes no new notifications" : `${shards.length} shards take no new notifications`),
+    el("ul", {}, shards.map((s) => el("li", {}, `Shard ${s.shard}: ${s.reason} (since ${when(s.since)}).`))),
+    el("p", {}, "New notifications go to the other shards; those whose ordering key lives on one of these are refused (503 shard_unavailable). Give the primary the replicas store.replica_acks asks for."));
 }
 
 const FILTERS = ["topic", "host", "endpoint", "tenant", "since", "until"];

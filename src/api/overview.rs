@@ -76,6 +76,10 @@ pub struct Overview {
     pub last_hour: Vec<Window>,
     /// The hosts with the most dead letters in the last hour (of the newest 500).
     pub failing_hosts: Vec<FailingHost>,
+    /// For a token of every tenant: the shards that take no new notification now, and
+    /// why (`/stats`' `degraded_shards`). Absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub degraded_shards: Vec<DegradedView>,
 }
 
 /// Notifications held while their endpoint is paused, counted up to 1,000.
@@ -159,7 +163,12 @@ pub async fn overview(
         ..everything
     };
     let recent = state.store.dead_letters(&filter, SAMPLE, None).await?;
+    let degraded_shards = match auth::sees_every_tenant(&caller) {
+        true => DegradedView::all(state.rules.placement.health()),
+        false => Vec::new(),
+    };
     Ok(Json(Overview {
+        degraded_shards,
         counts: stats.total.into(),
         held: Held { count, complete },
         last_hour,

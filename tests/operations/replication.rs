@@ -97,10 +97,27 @@ async fn readiness_waits_for_the_replicas_asked_for_and_stats_show_them() {
             .contains("0 of the 1"),
         "{ready}"
     );
+    // The operator's overview says which shard and why; a tenant's does not.
+    let (_, overview) = pb.get("/overview").await;
+    let degraded = &overview["degraded_shards"][0];
+    assert_eq!(degraded["shard"], 0, "{overview}");
+    assert!(
+        degraded["reason"].as_str().unwrap().contains("0 of the 1"),
+        "{overview}"
+    );
+    let (_, stats) = pb.get("/stats").await;
+    assert_eq!(stats["degraded_shards"][0]["shard"], 0, "{stats}");
+    let (_, of_a_tenant) = pb.get("/overview?tenant=default").await;
+    assert!(
+        of_a_tenant.get("degraded_shards").is_some(),
+        "a token of every tenant sees it: {of_a_tenant}"
+    );
 
     let _replica = RedisServer::start_replica_of(&primary);
     let ready = support::eventually(WAIT, || async { pb.get("/readyz").await.0 == 200 }).await;
     assert!(ready, "ready once its replica is there");
+    let (_, overview) = pb.get("/overview").await;
+    assert!(overview.get("degraded_shards").is_none(), "{overview}");
     let (_, stats) = pb.get("/stats").await;
     assert_eq!(stats["replication"][0]["replicas"], 1, "{stats}");
     assert!(stats["replication"][0]["lag_bytes"].is_u64(), "{stats}");

@@ -317,10 +317,13 @@ impl Reads for RedisStore {
             .query_async::<String>(&mut self.conn.clone())
             .await
             .map_err(store_error)?;
-        match self.shard_health.all_degraded() {
-            true => self.check_replicas().await,
-            false => Ok(()),
+        if !self.shard_health.all_degraded() {
+            return Ok(());
         }
+        // Every shard degraded, as last seen: look again now, so that readiness and
+        // what the overview names agree the moment a replica connects.
+        self.note_replication(&self.replication_of_each().await);
+        self.check_replicas().await
     }
 }
 
