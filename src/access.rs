@@ -378,7 +378,7 @@ impl TokenTable {
     /// The principal of a portal link that has not expired.
     pub fn identify_link(&self, link: &str) -> Option<Principal> {
         let portal = self.portal.as_ref()?;
-        portal.verify(link, std::time::SystemTime::now())
+        portal.verify(link, crate::clock::system_now())
     }
 
     /// No token is needed (`--insecure-no-auth`).
@@ -481,7 +481,7 @@ mod tests {
             .contains(a)
         });
         assert!(operating.clone().all(|a| token.may(a)));
-        let at = SystemTime::now();
+        let at = crate::clock::system_now();
         let link = Principal::link(shop.clone(), &[LinkRole::Read, LinkRole::Operate], at);
         let may: Vec<Action> = link.actions().collect();
         use Action::*;

@@ -26,6 +26,7 @@ pub(crate) mod api;
 pub mod app;
 pub(crate) mod backoff;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod domain;
 pub(crate) mod egress;

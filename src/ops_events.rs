@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::sync::Notify;
@@ -181,7 +181,7 @@ impl OpsEvents {
             "attempts": job.attempt,
             "last_status": report.status,
             "last_error": report.error,
-            "dead_at": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            "dead_at": humantime::format_rfc3339_seconds(crate::clock::system_now()).to_string(),
         });
         let mut gathered = self.gathered.lock().unwrap_or_else(|e| e.into_inner());
         if to_tenant {
@@ -285,7 +285,7 @@ impl OpsEvents {
         };
         let body = json!({
             "type": kind,
-            "timestamp": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+            "timestamp": humantime::format_rfc3339_seconds(crate::clock::system_now()).to_string(),
             "data": data,
         });
         Some(Notification {

@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn a_link_names_its_tenant_and_roles_until_it_expires() {
         let key = key();
-        let now = SystemTime::now();
+        let now = crate::clock::system_now();
         let hour = Duration::from_secs(3600);
         let link = key
             .issue(&shop_a(), &[LinkRole::Operate], hour, now)
@@ -188,7 +188,7 @@ mod tests {
     #[test]
     fn a_link_changed_or_signed_with_another_secret_is_refused() {
         let key = key();
-        let now = SystemTime::now();
+        let now = crate::clock::system_now();
         let hour = Duration::from_secs(3600);
         let link = key.issue(&shop_a(), &[LinkRole::Read], hour, now).unwrap();
         let rotated = PortalKey::new("another portal secret, thirty-two bytes", &[shop_a()]);
@@ -211,7 +211,7 @@ mod tests {
     #[test]
     fn a_link_is_for_a_configured_tenant_for_a_day_at_most() {
         let key = key();
-        let now = SystemTime::now();
+        let now = crate::clock::system_now();
         let day = Duration::from_secs(24 * 3600);
         let gone = Tenant::parse("shop-gone", "tenant").unwrap();
         let said = key.issue(&gone, &[], day, now).unwrap_err();

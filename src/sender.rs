@@ -6,7 +6,7 @@
 //! `Retry-After` on 429 or 503 is reported.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
@@ -153,7 +153,7 @@ impl Sender {
 
     fn headers(&self, id: &JobId, spec: &JobSpec) -> HeaderMap {
         let id = id.to_string();
-        let timestamp = SystemTime::now()
+        let timestamp = crate::clock::system_now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64);
         let mut h = HeaderMap::with_capacity(spec.headers.len() + 6);
@@ -215,7 +215,7 @@ impl Sender {
             Ok(secs) => Duration::from_secs(secs),
             Err(_) => httpdate::parse_http_date(raw)
                 .ok()?
-                .duration_since(SystemTime::now())
+                .duration_since(crate::clock::system_now())
                 .unwrap_or_default(),
         };
         Some(wait.min(self.max_retry_after))

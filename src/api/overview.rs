@@ -5,7 +5,7 @@
 //! every tenant, or one (`store::tenant_counts`).
 
 use std::collections::HashMap;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -135,7 +135,7 @@ pub async fn overview(
 ) -> Result<Json<Overview>, ApiError> {
     let Query(q) = query.map_err(invalid_query)?;
     let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
-    let now = SystemTime::now()
+    let now = crate::clock::system_now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     let first = window_of(now) - (OUTCOME_WINDOWS - 1);

@@ -5,8 +5,6 @@
 //! actions it has itself; a portal link never issues one. Each link issued is in the
 //! audit log (`issue_portal_link`: its tenant, roles and expiry; never the credential).
 
-use std::time::SystemTime;
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
@@ -94,7 +92,7 @@ pub async fn issue(
     }
     let ttl = request.ttl.as_deref().unwrap_or(DEFAULT_TTL);
     let ttl = parse_duration(ttl).map_err(|e| FieldError::new("ttl", e.message))?;
-    let now = SystemTime::now();
+    let now = crate::clock::system_now();
     let credential = key
         .issue(&tenant, &roles, ttl, now)
         .map_err(|e| FieldError::new(e.field(), e.to_string()))?;

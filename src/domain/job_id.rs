@@ -37,7 +37,7 @@ impl JobId {
     pub fn new(shard: u16) -> Self {
         Self {
             shard,
-            uuid: Uuid::now_v7(),
+            uuid: crate::clock::uuid_v7(),
             form: Form::Base62,
         }
     }

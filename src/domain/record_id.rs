@@ -47,7 +47,7 @@ pub type SubscriptionId = RecordId<Subscription>;
 impl<K: IdKind> RecordId<K> {
     pub fn new() -> Self {
         Self {
-            uuid: Uuid::now_v7(),
+            uuid: crate::clock::uuid_v7(),
             kind: PhantomData,
         }
     }

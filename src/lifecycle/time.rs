@@ -2,8 +2,6 @@
 //! store's host clock), and how it is rounded: up where a due time is computed from it,
 //! so that nothing is early; down where it is compared with due times or stamps a finish.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 /// A reading of the store's clock, in µs since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Now(i64);
@@ -18,12 +16,9 @@ impl Now {
         Self(ms.saturating_mul(1000))
     }
 
-    /// The host's clock: the embedded store's.
+    /// The host's clock (`clock::now_us`): the embedded store's.
     pub fn read() -> Self {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        Self(since.as_micros() as i64)
+        Self(crate::clock::now_us())
     }
 
     /// In ms, rounded up: for due times computed from it.

@@ -75,9 +75,7 @@ pub fn is_idle(key: &str, json: &str, idle_before: i64) -> bool {
 /// This host's time in ms, which endpoints' counts are kept in: windows of minutes,
 /// which a skew between hosts does not move by much.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    crate::clock::now_ms()
 }
 
 /// When endpoints are told failing and paused: the fleet's rules, a tenant's own

@@ -3,7 +3,7 @@
 //! each entry. Each entry holds one field, `r`, the record's JSON. Adding an entry trims
 //! those older than the retention (`MINID ~`, so whole stream nodes at a time).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
@@ -28,7 +28,7 @@ impl AuditStream {
         let json = serde_json::to_string(record).expect("a record serializes");
         // This host's clock only bounds what is trimmed, which a skew of seconds does not
         // change; the entry's own time is Redis's (`*`).
-        let oldest = SystemTime::now()
+        let oldest = crate::clock::system_now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .saturating_sub(self.max_age)

@@ -11,7 +11,6 @@ use async_trait::async_trait;
 use redis::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use super::commit::{commit, Change, Decision, Held};
 use super::enqueue::Item;
@@ -140,7 +139,7 @@ impl RedisStore {
         (lease, ahead): (Duration, Duration),
     ) -> StoreResult<(Vec<ClaimedJob>, Option<i64>, bool)> {
         let keys = &self.shards[shard];
-        let record = keys.claim_record(&Uuid::now_v7().simple().to_string());
+        let record = keys.claim_record(&crate::clock::uuid_v7().simple().to_string());
         let asked = Instant::now();
         let reply: Vec<Value> = match self
             .scripts
