@@ -33,10 +33,13 @@ mod audit;
 mod changes;
 mod collections;
 mod endpoints;
+mod memory_disk;
 mod reads;
 mod tables;
 mod upgrade;
 mod writer;
+
+pub use memory_disk::MemoryDisk;
 
 use super::types::{NewJob, RetentionLimits};
 use changes::store_error;
@@ -87,6 +90,26 @@ impl EmbeddedStore {
         })
     }
 
+    /// A store on `disk`, in memory, whose every step and read runs on the caller's
+    /// thread: for a deterministic simulation, which crashes it by opening another on
+    /// `disk.crashed()`.
+    pub fn open_in_memory(disk: MemoryDisk, retention: &RetentionSettings) -> anyhow::Result<Self> {
+        let db = Database::builder()
+            .create_with_backend(disk)
+            .context("cannot open the store in memory")?;
+        create_tables(&db).context("cannot write the store in memory")?;
+        let db = Arc::new(db);
+        let announced = Arc::new(Notify::new());
+        Ok(Self {
+            writer: Writer::inline(db.clone(), announced.clone()),
+            db,
+            announced,
+            retention: RetentionLimits::from(retention),
+            audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
+            path: PathBuf::from("(memory)"),
+        })
+    }
+
     /// The store's file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -105,6 +128,10 @@ impl EmbeddedStore {
         F: FnOnce(&ReadTransaction) -> DbResult<T> + Send + 'static,
     {
         let db = self.db.clone();
+        if self.writer.is_inline() {
+            let tx = db.begin_read().map_err(|e| store_error(DbError::from(e)))?;
+            return read(&tx).map_err(store_error);
+        }
         tokio::task::spawn_blocking(move || read(&db.begin_read().map_err(DbError::from)?))
             .await
             .map_err(|e| StoreError::Unavailable(format!("store reader: {e}")))?

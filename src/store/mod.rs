@@ -24,7 +24,7 @@ mod spec;
 mod tenant_counts;
 mod types;
 
-pub use self::embedded::{EmbeddedStore, FILE_NAME as EMBEDDED_FILE};
+pub use self::embedded::{EmbeddedStore, MemoryDisk, FILE_NAME as EMBEDDED_FILE};
 pub use self::postgres_store::{Migrated, PostgresStore};
 pub use self::redis_store::RedisStore;
 pub use crate::lifecycle::{Again, Cancelled, JobState, JobStatus, LetGo};

@@ -310,3 +310,40 @@ async fn an_event_whose_notifications_were_not_registered_before_a_crash_is_fann
     let (_, shown) = pb.get(&format!("/events/{event}")).await;
     assert_eq!(shown["deliveries"][0]["state"], "delivered", "{shown}");
 }
+
+/// The store on a disk in memory, as a simulation runs it: every step commits on the
+/// caller's thread, and a crash keeps exactly what was committed.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn in_memory_a_crash_keeps_what_was_committed_and_nothing_else() {
+    use postback::clock::Simulated;
+    use postback::config::RetentionSettings;
+    use postback::store::{EmbeddedStore, MemoryDisk, Queue, Reads};
+    let _clock = Simulated::install(std::time::SystemTime::now(), 1);
+    let disk = MemoryDisk::new();
+    let retention = RetentionSettings::default();
+    let store = EmbeddedStore::open_in_memory(disk.clone(), &retention).unwrap();
+    let kept = support::fixtures::notification(&["1s"], Duration::from_secs(60));
+    let id = kept.id;
+    store.enqueue(&kept, None).await.unwrap();
+    let claimed = store
+        .claim(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(claimed.jobs.is_empty(), "due in a minute");
+
+    let after = EmbeddedStore::open_in_memory(disk.crashed(), &retention).unwrap();
+    let view = after
+        .get(&id)
+        .await
+        .unwrap()
+        .expect("committed before the crash");
+    assert_eq!(view.status.attempts, 0);
+    drop(store);
+    // The store's clock is the simulated one, which follows tokio's paused clock.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let due = after
+        .claim(10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(due.jobs.len(), 1, "due a minute later");
+}

@@ -2,7 +2,9 @@
 //! thread, which applies the steps waiting at that moment in one write transaction,
 //! commits it to disk (fsync), and only then answers each caller. Concurrent callers
 //! share one fsync; each step stays atomic, since a transaction that fails answers every
-//! step in it with the error and keeps none of them.
+//! step in it with the error and keeps none of them. In a simulation (`Writer::inline`)
+//! each step is its own transaction, committed on the caller's thread, so that what
+//! happens is one sequence.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -57,6 +59,8 @@ where
 pub struct Writer {
     tx: Option<mpsc::Sender<Box<dyn Step>>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Without a thread: the database and the signal steps commit on the caller's.
+    inline: Option<(Arc<Database>, Arc<Notify>)>,
 }
 
 impl Drop for Writer {
@@ -79,7 +83,22 @@ impl Writer {
         Ok(Self {
             tx: Some(tx),
             thread: Some(thread),
+            inline: None,
         })
+    }
+
+    /// A writer without a thread: each step commits, alone, on the caller's thread.
+    pub fn inline(db: Arc<Database>, turns: Arc<Notify>) -> Self {
+        Self {
+            tx: None,
+            thread: None,
+            inline: Some((db, turns)),
+        }
+    }
+
+    /// Whether steps (and reads) run on the caller's thread.
+    pub fn is_inline(&self) -> bool {
+        self.inline.is_some()
     }
 
     /// Runs `work` in the next transaction; its result once that is on disk.
@@ -94,6 +113,18 @@ impl Writer {
             value: None,
             reply,
         };
+        if let Some((db, turns)) = &self.inline {
+            let mut group: [Box<dyn Step>; 1] = [Box::new(step)];
+            let committed = commit_guarded(db, &mut group);
+            if matches!(committed, Ok(true)) {
+                turns.notify_one();
+            }
+            let [step] = group;
+            step.answer(committed.map(|_| ()));
+            return answer
+                .await
+                .map_err(|_| StoreError::Unavailable("a step did not run".into()))?;
+        }
         let gone = || StoreError::Unavailable("the embedded store's writer has stopped".into());
         let tx = self.tx.as_ref().ok_or_else(gone)?;
         tx.send(Box::new(step)).await.map_err(|_| gone())?;
