@@ -24,19 +24,34 @@ use crate::endpoint_tallies::EndpointTallies;
 use crate::ops_events::OpsEvents;
 use crate::policy::Policy;
 use crate::scheduler::{Dispatcher, Observers, Pipeline};
-use crate::sender::Sender;
+use crate::sender::{Route, Sender};
 use crate::store::{EmbeddedStore, HealthListener, PostgresStore, RedisStore, Store};
 use crate::sweep;
 use crate::tenant_shares::TenantShares;
+
+pub use crate::egress::Network;
 
 /// Runs an instance until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     App::build(config).await?.run(shutdown_signal()).await
 }
 
+/// What an instance runs on besides its configuration. `postback serve` opens the store
+/// the configuration names, listens on `server.listen` and delivers over the host's
+/// network; a simulation gives a store of its own (`store`), the network its receivers
+/// are on (`network`), and calls the API in process (`App::router`) rather than over a
+/// socket (`in_process`).
+#[derive(Default)]
+pub struct Seams {
+    pub store: Option<Arc<dyn Store>>,
+    pub network: Option<Arc<dyn Network>>,
+    pub in_process: bool,
+}
+
 /// An instance, built and not yet running.
 pub struct App {
-    listener: TcpListener,
+    /// `None` for an instance whose API is called in process.
+    listener: Option<TcpListener>,
     router: axum::Router,
     store: Arc<dyn Store>,
     dispatcher: Dispatcher,
@@ -66,22 +81,36 @@ impl App {
     /// Opens the store, binds the API's address and makes the pipeline; a problem is
     /// named by the configuration key it comes from.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        Self::build_with(config, Seams::default()).await
+    }
+
+    /// `build`, on what `seams` gives.
+    pub async fn build_with(config: Config, seams: Seams) -> anyhow::Result<Self> {
         let s = &config.settings;
-        let store = open_store(&config).await?;
-        let listener = TcpListener::bind(s.server.listen).await.with_context(|| {
-            format!(
-                "server.listen (POSTBACK_SERVER_LISTEN): cannot listen on {}",
-                s.server.listen
-            )
-        })?;
+        let store = match seams.store {
+            Some(store) => store,
+            None => open_store(&config).await?,
+        };
+        let listener = match seams.in_process {
+            true => None,
+            false => Some(TcpListener::bind(s.server.listen).await.with_context(|| {
+                format!(
+                    "server.listen (POSTBACK_SERVER_LISTEN): cannot listen on {}",
+                    s.server.listen
+                )
+            })?),
+        };
         if config.tokens.is_open() {
             tracing::warn!("API authentication is off (--insecure-no-auth)");
         }
         let wake = Arc::new(Notify::new());
         let signer = config.signer()?;
         warn_unsigned(&signer);
-        let proxy = config.proxy.as_ref();
-        let sender = Sender::new(&s.delivery, proxy, signer.clone(), &config.tenants)?;
+        let route = Route {
+            proxy: config.proxy.as_ref(),
+            network: seams.network,
+        };
+        let sender = Sender::new(&s.delivery, route, signer.clone(), &config.tenants)?;
         let delivery = Arc::new(Policy::new(s.delivery.policy_limits(), &config.quotas()));
         let shares = config
             .tenants
@@ -160,9 +189,17 @@ impl App {
         })
     }
 
-    /// The address the API listens on.
+    /// The address the API listens on (none for an instance called in process).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+        match &self.listener {
+            Some(listener) => listener.local_addr(),
+            None => Err(std::io::Error::other("the API is called in process")),
+        }
+    }
+
+    /// The API as a service, to call in process.
+    pub fn router(&self) -> axum::Router {
+        self.router.clone()
     }
 
     /// Runs until `stop` completes: then the API stops taking requests, the scheduler
@@ -220,8 +257,13 @@ impl App {
             self.forget_endpoints_after,
             tasks.child_token(),
         ));
-        tracing::info!(addr = %self.listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");
-        api::serve(self.listener, self.router, self.server_limits, stop).await;
+        match self.listener {
+            Some(listener) => {
+                tracing::info!(addr = %listener.local_addr()?, version = env!("CARGO_PKG_VERSION"), "postback listening");
+                api::serve(listener, self.router, self.server_limits, stop).await;
+            }
+            None => stop.await,
+        }
 
         tracing::info!("stopping: no new claims; finishing deliveries in flight");
         tasks.cancel();

@@ -70,8 +70,14 @@ struct Frequent {
 
 static FREQUENT: OnceLock<Frequent> = OnceLock::new();
 
-/// Installs the global recorder; the handle renders the exposition text.
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the global recorder, once per process (an instance run again in the same
+/// process, as a simulation's are, shares it); the handle renders the exposition text.
 pub fn install() -> anyhow::Result<PrometheusHandle> {
+    if let Some(handle) = HANDLE.get() {
+        return Ok(handle.clone());
+    }
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
             Matcher::Full(LATENESS.into()),
@@ -102,7 +108,7 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         lateness: histogram!(LATENESS),
         attempts: Default::default(),
     });
-    Ok(handle)
+    Ok(HANDLE.get_or_init(|| handle).clone())
 }
 
 /// Counters that alerts watch exist from start-up at 0, so that `increase()` sees their

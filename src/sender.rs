@@ -6,6 +6,7 @@
 //! `Retry-After` on 429 or 503 is reported.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -21,7 +22,7 @@ use crate::config::{DeliverySettings, TenantConfig, TenantTls};
 use crate::domain::{
     kept_headers, truncate, AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant,
 };
-use crate::egress::{self, Connector, ProxyUrl};
+use crate::egress::{self, Connector, Network, ProxyUrl};
 use crate::signing::Signer;
 use crate::ssrf::Blocked;
 use crate::traces;
@@ -83,7 +84,7 @@ impl Sender {
     /// each of `tenants` with its own TLS set-up and `https` rule.
     pub fn new(
         settings: &DeliverySettings,
-        proxy: Option<&ProxyUrl>,
+        route: Route<'_>,
         signer: Signer,
         tenants: &BTreeMap<Tenant, TenantConfig>,
     ) -> anyhow::Result<Self> {
@@ -91,7 +92,7 @@ impl Sender {
         let mut tenant_clients = BTreeMap::new();
         for (tenant, t) in tenants {
             if let Some(tls) = &t.tls {
-                let client = client(settings, proxy, Some(tls))
+                let client = client(settings, route.clone(), Some(tls))
                     .map_err(|e| anyhow::anyhow!("tenants.{tenant}: its TLS set-up: {e}"))?;
                 tenant_clients.insert(tenant.clone(), client);
             }
@@ -102,7 +103,7 @@ impl Sender {
             .map(|(tenant, _)| tenant.clone())
             .collect();
         Ok(Self {
-            client: client(settings, proxy, None)?,
+            client: client(settings, route, None)?,
             tenant_clients,
             https_only,
             signer,
@@ -281,17 +282,29 @@ impl Sender {
 /// The HTTP client of the deliveries: pooled, through `egress` (the SSRF guard unless
 /// private networks are allowed, the proxy of `delivery.proxy`), with a tenant's `tls`
 /// — its client certificate, its roots instead of the system's — when it has one.
+/// Where deliveries go: through `proxy` if there is one, over the host's network, or
+/// over a simulation's (`network`).
+#[derive(Clone, Default)]
+pub struct Route<'a> {
+    pub proxy: Option<&'a ProxyUrl>,
+    pub network: Option<Arc<dyn Network>>,
+}
+
 fn client(
     settings: &DeliverySettings,
-    proxy: Option<&ProxyUrl>,
+    route: Route<'_>,
     tls: Option<&TenantTls>,
 ) -> anyhow::Result<HttpClient> {
     let connector = Connector::new(
         !settings.allow_private_networks,
         settings.connect_timeout,
-        proxy.cloned(),
+        route.proxy.cloned(),
         egress::client_config(tls)?,
     );
+    let connector = match route.network {
+        Some(network) => connector.over(network),
+        None => connector,
+    };
     Ok(Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(Duration::from_secs(60))

@@ -41,6 +41,17 @@ struct Route {
     connect_timeout: Duration,
     proxy: Option<ProxyUrl>,
     tls: tokio_rustls::TlsConnector,
+    network: Option<Arc<dyn Network>>,
+}
+
+/// Where connections go instead of the host's network: a simulation's receivers, each
+/// reached at a (loopback) address through a pipe in memory. The SSRF guard still
+/// checks the address, and a proxy is not used.
+pub trait Network: Send + Sync {
+    fn connect(
+        &self,
+        addr: SocketAddr,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<tokio::io::DuplexStream>> + Send>>;
 }
 
 /// Connecting (resolution, the proxy's tunnel and the TLS handshake) took longer than
@@ -63,6 +74,19 @@ impl Connector {
             connect_timeout,
             proxy,
             tls: tls.into(),
+            network: None,
+        }))
+    }
+
+    /// This connector, with its connections going over `network`.
+    pub fn over(self, network: Arc<dyn Network>) -> Self {
+        let route = &*self.0;
+        Self(Arc::new(Route {
+            public_only: route.public_only,
+            connect_timeout: route.connect_timeout,
+            proxy: None,
+            tls: route.tls.clone(),
+            network: Some(network),
         }))
     }
 }
@@ -99,6 +123,10 @@ impl Route {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let addrs = self.resolve(host, port).await?;
+        if let Some(network) = &self.network {
+            let addr = addrs.first().ok_or("the host resolves to no address")?;
+            return Ok(Stream::Memory(network.connect(*addr).await?));
+        }
         let tcp = self.open(&addrs).await?;
         if !https {
             return Ok(Stream::Plain(tcp));

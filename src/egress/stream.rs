@@ -1,18 +1,20 @@
 //! `Stream`: one connection to a receiver, plain TCP or TLS over it, as the HTTP client
-//! reads and writes it; a TLS one that agreed on HTTP/2 (ALPN `h2`) says so.
+//! reads and writes it (or, in a simulation, a pipe in memory to a simulated receiver);
+//! a TLS one that agreed on HTTP/2 (ALPN `h2`) says so.
 
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use hyper_util::client::legacy::connect::{Connected, Connection};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 pub enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    Memory(DuplexStream),
 }
 
 impl Connection for Stream {
@@ -35,6 +37,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Memory(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -48,6 +51,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Memory(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -59,6 +63,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Memory(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -66,6 +71,7 @@ impl AsyncWrite for Stream {
         match self {
             Stream::Plain(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
+            Stream::Memory(s) => s.is_write_vectored(),
         }
     }
 
@@ -73,6 +79,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Memory(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -80,6 +87,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Memory(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
