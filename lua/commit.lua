@@ -11,8 +11,8 @@
 --       was worked out from ('' when the caller has none: only the answer is wanted),
 --       the index it was in ('due', 'inflight', 'dead' or 'done'), a time in ms the
 --       change assumes Redis has reached (0: none), the new record, the index it moves
---       to ('' when it stays where it is), its score there, an attempt for its history
---       (JSON; '' for none), a new spec ('' keeps it), its tenant ('' for the
+--       to ('' when it stays where it is), its score there, an entry for its history
+--       (an attempt or a note, JSON; '' for none), a new spec ('' keeps it), its tenant ('' for the
 --       default one; a move is counted in the tenants hash), and the index in KEYS of its
 --       ordering key's list (0: none)
 -- A notification of an ordering key that finishes (moves from due or in flight to dead

@@ -25,13 +25,14 @@ const API_REQUESTS: &str = "postback_api_requests_total";
 const API_DURATION: &str = "postback_api_request_duration_seconds";
 
 /// Why a claimed notification is put back without an attempt.
-const DEFERRAL_REASONS: [&str; 6] = [
+const DEFERRAL_REASONS: [&str; 7] = [
     "rate_limit",
     "retry_after",
     "host_busy",
     "quota_unavailable",
     "slots_busy",
     "tenant_busy",
+    "circuit_open",
 ];
 /// The store operations whose failures are counted.
 const STORE_OPERATIONS: [&str; 9] = [
@@ -47,11 +48,10 @@ const STORE_OPERATIONS: [&str; 9] = [
 ];
 
 /// Outcomes of `postback_attempts_total`: an attempt's `Outcome`, or why none was sent.
-const ATTEMPT_OUTCOMES: [&str; 5] = [
+const ATTEMPT_OUTCOMES: [&str; 4] = [
     Outcome::Delivered.as_str(),
     Outcome::Failed.as_str(),
     Outcome::Gone.as_str(),
-    "circuit_open",
     "blocked",
 ];
 /// Status classes of `postback_attempts_total`: `none` when no response came.
@@ -257,14 +257,14 @@ pub fn accepted() {
     }
 }
 
-/// An attempt that was made (or failed fast), and how long it took when it was sent.
+/// An attempt that was made (or refused by the SSRF guard), and how long it took when it
+/// was sent.
 pub fn attempt(report: &AttemptReport) {
     let Some(f) = FREQUENT.get() else {
         return;
     };
     let outcome = match report.reach {
-        Reach::CircuitOpen => 3,
-        Reach::Blocked => 4,
+        Reach::Blocked => 3,
         Reach::Sent { .. } => match report.outcome {
             Outcome::Delivered => 0,
             Outcome::Failed => 1,

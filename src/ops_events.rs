@@ -31,8 +31,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::backoff;
 use crate::config::Config;
 use crate::domain::{
-    rfc3339, AttemptReport, CallbackUrl, ExtraHeaders, Notification, Payload, Placement, Schedule,
-    SuccessRule, Tenant,
+    rfc3339, CallbackUrl, ExtraHeaders, Notification, Payload, Placement, Schedule, SuccessRule,
+    Tenant,
 };
 use crate::store::endpoints::EndpointNotice;
 use crate::store::{ClaimedJob, EndpointRecord, Store};
@@ -163,8 +163,9 @@ impl OpsEvents {
             .collect()
     }
 
-    /// Notes that `job`'s attempt, which `report` tells of, made it a dead letter.
-    pub fn dead(&self, job: &ClaimedJob, report: &AttemptReport) {
+    /// Notes that `job` is a dead letter after `attempts` attempts, the last of its
+    /// history ending with `status` or `error`.
+    pub fn dead(&self, job: &ClaimedJob, attempts: u32, status: Option<u16>, error: Option<&str>) {
         let tenant = &job.spec.tenant;
         if Self::is_event(job) {
             return;
@@ -178,9 +179,9 @@ impl OpsEvents {
             "tenant": tenant.to_string(),
             "url": job.spec.url,
             "topic": job.spec.topic,
-            "attempts": job.attempt,
-            "last_status": report.status,
-            "last_error": report.error,
+            "attempts": attempts,
+            "last_status": status,
+            "last_error": error,
             "dead_at": humantime::format_rfc3339_seconds(crate::clock::system_now()).to_string(),
         });
         let mut gathered = self.gathered.lock().unwrap_or_else(|e| e.into_inner());

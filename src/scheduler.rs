@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::backoff::{backoff, worth_logging};
 use crate::config::{DeliverySettings, Percent};
-use crate::domain::{AttemptReport, Outcome, Target};
+use crate::domain::{AttemptReport, Outcome, Target, CIRCUIT_DEADLINE};
 use crate::endpoint_pauses::EndpointPauses;
 use crate::endpoint_tallies::EndpointTallies;
 use crate::metrics;
@@ -331,8 +331,8 @@ struct AttemptContext {
 impl AttemptContext {
     /// Sends each claimed notification at its send time (`reservations`) on its own
     /// task if the policy admits it (waiting there for a slot at a fast, busy host);
-    /// otherwise defers it, or records a fail-fast attempt, without holding a delivery
-    /// slot. One whose time is a moment away waits on its own task until then, and only
+    /// otherwise defers it (held back by its endpoint's open circuit, among others),
+    /// without holding a delivery slot. One whose time is a moment away waits on its own task until then, and only
     /// then asks the policy; one whose time is further is deferred to it in the store.
     /// Each job comes with its place among the claimed (`claims`), and takes a
     /// delivery slot when it is due.
@@ -472,17 +472,34 @@ impl AttemptContext {
             Refusal::Defer { wait, reason } => {
                 self.defer(job, place, Back::later(wait), reason).await
             }
-            Refusal::CircuitOpen => {
-                record_lateness(&job);
-                let report = AttemptReport::circuit_open();
-                attempt_span(&job, &target.host).in_scope(|| log_outcome(&job, &report));
-                if makes_it_dead(&job, &report) {
-                    self.observers.ops.dead(&job, &report);
+            Refusal::CircuitOpen { wait } => {
+                if job.past_deadline() {
+                    self.dead_at_deadline(&job, &target.host);
                 }
-                let settlement = self.settlement(&job, report);
-                self.report(Report::Attempted(settlement), place).await;
+                let url = job.spec.url.clone();
+                let back = Back::Circuit { delay: wait, url };
+                self.defer(job, place, back, "circuit_open").await
             }
         }
+    }
+
+    /// Tells of a notification its circuit holds back past its deadline, which its
+    /// deferral makes a dead letter (`transitions::wait_for_circuit`), as of one whose
+    /// last attempt failed.
+    fn dead_at_deadline(&self, job: &ClaimedJob, host: &str) {
+        let tenant = &*job.spec.tenant;
+        attempt_span(job, host).in_scope(|| {
+            tracing::warn!(
+                tenant,
+                error = CIRCUIT_DEADLINE,
+                "dead-lettered: its endpoint's circuit was still open at its deadline"
+            )
+        });
+        metrics::dead_lettered(1);
+        let attempts = job.attempt.saturating_sub(1);
+        self.observers
+            .ops
+            .dead(job, attempts, None, Some(CIRCUIT_DEADLINE));
     }
 
     /// Hands a claimed notification back as `back` says, without an attempt.
@@ -545,7 +562,10 @@ impl AttemptContext {
                 self.observers.endpoints.attempted(tenant, url, &report);
             }
             if makes_it_dead(&job, &report) {
-                self.observers.ops.dead(&job, &report);
+                let error = report.error.as_deref();
+                self.observers
+                    .ops
+                    .dead(&job, job.attempt, report.status, error);
             }
             if job.probe && report.outcome == Outcome::Delivered {
                 self.resume_probed(&job);
@@ -578,6 +598,7 @@ impl AttemptContext {
             report,
             ended_at: job.store_now(),
             ordered: job.spec.ordering_key.is_some(),
+            url: job.spec.url.clone(),
             jitter_permille: if spread == 0 {
                 0
             } else {

@@ -36,7 +36,7 @@ const MAX_SPREAD: usize = 8;
 /// What became of one claimed notification.
 #[derive(Debug, Clone)]
 pub enum Report {
-    /// An attempt was made (or failed fast): record it.
+    /// An attempt was made (or refused by the SSRF guard): record it.
     Attempted(Settlement),
     /// It may not go yet: due again later, not an attempt.
     Deferred(Deferral),
@@ -280,11 +280,12 @@ mod tests {
             lease: 1,
             report: AttemptReport {
                 outcome,
-                ..AttemptReport::circuit_open()
+                ..AttemptReport::failure(None, "timeout".into(), String::new())
             },
             jitter_permille: 0,
             ended_at: 0,
             ordered: false,
+            url: "https://merchant.example/hook".into(),
         }))
     }
 

@@ -14,7 +14,7 @@ use super::view::{NotificationPage, NotificationView};
 use super::AppState;
 use super::{audit, auth, endpoints, paging};
 use crate::access::Principal;
-use crate::domain::{FieldError, JobId};
+use crate::domain::{Ended, FieldError, JobId};
 use crate::store::{AuditAction, Cancelled, JobView, ListFilter, Listed, WalkCursor};
 
 /// One notification: state, attempts so far, next attempt, attempt history. Role `read`
@@ -68,7 +68,7 @@ pub async fn cancel(
     let found = visible(&state, &caller, &id).await?;
     match state.store.cancel(&id).await? {
         Cancelled::Done | Cancelled::AfterAttempt => {
-            let last_status = found.history.last().and_then(|a| a.status);
+            let last_status = Ended::last(&found.history).and_then(|a| a.status);
             tracing::info!(
                 %id,
                 tenant = %found.spec.tenant,

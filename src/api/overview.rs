@@ -19,6 +19,7 @@ use super::view::{CountsView, DegradedView, StatsView};
 use super::AppState;
 use super::{auth, paging};
 use crate::access::Principal;
+use crate::domain::Ended;
 use crate::store::{window_of, JobView, ListFilter, Listed, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 
 /// Whose counts: a token bound to a tenant counts its own only.
@@ -182,11 +183,11 @@ fn failing_hosts(newest_first: &[JobView]) -> Vec<FailingHost> {
     for letter in newest_first {
         let host = letter.spec.host();
         let entry = by_host.entry(host.clone()).or_insert_with(|| {
-            let last = letter.history.last();
+            let last = Ended::last(&letter.history);
             FailingHost {
                 host,
                 dead: 0,
-                last_error: last.and_then(|a| a.error.clone()),
+                last_error: last.and_then(|a| a.error.map(str::to_string)),
                 last_status: last.and_then(|a| a.status),
                 last_at: letter.status.finished_at.map(rfc3339),
             }

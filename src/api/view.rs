@@ -4,7 +4,9 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{shown_value, Attempt, RawSuccess, ShardHealth};
+use crate::domain::{
+    shown_value, Attempt, Cycle, Cycles, Ended, Entry, NoteKind, RawSuccess, ShardHealth,
+};
 use crate::sender::request_headers;
 use crate::store::endpoints::Span;
 use crate::store::{
@@ -70,10 +72,12 @@ impl Registered {
     }
 }
 
-/// One attempt: when it started, the response status (null when none came back) or the
-/// error, how long it took, the first bytes of the response (`delivery.response_bytes`,
-/// or its tenant's) and its headers (at most 32 and 4 KiB, in the order they came;
-/// `set-cookie` withheld).
+/// One entry of a notification's history: an attempt (when it started, the response
+/// status (null when none came back) or the error, how long it took, the first bytes of
+/// the response (`delivery.response_bytes`, or its tenant's) and its headers (at most 32
+/// and 4 KiB, in the order they came; `set-cookie` withheld)), or a note of its
+/// endpoint's open circuit, which is no attempt: no request was made (`status` null,
+/// `error` what it means, `duration_ms` 0). Each names its cycle and the URL it went to.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AttemptView {
     pub at: String,
@@ -82,6 +86,84 @@ pub struct AttemptView {
     pub duration_ms: u64,
     pub response: String,
     pub response_headers: Vec<HeaderView>,
+    pub kind: EntryKind,
+    /// The cycle it belongs to (`cycles`).
+    pub cycle: u32,
+    /// The URL the attempt was sent to, or whose circuit held it back; for an attempt an
+    /// earlier build recorded, its cycle's URL (null when unknown).
+    pub url: Option<String>,
+}
+
+/// What a history entry is.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A request was sent (or refused by the SSRF guard).
+    Attempt,
+    /// Held back by its endpoint's open circuit: no request, no attempt counted; noted
+    /// once, when the wait began. It waits for the circuit to let a request through.
+    CircuitWait,
+    /// Dead-lettered without a request: its endpoint's circuit was still open at its
+    /// deadline (its cycle's start, delay and whole schedule).
+    CircuitDeadline,
+}
+
+/// One cycle of a notification: its registration, or a replay or resend that sent it
+/// again from a fresh attempt count.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CycleView {
+    /// 0 for the registration's, then 1, 2, … (`replays` is the current one).
+    pub cycle: u32,
+    /// `registered`, `replay`, `resend`, or `unrecorded` (sent again by a build that
+    /// kept no note of it: its attempts are counted in the cycle before).
+    #[schema(example = "replay")]
+    pub began: &'static str,
+    pub began_at: Option<String>,
+    /// The URL its attempts went (or go) to; null when unknown.
+    pub url: Option<String>,
+    /// Attempts made in it.
+    pub attempts: u32,
+}
+
+impl AttemptView {
+    /// The view of `entry` of cycle `cycle` (`None` for a cycle's beginning, which
+    /// `cycles` shows), `cycles` telling the URL of attempts that do not.
+    fn of(entry: &Entry, cycle: u32, cycles: &Cycles) -> Option<Self> {
+        let url = entry
+            .url()
+            .or_else(|| cycles.url_of(cycle))
+            .map(str::to_string);
+        let view = match entry {
+            Entry::Attempt(a) => Self::attempt(a, cycle, url),
+            Entry::Note(n) => Self {
+                at: rfc3339(n.at),
+                status: None,
+                error: Some(n.error()?.to_string()),
+                duration_ms: 0,
+                response: String::new(),
+                response_headers: Vec::new(),
+                kind: match n.note {
+                    NoteKind::CircuitDeadline => EntryKind::CircuitDeadline,
+                    _ => EntryKind::CircuitWait,
+                },
+                cycle,
+                url,
+            },
+        };
+        Some(view)
+    }
+}
+
+impl From<&Cycle> for CycleView {
+    fn from(c: &Cycle) -> Self {
+        Self {
+            cycle: c.number,
+            began: c.began.as_str(),
+            began_at: c.at.map(rfc3339),
+            url: c.url.clone(),
+            attempts: c.attempts,
+        }
+    }
 }
 
 /// A header: its name in lower case, its value.
@@ -91,8 +173,8 @@ pub struct HeaderView {
     pub value: String,
 }
 
-impl From<&Attempt> for AttemptView {
-    fn from(a: &Attempt) -> Self {
+impl AttemptView {
+    fn attempt(a: &Attempt, cycle: u32, url: Option<String>) -> Self {
         Self {
             at: rfc3339(a.at),
             status: a.status,
@@ -107,6 +189,9 @@ impl From<&Attempt> for AttemptView {
                     value: value.clone(),
                 })
                 .collect(),
+            kind: EntryKind::Attempt,
+            cycle,
+            url,
         }
     }
 }
@@ -132,18 +217,31 @@ pub struct NotificationView {
     pub profile: Option<String>,
     /// What counts as delivered; absent for the default, any 2xx.
     pub success: Option<RawSuccess>,
-    /// Attempts made so far (since the last replay).
+    /// Attempts made in its current cycle (since the last replay or resend), of
+    /// `max_attempts`.
     pub attempts: u32,
     pub max_attempts: u32,
+    /// Attempts made in all its cycles: the `attempt` entries of `history`.
+    pub total_attempts: u32,
     pub next_attempt_at: Option<String>,
+    /// Held back by its endpoint's open circuit since then: no request made since, no
+    /// attempt counted; it goes when the circuit lets a request through.
+    pub held_back_since: Option<String>,
+    /// While held back: when it is dead-lettered if the circuit is still open then (its
+    /// cycle's start, delay and whole schedule).
+    pub deadline: Option<String>,
     pub created_at: String,
     pub finished_at: Option<String>,
     /// A cancel arrived during an attempt; it is cancelled once that attempt ends.
     pub cancel_requested: bool,
-    /// How often it was replayed from the dead letters.
+    /// How often it was replayed or resent: the number of its current cycle.
     pub replays: u32,
-    /// What each attempt sends.
+    /// Its cycles, oldest first: its registration, then each replay or resend.
+    pub cycles: Vec<CycleView>,
+    /// What its next attempt sends (earlier attempts went to the `url` their history
+    /// entry names).
     pub request: RequestView,
+    /// Its attempts and its circuit's notes, oldest first, each with its cycle.
     pub history: Vec<AttemptView>,
 }
 
@@ -187,6 +285,12 @@ impl RequestView {
 impl From<&JobView> for NotificationView {
     fn from(v: &JobView) -> Self {
         let s = &v.status;
+        let cycles = Cycles::of(&v.history, s.created_at, s.replays, &v.spec.url);
+        let history = v.history.iter().zip(&cycles.of_entry);
+        let history: Vec<AttemptView> = history
+            .filter_map(|(entry, &cycle)| AttemptView::of(entry, cycle, &cycles))
+            .collect();
+        let held_back_since = s.circuit_since.filter(|_| s.state == JobState::Scheduled);
         Self {
             id: v.id.to_string(),
             state: s.into(),
@@ -200,13 +304,17 @@ impl From<&JobView> for NotificationView {
             success: (!v.spec.success.is_default()).then(|| v.spec.success.clone().into()),
             attempts: s.attempts,
             max_attempts: s.max_attempts,
+            total_attempts: cycles.cycles.iter().map(|c| c.attempts).sum(),
             next_attempt_at: next_attempt_at(s),
+            held_back_since: held_back_since.map(rfc3339),
+            deadline: held_back_since.and(s.deadline).map(rfc3339),
             created_at: rfc3339(s.created_at),
             finished_at: s.finished_at.map(rfc3339),
             cancel_requested: s.cancel_requested,
             replays: s.replays,
+            cycles: cycles.cycles.iter().map(CycleView::from).collect(),
             request: RequestView::of(v),
-            history: v.history.iter().map(AttemptView::from).collect(),
+            history,
         }
     }
 }
@@ -248,7 +356,7 @@ pub struct DeadLetterItem {
 
 impl From<&JobView> for DeadLetterItem {
     fn from(v: &JobView) -> Self {
-        let last = v.history.last();
+        let last = Ended::last(&v.history);
         Self {
             id: v.id.to_string(),
             url: v.spec.url.clone(),
@@ -257,7 +365,7 @@ impl From<&JobView> for DeadLetterItem {
             attempts: v.status.attempts,
             dead_at: v.status.finished_at.map(rfc3339),
             last_status: last.and_then(|a| a.status),
-            last_error: last.and_then(|a| a.error.clone()),
+            last_error: last.and_then(|a| a.error.map(str::to_string)),
         }
     }
 }
@@ -284,13 +392,14 @@ pub struct NotificationItem {
     pub ordering_key: Option<String>,
     /// Waiting behind an earlier notification of its ordering key.
     pub waiting: bool,
-    /// Attempts made so far (since the last replay).
+    /// Attempts made in its current cycle (since the last replay or resend).
     pub attempts: u32,
     pub max_attempts: u32,
     pub next_attempt_at: Option<String>,
     pub finished_at: Option<String>,
     pub created_at: String,
-    /// When the last attempt was made, its status and error.
+    /// When the last attempt was made (or its endpoint's circuit held it back), its
+    /// status and error.
     pub last_attempt_at: Option<String>,
     pub last_status: Option<u16>,
     pub last_error: Option<String>,
@@ -298,7 +407,7 @@ pub struct NotificationItem {
 
 impl From<&JobView> for NotificationItem {
     fn from(v: &JobView) -> Self {
-        let (s, last) = (&v.status, v.history.last());
+        let (s, last) = (&v.status, Ended::last(&v.history));
         Self {
             id: v.id.to_string(),
             state: Listed::of(s).name(),
@@ -314,7 +423,7 @@ impl From<&JobView> for NotificationItem {
             created_at: rfc3339(s.created_at),
             last_attempt_at: last.map(|a| rfc3339(a.at)),
             last_status: last.and_then(|a| a.status),
-            last_error: last.and_then(|a| a.error.clone()),
+            last_error: last.and_then(|a| a.error.map(str::to_string)),
         }
     }
 }

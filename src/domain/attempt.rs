@@ -26,10 +26,11 @@ impl Outcome {
     }
 }
 
-/// One entry of the attempt history. `at` is when the attempt started (ms since the
-/// epoch, Redis time); `status` is `None` and `error` says why when no response came.
-/// `response` is the start of the response's body, `headers` its headers as kept
-/// (`kept_headers`; none in histories written before they were kept).
+/// One attempt in a notification's history (`history::Entry`). `at` is when the attempt
+/// started (ms since the epoch, Redis time); `status` is `None` and `error` says why when
+/// no response came. `response` is the start of the response's body, `headers` its
+/// headers as kept (`kept_headers`; none in histories written before they were kept),
+/// `url` the URL it was sent to (none in histories written before it was kept).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
     pub at: i64,
@@ -39,6 +40,8 @@ pub struct Attempt {
     pub response: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<(String, String)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// Response body bytes an attempt may keep at most (`delivery.response_bytes`, or a
@@ -109,8 +112,6 @@ pub struct AttemptReport {
 pub enum Reach {
     /// A request was sent; not `healthy` after a connection error, a timeout, 429 or 5xx.
     Sent { healthy: bool },
-    /// Not sent: the endpoint's circuit is open.
-    CircuitOpen,
     /// Not sent: the SSRF guard refused the destination.
     Blocked,
 }
@@ -132,14 +133,6 @@ impl AttemptReport {
             headers: Vec::new(),
             retry_after: None,
             reach: Reach::Sent { healthy: false },
-        }
-    }
-
-    /// An attempt not made because the endpoint's circuit is open.
-    pub fn circuit_open() -> Self {
-        Self {
-            reach: Reach::CircuitOpen,
-            ..Self::failure(None, "circuit_open".into(), String::new())
         }
     }
 

@@ -1,12 +1,13 @@
 //! Domain types that validate on construction, so that an invalid notification cannot
 //! exist past the API boundary: ids, callback URLs and their endpoints, schedules, request headers, payloads,
-//! tenants, labels and the record of one attempt.
+//! tenants, labels, the record of one attempt and the history it is kept in.
 
 mod attempt;
 mod callback_url;
 mod endpoint;
 mod error;
 mod headers;
+mod history;
 mod idempotency;
 mod job_id;
 mod json;
@@ -28,6 +29,9 @@ pub use callback_url::{CallbackUrl, Destinations};
 pub use endpoint::{Endpoint, EndpointId};
 pub use error::FieldError;
 pub use headers::{shown_value, ExtraHeaders};
+pub use history::{
+    Began, Cycle, Cycles, Ended, Entry, Note, NoteKind, CIRCUIT_DEADLINE, CIRCUIT_OPEN,
+};
 pub use idempotency::{Fingerprint, IdempotencyKey};
 pub use job_id::JobId;
 pub(crate) use job_id::BASE62;

@@ -9,6 +9,7 @@
 //! ```text
 //!  register ─▶ scheduled ─claim─▶ in_flight ─settle─▶ delivered | dead | scheduled (next tier)
 //!                 ▲   │              │  ├─defer / release / expire─▶ scheduled (no attempt counted)
+//!                 │   │              │  ├─wait for circuit─▶ scheduled (no attempt counted) | dead (past its deadline)
 //!                 │   └─cancel─▶ cancelled ◀─settle, defer, release (cancel asked for in flight)
 //!       dead ─replay─┘        dead ─discard─▶ gone;  finished ─retention─▶ gone
 //!   finished ─resend─▶ scheduled;  scheduled ─attempt-now─▶ scheduled (due now)
@@ -27,4 +28,4 @@ pub use record::{
     HELD_OFFSET_MS, WAITING_OFFSET_MS,
 };
 pub use time::Now;
-pub use transitions::{Again, Cancelled, LetGo, Verdict};
+pub use transitions::{Again, Cancelled, LetGo, NewCycle, Verdict};

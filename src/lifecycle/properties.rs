@@ -4,9 +4,11 @@
 
 use proptest::prelude::*;
 
-use super::transitions::{self, Again, Cancelled, LetGo};
+use super::transitions::{self, Again, Cancelled, LetGo, NewCycle};
 use super::{Index, JobState, Now, Record, Verdict, HELD_OFFSET_MS, WAITING_OFFSET_MS};
-use crate::domain::Outcome;
+use crate::domain::{Note, NoteKind, Outcome};
+
+const URL: &str = "https://merchant.example/hook";
 
 #[derive(Debug, Clone)]
 enum Event {
@@ -27,6 +29,11 @@ enum Event {
     },
     Hold {
         stale: bool,
+    },
+    /// Held back by its endpoint's open circuit.
+    CircuitWait {
+        stale: bool,
+        delay_ms: u64,
     },
     Release {
         stale: bool,
@@ -68,6 +75,8 @@ fn event() -> impl Strategy<Value = Event> {
             .prop_map(|(stale, delay_ms, reserved)| Event::Defer { stale, delay_ms, reserved }),
         1 => any::<bool>().prop_map(|stale| Event::Release { stale }),
         1 => any::<bool>().prop_map(|stale| Event::Hold { stale }),
+        2 => (any::<bool>(), 0u64..60_000)
+            .prop_map(|(stale, delay_ms)| Event::CircuitWait { stale, delay_ms }),
         1 => Just(Event::Expire),
         1 => Just(Event::Cancel),
         1 => (prop_oneof![Just(Again::Replay), Just(Again::Resend)], prop::option::of(schedule()))
@@ -86,8 +95,28 @@ fn lease_of(r: &Record, stale: bool) -> u64 {
     }
 }
 
-/// The record after `e` at `now`, or `None` when `e` changes nothing.
-fn apply(r: &Record, e: &Event, now: Now) -> Option<Record> {
+/// The record after `e` at `now` with the note its history gets, or `None` when `e`
+/// changes nothing.
+fn apply(r: &Record, e: &Event, now: Now) -> Option<(Record, Option<Note>)> {
+    match e {
+        Event::CircuitWait { stale, delay_ms } => {
+            transitions::wait_for_circuit(r, lease_of(r, *stale), now, *delay_ms, URL)
+        }
+        Event::Again { which, schedule } => {
+            let cycle = NewCycle {
+                which: *which,
+                delay_ms: 0,
+                schedule: schedule.as_deref(),
+                url: None,
+            };
+            transitions::again(r, &cycle, now).map(|(r, note)| (r, Some(note)))
+        }
+        e => apply_unnoted(r, e, now).map(|r| (r, None)),
+    }
+}
+
+/// `apply` for the events that note nothing in the history.
+fn apply_unnoted(r: &Record, e: &Event, now: Now) -> Option<Record> {
     match e {
         Event::Claim => transitions::claim(r, now.down() + 30_000),
         Event::Settle {
@@ -117,27 +146,38 @@ fn apply(r: &Record, e: &Event, now: Now) -> Option<Record> {
             _ => None,
         },
         Event::Cancel => transitions::cancel(r, now).1,
-        Event::Again { which, schedule } => {
-            transitions::again(r, *which, now, 0, schedule.as_deref())
-        }
         Event::AttemptNow { probe } => {
             let how = if *probe { LetGo::Probe } else { LetGo::Now };
             transitions::attempt_now(r, now, how)
         }
         Event::Wait => transitions::wait(r),
         Event::TakeTurn => transitions::take_turn(r, now),
+        Event::CircuitWait { .. } | Event::Again { .. } => unreachable!("noted in `apply`"),
     }
 }
 
-/// What must hold of `after`, the result of `e` on `before` at `now`.
+/// The whole span of a schedule, in ms.
+fn span(schedule: &[u64]) -> i64 {
+    schedule.iter().map(|&ms| ms as i64).sum()
+}
+
+/// What must hold of `after` and the note it came with, the result of `e` on `before`
+/// at `now`.
 fn check(
     before: &Record,
     e: &Event,
-    after: Option<&Record>,
+    after: Option<&(Record, Option<Note>)>,
     now: Now,
 ) -> Result<(), TestCaseError> {
-    let Some(after) = after else { return Ok(()) };
+    let Some((after, note)) = after else {
+        return Ok(());
+    };
+    check_notes(before, e, after, note.as_ref(), now)?;
     prop_assert!(after.attempts <= after.max_attempts);
+    prop_assert!(
+        after.circuit_since.is_none() || !after.state.is_finished(),
+        "only one not finished waits for its circuit"
+    );
     prop_assert_eq!(after.max_attempts as usize, after.schedule.len() + 1);
     prop_assert!(after.lease >= before.lease, "lease numbers never go back");
     prop_assert!(
@@ -193,6 +233,7 @@ fn check(
     match e {
         Event::Settle { stale: true, .. }
         | Event::Defer { stale: true, .. }
+        | Event::CircuitWait { stale: true, .. }
         | Event::Release { stale: true } => {
             prop_assert!(false, "a stale lease changed {:?}", before)
         }
@@ -225,6 +266,31 @@ fn check(
             prop_assert!(!after.reserved, "a reserved send time serves one attempt");
         }
         Event::Settle { .. } => prop_assert_eq!(after.attempts, before.attempts + 1),
+        Event::CircuitWait { delay_ms, .. } => {
+            prop_assert_eq!(
+                after.attempts,
+                before.attempts,
+                "an open circuit spends no tier"
+            );
+            let deadline = after.deadline.expect("a deadline once held back");
+            match after.state {
+                JobState::Scheduled => {
+                    let due = after.next_at.unwrap();
+                    prop_assert!(due <= deadline, "never due after its deadline");
+                    prop_assert!(due <= now.up() + *delay_ms as i64);
+                    prop_assert!(after.circuit_since.is_some());
+                }
+                JobState::Dead => prop_assert!(
+                    transitions::past_deadline(before.next_at.unwrap(), Some(deadline)),
+                    "dead only at its deadline"
+                ),
+                state => prop_assert!(
+                    state == JobState::Cancelled && before.cancel_requested,
+                    "{:?}",
+                    state
+                ),
+            }
+        }
         Event::Defer {
             delay_ms, reserved, ..
         } if after.state == JobState::Scheduled => {
@@ -245,6 +311,11 @@ fn check(
             );
         }
         Event::Again { .. } => {
+            prop_assert_eq!(
+                after.deadline,
+                Some(after.next_at.unwrap() + span(&after.schedule)),
+                "a new cycle has a new window"
+            );
             prop_assert!(!after.reserved);
             prop_assert!(!after.cancel_requested, "a new cycle is not cancelled");
             prop_assert_eq!(after.attempts, 0);
@@ -276,6 +347,41 @@ fn check(
     Ok(())
 }
 
+/// What must hold of the note an event adds to the history: a circuit's wait noted once
+/// (when it begins), its deadline's death, and each new cycle, with its number.
+fn check_notes(
+    before: &Record,
+    e: &Event,
+    after: &Record,
+    note: Option<&Note>,
+    now: Now,
+) -> Result<(), TestCaseError> {
+    let kind = note.map(|n| n.note);
+    match e {
+        Event::CircuitWait { .. } => {
+            let expected = match after.state {
+                JobState::Dead => Some(NoteKind::CircuitDeadline),
+                JobState::Scheduled if before.circuit_since.is_none() => {
+                    Some(NoteKind::CircuitWait)
+                }
+                _ => None,
+            };
+            prop_assert_eq!(kind, expected, "a wait is noted once, as it begins");
+            prop_assert!(note.is_none_or(|n| n.at == now.down() && n.url.as_deref() == Some(URL)));
+        }
+        Event::Again { which, .. } => {
+            let expected = match which {
+                Again::Replay => NoteKind::Replay,
+                Again::Resend => NoteKind::Resend,
+            };
+            prop_assert_eq!(kind, Some(expected));
+            prop_assert_eq!(note.and_then(|n| n.cycle), Some(after.replays));
+        }
+        _ => prop_assert!(note.is_none()),
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -287,15 +393,60 @@ proptest! {
     ) {
         let mut clock = 1_700_000_000_000_000i64;
         let mut r = transitions::register(schedule, Now::from_micros(clock), delay_ms);
+        prop_assert_eq!(r.deadline, Some(r.next_at.unwrap() + span(&r.schedule)));
         for (e, step_us) in &events {
             clock += step_us;
             let now = Now::from_micros(clock);
             let after = apply(&r, e, now);
             check(&r, e, after.as_ref(), now)?;
-            if let Some(after) = after {
+            if let Some((after, _)) = after {
                 r = after;
             }
         }
+    }
+
+    /// An endpoint that never recovers: each time its notification falls due the circuit
+    /// is open (now and then a probe goes, and fails). Only the probes spend tiers, each
+    /// wait is noted once, and it is dead at its deadline at the latest, or by its tiers.
+    #[test]
+    fn a_notification_its_circuit_holds_back_spends_tiers_only_on_requests_and_dies_in_its_window(
+        schedule in schedule(),
+        steps in prop::collection::vec((any::<bool>(), 1u64..30_000), 1..200),
+    ) {
+        let mut now = Now::from_micros(1_000_000_000);
+        let mut r = transitions::register(schedule, now, 0);
+        let deadline = r.deadline.unwrap();
+        let (mut requests, mut notes) = (0, Vec::new());
+        let mut steps = steps.into_iter().cycle();
+        while r.state == JobState::Scheduled {
+            now = Now::from_micros(r.next_at.unwrap() * 1000);
+            let due = r.next_at.unwrap();
+            r = transitions::claim(&r, now.down() + 1000).unwrap();
+            let (probe, delay_ms) = steps.next().unwrap();
+            let last = r.attempts + 1 == r.max_attempts;
+            if probe || last {
+                let v = Verdict { outcome: Outcome::Failed, ended_at: now.up(), retry_after_ms: 0, jitter_permille: 0 };
+                r = transitions::settle(&r, r.lease, &v, now).unwrap();
+                requests += 1;
+                continue;
+            }
+            let (after, note) = transitions::wait_for_circuit(&r, r.lease, now, delay_ms, URL).unwrap();
+            notes.extend(note.map(|n| (n.note, requests)));
+            if after.state == JobState::Dead {
+                prop_assert!(due >= deadline, "dead at {due}, before its deadline {deadline}");
+            } else {
+                prop_assert!(after.next_at.unwrap() <= deadline.max(due));
+            }
+            r = after;
+        }
+        prop_assert_eq!(r.state, JobState::Dead);
+        prop_assert_eq!(r.attempts, requests, "tiers spent by requests alone");
+        let waits: Vec<u32> = notes.iter().filter(|(k, _)| *k == NoteKind::CircuitWait).map(|(_, at)| *at).collect();
+        let mut distinct = waits.clone();
+        distinct.dedup();
+        prop_assert_eq!(&waits, &distinct, "one note per wait, a wait ending with a request");
+        let by_deadline = notes.iter().any(|(k, _)| *k == NoteKind::CircuitDeadline);
+        prop_assert!(by_deadline || r.attempts == r.max_attempts);
     }
 
     #[test]

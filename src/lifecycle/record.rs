@@ -71,6 +71,14 @@ pub struct JobStatus {
     /// endpoint is resumed.
     #[serde(default)]
     pub held: bool,
+    /// Held back by its endpoint's open circuit since then (no request made since, no
+    /// attempt counted): it goes when the circuit lets a request through.
+    #[serde(default)]
+    pub circuit_since: Option<i64>,
+    /// When it is dead-lettered if still held back by an open circuit: its cycle's start,
+    /// delay and whole schedule (`transitions::past_deadline`).
+    #[serde(default)]
+    pub deadline: Option<i64>,
 }
 
 impl JobStatus {
@@ -139,6 +147,16 @@ pub struct Record {
     /// using up a step of its schedule.
     #[serde(default, skip_serializing_if = "is_false")]
     pub probe: bool,
+    /// The end of its cycle's window: its start (registration, replay or resend), delay
+    /// and whole schedule. Held back by an open circuit when due at or after it, it is
+    /// dead (`transitions::wait_for_circuit`). Records of earlier builds have none until
+    /// first held back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+    /// When its endpoint's open circuit first held it back since its last attempt
+    /// (`transitions::wait_for_circuit`): its history notes it once, then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_since: Option<i64>,
 }
 
 /// How much later than its own due time a held notification is kept in the due index:
@@ -280,6 +298,8 @@ impl Record {
             moved_at: self.moved_at,
             waiting: self.waiting,
             held: self.held,
+            circuit_since: self.circuit_since,
+            deadline: self.deadline,
         }
     }
 

@@ -6,7 +6,7 @@
 
 use super::record::{JobState, Layout, Record};
 use super::time::Now;
-use crate::domain::Outcome;
+use crate::domain::{Note, NoteKind, Outcome};
 
 /// How one attempt ended, as far as the schedule is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,18 +40,21 @@ impl Verdict {
     }
 }
 
-/// A new notification: scheduled `delay_ms` after its registration.
+/// A new notification: scheduled `delay_ms` after its registration, its deadline its
+/// whole schedule after that.
 pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
     let created_at = now.up();
+    let first = created_at.saturating_add(delay_ms as i64);
     Record {
         v: Layout,
         state: JobState::Scheduled,
         attempts: 0,
         lease: 0,
         max_attempts: schedule.len() as u32 + 1,
+        deadline: Some(first.saturating_add(span(&schedule))),
         schedule,
         created_at,
-        next_at: Some(created_at.saturating_add(delay_ms as i64)),
+        next_at: Some(first),
         finished_at: None,
         replays: 0,
         cancel_requested: false,
@@ -61,7 +64,16 @@ pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
         waiting: false,
         held: false,
         probe: false,
+        circuit_since: None,
     }
+}
+
+/// A schedule's whole span: its intervals added up, in ms.
+fn span(schedule: &[u64]) -> i64 {
+    schedule
+        .iter()
+        .map(|&ms| ms as i64)
+        .fold(0, i64::saturating_add)
 }
 
 /// Leased for one attempt until `lease_until`; not while it waits behind its ordering
@@ -89,6 +101,7 @@ pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
     let mut r = held(r, lease)?;
     let ended = v.ended(now);
     let probe = std::mem::take(&mut r.probe);
+    r.circuit_since = None;
     r.reserved = false;
     leave_flight(&mut r);
     let failed = !matches!(v.outcome, Outcome::Delivered | Outcome::Gone);
@@ -134,6 +147,48 @@ pub fn hold(r: &Record, lease: u64, now: Now) -> Option<Record> {
     Some(r)
 }
 
+/// Held back by the open circuit of its endpoint (at `url`) instead of attempted: no
+/// request was made, so no attempt is counted and no step of its schedule spent. Due
+/// again `delay_ms` from now (when the circuit may let a request through), but not after
+/// its deadline; dead instead when it was due at or after its deadline
+/// (`past_deadline`), or cancelled when a cancel was asked for. Its history notes the
+/// wait once, when it begins (a note until its next attempt), and the death.
+pub fn wait_for_circuit(
+    r: &Record,
+    lease: u64,
+    now: Now,
+    delay_ms: u64,
+    url: &str,
+) -> Option<(Record, Option<Note>)> {
+    let mut r = held(r, lease)?;
+    let due = r.next_at.unwrap_or(now.down());
+    let remaining = r.schedule.get(r.attempts as usize..).unwrap_or_default();
+    let deadline = *r
+        .deadline
+        .get_or_insert(due.saturating_add(span(remaining)));
+    r.reserved = false;
+    if past_deadline(due, Some(deadline)) && !r.cancel_requested {
+        leave_flight(&mut r);
+        finish(&mut r, JobState::Dead, now.down());
+        return Some((r, Some(Note::circuit_deadline(now.down(), url))));
+    }
+    let note = r
+        .circuit_since
+        .is_none()
+        .then(|| Note::circuit_wait(now.down(), url));
+    r.circuit_since.get_or_insert(now.down());
+    let at = now.up().saturating_add(delay_ms as i64).min(deadline);
+    hand_back(&mut r, now, at);
+    let note = note.filter(|_| r.state == JobState::Scheduled);
+    Some((r, note))
+}
+
+/// Whether a notification due at `due_at` and held back by an open circuit is past its
+/// `deadline`, and so dead rather than waiting longer.
+pub fn past_deadline(due_at: i64, deadline: Option<i64>) -> bool {
+    deadline.is_some_and(|d| due_at >= d)
+}
+
 /// Back to due at once (or when it was due, if that is later) without counting an
 /// attempt: a delivery stopped at shutdown, or a claim whose reply was lost.
 pub fn release(r: &Record, lease: u64, now: Now) -> Option<Record> {
@@ -175,6 +230,7 @@ fn finish(r: &mut Record, state: JobState, at: i64) {
     r.finished_at = Some(at);
     r.waiting = false;
     r.held = false;
+    r.circuit_since = None;
 }
 
 /// Back to scheduled at `now`, due `at`.
@@ -234,21 +290,27 @@ impl Again {
     }
 }
 
-/// A finished notification `which` takes back, scheduled again `delay_ms` from now: a
-/// new cycle from a fresh attempt count, with a new schedule when given. Its history and
-/// its id (the `webhook-id` the receiver sees) stay.
-pub fn again(
-    r: &Record,
-    which: Again,
-    now: Now,
-    delay_ms: u64,
-    schedule: Option<&[u64]>,
-) -> Option<Record> {
-    if !which.takes(r.state) {
+/// A new cycle asked for: which finished notifications it takes back, after how long,
+/// and what it changes: a new schedule, a new URL (for the history's note; the spec
+/// itself is the store's to write).
+#[derive(Debug, Clone, Copy)]
+pub struct NewCycle<'a> {
+    pub which: Again,
+    pub delay_ms: u64,
+    pub schedule: Option<&'a [u64]>,
+    pub url: Option<&'a str>,
+}
+
+/// A finished notification `c.which` takes back, scheduled again `c.delay_ms` from now:
+/// a new cycle from a fresh attempt count, with a new schedule when given, and a new
+/// deadline. Its history keeps what came before, and gets the note that begins the
+/// cycle; its id (the `webhook-id` the receiver sees) stays.
+pub fn again(r: &Record, c: &NewCycle, now: Now) -> Option<(Record, Note)> {
+    if !c.which.takes(r.state) {
         return None;
     }
     let mut r = r.clone();
-    if let Some(schedule) = schedule {
+    if let Some(schedule) = c.schedule {
         r.schedule = schedule.to_vec();
     }
     r.max_attempts = r.schedule.len() as u32 + 1;
@@ -257,8 +319,15 @@ pub fn again(
     r.cancel_requested = false;
     r.replays += 1;
     r.finished_at = None;
-    schedule_at(&mut r, now.up() + delay_ms as i64, now);
-    Some(r)
+    let first = now.up() + c.delay_ms as i64;
+    r.deadline = Some(first.saturating_add(span(&r.schedule)));
+    schedule_at(&mut r, first, now);
+    let kind = match c.which {
+        Again::Replay => NoteKind::Replay,
+        Again::Resend => NoteKind::Resend,
+    };
+    let note = Note::began(now.down(), kind, r.replays, c.url);
+    Some((r, note))
 }
 
 /// How `attempt_now` lets a notification go.

@@ -1,10 +1,10 @@
 //! A circuit breaker per endpoint of a tenant (`Target::circuit`: the tenant, then
 //! scheme, host, port and path; two merchants on one host are two endpoints, and two
 //! tenants' notifications to one endpoint are two circuits): after `threshold` consecutive failures the circuit opens and
-//! the endpoint's attempts fail at once, without traffic; after `cooldown` one probe is
-//! let through, and its success closes the circuit (its failure opens it again). The
-//! policy never asks about a notification's last attempt (`Policy::admit`): that one is
-//! always a real request.
+//! the endpoint's notifications are held back, without traffic (`Open` says how long
+//! until a probe may go); after `cooldown` one probe is let through, and its success
+//! closes the circuit (its failure opens it again). The policy never asks about a
+//! notification's last attempt (`Policy::admit`): that one is always a real request.
 //!
 //! Instances share what they learn: each failure, and each success that ends a run of
 //! failures, is published through the store (`FleetMessaging::publish_health`), and `learn`
@@ -50,7 +50,12 @@ pub enum CircuitState {
     Closed,
     /// The circuit is half open and this attempt is its probe.
     Probe,
-    Open,
+    /// No attempt may go: the next probe may in `probe_in` (the cooldown's end, or the
+    /// end of the cooldown since the probe in flight went, which replaces it if it never
+    /// reports).
+    Open {
+        probe_in: Duration,
+    },
 }
 
 /// What recording an attempt changed.
@@ -108,16 +113,26 @@ impl Breaker {
         let now = Instant::now();
         match c.open_until {
             None => CircuitState::Closed,
-            Some(until) if now < until => CircuitState::Open,
+            Some(until) if now < until => CircuitState::Open {
+                probe_in: until - now,
+            },
             // A probe that never reported (its attempt was abandoned) is replaced.
             Some(_) if c.probing_since.is_some_and(|t| now - t < self.cooldown) => {
-                CircuitState::Open
+                let since = c.probing_since.map_or(Duration::ZERO, |t| now - t);
+                CircuitState::Open {
+                    probe_in: self.cooldown - since,
+                }
             }
             Some(_) => {
                 c.probing_since = Some(now);
                 CircuitState::Probe
             }
         }
+    }
+
+    /// How long a circuit stays open before a probe.
+    pub fn cooldown(&self) -> Duration {
+        self.cooldown
     }
 
     /// The endpoints whose circuit is open (or half open), sorted.
@@ -191,14 +206,20 @@ mod tests {
         assert!(!b.record("e", false).opened && !b.record("e", false).opened);
         assert_eq!(b.check("e"), CircuitState::Closed);
         assert!(b.record("e", false).opened, "third failure opens");
-        assert_eq!(b.check("e"), CircuitState::Open);
+        assert!(
+            matches!(b.check("e"), CircuitState::Open { probe_in } if probe_in <= Duration::from_millis(50)),
+            "a probe may go at the cooldown's end"
+        );
         assert_eq!(b.open_endpoints(), vec!["e".to_string()]);
         assert_eq!(b.check("other"), CircuitState::Closed);
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(b.check("e"), CircuitState::Probe);
-        assert_eq!(b.check("e"), CircuitState::Open, "one probe at a time");
+        assert!(
+            matches!(b.check("e"), CircuitState::Open { probe_in } if probe_in > Duration::from_millis(40)),
+            "one probe at a time: the next only when it could be replaced"
+        );
         assert!(b.record("e", false).opened, "a failed probe opens it again");
-        assert_eq!(b.check("e"), CircuitState::Open);
+        assert!(matches!(b.check("e"), CircuitState::Open { .. }));
         std::thread::sleep(Duration::from_millis(60));
         assert_eq!(b.check("e"), CircuitState::Probe);
         assert_eq!(
@@ -224,7 +245,7 @@ mod tests {
             b.learn("e", false),
             "the third failure, wherever it happened, opens"
         );
-        assert_eq!(b.check("e"), CircuitState::Open);
+        assert!(matches!(b.check("e"), CircuitState::Open { .. }));
         b.learn("e", true);
         assert_eq!(
             b.check("e"),

@@ -1,8 +1,9 @@
 //! The delivery policy: whether a claimed notification may be sent now. Each host gets
 //! at most `host_concurrency` deliveries at once from this instance (one turned away
 //! waits about as long as an attempt there takes), and an endpoint whose circuit is
-//! open fails fast (its circuit learned from every instance, `breaker`). What may not go
-//! yet is deferred, which is not an attempt and holds no slot; but a notification for a
+//! open holds its notifications back until a probe may go (its circuit learned from
+//! every instance, `breaker`). What may not go yet is deferred, which is not an attempt
+//! and holds no slot; but a notification for a
 //! fast host at its cap waits here a moment for a slot instead (`admit_after_wait`),
 //! since going back to the store would cost more than the wait. Each `rate_key`'s quota and `Retry-After` pauses are kept by the store for the
 //! whole fleet (`gcra`): the scheduler reserves send times there before it asks here.
@@ -48,8 +49,10 @@ pub enum Refusal {
         wait: Duration,
         reason: &'static str,
     },
-    /// The endpoint's circuit is open: record a failed attempt without sending.
-    CircuitOpen,
+    /// The endpoint's circuit is open: held back without a request, due again after
+    /// `wait` (when a probe may go, spread over half a cooldown so that they do not all
+    /// come back at once), unless past its deadline.
+    CircuitOpen { wait: Duration },
 }
 
 /// The per-host limits of the policy (`[delivery]` in the configuration).
@@ -113,7 +116,11 @@ impl Policy {
             return Ok(slot);
         }
         match self.breaker.check(endpoint) {
-            CircuitState::Open => Err(Refusal::CircuitOpen),
+            CircuitState::Open { probe_in } => {
+                let spread = self.breaker.cooldown().as_millis() as u64 / 2;
+                let wait = probe_in + Duration::from_millis(fastrand::u64(0..=spread));
+                Err(Refusal::CircuitOpen { wait })
+            }
             CircuitState::Closed | CircuitState::Probe => Ok(slot),
         }
     }
@@ -131,7 +138,7 @@ impl Policy {
         };
         let recorded = self.breaker.record(endpoint, healthy);
         if recorded.opened {
-            tracing::warn!(%endpoint, "circuit opened: attempts to this endpoint fail fast until a probe succeeds");
+            tracing::warn!(%endpoint, "circuit opened: notifications to this endpoint are held back until a probe succeeds");
         }
         recorded.tell
     }
@@ -139,7 +146,7 @@ impl Policy {
     /// Learns what another instance told of an endpoint's health.
     pub fn learn(&self, endpoint: &str, healthy: bool) {
         if self.breaker.learn(endpoint, healthy) {
-            tracing::warn!(%endpoint, "circuit opened by failures other instances saw: attempts to this endpoint fail fast until a probe succeeds");
+            tracing::warn!(%endpoint, "circuit opened by failures other instances saw: notifications to this endpoint are held back until a probe succeeds");
         }
     }
 }

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::config::RetentionSettings;
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
-use crate::lifecycle::{retention, Again, Index, LetGo, Now, Record};
+use crate::lifecycle::{retention, Again, Index, LetGo, NewCycle, Now, Record};
 use crate::policy::{RateAsk, SendTimes};
 
 mod audit;
@@ -313,14 +313,20 @@ impl OperatorActions for EmbeddedStore {
         delay: Duration,
     ) -> StoreResult<Option<JobStatus>> {
         let id = *id;
+        let url = spec.map(|s| s.url.clone());
         let spec = spec.map(spec::encode);
         let schedule = schedule.map(Schedule::intervals_ms);
         let delay_ms = delay.as_millis() as u64;
         let (status, earliest) = self
             .writer
             .run(move |t, now| {
-                let (spec, schedule) = (spec.as_deref(), schedule.as_deref());
-                let record = changes::again(t, now, Again::Replay, &id, spec, schedule, delay_ms)?;
+                let cycle = NewCycle {
+                    which: Again::Replay,
+                    delay_ms,
+                    schedule: schedule.as_deref(),
+                    url: url.as_deref(),
+                };
+                let record = changes::again(t, now, &id, spec.as_deref(), &cycle)?;
                 let earliest = match &record {
                     Some(r) => changes::heads(t, &id.to_string(), r)?,
                     None => false,
@@ -346,9 +352,14 @@ impl OperatorActions for EmbeddedStore {
             .writer
             .run(move |t, now| {
                 let mut moved = Vec::new();
+                let cycle = NewCycle {
+                    which,
+                    delay_ms,
+                    schedule: schedule.as_deref(),
+                    url: None,
+                };
                 for id in &ids {
-                    let schedule = schedule.as_deref();
-                    let record = changes::again(t, now, which, id, None, schedule, delay_ms)?;
+                    let record = changes::again(t, now, id, None, &cycle)?;
                     moved.extend(record.map(|r| (id.to_string(), r)));
                 }
                 Ok((moved.len(), any_heads(t, &moved)?))

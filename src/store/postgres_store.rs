@@ -27,7 +27,7 @@ use super::{
 };
 use crate::config::{RetentionSettings, StoreSettings};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
-use crate::lifecycle::{retention, Again, Index, LetGo, Now};
+use crate::lifecycle::{retention, Again, Index, LetGo, NewCycle, Now};
 use crate::policy::{RateAsk, SendTimes};
 
 mod changes;
@@ -330,12 +330,17 @@ impl OperatorActions for PostgresStore {
         schedule: Option<&Schedule>,
         delay: Duration,
     ) -> StoreResult<Option<JobStatus>> {
+        let url = spec.map(|s| s.url.as_str());
         let spec = spec.map(spec::encode);
         let schedule = schedule.map(Schedule::intervals_ms);
-        let delay_ms = delay.as_millis() as u64;
+        let cycle = NewCycle {
+            which: Again::Replay,
+            delay_ms: delay.as_millis() as u64,
+            schedule: schedule.as_deref(),
+            url,
+        };
         in_transaction!(self, |t| {
-            let (spec, schedule) = (spec.as_deref(), schedule.as_deref());
-            let record = changes::again(&mut t, Again::Replay, id, spec, schedule, delay_ms);
+            let record = changes::again(&mut t, id, spec.as_deref(), &cycle);
             let record = record.await?;
             record.map(|r| r.status())
         })
@@ -351,11 +356,16 @@ impl OperatorActions for PostgresStore {
         let mut ids = ids.to_vec();
         ids.sort_by_key(JobId::to_string);
         let schedule = schedule.map(Schedule::intervals_ms);
-        let delay_ms = delay.as_millis() as u64;
+        let cycle = NewCycle {
+            which,
+            delay_ms: delay.as_millis() as u64,
+            schedule: schedule.as_deref(),
+            url: None,
+        };
         in_transaction!(self, |t| {
             let mut n = 0;
             for id in &ids {
-                let record = changes::again(&mut t, which, id, None, schedule.as_deref(), delay_ms);
+                let record = changes::again(&mut t, id, None, &cycle);
                 n += usize::from(record.await?.is_some());
             }
             n

@@ -9,7 +9,8 @@ use serde::Serialize;
 use super::Cursor;
 use crate::config::RetentionSettings;
 use crate::domain::{
-    Attempt, AttemptReport, Endpoint, Fingerprint, JobId, JobSpec, Notification, Tenant,
+    Attempt, AttemptReport, Endpoint, Entry, Fingerprint, JobId, JobSpec, Note, Notification,
+    Tenant,
 };
 use crate::lifecycle::{transitions, JobStatus, Now, Record, Verdict};
 
@@ -64,7 +65,8 @@ pub struct JobView {
     pub id: JobId,
     pub spec: JobSpec,
     pub status: JobStatus,
-    pub history: Vec<Attempt>,
+    /// Its attempts and the notes between them, oldest first.
+    pub history: Vec<Entry>,
 }
 
 /// The answer to an enqueue.
@@ -317,6 +319,9 @@ pub struct ClaimedJob {
     /// It probes its paused endpoint (`Record::probe`): attempted although the endpoint
     /// is paused.
     pub probe: bool,
+    /// Its deadline (`Record::deadline`): held back by an open circuit when due at or
+    /// after it, it is dead (`transitions::past_deadline`).
+    pub deadline: Option<i64>,
 }
 
 impl ClaimedJob {
@@ -336,6 +341,12 @@ impl ClaimedJob {
     /// Whether this is its last attempt.
     pub fn is_last(&self) -> bool {
         self.attempt >= self.max_attempts
+    }
+
+    /// Whether, held back by an open circuit now, it is past its deadline: its deferral
+    /// then makes it a dead letter.
+    pub fn past_deadline(&self) -> bool {
+        transitions::past_deadline(self.due_at, self.deadline)
     }
 
     /// How long to hold it before it is due, counted from when the claim's reply arrived
@@ -386,6 +397,8 @@ pub struct Settlement {
     /// It has an ordering key, whose next notification waits for this outcome to be
     /// recorded.
     pub ordered: bool,
+    /// The URL the attempt was sent to.
+    pub url: String,
 }
 
 impl Settlement {
@@ -399,6 +412,7 @@ impl Settlement {
             duration_ms: r.duration_ms,
             response: r.response.clone(),
             headers: r.headers.clone(),
+            url: Some(self.url.clone()),
         }
     }
 
@@ -414,7 +428,7 @@ impl Settlement {
 }
 
 /// A leased notification that may not be sent yet (rate limit, busy host, its endpoint
-/// paused): handed back without counting an attempt.
+/// paused or its circuit open): handed back without counting an attempt.
 #[derive(Debug, Clone)]
 pub struct Deferral {
     pub id: JobId,
@@ -423,17 +437,21 @@ pub struct Deferral {
 }
 
 /// How a deferred notification goes back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Back {
     /// Due again after `delay`; `reserved` when that is its send time reserved in its
     /// rate key's quota.
     After { delay: Duration, reserved: bool },
     /// Held, out of every claim's reach, while its endpoint is paused.
     Held,
+    /// Held back by the open circuit of its endpoint at `url`: due again after `delay`,
+    /// when the circuit may let a request through, or dead past its deadline
+    /// (`transitions::wait_for_circuit`).
+    Circuit { delay: Duration, url: String },
 }
 
-/// As the log writes it: `held`, or `after 1s 200ms` (`, reserved` when its send time
-/// is reserved).
+/// As the log writes it: `held`, `after 1s 200ms` (`, reserved` when its send time is
+/// reserved), or `held back by its circuit, after 31s` (or dead, past its deadline).
 impl std::fmt::Display for Back {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -441,6 +459,11 @@ impl std::fmt::Display for Back {
             Back::After { delay, reserved } => {
                 let reserved = if *reserved { ", reserved" } else { "" };
                 write!(f, "after {}{reserved}", humantime::format_duration(*delay))
+            }
+            Back::Circuit { delay, .. } => {
+                let delay =
+                    humantime::format_duration(Duration::from_millis(delay.as_millis() as u64));
+                write!(f, "held back by its circuit, after {delay}")
             }
         }
     }
@@ -457,13 +480,19 @@ impl Back {
 }
 
 impl Deferral {
-    /// Its record once deferred, when `lease` is still its current lease.
-    pub fn apply(&self, r: &Record, now: Now) -> Option<Record> {
-        match self.back {
+    /// Its record once deferred, when `lease` is still its current lease, and the note
+    /// its history gets, if any.
+    pub fn apply(&self, r: &Record, now: Now) -> Option<(Record, Option<Note>)> {
+        let lease = self.lease;
+        match &self.back {
             Back::After { delay, reserved } => {
-                transitions::defer(r, self.lease, now, delay.as_millis() as u64, reserved)
+                transitions::defer(r, lease, now, delay.as_millis() as u64, *reserved)
+                    .map(|r| (r, None))
             }
-            Back::Held => transitions::hold(r, self.lease, now),
+            Back::Held => transitions::hold(r, lease, now).map(|r| (r, None)),
+            Back::Circuit { delay, url } => {
+                transitions::wait_for_circuit(r, lease, now, delay.as_millis() as u64, url)
+            }
         }
     }
 }
@@ -628,6 +657,7 @@ mod tests {
             },
             reserved: false,
             probe: false,
+            deadline: None,
         };
         assert!(job.store_now() >= 1001);
     }

@@ -203,11 +203,13 @@ async fn a_circuit_is_kept_per_endpoint_not_per_host() {
     );
     assert!(
         support::eventually(WAIT, || async {
-            pb.notification(&same).await["attempts"] == 1
+            errors(&pb.notification(&same).await) == ["circuit_open"]
         })
         .await
     );
-    assert_eq!(errors(&pb.notification(&same).await), ["circuit_open"]);
+    let held = pb.notification(&same).await;
+    assert_eq!(held["attempts"], 0, "held back, no attempt counted: {held}");
+    assert_eq!(held["history"][0]["kind"], "circuit_wait");
     assert!(receiver.requests_for(&same).is_empty());
     let (_, metrics) = pb.get_text("/metrics").await;
     assert!(
@@ -221,7 +223,7 @@ async fn a_circuit_is_kept_per_endpoint_not_per_host() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_circuit_opened_through_one_instance_fails_fast_on_the_others() {
+async fn a_circuit_opened_through_one_instance_holds_back_on_the_others() {
     let backend = support::Backend::start();
     if !backend.is_shared() {
         return;
@@ -247,9 +249,14 @@ async fn a_circuit_opened_through_one_instance_fails_fast_on_the_others() {
     }
     for id in &ids {
         assert!(
-            support::eventually(WAIT, || async { a.notification(id).await["attempts"] == 1 }).await
+            support::eventually(WAIT, || async {
+                errors(&a.notification(id).await) == ["circuit_open"]
+            })
+            .await
         );
-        assert_eq!(errors(&a.notification(id).await), ["circuit_open"]);
+        let held = a.notification(id).await;
+        assert_eq!(held["attempts"], 0, "held back, no attempt counted: {held}");
+        assert_eq!(held["history"][0]["kind"], "circuit_wait");
     }
     assert_eq!(
         receiver.count(),

@@ -38,6 +38,7 @@ fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
         jitter_permille: 0,
         ended_at: i64::MAX,
         ordered: false,
+        url: "http://merchant.example.com/cb".into(),
     }
 }
 

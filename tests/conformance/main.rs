@@ -12,6 +12,7 @@ mod audit;
 mod batch;
 mod browse;
 mod cancel;
+mod circuits;
 mod dead_letters;
 mod delivery;
 mod egress_proxy;

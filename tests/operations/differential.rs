@@ -1,7 +1,8 @@
 //! The Redis store, the embedded store and the Postgres store are one state machine:
 //! random sequences of registrations (with delays, idempotency keys, ordering keys,
-//! tenants), claims, outcomes, deferrals (and holds), releases, cancels, replays,
-//! resends, attempts now, discards and retention, applied to all three step by step,
+//! tenants), claims, outcomes, deferrals (and holds, and waits for an open circuit),
+//! releases, cancels, replays (to the same URL or another), resends, attempts now,
+//! discards and retention, applied to all three step by step,
 //! must give the same answers and leave the same observable states (each
 //! notification's state, attempts, history, whether it waits behind its ordering key or
 //! is held;
@@ -18,7 +19,9 @@ use crate::support;
 use std::time::Duration;
 
 use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
-use postback::domain::{Fingerprint, JobId, Notification, OrderingKey, Outcome, Schedule, Tenant};
+use postback::domain::{
+    Entry, Fingerprint, JobId, JobSpec, Notification, OrderingKey, Outcome, Schedule, Tenant,
+};
 use postback::policy::{Quota, RateAsk};
 use postback::store::{
     Again, Back, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, LetGo, ListFilter,
@@ -49,7 +52,8 @@ enum Op {
     },
     Defer {
         pick: usize,
-        hold: bool,
+        /// 0: later; 1: held for its paused endpoint; 2: held back by its open circuit.
+        back: u8,
     },
     Release {
         pick: usize,
@@ -61,6 +65,8 @@ enum Op {
         pick: usize,
         delayed: bool,
         schedule: bool,
+        /// To another URL.
+        redirect: bool,
     },
     ReplayMany,
     Resend {
@@ -115,11 +121,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => prop::collection::vec(reg(), 2..5).prop_map(Op::Register),
         4 => (1..5usize).prop_map(|limit| Op::Claim { limit }),
         6 => (any::<usize>(), outcome).prop_map(|(pick, outcome)| Op::Settle { pick, outcome }),
-        1 => (any::<usize>(), any::<bool>()).prop_map(|(pick, hold)| Op::Defer { pick, hold }),
+        2 => (any::<usize>(), 0u8..3).prop_map(|(pick, back)| Op::Defer { pick, back }),
         1 => any::<usize>().prop_map(|pick| Op::Release { pick }),
         1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
-        2 => (any::<usize>(), any::<bool>(), any::<bool>())
-            .prop_map(|(pick, delayed, schedule)| Op::Replay { pick, delayed, schedule }),
+        2 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>())
+            .prop_map(|(pick, delayed, schedule, redirect)| Op::Replay { pick, delayed, schedule, redirect }),
         1 => Just(Op::ReplayMany),
         1 => any::<usize>().prop_map(|pick| Op::Resend { pick }),
         1 => any::<usize>().prop_map(|pick| Op::AttemptNow { pick }),
@@ -148,7 +154,14 @@ fn notification(id: JobId, tiers: usize, delayed: bool, tenant: &Tenant) -> Noti
 fn seen(v: Option<JobView>) -> String {
     let Some(v) = v else { return "gone".into() };
     let s = &v.status;
-    let history: Vec<_> = v.history.iter().map(|a| a.status).collect();
+    let history: Vec<String> = v
+        .history
+        .iter()
+        .map(|e| match e {
+            Entry::Attempt(a) => format!("{:?} {:?}", a.status, a.url),
+            Entry::Note(n) => format!("{} {:?} {:?}", n.note.as_str(), n.cycle, n.url),
+        })
+        .collect();
     format!(
         "{:?} attempts {}/{} replays {} cancel_requested {} waiting {} held {} next {} finished {} history {history:?} tenant {}",
         s.state,
@@ -245,18 +258,23 @@ impl Subject {
                     jitter_permille: 0,
                     ended_at: job.store_now(),
                     ordered: job.spec.ordering_key.is_some(),
+                    url: job.spec.url.clone(),
                 };
                 let settled = self.store.settle(&[s]).await.unwrap();
                 let (applied, dead) = (settled.applied, settled.dead_lettered);
                 format!("{applied:?} dead {dead} trimmed {}", settled.trimmed)
             }
-            Op::Defer { pick, hold } => {
+            Op::Defer { pick, back } => {
                 let Some(job) = self.take(*pick) else {
                     return "none held".into();
                 };
-                let back = match hold {
-                    true => Back::Held,
-                    false => Back::later(LONG),
+                let back = match back {
+                    0 => Back::later(LONG),
+                    1 => Back::Held,
+                    _ => Back::Circuit {
+                        delay: LONG,
+                        url: job.spec.url.clone(),
+                    },
                 };
                 let d = Deferral {
                     id: job.id,
@@ -281,14 +299,22 @@ impl Subject {
                 pick: p,
                 delayed,
                 schedule,
+                redirect,
             } => {
                 let Some(id) = pick(*p) else {
                     return "nothing".into();
                 };
                 let schedule = schedule.then(|| Schedule::parse(&["1h", "1h"]).unwrap());
                 let delay = if *delayed { LONG } else { Duration::ZERO };
+                let spec = match redirect {
+                    true => store.get(&id).await.unwrap().map(|v| JobSpec {
+                        url: "http://elsewhere.example.com/cb".into(),
+                        ..v.spec
+                    }),
+                    false => None,
+                };
                 let status = store
-                    .replay(&id, None, schedule.as_ref(), delay)
+                    .replay(&id, spec.as_ref(), schedule.as_ref(), delay)
                     .await
                     .unwrap();
                 format!(
@@ -538,10 +564,7 @@ fn a_held_notification_alone_wakes_no_scheduler() {
     let ops = [
         register,
         Op::Claim { limit: 1 },
-        Op::Defer {
-            pick: 0,
-            hold: true,
-        },
+        Op::Defer { pick: 0, back: 1 },
         Op::Claim { limit: 1 },
     ];
     runtime.block_on(run(&redis, &pg, &ops)).unwrap();

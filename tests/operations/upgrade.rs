@@ -105,6 +105,7 @@ fn settlement(job: &ClaimedJob, outcome: Outcome) -> Settlement {
         jitter_permille: 0,
         ended_at: job.claimed_at_us / 1000,
         ordered: false,
+        url: job.spec.url.clone(),
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
-use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions, wakes_at, Again, Cancelled, Index, LetGo, Now, Record};
+use crate::domain::{Entry, JobId};
+use crate::lifecycle::{transitions, wakes_at, Cancelled, Index, LetGo, NewCycle, Now, Record};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::types::{NewJob, RetentionLimits as Retention};
@@ -114,6 +114,7 @@ pub fn claim(
             spec: spec::decode(&spec).map_err(corrupt)?,
             reserved: new.reserved,
             probe: new.probe,
+            deadline: new.deadline,
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {
@@ -169,26 +170,47 @@ pub fn settle(t: &mut Tables, now: Now, s: &Settlement) -> DbResult<Option<Recor
     let Some(new) = apply(t, &id, |r| transitions::settle(r, s.lease, &verdict, now))? else {
         return Ok(None);
     };
-    append_history(t, &id, s, verdict.ended(now))?;
+    let attempt = Entry::Attempt(s.attempt(verdict.ended(now)));
+    append_history(t, &id, attempt)?;
     Ok(Some(new))
 }
 
-fn append_history(t: &mut Tables, id: &str, s: &Settlement, ended: i64) -> DbResult<()> {
-    let mut history: Vec<Attempt> = match t.history.get(id)? {
+fn append_history(t: &mut Tables, id: &str, entry: Entry) -> DbResult<()> {
+    let mut history: Vec<Entry> = match t.history.get(id)? {
         Some(raw) => decode(raw.value())?,
         None => Vec::new(),
     };
-    history.push(s.attempt(ended));
+    history.push(entry);
     let encoded = serde_json::to_string(&history).map_err(super::tables::corrupt)?;
     t.history.insert(id, encoded.as_str())?;
     Ok(())
 }
 
+/// Applies `step` to the record of `id`, saves what it returns and adds the note it
+/// returns to the history. The new record; `None` when there is no record or the step
+/// changed nothing.
+fn apply_noted(
+    t: &mut Tables,
+    id: &str,
+    step: impl FnOnce(&Record) -> Option<(Record, Option<crate::domain::Note>)>,
+) -> DbResult<Option<Record>> {
+    let mut note = None;
+    let new = apply(t, id, |r| {
+        let (new, noted) = step(r)?;
+        note = noted;
+        Some(new)
+    })?;
+    if let Some(note) = note {
+        append_history(t, id, Entry::Note(note))?;
+    }
+    Ok(new)
+}
+
 /// Hands a leased notification back to the due set after its delay, without counting an
-/// attempt (cancelled instead when a cancel was asked for). Its new record; `None` when
-/// the lease was no longer current.
+/// attempt (cancelled instead when a cancel was asked for; dead when its circuit held it
+/// back past its deadline). Its new record; `None` when the lease was no longer current.
 pub fn defer(t: &mut Tables, now: Now, d: &Deferral) -> DbResult<Option<Record>> {
-    apply(t, &d.id.to_string(), |r| d.apply(r, now))
+    apply_noted(t, &d.id.to_string(), |r| d.apply(r, now))
 }
 
 /// Hands a leased notification back, due at once (or when it was due, if that is
@@ -208,21 +230,20 @@ pub fn cancel(t: &mut Tables, now: Now, id: &JobId) -> DbResult<Cancelled> {
     Ok(answer)
 }
 
-/// Schedules a finished notification that `which` takes back again from a fresh attempt
-/// count, with a new spec (meta line and body) or schedule (intervals in ms) when given.
-/// Its new record; `None` when it is not taken back.
+/// Schedules a finished notification that `cycle.which` takes back again from a fresh
+/// attempt count, with a new spec (meta line and body) or schedule (intervals in ms)
+/// when given, its history noting the new cycle. Its new record; `None` when it is not
+/// taken back.
 pub fn again(
     t: &mut Tables,
     now: Now,
-    which: Again,
     id: &JobId,
     spec: Option<&str>,
-    schedule: Option<&[u64]>,
-    delay_ms: u64,
+    cycle: &NewCycle,
 ) -> DbResult<Option<Record>> {
     let key = id.to_string();
-    let again = apply(t, &key, |r| {
-        transitions::again(r, which, now, delay_ms, schedule)
+    let again = apply_noted(t, &key, |r| {
+        transitions::again(r, cycle, now).map(|(r, note)| (r, Some(note)))
     })?;
     if let (Some(encoded), Some(r)) = (spec, &again) {
         let value = spec::stored(r.created_at, 0, &r.schedule, encoded);

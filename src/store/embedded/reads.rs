@@ -7,7 +7,7 @@ use super::tables::{
     corrupt, decode, index_table, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY,
     IDEMPOTENCY, INFLIGHT, RECORDS, SPECS, TENANTS,
 };
-use crate::domain::{Attempt, JobId, Tenant};
+use crate::domain::{Entry, JobId, Tenant};
 use crate::lifecycle::{wakes_at, Record};
 use crate::store::listing::MAX_SCAN;
 use crate::store::spec;
@@ -30,7 +30,7 @@ pub fn view(tx: &ReadTransaction, id: &str) -> DbResult<Option<JobView>> {
         return Ok(None);
     };
     let spec = spec::decode(spec.value()).map_err(corrupt)?;
-    let history: Vec<Attempt> = match tx.open_table(HISTORY)?.get(id)? {
+    let history: Vec<Entry> = match tx.open_table(HISTORY)?.get(id)? {
         Some(raw) => decode(raw.value())?,
         None => Vec::new(),
     };

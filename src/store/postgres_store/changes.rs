@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
-use crate::domain::{Attempt, JobId};
-use crate::lifecycle::{transitions, wakes_at, Again, Cancelled, JobStatus, LetGo, Record};
+use crate::domain::{Entry, JobId};
+use crate::lifecycle::{transitions, wakes_at, Cancelled, JobStatus, LetGo, NewCycle, Record};
 use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::endpoints::{
     self, Added, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules,
@@ -238,6 +238,7 @@ pub async fn claim(
             spec: spec::decode(row.get(2)).map_err(corrupt)?,
             reserved: new.reserved,
             probe: new.probe,
+            deadline: new.deadline,
         });
         ids.push(id);
         records.push(new.encode());
@@ -291,7 +292,8 @@ async fn apply(
 }
 
 /// One notification's change in a batch: its id, and the step from its record to the
-/// new one (`None`: the event does not apply) with the attempt to add to its history.
+/// new one (`None`: the event does not apply) with the entries to add to its history (a
+/// JSON array, `appended`).
 pub struct Change<'a> {
     pub id: String,
     #[allow(clippy::type_complexity)]
@@ -405,23 +407,32 @@ pub async fn settle(t: &mut Tx<'_>, batch: &[Settlement]) -> PgResult<Vec<Option
             step: Box::new(move |r: &Record| {
                 let verdict = s.verdict();
                 let new = transitions::settle(r, s.lease, &verdict, now)?;
-                let attempt = serde_json::to_string(&[s.attempt(verdict.ended(now))]).ok();
-                Some((new, attempt))
+                let attempt = Entry::Attempt(s.attempt(verdict.ended(now)));
+                Some((new, Some(appended(attempt))))
             }),
         })
         .collect();
     apply_many(t, changes).await
 }
 
+/// An entry as `Batch::write` appends it to a history: a JSON array of it alone.
+fn appended(entry: Entry) -> String {
+    serde_json::to_string(&[entry]).expect("a history entry serializes")
+}
+
 /// Hands leased notifications back to the due set after their delays, without counting
-/// an attempt (cancelled instead where a cancel was asked for).
+/// an attempt (cancelled instead where a cancel was asked for; dead where an open circuit
+/// held one back past its deadline).
 pub async fn defer(t: &mut Tx<'_>, batch: &[Deferral]) -> PgResult<Vec<Option<Record>>> {
     let now = t.now;
     let changes = batch
         .iter()
         .map(|d| Change {
             id: d.id.to_string(),
-            step: Box::new(move |r: &Record| Some((d.apply(r, now)?, None))),
+            step: Box::new(move |r: &Record| {
+                let (new, note) = d.apply(r, now)?;
+                Some((new, note.map(|n| appended(Entry::Note(n)))))
+            }),
         })
         .collect();
     apply_many(t, changes).await
@@ -464,23 +475,25 @@ pub async fn cancel(t: &mut Tx<'_>, id: &JobId) -> PgResult<Cancelled> {
     Ok(answer)
 }
 
-/// Schedules a finished notification that `which` takes back again from a fresh attempt
-/// count, with a new spec (meta line and body) or schedule when given. Its new record;
-/// `None` when it is not taken back.
+/// Schedules a finished notification that `cycle.which` takes back again from a fresh
+/// attempt count, with a new spec (meta line and body) or schedule when given, its
+/// history noting the new cycle. Its new record; `None` when it is not taken back.
 pub async fn again(
     t: &mut Tx<'_>,
-    which: Again,
     id: &JobId,
     spec: Option<&str>,
-    schedule: Option<&[u64]>,
-    delay_ms: u64,
+    cycle: &NewCycle<'_>,
 ) -> PgResult<Option<Record>> {
     let key = id.to_string();
     let now = t.now;
-    let again = apply(t, &key, |r| {
-        transitions::again(r, which, now, delay_ms, schedule)
-    })
-    .await?;
+    let change = Change {
+        id: key.clone(),
+        step: Box::new(move |r: &Record| {
+            let (new, note) = transitions::again(r, cycle, now)?;
+            Some((new, Some(appended(Entry::Note(note)))))
+        }),
+    };
+    let again = apply_many(t, vec![change]).await?.pop().flatten();
     if let (Some(encoded), Some(r)) = (spec, &again) {
         let stored = spec::stored(r.created_at, 0, &r.schedule, encoded);
         t.execute(
@@ -734,8 +747,8 @@ pub fn parse_id(raw: &str) -> PgResult<JobId> {
         .map_err(|_| Fault::Corrupt(format!("bad id `{raw}` in postback.jobs")))
 }
 
-/// The attempts of a history as kept in `postback.jobs.history`.
-pub fn history(raw: &str) -> PgResult<Vec<Attempt>> {
+/// A history as kept in `postback.jobs.history`.
+pub fn history(raw: &str) -> PgResult<Vec<Entry>> {
     serde_json::from_str(raw).map_err(corrupt)
 }
 

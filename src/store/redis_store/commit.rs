@@ -212,7 +212,7 @@ impl Change {
         self
     }
 
-    /// With an attempt (JSON) for its history.
+    /// With an entry (an attempt or a note, JSON) for its history.
     pub fn with_entry(mut self, entry: String) -> Self {
         self.entry = Some(entry);
         self

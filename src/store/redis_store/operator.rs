@@ -7,9 +7,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::commit::{Change, Decision, Held};
+use super::queue::entry_json;
 use super::{script_error, store_error, RedisStore};
-use crate::domain::{JobId, JobSpec, Schedule};
-use crate::lifecycle::{transitions, Again, Cancelled, JobStatus, LetGo, Now, WAITING_OFFSET_MS};
+use crate::domain::{Entry, JobId, JobSpec, Schedule};
+use crate::lifecycle::{
+    transitions, Again, Cancelled, JobStatus, LetGo, NewCycle, Now, WAITING_OFFSET_MS,
+};
 use crate::store::{spec, OperatorActions, StoreResult};
 
 impl RedisStore {
@@ -42,16 +45,24 @@ impl RedisStore {
         &self,
         which: Again,
         ids: &[JobId],
-        spec: Option<&str>,
+        spec: Option<&JobSpec>,
         schedule: Option<&Schedule>,
         delay: Duration,
     ) -> StoreResult<Vec<Option<JobStatus>>> {
         let schedule = schedule.map(Schedule::intervals_ms);
-        let delay_ms = delay.as_millis() as u64;
+        let cycle = NewCycle {
+            which,
+            delay_ms: delay.as_millis() as u64,
+            schedule: schedule.as_deref(),
+            url: spec.map(|s| s.url.as_str()),
+        };
+        let spec = spec.map(spec::encode);
+        let spec = spec.as_deref();
         let replay = |id: &JobId, held: Option<Held>, now: Now| {
             let replayed = held.and_then(|h| {
-                let new = transitions::again(&h.record, which, now, delay_ms, schedule.as_deref())?;
-                let mut change = Change::new(&id.to_string(), &h, &new);
+                let (new, note) = transitions::again(&h.record, &cycle, now)?;
+                let mut change = Change::new(&id.to_string(), &h, &new)
+                    .with_entry(entry_json(&Entry::Note(note)));
                 if let Some(encoded) = spec {
                     let value = spec::stored(new.created_at, 0, &new.schedule, encoded);
                     change = change.with_spec(value);
@@ -105,9 +116,8 @@ impl OperatorActions for RedisStore {
         if self.keys(id).is_err() {
             return Ok(None);
         }
-        let spec = spec.map(spec::encode);
         let done = self
-            .again_ids(Again::Replay, &[*id], spec.as_deref(), schedule, delay)
+            .again_ids(Again::Replay, &[*id], spec, schedule, delay)
             .await?;
         let Some(mut status) = done.into_iter().next().flatten() else {
             return Ok(None);

@@ -18,7 +18,7 @@ use super::reply::{int_at, text_at};
 use super::shard_clock::Ask;
 use super::{script_error, store_error, RedisStore};
 use crate::backoff::worth_logging;
-use crate::domain::{JobId, Notification};
+use crate::domain::{Entry, JobId, Notification};
 use crate::lifecycle::{retention, transitions, Index, JobState, Now};
 use crate::store::keys::ShardKeys;
 use crate::store::spec;
@@ -433,8 +433,12 @@ impl Queue for RedisStore {
         let defer = |d: &Deferral, held: Option<Held>, now: Now| {
             let id = d.id.to_string();
             let change = held.and_then(|h| {
-                d.apply(&h.record, now)
-                    .map(|new| Change::new(&id, &h, &new))
+                let (new, note) = d.apply(&h.record, now)?;
+                let change = Change::new(&id, &h, &new);
+                Some(match note {
+                    Some(note) => change.with_entry(entry_json(&Entry::Note(note))),
+                    None => change,
+                })
             });
             Ok(change.map_or(Decision::Done(()), |c| Decision::Write(c, ())))
         };
@@ -539,6 +543,7 @@ fn claimed_job(
         spec: decoded,
         reserved: held.record.reserved,
         probe: held.record.probe,
+        deadline: held.record.deadline,
     };
     Ok((job, held))
 }
@@ -551,9 +556,14 @@ fn settled(s: &Settlement, held: &Held, now: Now) -> Decision<Option<JobState>> 
         return Decision::Done(None);
     };
     let ended = verdict.ended(now);
-    let entry = serde_json::to_string(&s.attempt(ended)).expect("an attempt serializes");
+    let entry = entry_json(&Entry::Attempt(s.attempt(ended)));
     let change = Change::new(&s.id.to_string(), held, &new)
         .not_before(ended)
         .with_entry(entry);
     Decision::Write(change, Some(new.state))
+}
+
+/// A history entry as `commit.lua` adds it.
+pub(super) fn entry_json(entry: &Entry) -> String {
+    serde_json::to_string(entry).expect("a history entry serializes")
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use super::page::{self, Order, ShardPage};
 use super::{store_error, RedisStore};
-use crate::domain::{Attempt, JobId, Tenant};
+use crate::domain::{Entry, JobId, Tenant};
 use crate::lifecycle::{Index, JobStatus, Record};
 use crate::store::keys::ShardKeys;
 use crate::store::listing::MAX_SCAN;
@@ -342,9 +342,7 @@ fn job_view(
         spec: spec::decode(spec).map_err(|e| corrupt("spec", e))?,
         status,
         history: match history {
-            Some(h) => {
-                serde_json::from_str::<Vec<Attempt>>(h).map_err(|e| corrupt("history", e))?
-            }
+            Some(h) => serde_json::from_str::<Vec<Entry>>(h).map_err(|e| corrupt("history", e))?,
             None => Vec::new(),
         },
     })
