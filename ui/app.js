@@ -150,17 +150,65 @@ function lastAttempt(n) {
   return n.last_error || (n.last_status !== null ? `HTTP ${n.last_status}` : "—");
 }
 
-function timeline(history) {
-  if (history.length === 0) return el("p", { class: "muted" }, "No attempt yet.");
+// A notification's history by cycle (its registration, then each replay or resend):
+// each cycle under a heading that says how and when it began, the URL its attempts went
+// to and how many there were (one cycle alone needs no heading); attempts numbered
+// within their cycle, each with the URL it went to where that is not the one the next
+// attempt goes to; a note of the endpoint's open circuit (no request, no attempt
+// counted) in its place.
+function timeline(n) {
+  if (n.cycles.length < 2) {
+    return n.history.length ? entries(n.history, n.request.url) : el("p", { class: "muted" }, "No attempt yet.");
+  }
+  return el("div", { class: "cycles" }, n.cycles.map((c) => el("section", { class: "cycle", "aria-label": `Cycle ${c.cycle}` },
+    el("h3", {}, cycleTitle(c)),
+    el("p", { class: "muted" }, `${when(c.began_at)} · to `, el("span", { class: "went-to" }, c.url || "an unrecorded URL")),
+    entries(n.history.filter((e) => e.cycle === c.cycle), n.request.url))));
+}
+
+const BEGAN = { registered: "Registered", replay: "Replayed", resend: "Resent", unrecorded: "Sent again" };
+const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
+function cycleTitle(c) {
+  return `${c.cycle === 0 ? "First cycle" : `Cycle ${c.cycle}`}: ${BEGAN[c.began] || c.began} · ${plural(c.attempts, "attempt")}`;
+}
+
+// One cycle's entries as a timeline.
+function entries(list, nextUrl) {
+  if (list.length === 0) return el("p", { class: "muted" }, "No attempt in this cycle yet.");
+  let attempt = 0;
   return el("ol", { class: "timeline", "aria-label": "Attempt history" },
-    history.map((a, i) => el("li", { class: a.status >= 200 && a.status < 300 ? "ok" : "" },
-      el("strong", {}, `Attempt ${i + 1}: ${outcome(a)}`),
-      el("div", { class: "muted" }, `${when(a.at)} · ${a.duration_ms} ms`),
-      a.response ? el("pre", {}, a.response) : null,
-      a.response_headers && a.response_headers.length
-        ? el("details", {}, el("summary", {}, "Response headers"),
-          el("pre", {}, a.response_headers.map((h) => `${h.name}: ${h.value}`).join("\n")))
-        : null)));
+    list.map((a) => {
+      if (a.kind !== "attempt") {
+        return el("li", { class: "note" },
+          el("strong", {}, a.kind === "circuit_deadline"
+            ? "Dead: its endpoint's circuit was still open at its deadline"
+            : "Held back: its endpoint's circuit is open (no request, no attempt counted)"),
+          el("div", { class: "muted" }, when(a.at)));
+      }
+      attempt += 1;
+      return el("li", { class: a.status >= 200 && a.status < 300 ? "ok" : "" },
+        el("strong", {}, `Attempt ${attempt}: ${outcome(a)}`),
+        el("div", { class: "muted" }, `${when(a.at)} · ${a.duration_ms} ms`,
+          a.url && a.url !== nextUrl ? [" · to ", el("span", { class: "went-to" }, a.url)] : null),
+        a.response ? el("pre", {}, a.response) : null,
+        a.response_headers && a.response_headers.length
+          ? el("details", {}, el("summary", {}, "Response headers"),
+            el("pre", {}, a.response_headers.map((h) => `${h.name}: ${h.value}`).join("\n")))
+          : null);
+    }));
+}
+
+// "2 of 2", and with earlier cycles "2 of 2 in this cycle; 9 in all".
+function attemptCount(n) {
+  const current = `${n.attempts} of ${n.max_attempts}`;
+  return n.replays ? `${current} in this cycle; ${n.total_attempts} in all` : current;
+}
+
+// While its endpoint's open circuit holds it back: since when, and its deadline.
+function heldBack(n) {
+  if (!n.held_back_since) return [];
+  return [el("dt", {}, "Held back"), el("dd", { id: "held-back" },
+    `its endpoint's circuit is open since ${when(n.held_back_since)}; dead-lettered at ${when(n.deadline)} if still open`)];
 }
 
 // A JSON body indented for reading; anything else as it is sent.
@@ -370,14 +418,14 @@ async function deadLetter(id) {
       el("dt", {}, "Callback"), el("dd", {}, d.url),
       el("dt", {}, "Topic"), el("dd", {}, d.topic || "—"),
       ...deliveryRules(d),
-      el("dt", {}, "Attempts"), el("dd", {}, `${d.attempts} of ${d.max_attempts}`),
+      el("dt", {}, "Attempts"), el("dd", { id: "attempts" }, attemptCount(d)),
       el("dt", {}, "Created"), el("dd", {}, when(d.created_at)),
       el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
       el("dt", {}, "Replays"), el("dd", {}, d.replays))),
     can("replay") ? replay : null,
     can("discard") ? el("div", { class: "actions" }, discard) : null,
     status,
-    el("h2", {}, "Attempts"), timeline(d.history),
+    el("h2", {}, "Attempts"), timeline(d),
     el("h2", {}, `Body (${d.content_type})`), el("pre", {}, readable(d.body, d.content_type)),
   ];
 }
@@ -545,13 +593,17 @@ function notificationActions(n, status) {
   ];
 }
 
-// The request every attempt sends: method, URL, headers (credentials withheld), body.
-function requestSent(r) {
+// The request each attempt of its current cycle sends: method, URL, headers (credentials
+// withheld), body; earlier attempts that went elsewhere say so in the history.
+function requestSent(n) {
+  const r = n.request;
   const contentType = r.headers.find((h) => h.name === "content-type")?.value || "";
+  const elsewhere = n.history.some((a) => a.url && a.url !== r.url);
   return [
     el("h2", {}, "Request"),
-    el("p", { class: "muted" }, "Every attempt sends this, with its own webhook-timestamp and webhook-signature ",
-      el("a", { href: "#/keys" }, "(how to verify)"), "."),
+    el("p", { class: "muted" }, `${n.replays ? "Each attempt of its current cycle sends" : "Each attempt sends"} this, with its own webhook-timestamp and webhook-signature `,
+      el("a", { href: "#/keys" }, "(how to verify)"), ".",
+      elsewhere ? " Earlier attempts went to the URL their history names." : null),
     el("pre", { id: "request-head" }, [`${r.method} ${r.url}`, ...r.headers.map((h) => `${h.name}: ${h.value}`)].join("\n")),
     el("pre", { id: "request-body" }, readable(r.body, contentType)),
   ];
@@ -577,8 +629,9 @@ async function lookup(id) {
         el("dt", {}, "Tenant"), el("dd", {}, n.tenant),
         el("dt", {}, "Callback"), el("dd", {}, n.url),
         ...deliveryRules(n),
-        el("dt", {}, "Attempts"), el("dd", {}, `${n.attempts} of ${n.max_attempts}`),
+        el("dt", {}, "Attempts"), el("dd", { id: "attempts" }, attemptCount(n)),
         el("dt", {}, "Next attempt"), el("dd", {}, n.waiting ? "after the one before it" : when(n.next_attempt_at)),
+        ...heldBack(n),
         el("dt", {}, "Created"), el("dd", {}, when(n.created_at)),
         el("dt", {}, "Finished"), el("dd", {}, when(n.finished_at)),
         el("dt", {}, "Replays"), el("dd", {}, n.replays))),
@@ -587,8 +640,8 @@ async function lookup(id) {
         ...notificationActions(n, status),
         n.state === "dead" ? el("a", { href: `#/dead/${n.id}` }, "Open as dead letter") : null),
       status,
-      ...requestSent(n.request),
-      el("h2", {}, "Attempts"), timeline(n.history));
+      ...requestSent(n),
+      el("h2", {}, "Attempts"), timeline(n));
   } catch (e) {
     parts.push(e.status === 404 ? el("p", { class: "error", role: "alert" }, "No notification has this id.") : failure(e));
   }

@@ -238,8 +238,8 @@ pub struct NotificationView {
     pub replays: u32,
     /// Its cycles, oldest first: its registration, then each replay or resend.
     pub cycles: Vec<CycleView>,
-    /// What its next attempt sends (earlier attempts went to the `url` their history
-    /// entry names).
+    /// What each attempt of its current cycle sends (earlier attempts went to the `url`
+    /// their history entry names).
     pub request: RequestView,
     /// Its attempts and its circuit's notes, oldest first, each with its cycle.
     pub history: Vec<AttemptView>,

@@ -81,7 +81,7 @@ pub fn registered(a: &Value, out: &mut Out) {
     );
 }
 
-/// A notification and its attempt history.
+/// A notification and its history, by cycle.
 pub fn notification(a: &Value, out: &mut Out) {
     fields(
         a,
@@ -96,8 +96,9 @@ pub fn notification(a: &Value, out: &mut Out) {
             "profile",
             "success",
             "attempts",
-            "max_attempts",
             "next_attempt_at",
+            "held_back_since",
+            "deadline",
             "created_at",
             "finished_at",
             "cancel_requested",
@@ -108,7 +109,7 @@ pub fn notification(a: &Value, out: &mut Out) {
     history(a, out);
 }
 
-/// A dead letter: the notification, when it died, its body, its history.
+/// A dead letter: the notification, when it died, its body, its history by cycle.
 pub fn dead_letter(a: &Value, out: &mut Out) {
     fields(
         a,
@@ -131,6 +132,22 @@ pub fn dead_letter(a: &Value, out: &mut Out) {
         out,
     );
     history(a, out);
+}
+
+/// `2 of 2`, and once it was sent again `2 of 2 in this cycle; 9 in all`; the count
+/// alone where the answer has no more.
+fn attempts(a: &Value, count: &Value) -> String {
+    let again = a["replays"].as_u64().is_some_and(|n| n > 0);
+    match (&a["max_attempts"], &a["total_attempts"]) {
+        (Value::Null, _) => text(count),
+        (max, total) if again && !total.is_null() => format!(
+            "{} of {} in this cycle; {} in all",
+            text(count),
+            text(max),
+            text(total)
+        ),
+        (max, _) => format!("{} of {}", text(count), text(max)),
+    }
 }
 
 /// A page of dead letters, and how to get the next one.
@@ -560,34 +577,70 @@ pub fn count(verb: &str, noun: &str, a: &Value, out: &mut Out) {
     out.line(format!("{verb} {} {noun}", text(&a["count"])));
 }
 
+/// The history, a table per cycle under the line that says how and when the cycle
+/// began, where it went and how many attempts it made; attempts numbered within their
+/// cycle, a circuit's note (no request) marked `-`.
 fn history(a: &Value, out: &mut Out) {
-    let attempts = a["history"]
+    let entries = a["history"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    if attempts.is_empty() {
-        return;
+    let cycles = a["cycles"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for cycle in cycles {
+        let number = &cycle["cycle"];
+        let own: Vec<&Value> = entries.iter().filter(|e| &e["cycle"] == number).collect();
+        let plural = if cycle["attempts"] == 1 { "" } else { "s" };
+        out.line(format!(
+            "\ncycle {}: {} {}, to {}: {} attempt{plural}",
+            text(number),
+            text(&cycle["began"]),
+            text(&cycle["began_at"]),
+            text(&cycle["url"]),
+            text(&cycle["attempts"]),
+        ));
+        if !own.is_empty() {
+            out.line(entry_table(&own));
+        }
     }
-    let mut t = table(&["#", "AT", "STATUS", "ERROR", "MS", "RESPONSE"]);
-    for (n, h) in attempts.iter().enumerate() {
-        t.add_row([
-            (n + 1).to_string(),
-            text(&h["at"]),
-            text(&h["status"]),
-            text(&h["error"]),
-            text(&h["duration_ms"]),
-            excerpt(&text(&h["response"])),
-        ]);
-    }
-    out.line(format!("\n{t}"));
-    let last = attempts.last().map(|h| &h["response_headers"]);
-    let headers = last.and_then(Value::as_array).filter(|h| !h.is_empty());
-    if let Some(headers) = headers {
-        out.line(format!("\nresponse headers of attempt {}:", attempts.len()));
+    let last = entries.iter().rev().find(|e| e["kind"] == "attempt");
+    let headers = last.and_then(|h| h["response_headers"].as_array());
+    if let (Some(last), Some(headers)) = (last, headers.filter(|h| !h.is_empty())) {
+        out.line(format!(
+            "\nresponse headers of the last attempt (cycle {}, {}):",
+            text(&last["cycle"]),
+            text(&last["at"])
+        ));
         for h in headers {
             out.line(format!("  {}: {}", text(&h["name"]), text(&h["value"])));
         }
     }
+}
+
+/// One cycle's entries as a table.
+fn entry_table(entries: &[&Value]) -> Table {
+    let mut t = table(&["#", "AT", "STATUS", "ERROR", "MS", "RESPONSE"]);
+    let mut n = 0;
+    for e in entries {
+        let number = match e["kind"] == "attempt" {
+            true => {
+                n += 1;
+                n.to_string()
+            }
+            false => "-".to_string(),
+        };
+        t.add_row([
+            number,
+            text(&e["at"]),
+            text(&e["status"]),
+            text(&e["error"]),
+            text(&e["duration_ms"]),
+            excerpt(&text(&e["response"])),
+        ]);
+    }
+    t
 }
 
 /// `key: value` lines for the fields present, aligned.
@@ -599,6 +652,7 @@ fn fields(a: &Value, keys: &[&str], out: &mut Out) {
             // Only a notification of an ordering key waits, or not.
             ("waiting", Some(_)) if a["ordering_key"].is_null() => None,
             ("success", Some(rule)) => Some(success_rule(rule)),
+            ("attempts", Some(count)) => Some(attempts(a, count)),
             (_, Some(v)) => Some(text(v)),
         };
         if let Some(shown) = shown {

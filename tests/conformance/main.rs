@@ -13,6 +13,7 @@ mod batch;
 mod browse;
 mod cancel;
 mod circuits;
+mod cycles;
 mod dead_letters;
 mod delivery;
 mod egress_proxy;

@@ -113,6 +113,57 @@ async fn an_operator_finds_a_dead_letter_fixes_its_url_and_resends_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_dlq_show_give_the_history_by_cycle_with_counts_that_agree() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let id = support::dead_one(&pb, &receiver).await;
+    let down = pb.notification(&id).await["url"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ok(&pb, &["dlq", "replay", &id]);
+    pb.wait_state(&id, "dead", WAIT).await;
+
+    let shown = ok(&pb, &["dlq", "show", &id]);
+    assert!(
+        shown.contains("attempts:     2 of 2 in this cycle; 4 in all"),
+        "{shown}"
+    );
+    let registered = format!(": to {down}: 2 attempts");
+    let cycles: Vec<&str> = shown.lines().filter(|l| l.starts_with("cycle ")).collect();
+    assert_eq!(cycles.len(), 2, "{shown}");
+    assert!(
+        cycles[0].starts_with("cycle 0: registered ") && cycles[0].ends_with(&registered[2..]),
+        "{shown}"
+    );
+    assert!(cycles[1].starts_with("cycle 1: replay "), "{shown}");
+    let rows = |text: &str| {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with(['1', '2']) && l.contains(" 500 "))
+            .count()
+    };
+    assert_eq!(rows(&shown), 4, "two attempts in each cycle:\n{shown}");
+
+    let fixed = receiver.url("/fixed");
+    ok(&pb, &["dlq", "replay", &id, "--url", &fixed]);
+    pb.wait_state(&id, "delivered", WAIT).await;
+    let status = ok(&pb, &["status", &id]);
+    assert!(
+        status.contains("attempts:         1 of 2 in this cycle; 5 in all"),
+        "{status}"
+    );
+    let last = status.lines().rfind(|l| l.starts_with("cycle "));
+    assert!(
+        last.is_some_and(|l| l.starts_with("cycle 2: replay ")
+            && l.ends_with(&format!(", to {fixed}: 1 attempt"))),
+        "the attempt after the replay went to the new URL:\n{status}"
+    );
+    assert!(
+        status.contains("response headers of the last attempt (cycle 2, "),
+        "{status}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_replay_and_purge_by_filter_report_their_counts() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
     let mut ids = Vec::new();

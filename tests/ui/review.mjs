@@ -1,7 +1,8 @@
 // End to end in headless Chromium: postback's review page against a real postback and
 // Redis (started by scripts/ui-test.sh) and a real receiver started here. Signs in,
 // reads the overview, finds a dead letter, opens it, replays it to a new URL and sees
-// it delivered; bulk-replays the rest after a confirmation that shows the count; finds
+// it delivered, its history by cycle with the URL each attempt went to; bulk-replays
+// the rest after a confirmation that shows the count; finds
 // both replays in the audit log and filters it by action; walks the queue's tabs and
 // pages, finds a notification by its idempotency key and cancels it; sees a failing
 // endpoint among the endpoints and filters them by state; subscribes a URL to topics,
@@ -10,7 +11,8 @@
 // opens a merchant's portal link
 // in a fresh browser: its endpoints with the credential out of the address bar, no
 // tenant to choose, only the actions its roles name, a notification's request and response,
-// and its signing keys with code (Node.js and Python) that verifies real deliveries;
+// a replayed dead letter's cycles, and its signing keys with code (Node.js and Python)
+// that verifies real deliveries; a notification its endpoint's open circuit holds back;
 // a view a link may not open (the audit log) and one that does not exist say so; an
 // instance without signing keys says what that means and how to give one; URLs and ids
 // stay on one line, whole on hover; the overview counts held ones apart; every view of
@@ -117,8 +119,9 @@ async function merchantPage(browser, errors) {
   const sent = requests.findLast((r) => r.headers["webhook-id"] === id);
   assert.equal(JSON.stringify(JSON.parse(await merchant.locator("#request-body").textContent())),
     JSON.stringify(JSON.parse(sent.body.toString())), "the body the receiver got");
-  assert.match(await merchant.locator("ol.timeline").textContent(), /HTTP 200/);
-  assert.equal(await merchant.locator("ol.timeline pre").first().textContent(), "ok", "the response");
+  const latest = merchant.locator("ol.timeline").last();
+  assert.match(await latest.textContent(), /HTTP 200/);
+  assert.equal(await latest.locator("pre").first().textContent(), "ok", "the response");
   assert.equal(await merchant.getByRole("button", { name: "Resend…" }).count(), 0);
   await merchant.screenshot({ path: `${shots}/ui-portal-notification.png`, fullPage: true });
 
@@ -169,7 +172,35 @@ async function merchantPage(browser, errors) {
   assert.equal(await merchant.getByRole("button", { name: "Discard" }).count(), 0);
   await merchant.getByRole("button", { name: "Replay", exact: true }).click();
   await merchant.getByRole("heading", { name: "Look up a notification" }).waitFor();
+  // Dead again: the merchant sees both cycles, and counts that agree with them.
+  await eventually("the replay's death", async () =>
+    (await call("GET", `/notifications/${dying.id}`)).total_attempts === 2);
+  await merchant.goto(`${api}/ui#/dead/${dying.id}`);
+  await merchant.locator("section.cycle").nth(1).waitFor();
+  assert.equal(await merchant.locator("#attempts").textContent(), "1 of 1 in this cycle; 2 in all");
+  assert.deepEqual(await merchant.locator("section.cycle h3").allTextContents(),
+    ["First cycle: Registered · 1 attempt", "Cycle 1: Replayed · 1 attempt"]);
+  await merchant.screenshot({ path: `${shots}/ui-portal-cycles.png`, fullPage: true });
   await merchant.close();
+}
+
+// An endpoint whose circuit is open: a notification to it is held back, no attempt
+// counted, its history noting the wait, and the page says until when it may wait.
+async function heldBack(page) {
+  for (let n = 0; n < 10; n++) {
+    const opener = await call("POST", "/notify", { url: target("/down/circuit"), body: { n }, schedule: [] });
+    await eventually("a failure at the endpoint", async () =>
+      (await call("GET", `/notifications/${opener.id}`)).state === "dead");
+  }
+  const held = await call("POST", "/notify", { url: target("/down/circuit"), body: {}, schedule: ["1h", "1h"] });
+  await eventually("the circuit's hold", async () =>
+    (await call("GET", `/notifications/${held.id}`)).held_back_since !== null);
+  await page.goto(`${api}/ui#/lookup/${held.id}`);
+  await page.locator("#held-back").waitFor();
+  assert.match(await page.locator("#held-back").textContent(), /circuit is open since .*; dead-lettered at .* if still open/);
+  assert.equal(await page.locator("#attempts").textContent(), "0 of 3");
+  assert.match(await page.locator("ol.timeline").textContent(), /^Held back: its endpoint's circuit is open/);
+  await page.screenshot({ path: `${shots}/ui-held-back.png`, fullPage: true });
 }
 
 // Opens `link` in a tab signed in already: the page asks, and switches once agreed.
@@ -394,6 +425,15 @@ try {
     return (await page.locator("#lookup-state").textContent()) === "delivered";
   });
   assert.ok(delivered.includes(oldest), "the receiver got the replayed notification");
+  // Its history by cycle: each attempt under the cycle it was made in, with the URL it
+  // went to; the counts agree with what is shown; the request is the next one's.
+  assert.equal(await page.locator("#attempts").textContent(), "1 of 1 in this cycle; 2 in all");
+  const cycles = page.locator("section.cycle");
+  assert.deepEqual(await cycles.locator("h3").allTextContents(),
+    ["First cycle: Registered · 1 attempt", "Cycle 1: Replayed · 1 attempt"]);
+  assert.match(await cycles.nth(0).textContent(), new RegExp(`to ${target("/down/orders/1001")}.*HTTP 503`));
+  assert.match(await cycles.nth(1).textContent(), /HTTP 200/);
+  assert.match(await page.locator("#request-head").textContent(), new RegExp(`^POST ${target("/up/orders/1001")}\n`));
   await page.screenshot({ path: `${shots}/ui-lookup.png`, fullPage: true });
 
   // Bulk replay of the filter: the confirmation shows the count of what is left.
@@ -594,6 +634,7 @@ try {
 
   await linkInASignedInTab(browser, errors);
   await merchantPage(browser, errors);
+  await heldBack(page);
   await notForALink(browser, errors);
   await noSigningKeys(browser, errors);
   await everyView(browser, errors, { dead: dead[1], notification: scheduled[0], event: published.id });
@@ -619,7 +660,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, merchant's page (roles, request and response, signing keys verified in Node.js and Python), phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, merchant's page (roles, request and response, cycles, signing keys verified in Node.js and Python), held back by an open circuit, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
