@@ -150,6 +150,40 @@ async fn a_dead_letter_is_told_to_its_tenant_and_to_the_operator_signed() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dead_at_its_circuits_deadline_is_told_with_no_attempt() {
+    let merchant = Receiver::start().await;
+    let delivery = "\n[delivery]\nbreaker_failures = 3\nbreaker_cooldown = \"1h\"";
+    let rig = OpsRig::start(&format!("window = \"300ms\"{delivery}")).await;
+    for _ in 0..3 {
+        dead_one(&rig.pb, &merchant, "shop-a").await;
+    }
+    let url = merchant.url("/shop-a");
+    let body = json!({"url": url, "body": {}, "tenant": "shop-a", "schedule": ["300ms"]});
+    let held = rig.pb.register(body).await;
+    rig.pb.wait_state(&held, "dead", WAIT).await;
+
+    let told = || {
+        let events = events(&rig.ops_a);
+        let items = events
+            .iter()
+            .flat_map(|e| e["data"]["notifications"].as_array().unwrap().clone());
+        items.into_iter().find(|n| n["id"] == held.as_str())
+    };
+    assert!(
+        support::eventually(WAIT, || async { told().is_some() }).await,
+        "told to shop-a"
+    );
+    let item = told().unwrap();
+    assert_eq!(item["attempts"], 0, "{item}");
+    assert!(item["last_status"].is_null(), "{item}");
+    let error = item["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with("circuit_open until its deadline"),
+        "{item}"
+    );
+}
+
 fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids.sort();
     ids
