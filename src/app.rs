@@ -14,22 +14,22 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::access;
 use crate::api::paging::CursorSeal;
 use crate::api::{self, AppState, RegistrationRules, TenantRules};
 use crate::config::{redact, Config, RedisTarget, StoreTarget};
+use crate::delivery::policy::Policy;
+use crate::delivery::scheduler::{Dispatcher, Observers, Pipeline};
+use crate::delivery::sender::{Route, Sender};
+use crate::delivery::tenant_shares::TenantShares;
 use crate::domain::{Destinations, Placement, ShardHealth};
-use crate::endpoint_pauses::EndpointPauses;
-use crate::endpoint_tallies::EndpointTallies;
-use crate::ops_events::OpsEvents;
-use crate::policy::Policy;
-use crate::scheduler::{Dispatcher, Observers, Pipeline};
-use crate::sender::{Route, Sender};
+use crate::endpoints::pauses::EndpointPauses;
+use crate::endpoints::tallies::EndpointTallies;
+use crate::observability::ops_events::OpsEvents;
 use crate::store::{EmbeddedStore, HealthListener, PostgresStore, RedisStore, Store};
 use crate::sweep;
-use crate::tenant_shares::TenantShares;
+use crate::tenancy::access;
 
-pub use crate::egress::Network;
+pub use crate::delivery::egress::Network;
 
 /// Runs an instance until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -152,7 +152,7 @@ impl App {
             wake: wake.clone(),
             rules: rules.clone(),
             delivery: delivery.clone(),
-            metrics: crate::metrics::install()?,
+            metrics: crate::observability::metrics::install()?,
             pipeline: pipeline.clone(),
             host_labels: s.metrics.host_labels,
             body_timeout: s.server.body_timeout,
@@ -283,7 +283,7 @@ impl App {
 
 /// Says at start-up which tenants' deliveries go unsigned, so that nobody learns it from
 /// a receiver.
-fn warn_unsigned(signer: &crate::signing::Signer) {
+fn warn_unsigned(signer: &crate::delivery::signing::Signer) {
     let unsigned = signer.unsigned();
     if unsigned.is_empty() {
         return;

@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use anyhow::bail;
 
-use crate::access::TokenTable;
+use crate::delivery::egress::ProxyUrl;
+use crate::delivery::policy::{Quota, Quotas};
+use crate::delivery::signing::{Keys, Secret, Signer, SigningKey};
 use crate::domain::{CallbackUrl, Destinations, HostAllowList, Tenant};
-use crate::egress::ProxyUrl;
-use crate::policy::{Quota, Quotas};
-use crate::portal::PortalKey;
-use crate::signing::{Keys, Secret, Signer, SigningKey};
-use crate::store::endpoints::EndpointRules;
+use crate::endpoints::health::EndpointRules;
+use crate::tenancy::access::TokenTable;
+use crate::tenancy::portal::PortalKey;
 
 mod checks;
 mod duration;
@@ -147,7 +147,7 @@ impl Config {
     pub fn validate(settings: Settings, insecure_no_auth: bool) -> anyhow::Result<Self> {
         let s = &settings;
         if s.server.api_tokens.is_empty() && s.tokens.is_empty() && !insecure_no_auth {
-            bail!("server.api_tokens: no API token is configured, and the API would be open to anyone. To try postback, give it one: POSTBACK_SERVER_API_TOKENS=dev-token postback serve --config config/postback.toml (scripts/run.sh does that). To run it for real, `{}` prints a token and the [tokens.ops] lines that accept it (name it, and narrow --tenant and --roles, as you need).", crate::access::NEW_TOKEN_COMMAND);
+            bail!("server.api_tokens: no API token is configured, and the API would be open to anyone. To try postback, give it one: POSTBACK_SERVER_API_TOKENS=dev-token postback serve --config config/postback.toml (scripts/run.sh does that). To run it for real, `{}` prints a token and the [tokens.ops] lines that accept it (name it, and narrow --tenant and --roles, as you need).", crate::tenancy::access::NEW_TOKEN_COMMAND);
         }
         checks::settings(s)?;
         let (store, shards) = checks::store(&s.store)?;
@@ -244,7 +244,7 @@ mod tests {
 
     use super::loading::named_error;
     use super::*;
-    use crate::access::{self, Action};
+    use crate::tenancy::access::{self, Action};
 
     fn with_token() -> Settings {
         let mut s = Settings::default();

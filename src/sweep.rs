@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::store::endpoints::now_ms;
+use crate::clock::now_ms;
 use crate::store::Store;
 
 /// Endpoint records a sweep reads at most, looking for idle ones.
@@ -54,7 +54,7 @@ pub async fn run(
                 failing = false;
             }
             Err(e) => {
-                crate::metrics::store_error("trim");
+                crate::observability::metrics::store_error("trim");
                 if !failing {
                     tracing::warn!(error = %e, "retention sweep failed; trying again later");
                 }

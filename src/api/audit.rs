@@ -16,13 +16,13 @@ use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::rfc3339;
 use super::AppState;
 use super::{auth, paging};
-use crate::access::Principal;
 use crate::domain::{FieldError, Tenant};
 use crate::store::bulk::PerTenant;
 use crate::store::{
     self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, EndpointRecord,
     JobView, ListFilter, Listed, UrlChange,
 };
+use crate::tenancy::access::Principal;
 
 /// Attempts at writing an entry, 100 ms apart, before it is left to the log.
 const WRITE_ATTEMPTS: u32 = 3;
@@ -151,7 +151,7 @@ pub async fn record(state: &AppState, record: AuditRecord) {
         match state.store.record_audit(&record).await {
             Ok(()) => return,
             Err(e) if attempt == WRITE_ATTEMPTS => {
-                crate::metrics::store_error("audit");
+                crate::observability::metrics::store_error("audit");
                 let filter = record.filter.clone().map(Value::Object);
                 tracing::error!(
                     error = %e,

@@ -14,8 +14,8 @@ use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::permits;
-use crate::access::{self, Action, Principal, Scope, TokenTable};
 use crate::domain::{FieldError, Tenant};
+use crate::tenancy::access::{self, Action, Principal, Scope, TokenTable};
 
 /// Who calls when authentication is off (`--insecure-no-auth`).
 const ANONYMOUS: &str = "anonymous";

@@ -18,8 +18,8 @@ use super::parse::{no_key_header, parse_json, parse_json_within, split_key, BATC
 use super::registration::{self, Registration};
 use super::view::Registered;
 use super::AppState;
-use crate::access::Principal;
 use crate::domain::FieldError;
+use crate::tenancy::access::Principal;
 
 /// Most notifications in one batch.
 pub const MAX_ITEMS: usize = 1000;

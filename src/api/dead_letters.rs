@@ -20,9 +20,9 @@ use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRule
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
 use super::{audit, auth, endpoints, paging};
-use crate::access::Principal;
 use crate::domain::{ExtraHeaders, FieldError, JobId, JobSpec, Schedule};
 use crate::store::{bulk, AuditAction, Cursor, JobState, JobView, ListFilter, UrlChange};
+use crate::tenancy::access::Principal;
 
 /// The filters and paging of `GET /dead-letters`; every filter given must hold.
 #[derive(Debug, Deserialize, IntoParams)]

@@ -2,7 +2,7 @@
 //! `GET /endpoints/{id}` (one), and `POST /endpoints/{id}/pause` and `/resume` (its
 //! notifications held while paused, let go oldest first once resumed:
 //! `endpoint_pauses`). An endpoint is known from its first notification; its health is
-//! what every instance's attempts there told the store (`store::endpoints`).
+//! what every instance's attempts there told the store (`endpoints::health`).
 
 use std::collections::HashMap;
 
@@ -17,12 +17,13 @@ use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::{Backlog, EndpointPage, EndpointState, EndpointView};
 use super::AppState;
 use super::{auth, paging};
-use crate::access::{Principal, Scope};
+use crate::clock::now_ms;
 use crate::domain::{Endpoint, EndpointId, FieldError, Tenant};
-use crate::store::endpoints::{now_ms, EndpointNotice};
+use crate::endpoints::health::EndpointNotice;
 use crate::store::{
     AuditAction, EndpointPause, EndpointRecord, ListFilter, Listed, Store, StoreResult,
 };
+use crate::tenancy::access::{Principal, Scope};
 
 /// Records one page examines at most, when a state filter matches few: then the page
 /// comes back short, and `next_cursor` goes on from where it stopped.
@@ -82,7 +83,7 @@ pub async fn list(
             .await?;
         examined += read.len();
         let Some(last) = read.last() else { break None };
-        after = Some(crate::store::endpoints::key(&last.tenant, &last.id()));
+        after = Some(crate::endpoints::health::key(&last.tenant, &last.id()));
         let full = read.len() == want;
         let views = read
             .iter()

@@ -165,7 +165,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unavailable(_) => {
-                crate::metrics::store_error("api");
+                crate::observability::metrics::store_error("api");
                 log_unavailable(&e);
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -174,7 +174,7 @@ impl From<StoreError> for ApiError {
                 )
             }
             StoreError::NotReplicated { .. } => {
-                crate::metrics::replica_ack_timeout();
+                crate::observability::metrics::replica_ack_timeout();
                 Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "replica_ack_timeout",

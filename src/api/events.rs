@@ -23,13 +23,13 @@ use super::parse::{key_header, optional_json, parse_json, without_key};
 use super::view::{next_attempt_at, StateView};
 use super::AppState;
 use super::{auth, paging};
-use crate::access::Principal;
 use crate::domain::{
     rfc3339, EventId, FieldError, Fingerprint, IdempotencyKey, JobId, Payload, RawJson,
     SubscriptionId, Tenant, Topic,
 };
 use crate::events::{self, Delivery, Event};
 use crate::store::{Again, AuditAction, AuditRecord, JobStatus};
+use crate::tenancy::access::Principal;
 
 /// Events one page of `GET /events` examines at most, when a topic or time filter
 /// matches few: then the page comes back short, with a cursor to go on from.
@@ -229,7 +229,7 @@ pub(super) async fn publish_one(
         tenant: tenant.to_string(),
         topic: topic.to_string(),
         body,
-        created_at: crate::store::endpoints::now_ms(),
+        created_at: crate::clock::now_ms(),
         idempotency_key: key.clone(),
         fingerprint: fingerprint.as_str().to_string(),
         deliveries: Vec::new(),

@@ -18,7 +18,7 @@ use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::events::{publish_one, EventView};
 use super::parse::{no_key_header, parse_json_within, BATCH_NESTING};
 use super::AppState;
-use crate::access::Principal;
+use crate::tenancy::access::Principal;
 
 /// Most events in one batch: each may reach up to 200 subscriptions.
 pub const MAX_ITEMS: usize = 100;

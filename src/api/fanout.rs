@@ -132,7 +132,7 @@ async fn sweep(
     topics_after: &mut Option<String>,
 ) -> Result<(), StoreError> {
     let store = state.store.as_ref();
-    let now = crate::store::endpoints::now_ms();
+    let now = crate::clock::now_ms();
     finish_unfinished(state, now).await?;
     let Some(max_age) = max_age else {
         return Ok(());

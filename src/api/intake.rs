@@ -95,12 +95,12 @@ fn report(taken: &[TakenIn], wake: &Notify) {
                     wake.notify_one();
                 }
                 if !enqueued.duplicate {
-                    crate::metrics::accepted();
+                    crate::observability::metrics::accepted();
                     tracing::info!(%id, via = "postback.notify", "notification registered");
                 }
             }
             TakenIn::Refused { id, error } => {
-                crate::metrics::intake_refused(1);
+                crate::observability::metrics::intake_refused(1);
                 tracing::warn!(%id, %error, "intake: registration refused; kept in postback.intake_refused");
             }
         }

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
 use super::ApiError;
-use crate::metrics;
+use crate::observability::metrics;
 
 /// The most header bytes (names and values) a request may carry.
 pub const MAX_HEADER_BYTES: usize = 32 * 1024;

@@ -9,7 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::CommonErrors;
-use crate::access::{Action, Principal, Scope};
+use crate::tenancy::access::{Action, Principal, Scope};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Caller {

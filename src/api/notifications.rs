@@ -13,9 +13,9 @@ use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::{NotificationPage, NotificationView};
 use super::AppState;
 use super::{audit, auth, endpoints, paging};
-use crate::access::Principal;
 use crate::domain::{Ended, FieldError, JobId};
 use crate::store::{AuditAction, Cancelled, JobView, ListFilter, Listed, WalkCursor};
+use crate::tenancy::access::Principal;
 
 /// One notification: state, attempts so far, next attempt, attempt history. Role `read`
 /// or `notify`, for a notification of the token's tenant.

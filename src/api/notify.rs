@@ -21,12 +21,12 @@ use super::registration::{prepare, register, traceparent};
 use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRules};
 use super::view::Registered;
 use super::AppState;
-use crate::access::Principal;
 use crate::config::Profile;
 use crate::domain::{
     check_label, ExtraHeaders, FieldError, JobId, Notification, Payload, RawSuccess, SuccessRule,
     Tenant,
 };
+use crate::tenancy::access::Principal;
 
 const MAX_LABEL: usize = 256;
 const MAX_EXPECT_BODY: usize = 1024;

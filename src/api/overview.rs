@@ -18,9 +18,9 @@ use super::view::rfc3339;
 use super::view::{CountsView, DegradedView, StatsView};
 use super::AppState;
 use super::{auth, paging};
-use crate::access::Principal;
 use crate::domain::Ended;
 use crate::store::{window_of, JobView, ListFilter, Listed, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
+use crate::tenancy::access::Principal;
 
 /// Whose counts: a token bound to a tenant counts its own only.
 #[derive(Debug, Deserialize, IntoParams)]

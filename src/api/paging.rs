@@ -16,10 +16,10 @@ use ring::rand::{SecureRandom, SystemRandom};
 
 use super::error::ApiError;
 use super::AppState;
-use crate::access::Principal;
 use crate::domain::FieldError;
 use crate::store::collections::{Change, Collection, Collections, Expect};
 use crate::store::{ListFilter, Listed, Store, StoreError, StoreResult};
+use crate::tenancy::access::Principal;
 
 const DEFAULT_LIMIT: usize = 50;
 const MAX_LIMIT: usize = 500;

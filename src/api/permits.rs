@@ -7,7 +7,7 @@
 
 use axum::http::Method;
 
-use crate::access::Action;
+use crate::tenancy::access::Action;
 
 /// The actions a call of `method` on the route `path` (its pattern, as
 /// `/notifications/{id}`) needs, every one of them; `None` for a route not in the table.

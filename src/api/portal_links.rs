@@ -18,10 +18,10 @@ use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::parse::parse_json;
 use super::AppState;
-use crate::access::{LinkRole, Principal};
 use crate::domain::{parse_duration, FieldError, Tenant};
-use crate::portal;
 use crate::store::{AuditAction, AuditRecord};
+use crate::tenancy::access::{LinkRole, Principal};
+use crate::tenancy::portal;
 
 /// How long a link works when the request does not say.
 const DEFAULT_TTL: &str = "1h";
@@ -147,7 +147,7 @@ fn link_roles(named: &[String]) -> Result<Vec<LinkRole>, FieldError> {
 
 /// `409 portal_links_off`, with the line that turns them on: a fresh random secret.
 fn links_off() -> ApiError {
-    let secret = crate::access::new_token().map_or_else(
+    let secret = crate::tenancy::access::new_token().map_or_else(
         |_| "<at least 32 random characters>".to_string(),
         |t| t.trim_start_matches("pbk_").to_string(),
     );

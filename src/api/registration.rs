@@ -11,12 +11,12 @@ use super::notify::{validate, NotifyRequest};
 use super::parse::parse_json;
 use super::rules::RegistrationRules;
 use super::AppState;
-use crate::access::{Principal, Role, Scope};
 use crate::domain::{
     Fingerprint, IdempotencyKey, JobId, Notification, OrderingKey, PlacedBy, Tenant,
 };
+use crate::observability::traces;
 use crate::store::{Enqueued, Idempotency, IntakeItem, JobStatus, StoreResult};
-use crate::traces;
+use crate::tenancy::access::{Principal, Role, Scope};
 
 /// A registration checked and ready to store.
 pub(super) struct Registration {
@@ -244,7 +244,7 @@ fn accepted(
         state.wake.notify_one();
     }
     if !enqueued.duplicate {
-        crate::metrics::accepted();
+        crate::observability::metrics::accepted();
         let endpoints = &state.endpoints;
         endpoints.registered(&notification.tenant, notification.url.as_url());
         tracing::info!(id = %enqueued.id, host = %notification.url.host(), "notification registered");

@@ -20,10 +20,10 @@ use super::rules::schedule_schema;
 use super::view::{NotificationView, StateView};
 use super::AppState;
 use super::{audit, auth, paging};
-use crate::access::Principal;
 use crate::domain::FieldError;
 use crate::lifecycle::LetGo;
 use crate::store::{bulk, Again, AuditAction, JobView, ListFilter, Listed};
+use crate::tenancy::access::Principal;
 
 /// What a resend may change: the schedule of its new cycle, and when it starts.
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -22,12 +22,12 @@ use super::notify::{validate, NotifyRequest};
 use super::parse::parse_json;
 use super::AppState;
 use super::{auth, paging};
-use crate::access::Principal;
 use crate::domain::{
     rfc3339, shown_value, FieldError, JobId, RawJson, SubscriptionId, Tenant, TopicPattern,
 };
 use crate::events::{self, Subscription, MAX_SUBSCRIPTIONS};
 use crate::store::{AuditAction, AuditRecord};
+use crate::tenancy::access::Principal;
 
 /// The fields of `POST /notify` a subscription may set for its notifications.
 pub(super) const SETTINGS: [&str; 9] = [
@@ -552,5 +552,5 @@ fn on_subscription(caller: &Principal, action: AuditAction, s: &Subscription) ->
 
 /// The store's clock is not asked for a subscription's times: the instance's will do.
 fn events_now() -> i64 {
-    crate::store::endpoints::now_ms()
+    crate::clock::now_ms()
 }

@@ -4,11 +4,11 @@
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::delivery::sender::request_headers;
 use crate::domain::{
     shown_value, Attempt, Cycle, Cycles, Ended, Entry, NoteKind, RawSuccess, ShardHealth,
 };
-use crate::sender::request_headers;
-use crate::store::endpoints::Span;
+use crate::endpoints::health::Span;
 use crate::store::{
     EndpointPause, EndpointRecord, JobState, JobStatus, JobView, Listed, StateCounts, Stats,
     Trimmed,

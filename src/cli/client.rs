@@ -20,10 +20,10 @@ pub struct Client {
 
 impl Client {
     pub fn new(args: &ApiArgs) -> anyhow::Result<Self> {
-        crate::sender::install_crypto_provider();
+        crate::delivery::sender::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
-            .user_agent(crate::sender::USER_AGENT_VALUE)
+            .user_agent(crate::delivery::sender::USER_AGENT_VALUE)
             .build()?;
         Ok(Self {
             http,

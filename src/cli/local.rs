@@ -6,15 +6,16 @@ use std::path::PathBuf;
 use clap::CommandFactory;
 
 use super::{print, Cli};
-use crate::access::{self, Role, Scope};
 use crate::config::{Config, RedisTarget, StoreTarget};
 use crate::domain::Tenant;
+use crate::tenancy::access::{self, Role, Scope};
 
 /// Runs an instance until SIGTERM or Ctrl-C.
 pub(super) fn serve(path: Option<PathBuf>, insecure_no_auth: bool) -> anyhow::Result<()> {
     let config = Config::load(path.as_deref(), insecure_no_auth)?;
-    crate::sender::install_crypto_provider();
-    let export = crate::telemetry::init(&config.settings.log, &config.settings.traces)?;
+    crate::delivery::sender::install_crypto_provider();
+    let export =
+        crate::observability::telemetry::init(&config.settings.log, &config.settings.traces)?;
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     match config.settings.server.worker_threads {
         0 => &mut runtime,
@@ -130,7 +131,7 @@ pub(super) fn new_token(name: &str, tenant: &str, roles: &[Role]) -> anyhow::Res
 
 /// Prints a fresh ed25519 signing key and its public half.
 pub(super) fn new_signing_key() -> anyhow::Result<()> {
-    let (key, public) = crate::signing::SigningKey::generate()?;
+    let (key, public) = crate::delivery::signing::SigningKey::generate()?;
     print::emit(&format!("{key}\n"))?;
     eprintln!(
         "\nThe signing key above is shown once: put it in the configuration and keep no copy."

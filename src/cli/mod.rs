@@ -20,7 +20,7 @@ use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::access::{LinkRole, Role};
+use crate::tenancy::access::{LinkRole, Role};
 
 mod batch;
 mod client;
@@ -623,7 +623,7 @@ mod tests {
 
     #[test]
     fn the_commands_messages_name_are_commands_it_takes() {
-        let words = crate::access::NEW_TOKEN_COMMAND
+        let words = crate::tenancy::access::NEW_TOKEN_COMMAND
             .split(' ')
             .map(|w| w.trim_matches('\''));
         assert!(Cli::try_parse_from(words).is_ok());

@@ -150,7 +150,7 @@ fn check_server(s: &ServerSettings) -> anyhow::Result<()> {
     check(
         s.portal_secret
             .as_ref()
-            .is_none_or(|p| p.len() >= crate::portal::MIN_SECRET_BYTES),
+            .is_none_or(|p| p.len() >= crate::tenancy::portal::MIN_SECRET_BYTES),
         "server.portal_secret",
         "must be at least 32 bytes (e.g. `openssl rand -base64 32`)",
     )?;

@@ -10,9 +10,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Percent, ProfileSettings, StringList};
-use crate::access::Role;
+use crate::delivery::policy::{Limits, Quota};
 use crate::domain::Schedule;
-use crate::policy::{Limits, Quota};
+use crate::tenancy::access::Role;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -295,7 +295,7 @@ pub struct EventSettings {
     pub schema_dir: Option<PathBuf>,
 }
 
-/// Endpoints (`store::endpoints`): when one that keeps failing is paused.
+/// Endpoints (`endpoints::health`): when one that keeps failing is paused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EndpointSettings {

@@ -36,7 +36,7 @@ impl TenantTls {
             (Some(cert), Some(private)) => {
                 let mut pem = read(cert, &format!("{key}.client_cert"))?;
                 pem.extend(read(private, &format!("{key}.client_key"))?);
-                crate::egress::read_identity(&pem).map_err(|e| {
+                crate::delivery::egress::read_identity(&pem).map_err(|e| {
                     anyhow!("{key}.client_cert, {key}.client_key: not a PEM certificate and private key ({e})")
                 })?;
                 Some(pem)
@@ -48,7 +48,7 @@ impl TenantTls {
             None => None,
             Some(path) => {
                 let pem = read(path, &format!("{key}.ca_certs"))?;
-                crate::egress::read_roots(&pem).map_err(|e| {
+                crate::delivery::egress::read_roots(&pem).map_err(|e| {
                     anyhow!(
                         "{key}.ca_certs: {}: not PEM certificates ({e})",
                         path.display()

@@ -8,9 +8,9 @@ use anyhow::bail;
 
 use super::checks::check;
 use super::{Settings, StringList, TenantConfig, TenantSettings, TenantTls};
-use crate::access::{self, Principal, Scope, TokenTable};
+use crate::delivery::signing::{Secret, SigningKey};
 use crate::domain::{CallbackUrl, Destinations, HostAllowList, Tenant, MAX_RESPONSE_BYTES};
-use crate::signing::{Secret, SigningKey};
+use crate::tenancy::access::{self, Principal, Scope, TokenTable};
 
 /// The tenants, each name checked and its secrets and allowed hosts decoded; `default`
 /// is always one of them.

@@ -7,7 +7,7 @@ use std::fmt;
 use url::{Host, Url};
 
 use super::FieldError;
-use crate::ssrf;
+use crate::delivery::ssrf;
 
 /// Which destinations a callback may have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

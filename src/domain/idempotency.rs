@@ -65,7 +65,7 @@ impl Fingerprint {
         Self(format!(
             "{}{}",
             Self::FORM,
-            crate::access::hex(&digest[..16])
+            crate::tenancy::access::hex(&digest[..16])
         ))
     }
 

@@ -15,7 +15,6 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::collections::{Change, Collection, Collections, Scan};
-use super::endpoints::{EndpointNotice, EndpointRules};
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
@@ -25,9 +24,10 @@ use super::{
     StoreError, StoreResult, WalkCursor,
 };
 use crate::config::RetentionSettings;
+use crate::delivery::policy::{RateAsk, SendTimes};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
+use crate::endpoints::health::{EndpointNotice, EndpointRules};
 use crate::lifecycle::{retention, Again, Index, LetGo, NewCycle, Now, Record};
-use crate::policy::{RateAsk, SendTimes};
 
 mod audit;
 mod changes;
@@ -530,7 +530,7 @@ impl EndpointHealth for EmbeddedStore {
         tenant: &Tenant,
         id: &EndpointId,
     ) -> StoreResult<Option<EndpointRecord>> {
-        let key = super::endpoints::key(tenant, id);
+        let key = crate::endpoints::health::key(tenant, id);
         self.read(move |tx| endpoints::get(tx, &key)).await
     }
 

@@ -14,7 +14,6 @@ pub mod bulk;
 pub mod collections;
 mod cursor;
 mod embedded;
-pub mod endpoints;
 mod keys;
 mod listing;
 mod postgres_store;
@@ -27,12 +26,12 @@ mod types;
 pub use self::embedded::{EmbeddedStore, MemoryDisk, FILE_NAME as EMBEDDED_FILE};
 pub use self::postgres_store::{Migrated, PostgresStore};
 pub use self::redis_store::RedisStore;
+pub use crate::endpoints::health::{EndpointPause, EndpointRecord, EndpointTally};
 pub use crate::lifecycle::{Again, Cancelled, JobState, JobStatus, LetGo};
 pub use audit::{
     AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord, UrlChange,
 };
 pub use cursor::{Cursor, WalkCursor};
-pub use endpoints::{EndpointPause, EndpointRecord, EndpointTally};
 pub use listing::{ListPage, Listed};
 pub use roles::{
     AuditLog, EndpointHealth, FleetMessaging, Intake, OperatorActions, Queue, RateReservations,

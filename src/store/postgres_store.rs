@@ -15,7 +15,6 @@ use tokio::sync::Notify;
 use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 
-use super::endpoints::{EndpointNotice, EndpointRules};
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
@@ -26,9 +25,10 @@ use super::{
     WalkCursor,
 };
 use crate::config::{RetentionSettings, StoreSettings};
+use crate::delivery::policy::{RateAsk, SendTimes};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
+use crate::endpoints::health::{EndpointNotice, EndpointRules};
 use crate::lifecycle::{retention, Again, Index, LetGo, NewCycle, Now};
-use crate::policy::{RateAsk, SendTimes};
 
 mod changes;
 mod migrations;
@@ -619,7 +619,7 @@ impl EndpointHealth for PostgresStore {
         id: &EndpointId,
     ) -> StoreResult<Option<EndpointRecord>> {
         let c = self.reader().await?;
-        reads::endpoint(&c, &super::endpoints::key(tenant, id))
+        reads::endpoint(&c, &crate::endpoints::health::key(tenant, id))
             .await
             .map_err(store_error)
     }

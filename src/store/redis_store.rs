@@ -496,7 +496,7 @@ async fn replicated_writes(
 
 /// A script's own failure: logged with its name, counted, and never retried.
 fn bug(script: &'static str, e: redis::RedisError) -> StoreError {
-    crate::metrics::script_error(script);
+    crate::observability::metrics::script_error(script);
     tracing::error!(script, error = %e, "a store script failed");
     StoreError::Script {
         script,

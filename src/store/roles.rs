@@ -13,16 +13,16 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::collections::Collections;
-use super::endpoints::{EndpointNotice, EndpointRules};
 use super::types::{
     Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, IntakeCheck, IntakeRules,
     JobView, ListFilter, Settled, Settlement, Stats, StoreResult, TakenIn,
 };
 use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
 use super::{EndpointPause, EndpointRecord, EndpointTally, Outcomes, WalkCursor};
+use crate::delivery::policy::{RateAsk, SendTimes};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, ShardHealth, Tenant};
+use crate::endpoints::health::{EndpointNotice, EndpointRules};
 use crate::lifecycle::{Again, Cancelled, JobStatus, LetGo};
-use crate::policy::{RateAsk, SendTimes};
 
 /// The queue as the pipeline drives it: registrations in, claims out, outcomes back.
 #[async_trait]

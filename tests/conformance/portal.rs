@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use postback::domain::Tenant;
-use postback::portal::PortalKey;
+use postback::tenancy::portal::PortalKey;
 use reqwest::Method;
 use serde_json::{json, Value};
 use support::tenants::{self, Fleet};

@@ -9,11 +9,11 @@ use crate::support;
 
 use std::time::Duration;
 
+use postback::delivery::policy::Quota;
 use postback::domain::{
     parse_duration, CallbackUrl, Destinations, ExtraHeaders, JobId, OrderingKey, Payload,
     RawSuccess, Schedule, SuccessRule,
 };
-use postback::policy::Quota;
 use postback::store::Cursor;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -81,7 +81,7 @@ proptest! {
             prop_assert!(text.starts_with("http://") || text.starts_with("https://"), "{}", text);
             let host = url.host().trim_start_matches('[').trim_end_matches(']');
             if let Ok(ip) = host.parse::<std::net::IpAddr>() {
-                prop_assert!(postback::ssrf::is_public(ip), "{} accepted", raw);
+                prop_assert!(postback::delivery::ssrf::is_public(ip), "{} accepted", raw);
             }
         }
         let _ = CallbackUrl::parse(&raw, Destinations::Any);

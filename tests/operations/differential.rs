@@ -19,10 +19,10 @@ use crate::support;
 use std::time::Duration;
 
 use postback::config::{RedisTarget, RetentionSettings, StoreSettings};
+use postback::delivery::policy::{Quota, RateAsk};
 use postback::domain::{
     Entry, Fingerprint, JobId, JobSpec, Notification, OrderingKey, Outcome, Schedule, Tenant,
 };
-use postback::policy::{Quota, RateAsk};
 use postback::store::{
     Again, Back, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, LetGo, ListFilter,
     PostgresStore, RedisStore, Settlement, Store,

@@ -8,7 +8,7 @@ use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use postback::ssrf::is_public;
+use postback::delivery::ssrf::is_public;
 use serde_json::json;
 
 /// A registry block: its first address as a number, its prefix length, whether it is

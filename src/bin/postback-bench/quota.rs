@@ -16,7 +16,8 @@ use crate::scenarios::{payment, wait_all, Meter};
 use crate::Opts;
 
 pub async fn quota(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
-    let quota: postback::policy::Quota = opts.quota.parse().map_err(anyhow::Error::msg)?;
+    let quota: postback::delivery::policy::Quota =
+        opts.quota.parse().map_err(anyhow::Error::msg)?;
     let per_second = match quota.interval_us() {
         0 => anyhow::bail!("--quota: the quota scenario needs a limited quota"),
         interval => 1e6 / interval as f64,

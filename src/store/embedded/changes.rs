@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
+use crate::delivery::policy::{self, RateAsk, RateState, SendTimes};
 use crate::domain::{Entry, JobId};
 use crate::lifecycle::{transitions, wakes_at, Cancelled, Index, LetGo, NewCycle, Now, Record};
-use crate::policy::{self, RateAsk, RateState, SendTimes};
 use crate::store::spec;
 use crate::store::types::{NewJob, RetentionLimits as Retention};
 use crate::store::{

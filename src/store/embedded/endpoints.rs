@@ -1,11 +1,13 @@
 //! Endpoints' health in the embedded file: the `endpoints` table, key `<tenant> <id>`
-//! (`store::endpoints::key`) → the record's JSON, read and written by the writer thread;
+//! (`endpoints::health::key`) → the record's JSON, read and written by the writer thread;
 //! and the `endpoint_pauses` table, the same key → the pause of a paused endpoint.
 
 use redb::{ReadTransaction, ReadableTable};
 
 use super::tables::{DbError, DbResult, Tables, ENDPOINTS, PAUSES};
-use crate::store::endpoints::{self, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules};
+use crate::endpoints::health::{
+    self, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules,
+};
 use crate::store::EndpointTally;
 
 /// Adds each tally to its endpoint's record under `rules`, with the pauses they decide;
@@ -15,10 +17,10 @@ pub fn record(
     tallies: &[EndpointTally],
     rules: &EndpointRules,
 ) -> DbResult<Vec<EndpointNotice>> {
-    let now = endpoints::now_ms();
+    let now = crate::clock::now_ms();
     let mut told = Vec::new();
     for tally in tallies {
-        let key = endpoints::key(&tally.endpoint.tenant, &tally.endpoint.id());
+        let key = health::key(&tally.endpoint.tenant, &tally.endpoint.id());
         let stored = t
             .endpoints
             .get(key.as_str())?
@@ -43,7 +45,7 @@ pub fn list(
     n: usize,
 ) -> DbResult<Vec<EndpointRecord>> {
     let table = tx.open_table(ENDPOINTS)?;
-    let (low, high) = endpoints::range(tenant, after);
+    let (low, high) = health::range(tenant, after);
     let range = match &low {
         Some((key, _)) => table.range(key.as_str()..)?,
         None => table.range::<&str>(..)?,
@@ -89,7 +91,7 @@ pub fn forget(
     let mut forgotten = 0;
     for (key, json) in &read {
         let paused = t.pauses.get(key.as_str())?.is_some();
-        if !paused && endpoints::is_idle(key, json, idle_before) {
+        if !paused && health::is_idle(key, json, idle_before) {
             t.endpoints.remove(key.as_str())?;
             forgotten += 1;
         }
@@ -118,7 +120,7 @@ pub fn set_pause(t: &mut Tables, key: &str, pause: Option<&EndpointPause>) -> Db
         None => {
             let stored = t.endpoints.get(key)?.map(|j| j.value().to_string());
             if let Some(json) = stored {
-                let resumed = EndpointRecord::resumed(key, &json, endpoints::now_ms());
+                let resumed = EndpointRecord::resumed(key, &json, crate::clock::now_ms());
                 t.endpoints
                     .insert(key, resumed.map_err(corrupt)?.as_str())?;
             }

@@ -78,7 +78,7 @@ pub const RATES: TableDefinition<&str, (i64, i64)> = TableDefinition::new("rates
 /// (ms, seq) → an audit log entry's JSON (`store::AuditRecord`).
 pub const AUDIT: TableDefinition<(i64, u64), &str> = TableDefinition::new("audit");
 /// `<tenant> <endpoint id>` → the endpoint's health record's JSON
-/// (`store::endpoints`).
+/// (`endpoints::health`).
 pub const ENDPOINTS: TableDefinition<&str, &str> = TableDefinition::new("endpoints");
 /// `<tenant> <endpoint id>` → the pause's JSON, while the endpoint is paused
 /// (`store::EndpointPause`).

@@ -8,12 +8,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
+use crate::delivery::policy::{self, RateAsk, RateState, SendTimes};
 use crate::domain::{Entry, JobId};
-use crate::lifecycle::{transitions, wakes_at, Cancelled, JobStatus, LetGo, NewCycle, Record};
-use crate::policy::{self, RateAsk, RateState, SendTimes};
-use crate::store::endpoints::{
+use crate::endpoints::health::{
     self, Added, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules,
 };
+use crate::lifecycle::{transitions, wakes_at, Cancelled, JobStatus, LetGo, NewCycle, Record};
 pub(super) use crate::store::types::{NewJob, RetentionLimits as Retention};
 use crate::store::{
     idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, IntakeCheck,
@@ -762,7 +762,7 @@ pub async fn record_endpoints(
 ) -> PgResult<Vec<EndpointNotice>> {
     let keys: Vec<String> = tallies
         .iter()
-        .map(|t| endpoints::key(&t.endpoint.tenant, &t.endpoint.id()))
+        .map(|t| health::key(&t.endpoint.tenant, &t.endpoint.id()))
         .collect();
     t.execute(
         "INSERT INTO postback.endpoints (key, record) SELECT unnest($1::text[]), ''
@@ -777,7 +777,7 @@ pub async fn record_endpoints(
         )
         .await?;
     let stored: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-    let now = endpoints::now_ms();
+    let now = crate::clock::now_ms();
     let mut added = Vec::with_capacity(keys.len());
     for (key, tally) in keys.iter().zip(tallies) {
         let before = stored
@@ -842,7 +842,7 @@ pub async fn set_pause(t: &mut Tx<'_>, key: &str, pause: Option<&EndpointPause>)
         )
         .await?;
     if let Some(row) = rows.first() {
-        let resumed = EndpointRecord::resumed(key, row.get(0), endpoints::now_ms());
+        let resumed = EndpointRecord::resumed(key, row.get(0), crate::clock::now_ms());
         t.execute(
             "UPDATE postback.endpoints SET record = $2 WHERE key = $1",
             &[&key, &resumed.map_err(corrupt)?],
@@ -879,7 +879,7 @@ pub async fn forget_endpoints(
         .flatten();
     let idle: Vec<&String> = read
         .iter()
-        .filter(|(key, json)| !json.is_empty() && endpoints::is_idle(key, json, idle_before))
+        .filter(|(key, json)| !json.is_empty() && health::is_idle(key, json, idle_before))
         .map(|(key, _)| key)
         .collect();
     if idle.is_empty() {

@@ -9,8 +9,8 @@ use tokio_postgres::Row;
 use super::changes::{history, parse_id};
 use super::tx::{corrupt, PgResult};
 use crate::domain::Tenant;
+use crate::endpoints::health::{self, EndpointRecord};
 use crate::lifecycle::{Index, Record};
-use crate::store::endpoints::{self, EndpointRecord};
 use crate::store::listing::MAX_SCAN;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, OUTCOME_WINDOW_MS};
@@ -255,7 +255,7 @@ pub async fn endpoints(
     after: Option<&str>,
     n: usize,
 ) -> PgResult<Vec<EndpointRecord>> {
-    let (low, high) = endpoints::range(tenant, after);
+    let (low, high) = health::range(tenant, after);
     let (low, inclusive) = low.unwrap_or_default();
     let rows = query(
         c,

@@ -14,7 +14,9 @@ use async_trait::async_trait;
 
 use super::{script_error, store_error, RedisStore};
 use crate::domain::{EndpointId, Tenant};
-use crate::store::endpoints::{self, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules};
+use crate::endpoints::health::{
+    self, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules,
+};
 use crate::store::{EndpointHealth, EndpointTally, StoreError, StoreResult};
 
 /// Rounds of reading and writing before a write that keeps meeting others' gives up (it
@@ -107,7 +109,7 @@ impl RedisStore {
     ) -> StoreResult<(Vec<String>, Vec<EndpointNotice>)> {
         let keys: Vec<&str> = tallies.iter().map(|(k, _)| k.as_str()).collect();
         let stored = self.records(&keys).await?;
-        let now = endpoints::now_ms();
+        let now = crate::clock::now_ms();
         let mut call = self.endpoints_script();
         let mut added = Vec::with_capacity(tallies.len());
         for ((key, tally), stored) in tallies.iter().zip(&stored) {
@@ -137,7 +139,7 @@ impl RedisStore {
             let stored = self.records(&[key]).await?.pop().flatten();
             let new = stored
                 .as_deref()
-                .map(|json| EndpointRecord::resumed(key, json, endpoints::now_ms()))
+                .map(|json| EndpointRecord::resumed(key, json, crate::clock::now_ms()))
                 .transpose()?;
             let mut call = self.endpoints_script();
             call.arg(key)
@@ -164,7 +166,7 @@ impl EndpointHealth for RedisStore {
     ) -> StoreResult<Vec<EndpointNotice>> {
         let mut pending: Vec<(String, &EndpointTally)> = tallies
             .iter()
-            .map(|t| (endpoints::key(&t.endpoint.tenant, &t.endpoint.id()), t))
+            .map(|t| (health::key(&t.endpoint.tenant, &t.endpoint.id()), t))
             .collect();
         let mut told = Vec::new();
         for _ in 0..ROUNDS {
@@ -187,7 +189,7 @@ impl EndpointHealth for RedisStore {
         after: Option<&str>,
         n: usize,
     ) -> StoreResult<Vec<EndpointRecord>> {
-        let found = self.read_range(endpoints::range(tenant, after), n).await?;
+        let found = self.read_range(health::range(tenant, after), n).await?;
         let found = found
             .into_iter()
             .filter_map(|(key, json)| Some((key, json?)));
@@ -202,14 +204,14 @@ impl EndpointHealth for RedisStore {
         after: Option<&str>,
         n: usize,
     ) -> StoreResult<(usize, Option<String>)> {
-        let read = self.read_range(endpoints::range(None, after), n).await?;
+        let read = self.read_range(health::range(None, after), n).await?;
         let next = (read.len() == n)
             .then(|| read.last().map(|(k, _)| k.clone()))
             .flatten();
         let idle: Vec<(&String, &String)> = read
             .iter()
             .filter_map(|(key, json)| Some((key, json.as_ref()?)))
-            .filter(|(key, json)| endpoints::is_idle(key, json, idle_before))
+            .filter(|(key, json)| health::is_idle(key, json, idle_before))
             .collect();
         if idle.is_empty() {
             return Ok((0, next));
@@ -227,7 +229,7 @@ impl EndpointHealth for RedisStore {
         tenant: &Tenant,
         id: &EndpointId,
     ) -> StoreResult<Option<EndpointRecord>> {
-        let key = endpoints::key(tenant, id);
+        let key = health::key(tenant, id);
         let json: Option<String> = redis::cmd("HGET")
             .arg(&self.endpoint_keys.records)
             .arg(&key)

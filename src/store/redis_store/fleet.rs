@@ -126,7 +126,7 @@ impl RedisStore {
                         tracing::info!(failures, "fleet membership renewed again");
                         failures = 0;
                     }
-                    crate::metrics::fleet(m.instances, m.shards.len());
+                    crate::observability::metrics::fleet(m.instances, m.shards.len());
                     if self.clock.own(&m.shards, m.until) {
                         wake.notify_one();
                     }
@@ -136,7 +136,7 @@ impl RedisStore {
                     if failures == 0 {
                         tracing::warn!(error = %e, "cannot renew fleet membership; retrying");
                     }
-                    crate::metrics::store_error("fleet");
+                    crate::observability::metrics::store_error("fleet");
                     failures += 1;
                     backoff(failures).min(self.fleet.every())
                 }

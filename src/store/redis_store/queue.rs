@@ -391,7 +391,7 @@ impl Queue for RedisStore {
                         return Err(e);
                     }
                     // Counted here only: a returned error is counted by the claim loop.
-                    crate::metrics::store_error("claim");
+                    crate::observability::metrics::store_error("claim");
                     break;
                 }
             }

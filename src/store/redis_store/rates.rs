@@ -8,7 +8,7 @@ use redis::Value;
 use super::conn::Conn;
 use super::reply::int_at;
 use super::{script_error, RedisStore};
-use crate::policy::{RateAsk, SendTimes};
+use crate::delivery::policy::{RateAsk, SendTimes};
 use crate::store::{RateReservations, StoreError, StoreResult};
 
 impl RedisStore {

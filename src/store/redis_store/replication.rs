@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::conn::Conn;
 use super::{store_error, RedisStore};
-use crate::store::endpoints::now_ms;
+use crate::clock::now_ms;
 use crate::store::keys::ShardKeys;
 use crate::store::{ShardReplication, StoreError, StoreResult};
 
@@ -119,7 +119,7 @@ impl RedisStore {
                 false => tracing::info!(shard, "shard healthy again: it takes new notifications"),
             }
         }
-        crate::metrics::shard_degraded(shard, degraded);
+        crate::observability::metrics::shard_degraded(shard, degraded);
     }
 
     /// When `store.replica_acks` asks for replicas: an error naming the first shard whose

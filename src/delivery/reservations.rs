@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::metrics;
-use crate::policy::Policy;
+use crate::delivery::policy::Policy;
+use crate::observability::metrics;
 use crate::store::{ClaimedJob, RateReservations};
 
 /// A send time further away than this is not waited for in process (holding a delivery

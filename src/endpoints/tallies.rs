@@ -16,10 +16,11 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::{backoff, worth_logging};
+use crate::clock::now_ms;
 use crate::domain::{AttemptReport, Endpoint, Outcome, Tenant};
-use crate::endpoint_pauses::EndpointPauses;
-use crate::ops_events::OpsEvents;
-use crate::store::endpoints::{now_ms, EndpointNotice, EndpointRules, Failure};
+use crate::endpoints::health::{EndpointNotice, EndpointRules, Failure};
+use crate::endpoints::pauses::EndpointPauses;
+use crate::observability::ops_events::OpsEvents;
 use crate::store::{EndpointTally, Store, StoreResult};
 
 /// How often the tallies go to the store.

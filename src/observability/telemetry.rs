@@ -1,7 +1,7 @@
 //! Logging and traces: `tracing` to stdout, as text or JSON lines, the level from
 //! `RUST_LOG` when set, otherwise from `log.level`, in colour only on a terminal and
 //! without `NO_COLOR` (a file, systemd or `docker logs` gets plain text); and, when
-//! `traces.otlp_endpoint` is set, OpenTelemetry spans (`crate::traces`), whatever the
+//! `traces.otlp_endpoint` is set, OpenTelemetry spans (`crate::observability::traces`), whatever the
 //! log level. A text line is its message, then its fields as `name=value`, every value
 //! written one way (`Fields`): bare, or quoted with escapes when it holds a space, a
 //! control character or nothing.
@@ -18,7 +18,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::config::{LogFormat, LogSettings, TraceSettings};
-use crate::traces::{self, Export};
+use crate::observability::traces::{self, Export};
 
 /// Installs the global subscriber; the trace export, when there is one, to shut down
 /// after the runtime so that its last spans are sent.

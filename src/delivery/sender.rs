@@ -19,13 +19,13 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::{timeout_at, Instant as Deadline};
 
 use crate::config::{DeliverySettings, TenantConfig, TenantTls};
+use crate::delivery::egress::{self, Connector, Network, ProxyUrl};
+use crate::delivery::signing::Signer;
+use crate::delivery::ssrf::Blocked;
 use crate::domain::{
     kept_headers, truncate, AttemptReport, JobId, JobSpec, Outcome, Reach, Tenant,
 };
-use crate::egress::{self, Connector, Network, ProxyUrl};
-use crate::signing::Signer;
-use crate::ssrf::Blocked;
-use crate::traces;
+use crate::observability::traces;
 
 /// `postback/<version>`, sent as the `User-Agent` of every delivery.
 pub const USER_AGENT_VALUE: &str = concat!("postback/", env!("CARGO_PKG_VERSION"));

@@ -191,7 +191,7 @@ async fn record(
         else {
             return false;
         };
-        crate::metrics::dead_lettered(settled.dead_lettered);
+        crate::observability::metrics::dead_lettered(settled.dead_lettered);
         let ignored = settled.applied.iter().filter(|a| !**a).count();
         if ignored > 0 {
             tracing::warn!(ignored, "settlements ignored: their lease had been lost");
@@ -240,7 +240,7 @@ where
                 return Some(value);
             }
             Err(e) => {
-                crate::metrics::store_error(what);
+                crate::observability::metrics::store_error(what);
                 if failures == 0 {
                     tracing::error!(error = %e, "cannot {what}; retrying");
                 }

@@ -35,10 +35,11 @@ use tokio_util::sync::CancellationToken;
 use tokio::sync::Notify;
 
 use crate::backoff::worth_logging;
+use crate::clock::now_ms;
 use crate::domain::{Endpoint, EndpointId, Tenant};
+use crate::endpoints::health::{key, EndpointNotice, EndpointPause, PAUSED_BY_POSTBACK};
 use crate::lifecycle::LetGo;
-use crate::ops_events::OpsEvents;
-use crate::store::endpoints::{key, now_ms, EndpointNotice, EndpointPause, PAUSED_BY_POSTBACK};
+use crate::observability::ops_events::OpsEvents;
 use crate::store::{JobView, ListFilter, Listed, Store, StoreResult, WalkCursor};
 
 /// How often the held ones are let go while some are.

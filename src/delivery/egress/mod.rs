@@ -23,7 +23,7 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use crate::ssrf::{self, Blocked};
+use crate::delivery::ssrf::{self, Blocked};
 
 pub use proxy::ProxyUrl;
 pub use stream::Stream;

@@ -21,19 +21,19 @@ use tracing::Instrument;
 
 use crate::backoff::{backoff, worth_logging};
 use crate::config::{DeliverySettings, Percent};
+use crate::delivery::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
+use crate::delivery::reservations::{self, SendAt};
+use crate::delivery::sender::Sender;
+use crate::delivery::settler::{self, Leases, Queued, Report};
+use crate::delivery::slots::{InQueue, Slot, Slots};
+use crate::delivery::tenant_shares::{Share, TenantShares};
 use crate::domain::{AttemptReport, Outcome, Target, CIRCUIT_DEADLINE};
-use crate::endpoint_pauses::EndpointPauses;
-use crate::endpoint_tallies::EndpointTallies;
-use crate::metrics;
-use crate::ops_events::OpsEvents;
-use crate::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
-use crate::reservations::{self, SendAt};
-use crate::sender::Sender;
-use crate::settler::{self, Leases, Queued, Report};
-use crate::slots::{InQueue, Slot, Slots};
+use crate::endpoints::pauses::EndpointPauses;
+use crate::endpoints::tallies::EndpointTallies;
+use crate::observability::metrics;
+use crate::observability::ops_events::OpsEvents;
+use crate::observability::traces;
 use crate::store::{Back, ClaimedJob, Deferral, Settlement, Store};
-use crate::tenant_shares::{Share, TenantShares};
-use crate::traces;
 
 /// How far ahead of their due time notifications are claimed while at least three
 /// quarters of the delivery slots are free. The scheduler wakes when the next is half

@@ -19,8 +19,8 @@ use base64::Engine;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
 
-use crate::access::{LinkRole, Principal};
 use crate::domain::Tenant;
+use crate::tenancy::access::{LinkRole, Principal};
 
 /// What every credential starts with, so that it is told from a configured token.
 pub const PREFIX: &str = "pt_";
@@ -153,7 +153,7 @@ fn seconds(t: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::{Action, Scope};
+    use crate::tenancy::access::{Action, Scope};
 
     const SECRET: &str = "a portal secret of thirty-two bytes or more";
 

@@ -24,9 +24,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::tenant_counts::{OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
-use super::{StoreError, StoreResult};
 use crate::domain::{Endpoint, EndpointId, Tenant};
+use crate::store::{StoreError, StoreResult, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
 
 const HOUR_MS: i64 = 3_600_000;
 /// An endpoint is told to be failing at most once in this long (`endpoint.failing`).
@@ -70,12 +69,6 @@ pub fn range(
 /// forgotten too: it would only fail every read of its tenant's list.
 pub fn is_idle(key: &str, json: &str, idle_before: i64) -> bool {
     EndpointRecord::decode(key, json).map_or(true, |r| r.last_active() < idle_before)
-}
-
-/// This host's time in ms, which endpoints' counts are kept in: windows of minutes,
-/// which a skew between hosts does not move by much.
-pub fn now_ms() -> i64 {
-    crate::clock::now_ms()
 }
 
 /// When endpoints are told failing and paused: the fleet's rules, a tenant's own

@@ -15,7 +15,7 @@
 //! `endpoint.failing`, to its tenant's `ops_url` and the operator's, once per run of
 //! failures and at most hourly; one with no success for `endpoints.pause_after` is paused
 //! and told as `endpoint.paused`. The store's write of its record decides both
-//! (`store::endpoints`), so one instance of the fleet tells each. A pause or resume by
+//! (`endpoints::health`), so one instance of the fleet tells each. A pause or resume by
 //! hand is told as `endpoint.paused` or `endpoint.resumed` by the instance that made it.
 //! Ops events' own deliveries are not counted by endpoint, so an ops URL that fails is
 //! never told about itself.
@@ -34,7 +34,7 @@ use crate::domain::{
     rfc3339, CallbackUrl, ExtraHeaders, Notification, Payload, Placement, Schedule, SuccessRule,
     Tenant,
 };
-use crate::store::endpoints::EndpointNotice;
+use crate::endpoints::health::EndpointNotice;
 use crate::store::{ClaimedJob, EndpointRecord, Store};
 
 /// The topic of every event, which producers may not use (`postback.` is reserved).

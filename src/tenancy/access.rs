@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::domain::Tenant;
-use crate::portal::PortalKey;
+use crate::tenancy::portal::PortalKey;
 
 /// What a route does, as far as who may call it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
