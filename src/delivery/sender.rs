@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tokio::time::{timeout_at, Instant as Deadline};
+use tokio::time::{timeout_at, Instant, Instant as Deadline};
 
 use crate::config::{DeliverySettings, TenantConfig, TenantTls};
 use crate::delivery::egress::{self, Connector, Network, ProxyUrl};

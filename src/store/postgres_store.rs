@@ -6,7 +6,9 @@
 //! Times are the database's clock. A registration is answered once it is committed.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use anyhow::Context;
 use async_trait::async_trait;

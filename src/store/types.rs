@@ -2,7 +2,9 @@
 //! its roles (`roles.rs`) and the values they take, and the store's errors.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::Serialize;
 

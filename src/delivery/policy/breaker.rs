@@ -17,7 +17,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// Cooldowns without a failure after which an endpoint is forgotten.
 const IDLE_COOLDOWNS: u32 = 10;

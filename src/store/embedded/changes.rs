@@ -2,7 +2,9 @@
 //! reads the record, asks `lifecycle` what the event leads to, and writes the answer
 //! with its index entry (`Tables::save`). Nothing here decides a state.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use redb::{ReadableTable, ReadableTableMetadata};
 

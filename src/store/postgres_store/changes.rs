@@ -5,7 +5,9 @@
 //! other's rows. Nothing here decides a state.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::tx::{corrupt, place, Fault, PgResult, Tx};
 use crate::delivery::policy::{self, RateAsk, RateState, SendTimes};

@@ -9,7 +9,9 @@
 //! Ownership only saves work: a claim is atomic whoever makes it, so an instance whose
 //! ownership has not been renewed for a whole lease claims every shard again.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use redis::Script;
 

@@ -5,7 +5,9 @@
 //! (`trim.lua`); wake-ups.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use async_trait::async_trait;
 use redis::Value;

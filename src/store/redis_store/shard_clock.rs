@@ -13,7 +13,9 @@
 //! its own, so that the others are claimed meanwhile.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::backoff::backoff;
 
