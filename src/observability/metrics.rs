@@ -75,6 +75,8 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 /// Installs the global recorder, once per process (an instance run again in the same
 /// process, as a simulation's are, shares it); the handle renders the exposition text.
 pub fn install() -> anyhow::Result<PrometheusHandle> {
+    static INSTALLING: Mutex<()> = Mutex::new(());
+    let _once = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(handle) = HANDLE.get() {
         return Ok(handle.clone());
     }
@@ -98,7 +100,10 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
             ],
         )?
         .install_recorder()?;
-    tokio::spawn(upkeep(handle.clone()));
+    let kept = handle.clone();
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || upkeep(kept))?;
     describe();
     start_at_zero();
     gauge!("postback_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
@@ -136,10 +141,11 @@ fn start_at_zero() {
 /// Folds the samples histograms gathered into their buckets every few seconds. The
 /// recorder otherwise keeps every sample until `/metrics` is read, so an instance nobody
 /// scrapes would grow by two samples per attempt for as long as it runs.
-async fn upkeep(handle: PrometheusHandle) {
-    let mut every = tokio::time::interval(Duration::from_secs(5));
+/// Drains the histograms' buffers now and then, on a thread of its own: outside any
+/// runtime an instance runs on, so that it outlives one and adds no timer to it.
+fn upkeep(handle: PrometheusHandle) {
     loop {
-        every.tick().await;
+        std::thread::sleep(Duration::from_secs(5));
         handle.run_upkeep();
     }
 }
