@@ -2,7 +2,8 @@
 //! time reserved in its rate key's quota. The store keeps each quota for the whole fleet
 //! (`policy::reserve`); a claimed batch asks once per rate key it holds, and the k-th of
 //! a key's notifications gets the k-th free send time. A notification that was deferred
-//! to its reserved time holds it already and does not ask again.
+//! to its reserved time holds it already and does not ask again, unless it is claimed
+//! well after that time (`holds_its_place`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +15,9 @@ use crate::store::{ClaimedJob, RateReservations};
 /// A send time further away than this is not waited for in process (holding a delivery
 /// slot): the notification is deferred to it in the store, once.
 pub const HOLD_AT_MOST: Duration = Duration::from_millis(250);
+
+/// How long past its reserved send time a claimed notification keeps it, at least.
+const RESERVATION_KEPT: Duration = HOLD_AT_MOST;
 
 /// Deferred this long when its quota could not be asked (the store is failing).
 const UNASKED_DELAY: Duration = Duration::from_secs(1);
@@ -39,8 +43,11 @@ pub async fn send_times(
     jobs: &[&ClaimedJob],
 ) -> Vec<SendAt> {
     let mut by_key: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, job) in jobs.iter().enumerate().filter(|(_, j)| !j.reserved) {
-        by_key.entry(job.spec.quota_key()).or_default().push(i);
+    for (i, job) in jobs.iter().enumerate() {
+        let key = job.spec.quota_key();
+        if !holds_its_place(job, policy.spacing(&key)) {
+            by_key.entry(key).or_default().push(i);
+        }
     }
     let mut times: Vec<SendAt> = jobs.iter().map(|j| SendAt::After(j.until_due())).collect();
     if by_key.is_empty() {
@@ -82,6 +89,16 @@ pub async fn send_times(
     times
 }
 
+/// Whether `job` goes at the send time it reserved before, its quota spacing sends by
+/// `spacing`: only if it was claimed within `RESERVATION_KEPT` (or `spacing`, if
+/// longer) of that time. One claimed later (its instance was down, its store slow)
+/// lost its place and asks again: otherwise every notification deferred to a time the
+/// instance missed would go at once when it is back.
+fn holds_its_place(job: &ClaimedJob, spacing: Duration) -> bool {
+    let kept = RESERVATION_KEPT.max(spacing).as_micros() as i64;
+    job.reserved && job.claimed_at_us - job.due_at * 1000 <= kept
+}
+
 fn send_at(wait: Duration, paused: bool) -> SendAt {
     if wait <= HOLD_AT_MOST {
         return SendAt::After(wait);
@@ -90,5 +107,37 @@ fn send_at(wait: Duration, paused: bool) -> SendAt {
         wait,
         reserved: true,
         reason: if paused { "retry_after" } else { "rate_limit" },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reserved(due_at: i64, claimed_at_us: i64) -> ClaimedJob {
+        ClaimedJob {
+            reserved: true,
+            ..ClaimedJob::example(due_at, claimed_at_us)
+        }
+    }
+
+    #[test]
+    fn a_reserved_send_time_is_kept_when_claimed_on_time() {
+        let spacing = Duration::from_millis(200);
+        assert!(holds_its_place(&reserved(1_000, 1_000_000), spacing));
+        assert!(holds_its_place(&reserved(1_000, 1_250_000), spacing));
+        assert!(!ClaimedJob::example(1_000, 1_000_000).reserved);
+    }
+
+    #[test]
+    fn a_reserved_send_time_the_instance_missed_is_asked_again() {
+        let spacing = Duration::from_millis(200);
+        assert!(!holds_its_place(&reserved(1_000, 1_251_000), spacing));
+        assert!(!holds_its_place(&reserved(1_000, 5_000_000), spacing));
+        let slow = Duration::from_secs(2);
+        assert!(
+            holds_its_place(&reserved(1_000, 2_900_000), slow),
+            "a slow quota's spacing"
+        );
     }
 }

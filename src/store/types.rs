@@ -629,19 +629,16 @@ pub struct DeadPage {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_store_clock_is_never_behind_a_reading_rounded_down() {
-        // Read at 1000.999 ms, reported as 1000999 µs, and the reply came back at once.
-        let job = ClaimedJob {
+impl ClaimedJob {
+    /// A first attempt due at `due_at` (ms), claimed at `claimed_at_us`, for tests.
+    pub(crate) fn example(due_at: i64, claimed_at_us: i64) -> Self {
+        Self {
             id: JobId::new(0),
             lease: 1,
             attempt: 1,
             max_attempts: 3,
-            due_at: 1000,
-            claimed_at_us: 1_000_999,
+            due_at,
+            claimed_at_us,
             claim_asked: Instant::now(),
             spec: JobSpec {
                 url: "http://merchant.example.com/cb".into(),
@@ -660,7 +657,18 @@ mod tests {
             reserved: false,
             probe: false,
             deadline: None,
-        };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_clock_is_never_behind_a_reading_rounded_down() {
+        // Read at 1000.999 ms, reported as 1000999 µs, and the reply came back at once.
+        let job = ClaimedJob::example(1000, 1_000_999);
         assert!(job.store_now() >= 1001);
     }
 }
