@@ -143,6 +143,15 @@ impl App {
         let health = store
             .shard_health()
             .unwrap_or_else(|| Arc::new(ShardHealth::new(config.shards)));
+        let metrics = crate::observability::metrics::install()?;
+        // Every shard's gauge from the start, on every store: the dashboard and the
+        // alert rules find the series before a shard is first degraded.
+        for shard in 0..config.shards {
+            crate::observability::metrics::shard_degraded(
+                usize::from(shard),
+                health.is_degraded(shard),
+            );
+        }
         let rules = Arc::new(registration_rules(&config, health));
         let cursors = CursorSeal::of_deployment(store.as_ref())
             .await
@@ -152,7 +161,7 @@ impl App {
             wake: wake.clone(),
             rules: rules.clone(),
             delivery: delivery.clone(),
-            metrics: crate::observability::metrics::install()?,
+            metrics,
             pipeline: pipeline.clone(),
             host_labels: s.metrics.host_labels,
             body_timeout: s.server.body_timeout,

@@ -74,12 +74,9 @@ impl RedisStore {
         let Some((i, keys)) = self.moved_from(idempotency) else {
             return Ok(None);
         };
-        let kept: Option<String> = redis::cmd("GET")
-            .arg(keys.idempotency(&i.scoped()))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        let Some(kept) = kept else { return Ok(None) };
+        let Some(kept) = self.kept_at(keys, i).await? else {
+            return Ok(None);
+        };
         let first = crate::store::idempotency_value(&kept).0;
         let id: JobId = first
             .parse()
@@ -98,27 +95,56 @@ impl RedisStore {
         }))
     }
 
+    /// What idempotency key `i` names at the shard of `keys`, if it is there.
+    async fn kept_at(&self, keys: &ShardKeys, i: &Idempotency) -> StoreResult<Option<String>> {
+        redis::cmd("GET")
+            .arg(keys.idempotency(&i.scoped()))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)
+    }
+
     /// Keeps a key registered off its degraded shard at that shard too, naming the
     /// notification it registered, so that a repeat after the shard has recovered (and
-    /// so is placed there again) meets it. The shard's primary takes writes; they are not
-    /// waited on, as nothing is lost without this one (a repeat would register again).
-    async fn keep_where_moved_from(&self, idempotency: Option<&Idempotency>, e: &Enqueued) {
+    /// so is placed there again) meets it. A registration answered `NotReplicated` is
+    /// stored on its primary all the same: the key there names what it registered (this
+    /// notification or an earlier one), and is kept too, or a repeat placed back on the
+    /// recovered shard would register again. The shard's primary takes writes; they are
+    /// not waited on, as nothing is lost without this one.
+    async fn keep_where_moved_from(
+        &self,
+        idempotency: Option<&Idempotency>,
+        n: &Notification,
+        outcome: &StoreResult<Enqueued>,
+    ) {
         let Some((i, keys)) = self.moved_from(idempotency) else {
             return;
         };
-        if e.duplicate {
-            return;
-        }
-        let kept = redis::cmd("SET")
-            .arg(keys.idempotency(&i.scoped()))
-            .arg(i.entry().kept(&e.id))
-            .arg("NX")
-            .arg("PX")
-            .arg(i.ttl_ms())
-            .query_async::<Value>(&mut self.conn.clone())
-            .await;
+        let kept = match outcome {
+            Ok(e) if !e.duplicate => Ok(Some(i.entry().kept(&e.id))),
+            Err(StoreError::NotReplicated { .. }) => {
+                match self.shards.get(usize::from(n.id.shard())) {
+                    Some(placed) => self.kept_at(placed, i).await,
+                    None => Ok(None),
+                }
+            }
+            _ => Ok(None),
+        };
+        let kept = match kept {
+            Ok(Some(kept)) => redis::cmd("SET")
+                .arg(keys.idempotency(&i.scoped()))
+                .arg(kept)
+                .arg("NX")
+                .arg("PX")
+                .arg(i.ttl_ms())
+                .query_async::<Value>(&mut self.conn.clone())
+                .await
+                .map_err(store_error),
+            Ok(None) => return,
+            Err(e) => Err(e),
+        };
         if let Err(error) = kept {
-            tracing::warn!(id = %e.id, %error, "cannot keep an idempotency key at its degraded shard; a repeat after the shard recovers may register again");
+            tracing::warn!(id = %n.id, %error, "cannot keep an idempotency key at its degraded shard; a repeat after the shard recovers may register again");
         }
     }
 
@@ -338,9 +364,9 @@ impl Queue for RedisStore {
             return Ok(earlier);
         }
         let enqueued = self.enqueuer.enqueue(self.item(n, idempotency)?).await;
-        let enqueued = self.enqueued(n, enqueued)?;
-        self.keep_where_moved_from(idempotency, &enqueued).await;
-        Ok(enqueued)
+        let enqueued = self.enqueued(n, enqueued);
+        self.keep_where_moved_from(idempotency, n, &enqueued).await;
+        enqueued
     }
 
     /// Hands every registration to the group-storing task at once and then waits for
@@ -366,9 +392,7 @@ impl Queue for RedisStore {
                 Ok(answer) => self.enqueued(n, answer.wait().await),
                 Err(known) => known,
             };
-            if let Ok(enqueued) = &enqueued {
-                self.keep_where_moved_from(*idempotency, enqueued).await;
-            }
+            self.keep_where_moved_from(*idempotency, n, &enqueued).await;
             results.push(enqueued);
         }
         results
