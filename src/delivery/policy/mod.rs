@@ -81,11 +81,6 @@ impl Policy {
         RateAsk::new(rate_key, quota, self.quotas.burst, count, not_before_us)
     }
 
-    /// How far apart a rate key's quota spaces its sends (zero when unlimited).
-    pub fn spacing(&self, rate_key: &str) -> Duration {
-        Duration::from_micros(self.quotas.of(rate_key).interval_us().max(0) as u64)
-    }
-
     /// Whether a notification to `endpoint`, on `host`, may be sent now. Its `last`
     /// attempt is never failed by an open circuit: no notification is dead without one
     /// real request at the end of its schedule (its outcome counts as a probe's).
