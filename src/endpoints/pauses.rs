@@ -15,7 +15,9 @@
 //! The held list is read when a pause ended (this instance resumed it, or a reading of
 //! the store no longer has it), while the last reading let some go, and every `RECHECK`
 //! while any endpoint is paused or was lately, which also lets go any held by an
-//! instance whose view was stale. An instance that never saw a pause reads nothing more.
+//! instance whose view was stale. An instance reads it as it starts, too: it cannot know
+//! what a pause that ended before then (resumed just before a crash, say) left held. An
+//! instance that saw no pause since reads nothing more.
 //!
 //! An endpoint postback paused for failing is probed every `endpoints.probe_interval`
 //! from its pause: its oldest held notification is let go as a probe (`LetGo::Probe`),
@@ -28,7 +30,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
@@ -175,7 +179,7 @@ impl EndpointPauses {
     /// Until `stop`: reads the pauses every `READ_EVERY`, and lets go what ended ones
     /// held.
     pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, stop: CancellationToken) {
-        let mut drain = Drain::default();
+        let mut drain = Drain::starting();
         let mut probes = Probes::default();
         let mut ticks = tokio::time::interval(TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -317,6 +321,14 @@ struct Drain {
 }
 
 impl Drain {
+    /// As an instance starts: a pause may have ended just before, leaving held ones.
+    fn starting() -> Self {
+        Self {
+            more: true,
+            ..Self::default()
+        }
+    }
+
     fn due(&mut self, paused: bool) -> bool {
         if paused {
             self.last_pause = Some(Instant::now());
