@@ -69,17 +69,28 @@ pub struct Simulated {
     /// Tokio's instant that `epoch` stands for.
     start: tokio::time::Instant,
     epoch: SystemTime,
-    /// How far the wall clock is off tokio's, in ms (a jump forward is positive).
-    skew_ms: i64,
+    /// How far the wall clock is off tokio's, in µs (a jump forward is positive).
+    skew_us: i64,
+    /// Until when (tokio's time) the wall clock stands still, and what it reads meanwhile.
+    stalled: Option<(tokio::time::Instant, SystemTime)>,
 }
 
 impl Simulated {
     fn now(&self) -> SystemTime {
-        let since = self.start.elapsed();
-        let at = self.epoch + since;
-        match self.skew_ms >= 0 {
-            true => at + Duration::from_millis(self.skew_ms as u64),
-            false => at - Duration::from_millis(self.skew_ms.unsigned_abs()),
+        if let Some((until, reads)) = self.stalled {
+            if tokio::time::Instant::now() < until {
+                return reads;
+            }
+        }
+        self.following(tokio::time::Instant::now())
+    }
+
+    /// What the wall clock reads at tokio's `instant`, stalls aside.
+    fn following(&self, instant: tokio::time::Instant) -> SystemTime {
+        let at = self.epoch + instant.saturating_duration_since(self.start);
+        match self.skew_us >= 0 {
+            true => at + Duration::from_micros(self.skew_us as u64),
+            false => at - Duration::from_micros(self.skew_us.unsigned_abs()),
         }
     }
 
@@ -92,7 +103,8 @@ impl Simulated {
         let sim = Self {
             start: tokio::time::Instant::now(),
             epoch,
-            skew_ms: 0,
+            skew_us: 0,
+            stalled: None,
         };
         SIMULATED.with(|s| *s.borrow_mut() = Some(sim));
         SimulationGuard(())
@@ -103,7 +115,25 @@ impl Simulated {
     pub fn jump(ms: i64) {
         SIMULATED.with(|s| {
             if let Some(sim) = s.borrow_mut().as_mut() {
-                sim.skew_ms += ms;
+                sim.skew_us += ms * 1_000;
+            }
+        });
+    }
+
+    /// Stops this thread's simulated wall clock for `pause` of tokio's time (as a
+    /// suspended VM's may): it reads the same until then, and goes on from that reading.
+    pub fn stall(pause: Duration) {
+        SIMULATED.with(|s| {
+            if let Some(sim) = s.borrow_mut().as_mut() {
+                let reads = sim.now();
+                let until = match sim.stalled {
+                    Some((until, _)) => until.max(tokio::time::Instant::now() + pause),
+                    None => tokio::time::Instant::now() + pause,
+                };
+                let resumes = sim.following(until);
+                let behind = resumes.duration_since(reads).unwrap_or_default();
+                sim.skew_us -= behind.as_micros() as i64;
+                sim.stalled = Some((until, reads));
             }
         });
     }
@@ -139,6 +169,18 @@ mod tests {
         assert_eq!(now_ms(), 1_800_000_090_000);
         Simulated::jump(-5_000);
         assert_eq!(now_ms(), 1_800_000_085_000);
+        Simulated::stall(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert_eq!(now_ms(), 1_800_000_085_000, "stalled");
+        Simulated::stall(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            now_ms(),
+            1_800_000_085_000,
+            "still, until the later stall ends"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(now_ms(), 1_800_000_086_000, "on from where it stood");
         let first = fastrand::u64(..);
         fastrand::seed(7);
         assert_eq!(fastrand::u64(..), first, "seeded");
