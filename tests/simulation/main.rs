@@ -1,0 +1,160 @@
+//! A deterministic simulation of one postback instance. Everything runs on one thread,
+//! from one seed: tokio's clock is paused (and the wall clock follows it,
+//! `postback::clock::Simulated`), the API is called in process, deliveries go over a
+//! simulated network to receivers that answer as the seed says (`network`), and the
+//! store is the embedded store's own code on a disk in memory, which a crash reduces to
+//! what was committed. A workload (`world`) registers, publishes, cancels, replays,
+//! resends, pauses and resumes, for three tenants, with ordering and idempotency keys,
+//! between faults: the instance crashes and restarts, its clock jumps, a receiver goes
+//! down, a shutdown drains while the API is called. After every step and at the end the
+//! checker (`checker`) holds the run to postback's promises; a failing seed prints the
+//! steps that led to it and replays bit for bit (the run's trace is the same each time).
+//!
+//! `cargo test --test simulation` runs `SEEDS` seeds; `scripts/simulate.sh N` runs N
+//! and reports seeds per second and the faults injected by kind;
+//! `POSTBACK_SIM_SEED=<seed>` runs one, printing its trace.
+
+mod checker;
+mod network;
+mod world;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Seeds `cargo test` runs.
+const SEEDS: u64 = 300;
+
+/// Seeds that once failed, each a test of what was fixed.
+const REGRESSIONS: &[u64] = &[
+    // A send time reserved in a quota before a crash was kept after it: the
+    // notifications deferred to times the instance missed all went at once.
+    4, // A crash right after a resume left its endpoint's held notifications held for good.
+    5,
+    // A reserved send time claimed 350 ms late (a crash between) was kept, and its
+    // notification went 163 ms before the next, under a quota of one per 500 ms.
+    213,
+];
+
+/// Runs `seeds`, panicking with the trace of the first that breaks a promise; the
+/// faults injected, by kind.
+fn run_seeds(seeds: impl Iterator<Item = u64>) -> BTreeMap<&'static str, u64> {
+    let mut faults = BTreeMap::new();
+    for seed in seeds {
+        let run = world::run(seed);
+        if let Err(broken) = &run.verdict {
+            panic!(
+                "seed {seed} broke a promise: {broken}\nreplay it with POSTBACK_SIM_SEED={seed}\n{}",
+                run.trace.join("\n")
+            );
+        }
+        for (kind, n) in run.faults {
+            *faults.entry(kind).or_default() += n;
+        }
+    }
+    faults
+}
+
+/// Runs `first..first + count` on every core, each its share of the seeds (every seed's
+/// run is its own thread's, as deterministic as alone); the faults injected, by kind.
+fn run_seeds_on_every_core(first: u64, count: u64) -> BTreeMap<&'static str, u64> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let shares: Vec<BTreeMap<&'static str, u64>> = std::thread::scope(|scope| {
+        let runners: Vec<_> = (0..cores)
+            .map(|core| {
+                scope
+                    .spawn(move || run_seeds((first + core..first + count).step_by(cores as usize)))
+            })
+            .collect();
+        runners
+            .into_iter()
+            .map(|r| r.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    let mut faults = BTreeMap::new();
+    for (kind, n) in shares.into_iter().flatten() {
+        *faults.entry(kind).or_default() += n;
+    }
+    faults
+}
+
+#[test]
+fn every_seed_keeps_every_promise() {
+    postback::install_crypto_provider();
+    if let Ok(one) = std::env::var("POSTBACK_SIM_SEED") {
+        let seed: u64 = one.parse().expect("a seed");
+        // The instance's own log beside the trace, as `RUST_LOG` asks (its times the
+        // simulated clock's).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let run = world::run(seed);
+        println!("{}", run.trace.join("\n"));
+        assert!(run.verdict.is_ok(), "{:?}", run.verdict);
+        return;
+    }
+    let (first, count) = seed_range();
+    let started = Instant::now();
+    let faults = run_seeds_on_every_core(first, count);
+    let took = started.elapsed();
+    println!(
+        "SIMULATION seeds {first}..{} in {:.1} s: {:.1} seeds/s; faults {faults:?}",
+        first + count,
+        took.as_secs_f64(),
+        count as f64 / took.as_secs_f64()
+    );
+}
+
+#[test]
+fn seeds_that_once_failed_pass() {
+    postback::install_crypto_provider();
+    run_seeds(REGRESSIONS.iter().copied());
+}
+
+#[test]
+fn a_seed_replays_bit_for_bit() {
+    postback::install_crypto_provider();
+    let seed = 42;
+    let (first, second) = (world::run(seed), world::run(seed));
+    let differs = first
+        .trace
+        .iter()
+        .zip(&second.trace)
+        .position(|(a, b)| a != b);
+    if let Some(at) = differs {
+        let (a, b) = (&first.trace[at], &second.trace[at]);
+        let from = a
+            .bytes()
+            .zip(b.bytes())
+            .position(|(x, y)| x != y)
+            .unwrap_or(0);
+        let around =
+            |s: &str| s[from.saturating_sub(80).min(s.len())..(from + 80).min(s.len())].to_string();
+        panic!(
+            "the same seed, another run, from line {at}:\n{}\n…{}…\n…{}…",
+            &a[..a.len().min(120)],
+            around(a),
+            around(b)
+        );
+    }
+    assert_eq!(
+        first.trace.len(),
+        second.trace.len(),
+        "the same seed, the same run"
+    );
+    assert!(first.trace.len() > 20, "{:?}", first.trace);
+}
+
+/// The first seed and how many, from `POSTBACK_SIM_FIRST` and `POSTBACK_SIM_SEEDS`.
+fn seed_range() -> (u64, u64) {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    (
+        var("POSTBACK_SIM_FIRST", 0),
+        var("POSTBACK_SIM_SEEDS", SEEDS),
+    )
+}
