@@ -7,6 +7,12 @@
 //! and no fewer, and each one's recorded attempts are exactly the requests its
 //! receiver saw (an open circuit holds notifications back without an attempt).
 
+#[path = "soak/checked.rs"]
+mod checked;
+// The simulation's checker; the soak's workload uses a part of what it can check.
+#[allow(dead_code)]
+#[path = "simulation/checker.rs"]
+mod checker;
 mod support;
 
 use std::collections::HashMap;
@@ -16,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::load::{accepted, register, Load};
-use support::{Postback, Receiver, RedisServer};
+use support::{Backend, Postback, PostgresServer, Receiver, RedisCluster, RedisServer};
 
 const SETTINGS: &[(&str, &str)] = &[
     ("POSTBACK_DELIVERY_TIMEOUT", "2s"),
@@ -195,4 +201,35 @@ async fn the_ledger_balances_after_restarts_of_an_instance_and_of_redis() {
         delivered > 0 && dead > 0 && cancelled > 0,
         "the mix reached every end state"
     );
+}
+
+/// How long each store's checked soak runs: `POSTBACK_CHECKED_SOAK_SECONDS` (20 by
+/// default).
+fn checked_soak_time() -> Duration {
+    let seconds = std::env::var("POSTBACK_CHECKED_SOAK_SECONDS").map_or(20, |s| s.parse().unwrap());
+    Duration::from_secs(seconds)
+}
+
+/// One checked soak at a time: each takes the machine's cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_promises_hold_on_redis_with_instances_killed_and_stopped() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let backend = Backend::Standalone(RedisServer::start());
+    checked::promises_hold(backend, checked_soak_time()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_promises_hold_on_a_redis_cluster_with_instances_killed_and_stopped() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let backend = Backend::Cluster(RedisCluster::start(3, 0));
+    checked::promises_hold(backend, checked_soak_time()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_promises_hold_on_postgres_with_instances_killed_and_stopped() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let backend = Backend::Postgres(PostgresServer::start());
+    checked::promises_hold(backend, checked_soak_time()).await;
 }

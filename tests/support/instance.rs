@@ -338,6 +338,14 @@ impl Postback {
         self.child.wait().unwrap()
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, …) to the process.
+    pub fn signal(&self, signal: &str) {
+        Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -24,6 +24,8 @@ pub struct Received {
     /// The same moment on the system clock, to compare with times postback reports.
     pub wall: SystemTime,
     pub path: String,
+    /// The query string of the callback URL, if it had one.
+    pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Bytes,
 }
@@ -160,6 +162,7 @@ async fn answer_as_asked(
         at: Instant::now(),
         wall: SystemTime::now(),
         path: uri.path().to_string(),
+        query: uri.query().map(str::to_string),
         headers,
         body,
     };
