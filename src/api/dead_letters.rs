@@ -28,7 +28,7 @@ use crate::tenancy::access::Principal;
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub struct DeadLettersQuery {
     /// Items per page, 1 to 500; default 50.
     #[param(minimum = 1, maximum = 500)]
     limit: Option<usize>,
@@ -58,7 +58,7 @@ pub struct ListQuery {
     path = "/dead-letters",
     operation_id = "listDeadLetters",
     tag = "dead letters",
-    params(ListQuery),
+    params(DeadLettersQuery),
     responses(
         (status = 200, body = DeadLetterPage),
         (status = 400, description = "An unknown query parameter", body = ErrorBody),
@@ -70,7 +70,7 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    query: Result<Query<DeadLettersQuery>, QueryRejection>,
 ) -> Result<Json<DeadLetterPage>, ApiError> {
     let Query(q) = query.map_err(invalid_query)?;
     let limit = paging::limit(q.limit)?;

@@ -33,7 +33,7 @@ const MAX_SCAN: usize = 2_000;
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub struct EndpointsQuery {
     /// Items per page, 1 to 500; default 50.
     #[param(minimum = 1, maximum = 500)]
     limit: Option<usize>,
@@ -52,7 +52,7 @@ pub struct ListQuery {
     path = "/endpoints",
     operation_id = "listEndpoints",
     tag = "endpoints",
-    params(ListQuery),
+    params(EndpointsQuery),
     responses(
         (status = 200, body = EndpointPage),
         (status = 400, description = "An unknown query parameter", body = ErrorBody),
@@ -64,7 +64,7 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    query: Result<Query<EndpointsQuery>, QueryRejection>,
 ) -> Result<Json<EndpointPage>, ApiError> {
     let Query(q) = query.map_err(invalid_query)?;
     let limit = paging::limit(q.limit)?;

@@ -124,7 +124,7 @@ pub struct TopicPage {
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub struct EventsQuery {
     /// Items per page, 1 to 500; default 50.
     #[param(minimum = 1, maximum = 500)]
     limit: Option<usize>,
@@ -280,7 +280,7 @@ async fn replayed(
     path = "/events",
     operation_id = "listEvents",
     tag = "events",
-    params(ListQuery),
+    params(EventsQuery),
     responses(
         (status = 200, body = EventPage),
         (status = 400, description = "An unknown query parameter", body = ErrorBody),
@@ -292,7 +292,7 @@ async fn replayed(
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
 ) -> Result<Json<EventPage>, ApiError> {
     let Query(q) = query.map_err(invalid_query)?;
     let limit = paging::limit(q.limit)?;

@@ -128,7 +128,7 @@ pub(super) async fn current(
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub struct NotificationsQuery {
     /// Which list: `scheduled`, `retrying` (scheduled after a failed attempt),
     /// `in_flight`, `delivered`, `dead` or `cancelled`. Required unless
     /// `idempotency_key` is given.
@@ -170,7 +170,7 @@ pub struct ListQuery {
     path = "/notifications",
     operation_id = "listNotifications",
     tag = "notifications",
-    params(ListQuery),
+    params(NotificationsQuery),
     responses(
         (status = 200, body = NotificationPage),
         (status = 400, description = "An unknown query parameter", body = ErrorBody),
@@ -182,7 +182,7 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    query: Result<Query<NotificationsQuery>, QueryRejection>,
 ) -> Result<Json<NotificationPage>, ApiError> {
     let Query(q) = query.map_err(invalid_query)?;
     let listed = q.state.as_deref().map(listed).transpose()?;

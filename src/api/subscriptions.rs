@@ -148,7 +148,7 @@ pub struct UnreadableView {
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-pub struct ListQuery {
+pub struct SubscriptionsQuery {
     /// Items per page, 1 to 500; default 50.
     #[param(minimum = 1, maximum = 500)]
     limit: Option<usize>,
@@ -221,7 +221,7 @@ pub async fn create(
     path = "/subscriptions",
     operation_id = "listSubscriptions",
     tag = "events",
-    params(ListQuery),
+    params(SubscriptionsQuery),
     responses(
         (status = 200, body = SubscriptionPage),
         (status = 400, description = "An unknown query parameter", body = ErrorBody),
@@ -233,7 +233,7 @@ pub async fn create(
 pub async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Principal>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    query: Result<Query<SubscriptionsQuery>, QueryRejection>,
 ) -> Result<Json<SubscriptionPage>, ApiError> {
     let Query(q) = query.map_err(invalid_query)?;
     let limit = paging::limit(q.limit)?;

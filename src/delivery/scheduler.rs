@@ -343,7 +343,7 @@ impl AttemptContext {
         tasks: &TaskTracker,
     ) {
         for job in &jobs {
-            self.leases.hold(job.id, job.lease);
+            self.leases.note(job.id, job.lease);
         }
         let pauses = &self.observers.pauses;
         let (held, jobs): (Vec<_>, Vec<_>) = jobs

@@ -110,7 +110,8 @@ impl Batching {
 pub struct Leases(Arc<Mutex<HashMap<JobId, u64>>>);
 
 impl Leases {
-    pub fn hold(&self, id: JobId, lease: u64) {
+    /// Notes a claim's lease, released at shutdown unless settled first.
+    pub fn note(&self, id: JobId, lease: u64) {
         self.0.lock().expect("lease map").insert(id, lease);
     }
 

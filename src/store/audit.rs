@@ -1,5 +1,5 @@
 //! The audit log's entries: who did what to which notifications, kept by the store for
-//! `retention.audit_max_age`, and read newest first in bounded steps. Both stores keep an
+//! `retention.audit_max_age`, and read newest first in bounded steps. Every store keeps an
 //! entry as `AuditRecord`'s JSON under a position `(ms, seq)`: the store's time of the
 //! entry and a sequence number within that millisecond (on Redis, the stream entry's id).
 

@@ -39,7 +39,7 @@ mod signals;
 mod tx;
 
 use changes::{NewJob, Retention};
-use reads::Scan;
+use reads::IndexPage;
 use tx::{Fault, PgResult, Tx};
 
 /// The configuration key that names the database.
@@ -487,8 +487,8 @@ fn scan(
     soonest_first: bool,
     (since, until): (Option<i64>, Option<i64>),
     filter: &ListFilter,
-) -> Scan<'_> {
-    Scan {
+) -> IndexPage<'_> {
+    IndexPage {
         index,
         soonest_first,
         since,

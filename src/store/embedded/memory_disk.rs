@@ -14,11 +14,11 @@ struct Bytes {
     synced: Vec<u8>,
     /// What was written since the last sync (its length, and each write), so that a sync
     /// copies that much and no more.
-    unsynced: Vec<Change>,
+    unsynced: Vec<DiskWrite>,
 }
 
 #[derive(Debug)]
-enum Change {
+enum DiskWrite {
     Length(usize),
     Write(usize, Vec<u8>),
 }
@@ -69,7 +69,7 @@ impl StorageBackend for MemoryDisk {
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
         let mut bytes = self.lock();
         bytes.written.resize(len as usize, 0);
-        bytes.unsynced.push(Change::Length(len as usize));
+        bytes.unsynced.push(DiskWrite::Length(len as usize));
         Ok(())
     }
 
@@ -77,8 +77,8 @@ impl StorageBackend for MemoryDisk {
         let bytes = &mut *self.lock();
         for change in bytes.unsynced.drain(..) {
             match change {
-                Change::Length(len) => bytes.synced.resize(len, 0),
-                Change::Write(at, data) => put(&mut bytes.synced, at, &data),
+                DiskWrite::Length(len) => bytes.synced.resize(len, 0),
+                DiskWrite::Write(at, data) => put(&mut bytes.synced, at, &data),
             }
         }
         Ok(())
@@ -89,7 +89,7 @@ impl StorageBackend for MemoryDisk {
         put(&mut bytes.written, offset as usize, data);
         bytes
             .unsynced
-            .push(Change::Write(offset as usize, data.to_vec()));
+            .push(DiskWrite::Write(offset as usize, data.to_vec()));
         Ok(())
     }
 }

@@ -296,7 +296,7 @@ async fn apply(
 /// One notification's change in a batch: its id, and the step from its record to the
 /// new one (`None`: the event does not apply) with the entries to add to its history (a
 /// JSON array, `appended`).
-pub struct Change<'a> {
+pub struct RecordStep<'a> {
     pub id: String,
     #[allow(clippy::type_complexity)]
     pub step: Box<dyn FnOnce(&Record) -> Option<(Record, Option<String>)> + Send + 'a>,
@@ -306,7 +306,10 @@ pub struct Change<'a> {
 /// what it returns: records that join or leave an ordering key one by one (`Tx::save`),
 /// the rest in one statement. Per change, in order, the new record (`None` where the
 /// event did not apply).
-pub async fn apply_many(t: &mut Tx<'_>, changes: Vec<Change<'_>>) -> PgResult<Vec<Option<Record>>> {
+pub async fn apply_many(
+    t: &mut Tx<'_>,
+    changes: Vec<RecordStep<'_>>,
+) -> PgResult<Vec<Option<Record>>> {
     let ids: Vec<&str> = changes.iter().map(|c| c.id.as_str()).collect();
     let rows = t
         .query(
@@ -404,7 +407,7 @@ pub async fn settle(t: &mut Tx<'_>, batch: &[Settlement]) -> PgResult<Vec<Option
     let now = t.now;
     let changes = batch
         .iter()
-        .map(|s| Change {
+        .map(|s| RecordStep {
             id: s.id.to_string(),
             step: Box::new(move |r: &Record| {
                 let verdict = s.verdict();
@@ -429,7 +432,7 @@ pub async fn defer(t: &mut Tx<'_>, batch: &[Deferral]) -> PgResult<Vec<Option<Re
     let now = t.now;
     let changes = batch
         .iter()
-        .map(|d| Change {
+        .map(|d| RecordStep {
             id: d.id.to_string(),
             step: Box::new(move |r: &Record| {
                 let (new, note) = d.apply(r, now)?;
@@ -445,7 +448,7 @@ pub async fn release(t: &mut Tx<'_>, leases: &[(JobId, u64)]) -> PgResult<Vec<Op
     let now = t.now;
     let changes = leases
         .iter()
-        .map(|(id, lease)| Change {
+        .map(|(id, lease)| RecordStep {
             id: id.to_string(),
             step: Box::new(move |r: &Record| Some((transitions::release(r, *lease, now)?, None))),
         })
@@ -488,7 +491,7 @@ pub async fn again(
 ) -> PgResult<Option<Record>> {
     let key = id.to_string();
     let now = t.now;
-    let change = Change {
+    let change = RecordStep {
         id: key.clone(),
         step: Box::new(move |r: &Record| {
             let (new, note) = transitions::again(r, cycle, now)?;

@@ -64,7 +64,7 @@ pub async fn by_key(c: &Client, tenant: &Tenant, key: &str, now: i64) -> PgResul
 
 /// Which rows of an index a page reads: in which order, within which times, of which
 /// tenant.
-pub struct Scan<'a> {
+pub struct IndexPage<'a> {
     pub index: Index,
     pub soonest_first: bool,
     pub since: Option<i64>,
@@ -76,7 +76,7 @@ pub struct Scan<'a> {
 /// `MAX_SCAN`; and where the next page starts, if there is more.
 pub async fn page(
     c: &Client,
-    scan: &Scan<'_>,
+    scan: &IndexPage<'_>,
     limit: usize,
     after: Option<&Cursor>,
     keep: impl Fn(&JobView) -> bool,
@@ -110,7 +110,11 @@ fn cursor(at: i64, id: &str) -> PgResult<Cursor> {
 }
 
 /// The next `CHUNK` rows of the scan after `from` (from its start without).
-async fn chunk(c: &Client, scan: &Scan<'_>, from: Option<&(i64, String)>) -> PgResult<Vec<Row>> {
+async fn chunk(
+    c: &Client,
+    scan: &IndexPage<'_>,
+    from: Option<&(i64, String)>,
+) -> PgResult<Vec<Row>> {
     let sql = match scan.soonest_first {
         true => {
             "SELECT id, spec, record, history, at FROM postback.jobs
