@@ -40,7 +40,7 @@ mod tx;
 
 use changes::{NewJob, Retention};
 use reads::IndexPage;
-use tx::{Fault, PgResult, Tx};
+use tx::{col, Fault, PgResult, Tx};
 
 /// The configuration key that names the database.
 const KEY: &str = "store.postgres_url (POSTBACK_STORE_POSTGRES_URL)";
@@ -501,12 +501,12 @@ fn scan(
 async fn database_now(c: &deadpool_postgres::Client) -> StoreResult<Now> {
     let row = c
         .query_one(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us",
             &[],
         )
         .await
         .map_err(|e| store_error(e.into()))?;
-    Ok(Now::from_micros(row.get(0)))
+    Ok(Now::from_micros(col(&row, "now_us").map_err(store_error)?))
 }
 
 #[async_trait]
@@ -638,8 +638,8 @@ impl EndpointHealth for PostgresStore {
             .map_err(|e| store_error(e.into()))?;
         rows.iter()
             .map(|row| {
-                let key: String = row.get(0);
-                let pause = EndpointPause::decode(&key, row.get(1))?;
+                let key: String = col(row, "key").map_err(store_error)?;
+                let pause = EndpointPause::decode(&key, col(row, "pause").map_err(store_error)?)?;
                 Ok((key, pause))
             })
             .collect()

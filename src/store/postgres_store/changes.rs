@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::tx::{corrupt, place, Fault, PgResult, Tx};
+use super::tx::{col, corrupt, place, Fault, PgResult, Tx};
 use crate::delivery::policy::{self, RateAsk, RateState, SendTimes};
 use crate::domain::{Entry, JobId};
 use crate::endpoints::health::{
@@ -171,7 +171,11 @@ async fn claim_key(
             &[&entry.tenant, &entry.key],
         )
         .await?;
-    let kept: String = rows.first().map(|r| r.get(0)).unwrap_or_default();
+    let kept: String = rows
+        .first()
+        .map(|r| col(r, "kept"))
+        .transpose()?
+        .unwrap_or_default();
     let (first, _) = idempotency_value(&kept);
     let mismatch = entry.mismatches(&kept);
     let status = match mismatch {
@@ -208,9 +212,9 @@ pub async fn claim(
         )
         .await?;
     for row in &expired {
-        let (id, old) = (row.get::<_, &str>(0), decode(row.get(1))?);
+        let (id, old) = (col::<&str>(row, "id")?, decode(col(row, "record")?)?);
         if let Some(new) = transitions::expire(&old, t.now) {
-            let ordering: Option<&str> = row.get(2);
+            let ordering: Option<&str> = col(row, "ordering")?;
             t.save(id, ordering, Some(&old), &new).await?;
         }
     }
@@ -225,7 +229,7 @@ pub async fn claim(
     let mut jobs = Vec::with_capacity(due.len());
     let (mut ids, mut records) = (Vec::new(), Vec::new());
     for row in &due {
-        let (id, old) = (row.get::<_, &str>(0), decode(row.get(1))?);
+        let (id, old) = (col::<&str>(row, "id")?, decode(col(row, "record")?)?);
         let Some(new) = transitions::claim(&old, now_ms + lease_ms) else {
             continue;
         };
@@ -234,10 +238,10 @@ pub async fn claim(
             lease: new.lease,
             attempt: new.attempts + 1,
             max_attempts: new.max_attempts,
-            due_at: row.get(3),
+            due_at: col(row, "at")?,
             claimed_at_us: t.now.micros(),
             claim_asked: asked,
-            spec: spec::decode(row.get(2)).map_err(corrupt)?,
+            spec: spec::decode(col(row, "spec")?).map_err(corrupt)?,
             reserved: new.reserved,
             probe: new.probe,
             deadline: new.deadline,
@@ -265,11 +269,12 @@ pub async fn next_wake_at(t: &Tx<'_>) -> PgResult<Option<i64>> {
         .query(
             "SELECT least(
                  (SELECT at FROM postback.jobs WHERE idx = 'due' ORDER BY at LIMIT 1),
-                 (SELECT at FROM postback.jobs WHERE idx = 'inflight' ORDER BY at LIMIT 1))",
+                 (SELECT at FROM postback.jobs WHERE idx = 'inflight' ORDER BY at LIMIT 1))
+               AS at",
             &[],
         )
         .await?;
-    let at: Option<i64> = rows.first().and_then(|r| r.get(0));
+    let at: Option<i64> = rows.first().map(|r| col(r, "at")).transpose()?.flatten();
     // A notification waiting behind its ordering key or held is not due until let go.
     Ok(at.filter(|at| wakes_at(*at)))
 }
@@ -320,8 +325,11 @@ pub async fn apply_many(
         .await?;
     let mut held = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
-        let ordering: Option<String> = row.get(2);
-        held.insert(row.get::<_, String>(0), (decode(row.get(1))?, ordering));
+        let ordering: Option<String> = col(row, "ordering")?;
+        held.insert(
+            col::<String>(row, "id")?,
+            (decode(col(row, "record")?)?, ordering),
+        );
     }
     let mut batch = Batch::default();
     let mut out = Vec::with_capacity(changes.len());
@@ -552,9 +560,12 @@ pub async fn apply_retention(
         let before = now_ms - limits.dead_max_age_ms;
         n += drop_oldest(t, ("dead", before), budget, "dead_by_age").await?;
         let rows = t
-            .query("SELECT count(*) FROM postback.jobs WHERE idx = 'dead'", &[])
+            .query(
+                "SELECT count(*) AS n FROM postback.jobs WHERE idx = 'dead'",
+                &[],
+            )
             .await?;
-        let dead: i64 = rows.first().map_or(0, |r| r.get(0));
+        let dead: i64 = rows.first().map(|r| col(r, "n")).transpose()?.unwrap_or(0);
         let keep = limits.dead_max_count.min(i64::MAX as u64) as i64;
         let excess = (dead - keep).min(budget - n as i64);
         n += drop_oldest(t, ("dead", i64::MAX), excess, "dead_by_count").await?;
@@ -604,7 +615,7 @@ async fn drop_oldest(
         .await?;
     let mut by_tenant: BTreeMap<String, i64> = BTreeMap::new();
     for row in &rows {
-        *by_tenant.entry(row.get(0)).or_default() += 1;
+        *by_tenant.entry(col(row, "tenant")?).or_default() += 1;
     }
     for (tenant, n) in &by_tenant {
         t.count_trimmed(tenant, reason, *n).await?;
@@ -630,10 +641,13 @@ pub async fn reserve(t: &mut Tx<'_>, asks: &[RateAsk]) -> PgResult<Vec<SendTimes
                 &[&key],
             )
             .await?;
-        let state = rows.first().map_or_else(RateState::default, |r| RateState {
-            tat_us: r.get(0),
-            paused_until_us: r.get(1),
-        });
+        let state = match rows.first() {
+            Some(r) => RateState {
+                tat_us: col(r, "tat_us")?,
+                paused_until_us: col(r, "paused_until_us")?,
+            },
+            None => RateState::default(),
+        };
         let (new, slots) = policy::reserve(state, now_us, ask);
         if new.matters_until() > now_us {
             t.execute(
@@ -657,7 +671,7 @@ pub async fn reserve(t: &mut Tx<'_>, asks: &[RateAsk]) -> PgResult<Vec<SendTimes
 pub async fn take_in(t: &mut Tx<'_>, limit: usize, check: &IntakeCheck) -> PgResult<Vec<TakenIn>> {
     let rows = t
         .query(
-            "SELECT seq, id, tenant, idempotency_key, request::text
+            "SELECT seq, id, tenant, idempotency_key, request::text AS request
              FROM postback.intake ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
             &[&(limit as i64)],
         )
@@ -665,10 +679,10 @@ pub async fn take_in(t: &mut Tx<'_>, limit: usize, check: &IntakeCheck) -> PgRes
     let mut taken = Vec::with_capacity(rows.len());
     for row in &rows {
         let item = IntakeItem {
-            id: parse_id(row.get(1))?,
-            tenant: row.get(2),
-            idempotency_key: row.get(3),
-            request: row.get(4),
+            id: parse_id(col(row, "id")?)?,
+            tenant: col(row, "tenant")?,
+            idempotency_key: col(row, "idempotency_key")?,
+            request: col(row, "request")?,
         };
         taken.push(match check(&item) {
             Ok((n, idempotency)) => {
@@ -685,7 +699,7 @@ pub async fn take_in(t: &mut Tx<'_>, limit: usize, check: &IntakeCheck) -> PgRes
         });
         t.execute(
             "DELETE FROM postback.intake WHERE seq = $1",
-            &[&row.get::<_, i64>(0)],
+            &[&col::<i64>(row, "seq")?],
         )
         .await?;
     }
@@ -781,7 +795,10 @@ pub async fn record_endpoints(
             &[&keys],
         )
         .await?;
-    let stored: HashMap<String, String> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let stored: HashMap<String, String> = rows
+        .iter()
+        .map(|r| Ok((col(r, "key")?, col(r, "record")?)))
+        .collect::<PgResult<_>>()?;
     let now = crate::clock::now_ms();
     let mut added = Vec::with_capacity(keys.len());
     for (key, tally) in keys.iter().zip(tallies) {
@@ -824,7 +841,7 @@ async fn insert_pauses(t: &mut Tx<'_>, keys: &[String], added: &[Added]) -> PgRe
             &[&keys, &pauses],
         )
         .await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    rows.iter().map(|r| col(r, "key")).collect()
 }
 
 /// Pauses the endpoint of `key` with `pause`, or resumes it, noting when in its record;
@@ -847,7 +864,7 @@ pub async fn set_pause(t: &mut Tx<'_>, key: &str, pause: Option<&EndpointPause>)
         )
         .await?;
     if let Some(row) = rows.first() {
-        let resumed = EndpointRecord::resumed(key, row.get(0), crate::clock::now_ms());
+        let resumed = EndpointRecord::resumed(key, col(row, "record")?, crate::clock::now_ms());
         t.execute(
             "UPDATE postback.endpoints SET record = $2 WHERE key = $1",
             &[&key, &resumed.map_err(corrupt)?],
@@ -878,7 +895,10 @@ pub async fn forget_endpoints(
             &[&after.unwrap_or(""), &(n as i64)],
         )
         .await?;
-    let read: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let read: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| Ok((col(r, "key")?, col(r, "record")?)))
+        .collect::<PgResult<_>>()?;
     let next = (read.len() == n)
         .then(|| read.last().map(|(k, _)| k.clone()))
         .flatten();

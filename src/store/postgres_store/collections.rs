@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 
-use super::tx::{PgResult, Tx};
+use super::tx::{col, PgResult, Tx};
 use super::{store_error, PostgresStore, CONFLICT_RETRIES};
 use crate::store::collections::{Change, Collection, Collections, Scan};
 use crate::store::StoreResult;
@@ -31,7 +31,7 @@ async fn write(t: &mut Tx<'_>, changes: &[Change]) -> PgResult<bool> {
                 &[&change.collection.name(), &change.key],
             )
             .await?;
-        let held: Option<String> = rows.first().map(|r| r.get(0));
+        let held: Option<String> = rows.first().map(|r| col(r, "doc")).transpose()?;
         if !change.expect.holds(held.as_deref()) {
             return Ok(false);
         }
@@ -81,8 +81,11 @@ impl Collections for PostgresStore {
             )
             .await
             .map_err(|e| store_error(e.into()))?;
-        let found: std::collections::HashMap<String, String> =
-            rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let found: std::collections::HashMap<String, String> = rows
+            .iter()
+            .map(|r| Ok((col(r, "key")?, col(r, "doc")?)))
+            .collect::<PgResult<_>>()
+            .map_err(store_error)?;
         Ok(keys.iter().map(|k| found.get(k).cloned()).collect())
     }
 
@@ -113,6 +116,9 @@ impl Collections for PostgresStore {
             )
             .await
             .map_err(|e| store_error(e.into()))?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        rows.iter()
+            .map(|r| Ok((col(r, "key")?, col(r, "doc")?)))
+            .collect::<PgResult<_>>()
+            .map_err(store_error)
     }
 }

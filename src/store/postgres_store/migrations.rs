@@ -84,10 +84,11 @@ async fn apply_missing(client: &mut Client, key: &str) -> anyhow::Result<Vec<i32
 pub async fn current_version(client: &Client, key: &str) -> anyhow::Result<i32> {
     let row = client
         .query_one(
-            "SELECT coalesce(max(version), 0) FROM postback.migrations",
+            "SELECT coalesce(max(version), 0) AS version FROM postback.migrations",
             &[],
         )
         .await
         .with_context(|| format!("{key}: cannot read the schema's version"))?;
-    Ok(row.get(0))
+    row.try_get("version")
+        .with_context(|| format!("{key}: cannot read the schema's version"))
 }

@@ -7,7 +7,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::changes::{history, parse_id};
-use super::tx::{corrupt, PgResult};
+use super::tx::{col, corrupt, PgResult};
 use crate::domain::Tenant;
 use crate::endpoints::health::{self, EndpointRecord};
 use crate::lifecycle::{Index, Record};
@@ -39,12 +39,12 @@ pub async fn view(c: &Client, id: &str) -> PgResult<Option<JobView>> {
 }
 
 fn job_view(row: &Row) -> PgResult<JobView> {
-    let record = Record::decode(row.get(2)).map_err(corrupt)?;
+    let record = Record::decode(col(row, "record")?).map_err(corrupt)?;
     Ok(JobView {
-        id: parse_id(row.get(0))?,
-        spec: spec::decode(row.get(1)).map_err(corrupt)?,
+        id: parse_id(col(row, "id")?)?,
+        spec: spec::decode(col(row, "spec")?).map_err(corrupt)?,
         status: record.status(),
-        history: history(row.get(3))?,
+        history: history(col(row, "history")?)?,
     })
 }
 
@@ -56,7 +56,7 @@ pub async fn by_key(c: &Client, tenant: &Tenant, key: &str, now: i64) -> PgResul
         &[&&**tenant, &key, &now],
     )
     .await?;
-    let Some(kept) = rows.first().map(|r| r.get::<_, String>(0)) else {
+    let Some(kept) = rows.first().map(|r| col::<String>(r, "kept")).transpose()? else {
         return Ok(None);
     };
     view(c, idempotency_value(&kept).0).await
@@ -91,7 +91,7 @@ pub async fn page(
             }
             scanned += 1;
             let view = job_view(row)?;
-            from = Some((row.get(4), row.get::<_, String>(0)));
+            from = Some((col(row, "at")?, col::<String>(row, "id")?));
             if keep(&view) {
                 items.push(view);
             }
@@ -144,15 +144,15 @@ pub async fn stats(c: &Client, tenant: Option<&Tenant>) -> PgResult<Stats> {
     let tenant = tenant.map(|t| &**t);
     let rows = query(
         c,
-        "SELECT idx, count(*) FROM postback.jobs
+        "SELECT idx, count(*) AS n FROM postback.jobs
          WHERE idx IS NOT NULL AND ($1::text IS NULL OR tenant = $1) GROUP BY idx",
         &[&tenant],
     )
     .await?;
     let mut counts = StateCounts::default();
     for row in &rows {
-        let n = row.get::<_, i64>(1) as u64;
-        match Index::named(row.get(0)) {
+        let n = col::<i64>(row, "n")? as u64;
+        match Index::named(col(row, "idx")?) {
             Some(Index::Due) => counts.scheduled = n,
             Some(Index::InFlight) => counts.in_flight = n,
             Some(Index::Dead) => counts.dead = n,
@@ -162,15 +162,15 @@ pub async fn stats(c: &Client, tenant: Option<&Tenant>) -> PgResult<Stats> {
     }
     let rows = query(
         c,
-        "SELECT reason, sum(n)::int8 FROM postback.trimmed
+        "SELECT reason, sum(n)::int8 AS n FROM postback.trimmed
          WHERE $1::text IS NULL OR tenant = $1 GROUP BY reason",
         &[&tenant],
     )
     .await?;
     let mut trimmed = Trimmed::default();
     for row in &rows {
-        let n = row.get::<_, i64>(1).max(0) as u64;
-        match row.get::<_, &str>(0) {
+        let n = col::<i64>(row, "n")?.max(0) as u64;
+        match col::<&str>(row, "reason")? {
             "dead_by_age" => trimmed.dead_by_age = n,
             "dead_by_count" => trimmed.dead_by_count = n,
             "finished_by_age" => trimmed.finished_by_age = n,
@@ -199,16 +199,16 @@ pub async fn outcomes(
     }
     let rows = query(
         c,
-        "SELECT idx, at, count(*) FROM postback.jobs
+        "SELECT idx, at, count(*) AS n FROM postback.jobs
          WHERE idx IN ('dead', 'done') AND at >= $1 AND ($2::text IS NULL OR tenant = $2)
          GROUP BY idx, at",
         &[&(first_window * OUTCOME_WINDOW_MS), &tenant.map(|t| &**t)],
     )
     .await?;
     for row in &rows {
-        let (at, n): (i64, i64) = (row.get(1), row.get(2));
+        let (at, n): (i64, i64) = (col(row, "at")?, col(row, "n")?);
         let slot = &mut out[((window_of(at) - first_window) as usize).min(windows - 1)];
-        match row.get::<_, &str>(0) {
+        match col::<&str>(row, "idx")? {
             "dead" => slot.dead += n as u64,
             _ => slot.finished += n as u64,
         }
@@ -244,10 +244,10 @@ pub async fn audit(
     rows.iter()
         .map(|row| {
             let at = AuditPosition {
-                ms: row.get(0),
-                seq: row.get::<_, i64>(1) as u64,
+                ms: col(row, "at")?,
+                seq: col::<i64>(row, "seq")? as u64,
             };
-            AuditEntry::decode(at, row.get(2)).map_err(corrupt)
+            AuditEntry::decode(at, col(row, "entry")?).map_err(corrupt)
         })
         .collect()
 }
@@ -270,7 +270,7 @@ pub async fn endpoints(
     )
     .await?;
     rows.iter()
-        .map(|r| EndpointRecord::decode(r.get(0), r.get(1)).map_err(corrupt))
+        .map(|r| EndpointRecord::decode(col(r, "key")?, col(r, "record")?).map_err(corrupt))
         .collect()
 }
 
@@ -283,6 +283,6 @@ pub async fn endpoint(c: &Client, key: &str) -> PgResult<Option<EndpointRecord>>
     )
     .await?;
     rows.first()
-        .map(|r| EndpointRecord::decode(key, r.get(0)).map_err(corrupt))
+        .map(|r| EndpointRecord::decode(key, col(r, "record")?).map_err(corrupt))
         .transpose()
 }

@@ -53,6 +53,13 @@ pub fn corrupt(what: impl std::fmt::Display) -> Fault {
     Fault::Corrupt(format!("unreadable row: {what}"))
 }
 
+/// Column `name` of `row`: one missing or of another type (a schema that drifted from
+/// these statements) is an error naming it, never a panic.
+pub fn col<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> PgResult<T> {
+    row.try_get(name)
+        .map_err(|e| corrupt(format!("column {name}: {e}")))
+}
+
 /// A row of `postback.jobs` as a transition reads it.
 pub struct JobRow {
     pub record: Record,
@@ -75,12 +82,12 @@ impl<'c> Tx<'c> {
     pub async fn begin(sql: Transaction<'c>) -> PgResult<Self> {
         let row = sql
             .query_one(
-                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us",
                 &[],
             )
             .await?;
         Ok(Self {
-            now: Now::from_micros(row.get(0)),
+            now: Now::from_micros(col(&row, "now_us")?),
             sql,
             wake: false,
             holds_claims: false,
@@ -195,11 +202,11 @@ impl<'c> Tx<'c> {
         self.lock_order(key).await?;
         let rows = self
             .query(
-                "SELECT max(place) FROM postback.orders WHERE key = $1",
+                "SELECT max(place) AS last FROM postback.orders WHERE key = $1",
                 &[&key],
             )
             .await?;
-        let last: Option<i64> = rows.first().and_then(|r| r.get(0));
+        let last: Option<i64> = rows.first().map(|r| col(r, "last")).transpose()?.flatten();
         let place = last.map_or(0, |at| at + 1);
         self.execute(
             "INSERT INTO postback.orders (key, place, id) VALUES ($1, $2, $3)",
@@ -219,7 +226,10 @@ impl<'c> Tx<'c> {
                 &[&key],
             )
             .await?;
-        let ids: Vec<(i64, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let ids: Vec<(i64, String)> = rows
+            .iter()
+            .map(|r| Ok((col(r, "place")?, col(r, "id")?)))
+            .collect::<PgResult<_>>()?;
         let Some(at) = ids.iter().position(|(_, each)| each == id) else {
             return Ok(());
         };
@@ -300,9 +310,9 @@ pub fn place(r: &Record) -> (Option<&'static str>, Option<i64>) {
 }
 
 fn job_row(row: &Row) -> PgResult<JobRow> {
-    let raw: &str = row.get(0);
+    let raw: &str = col(row, "record")?;
     Ok(JobRow {
         record: Record::decode(raw).map_err(corrupt)?,
-        ordering: row.get(1),
+        ordering: col(row, "ordering")?,
     })
 }
