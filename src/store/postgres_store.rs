@@ -32,10 +32,15 @@ use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::endpoints::health::{EndpointNotice, EndpointRules};
 use crate::lifecycle::{retention, Again, Index, LetGo, NewCycle, Now};
 
+mod audit;
 mod changes;
+mod endpoints;
+mod intake;
 mod migrations;
+mod rates;
 mod reads;
 mod signals;
+mod trim;
 mod tx;
 
 use changes::{NewJob, Retention};
@@ -273,7 +278,7 @@ impl Queue for PostgresStore {
             settled.earliest = changes::any_heads(&mut t, &moved).await?;
             let budget = retention::settle_budget(batch.len());
             let touched = (dead > 0, done);
-            settled.trimmed = changes::apply_retention(&mut t, &retention, budget, touched).await?;
+            settled.trimmed = trim::apply_retention(&mut t, &retention, budget, touched).await?;
             settled
         })
     }
@@ -304,7 +309,7 @@ impl Queue for PostgresStore {
             let budget = retention::SWEEP_BUDGET;
             let n = in_transaction!(self, |t| {
                 t.relax_commit().await?;
-                changes::apply_retention(&mut t, &retention, budget, (true, true)).await?
+                trim::apply_retention(&mut t, &retention, budget, (true, true)).await?
             })?;
             trimmed += n;
             if n < budget {
@@ -514,7 +519,7 @@ impl RateReservations for PostgresStore {
     async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<SendTimes>> {
         in_transaction!(self, |t| {
             t.relax_commit().await?;
-            changes::reserve(&mut t, asks).await?
+            rates::reserve(&mut t, asks).await?
         })
     }
 }
@@ -524,7 +529,7 @@ impl AuditLog for PostgresStore {
     async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
         let json = serde_json::to_string(record).expect("a record serializes");
         let max_age = self.audit_max_age_ms;
-        in_transaction!(self, |t| changes::record_audit(&mut t, &json, max_age)
+        in_transaction!(self, |t| audit::record_audit(&mut t, &json, max_age)
             .await?)
     }
 
@@ -562,7 +567,7 @@ impl Intake for PostgresStore {
     async fn take_in(&self, limit: usize, check: &IntakeCheck) -> StoreResult<Vec<TakenIn>> {
         in_transaction!(self, |t| {
             t.relax_commit().await?;
-            changes::take_in(&mut t, limit, check).await?
+            intake::take_in(&mut t, limit, check).await?
         })
     }
 
@@ -571,7 +576,7 @@ impl Intake for PostgresStore {
     }
 
     async fn publish_rules(&self, rules: &IntakeRules) -> StoreResult<()> {
-        in_transaction!(self, |t| changes::publish_rules(&mut t, rules).await?)
+        in_transaction!(self, |t| intake::publish_rules(&mut t, rules).await?)
     }
 }
 
@@ -587,7 +592,7 @@ impl EndpointHealth for PostgresStore {
         }
         in_transaction!(self, |t| {
             t.relax_commit().await?;
-            changes::record_endpoints(&mut t, tallies, rules).await?
+            endpoints::record_endpoints(&mut t, tallies, rules).await?
         })
     }
 
@@ -611,7 +616,7 @@ impl EndpointHealth for PostgresStore {
     ) -> StoreResult<(usize, Option<String>)> {
         in_transaction!(self, |t| {
             t.relax_commit().await?;
-            changes::forget_endpoints(&mut t, idle_before, after, n).await?
+            endpoints::forget_endpoints(&mut t, idle_before, after, n).await?
         })
     }
 
@@ -627,7 +632,7 @@ impl EndpointHealth for PostgresStore {
     }
 
     async fn set_pause(&self, key: &str, pause: Option<&EndpointPause>) -> StoreResult<bool> {
-        in_transaction!(self, |t| changes::set_pause(&mut t, key, pause).await?)
+        in_transaction!(self, |t| endpoints::set_pause(&mut t, key, pause).await?)
     }
 
     async fn pauses(&self) -> StoreResult<Vec<(String, EndpointPause)>> {

@@ -1,27 +1,22 @@
 //! The Postgres store's transitions, each inside one transaction (`Tx`): it locks the
 //! notification's row, asks `lifecycle` what the event leads to, and writes the answer
-//! with its place in the indexes. Claims and retention choose rows with
-//! `FOR UPDATE SKIP LOCKED`, so that instances sharing the database never wait on each
-//! other's rows. Nothing here decides a state.
+//! with its place in the indexes. Claims choose rows with `FOR UPDATE SKIP LOCKED`, so
+//! that instances sharing the database never wait on each other's rows. Nothing here
+//! decides a state. Beside it: `trim` (retention), `rates` (quotas), `intake`
+//! (`postback.notify()`), `audit`, `endpoints` (their records and pauses).
 
-use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::tx::{col, corrupt, place, Fault, PgResult, Tx};
-use crate::delivery::policy::{self, RateAsk, RateState, SendTimes};
 use crate::domain::{Entry, JobId};
-use crate::endpoints::health::{
-    self, Added, EndpointNotice, EndpointPause, EndpointRecord, EndpointRules,
-};
 use crate::lifecycle::{transitions, wakes_at, Cancelled, JobStatus, LetGo, NewCycle, Record};
+use crate::store::spec;
 pub(super) use crate::store::types::{NewJob, RetentionLimits as Retention};
 use crate::store::{
-    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, IntakeCheck,
-    IntakeItem, IntakeRules, Settlement, TakenIn,
+    idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, Settlement,
 };
-use crate::store::{spec, EndpointTally};
 
 /// Stores a notification and schedules its first attempt, or answers with the earlier
 /// notification of its idempotency key (refusing it when that came with another
@@ -281,7 +276,7 @@ pub async fn next_wake_at(t: &Tx<'_>) -> PgResult<Option<i64>> {
 
 /// Applies `step` to the locked record of `id` and saves what it returns: the new
 /// record, or `None` when there is no record or the step changed nothing.
-async fn apply(
+pub(super) async fn apply(
     t: &mut Tx<'_>,
     id: &str,
     step: impl FnOnce(&Record) -> Option<Record>,
@@ -543,221 +538,7 @@ pub async fn discard(t: &mut Tx<'_>, id: &JobId) -> PgResult<bool> {
     Ok(deleted == 1)
 }
 
-/// Retention: deletes up to `budget` dead letters past their age, then the oldest beyond
-/// their count, and up to `budget` finished notifications past their age (each when its
-/// flag says so), counting each by tenant and reason; then up to `budget` forgotten
-/// idempotency keys. How many notifications it deleted.
-pub async fn apply_retention(
-    t: &mut Tx<'_>,
-    limits: &Retention,
-    budget: usize,
-    (dead, finished): (bool, bool),
-) -> PgResult<usize> {
-    let now_ms = t.now.down();
-    let budget = budget as i64;
-    let mut n = 0;
-    if dead {
-        let before = now_ms - limits.dead_max_age_ms;
-        n += drop_oldest(t, ("dead", before), budget, "dead_by_age").await?;
-        let rows = t
-            .query(
-                "SELECT count(*) AS n FROM postback.jobs WHERE idx = 'dead'",
-                &[],
-            )
-            .await?;
-        let dead: i64 = rows.first().map(|r| col(r, "n")).transpose()?.unwrap_or(0);
-        let keep = limits.dead_max_count.min(i64::MAX as u64) as i64;
-        let excess = (dead - keep).min(budget - n as i64);
-        n += drop_oldest(t, ("dead", i64::MAX), excess, "dead_by_count").await?;
-        // Registrations refused at intake are kept as long as dead letters.
-        t.execute(
-            "DELETE FROM postback.intake_refused WHERE id IN (
-                 SELECT id FROM postback.intake_refused
-                 WHERE refused_at < to_timestamp($1::int8 / 1000.0) ORDER BY refused_at
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            &[&before, &budget],
-        )
-        .await?;
-    }
-    if finished {
-        let before = now_ms - limits.finished_max_age_ms;
-        n += drop_oldest(t, ("done", before), budget, "finished_by_age").await?;
-    }
-    t.execute(
-        "DELETE FROM postback.idempotency WHERE (tenant, key) IN (
-             SELECT tenant, key FROM postback.idempotency WHERE until <= $1 ORDER BY until
-             LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        &[&now_ms, &budget],
-    )
-    .await?;
-    Ok(n)
-}
-
-/// Deletes up to `limit` of the oldest notifications of index `idx` at or before
-/// `before`, counting each under `reason` for its tenant.
-async fn drop_oldest(
-    t: &mut Tx<'_>,
-    (idx, before): (&str, i64),
-    limit: i64,
-    reason: &str,
-) -> PgResult<usize> {
-    if limit <= 0 {
-        return Ok(0);
-    }
-    let rows = t
-        .query(
-            "DELETE FROM postback.jobs WHERE id IN (
-                 SELECT id FROM postback.jobs WHERE idx = $1 AND at <= $2
-                 ORDER BY at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
-             RETURNING tenant",
-            &[&idx, &before, &limit],
-        )
-        .await?;
-    let mut by_tenant: BTreeMap<String, i64> = BTreeMap::new();
-    for row in &rows {
-        *by_tenant.entry(col(row, "tenant")?).or_default() += 1;
-    }
-    for (tenant, n) in &by_tenant {
-        t.count_trimmed(tenant, reason, *n).await?;
-    }
-    Ok(rows.len())
-}
-
-/// Reserves send times in each ask's rate key (`policy::reserve`), keeping each key's
-/// state only while it matters. Each key is locked while it is read and written.
-pub async fn reserve(t: &mut Tx<'_>, asks: &[RateAsk]) -> PgResult<Vec<SendTimes>> {
-    let now_us = t.now.micros();
-    let mut out = Vec::with_capacity(asks.len());
-    for ask in asks {
-        let key = ask.key.as_str();
-        t.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('rate ' || $1, 0))",
-            &[&key],
-        )
-        .await?;
-        let rows = t
-            .query(
-                "SELECT tat_us, paused_until_us FROM postback.rates WHERE key = $1",
-                &[&key],
-            )
-            .await?;
-        let state = match rows.first() {
-            Some(r) => RateState {
-                tat_us: col(r, "tat_us")?,
-                paused_until_us: col(r, "paused_until_us")?,
-            },
-            None => RateState::default(),
-        };
-        let (new, slots) = policy::reserve(state, now_us, ask);
-        if new.matters_until() > now_us {
-            t.execute(
-                "INSERT INTO postback.rates (key, tat_us, paused_until_us) VALUES ($1, $2, $3)
-                 ON CONFLICT (key) DO UPDATE SET tat_us = $2, paused_until_us = $3",
-                &[&key, &new.tat_us, &new.paused_until_us],
-            )
-            .await?;
-        } else if !rows.is_empty() {
-            t.execute("DELETE FROM postback.rates WHERE key = $1", &[&key])
-                .await?;
-        }
-        out.push(slots);
-    }
-    Ok(out)
-}
-
-/// Takes up to `limit` registrations from the intake (those no other instance is
-/// taking), stores each that `check` accepts and keeps each it refuses with its error,
-/// and removes them all from the intake.
-pub async fn take_in(t: &mut Tx<'_>, limit: usize, check: &IntakeCheck) -> PgResult<Vec<TakenIn>> {
-    let rows = t
-        .query(
-            "SELECT seq, id, tenant, idempotency_key, request::text AS request
-             FROM postback.intake ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED",
-            &[&(limit as i64)],
-        )
-        .await?;
-    let mut taken = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let item = IntakeItem {
-            id: parse_id(col(row, "id")?)?,
-            tenant: col(row, "tenant")?,
-            idempotency_key: col(row, "idempotency_key")?,
-            request: col(row, "request")?,
-        };
-        taken.push(match check(&item) {
-            Ok((n, idempotency)) => {
-                let enqueued = enqueue(t, &NewJob::of(&n, idempotency.as_ref())).await?;
-                TakenIn::Stored {
-                    id: item.id,
-                    enqueued,
-                }
-            }
-            Err(error) => {
-                refuse(t, &item, &error).await?;
-                TakenIn::Refused { id: item.id, error }
-            }
-        });
-        t.execute(
-            "DELETE FROM postback.intake WHERE seq = $1",
-            &[&col::<i64>(row, "seq")?],
-        )
-        .await?;
-    }
-    Ok(taken)
-}
-
-/// Writes the rules `postback.notify()` checks, over any written before.
-pub async fn publish_rules(t: &mut Tx<'_>, rules: &IntakeRules) -> PgResult<()> {
-    t.execute(
-        "INSERT INTO postback.intake_rules (key_pattern, key_error, max_request_bytes, size_error)
-         VALUES ($1, $2, $3, $4)
-         ON CONFLICT (only_row) DO UPDATE SET key_pattern = $1, key_error = $2,
-             max_request_bytes = $3, size_error = $4, written_at = clock_timestamp()",
-        &[
-            &rules.key_pattern,
-            &rules.key_error,
-            &rules.max_request_bytes,
-            &rules.size_error,
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Keeps a refused registration with its error, for its producer to read.
-async fn refuse(t: &mut Tx<'_>, item: &IntakeItem, error: &serde_json::Value) -> PgResult<()> {
-    t.execute(
-        "INSERT INTO postback.intake_refused (id, tenant, request, error, registered_by, registered_at)
-         SELECT id, tenant, request, $2::text::jsonb, registered_by, registered_at
-         FROM postback.intake WHERE id = $1",
-        &[&item.id.to_string(), &error.to_string()],
-    )
-    .await?;
-    Ok(())
-}
-
-/// Entries past the retention deleted per entry added: more than one, so the log
-/// shrinks back after its retention is shortened.
-const AUDIT_TRIM_PER_ENTRY: i64 = 8;
-
-/// Adds an audit entry at the transaction's time, and deletes a few past `max_age_ms`.
-pub async fn record_audit(t: &mut Tx<'_>, json: &str, max_age_ms: i64) -> PgResult<()> {
-    let at = t.now.down();
-    t.execute(
-        "INSERT INTO postback.audit (at, entry) VALUES ($1, $2)",
-        &[&at, &json],
-    )
-    .await?;
-    t.execute(
-        "DELETE FROM postback.audit WHERE (at, seq) IN (
-             SELECT at, seq FROM postback.audit WHERE at < $1 ORDER BY at, seq LIMIT $2)",
-        &[&(at - max_age_ms), &AUDIT_TRIM_PER_ENTRY],
-    )
-    .await?;
-    Ok(())
-}
-
-fn decode(raw: &str) -> PgResult<Record> {
+pub(super) fn decode(raw: &str) -> PgResult<Record> {
     Record::decode(raw).map_err(corrupt)
 }
 
@@ -769,153 +550,4 @@ pub fn parse_id(raw: &str) -> PgResult<JobId> {
 /// A history as kept in `postback.jobs.history`.
 pub fn history(raw: &str) -> PgResult<Vec<Entry>> {
     serde_json::from_str(raw).map_err(corrupt)
-}
-
-/// Adds each tally to its endpoint's record under `rules`: rows made for new endpoints
-/// first (so that two instances adding to a new one both lock it), then locked, worked
-/// out and written, with the pauses they decide. What the records tell.
-pub async fn record_endpoints(
-    t: &mut Tx<'_>,
-    tallies: &[EndpointTally],
-    rules: &EndpointRules,
-) -> PgResult<Vec<EndpointNotice>> {
-    let keys: Vec<String> = tallies
-        .iter()
-        .map(|t| health::key(&t.endpoint.tenant, &t.endpoint.id()))
-        .collect();
-    t.execute(
-        "INSERT INTO postback.endpoints (key, record) SELECT unnest($1::text[]), ''
-         ON CONFLICT (key) DO NOTHING",
-        &[&keys],
-    )
-    .await?;
-    let rows = t
-        .query(
-            "SELECT key, record FROM postback.endpoints WHERE key = ANY($1) ORDER BY key FOR UPDATE",
-            &[&keys],
-        )
-        .await?;
-    let stored: HashMap<String, String> = rows
-        .iter()
-        .map(|r| Ok((col(r, "key")?, col(r, "record")?)))
-        .collect::<PgResult<_>>()?;
-    let now = crate::clock::now_ms();
-    let mut added = Vec::with_capacity(keys.len());
-    for (key, tally) in keys.iter().zip(tallies) {
-        let before = stored
-            .get(key)
-            .map(String::as_str)
-            .filter(|r| !r.is_empty());
-        added.push(EndpointRecord::added(key, before, tally, now, rules).map_err(corrupt)?);
-    }
-    let records: Vec<&str> = added.iter().map(|a| a.json.as_str()).collect();
-    t.execute(
-        "UPDATE postback.endpoints e SET record = n.record
-         FROM unnest($1::text[], $2::text[]) AS n(key, record) WHERE e.key = n.key",
-        &[&keys, &records],
-    )
-    .await?;
-    let paused = insert_pauses(t, &keys, &added).await?;
-    let told = keys.iter().zip(added);
-    Ok(told
-        .flat_map(|(key, a)| a.notices(paused.contains(key)))
-        .collect())
-}
-
-/// Stores the pauses that `added` (under `keys`) decide, for endpoints not paused
-/// already; the keys of those it paused.
-async fn insert_pauses(t: &mut Tx<'_>, keys: &[String], added: &[Added]) -> PgResult<Vec<String>> {
-    let (keys, pauses): (Vec<&String>, Vec<String>) = keys
-        .iter()
-        .zip(added)
-        .filter_map(|(key, a)| Some((key, a.pause.as_ref()?.encode())))
-        .unzip();
-    if keys.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = t
-        .query(
-            "INSERT INTO postback.endpoint_pauses (key, pause)
-             SELECT * FROM unnest($1::text[], $2::text[])
-             ON CONFLICT (key) DO NOTHING RETURNING key",
-            &[&keys, &pauses],
-        )
-        .await?;
-    rows.iter().map(|r| col(r, "key")).collect()
-}
-
-/// Pauses the endpoint of `key` with `pause`, or resumes it, noting when in its record;
-/// whether that changed whether it is paused.
-pub async fn set_pause(t: &mut Tx<'_>, key: &str, pause: Option<&EndpointPause>) -> PgResult<bool> {
-    if let Some(p) = pause {
-        let set = t
-            .execute(
-                "INSERT INTO postback.endpoint_pauses (key, pause) VALUES ($1, $2)
-                 ON CONFLICT (key) DO NOTHING",
-                &[&key, &p.encode()],
-            )
-            .await?;
-        return Ok(set > 0);
-    }
-    let rows = t
-        .query(
-            "SELECT record FROM postback.endpoints WHERE key = $1 AND record <> '' FOR UPDATE",
-            &[&key],
-        )
-        .await?;
-    if let Some(row) = rows.first() {
-        let resumed = EndpointRecord::resumed(key, col(row, "record")?, crate::clock::now_ms());
-        t.execute(
-            "UPDATE postback.endpoints SET record = $2 WHERE key = $1",
-            &[&key, &resumed.map_err(corrupt)?],
-        )
-        .await?;
-    }
-    let removed = t
-        .execute(
-            "DELETE FROM postback.endpoint_pauses WHERE key = $1",
-            &[&key],
-        )
-        .await?;
-    Ok(removed > 0)
-}
-
-/// Forgets the idle records among up to `n` after `after` (rows locked as they are read,
-/// so none changes before it is deleted); how many, and the key to go on from.
-pub async fn forget_endpoints(
-    t: &mut Tx<'_>,
-    idle_before: i64,
-    after: Option<&str>,
-    n: usize,
-) -> PgResult<(usize, Option<String>)> {
-    let rows = t
-        .query(
-            "SELECT key, record FROM postback.endpoints WHERE key > $1 ORDER BY key LIMIT $2
-             FOR UPDATE SKIP LOCKED",
-            &[&after.unwrap_or(""), &(n as i64)],
-        )
-        .await?;
-    let read: Vec<(String, String)> = rows
-        .iter()
-        .map(|r| Ok((col(r, "key")?, col(r, "record")?)))
-        .collect::<PgResult<_>>()?;
-    let next = (read.len() == n)
-        .then(|| read.last().map(|(k, _)| k.clone()))
-        .flatten();
-    let idle: Vec<&String> = read
-        .iter()
-        .filter(|(key, json)| !json.is_empty() && health::is_idle(key, json, idle_before))
-        .map(|(key, _)| key)
-        .collect();
-    if idle.is_empty() {
-        return Ok((0, next));
-    }
-    let forgotten = t
-        .execute(
-            "DELETE FROM postback.endpoints e WHERE key = ANY($1)
-             AND NOT EXISTS (SELECT 1 FROM postback.endpoint_pauses p WHERE p.key = e.key)",
-            &[&idle],
-        )
-        .await?;
-    Ok((forgotten as usize, next))
 }
