@@ -249,9 +249,11 @@ impl App {
             ops_stop.clone(),
         ));
         let pausing = tokio::spawn(self.pauses.run(self.store.clone(), tasks.child_token()));
+        let rules_written = api::intake::publish_rules(self.store.as_ref(), &self.rules).await;
         let taking_in = tokio::spawn(api::intake::run(
             self.store.clone(),
             self.rules,
+            rules_written,
             self.wake.clone(),
             tasks.child_token(),
         ));

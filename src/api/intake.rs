@@ -23,30 +23,41 @@ const BATCH: usize = 200;
 /// unreachable is made up for then).
 const POLL: Duration = Duration::from_secs(1);
 
+/// Writes the rules `postback.notify()` checks first (the same rules as `POST /notify`'s),
+/// so that they hold from the moment the instance serves; whether they were written
+/// (`run` tries again until they are). Nothing to write on a store without an intake.
+pub async fn publish_rules(store: &dyn Store, rules: &RegistrationRules) -> bool {
+    let Some(intake) = store.intake() else {
+        return true;
+    };
+    match intake.publish_rules(&published_rules(rules)).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "intake: cannot write postback.intake_rules; will try again");
+            false
+        }
+    }
+}
+
 /// Takes registrations in until `cancel` fires; `wake` wakes the scheduler for one that
-/// is due first.
+/// is due first. Writes the rules first unless `rules_written`.
 pub async fn run(
     store: Arc<dyn Store>,
     rules: Arc<RegistrationRules>,
+    mut rules_written: bool,
     wake: Arc<Notify>,
     cancel: CancellationToken,
 ) {
     let Some(arrivals) = store.intake().map(|i| i.arrivals()) else {
         return;
     };
-    let published = published_rules(&rules);
-    let check = move |item: &_| prepare_intake(&rules, item).map_err(ApiError::into_json);
-    let (mut failures, mut rules_written) = (0, false);
+    let checked_by = rules.clone();
+    let check = move |item: &_| prepare_intake(&checked_by, item).map_err(ApiError::into_json);
+    let mut failures = 0;
     loop {
         let Some(intake) = store.intake() else { return };
         if !rules_written {
-            rules_written = match intake.publish_rules(&published).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, "intake: cannot write postback.intake_rules; will try again");
-                    false
-                }
-            };
+            rules_written = publish_rules(store.as_ref(), &rules).await;
         }
         let pause = match intake.take_in(BATCH, &check).await {
             Ok(taken) => {
