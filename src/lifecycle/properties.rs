@@ -215,6 +215,14 @@ fn check(
     if before.held {
         prop_assert!(!matches!(e, Event::Claim), "a held one is never claimed");
     }
+    if after.reserved && !after.state.is_finished() && !matches!(e, Event::Defer { .. }) {
+        prop_assert!(
+            before.reserved && after.next_at == before.next_at,
+            "a send time reserved in a quota holds only for the time it was reserved for: {:?} after {:?}",
+            after,
+            e
+        );
+    }
     if let (Event::Hold { .. }, true) = (e, after.state == JobState::Scheduled) {
         prop_assert_eq!(after.attempts, before.attempts, "holding spends no attempt");
         prop_assert_eq!(after.next_at, before.next_at, "nor moves its due time");
@@ -306,8 +314,8 @@ fn check(
             prop_assert_eq!(after.attempts, before.attempts);
             prop_assert_eq!(
                 after.reserved,
-                before.reserved,
-                "a hand-back keeps its send time"
+                before.reserved && after.next_at == before.next_at,
+                "a hand-back keeps its send time while it is due then"
             );
         }
         Event::Again { .. } => {

@@ -190,10 +190,14 @@ pub fn past_deadline(due_at: i64, deadline: Option<i64>) -> bool {
 }
 
 /// Back to due at once (or when it was due, if that is later) without counting an
-/// attempt: a delivery stopped at shutdown, or a claim whose reply was lost.
+/// attempt: a delivery stopped at shutdown, or a claim whose reply was lost. A send time
+/// it reserved in its quota holds only if it is due then still: one handed back later
+/// (its lease ran out) asks again, or it would go at once beside the send times reserved
+/// since.
 pub fn release(r: &Record, lease: u64, now: Now) -> Option<Record> {
     let mut r = held(r, lease)?;
     let at = due_again(&r, now);
+    r.reserved &= r.next_at == Some(at);
     hand_back(&mut r, now, at);
     Some(r)
 }
@@ -375,7 +379,9 @@ pub fn take_turn(r: &Record, now: Now) -> Option<Record> {
     }
     let mut r = r.clone();
     r.waiting = false;
-    r.next_at = r.next_at.map(|at| at.max(now.up()));
+    let due = r.next_at.map(|at| at.max(now.up()));
+    r.reserved &= due == r.next_at;
+    r.next_at = due;
     Some(r)
 }
 
