@@ -13,11 +13,12 @@
 //! endpoint gets its backlog as a steady flow within its rate key's quota rather than
 //! all at once; ordering keys keep their order, since only a key's first can be held.
 //! The held list is read when a pause ended (this instance resumed it, or a reading of
-//! the store no longer has it), while the last reading let some go, and every `RECHECK`
-//! while any endpoint is paused or was lately, which also lets go any held by an
-//! instance whose view was stale. An instance reads it as it starts, too: it cannot know
-//! what a pause that ended before then (resumed just before a crash, say) left held. An
-//! instance that saw no pause since reads nothing more.
+//! the store no longer has it), while the last reading let some go, as an instance
+//! starts (it cannot know what a pause that ended before then, resumed just before a
+//! crash, say, left held), and every `RECHECK` whatever it saw: that lets go any held by
+//! an instance whose view was stale, or that a reading could not list (one held at a
+//! time its clock reads ahead of now, after the clock was stepped back), at the cost of
+//! one short read of an empty list a minute when nothing is held.
 //!
 //! An endpoint postback paused for failing is probed every `endpoints.probe_interval`
 //! from its pause: its oldest held notification is let go as a probe (`LetGo::Probe`),
@@ -57,8 +58,7 @@ const DRAIN_PER_ENDPOINT: usize = 50;
 /// Held notifications read per page, and pages per tick at most.
 const PAGE: usize = 500;
 const PAGES_PER_TICK: usize = 4;
-/// How often the held list is read when nothing else asks for it, while an endpoint is
-/// paused and for as long after the last pause ended.
+/// How often the held list is read when nothing else asks for it.
 const RECHECK: Duration = Duration::from_secs(60);
 
 pub struct EndpointPauses {
@@ -179,7 +179,7 @@ impl EndpointPauses {
     /// Until `stop`: reads the pauses every `READ_EVERY`, and lets go what ended ones
     /// held.
     pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, stop: CancellationToken) {
-        let mut drain = Drain::starting();
+        let mut drain = Drain::default();
         let mut probes = Probes::default();
         let mut ticks = tokio::time::interval(TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -217,10 +217,9 @@ impl EndpointPauses {
         let resumed = self.resumed.swap(false, Ordering::Relaxed);
         let paused = !self.view.read().expect("pauses lock").keys.is_empty();
         if ended || resumed {
-            drain.last_pause = Some(Instant::now());
             drain.walk = None;
         }
-        if ended || resumed || drain.due(paused) {
+        if ended || resumed || drain.due() {
             drain.let_go(store, self).await?;
         }
         if paused {
@@ -311,8 +310,6 @@ struct Drain {
     /// The last reading let some go, or stopped before the end: more may wait.
     more: bool,
     last: Option<Instant>,
-    /// When a pause last ended, or an endpoint was last seen paused.
-    last_pause: Option<Instant>,
     /// Where the next reading starts: before the first page that let some go (more of
     /// theirs may wait there), else where the last one stopped, so that held ones of
     /// endpoints still paused, however many and however old, cannot keep a reading from
@@ -321,21 +318,10 @@ struct Drain {
 }
 
 impl Drain {
-    /// As an instance starts: a pause may have ended just before, leaving held ones.
-    fn starting() -> Self {
-        Self {
-            more: true,
-            ..Self::default()
-        }
-    }
-
-    fn due(&mut self, paused: bool) -> bool {
-        if paused {
-            self.last_pause = Some(Instant::now());
-        }
-        let lately = self.last_pause.is_some_and(|at| at.elapsed() < 2 * RECHECK);
-        let recheck = lately && self.last.is_none_or(|at| at.elapsed() >= RECHECK);
-        self.more || recheck
+    /// Whether to read: more may wait, or it was not read for `RECHECK` (or ever: as an
+    /// instance starts, a pause may have ended just before, leaving held ones).
+    fn due(&self) -> bool {
+        self.more || self.last.is_none_or(|at| at.elapsed() >= RECHECK)
     }
 
     /// Lets go, oldest due first, the held notifications whose endpoint is not paused:
