@@ -111,11 +111,19 @@ impl Simulated {
     }
 
     /// Moves this thread's simulated wall clock by `ms` (negative: back, as a host clock
-    /// corrected by NTP may), leaving tokio's as it is.
+    /// corrected by NTP may), leaving tokio's as it is. A stall ends there: the clock
+    /// goes on from what it read, moved.
     pub fn jump(ms: i64) {
         SIMULATED.with(|s| {
             if let Some(sim) = s.borrow_mut().as_mut() {
-                sim.skew_us += ms * 1_000;
+                let reads = sim.now();
+                sim.stalled = None;
+                let follows = sim.following(tokio::time::Instant::now());
+                let behind_us = match reads.duration_since(follows) {
+                    Ok(ahead) => ahead.as_micros() as i64,
+                    Err(e) => -(e.duration().as_micros() as i64),
+                };
+                sim.skew_us += behind_us + ms * 1_000;
             }
         });
     }
@@ -181,6 +189,12 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(now_ms(), 1_800_000_086_000, "on from where it stood");
+        Simulated::stall(Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Simulated::jump(60_000);
+        assert_eq!(now_ms(), 1_800_000_146_000, "a jump ends a stall");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(now_ms(), 1_800_000_147_000);
         let first = fastrand::u64(..);
         fastrand::seed(7);
         assert_eq!(fastrand::u64(..), first, "seeded");
