@@ -413,7 +413,7 @@ impl Model {
 pub fn after_step(model: &mut Model, arrivals: &[Arrival]) -> Result<(), String> {
     for (n, arrival) in arrivals.iter().enumerate().skip(model.checked) {
         match model.accepted.get(&arrival.id) {
-            Some(r) => as_registered(arrival, r, &model.disturbances)?,
+            Some(r) => as_registered(arrival, n, r, &model.disturbances)?,
             None if model.unanswered > 0 => {}
             None => return Err(format!("{} arrived, which no 202 answered", arrival.id)),
         }
@@ -423,7 +423,14 @@ pub fn after_step(model: &mut Model, arrivals: &[Arrival]) -> Result<(), String>
     Ok(())
 }
 
-fn as_registered(arrival: &Arrival, r: &Registered, disturbances: &[i64]) -> Result<(), String> {
+/// The `n`-th arrival, of `r`: at its URL, with the producer's bytes, not before the
+/// cycle it belongs to was due (a replay or resend begins a cycle due at once).
+fn as_registered(
+    arrival: &Arrival,
+    n: usize,
+    r: &Registered,
+    disturbances: &[i64],
+) -> Result<(), String> {
     let id = &arrival.id;
     if arrival.url != r.url {
         return Err(format!(
@@ -438,11 +445,17 @@ fn as_registered(arrival: &Arrival, r: &Registered, disturbances: &[i64]) -> Res
             r.body
         ));
     }
-    let due = r.cycles[0] + r.delay_ms;
+    let cycle = r.cycle_marks.iter().filter(|m| **m <= n).count();
+    let began = r.cycles.get(cycle).copied().unwrap_or(r.cycles[0]);
+    let due = if cycle == 0 {
+        began + r.delay_ms
+    } else {
+        began
+    };
     let at = arrival.at_ms;
     let disturbed = disturbances
         .iter()
-        .any(|d| *d >= r.cycles[0] - TICK_MS && *d <= at.max(due) + TICK_MS);
+        .any(|d| *d >= began.min(at) - TICK_MS && *d <= at.max(due) + TICK_MS);
     if at < due - 1 && !r.hurried && !disturbed {
         return Err(format!("{id} arrived at {at}, due at {due}"));
     }
@@ -626,7 +639,7 @@ fn attempts_on_time(id: &str, r: &Registered, view: &Value, model: &Model) -> Re
             let disturbed = model
                 .disturbances
                 .iter()
-                .any(|d| *d >= due - TICK_MS && *d <= at.max(due) + TICK_MS);
+                .any(|d| *d >= at.min(due) - TICK_MS && *d <= at.max(due) + TICK_MS);
             let attempt = format!("{id}: attempt {} of cycle {c} at {at}, due at {due}", k + 1);
             if at < due - 1 && !r.hurried && !disturbed {
                 return Err(attempt);

@@ -23,7 +23,7 @@ use crate::network::{self, Receivers, SimNetwork, RECEIVERS};
 /// Steps of the workload, before everything is healed and drained.
 const STEPS: usize = 120;
 /// The wall clock when a run starts, ms (2026-01-01).
-const START_MS: i64 = 1_767_225_600_000;
+pub const START_MS: i64 = 1_767_225_600_000;
 /// How long, at most, the final drain waits for every notification to finish.
 const DRAIN_FOR: Duration = Duration::from_secs(6 * 3600);
 
@@ -271,7 +271,13 @@ impl World {
         // late one): the jump disturbs both sides of it.
         self.model.disturbed(postback::clock::now_ms());
         Simulated::jump(ms);
-        self.model.disturbed(postback::clock::now_ms());
+        let after = postback::clock::now_ms();
+        // Back: what was kept in the clock's time (a quota's next send time, a lease's
+        // end) lies that much further ahead, so the step disturbs as long as it was.
+        let lasts = if ms < 0 { -ms } else { 0 };
+        self.model
+            .disturbances
+            .extend((after..=after + lasts).step_by(1_000));
         let now = self.receivers.lock().unwrap().true_ms();
         self.model.clock_moves.push(now);
         self.note(format!("clock jumps {ms} ms"));
