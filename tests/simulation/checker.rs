@@ -418,6 +418,14 @@ pub fn after_step(model: &mut Model, arrivals: &[Arrival]) -> Result<(), String>
             None => return Err(format!("{} arrived, which no 202 answered", arrival.id)),
         }
         within_the_quota(model, &arrivals[..=n])?;
+        if let Answer::RetryAfter(secs) = arrival.answer {
+            // Its `Retry-After` holds every notification of its tenant's rate key (the
+            // host, which every receiver shares) until then.
+            let until = arrival.at_ms + secs as i64 * 1_000;
+            model
+                .disturbances
+                .extend((arrival.at_ms..=until).step_by(500));
+        }
     }
     model.checked = arrivals.len();
     Ok(())
