@@ -382,6 +382,7 @@ async fn shutdown_signal() {
         }
     };
     tokio::select! {
+        biased;
         _ = ctrl_c => {}
         _ = term => {}
     }

@@ -26,6 +26,7 @@ pub async fn run(
     let mut endpoints_from: Option<String> = None;
     loop {
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }

@@ -118,6 +118,7 @@ pub async fn run(state: AppState, max_age: Duration, cancel: CancellationToken) 
             }
         };
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}
         }

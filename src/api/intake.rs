@@ -75,6 +75,7 @@ pub async fn run(
             }
         };
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => return,
             _ = arrivals.notified() => {}
             _ = tokio::time::sleep(pause) => {}

@@ -60,6 +60,7 @@ pub async fn serve(
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
+            biased;
             _ = &mut stop => break,
             accepted = accept(&listener, &places) => accepted,
         };

@@ -185,6 +185,7 @@ impl Dispatcher {
         let mut more_due = true;
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = slots.claimable(more_due) => {}
             }
@@ -245,6 +246,7 @@ impl Dispatcher {
         stop: &CancellationToken,
     ) -> Option<Vec<OwnedSemaphorePermit>> {
         let first = tokio::select! {
+            biased;
             _ = stop.cancelled() => return None,
             p = claimed.clone().acquire_owned() => p.ok()?,
         };
@@ -256,6 +258,7 @@ impl Dispatcher {
     /// Sleeps for `d` unless woken; false when told to stop.
     async fn nap(&self, d: Duration, stop: &CancellationToken) -> bool {
         tokio::select! {
+            biased;
             _ = stop.cancelled() => false,
             _ = self.wake.notified() => true,
             _ = tokio::time::sleep(d) => true,
@@ -395,6 +398,7 @@ impl AttemptContext {
     /// Waits until the job is due, then for a delivery slot.
     async fn when_due(self, wait: Duration, job: ClaimedJob, place: Place, tasks: TaskTracker) {
         tokio::select! {
+            biased;
             _ = self.abort.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
@@ -411,6 +415,7 @@ impl AttemptContext {
         tasks: TaskTracker,
     ) {
         let slot = tokio::select! {
+            biased;
             _ = self.abort.cancelled() => return,
             slot = queued.take(SLOT_WAIT) => slot,
         };
@@ -458,6 +463,7 @@ impl AttemptContext {
     /// Waits for a slot at the job's host, then sends it or turns it away.
     async fn wait_for_host(self, job: ClaimedJob, target: Target, place: Place) {
         let admission = tokio::select! {
+            biased;
             a = self.policy.admit_after_wait(&target.host_key, &target.circuit, job.is_last()) => a,
             _ = self.abort.cancelled() => return,
         };
@@ -551,6 +557,7 @@ impl AttemptContext {
         record_lateness(&job);
         async move {
             let report = tokio::select! {
+                biased;
                 r = self.sender.send(&job.id, &job.spec, target.url.as_ref()) => r,
                 _ = self.abort.cancelled() => return,
             };
@@ -619,6 +626,7 @@ impl AttemptContext {
             slot: _slot,
         } = place;
         tokio::select! {
+            biased;
             _ = self.settle.send(Queued {
                 report,
                 _claimed: claimed,

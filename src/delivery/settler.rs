@@ -251,6 +251,7 @@ where
                 }
                 failures += 1;
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep(backoff(failures)) => {}
                     _ = give_up.cancelled() => {}
                 }

@@ -75,6 +75,7 @@ impl Slots {
                 return;
             }
             tokio::select! {
+                biased;
                 _ = self.permits.acquire() => return,
                 _ = self.taken.notified(), if top_up => {
                     if self.queued.load(Ordering::Relaxed) <= self.reserve / 2 {

@@ -186,6 +186,7 @@ impl EndpointPauses {
         let mut failures = 0;
         loop {
             tokio::select! {
+                biased;
                 _ = stop.cancelled() => return,
                 _ = ticks.tick() => {}
             }

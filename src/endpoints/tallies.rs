@@ -110,6 +110,7 @@ impl EndpointTallies {
                 n => backoff(n).max(PERIOD),
             };
             let stopping = tokio::select! {
+                biased;
                 _ = tokio::time::sleep(pause) => false,
                 _ = stop.cancelled() => true,
             };

@@ -212,6 +212,7 @@ impl OpsEvents {
                 n => backoff(n),
             };
             let stopping = tokio::select! {
+                biased;
                 _ = tokio::time::sleep(pause) => false,
                 _ = stop.cancelled() => true,
             };

@@ -291,6 +291,7 @@ impl Queue for EmbeddedStore {
     async fn watch(&self, wake: Arc<Notify>, cancel: CancellationToken) {
         loop {
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => return,
                 _ = self.announced.notified() => wake.notify_one(),
             }

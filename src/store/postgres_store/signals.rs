@@ -63,6 +63,7 @@ pub async fn listen(
             }
         }
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(backoff) => {}
         }
@@ -85,6 +86,7 @@ async fn listen_once(
     let mut subscribe = std::pin::pin!(subscribe);
     loop {
         tokio::select! {
+            biased;
             done = &mut subscribe => { done?; break }
             message = messages.next() => match message {
                 Some(Ok(_)) => {}
@@ -97,6 +99,7 @@ async fn listen_once(
     listeners.intake.notify_one();
     loop {
         let message = tokio::select! {
+            biased;
             _ = cancel.cancelled() => return Ok(()),
             m = messages.next() => m,
         };

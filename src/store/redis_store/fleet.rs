@@ -144,6 +144,7 @@ impl RedisStore {
                 }
             };
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => {}
                 _ = tokio::time::sleep(next) => {}
                 _ = self.fleet_changed.notified() => {}

@@ -63,6 +63,7 @@ impl RedisStore {
             let replication = self.replication_of_each().await;
             self.note_replication(&replication);
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(CHECK_EVERY) => {}
             }

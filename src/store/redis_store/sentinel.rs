@@ -306,6 +306,7 @@ async fn follow(shared: Arc<Shared>, stop: CancellationToken) {
             n => backoff(n).min(MOST_PATIENT),
         };
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             _ = shared.switched.notified() => {}
             _ = async {
@@ -344,6 +345,7 @@ async fn hear_switches(shared: Arc<Shared>, index: usize, stop: CancellationToke
             }
         }
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(backoff(failures)) => {}
         }
@@ -370,6 +372,7 @@ async fn listen(
     let mut messages = pubsub.on_message();
     loop {
         tokio::select! {
+            biased;
             _ = stop.cancelled() => return Ok(()),
             message = messages.next() => match message {
                 Some(m) => {

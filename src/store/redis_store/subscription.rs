@@ -28,6 +28,7 @@ impl RedisStore {
                 }
             }
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(backoff(failures)) => {}
             }
@@ -60,6 +61,7 @@ impl RedisStore {
         tokio::pin!(moved);
         loop {
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => return Ok(()),
                 // The primary moved: subscribe on the new one.
                 _ = &mut moved => return Ok(()),
