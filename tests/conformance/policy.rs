@@ -122,11 +122,10 @@ async fn a_burst_to_one_fast_host_waits_for_its_slots_instead_of_going_back_to_t
     }
     assert!(receiver.wait_for(500, WAIT).await, "{}", receiver.count());
     let max_at_once = receiver.max_concurrent();
-    let (_, text) = pb.get_text("/metrics").await;
-    let deferred = text
-        .lines()
-        .find_map(|l| l.strip_prefix(r#"postback_deferrals_total{reason="host_busy"} "#))
-        .map_or(0.0, |v| v.parse::<f64>().unwrap());
+    let deferred = pb
+        .metric(r#"postback_deferrals_total{reason="host_busy"}"#)
+        .await
+        .expect("the host_busy deferrals are served");
     assert!(
         max_at_once <= 4,
         "the host's cap holds: {max_at_once} at once"
