@@ -306,14 +306,14 @@ async fn jitter_spreads_retries_within_the_configured_percentage() {
 
 /// The notification once its first attempt has failed and its retry is due.
 async fn failed_once(pb: &Postback, id: &str) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let seen = support::found(WAIT, || async {
         let seen = pb.notification(id).await;
-        if seen["attempts"] == 1 && seen["next_attempt_at"].is_string() {
-            return seen;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{seen}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        (seen["attempts"] == 1 && seen["next_attempt_at"].is_string()).then_some(seen)
+    })
+    .await;
+    match seen {
+        Some(seen) => seen,
+        None => panic!("{id} never failed once: {}", pb.notification(id).await),
     }
 }
 
