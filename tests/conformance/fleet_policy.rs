@@ -236,7 +236,11 @@ async fn a_circuit_opened_through_one_instance_holds_back_on_the_others() {
             .await;
         pb.wait_state(&id, "dead", WAIT).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let learnt = support::eventually(WAIT, || async {
+        let open = "postback_circuits_open";
+        a.metric(open).await == Some(1.0) && b.metric(open).await == Some(1.0)
+    });
+    assert!(learnt.await, "each instance opened the circuit");
     let mut ids = Vec::new();
     for pb in [&a, &b, &a, &b] {
         let body = json!({"url": receiver.url("/down"), "body": {}, "schedule": ["1h"]});
