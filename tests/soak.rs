@@ -68,6 +68,7 @@ async fn cancelling_producer(
         let answers = register(&client, &format!("{api}/notify"), &body, &key).await;
         let id = answers.last().unwrap().id.clone().expect("accepted");
         if ids.len() % 2 == 0 {
+            // A producer changing its mind after a random while.
             tokio::time::sleep(Duration::from_millis(fastrand::u64(0..1_500))).await;
             let _ = client
                 .delete(format!("{api}/notifications/{id}"))
@@ -112,6 +113,8 @@ async fn the_ledger_balances_after_restarts_of_an_instance_and_of_redis() {
         })
         .collect();
 
+    // Time is the point: the soak's length, an instance restarted at a third of it, Redis
+    // away for two seconds at two thirds.
     let started = Instant::now();
     tokio::time::sleep(soak / 3).await;
     assert_eq!(restarted.terminate().code(), Some(0));

@@ -29,6 +29,7 @@ async fn walk(pb: &Postback, query: &str, limit: usize, pause: Duration) -> Vec<
             Some(c) => cursor = Some(c.to_string()),
             None => return items,
         }
+        // A reader's pace between pages, while the queue moves under it.
         tokio::time::sleep(pause).await;
     }
     panic!("{query}: no end after 10,000 pages");

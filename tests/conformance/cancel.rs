@@ -22,7 +22,7 @@ async fn cancelled_before_its_first_attempt_it_is_never_sent() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["state"], "cancelled");
 
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    support::sent_after(&pb, "500ms").await;
     assert_eq!(receiver.count(), 0);
     assert_eq!(pb.notification(&id).await["state"], "cancelled");
     assert_eq!(
@@ -52,7 +52,7 @@ async fn cancelled_while_waiting_for_a_retry_it_is_not_retried() {
         (200, Some("cancelled")),
         "{body}"
     );
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.count(), 1);
     let seen = pb.notification(&id).await;
     assert_eq!(
@@ -88,7 +88,7 @@ async fn cancelled_during_an_attempt_it_is_not_retried_after_it() {
         .wait_state(&id, "cancelled", Duration::from_secs(5))
         .await;
     assert_eq!(seen["attempts"], 1, "the attempt in flight is recorded");
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.count(), 1);
 }
 

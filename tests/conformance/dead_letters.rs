@@ -2,8 +2,6 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use support::Postback;
 
@@ -253,7 +251,7 @@ async fn bulk_replay_by_topic_sends_each_once_and_twice_changes_nothing() {
     }
     let (status, again) = post(&pb, "/dead-letters/replay", json!({"topic": "refund"})).await;
     assert_eq!((status, &again["count"]), (200, &json!(0)), "{again}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     for id in &refunds {
         assert_eq!(
             receiver.requests_for(id).len(),

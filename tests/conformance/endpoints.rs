@@ -17,26 +17,10 @@ fn origin(receiver: &Receiver) -> String {
 }
 
 /// The endpoints `token` lists at `query`, once one lists `url` with `attempts` in the
-/// last hour (the instances tell the store every second).
+/// last hour.
 async fn listed_once(f: &Fleet, token: &str, query: &str, url: &str, attempts: u64) -> Vec<Value> {
-    let path = format!("/endpoints{query}");
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let (status, page) = f.get(token, &path).await;
-        assert_eq!(status, 200, "{page}");
-        let items = page["items"].as_array().unwrap().clone();
-        let found = items
-            .iter()
-            .any(|e| e["url"] == url && e["last_hour"]["attempts"] == attempts);
-        if found {
-            return items;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{url} with {attempts} attempts not listed: {items:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let ready = |e: &Value| e["last_hour"]["attempts"] == attempts;
+    f.pb.endpoints_once(token, query, url, ready).await
 }
 
 fn by_url<'a>(items: &'a [Value], url: &str) -> &'a Value {

@@ -213,7 +213,7 @@ async fn a_repeated_idempotency_key_publishes_nothing_new() {
     let (status, refused) = call(&pb, Method::POST, "/events", Some(other)).await;
     assert_eq!(status, 422, "{refused}");
     assert_eq!(refused["error"]["code"], "idempotency_key_mismatch");
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.requests().len(), 1, "sent once");
     let (_, listed) = pb.get("/events").await;
     assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
@@ -588,7 +588,7 @@ async fn a_batch_publishes_each_event_on_its_own_and_answers_in_order() {
     )
     .await;
     assert_eq!(status, 422);
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.requests().len(), 2, "each event sent once");
 }
 
@@ -698,6 +698,7 @@ async fn events_and_topics_past_retention_are_forgotten() {
     let (_, listed) = pb.get("/events").await;
     assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
     pb.kill();
+    // Time is the point: the event grows older than its retention while no instance runs.
     tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
 
     // A new instance sweeps at once: the event, its key and its topic are gone.

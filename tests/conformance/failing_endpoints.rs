@@ -39,17 +39,10 @@ async fn register(pb: &Postback, tenant: &str, url: &str, key: &str, seq: u64) -
 
 /// `tenant`'s endpoint at `receiver`'s origin, once listed.
 async fn endpoint(pb: &Postback, tenant: &str, receiver: &Receiver) -> Value {
-    let origin = receiver.url("/").trim_end_matches('/').to_string();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (_, page) = pb.get(&format!("/endpoints?tenant={tenant}")).await;
-        let items = page["items"].as_array().cloned().unwrap_or_default();
-        if let Some(found) = items.into_iter().find(|e| e["url"] == origin.as_str()) {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{origin} of {tenant} not listed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let query = format!("?tenant={tenant}");
+    let origin = receiver.url("/");
+    pb.endpoint_listed(support::instance::TOKEN, &query, &origin)
+        .await
 }
 
 /// Waits for the endpoint `id` to be in `state`; when it was seen so.
@@ -59,14 +52,15 @@ async fn wait_endpoint(
     state: &str,
     timeout: Duration,
 ) -> (Instant, Value) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let (_, found) = pb.get(&format!("/endpoints/{id}")).await;
-        if found["state"] == state {
-            return (Instant::now(), found);
-        }
-        assert!(Instant::now() < deadline, "{id} not {state}: {found}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let path = format!("/endpoints/{id}");
+    let seen = support::found(timeout, || async {
+        let (_, found) = pb.get(&path).await;
+        (found["state"] == state).then(|| (Instant::now(), found))
+    })
+    .await;
+    match seen {
+        Some(seen) => seen,
+        None => panic!("{id} not {state}: {}", pb.get(&path).await.1),
     }
 }
 
@@ -111,7 +105,8 @@ async fn an_endpoint_failing_for_pause_after_is_paused_told_and_drained_in_order
         .iter()
         .filter(|r| r.id() == loose)
         .count();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Due after two more steps of its schedule, had it not been held.
+    support::sent_after(pb, "600ms").await;
     let (_, view) = pb.get(&format!("/notifications/{loose}")).await;
     assert_eq!(view["state"], "held", "{view}");
     let still = merchant
@@ -261,17 +256,22 @@ async fn a_probe_tries_one_held_notification_each_interval_and_its_delivery_resu
     let waiting = register(pb, "shop-a", &maintained.url("/n"), "loose", 1).await;
     pb.wait_state(&waiting, "held", WAIT).await;
 
-    // Still down: a probe a second, each one notification, which is held again.
+    // Still down: a probe a second, each one notification, which is held again. Three
+    // probes span two intervals, give or take a busy machine's stall.
     let before = merchant.count();
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
-    let probes = merchant.count() - before;
-    assert!((2..=5).contains(&probes), "{probes} probes in 3.5 s");
+    assert!(merchant.wait_for(before + 3, WAIT).await, "probed");
+    let probes: Vec<Instant> = merchant.requests()[before..before + 3]
+        .iter()
+        .map(|r| r.at)
+        .collect();
+    let span = probes[2] - probes[0];
+    assert!(
+        span >= Duration::from_millis(1_400) && span <= Duration::from_millis(3_500),
+        "three probes in {span:?}, one a second"
+    );
     for n in &held {
-        let (_, view) = pb.get(&format!("/notifications/{n}")).await;
-        assert_eq!(
-            view["state"], "held",
-            "a failed probe is held again: {view}"
-        );
+        // The last probe's notification is held again once its failure is settled.
+        pb.wait_state(n, "held", WAIT).await;
     }
     assert_eq!(maintained.count(), 1, "a pause by hand is not probed");
 

@@ -53,14 +53,6 @@ async fn register_rate_limited(
     ids
 }
 
-/// The value of a counter in `/metrics` with these labels, 0 when absent.
-async fn counter(pb: &Postback, name_and_labels: &str) -> f64 {
-    let (_, text) = pb.get_text("/metrics").await;
-    text.lines()
-        .find_map(|line| line.strip_prefix(name_and_labels)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_saturated_key_is_sent_at_its_quota_and_each_notification_deferred_at_most_once() {
     let (_backend, receiver, pb) = support::start_any(&[("POSTBACK_QUOTAS_SHOP", "40/s")]).await;
@@ -83,7 +75,10 @@ async fn a_saturated_key_is_sent_at_its_quota_and_each_notification_deferred_at_
     );
     let achieved = 119.0 / span.as_secs_f64() / 40.0;
     assert!(achieved >= 0.9, "{achieved:.2} of the quota in {span:?}");
-    let deferred = counter(&pb, "postback_deferrals_total{reason=\"rate_limit\"}").await;
+    let deferred = pb
+        .metric(r#"postback_deferrals_total{reason="rate_limit"}"#)
+        .await
+        .expect("the rate_limit deferrals are served");
     assert!(
         deferred <= 120.0,
         "{deferred} deferrals for 120 notifications"
@@ -241,7 +236,11 @@ async fn a_circuit_opened_through_one_instance_holds_back_on_the_others() {
             .await;
         pb.wait_state(&id, "dead", WAIT).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let learnt = support::eventually(WAIT, || async {
+        let open = "postback_circuits_open";
+        a.metric(open).await == Some(1.0) && b.metric(open).await == Some(1.0)
+    });
+    assert!(learnt.await, "each instance opened the circuit");
     let mut ids = Vec::new();
     for pb in [&a, &b, &a, &b] {
         let body = json!({"url": receiver.url("/down"), "body": {}, "schedule": ["1h"]});

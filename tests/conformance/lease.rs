@@ -20,14 +20,11 @@ async fn one_registered() -> (Backend, Box<dyn Store>, Notification) {
 
 /// Claims until something is due (a registration is due from the next millisecond).
 async fn claim_some(store: &dyn Store, lease: Duration) -> Vec<ClaimedJob> {
-    for _ in 0..100 {
+    let claimed = support::found(support::WAIT, || async {
         let claim = store.claim(10, lease, Duration::ZERO).await.unwrap();
-        if !claim.jobs.is_empty() {
-            return claim.jobs;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("nothing became due");
+        (!claim.jobs.is_empty()).then_some(claim.jobs)
+    });
+    claimed.await.expect("something became due")
 }
 
 fn settlement(id: JobId, lease: u64, outcome: Outcome) -> Settlement {
@@ -59,13 +56,9 @@ async fn an_expired_lease_returns_the_notification_and_its_late_settle_is_ignore
         "leased, not claimable"
     );
 
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let second = store
-        .claim(10, Duration::from_secs(60), Duration::ZERO)
-        .await
-        .unwrap();
-    assert_eq!(second.jobs.len(), 1, "the expired lease came back");
-    let (old, new) = (&first[0], &second.jobs[0]);
+    let second = claim_some(&*store, Duration::from_secs(60)).await;
+    assert_eq!(second.len(), 1, "the expired lease came back");
+    let (old, new) = (&first[0], &second[0]);
     assert_eq!(new.attempt, 1, "a lost attempt is not counted");
     assert!(new.lease > old.lease);
 
@@ -141,14 +134,13 @@ async fn a_cancel_during_an_attempt_holds_when_the_lease_expires_or_is_released(
         store.cancel(&n.id).await.unwrap(),
         postback::store::Cancelled::AfterAttempt
     ));
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert!(store
-        .claim(10, Duration::from_secs(60), Duration::ZERO)
-        .await
-        .unwrap()
-        .jobs
-        .is_empty());
-    let view = store.get(&n.id).await.unwrap().unwrap();
+    let ended = support::found(support::WAIT, || async {
+        let claim = store.claim(10, Duration::from_secs(60), Duration::ZERO);
+        assert!(claim.await.unwrap().jobs.is_empty(), "not claimed again");
+        let view = store.get(&n.id).await.unwrap().unwrap();
+        (format!("{:?}", view.status.state) == "Cancelled").then_some(view)
+    });
+    let view = ended.await.expect("the expired lease ends it");
     assert_eq!(
         (format!("{:?}", view.status.state), view.status.attempts),
         ("Cancelled".into(), 0),

@@ -8,8 +8,6 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use support::signatures;
 use support::tenants::{SECRET_A, SECRET_B};
@@ -114,8 +112,16 @@ async fn a_dead_letter_is_told_to_its_tenant_and_to_the_operator_signed() {
         });
         assert!(told.await, "{count} told");
     }
-    // Two windows more: nothing else is told.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // A later dead letter, told to the operator in a later window: the windows before it
+    // told nothing else.
+    let later = dead_one(&pb, &merchant, "default").await;
+    let told_later = support::eventually(WAIT, || async {
+        events(&operator)
+            .iter()
+            .flat_map(listed)
+            .any(|id| id == later)
+    });
+    assert!(told_later.await, "the later one told");
 
     let told_a: Vec<String> = events(&ops_a).iter().flat_map(listed).collect();
     assert_eq!(sorted(told_a), sorted(vec![a1.clone(), a2.clone()]));
@@ -124,7 +130,10 @@ async fn a_dead_letter_is_told_to_its_tenant_and_to_the_operator_signed() {
         vec![b1.clone()]
     );
     let told_operator: Vec<String> = events(&operator).iter().flat_map(listed).collect();
-    assert_eq!(sorted(told_operator), sorted(vec![a1.clone(), a2, b1]));
+    assert_eq!(
+        sorted(told_operator),
+        sorted(vec![a1.clone(), a2, b1, later])
+    );
 
     let event = &events(&ops_a)[0];
     assert_eq!(event["type"], "notification.dead", "{event}");
@@ -200,6 +209,7 @@ fn of_kind(receiver: &Receiver, kind: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_failing_long_enough_is_told_once_to_its_tenant_and_the_operator() {
     let (merchant, healthy) = (Receiver::start().await, Receiver::start().await);
+    let later_failing = Receiver::start().await;
     let OpsRig {
         ops_a,
         ops_b,
@@ -222,12 +232,24 @@ async fn an_endpoint_failing_long_enough_is_told_once_to_its_tenant_and_the_oper
             && !of_kind(&operator, "endpoint.failing").is_empty()
     });
     assert!(told.await, "endpoint.failing told");
-    // Two more seconds of the instance's writes: not told again.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Another endpoint failing from now on, told after the instance's writes that follow:
+    // those did not tell the first one again.
+    let body = json!({"url": later_failing.url("/a?fail=99"), "body": {}, "tenant": "shop-a", "schedule": schedule});
+    pb.register(body).await;
+    let later_origin = later_failing.url("/").trim_end_matches('/').to_string();
+    let about = |events: Vec<Value>, origin: &str| -> Vec<Value> {
+        let about_origin = |e: &Value| e["data"]["endpoint"]["url"] == origin;
+        events.into_iter().filter(about_origin).collect()
+    };
+    let told_later = support::eventually(WAIT, || async {
+        !about(of_kind(&operator, "endpoint.failing"), &later_origin).is_empty()
+    });
+    assert!(told_later.await, "the later endpoint told");
 
-    let to_a = of_kind(&ops_a, "endpoint.failing");
+    let origin = merchant.url("/").trim_end_matches('/').to_string();
+    let to_a = about(of_kind(&ops_a, "endpoint.failing"), &origin);
     assert_eq!(to_a.len(), 1, "{to_a:?}");
-    let to_operator = of_kind(&operator, "endpoint.failing");
+    let to_operator = about(of_kind(&operator, "endpoint.failing"), &origin);
     assert_eq!(to_operator.len(), 1, "{to_operator:?}");
     assert_eq!(to_operator[0]["data"], to_a[0]["data"]);
     assert!(
@@ -235,7 +257,6 @@ async fn an_endpoint_failing_long_enough_is_told_once_to_its_tenant_and_the_oper
         "shop-b's endpoint is healthy, and shop-a's is not shop-b's"
     );
     let data = &to_a[0]["data"];
-    let origin = merchant.url("/").trim_end_matches('/').to_string();
     assert_eq!(data["tenant"], "shop-a", "{data}");
     assert_eq!(data["endpoint"]["url"], origin.as_str(), "{data}");
     assert!(
@@ -284,7 +305,7 @@ async fn an_event_that_cannot_be_delivered_is_not_told_again() {
         .postback(&[("POSTBACK_CONFIG", &support::config_file(&dir, &config))])
         .await;
 
-    dead_one(&pb, &merchant, "default").await;
+    let first = dead_one(&pb, &merchant, "default").await;
     assert!(
         broken_ops.wait_for(2, WAIT).await,
         "the event was tried twice"
@@ -294,11 +315,22 @@ async fn an_event_that_cannot_be_delivered_is_not_told_again() {
         page["items"].as_array().unwrap().len()
     };
     assert!(support::eventually(WAIT, || async { dead_events().await == 1 }).await);
-    // Three windows more, each time enough for an event to be stored and tried.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-
-    assert_eq!(broken_ops.count(), 2, "its death was not told to itself");
-    assert_eq!(dead_events().await, 1);
+    // A later dead letter, told in a later window: none before it told the event's death.
+    let later = dead_one(&pb, &merchant, "default").await;
+    let told_later = support::eventually(WAIT, || async {
+        let told = events(&broken_ops)
+            .iter()
+            .flat_map(listed)
+            .collect::<Vec<_>>();
+        told.iter().filter(|id| **id == later).count() == 2
+    });
+    assert!(told_later.await, "the later one told, and tried twice");
+    let told: Vec<String> = events(&broken_ops).iter().flat_map(listed).collect();
+    assert_eq!(
+        sorted(told),
+        sorted(vec![first.clone(), first, later.clone(), later]),
+        "each dead letter told in one event, tried twice; the events' deaths not told"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

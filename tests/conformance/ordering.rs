@@ -173,7 +173,7 @@ async fn a_cancelled_notification_leaves_its_place_to_the_next() {
         .await;
     assert_eq!(status, 200);
     // The head keeps its own delay: the one behind it is not sent first.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::sent_after(&pb, "0s").await;
     assert_eq!(receiver.count(), 0, "nothing goes before the head is due");
     pb.wait_state(&ids[2], "delivered", Duration::from_secs(10))
         .await;

@@ -6,8 +6,6 @@
 
 use crate::support;
 
-use std::time::Duration;
-
 use reqwest::Method;
 use serde_json::{json, Value};
 use support::tenants::{self, Fleet};
@@ -15,17 +13,8 @@ use support::{Receiver, WAIT};
 
 /// The id of the endpoint at `receiver`'s origin that `token` lists, once listed.
 async fn endpoint_id(f: &Fleet, token: &str, receiver: &Receiver) -> String {
-    let origin = receiver.url("/").trim_end_matches('/').to_string();
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let (_, page) = f.get(token, "/endpoints").await;
-        let items = page["items"].as_array().unwrap();
-        if let Some(found) = items.iter().find(|e| e["url"] == origin.as_str()) {
-            return found["id"].as_str().unwrap().to_string();
-        }
-        assert!(std::time::Instant::now() < deadline, "{origin} not listed");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let found = f.pb.endpoint_listed(token, "", &receiver.url("/")).await;
+    found["id"].as_str().unwrap().to_string()
 }
 
 async fn post(f: &Fleet, token: &str, path: &str) -> (u16, Value) {
@@ -106,7 +95,7 @@ async fn a_paused_endpoint_holds_its_notifications_and_resuming_lets_them_go_in_
         (&json!("scheduled"), &json!(true)),
         "{waiting}"
     );
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::sent_after(&f.pb, "0s").await;
     assert_eq!(f.receiver.requests().len(), 1, "only the first was sent");
     // The endpoint's view counts them: the key's three behind its first are pending.
     let (_, shown) = f.get("tok-reader-a", &format!("/endpoints/{id}")).await;

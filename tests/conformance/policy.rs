@@ -122,11 +122,10 @@ async fn a_burst_to_one_fast_host_waits_for_its_slots_instead_of_going_back_to_t
     }
     assert!(receiver.wait_for(500, WAIT).await, "{}", receiver.count());
     let max_at_once = receiver.max_concurrent();
-    let (_, text) = pb.get_text("/metrics").await;
-    let deferred = text
-        .lines()
-        .find_map(|l| l.strip_prefix(r#"postback_deferrals_total{reason="host_busy"} "#))
-        .map_or(0.0, |v| v.parse::<f64>().unwrap());
+    let deferred = pb
+        .metric(r#"postback_deferrals_total{reason="host_busy"}"#)
+        .await
+        .expect("the host_busy deferrals are served");
     assert!(
         max_at_once <= 4,
         "the host's cap holds: {max_at_once} at once"
@@ -307,14 +306,14 @@ async fn jitter_spreads_retries_within_the_configured_percentage() {
 
 /// The notification once its first attempt has failed and its retry is due.
 async fn failed_once(pb: &Postback, id: &str) -> serde_json::Value {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
+    let seen = support::found(WAIT, || async {
         let seen = pb.notification(id).await;
-        if seen["attempts"] == 1 && seen["next_attempt_at"].is_string() {
-            return seen;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{seen}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        (seen["attempts"] == 1 && seen["next_attempt_at"].is_string()).then_some(seen)
+    })
+    .await;
+    match seen {
+        Some(seen) => seen,
+        None => panic!("{id} never failed once: {}", pb.notification(id).await),
     }
 }
 

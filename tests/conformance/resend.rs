@@ -244,7 +244,7 @@ async fn a_bulk_resend_counts_first_and_then_resends_what_it_counted() {
         (422, Some("state")),
         "{refused}"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     assert_eq!(receiver.count(), 7, "nothing more sent");
 }
 
@@ -315,7 +315,7 @@ async fn a_tenant_resends_and_hurries_only_its_own() {
         "naming another tenant is refused as for a list"
     );
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::sent_after(&fleet.pb, "0s").await;
     assert_eq!(fleet.receiver.requests_for(&theirs).len(), 1);
     assert_eq!(fleet.pb.notification(&later).await["state"], "scheduled");
     let (status, counted) = fleet

@@ -649,11 +649,8 @@ async fn retention_counts_what_it_deletes_per_tenant() {
             s["trimmed"]["finished_by_age"].as_u64().unwrap(),
         )
     };
-    let deadline = std::time::Instant::now() + WAIT;
-    while trimmed("tok-ops").await != (0, 3) {
-        assert!(std::time::Instant::now() < deadline, "retention never ran");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let swept = support::eventually(WAIT, || async { trimmed("tok-ops").await == (0, 3) });
+    assert!(swept.await, "retention never ran");
     assert_eq!(trimmed("tok-ops-a").await, (0, 1));
     assert_eq!(trimmed("tok-all-b").await, (0, 2));
     assert_eq!(trimmed("tok-plain-c").await, (0, 0));

@@ -202,20 +202,8 @@ async fn bulk_replay_and_purge_by_filter_report_their_counts() {
 
 /// The id of the endpoint at `url`'s origin, once the instance has told the store of it.
 async fn endpoint_id(pb: &Postback, url: &str) -> String {
-    let origin = url.trim_end_matches('/');
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let (_, page) = pb.get("/endpoints").await;
-        let items = page["items"].as_array().cloned().unwrap_or_default();
-        if let Some(e) = items.iter().find(|e| e["url"] == origin) {
-            return e["id"].as_str().unwrap().to_string();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{origin} not listed: {page}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let found = pb.endpoint_listed(support::instance::TOKEN, "", url).await;
+    found["id"].as_str().unwrap().to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

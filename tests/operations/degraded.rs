@@ -32,6 +32,7 @@ fn watch_readiness(pb: &Postback, stop: Arc<AtomicBool>) -> tokio::task::JoinHan
                 Ok(r) => not_ready.push(json!({"status": r.status().as_u16(), "body": r.text().await.unwrap_or_default()})),
                 Err(e) => not_ready.push(json!({"error": e.to_string()})),
             }
+            // The watcher's sampling pace.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         not_ready

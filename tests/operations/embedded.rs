@@ -65,10 +65,11 @@ async fn an_idle_instance_does_not_write_its_file() {
             .is_some_and(|items| items.len() == 1)
     });
     assert!(known.await, "the registration's endpoint is known");
+    // Time is the point: past the write that listed it, then six idle sleeps of the test
+    // settings' 500 ms without a write.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let file = dir.path().join("postback.redb");
     let before = std::fs::metadata(&file).unwrap().modified().unwrap();
-    // Six idle sleeps of the test settings' 500 ms.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = std::fs::metadata(&file).unwrap().modified().unwrap();
     assert_eq!(before, after, "nothing was due, yet the file was written");
@@ -340,7 +341,7 @@ async fn in_memory_a_crash_keeps_what_was_committed_and_nothing_else() {
     assert_eq!(view.status.attempts, 0);
     drop(store);
     // The store's clock is the simulated one, which follows tokio's paused clock.
-    tokio::time::sleep(Duration::from_secs(61)).await;
+    tokio::time::advance(Duration::from_secs(61)).await;
     let due = after
         .claim(10, Duration::from_secs(30), Duration::ZERO)
         .await

@@ -37,6 +37,7 @@ async fn requests_beyond_the_limit_are_shed_at_once_and_health_still_answers() {
         }
     });
     let health = async {
+        // Asked once the twelve are in.
         tokio::time::sleep(Duration::from_millis(300)).await;
         pb.status_without_token("/healthz").await
     };

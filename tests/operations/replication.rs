@@ -164,14 +164,17 @@ async fn failover_ledger(replica_acks: &str) -> Ledger {
     // primary takes from now on, no replica has.
     replica.freeze();
     primary.query::<()>(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(producer.answered_more(10).await, "answered while cut off");
     primary.stop();
     replica.thaw();
     replica.promote();
     address.point_to(replica.port);
     // The new primary gets a replica of its own, as an operator (or Sentinel) gives it.
     let _new_replica = RedisServer::start_replica_of(&replica);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        producer.accepted_more(10).await,
+        "accepted after the failover"
+    );
     Ledger::after(producer, &receiver, &pb).await
 }
 
@@ -286,7 +289,10 @@ async fn cluster_failover_ledger(replica_acks: &str) -> Ledger {
     let victim = cluster.primary_of("{postback:0}", 0);
     cluster.kill(victim);
     tokio::task::block_in_place(|| cluster.wait_failover("{postback:0}", victim));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        producer.accepted_more(10).await,
+        "accepted after the failover"
+    );
     Ledger::after(producer, &receiver, &pb).await
 }
 

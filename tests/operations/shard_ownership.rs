@@ -65,20 +65,27 @@ async fn register_spread(
                           "delay": format!("{}ms", delay.as_millis())});
         let id = pb.register(body).await;
         due.push((id, Instant::now() + delay));
+        // Registered in different milliseconds, so that they fall due one by one.
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
     due
 }
 
-/// Asserts that every one arrived exactly once, at most `late` after it was due.
-async fn assert_on_time(receiver: &Receiver, due: &[(String, Instant)], late: Duration) {
+/// Asserts that every one arrived exactly once, at most `late` after it was due, once
+/// `pb`'s store holds nothing more to send.
+async fn assert_on_time(
+    pb: &Postback,
+    receiver: &Receiver,
+    due: &[(String, Instant)],
+    late: Duration,
+) {
     assert!(
         receiver.wait_for(due.len(), Duration::from_secs(15)).await,
         "{} of {} arrived",
         receiver.count(),
         due.len()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    pb.wait_quiet().await;
     let seen = receiver.per_id();
     for (id, at) in due {
         assert_eq!(seen.get(id), Some(&1), "{id} arrived once");
@@ -107,7 +114,7 @@ async fn instances_divide_the_shards_and_each_delivers_its_share_once() {
         .collect();
     let ids = a.register_batch(items).await;
     assert!(receiver.wait_for(192, Duration::from_secs(15)).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.wait_quiet().await;
     let seen = receiver.per_id();
     assert!(ids.iter().all(|id| seen.get(id) == Some(&1)), "each once");
 
@@ -130,7 +137,7 @@ async fn a_killed_instances_shards_are_taken_over_within_three_quarters_of_a_lea
     // over within 750 ms of its last renewal (three quarters of the 1 s lease), so
     // those due first are up to 450 ms late.
     let due = register_spread(&a, &receiver, 40, Duration::from_millis(300)).await;
-    assert_on_time(&receiver, &due, Duration::from_millis(800)).await;
+    assert_on_time(&a, &receiver, &due, Duration::from_millis(800)).await;
     assert_eq!(owned(&[&a]).await, vec![4]);
     assert_eq!(a.metric("postback_fleet_instances").await, Some(1.0));
 }
@@ -141,7 +148,7 @@ async fn a_stopped_instance_hands_its_shards_over_at_once() {
     let (_redis, receiver, a, mut b) = two_instances("30s").await;
     assert!(b.terminate().success());
     let due = register_spread(&a, &receiver, 40, Duration::from_millis(300)).await;
-    assert_on_time(&receiver, &due, Duration::from_millis(300)).await;
+    assert_on_time(&a, &receiver, &due, Duration::from_millis(300)).await;
     assert_eq!(owned(&[&a]).await, vec![4]);
 }
 
@@ -159,5 +166,5 @@ async fn a_joining_instance_takes_its_share_at_once() {
     wait_owned(&[&a, &b], &[2, 2], Duration::from_secs(2)).await;
     let after = register_spread(&b, &receiver, 20, Duration::from_millis(300)).await;
     let all: Vec<_> = before.into_iter().chain(after).collect();
-    assert_on_time(&receiver, &all, Duration::from_millis(300)).await;
+    assert_on_time(&a, &receiver, &all, Duration::from_millis(300)).await;
 }

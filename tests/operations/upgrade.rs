@@ -84,17 +84,11 @@ async fn stored_by_an_earlier_build(
 }
 
 async fn claim_one(store: &dyn Store) -> ClaimedJob {
-    for _ in 0..100 {
-        let claim = store
-            .claim(10, Duration::from_secs(60), Duration::ZERO)
-            .await
-            .unwrap();
-        if let Some(job) = claim.jobs.into_iter().next() {
-            return job;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("nothing became due");
+    let claimed = support::found(support::WAIT, || async {
+        let claim = store.claim(10, Duration::from_secs(60), Duration::ZERO);
+        claim.await.unwrap().jobs.into_iter().next()
+    });
+    claimed.await.expect("something became due")
 }
 
 fn settlement(job: &ClaimedJob, outcome: Outcome) -> Settlement {
@@ -305,15 +299,16 @@ async fn an_embedded_file_of_an_earlier_build_is_upgraded_once_and_carried_on() 
 
     let retention = RetentionSettings::default();
     let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
-    let mut jobs = Vec::new();
-    for _ in 0..100 {
+    let jobs = std::sync::Mutex::new(Vec::new());
+    support::eventually(support::WAIT, || async {
         let claim = store.claim(10, Duration::from_secs(60), Duration::ZERO);
-        jobs.extend(claim.await.unwrap().jobs);
-        if jobs.len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        let claimed = claim.await.unwrap().jobs;
+        let mut jobs = jobs.lock().unwrap();
+        jobs.extend(claimed);
+        jobs.len() == 2
+    })
+    .await;
+    let mut jobs = jobs.into_inner().unwrap();
     jobs.sort_by_key(|j| j.id != retrying);
     assert_eq!(
         jobs.iter().map(|j| (j.id, j.attempt)).collect::<Vec<_>>(),

@@ -294,39 +294,75 @@ impl Postback {
         self.notification(&id).await
     }
 
+    /// The endpoints `token` lists at `/endpoints{query}`, once they include the one at
+    /// `origin` and `ready` accepts it: the instances tell the store what they saw every
+    /// second, so an endpoint is listed a moment after its attempts.
+    pub async fn endpoints_once(
+        &self,
+        token: &str,
+        query: &str,
+        origin: &str,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let path = format!("/endpoints{query}");
+        let origin = origin.trim_end_matches('/');
+        let listed = super::found(super::WAIT, || async {
+            let (status, page) = self
+                .request_as(token, reqwest::Method::GET, &path, None, &[])
+                .await;
+            assert_eq!(status, 200, "{page}");
+            let items = page["items"].as_array().cloned().unwrap_or_default();
+            let found = items.iter().any(|e| e["url"] == origin && ready(e));
+            found.then_some(items)
+        })
+        .await;
+        match listed {
+            Some(items) => items,
+            None => {
+                let (_, page) = self
+                    .request_as(token, reqwest::Method::GET, &path, None, &[])
+                    .await;
+                panic!("{origin} not listed at {path}: {page}")
+            }
+        }
+    }
+
+    /// The endpoint at `origin` that `token` lists at `/endpoints{query}`, once listed.
+    pub async fn endpoint_listed(&self, token: &str, query: &str, origin: &str) -> Value {
+        let origin = origin.trim_end_matches('/');
+        let items = self.endpoints_once(token, query, origin, |_| true).await;
+        items.into_iter().find(|e| e["url"] == origin).unwrap()
+    }
+
     /// Waits until the notification reaches `state`; returns it.
     pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Value {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
+        let reached = super::found(timeout, || async {
             let seen = self.notification(id).await;
-            if seen["state"] == state {
-                return seen;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{id} never reached {state}; last seen {seen}\n{}",
+            (seen["state"] == state).then_some(seen)
+        });
+        match reached.await {
+            Some(seen) => seen,
+            None => panic!(
+                "{id} never reached {state}; last seen {}\n{}",
+                self.notification(id).await,
                 self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            ),
         }
     }
 
     /// Waits until nothing is scheduled or in flight, of any tenant: from then on no
     /// attempt can start, so what a receiver got is all it gets.
     pub async fn wait_quiet(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
+        let quiet = super::eventually(super::LONG_WAIT, || async {
             let (status, stats) = self.get("/stats").await;
-            if status == 200 && stats["scheduled"] == 0 && stats["in_flight"] == 0 {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "never quiet; last seen {stats}\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            status == 200 && stats["scheduled"] == 0 && stats["in_flight"] == 0
+        });
+        assert!(
+            quiet.await,
+            "never quiet; last seen {}\n{}",
+            self.get("/stats").await.1,
+            self.logs()
+        );
     }
 
     /// Sends SIGTERM and waits for the process to exit.

@@ -15,6 +15,10 @@ use tokio::task::JoinSet;
 use super::instance::TOKEN;
 use super::{Postback, Receiver};
 
+/// How long a test waits for more answers: through a failover, or an instance catching
+/// up after its store came back.
+const MORE_WAIT: Duration = Duration::from_secs(30);
+
 /// One answer to `POST /notify`.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -32,6 +36,8 @@ pub struct Load {
     stop: Arc<AtomicBool>,
     /// Registrations answered `202` so far.
     accepted: Arc<AtomicUsize>,
+    /// Answers so far, whatever they said (a refused registration is asked again).
+    answered: Arc<AtomicUsize>,
     tasks: JoinSet<Vec<Answer>>,
 }
 
@@ -48,6 +54,7 @@ impl Load {
         let body = Arc::new(body);
         let counter = Arc::new(AtomicUsize::new(0));
         let accepted = Arc::new(AtomicUsize::new(0));
+        let answered = Arc::new(AtomicUsize::new(0));
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -56,15 +63,18 @@ impl Load {
         for _ in 0..tasks {
             let (stop, body, counter) = (stop.clone(), body.clone(), counter.clone());
             let (client, url, accepted) = (client.clone(), notify_url.clone(), accepted.clone());
+            let answered = answered.clone();
             set.spawn(async move {
                 let mut answers = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let n = counter.fetch_add(1, Ordering::Relaxed);
                     let key = format!("load-{n}");
-                    answers.extend(register(&client, &url, &body(n), &key).await);
+                    answers
+                        .extend(register_counted(&client, &url, &body(n), &key, &answered).await);
                     if answers.last().is_some_and(|a| a.status == 202) {
                         accepted.fetch_add(1, Ordering::Relaxed);
                     }
+                    // The producer's pace, which the test chose.
                     tokio::time::sleep(pause).await;
                 }
                 answers
@@ -73,6 +83,7 @@ impl Load {
         Self {
             stop,
             accepted,
+            answered,
             tasks: set,
         }
     }
@@ -80,6 +91,26 @@ impl Load {
     /// How many registrations have been answered `202` so far.
     pub fn accepted_so_far(&self) -> usize {
         self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `more` registrations than now have been accepted; whether they were
+    /// within `MORE_WAIT`.
+    pub async fn accepted_more(&self, more: usize) -> bool {
+        let before = self.accepted_so_far();
+        super::eventually(MORE_WAIT, || async {
+            self.accepted_so_far() >= before + more
+        })
+        .await
+    }
+
+    /// Waits until `more` answers than now have come, whatever they said; whether they
+    /// did within `MORE_WAIT`.
+    pub async fn answered_more(&self, more: usize) -> bool {
+        let before = self.answered.load(Ordering::Relaxed);
+        super::eventually(MORE_WAIT, || async {
+            self.answered.load(Ordering::Relaxed) >= before + more
+        })
+        .await
     }
 
     /// Stops the producers; every answer they got.
@@ -96,10 +127,24 @@ impl Load {
 /// Registers `body` under `key`, retrying a `503` with the same key until it is
 /// accepted; every answer, the last one the registration's outcome.
 pub async fn register(client: &reqwest::Client, url: &str, body: &Value, key: &str) -> Vec<Answer> {
+    register_counted(client, url, body, key, &AtomicUsize::new(0)).await
+}
+
+/// `register`, counting each answer in `answered` as it comes.
+async fn register_counted(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    key: &str,
+    answered: &AtomicUsize,
+) -> Vec<Answer> {
     let mut answers = vec![register_once(client, url, body, key).await];
+    answered.fetch_add(1, Ordering::Relaxed);
     while answers.last().unwrap().status == 503 {
+        // A careful producer's backoff before it asks again.
         tokio::time::sleep(Duration::from_millis(100)).await;
         answers.push(register_once(client, url, body, key).await);
+        answered.fetch_add(1, Ordering::Relaxed);
     }
     answers
 }

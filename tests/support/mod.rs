@@ -201,16 +201,56 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
+    found(timeout, || {
+        let checked = check();
+        async move { checked.await.then_some(()) }
+    })
+    .await
+    .is_some()
+}
+
+/// `eventually` for the servers the tests start, outside any runtime: polls `check`
+/// every 20 ms, blocking the thread, until it is true or `timeout` passes.
+pub fn eventually_blocking(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
     loop {
-        if check().await {
+        if check() {
             return true;
         }
-        if tokio::time::Instant::now() >= deadline {
+        if std::time::Instant::now() >= deadline {
             return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `probe` every 20 ms until it finds something or `timeout` passes; what it found.
+pub async fn found<T, F, Fut>(timeout: Duration, mut probe: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(seen) = probe().await {
+            return Some(seen);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Registers a notification due after `delay`, to a receiver of its own, and waits
+/// until it is delivered. Whatever was due before it has been claimed by then: a test
+/// that asserts something due by then was not sent (or not sent again) asserts it after
+/// this rather than after a pause.
+pub async fn sent_after(pb: &Postback, delay: &str) {
+    let marker = Receiver::start().await;
+    let body = json!({"url": marker.url("/marker"), "body": {}, "delay": delay, "schedule": []});
+    let id = pb.register(body).await;
+    pb.wait_state(&id, "delivered", WAIT).await;
 }
 
 /// A notification dead after two failed attempts, each at an endpoint of its own: many

@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
@@ -151,18 +151,13 @@ impl PostgresServer {
             .spawn()
             .expect("postgres must be installed (scripts/ensure-postgres.sh)");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            let ready = Command::new(bin.join("pg_isready"))
+        let ready = super::eventually_blocking(Duration::from_secs(20), || {
+            Command::new(bin.join("pg_isready"))
                 .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
                 .status()
-                .is_ok_and(|s| s.success());
-            if ready {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("postgres did not start on port {}", self.port);
+                .is_ok_and(|s| s.success())
+        });
+        assert!(ready, "postgres did not start on port {}", self.port);
     }
 
     /// Runs `sql` with `psql` as the superuser; what it printed (unaligned, no headers).
@@ -201,13 +196,18 @@ impl PostgresServer {
 
     /// Stops the server at once (`kill -9`: what it has committed survives).
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let backends = children(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
         // Its backends notice the postmaster is gone and exit; until then the port and
         // the data directory's lock are taken.
-        std::thread::sleep(Duration::from_millis(300));
+        let gone = super::eventually_blocking(Duration::from_secs(10), || {
+            !backends.iter().any(|pid| running(*pid))
+        });
+        assert!(gone, "postgres's backends did not exit");
         let _ = std::fs::remove_file(self.dir.path().join("data/postmaster.pid"));
     }
 
@@ -222,17 +222,37 @@ impl PostgresServer {
             let _ = Command::new("kill")
                 .args(["-INT", &child.id().to_string()])
                 .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let ended = super::eventually_blocking(Duration::from_secs(10), || {
+                matches!(child.try_wait(), Ok(Some(_)))
+            });
+            if ended {
+                return;
             }
             let _ = child.kill();
             let _ = child.wait();
         }
     }
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let entries = std::fs::read_dir("/proc").expect("/proc");
+    let pids = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    pids.filter(|child| status_of(*child).is_some_and(|(_, parent)| parent == pid))
+        .collect()
+}
+
+/// Whether `pid` runs (it exists and is not a zombie).
+fn running(pid: u32) -> bool {
+    status_of(pid).is_some_and(|(state, _)| state != 'Z')
+}
+
+/// A process's state and parent, from `/proc/<pid>/stat`.
+fn status_of(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut after_name = stat.rsplit_once(')')?.1.split_whitespace();
+    let state = after_name.next()?.chars().next()?;
+    Some((state, after_name.next()?.parse().ok()?))
 }
 
 impl Drop for PostgresServer {

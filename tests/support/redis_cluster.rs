@@ -3,7 +3,7 @@
 //! primary so that a primary can be killed and its replica take over.
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
@@ -84,16 +84,13 @@ impl RedisCluster {
         port: u16,
         ready: impl Fn(&mut redis::Connection) -> bool,
     ) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(mut c) = node(port).get_connection() {
-                if ready(&mut c) {
-                    return Ok(());
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let is_ready = super::eventually_blocking(Duration::from_secs(20), || {
+            node(port).get_connection().is_ok_and(|mut c| ready(&mut c))
+        });
+        match is_ready {
+            true => Ok(()),
+            false => Err(format!("cluster node {port} did not become ready")),
         }
-        Err(format!("cluster node {port} did not become ready"))
     }
 
     /// The seed URLs, comma-separated, for `POSTBACK_STORE_CLUSTER_URLS`.
@@ -146,14 +143,10 @@ impl RedisCluster {
 
     /// Waits until a replica has taken over `key`'s slot from the killed `primary`.
     pub fn wait_failover(&self, key: &str, primary: u16) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.primary_of(key, primary) == primary {
-            assert!(
-                Instant::now() < deadline,
-                "no replica took over from {primary}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let taken_over = super::eventually_blocking(Duration::from_secs(30), || {
+            self.primary_of(key, primary) != primary
+        });
+        assert!(taken_over, "no replica took over from {primary}");
     }
 
     /// Resets every node's command counts (`CONFIG RESETSTAT`).

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
@@ -129,11 +129,8 @@ impl SentinelGroup {
     }
 
     fn wait_until(&self, timeout: Duration, what: &str, done: impl Fn(&Self) -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !done(self) {
-            assert!(Instant::now() < deadline, "waited {timeout:?} for {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let done = super::eventually_blocking(timeout, || done(self));
+        assert!(done, "waited {timeout:?} for {what}");
     }
 }
 
@@ -167,14 +164,10 @@ impl Sentinel {
             port,
             _dir: dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while sentinel.query::<String>(&mut redis::cmd("PING")).is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "sentinel on {port} did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let up = super::eventually_blocking(Duration::from_secs(10), || {
+            sentinel.query::<String>(&mut redis::cmd("PING")).is_some()
+        });
+        assert!(up, "sentinel on {port} did not start");
         sentinel
     }
 

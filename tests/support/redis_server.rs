@@ -141,16 +141,11 @@ impl RedisServer {
     }
 
     fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(mut c) = self.client().get_connection() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server on port {} did not start", self.port);
+        let up = super::eventually_blocking(Duration::from_secs(10), || {
+            let connected = self.client().get_connection();
+            connected.is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
+        });
+        assert!(up, "redis-server on port {} did not start", self.port);
     }
 
     pub fn url(&self) -> String {
