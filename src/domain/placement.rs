@@ -12,7 +12,8 @@
 //! take the other shards in turn; one fixed to it by its ordering key is refused at once
 //! (`ShardUnavailable`); one placed by its idempotency key goes to another shard chosen
 //! by the key among the healthy ones, and says which shard it was moved from, so that the
-//! store first looks for the key there.
+//! store first looks for the key there, and keeps it there before it stores the
+//! notification elsewhere (every repeat meets it, wherever it is placed).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -64,31 +64,45 @@ impl RedisStore {
     }
 
     /// For a registration placed off its idempotency key's degraded shard
-    /// (`Idempotency::moved_from`): the notification the key registered there already,
-    /// if it did (a registration of it before the shard was seen degraded, answered 503
-    /// but stored on its primary), or its refusal for another request.
-    async fn kept_where_moved_from(
+    /// (`Idempotency::moved_from`), before it is stored: the notification the key
+    /// registered already (its key is kept at that shard: registered there before the
+    /// shard was seen degraded, answered 503 but stored on its primary, or moved
+    /// elsewhere earlier), or its refusal for another request; else the key is kept
+    /// there now, naming this notification, so that every repeat meets it wherever the
+    /// repeat is placed. A key there that names no notification (an attempt that did not
+    /// store it) is taken over. Refused (503) when that shard's primary cannot keep it:
+    /// storing the notification elsewhere unkept would let a repeat register it again.
+    async fn meet_key_where_moved_from(
         &self,
+        n: &Notification,
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Option<Enqueued>> {
         let Some((i, keys)) = self.moved_from(idempotency) else {
             return Ok(None);
         };
-        let Some(kept) = self.kept_at(keys, i).await? else {
-            return Ok(None);
-        };
-        let first = crate::store::idempotency_value(&kept).0;
+        if let Some(kept) = self.kept_at(keys, i).await? {
+            if let Some(earlier) = self.registered_by(i, &kept).await? {
+                return Ok(Some(earlier));
+            }
+        }
+        self.keep_key(keys, i, &i.entry().kept(&n.id)).await?;
+        Ok(None)
+    }
+
+    /// What the key value `kept` answers a repeat with: its notification, if it exists
+    /// (or the refusal for another request).
+    async fn registered_by(&self, i: &Idempotency, kept: &str) -> StoreResult<Option<Enqueued>> {
+        let first = crate::store::idempotency_value(kept).0;
         let id: JobId = first
             .parse()
             .map_err(|_| StoreError::Corrupt(format!("idempotency key names `{first}`")))?;
-        let mismatch = i.entry().mismatches(&kept);
-        let status = match mismatch {
-            true => None,
-            false => Reads::get(self, &id).await?.map(|v| v.status),
+        let Some(view) = Reads::get(self, &id).await? else {
+            return Ok(None);
         };
+        let mismatch = i.entry().mismatches(kept);
         Ok(Some(Enqueued {
             id,
-            status,
+            status: (!mismatch).then_some(view.status),
             duplicate: true,
             mismatch,
             earliest: None,
@@ -104,13 +118,24 @@ impl RedisStore {
             .map_err(store_error)
     }
 
-    /// Keeps a key registered off its degraded shard at that shard too, naming the
-    /// notification it registered, so that a repeat after the shard has recovered (and
-    /// so is placed there again) meets it. A registration answered `NotReplicated` is
-    /// stored on its primary all the same: the key there names what it registered (this
-    /// notification or an earlier one), and is kept too, or a repeat placed back on the
-    /// recovered shard would register again. The shard's primary takes writes; they are
-    /// not waited on, as nothing is lost without this one.
+    /// Keeps idempotency key `i` at the shard of `keys` as `kept`, for its time.
+    async fn keep_key(&self, keys: &ShardKeys, i: &Idempotency, kept: &str) -> StoreResult<()> {
+        redis::cmd("SET")
+            .arg(keys.idempotency(&i.scoped()))
+            .arg(kept)
+            .arg("PX")
+            .arg(i.ttl_ms())
+            .query_async::<Value>(&mut self.conn.clone())
+            .await
+            .map(|_| ())
+            .map_err(store_error)
+    }
+
+    /// After a registration moved off its key's degraded shard was stored: where the
+    /// shard it went to answered with an earlier notification of the key, or stored it
+    /// without the replicas' acknowledgement (`NotReplicated`: stored on its primary all
+    /// the same), the key kept at the degraded shard is made the one the other shard
+    /// holds, naming what it registered.
     async fn keep_where_moved_from(
         &self,
         idempotency: Option<&Idempotency>,
@@ -120,31 +145,24 @@ impl RedisStore {
         let Some((i, keys)) = self.moved_from(idempotency) else {
             return;
         };
-        let kept = match outcome {
-            Ok(e) if !e.duplicate => Ok(Some(i.entry().kept(&e.id))),
-            Err(StoreError::NotReplicated { .. }) => {
-                match self.shards.get(usize::from(n.id.shard())) {
-                    Some(placed) => self.kept_at(placed, i).await,
-                    None => Ok(None),
-                }
-            }
-            _ => Ok(None),
+        let settled = match outcome {
+            Ok(e) => e.duplicate,
+            Err(e) => matches!(e, StoreError::NotReplicated { .. }),
         };
-        let kept = match kept {
-            Ok(Some(kept)) => redis::cmd("SET")
-                .arg(keys.idempotency(&i.scoped()))
-                .arg(kept)
-                .arg("NX")
-                .arg("PX")
-                .arg(i.ttl_ms())
-                .query_async::<Value>(&mut self.conn.clone())
-                .await
-                .map_err(store_error),
-            Ok(None) => return,
+        let Some(placed) = self
+            .shards
+            .get(usize::from(n.id.shard()))
+            .filter(|_| settled)
+        else {
+            return;
+        };
+        let kept = match self.kept_at(placed, i).await {
+            Ok(Some(kept)) => self.keep_key(keys, i, &kept).await,
+            Ok(None) => Ok(()),
             Err(e) => Err(e),
         };
         if let Err(error) = kept {
-            tracing::warn!(id = %n.id, %error, "cannot keep an idempotency key at its degraded shard; a repeat after the shard recovers may register again");
+            tracing::warn!(id = %n.id, %error, "cannot keep an idempotency key at its degraded shard as the shard it went to holds it; a repeat may register again");
         }
     }
 
@@ -360,7 +378,7 @@ impl Queue for RedisStore {
         n: &Notification,
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Enqueued> {
-        if let Some(earlier) = self.kept_where_moved_from(idempotency).await? {
+        if let Some(earlier) = self.meet_key_where_moved_from(n, idempotency).await? {
             return Ok(earlier);
         }
         let enqueued = self.enqueuer.enqueue(self.item(n, idempotency)?).await;
@@ -377,14 +395,16 @@ impl Queue for RedisStore {
     ) -> Vec<StoreResult<Enqueued>> {
         let mut answers = Vec::with_capacity(registrations.len());
         for (n, idempotency) in registrations {
-            answers.push(match self.kept_where_moved_from(*idempotency).await {
-                Ok(Some(earlier)) => Err(Ok(earlier)),
-                Ok(None) => match self.item(n, *idempotency) {
-                    Ok(item) => Ok(self.enqueuer.send(item).await),
+            answers.push(
+                match self.meet_key_where_moved_from(n, *idempotency).await {
+                    Ok(Some(earlier)) => Err(Ok(earlier)),
+                    Ok(None) => match self.item(n, *idempotency) {
+                        Ok(item) => Ok(self.enqueuer.send(item).await),
+                        Err(e) => Err(Err(e)),
+                    },
                     Err(e) => Err(Err(e)),
                 },
-                Err(e) => Err(Err(e)),
-            });
+            );
         }
         let mut results = Vec::with_capacity(registrations.len());
         for ((n, idempotency), answer) in registrations.iter().zip(answers) {
