@@ -1,10 +1,10 @@
 //! The life of a notification, in one place: its record (`Record`, the one format every
 //! store keeps), and every transition as a pure function of the record, the event and
 //! the store's time (`transitions`). The stores execute these functions and decide
-//! nothing themselves: the embedded store inside its write transaction; the Redis store
-//! in Rust, with scripts that write the outcome only if the stored record is still the
-//! one it was worked out from (and a claim and retention, which choose by score inside
-//! Redis).
+//! nothing themselves: the embedded store inside its write transaction, the Postgres
+//! store inside a transaction with the rows locked; the Redis store in Rust, with
+//! scripts that write the outcome only if the stored record is still the one it was
+//! worked out from (and a claim and retention, which choose by score inside Redis).
 //!
 //! ```text
 //!  register ─▶ scheduled ─claim─▶ in_flight ─settle─▶ delivered | dead | scheduled (next tier)

@@ -1,5 +1,6 @@
 //! `Record`: the mutable part of a notification as every store keeps it (one JSON
-//! object, the same on Redis and in the embedded file), and the index it belongs in.
+//! object, the same on Redis, in Postgres and in the embedded file), and the index it
+//! belongs in.
 //!
 //! The encoding starts with its layout's version (`"v":2`); a schedule is its intervals
 //! as text in the largest unit that divides each one (`15s,3m,1h`; a bare number is

@@ -2,9 +2,9 @@
 //! operator actions, reads, rate reservations, the audit log, endpoints' health, fleet
 //! messaging) over the
 //! values in `types.rs`, so that the pipeline does not depend on which backend keeps the
-//! data. `redis_store` is the reference backend (a standalone Redis or a Redis Cluster),
-//! `embedded` the single-instance one on local disk; in both each change is atomic and
-//! is worked out by `lifecycle`. What every backend shares: how a spec is stored
+//! data: `redis_store` (a standalone Redis, through Sentinel, or a Redis Cluster),
+//! `postgres_store` (instances sharing one database) and `embedded` (one instance, on
+//! local disk); in each, every change is atomic and is worked out by `lifecycle`. What every backend shares: how a spec is stored
 //! (`spec`), the counts per tenant (`tenant_counts`), the queue's lists (`listing`),
 //! cursors, the audit log's entries, endpoints' records, bulk actions and the
 //! collections of documents that subscriptions and events are kept as (`collections`).

@@ -2,8 +2,8 @@
 //! letters, cancels, resends, the delivery policy, leases, tenants, audit, lists, batches,
 //! ordering keys, success rules, signing, tenants' TLS, tenants kept apart), the same on
 //! every store. `scripts/test.sh` runs it on a standalone Redis, a Redis Cluster
-//! (`POSTBACK_TEST_BACKEND=cluster`) and the embedded store
-//! (`POSTBACK_TEST_BACKEND=embedded`).
+//! (`POSTBACK_TEST_BACKEND=cluster`), the embedded store
+//! (`POSTBACK_TEST_BACKEND=embedded`) and Postgres (`POSTBACK_TEST_BACKEND=postgres`).
 
 #[path = "../support/mod.rs"]
 mod support;
