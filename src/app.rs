@@ -31,6 +31,9 @@ use crate::tenancy::access;
 
 pub use crate::delivery::egress::Network;
 
+/// How long a starting instance waits to write the rules `postback.notify()` checks.
+const RULES_WAIT: Duration = Duration::from_secs(5);
+
 /// Runs an instance until SIGTERM or Ctrl-C.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     App::build(config).await?.run(shutdown_signal()).await
@@ -249,7 +252,12 @@ impl App {
             ops_stop.clone(),
         ));
         let pausing = tokio::spawn(self.pauses.run(self.store.clone(), tasks.child_token()));
-        let rules_written = api::intake::publish_rules(self.store.as_ref(), &self.rules).await;
+        // Bounded: a database that holds the connection but does not answer must not keep
+        // the instance from serving (or from a stop); the intake writes them later.
+        let publishing = api::intake::publish_rules(self.store.as_ref(), &self.rules);
+        let rules_written = tokio::time::timeout(RULES_WAIT, publishing)
+            .await
+            .unwrap_or(false);
         let taking_in = tokio::spawn(api::intake::run(
             self.store.clone(),
             self.rules,

@@ -99,6 +99,7 @@ struct Scripts {
     reserve: Script,
     endpoints: Script,
     collections: Script,
+    replace_key: Script,
 }
 
 impl Scripts {
@@ -112,6 +113,7 @@ impl Scripts {
             reserve: Script::new(include_str!("../../lua/reserve.lua")),
             endpoints: Script::new(include_str!("../../lua/endpoints.lua")),
             collections: Script::new(include_str!("../../lua/collections.lua")),
+            replace_key: Script::new(include_str!("../../lua/replace_key.lua")),
         }
     }
 }

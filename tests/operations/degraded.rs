@@ -123,6 +123,7 @@ async fn a_primary_left_without_a_replica_costs_its_shards_not_the_fleet() {
         Some(1.0)
     );
     let refused_at_once = ordering_keys_on_degraded_shards(&pb, &receiver).await;
+    idempotency_keys_meet_their_first(&pb, &receiver).await;
 
     let mut registrations = Vec::new();
     while let Some(done) = producers.join_next().await {
@@ -195,4 +196,38 @@ async fn notify_timed(pb: &Postback, body: &Value) -> (u16, Value, Duration) {
     let asked = Instant::now();
     let (status, answer) = pb.notify(body.clone()).await;
     (status, answer, asked.elapsed())
+}
+
+/// Registers with idempotency keys while shards are degraded (a key whose shard is one
+/// of them is moved to another): each repeat is answered with its first notification,
+/// and another request under the key is refused.
+async fn idempotency_keys_meet_their_first(pb: &Postback, receiver: &Receiver) {
+    for n in 0..40 {
+        let key = format!("moved-{n}");
+        let body = json!({"url": receiver.url("/keyed"), "body": {"k": n}, "delay": "1h"});
+        let first = keyed(pb, &body, &key).await;
+        let again = keyed(pb, &body, &key).await;
+        assert_eq!(again["id"], first["id"], "a repeat of {key}: {again}");
+        let other = json!({"url": receiver.url("/keyed"), "body": {"k": -1}, "delay": "1h"});
+        let (status, answer) = pb
+            .notify_with(other, &[("idempotency-key", key.as_str())])
+            .await;
+        assert_eq!(status, 422, "another request under {key}: {answer}");
+    }
+}
+
+/// `POST /notify` with `key`, until it is not `503` (a shard's failover may refuse it
+/// for a moment): the answer.
+async fn keyed(pb: &Postback, body: &Value, key: &str) -> Value {
+    for _ in 0..50 {
+        let (status, answer) = pb
+            .notify_with(body.clone(), &[("idempotency-key", key)])
+            .await;
+        if status != 503 {
+            assert_eq!(status, 202, "{answer}");
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{key} refused 50 times");
 }

@@ -30,6 +30,10 @@ use crate::store::{
     Settlement, StoreError, StoreResult,
 };
 
+/// How often a registration moved off its key's degraded shard tries to keep the key
+/// there while other repeats of it change it.
+const TAKE_OVER_TRIES: usize = 3;
+
 impl RedisStore {
     /// A registration as the enqueue script takes it.
     fn item(&self, n: &Notification, idempotency: Option<&Idempotency>) -> StoreResult<Item> {
@@ -80,13 +84,45 @@ impl RedisStore {
         let Some((i, keys)) = self.moved_from(idempotency) else {
             return Ok(None);
         };
-        if let Some(kept) = self.kept_at(keys, i).await? {
-            if let Some(earlier) = self.registered_by(i, &kept).await? {
-                return Ok(Some(earlier));
+        let mine = i.entry().kept(&n.id);
+        for _ in 0..TAKE_OVER_TRIES {
+            let kept = self.kept_at(keys, i).await?;
+            if let Some(kept) = &kept {
+                if let Some(earlier) = self.registered_by(i, kept).await? {
+                    return Ok(Some(earlier));
+                }
+            }
+            // Kept only if the key still holds what was read: of two repeats taking it
+            // over at once, one wins and the other meets it.
+            if self.replace_key(keys, i, kept.as_deref(), &mine).await? {
+                return Ok(None);
             }
         }
-        self.keep_key(keys, i, &i.entry().kept(&n.id)).await?;
-        Ok(None)
+        Err(StoreError::Unavailable(
+            "an idempotency key kept at a degraded shard changed under every try".into(),
+        ))
+    }
+
+    /// Keeps idempotency key `i` at the shard of `keys` as `new`, for its time, if it
+    /// still holds `old` (is absent, with `None`). Whether it did.
+    async fn replace_key(
+        &self,
+        keys: &ShardKeys,
+        i: &Idempotency,
+        old: Option<&str>,
+        new: &str,
+    ) -> StoreResult<bool> {
+        let replaced: i64 = self
+            .scripts
+            .replace_key
+            .key(keys.idempotency(&i.scoped()))
+            .arg(old.unwrap_or(""))
+            .arg(new)
+            .arg(i.ttl_ms())
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(replaced == 1)
     }
 
     /// What the key value `kept` answers a repeat with: its notification, if it exists
