@@ -83,6 +83,7 @@ async fn cancelling_producer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ledger_balances_after_restarts_of_an_instance_and_of_redis() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let soak = soak_time();
     let mut redis = RedisServer::start_persistent("everysec");
     let near = Receiver::start().await;
@@ -213,7 +214,7 @@ fn checked_soak_time() -> Duration {
     Duration::from_secs(seconds)
 }
 
-/// One checked soak at a time: each takes the machine's cores.
+/// One soak at a time: each takes the machine's cores.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,7 @@
 //! (`policy::reserve`); a claimed batch asks once per rate key it holds, and the k-th of
 //! a key's notifications gets the k-th free send time. A notification that was deferred
 //! to its reserved time holds it already and does not ask again, unless it is claimed
-//! well after that time (`holds_its_place`).
+//! more than `RESERVATION_KEPT` after that time (`holds_its_place`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,7 +18,7 @@ pub const HOLD_AT_MOST: Duration = Duration::from_millis(250);
 
 /// How long past its reserved send time a claimed notification keeps it: a send that
 /// late narrows the gap to the next send time by as much, so this is the jitter a quota
-/// allows (a claim is normally made `CLAIM_AHEAD` before the time, so is not late).
+/// allows (a claim is normally made ahead of the time, so is not late).
 pub const RESERVATION_KEPT: Duration = Duration::from_millis(50);
 
 /// Deferred this long when its quota could not be asked (the store is failing).

@@ -24,6 +24,16 @@ use std::time::Instant;
 /// Seeds `cargo test` runs.
 const SEEDS: u64 = 300;
 
+/// Every kind of fault the workload injects.
+const FAULTS: [&str; 6] = [
+    "crash",
+    "drain",
+    "crash_mid_request",
+    "clock_jump",
+    "clock_stall",
+    "receiver_down",
+];
+
 /// Seeds that once failed, each a test of what was fixed.
 const REGRESSIONS: &[u64] = &[
     // A send time reserved in a quota before a crash was kept after it: the
@@ -43,10 +53,28 @@ const REGRESSIONS: &[u64] = &[
     50177,
 ];
 
-/// Runs `seeds`, panicking with the trace of the first that breaks a promise; the
-/// faults injected, by kind.
-fn run_seeds(seeds: impl Iterator<Item = u64>) -> BTreeMap<&'static str, u64> {
-    let mut faults = BTreeMap::new();
+/// What runs of seeds came to: the faults injected by kind, the notifications
+/// accepted and the requests the receivers got.
+#[derive(Default)]
+struct Tally {
+    faults: BTreeMap<&'static str, u64>,
+    accepted: u64,
+    arrivals: u64,
+}
+
+impl Tally {
+    fn add(&mut self, faults: BTreeMap<&'static str, u64>, accepted: u64, arrivals: u64) {
+        for (kind, n) in faults {
+            *self.faults.entry(kind).or_default() += n;
+        }
+        self.accepted += accepted;
+        self.arrivals += arrivals;
+    }
+}
+
+/// Runs `seeds`, panicking with the trace of the first that breaks a promise.
+fn run_seeds(seeds: impl Iterator<Item = u64>) -> Tally {
+    let mut tally = Tally::default();
     for seed in seeds {
         let run = world::run(seed);
         if let Err(broken) = &run.verdict {
@@ -55,18 +83,16 @@ fn run_seeds(seeds: impl Iterator<Item = u64>) -> BTreeMap<&'static str, u64> {
                 run.trace.join("\n")
             );
         }
-        for (kind, n) in run.faults {
-            *faults.entry(kind).or_default() += n;
-        }
+        tally.add(run.faults, run.accepted, run.arrivals);
     }
-    faults
+    tally
 }
 
 /// Runs `first..first + count` on every core, each its share of the seeds (every seed's
-/// run is its own thread's, as deterministic as alone); the faults injected, by kind.
-fn run_seeds_on_every_core(first: u64, count: u64) -> BTreeMap<&'static str, u64> {
+/// run is its own thread's, as deterministic as alone).
+fn run_seeds_on_every_core(first: u64, count: u64) -> Tally {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let shares: Vec<BTreeMap<&'static str, u64>> = std::thread::scope(|scope| {
+    let shares: Vec<Tally> = std::thread::scope(|scope| {
         let runners: Vec<_> = (0..cores)
             .map(|core| {
                 scope
@@ -78,11 +104,11 @@ fn run_seeds_on_every_core(first: u64, count: u64) -> BTreeMap<&'static str, u64
             .map(|r| r.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
             .collect()
     });
-    let mut faults = BTreeMap::new();
-    for (kind, n) in shares.into_iter().flatten() {
-        *faults.entry(kind).or_default() += n;
+    let mut tally = Tally::default();
+    for share in shares {
+        tally.add(share.faults, share.accepted, share.arrivals);
     }
-    faults
+    tally
 }
 
 #[test]
@@ -105,14 +131,33 @@ fn every_seed_keeps_every_promise() {
     }
     let (first, count) = seed_range();
     let started = Instant::now();
-    let faults = run_seeds_on_every_core(first, count);
+    let tally = run_seeds_on_every_core(first, count);
     let took = started.elapsed();
     println!(
-        "SIMULATION seeds {first}..{} in {:.1} s: {:.1} seeds/s; faults {faults:?}",
+        "SIMULATION seeds {first}..{} in {:.1} s: {:.1} seeds/s; {} notifications accepted, {} requests received; faults {:?}",
         first + count,
         took.as_secs_f64(),
-        count as f64 / took.as_secs_f64()
+        count as f64 / took.as_secs_f64(),
+        tally.accepted,
+        tally.arrivals,
+        tally.faults
     );
+    // The seeds did what they are for: work, and every kind of fault.
+    assert!(tally.accepted >= 20 * count, "{} accepted", tally.accepted);
+    assert!(
+        2 * tally.arrivals >= tally.accepted,
+        "{} received",
+        tally.arrivals
+    );
+    if count >= 100 {
+        for kind in FAULTS {
+            assert!(
+                tally.faults.get(kind).is_some_and(|n| *n > 0),
+                "no {kind}: {:?}",
+                tally.faults
+            );
+        }
+    }
 }
 
 #[test]

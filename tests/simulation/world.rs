@@ -47,6 +47,9 @@ pub struct Run {
     pub verdict: Result<(), String>,
     pub trace: Vec<String>,
     pub faults: BTreeMap<&'static str, u64>,
+    /// Notifications answered `202`, and requests the receivers got.
+    pub accepted: u64,
+    pub arrivals: u64,
 }
 
 /// Runs the seed: its workload, then everything healed and drained, checked after every
@@ -54,10 +57,13 @@ pub struct Run {
 pub fn run(seed: u64) -> Run {
     let mut world = World::new(seed);
     let verdict = world.live();
+    let arrivals = world.receivers.lock().unwrap().arrivals.len() as u64;
     Run {
         verdict,
         trace: world.trace,
         faults: world.faults,
+        accepted: world.model.accepted.len() as u64,
+        arrivals,
     }
 }
 

@@ -80,9 +80,13 @@ pub async fn promises_hold(backend: Backend, soak: Duration) {
     let mut faults = Vec::new();
     let mut rng = fastrand::Rng::with_seed(seed);
     let started = std::time::Instant::now();
-    while started.elapsed() + RECOVERY < soak {
-        tokio::time::sleep(Duration::from_millis(rng.u64(2_000..4_000))).await;
+    // Each fault followed by a quiet spell longer than its effects last, in which
+    // lateness and second deliveries are held to the promises unexcused.
+    let mut quiet = Duration::from_millis(rng.u64(2_000..4_000));
+    while started.elapsed() + quiet + RECOVERY < soak {
+        tokio::time::sleep(quiet).await;
         faults.push(fault(&backend, &fleet, &model, &mut rng).await);
+        quiet = RECOVERY + Duration::from_millis(rng.u64(1_000..3_000));
     }
     tokio::time::sleep(soak.saturating_sub(started.elapsed())).await;
     stop.store(true, Ordering::Relaxed);
@@ -115,6 +119,20 @@ pub async fn promises_hold(backend: Backend, soak: Duration) {
         panic!("{broken}\n{context}\n{}", pb.logs());
     }
     assert!(model.accepted.len() > 100, "the workload ran: {context}");
+    let undisturbed = model
+        .arrivals
+        .iter()
+        .filter(|a| {
+            !model
+                .disturbances
+                .iter()
+                .any(|d| (d - a.at_ms).abs() < 1_000)
+        })
+        .count();
+    assert!(
+        undisturbed > 50,
+        "{undisturbed} arrivals were checked with nothing to excuse them: {context}"
+    );
 }
 
 /// Kills or stops one instance at random and brings it back; what it did.
@@ -156,7 +174,7 @@ async fn fault(
 
 /// One producer: registrations to the receiver, each telling it how many requests to
 /// fail (`fail=N`), some with ordering keys, some with idempotency keys (and retried
-/// with them, on the other instance, when unanswered), in the producer's own bytes.
+/// with them, on an instance drawn again, when unanswered), in the producer's own bytes.
 struct Producer {
     /// Which producer it is: its ordering keys are its own, so that their order is the
     /// order it registered them in.
