@@ -1052,7 +1052,12 @@ function failed(title, e) {
     el("p", { class: "muted" }, "Refresh to try again; if it persists, postback's log says more.")];
 }
 
+// Each navigation's number: a view still loading when the user (or the page) moved on is
+// dropped, not shown over the later one.
+let navigations = 0;
+
 async function route() {
+  const navigation = ++navigations;
   if (!sessionStorage.getItem(TOKEN_KEY)) return showTokenForm();
   document.getElementById("sign-out").hidden = false;
   const [path, query = ""] = location.hash.replace(/^#/, "").split("?");
@@ -1069,10 +1074,11 @@ async function route() {
     const parts = !v ? [el("h1", {}, "No such page"), el("p", { class: "notice", role: "status" }, `There is no page #/${name}.`), home()]
       : v.may && !can(v.may) ? notAllowed(v)
       : await v.show(id && decodeURIComponent(id), new URLSearchParams(query));
+    if (navigation !== navigations) return;
     view.replaceChildren(...parts.filter(Boolean));
     document.title = `postback — ${parts[0].textContent}`;
   } catch (e) {
-    if (e.status !== 401) view.replaceChildren(...failed(v ? v.title : "postback", e));
+    if (navigation === navigations && e.status !== 401) view.replaceChildren(...failed(v ? v.title : "postback", e));
   }
   document.getElementById("main").focus({ preventScroll: true });
 }

@@ -44,10 +44,13 @@ pub async fn send_times(
     policy: &Policy,
     jobs: &[&ClaimedJob],
 ) -> Vec<SendAt> {
-    let mut by_key: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    // By rate key, and whether they lost a place they held: those ask for times behind
+    // every one reserved, without the key's burst (which would put them beside the
+    // times others hold).
+    let mut by_key: BTreeMap<(String, bool), Vec<usize>> = BTreeMap::new();
     for (i, job) in jobs.iter().enumerate() {
-        let key = job.spec.quota_key();
         if !holds_its_place(job) {
+            let key = (job.spec.quota_key(), job.reserved);
             by_key.entry(key).or_default().push(i);
         }
     }
@@ -60,9 +63,13 @@ pub async fn send_times(
     }
     let asks: Vec<_> = by_key
         .iter()
-        .map(|(key, members)| {
+        .map(|((key, lost_place), members)| {
             let latest_due = members.last().map_or(0, |&i| jobs[i].due_at);
-            policy.ask(key, members.len() as u32, latest_due * 1000)
+            let count = members.len() as u32;
+            match lost_place {
+                true => policy.ask_behind(key, count),
+                false => policy.ask(key, count, latest_due * 1000),
+            }
         })
         .collect();
     match store.reserve(&asks).await {

@@ -81,6 +81,12 @@ impl Policy {
         RateAsk::new(rate_key, quota, self.quotas.burst, count, not_before_us)
     }
 
+    /// A reservation behind every send time the key has reserved, with no burst: for
+    /// notifications that lost the times they held (claimed too late for them).
+    pub fn ask_behind(&self, rate_key: &str, count: u32) -> RateAsk {
+        RateAsk::new(rate_key, self.quotas.of(rate_key), 1, count, 0)
+    }
+
     /// Whether a notification to `endpoint`, on `host`, may be sent now. Its `last`
     /// attempt is never failed by an open circuit: no notification is dead without one
     /// real request at the end of its schedule (its outcome counts as a probe's).
