@@ -71,19 +71,24 @@ async fn count_with(
     let scenario = format!("counts_{store_name}_{}", counter.name());
     let receiver = Receiver::default();
     let addr = receiver.listen("127.0.0.1").await?;
-    let dumps = tempfile::tempdir()?;
+    let scratch = tempfile::tempdir()?;
+    let dumps = match &opts.dumps {
+        Some(dir) => {
+            let dir = dir.join(&scenario);
+            std::fs::create_dir_all(&dir)?;
+            dir
+        }
+        None => scratch.path().to_path_buf(),
+    };
     let wrapper: Vec<String> = match counter {
         Counter::Callgrind => vec![
             "valgrind".into(),
             "--tool=callgrind".into(),
-            format!(
-                "--callgrind-out-file={}/callgrind.out",
-                dumps.path().display()
-            ),
+            format!("--callgrind-out-file={}/callgrind.out", dumps.display()),
             "--dump-instr=no".into(),
             "--compress-strings=no".into(),
             "--compress-pos=no".into(),
-            format!("--log-file={}/valgrind.log", dumps.path().display()),
+            format!("--log-file={}/valgrind.log", dumps.display()),
         ],
         Counter::Strace => Vec::new(),
     };
@@ -99,7 +104,7 @@ async fn count_with(
         counter,
         store: &store,
         pid: pb.pid(),
-        dumps: dumps.path(),
+        dumps: &dumps,
         scenario: &scenario,
         run,
         name,

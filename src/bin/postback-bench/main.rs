@@ -139,6 +139,10 @@ pub struct Opts {
     /// counts: registrations delivered before counting (connections, caches, labels).
     #[arg(long, default_value_t = 100)]
     pub warmup: usize,
+    /// counts: keep callgrind's dumps and strace's tables in this directory (one
+    /// directory per store and counter; `callgrind_annotate` reads the dumps).
+    #[arg(long)]
+    pub dumps: Option<std::path::PathBuf>,
     /// limits: the peers' receiver (`../shared/peers/receiver`, built), for `wrk`'s and
     /// its own CPU per request.
     #[arg(long)]
