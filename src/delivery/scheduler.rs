@@ -446,7 +446,9 @@ impl AttemptContext {
             .admit(&target.host_key, &target.circuit, job.is_last())
         {
             Admission::Send(slot) => {
-                tasks.spawn(self.clone().attempt(job, target, place, slot));
+                // Boxed: an attempt's future is large, and spawning moves it by value
+                // into its task (a pointer moves instead).
+                tasks.spawn(Box::pin(self.clone().attempt(job, target, place, slot)));
             }
             Admission::WaitForHost => {
                 tasks.spawn(self.clone().wait_for_host(job, target, place));
