@@ -1,7 +1,8 @@
 //! Counts that repeat from run to run, for telling two builds apart where times move with
 //! the machine: per registration (`POST /notify`, one request at a time, due in an hour)
-//! and per delivery (as many registered one at a time, all due at one instant, counted
-//! from just before it), what postback did. Under callgrind: its instructions and its
+//! and per delivery (as many registered one at a time, due `--spacing` apart so that each
+//! is claimed, sent and settled on its own, counted from just before the first is due),
+//! what postback did. Under callgrind: its instructions and its
 //! allocations (calls to the global allocator); with strace attached for each phase: its
 //! system calls. In both: the store's work, Redis commands (`commandstats`) or Postgres
 //! statements (`pg_stat_statements`). A phase ends once postback's CPU time has stopped
@@ -95,11 +96,8 @@ async fn count_with(
     let pb = Postback::start_under(&store, &opts.postback_env(), &wrapper).await?;
     let producer = Producer::new(&[pb.url.as_str()])?;
     let url = format!("http://{addr}/hook");
-    let bodies = |n: usize, delay: &str| -> Vec<Value> {
-        (0..n)
-            .map(|i| json!({"url": url, "body": payment(i), "delay": delay}))
-            .collect()
-    };
+    let body = |i: usize, delay: &str| json!({"url": url, "body": payment(i), "delay": delay});
+    let bodies = |n: usize, delay: &str| -> Vec<Value> { (0..n).map(|i| body(i, delay)).collect() };
     let phase = |name: &'static str| Phase {
         counter,
         store: &store,
@@ -111,7 +109,15 @@ async fn count_with(
     };
 
     // Warm up: connections (as many as a burst opens), caches, every metric's labels.
-    burst(&producer, &receiver, opts.warmup, &bodies, None).await?;
+    deliver(
+        &producer,
+        &receiver,
+        opts.warmup,
+        Duration::ZERO,
+        &body,
+        None,
+    )
+    .await?;
     quiet(pb.pid()).await;
 
     let probe = phase("idle").start()?;
@@ -125,32 +131,41 @@ async fn count_with(
 
     receiver.reset();
     let counted = Some((phase("delivery"), &mut *r));
-    let registered = burst(&producer, &receiver, opts.n, &bodies, counted).await?;
+    let registered = deliver(&producer, &receiver, opts.n, opts.spacing, &body, counted).await?;
     check_exactly_once(&receiver, &registered, r, &scenario, run)
 }
 
-/// Registers `n` one at a time, all due at one instant after the last is registered,
-/// and waits until they are delivered; with a phase, counts it from just before that
-/// instant until postback is quiet.
-async fn burst(
+/// Registers `n` one at a time, due `spacing` apart from an instant after the last is
+/// registered (all at once for zero), and waits until they are delivered; with a
+/// phase, counts it from just before that instant until postback is quiet.
+async fn deliver(
     producer: &Producer,
     receiver: &Receiver,
     n: usize,
-    bodies: &impl Fn(usize, &str) -> Vec<Value>,
+    spacing: Duration,
+    body: &impl Fn(usize, &str) -> Value,
     counted: Option<(Phase<'_>, &mut Results)>,
 ) -> anyhow::Result<Vec<Registered>> {
     // Registering takes about as long again as a registration phase; the margin is
     // measured on a first registration.
     let sent = Instant::now();
-    producer.register_all(bodies(1, "1h"), 1).await?;
+    producer.register(&body(0, "1h")).await?;
     let margin = sent.elapsed().mul_f64(n as f64 * 1.5) + Duration::from_secs(1);
-    let delay = format!("{}ms", margin.as_millis());
-    let (registered, _) = producer.register_all(bodies(n, &delay), 1).await?;
-    let first_due = registered.iter().map(|x| x.due).min().context("none")?;
+    let first_due = SystemTime::now() + margin;
+    let mut registered = Vec::with_capacity(n);
+    for i in 0..n {
+        let due = first_due + spacing * i as u32;
+        let delay = due.duration_since(SystemTime::now()).unwrap_or_default();
+        registered.push(
+            producer
+                .register(&body(i, &format!("{}ms", delay.as_millis())))
+                .await?,
+        );
+    }
     let start = first_due - Duration::from_millis(300);
     match start.duration_since(SystemTime::now()) {
         Ok(wait) => tokio::time::sleep(wait).await,
-        Err(_) => bail!("registration overran the common due time"),
+        Err(_) => bail!("registration overran the first due time"),
     }
     let probe = match counted {
         Some((phase, r)) => Some((phase.start()?, r)),

@@ -139,6 +139,10 @@ pub struct Opts {
     /// counts: registrations delivered before counting (connections, caches, labels).
     #[arg(long, default_value_t = 100)]
     pub warmup: usize,
+    /// counts: the time between two deliveries' due times, so that each is claimed,
+    /// sent and settled on its own (a burst's batches follow the machine's timing).
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    pub spacing: Duration,
     /// counts: keep callgrind's dumps and strace's tables in this directory (one
     /// directory per store and counter; `callgrind_annotate` reads the dumps).
     #[arg(long)]
