@@ -361,7 +361,9 @@ impl AttemptContext {
             match at {
                 SendAt::After(wait) if wait.is_zero() => self.take_slot(job, place, tasks).await,
                 SendAt::After(wait) => {
-                    tasks.spawn(self.clone().when_due(wait, job, place, tasks.clone()));
+                    // Boxed, as an attempt is (`admit`).
+                    let when_due = self.clone().when_due(wait, job, place, tasks.clone());
+                    tasks.spawn(Box::pin(when_due));
                 }
                 SendAt::Deferred {
                     wait,
@@ -384,10 +386,10 @@ impl AttemptContext {
             Some(slot) => self.with_slot(job, place, slot, tasks).await,
             None => {
                 let queued = self.slots.queue();
-                tasks.spawn(
-                    self.clone()
-                        .when_slot_frees(queued, job, place, tasks.clone()),
-                );
+                let when_free = self
+                    .clone()
+                    .when_slot_frees(queued, job, place, tasks.clone());
+                tasks.spawn(Box::pin(when_free));
             }
         }
     }
@@ -451,7 +453,7 @@ impl AttemptContext {
                 tasks.spawn(Box::pin(self.clone().attempt(job, target, place, slot)));
             }
             Admission::WaitForHost => {
-                tasks.spawn(self.clone().wait_for_host(job, target, place));
+                tasks.spawn(Box::pin(self.clone().wait_for_host(job, target, place)));
             }
             Admission::Refuse(refusal) => self.refuse(refusal, job, &target, place).await,
         }
