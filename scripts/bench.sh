@@ -3,7 +3,9 @@
 # ../shared/peers (copied to a scratch directory, since shared/ is read-only) runs its
 # baseline (redis-benchmark, wrk on its receiver) and BullMQ's burst, retry and delayed
 # scenarios; postback-bench runs the same scenarios, the burst also through
-# `POST /notify/batch`, and its own (isolation, idle, backlog, fleet).
+# `POST /notify/batch`, and its own (isolation, idle, backlog, fleet); and the machine's
+# own limits (`postback-bench limits`: `wrk` to the peers' receiver, and `wrk` as the
+# producer of `POST /notify`), to which postback's CPU per unit is compared.
 # Every scenario is repeated REPEATS times, interleaved, and the figures end up in
 # bench-results/results.tsv; scripts/bench_summary.py prints medians and the ratios that
 # BENCHMARKS.md reports.
@@ -39,6 +41,7 @@ for r in $(seq "$repeats"); do
     (cd "$peers" && TSV="$tsv" ./run.sh bullmq "$sc" "$r")
     postback "$r" "$sc"
   done
+  postback "$r" limits --peer-receiver "$peers/receiver/target/release/peer-receiver"
   postback "$r" burst --batch 1000 --producers 4
   postback "$r" isolation
   postback "$r" idle

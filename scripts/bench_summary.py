@@ -81,12 +81,45 @@ def main(path):
         ("fleet: Redis commands per delivery, 4 instances / 1 (12 shards)", "≤ 1.20",
          ratio(fleet("12s_4i"), fleet("12s_1i"))),
     ]
+    rows += limits(med)
     print_fleet(figures)
     print_headroom(med, ceiling, med("bullmq", "burst", "e2e_throughput"))
     print("\n| target | goal | measured |\n|---|---|---|")
     for name, goal, value in rows:
         shown = "NA" if value is None else f"{value:.2f}"
         print(f"| {name} | {goal} | {shown} |")
+
+
+def limits(med):
+    """postback's CPU per unit as a ratio to the machine's own limits measured in the same
+    session (`postback-bench limits`): a delivery beside `wrk`'s request to the peers'
+    receiver (both an HTTP client's work), a `POST /notify` beside the receiver's request
+    (both an HTTP server parsing a JSON body), and a notification registered one at a time
+    then delivered (the burst end to end) beside a registration and a delivery each
+    measured alone."""
+    def total(scenario, phase):
+        parts = [med("postback", scenario, f"{phase}_postback_{p}_cpu") for p in ("user", "system")]
+        return None if None in parts else sum(parts)
+
+    delivery = total("burst", "delivery_only")
+    notify = med("postback", "limits", "notify_postback_cpu")
+    e2e = total("burst", "e2e")
+    alone = None if None in (delivery, notify) else delivery + notify
+    return [
+        ("limits: `wrk`'s CPU per request to the peers' receiver (µs)", "",
+         med("postback", "limits", "receiver_wrk_cpu")),
+        ("limits: the peers' receiver's CPU per request (µs)", "",
+         med("postback", "limits", "receiver_cpu")),
+        ("limits: postback CPU per `POST /notify`, `wrk` the producer (µs)", "", notify),
+        ("limits: postback CPU per delivery, burst delivery-only (µs)", "", delivery),
+        ("limits: postback CPU per notification, burst end to end (µs)", "", e2e),
+        ("postback CPU per delivery / `wrk`'s per request", "≤ 3",
+         ratio(delivery, med("postback", "limits", "receiver_wrk_cpu"))),
+        ("postback CPU per `POST /notify` / the receiver's per request", "≤ 2",
+         ratio(notify, med("postback", "limits", "receiver_cpu"))),
+        ("burst end to end / (`POST /notify` alone + delivery alone), postback CPU", "≤ 1.2",
+         ratio(e2e, alone)),
+    ]
 
 
 def print_headroom(med, ceiling, bullmq):

@@ -2,7 +2,8 @@
 """Medians of two labelled sets of figures side by side, as markdown, with the second's
 as a ratio to the first's. Reads rows of `label, scenario, metric, value` (tab-separated).
 `--sum NAME=A+B` adds, per scenario, a figure NAME: the sum of the medians of A and B,
-of those measured for that label.
+of those measured for that label. `--spread` adds each label's spread over its runs,
+(max - min) / median in %: how much a figure moved from run to run.
 
     python3 scripts/side_by_side.py bench-results/builds.tsv previous this
 """
@@ -29,6 +30,7 @@ def main():
     parser.add_argument("first")
     parser.add_argument("second")
     parser.add_argument("--sum", action="append", default=[], metavar="NAME=A+B")
+    parser.add_argument("--spread", action="store_true")
     a = parser.parse_args()
     figures, rows = load(a.tsv)
 
@@ -46,13 +48,27 @@ def main():
                     if (scenario, name) not in rows:
                         rows.append((scenario, name))
 
-    print(f"| scenario | figure | {a.first} | {a.second} | {a.second} / {a.first} |")
-    print("|---|---|---|---|---|")
+    def spread(label, scenario, metric):
+        values = figures.get((label, scenario, metric))
+        middle = statistics.median(values) if values else 0
+        if not values or len(values) < 2:
+            return "—"
+        if not middle:
+            return "0%" if max(values) == min(values) else "—"
+        return f"{(max(values) - min(values)) / middle * 100:.2f}%"
+
+    extra = f" {a.first} spread | {a.second} spread |" if a.spread else ""
+    print(f"| scenario | figure | {a.first} | {a.second} | {a.second} / {a.first} |{extra}")
+    print("|---|---|---|---|---|" + ("---|---|" if a.spread else ""))
     for scenario, metric in sorted(rows):
         x, y = med(a.first, scenario, metric), med(a.second, scenario, metric)
         show = lambda v: "—" if v is None else f"{v:.1f}"
-        ratio = f"{y / x:.2f}" if x and y is not None else "—"
-        print(f"| {scenario} | {metric} | {show(x)} | {show(y)} | {ratio} |")
+        digits = 3 if a.spread else 2
+        ratio = f"{y / x:.{digits}f}" if x and y is not None else "—"
+        line = f"| {scenario} | {metric} | {show(x)} | {show(y)} | {ratio} |"
+        if a.spread:
+            line += f" {spread(a.first, scenario, metric)} | {spread(a.second, scenario, metric)} |"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,9 @@
 //! (`permits::needs`) before the handler runs; the handler then asks for the tenant of
 //! what it touches. Another tenant's notification is answered as if it did not exist.
 
-use std::sync::Arc;
-
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
-use axum::middleware::Next;
-use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
@@ -20,11 +16,9 @@ use crate::tenancy::access::{self, Action, Principal, Scope, TokenTable};
 /// Who calls when authentication is off (`--insecure-no-auth`).
 const ANONYMOUS: &str = "anonymous";
 
-pub async fn require_token(
-    State(tokens): State<Arc<TokenTable>>,
-    mut request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
+/// Names the caller of `request` (in its extensions, as a `Principal`) if its token
+/// grants every action of its route.
+pub fn authorize(tokens: &TokenTable, request: &mut Request) -> Result<(), ApiError> {
     let principal = if tokens.is_open() {
         Principal::everything(ANONYMOUS)
     } else {
@@ -41,7 +35,7 @@ pub async fn require_token(
         require(&principal, *action)?;
     }
     request.extensions_mut().insert(principal);
-    Ok(next.run(request).await)
+    Ok(())
 }
 
 /// The bearer token a request presents, if any.

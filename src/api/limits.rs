@@ -9,11 +9,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use tokio::sync::Semaphore;
+use axum::http::{HeaderMap, StatusCode};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::ApiError;
 use crate::observability::metrics;
@@ -29,36 +26,32 @@ impl Limit {
     pub fn new(max_concurrent_requests: usize) -> Self {
         Self(Arc::new(Semaphore::new(max_concurrent_requests)))
     }
+
+    /// A place, if one is free, held until it is dropped (when the request is answered).
+    pub fn place(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.0.clone().try_acquire_owned().map_err(|_| {
+            metrics::request_shed();
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "too many requests in progress; try again after Retry-After",
+            )
+        })
+    }
 }
 
-/// Runs the request if a place is free, and holds the place until it is answered.
-pub async fn shed(State(limit): State<Limit>, request: Request, next: Next) -> Response {
-    let Ok(_place) = limit.0.try_acquire_owned() else {
-        metrics::request_shed();
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
-            "too many requests in progress; try again after Retry-After",
-        )
-        .into_response();
-    };
-    next.run(request).await
-}
-
-/// Refuses a request whose headers are larger than `MAX_HEADER_BYTES` in all.
-pub async fn limit_headers(request: Request, next: Next) -> Response {
-    let size: usize = request
-        .headers()
+/// Refuses headers larger than `MAX_HEADER_BYTES` in all.
+pub fn check_headers(headers: &HeaderMap) -> Result<(), ApiError> {
+    let size: usize = headers
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len())
         .sum();
     if size > MAX_HEADER_BYTES {
-        return ApiError::new(
+        return Err(ApiError::new(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "headers_too_large",
             format!("the request's headers are larger than {MAX_HEADER_BYTES} bytes"),
-        )
-        .into_response();
+        ));
     }
-    next.run(request).await
+    Ok(())
 }

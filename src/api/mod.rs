@@ -146,10 +146,12 @@ impl utoipa::Modify for BearerAuth {
 }
 
 pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings) -> Router {
-    let shed = limits::Limit::new(server.max_concurrent_requests);
-    let protected = protected_routes(server)
-        .route_layer(middleware::from_fn_with_state(tokens, auth::require_token))
-        .route_layer(middleware::from_fn_with_state(shed, limits::shed));
+    let guard = Guard {
+        limit: limits::Limit::new(server.max_concurrent_requests),
+        tokens,
+    };
+    let protected =
+        protected_routes(server).route_layer(middleware::from_fn_with_state(guard, guard_route));
     let (routes, doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(protected)
         .routes(routes!(healthz))
@@ -157,7 +159,7 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
         .routes(routes!(prometheus))
         .routes(routes!(signing_keys::list))
         .split_for_parts();
-    let routes = routes
+    routes
         .merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
         .merge(ui::routes())
         .fallback(|| async { ApiError::not_found("route") })
@@ -175,33 +177,59 @@ pub fn router(state: AppState, tokens: Arc<TokenTable>, server: &ServerSettings)
             }
             .layer(),
         )
-        .layer(middleware::from_fn(limits::limit_headers))
-        .layer(middleware::from_fn(count_request))
-        .layer(middleware::from_fn(json_line));
-    browser::with_security_headers(routes).with_state(state)
+        .layer(middleware::from_fn(frame))
+        .with_state(state)
 }
 
-/// Counts every request answered by method, route pattern and status, with its time
-/// (`postback_api_requests_total`, `postback_api_request_duration_seconds`).
-async fn count_request(request: Request, next: Next) -> Response {
+/// What a protected route needs before its handler runs.
+#[derive(Clone)]
+struct Guard {
+    limit: limits::Limit,
+    tokens: Arc<TokenTable>,
+}
+
+/// A place among `server.max_concurrent_requests`, held until the request is answered
+/// (without one, `503 overloaded` at once, before the body is read), then a token
+/// granted the route's actions (`auth::authorize`). One middleware rather than one
+/// each: every layer of the router costs every request a clone of the services below
+/// it and a boxed future.
+async fn guard_route(State(guard): State<Guard>, mut request: Request, next: Next) -> Response {
+    let place = guard.limit.place();
+    let authorized = place.and_then(|place| {
+        auth::authorize(&guard.tokens, &mut request)?;
+        Ok(place)
+    });
+    match authorized {
+        Ok(_place) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// What every request and answer goes through, in one middleware (as `guard_route`):
+/// headers larger than `limits::MAX_HEADER_BYTES` refused, every request counted by
+/// method, route pattern and status, with its time (`postback_api_requests_total`,
+/// `postback_api_request_duration_seconds`), a JSON answer ended with a newline
+/// (`json_line`), and the headers that tell a browser how to treat it (`browser`).
+async fn frame(request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let method = request.method().clone();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", MatchedPath::as_str)
-        .to_string();
-    let response = next.run(request).await;
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let response = match limits::check_headers(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    };
+    let route = route.as_ref().map_or("unmatched", MatchedPath::as_str);
     let status = response.status().as_u16();
-    metrics::api_request(method.as_str(), &route, status, started.elapsed());
+    metrics::api_request(method.as_str(), route, status, started.elapsed());
+    let mut response = json_line(response).await;
+    browser::set_security_headers(response.headers_mut());
     response
 }
 
 /// Ends every JSON answer (a route's, an error, the OpenAPI document) with a newline,
 /// as a line of text does, so that `curl` leaves the next prompt on a line of its own.
 /// The answers are whole in memory already; what else is answered passes as it is.
-async fn json_line(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+async fn json_line(response: Response) -> Response {
     let is_json = response
         .headers()
         .get(CONTENT_TYPE)

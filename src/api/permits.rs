@@ -1,5 +1,5 @@
 //! What each protected route does (`access::Action`), in one table: the authentication
-//! middleware (`auth::require_token`) asks it before any handler runs, so a caller whose
+//! middleware (`auth::authorize`) asks it before any handler runs, so a caller whose
 //! roles do not grant every action of a route is refused (`403 forbidden`) before
 //! anything is looked up, and a route the table does not name is refused to every
 //! caller. Only what a body asks beyond the route's actions (a replay to another URL, a

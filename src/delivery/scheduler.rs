@@ -364,7 +364,9 @@ impl AttemptContext {
             match at {
                 SendAt::After(wait) if wait.is_zero() => self.take_slot(job, place, tasks).await,
                 SendAt::After(wait) => {
-                    tasks.spawn(self.clone().when_due(wait, job, place, tasks.clone()));
+                    // Boxed, as an attempt is (`admit`).
+                    let when_due = self.clone().when_due(wait, job, place, tasks.clone());
+                    tasks.spawn(Box::pin(when_due));
                 }
                 SendAt::Deferred {
                     wait,
@@ -387,10 +389,10 @@ impl AttemptContext {
             Some(slot) => self.with_slot(job, place, slot, tasks).await,
             None => {
                 let queued = self.slots.queue();
-                tasks.spawn(
-                    self.clone()
-                        .when_slot_frees(queued, job, place, tasks.clone()),
-                );
+                let when_free = self
+                    .clone()
+                    .when_slot_frees(queued, job, place, tasks.clone());
+                tasks.spawn(Box::pin(when_free));
             }
         }
     }
@@ -451,10 +453,12 @@ impl AttemptContext {
             .admit(&target.host_key, &target.circuit, job.is_last())
         {
             Admission::Send(slot) => {
-                tasks.spawn(self.clone().attempt(job, target, place, slot));
+                // Boxed: an attempt's future is large, and spawning moves it by value
+                // into its task (a pointer moves instead).
+                tasks.spawn(Box::pin(self.clone().attempt(job, target, place, slot)));
             }
             Admission::WaitForHost => {
-                tasks.spawn(self.clone().wait_for_host(job, target, place));
+                tasks.spawn(Box::pin(self.clone().wait_for_host(job, target, place)));
             }
             Admission::Refuse(refusal) => self.refuse(refusal, job, &target, place).await,
         }

@@ -4,8 +4,8 @@
 //! `MAX_HOST_LABELS` endpoints (those with an open circuit), and those only when
 //! `metrics.host_labels` is on, since an endpoint names a merchant.
 
-use std::collections::BTreeSet;
-use std::sync::{Mutex, OnceLock};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{LazyLock, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use metrics::{
@@ -310,11 +310,76 @@ pub fn reserved(n: usize) {
 /// One API request answered: `route` is the matched pattern (`/notifications/{id}`), so
 /// the labels stay bounded whatever the paths.
 pub fn api_request(method: &str, route: &str, status: u16, took: Duration) {
-    let (method, route) = (method.to_string(), route.to_string());
-    counter!(API_REQUESTS, "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
-        .increment(1);
-    histogram!(API_DURATION, "method" => method, "route" => route).record(took.as_secs_f64());
+    let seconds = took.as_secs_f64();
+    if HANDLE.get().is_none() {
+        // No recorder yet: what the macros find is a no-op, not to be kept.
+        let (method, route) = (method.to_string(), route.to_string());
+        counter!(API_REQUESTS, "method" => method.clone(), "route" => route.clone(), "status" => status.to_string())
+            .increment(1);
+        histogram!(API_DURATION, "method" => method, "route" => route).record(seconds);
+        return;
+    }
+    let routes = API_SERIES.read().unwrap_or_else(PoisonError::into_inner);
+    let known = routes
+        .get(route)
+        .and_then(|methods| ApiSeries::of(methods, method));
+    if known.is_some_and(|series| series.record(status, seconds)) {
+        return;
+    }
+    drop(routes);
+    let mut routes = API_SERIES.write().unwrap_or_else(PoisonError::into_inner);
+    let methods = routes.entry(route.into()).or_default();
+    let at = match methods.iter().position(|s| &*s.method == method) {
+        Some(at) => at,
+        None => {
+            let (m, r) = (method.to_string(), route.to_string());
+            methods.push(ApiSeries {
+                method: method.into(),
+                duration: histogram!(API_DURATION, "method" => m, "route" => r),
+                statuses: Vec::new(),
+            });
+            methods.len() - 1
+        }
+    };
+    let series = &mut methods[at];
+    if !series.statuses.iter().any(|(s, _)| *s == status) {
+        let (m, r) = (method.to_string(), route.to_string());
+        let requests =
+            counter!(API_REQUESTS, "method" => m, "route" => r, "status" => status.to_string());
+        series.statuses.push((status, requests));
+    }
+    series.record(status, seconds);
 }
+
+/// The API's series of one route and method, found in the recorder at their first
+/// request (by route pattern, in `API_SERIES`) as `Frequent`'s are, so that a request
+/// builds no labels and looks none up in the recorder.
+struct ApiSeries {
+    method: Box<str>,
+    duration: Histogram,
+    /// `postback_api_requests_total` by status.
+    statuses: Vec<(u16, Counter)>,
+}
+
+impl ApiSeries {
+    fn of<'a>(methods: &'a [ApiSeries], method: &str) -> Option<&'a ApiSeries> {
+        methods.iter().find(|s| &*s.method == method)
+    }
+
+    /// Records a request answered `status`, if that status has its counter yet.
+    fn record(&self, status: u16, seconds: f64) -> bool {
+        let Some((_, requests)) = self.statuses.iter().find(|(s, _)| *s == status) else {
+            return false;
+        };
+        requests.increment(1);
+        self.duration.record(seconds);
+        true
+    }
+}
+
+/// Each route pattern's `ApiSeries`, one per method.
+static API_SERIES: LazyLock<RwLock<HashMap<Box<str>, Vec<ApiSeries>>>> =
+    LazyLock::new(Default::default);
 
 /// Notifications that became dead letters (their last attempt failed, or `410 Gone`).
 pub fn dead_lettered(n: usize) {

@@ -4,12 +4,16 @@
 //!
 //! `cargo run --release --bin postback-bench -- SCENARIO [--runs 3] [--n 20000]`
 //! Scenarios: `burst`, `retry`, `delayed`, `fleet`, `isolation`, `ordering`, `backlog`,
-//! `idle`, `overload`, `quota`, `walk`, `retention`, `fanout`, `all`.
+//! `idle`, `overload`, `quota`, `walk`, `retention`, `fanout`, `all`; and, not in
+//! `all`, `counts` (instructions, allocations, system calls and store commands per unit)
+//! and `limits` (what `wrk` and a receiver cost per request, beside a registration).
 
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+mod counts;
+mod limits;
 mod ordering;
 mod postgres;
 mod processes;
@@ -34,6 +38,8 @@ enum Scenario {
     Walk,
     Retention,
     Fanout,
+    Counts,
+    Limits,
     All,
 }
 
@@ -122,6 +128,29 @@ pub struct Opts {
     /// overload: requests in flight at once, beyond `server.max_concurrent_requests`.
     #[arg(long, default_value_t = 1_024)]
     pub flood: usize,
+    /// counts: how postback's own work is counted, one run each.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "callgrind,strace"
+    )]
+    pub counters: Vec<counts::Counter>,
+    /// counts: registrations delivered before counting (connections, caches, labels).
+    #[arg(long, default_value_t = 100)]
+    pub warmup: usize,
+    /// counts: the time between two deliveries' due times, so that each is claimed,
+    /// sent and settled on its own (a burst's batches follow the machine's timing).
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    pub spacing: Duration,
+    /// counts: keep callgrind's dumps and strace's tables in this directory (one
+    /// directory per store and counter; `callgrind_annotate` reads the dumps).
+    #[arg(long)]
+    pub dumps: Option<std::path::PathBuf>,
+    /// limits: the peers' receiver (`../shared/peers/receiver`, built), for `wrk`'s and
+    /// its own CPU per request.
+    #[arg(long)]
+    pub peer_receiver: Option<std::path::PathBuf>,
 }
 
 impl Opts {
@@ -183,8 +212,12 @@ async fn main() -> anyhow::Result<()> {
             Scenario::Walk,
             Scenario::Retention,
             Scenario::Fanout,
+            Scenario::Counts,
+            Scenario::Limits,
         ] {
-            if opts.scenario != scenario && opts.scenario != Scenario::All {
+            let in_all = opts.scenario == Scenario::All
+                && !matches!(scenario, Scenario::Counts | Scenario::Limits);
+            if opts.scenario != scenario && !in_all {
                 continue;
             }
             let r = &mut results;
@@ -202,6 +235,8 @@ async fn main() -> anyhow::Result<()> {
                 Scenario::Walk => scenarios::walk(&opts, r, run).await?,
                 Scenario::Retention => scenarios::retention(&opts, r, run).await?,
                 Scenario::Fanout => scenarios::fanout(&opts, r, run).await?,
+                Scenario::Counts => counts::counts(&opts, r, run).await?,
+                Scenario::Limits => limits::limits(&opts, r, run).await?,
                 Scenario::All => unreachable!("expanded above"),
             }
         }

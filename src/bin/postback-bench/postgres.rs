@@ -58,6 +58,22 @@ fn command(program: &Path) -> Command {
 
 impl PostgresServer {
     pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// A fresh Postgres that counts every statement it runs (`pg_stat_statements`,
+    /// loaded at start; `statements`).
+    pub fn start_counting() -> anyhow::Result<Self> {
+        let server = Self::start_with(&[
+            "shared_preload_libraries=pg_stat_statements",
+            "pg_stat_statements.track=all",
+        ])?;
+        server.query("CREATE EXTENSION pg_stat_statements")?;
+        Ok(server)
+    }
+
+    /// A fresh Postgres with `settings` (`name=value`) beside the benchmark's own.
+    fn start_with(settings: &[&str]) -> anyhow::Result<Self> {
         let bin = bin_dir()?;
         let dir = tempfile::tempdir()?;
         if let Some((uid, gid)) = server_user() {
@@ -83,6 +99,7 @@ impl PostgresServer {
                 "-c",
                 "max_connections=200",
             ])
+            .args(settings.iter().flat_map(|s| ["-c", s]))
             .spawn()?;
         let server = Self {
             child,
@@ -129,6 +146,27 @@ impl PostgresServer {
             }
         }
         ticks / clock_ticks()
+    }
+
+    /// Statements run since the last `reset_statements`, by any client but this one's
+    /// counting queries, and the busiest of them (calls, then the statement).
+    pub fn statements(&self) -> anyhow::Result<(u64, Vec<(u64, String)>)> {
+        let sql = "SELECT calls || ' ' || regexp_replace(query, '\\s+', ' ', 'g')
+                   FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'
+                   ORDER BY calls DESC";
+        let rows: Vec<(u64, String)> = self
+            .query(sql)?
+            .lines()
+            .filter_map(|l| {
+                let (calls, query) = l.split_once(' ')?;
+                Some((calls.parse().ok()?, query.to_string()))
+            })
+            .collect();
+        Ok((rows.iter().map(|(calls, _)| calls).sum(), rows))
+    }
+
+    pub fn reset_statements(&self) -> anyhow::Result<()> {
+        self.query("SELECT pg_stat_statements_reset()").map(drop)
     }
 
     /// The bytes of the schema `postback`'s tables with their indexes and TOAST.

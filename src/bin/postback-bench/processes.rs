@@ -127,11 +127,20 @@ impl Backend {
 
     /// A fresh Postgres of its own.
     pub fn postgres() -> anyhow::Result<Self> {
+        Self::with_postgres(PostgresServer::start()?)
+    }
+
+    /// A fresh Postgres that counts the statements it runs.
+    pub fn counting_postgres() -> anyhow::Result<Self> {
+        Self::with_postgres(PostgresServer::start_counting()?)
+    }
+
+    fn with_postgres(server: PostgresServer) -> anyhow::Result<Self> {
         Ok(Self {
             nodes: Vec::new(),
             cluster: false,
             embedded: false,
-            postgres: Some(PostgresServer::start()?),
+            postgres: Some(server),
             dir: tempfile::tempdir()?,
         })
     }
@@ -390,8 +399,26 @@ pub struct Postback {
 
 impl Postback {
     pub async fn start(store: &Backend, env: &[(String, String)]) -> anyhow::Result<Self> {
+        Self::start_under(store, env, &[]).await
+    }
+
+    /// As `start`, with `postback` run by `wrapper` (a program and its arguments, such as
+    /// `valgrind --tool=callgrind`) when it is not empty: the process is the wrapper's,
+    /// and it is given more time to start.
+    pub async fn start_under(
+        store: &Backend,
+        env: &[(String, String)],
+        wrapper: &[String],
+    ) -> anyhow::Result<Self> {
         let port = free_port()?;
-        let mut cmd = Command::new(binary()?);
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(binary()?);
+                cmd
+            }
+            None => Command::new(binary()?),
+        };
         cmd.arg("serve")
             .env("POSTBACK_SERVER_LISTEN", format!("127.0.0.1:{port}"))
             .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
@@ -414,7 +441,8 @@ impl Postback {
             url: format!("http://127.0.0.1:{port}"),
         };
         let client = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let patience = if wrapper.is_empty() { 20 } else { 300 };
+        let deadline = Instant::now() + Duration::from_secs(patience);
         while client
             .get(format!("{}/readyz", pb.url))
             .send()

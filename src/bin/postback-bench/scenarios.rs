@@ -533,7 +533,7 @@ pub async fn wait_all(
 }
 
 /// Reports duplicates (requests after a 2xx), which must be 0.
-fn check_exactly_once(
+pub fn check_exactly_once(
     receiver: &Receiver,
     registered: &[Registered],
     r: &mut Results,
