@@ -138,6 +138,12 @@ async fn a_primary_left_without_a_replica_costs_its_shards_not_the_fleet() {
         .filter_map(|answers| answers.last().filter(|a| a.status == 202))
         .collect();
     let retried = registrations.iter().filter(|a| a.len() > 1).count();
+    let refused: Vec<_> = registrations
+        .iter()
+        .filter_map(|answers| answers.last().filter(|a| a.status != 202))
+        .map(|a| (a.status, a.code.clone()))
+        .collect();
+    println!("answered other than 202 at last: {refused:?}");
     println!(
         "{} of {REGISTRATIONS} accepted in {took:?} ({retried} after a retry); {} ordering keys refused at once; degraded {degraded:?}",
         accepted.len(),
