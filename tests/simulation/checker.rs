@@ -217,6 +217,11 @@ impl Model {
         self.disturbances.push(at);
     }
 
+    /// Disturbed throughout `from..=to` (wall clock ms), at a point every 250 ms.
+    pub fn disturbed_over(&mut self, from: i64, to: i64) {
+        self.disturbances.extend((from..=to).step_by(250));
+    }
+
     /// Whether the receiver at `url` answered every request it got, never down.
     fn steady(&self, url: &str) -> bool {
         !self
@@ -421,10 +426,7 @@ pub fn after_step(model: &mut Model, arrivals: &[Arrival]) -> Result<(), String>
         if let Answer::RetryAfter(secs) = arrival.answer {
             // Its `Retry-After` holds every notification of its tenant's rate key (the
             // host, which every receiver shares) until then.
-            let until = arrival.at_ms + secs as i64 * 1_000;
-            model
-                .disturbances
-                .extend((arrival.at_ms..=until).step_by(500));
+            model.disturbed_over(arrival.at_ms, arrival.at_ms + secs as i64 * 1_000);
         }
     }
     model.checked = arrivals.len();
@@ -461,9 +463,7 @@ fn as_registered(
         began
     };
     let at = arrival.at_ms;
-    let disturbed = disturbances
-        .iter()
-        .any(|d| *d >= began.min(at) - TICK_MS && *d <= at.max(due) + TICK_MS);
+    let disturbed = disturbed_between(disturbances, began.min(at) - TICK_MS, at.max(due) + TICK_MS);
     if at < due - 1 && !r.hurried && !disturbed {
         return Err(format!("{id} arrived at {at}, due at {due}"));
     }
@@ -644,10 +644,11 @@ fn attempts_on_time(id: &str, r: &Registered, view: &Value, model: &Model) -> Re
             .ok_or(format!("{id}: cycle {c} the workload never began"))?;
         let mut due = start + if c == 0 { r.delay_ms } else { 0 };
         for (k, (at, took)) in cycle.into_iter().enumerate() {
-            let disturbed = model
-                .disturbances
-                .iter()
-                .any(|d| *d >= at.min(due) - TICK_MS && *d <= at.max(due) + TICK_MS);
+            let disturbed = disturbed_between(
+                &model.disturbances,
+                at.min(due) - TICK_MS,
+                at.max(due) + TICK_MS,
+            );
             let attempt = format!("{id}: attempt {} of cycle {c} at {at}, due at {due}", k + 1);
             if at < due - 1 && !r.hurried && !disturbed {
                 return Err(attempt);
@@ -680,9 +681,7 @@ fn sent_twice_only_after_a_crash(
         let ((i, first), (j, second)) = (pair[0], pair[1]);
         let new_cycle = r.cycle_marks.iter().any(|m| *m > i && *m <= j);
         let (from, to) = (first.at_ms.min(second.at_ms), first.at_ms.max(second.at_ms));
-        let crash = disturbances
-            .iter()
-            .any(|d| *d >= from - LEASE_MS - TICK_MS && *d <= to);
+        let crash = disturbed_between(disturbances, from - LEASE_MS - TICK_MS, to);
         if !new_cycle && !crash {
             return Err(format!(
                 "{id} delivered at {} and again at {}",
@@ -725,6 +724,11 @@ fn one_at_a_time_per_ordering_key(model: &Model) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether anything in `disturbances` fell within `from..=to` (wall clock ms).
+fn disturbed_between(disturbances: &[i64], from: i64, to: i64) -> bool {
+    disturbances.iter().any(|d| (from..=to).contains(d))
 }
 
 fn ms_of(rfc3339: &str) -> Option<i64> {

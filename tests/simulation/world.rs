@@ -280,10 +280,7 @@ impl World {
         let after = postback::clock::now_ms();
         // Back: what was kept in the clock's time (a quota's next send time, a lease's
         // end) lies that much further ahead, so the step disturbs as long as it was.
-        let lasts = if ms < 0 { -ms } else { 0 };
-        self.model
-            .disturbances
-            .extend((after..=after + lasts).step_by(1_000));
+        self.model.disturbed_over(after, after + (-ms).max(0));
         let now = self.receivers.lock().unwrap().true_ms();
         self.model.clock_moves.push(now);
         self.note(format!("clock jumps {ms} ms"));

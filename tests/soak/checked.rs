@@ -165,10 +165,9 @@ async fn fault(
             format!("SIGSTOP of instance {slot} for {pause:?}")
         }
     };
-    let mut model = model.lock().unwrap();
+    // The fleet may be disturbed by it until its effects have passed.
     let until = now_ms() + RECOVERY.as_millis() as i64;
-    // Each moment the fleet may be disturbed by it, a quarter of a second apart.
-    model.disturbances.extend((began..=until).step_by(250));
+    model.lock().unwrap().disturbed_over(began, until);
     what
 }
 
