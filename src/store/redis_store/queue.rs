@@ -202,6 +202,23 @@ impl RedisStore {
         }
     }
 
+    /// A repeat answered with a notification of another shard (its key kept here when the
+    /// first was moved off this shard while it was degraded): that notification's status,
+    /// which the script could not read from this one. One not stored yet (its registration
+    /// is under way, or failed and will be taken over) is answered 503, to try again.
+    async fn status_elsewhere(&self, n: &Notification, mut e: Enqueued) -> StoreResult<Enqueued> {
+        if e.duplicate && !e.mismatch && e.status.is_none() && e.id.shard() != n.id.shard() {
+            let Some(view) = Reads::get(self, &e.id).await? else {
+                return Err(StoreError::Unavailable(format!(
+                    "the notification its idempotency key names ({}) is not stored yet",
+                    e.id
+                )));
+            };
+            e.status = Some(view.status);
+        }
+        Ok(e)
+    }
+
     /// The key and the keys of the shard it was moved from, if it was.
     fn moved_from<'a>(
         &'a self,
@@ -420,7 +437,7 @@ impl Queue for RedisStore {
         let enqueued = self.enqueuer.enqueue(self.item(n, idempotency)?).await;
         let enqueued = self.enqueued(n, enqueued);
         self.keep_where_moved_from(idempotency, n, &enqueued).await;
-        enqueued
+        self.status_elsewhere(n, enqueued?).await
     }
 
     /// Hands every registration to the group-storing task at once and then waits for
@@ -449,7 +466,10 @@ impl Queue for RedisStore {
                 Err(known) => known,
             };
             self.keep_where_moved_from(*idempotency, n, &enqueued).await;
-            results.push(enqueued);
+            results.push(match enqueued {
+                Ok(e) => self.status_elsewhere(n, e).await,
+                Err(e) => Err(e),
+            });
         }
         results
     }
