@@ -422,7 +422,7 @@ impl Reads for EmbeddedStore {
         limit: usize,
         after: Option<&WalkCursor>,
     ) -> StoreResult<ListPage> {
-        let walk_from = after.map_or_else(|| Now::read().down(), |c| c.walk_from);
+        let walk_from = after.map_or_else(|| Listed::walk_start(Now::read()), |c| c.walk_from);
         let (filter, position) = (filter.clone(), after.map(|c| c.position.clone()));
         self.read(move |tx| reads::list(tx, (listed, walk_from), &filter, limit, position.as_ref()))
             .await

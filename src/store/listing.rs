@@ -2,7 +2,7 @@
 //! in which order it is read, and which notifications of that index a list keeps.
 
 use super::{Cursor, JobState, JobStatus, JobView, ListFilter, WalkCursor};
-use crate::lifecycle::{Index, HELD_OFFSET_MS, WAITING_OFFSET_MS};
+use crate::lifecycle::{Index, Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
 /// Notifications a page examines at most (per shard); past it the page ends early with
 /// a cursor, so that a filter matching nothing cannot hold a reader for long.
@@ -98,10 +98,18 @@ impl Listed {
         }
     }
 
+    /// When a walk whose first page is read at `now` begins, in the ms that the store
+    /// stamps changes with: rounded up as they are (`Now::up`), so that a notification
+    /// registered or moved earlier in the same millisecond is in the walk.
+    pub fn walk_start(now: Now) -> i64 {
+        now.up()
+    }
+
     /// Whether a walk that began at `walk_from` (ms) lists `v`: it is in this list and
     /// matches `filter`, and it was in this state when the walk began. One that came
     /// back to it since (a retry, a deferral, a replay) is left out, so that a walk
-    /// returns each notification at most once whatever moves meanwhile.
+    /// returns each notification at most once whatever moves meanwhile (but for one that
+    /// moves back within the millisecond the walk began, which the walk counts as before).
     pub fn keeps(self, v: &JobView, filter: &ListFilter, walk_from: i64) -> bool {
         Listed::of(&v.status) == self && v.status.since() <= walk_from && filter.matches(v)
     }
@@ -138,5 +146,21 @@ mod tests {
             assert_eq!(Listed::parse(l.name()), Some(l));
         }
         assert_eq!(Listed::parse("waiting"), None);
+    }
+
+    #[test]
+    fn a_walk_begun_in_the_millisecond_of_a_registration_includes_it() {
+        let ms = 1_800_000_000_123_i64;
+        for registered in [0, 1, 400, 999] {
+            let at = Now::from_micros(ms * 1000 + registered);
+            let record = crate::lifecycle::transitions::register(vec![100], at, 0);
+            for later in [0, 1, 999 - registered] {
+                let walk = Listed::walk_start(Now::from_micros(at.micros() + later));
+                assert!(
+                    record.created_at <= walk,
+                    "{registered} µs, walk {later} µs on"
+                );
+            }
+        }
     }
 }

@@ -419,7 +419,7 @@ impl Reads for PostgresStore {
         let c = self.reader().await?;
         let walk_from = match after {
             Some(cursor) => cursor.walk_from,
-            None => database_now(&c).await?.down(),
+            None => Listed::walk_start(database_now(&c).await?),
         };
         let scan = scan(
             listed.index(),

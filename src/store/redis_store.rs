@@ -371,13 +371,13 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
-    /// Redis's clock, in ms.
-    async fn time_ms(&self) -> StoreResult<i64> {
+    /// Redis's clock, the one its scripts stamp changes with.
+    async fn now(&self) -> StoreResult<Now> {
         let (s, us): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await
             .map_err(store_error)?;
-        Ok(s * 1000 + us / 1000)
+        Ok(Now::from_micros(s * 1_000_000 + us))
     }
 }
 

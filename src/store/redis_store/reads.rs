@@ -184,7 +184,7 @@ impl Reads for RedisStore {
     ) -> StoreResult<ListPage> {
         let walk_from = match after {
             Some(c) => c.walk_from,
-            None => self.time_ms().await?,
+            None => Listed::walk_start(self.now().await?),
         };
         let order = match listed.soonest_first() {
             true => Order::SoonestFirst,
