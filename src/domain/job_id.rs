@@ -45,6 +45,13 @@ impl JobId {
     pub fn shard(&self) -> u16 {
         self.shard
     }
+
+    /// When it was made (ms since the epoch, by the clock of the instance that made it);
+    /// `None` for an id of an earlier build, which holds no time.
+    pub fn made_at_ms(&self) -> Option<i64> {
+        let version = (self.uuid.as_u128() >> 76) & 0xf;
+        (self.form == Form::Base62 && version == 7).then(|| (self.uuid.as_u128() >> 80) as i64)
+    }
 }
 
 impl fmt::Display for JobId {
@@ -137,6 +144,16 @@ mod tests {
         let parsed: JobId = text.parse().unwrap();
         assert_eq!(parsed, id);
         assert_eq!(parsed.shard(), 3);
+    }
+
+    #[test]
+    fn an_id_says_when_it_was_made() {
+        let before = crate::clock::now_ms();
+        let made = JobId::new(1).to_string().parse::<JobId>().unwrap();
+        let at = made.made_at_ms().unwrap();
+        assert!(before <= at && at <= crate::clock::now_ms() + 1, "{before} {at}");
+        let old: JobId = "ntf_2_0193b0c4f5a87c1e9d2e3f4a5b6c7d8e".parse().unwrap();
+        assert_eq!(old.made_at_ms(), None);
     }
 
     #[test]

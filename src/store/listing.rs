@@ -98,9 +98,11 @@ impl Listed {
         }
     }
 
-    /// When a walk whose first page is read at `now` begins, in the ms that the store
-    /// stamps changes with: rounded up as they are (`Now::up`), so that a notification
-    /// registered or moved earlier in the same millisecond is in the walk.
+    /// When a walk whose first page is read at `now` begins: rounded up, as registrations
+    /// and returns to `scheduled` are stamped (`Now::up`), so that a notification
+    /// registered or moved back earlier in the same millisecond is in the walk. (On a
+    /// Redis Cluster the walk reads one node's clock: a node whose clock is behind it
+    /// leaves out what was registered on it in that lag.)
     pub fn walk_start(now: Now) -> i64 {
         now.up()
     }

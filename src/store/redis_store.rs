@@ -34,6 +34,7 @@ mod endpoints;
 mod enqueue;
 mod fleet;
 mod health;
+mod moved_keys;
 mod operator;
 mod page;
 mod queue;

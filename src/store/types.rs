@@ -114,7 +114,7 @@ pub struct Idempotency {
     pub ttl: Duration,
     /// The shard the key hashes to, when that one was degraded and the notification was
     /// placed on another (`Placement`): the key may be kept there already, and is kept
-    /// there too once stored, for a repeat after the shard has recovered.
+    /// there before it is stored, for a repeat after the shard has recovered.
     pub moved_from: Option<u16>,
 }
 

@@ -30,10 +30,6 @@ use crate::store::{
     Settlement, StoreError, StoreResult,
 };
 
-/// How often a registration moved off its key's degraded shard tries to keep the key
-/// there while other repeats of it change it.
-const TAKE_OVER_TRIES: usize = 3;
-
 impl RedisStore {
     /// A registration as the enqueue script takes it.
     fn item(&self, n: &Notification, idempotency: Option<&Idempotency>) -> StoreResult<Item> {
@@ -65,167 +61,6 @@ impl RedisStore {
             self.clock.wake_in(usize::from(n.id.shard()), due_in);
         }
         Ok(enqueued)
-    }
-
-    /// For a registration placed off its idempotency key's degraded shard
-    /// (`Idempotency::moved_from`), before it is stored: the notification the key
-    /// registered already (its key is kept at that shard: registered there before the
-    /// shard was seen degraded, answered 503 but stored on its primary, or moved
-    /// elsewhere earlier), or its refusal for another request; else the key is kept
-    /// there now, naming this notification, so that every repeat meets it wherever the
-    /// repeat is placed. A key there that names no notification (an attempt that did not
-    /// store it) is taken over. Refused (503) when that shard's primary cannot keep it:
-    /// storing the notification elsewhere unkept would let a repeat register it again.
-    async fn meet_key_where_moved_from(
-        &self,
-        n: &Notification,
-        idempotency: Option<&Idempotency>,
-    ) -> StoreResult<Option<Enqueued>> {
-        let Some((i, keys)) = self.moved_from(idempotency) else {
-            return Ok(None);
-        };
-        let mine = i.entry().kept(&n.id);
-        for _ in 0..TAKE_OVER_TRIES {
-            let kept = self.kept_at(keys, i).await?;
-            if let Some(kept) = &kept {
-                if let Some(earlier) = self.registered_by(i, kept).await? {
-                    return Ok(Some(earlier));
-                }
-            }
-            // Kept only if the key still holds what was read: of two repeats taking it
-            // over at once, one wins and the other meets it.
-            if self.replace_key(keys, i, kept.as_deref(), &mine).await? {
-                return Ok(None);
-            }
-        }
-        Err(StoreError::Unavailable(
-            "an idempotency key kept at a degraded shard changed under every try".into(),
-        ))
-    }
-
-    /// Keeps idempotency key `i` at the shard of `keys` as `new`, for its time, if it
-    /// still holds `old` (is absent, with `None`). Whether it did.
-    async fn replace_key(
-        &self,
-        keys: &ShardKeys,
-        i: &Idempotency,
-        old: Option<&str>,
-        new: &str,
-    ) -> StoreResult<bool> {
-        let replaced: i64 = self
-            .scripts
-            .replace_key
-            .key(keys.idempotency(&i.scoped()))
-            .arg(old.unwrap_or(""))
-            .arg(new)
-            .arg(i.ttl_ms())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
-        Ok(replaced == 1)
-    }
-
-    /// What the key value `kept` answers a repeat with: its notification, if it exists
-    /// (or the refusal for another request).
-    async fn registered_by(&self, i: &Idempotency, kept: &str) -> StoreResult<Option<Enqueued>> {
-        let first = crate::store::idempotency_value(kept).0;
-        let id: JobId = first
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("idempotency key names `{first}`")))?;
-        let Some(view) = Reads::get(self, &id).await? else {
-            return Ok(None);
-        };
-        let mismatch = i.entry().mismatches(kept);
-        Ok(Some(Enqueued {
-            id,
-            status: (!mismatch).then_some(view.status),
-            duplicate: true,
-            mismatch,
-            earliest: None,
-        }))
-    }
-
-    /// What idempotency key `i` names at the shard of `keys`, if it is there.
-    async fn kept_at(&self, keys: &ShardKeys, i: &Idempotency) -> StoreResult<Option<String>> {
-        redis::cmd("GET")
-            .arg(keys.idempotency(&i.scoped()))
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)
-    }
-
-    /// Keeps idempotency key `i` at the shard of `keys` as `kept`, for its time.
-    async fn keep_key(&self, keys: &ShardKeys, i: &Idempotency, kept: &str) -> StoreResult<()> {
-        redis::cmd("SET")
-            .arg(keys.idempotency(&i.scoped()))
-            .arg(kept)
-            .arg("PX")
-            .arg(i.ttl_ms())
-            .query_async::<Value>(&mut self.conn.clone())
-            .await
-            .map(|_| ())
-            .map_err(store_error)
-    }
-
-    /// After a registration moved off its key's degraded shard was stored: where the
-    /// shard it went to answered with an earlier notification of the key, or stored it
-    /// without the replicas' acknowledgement (`NotReplicated`: stored on its primary all
-    /// the same), the key kept at the degraded shard is made the one the other shard
-    /// holds, naming what it registered.
-    async fn keep_where_moved_from(
-        &self,
-        idempotency: Option<&Idempotency>,
-        n: &Notification,
-        outcome: &StoreResult<Enqueued>,
-    ) {
-        let Some((i, keys)) = self.moved_from(idempotency) else {
-            return;
-        };
-        let settled = match outcome {
-            Ok(e) => e.duplicate,
-            Err(e) => matches!(e, StoreError::NotReplicated { .. }),
-        };
-        let Some(placed) = self
-            .shards
-            .get(usize::from(n.id.shard()))
-            .filter(|_| settled)
-        else {
-            return;
-        };
-        let kept = match self.kept_at(placed, i).await {
-            Ok(Some(kept)) => self.keep_key(keys, i, &kept).await,
-            Ok(None) => Ok(()),
-            Err(e) => Err(e),
-        };
-        if let Err(error) = kept {
-            tracing::warn!(id = %n.id, %error, "cannot keep an idempotency key at its degraded shard as the shard it went to holds it; a repeat may register again");
-        }
-    }
-
-    /// A repeat answered with a notification of another shard (its key kept here when the
-    /// first was moved off this shard while it was degraded): that notification's status,
-    /// which the script could not read from this one. One not stored yet (its registration
-    /// is under way, or failed and will be taken over) is answered 503, to try again.
-    async fn status_elsewhere(&self, n: &Notification, mut e: Enqueued) -> StoreResult<Enqueued> {
-        if e.duplicate && !e.mismatch && e.status.is_none() && e.id.shard() != n.id.shard() {
-            let Some(view) = Reads::get(self, &e.id).await? else {
-                return Err(StoreError::Unavailable(format!(
-                    "the notification its idempotency key names ({}) is not stored yet",
-                    e.id
-                )));
-            };
-            e.status = Some(view.status);
-        }
-        Ok(e)
-    }
-
-    /// The key and the keys of the shard it was moved from, if it was.
-    fn moved_from<'a>(
-        &'a self,
-        idempotency: Option<&'a Idempotency>,
-    ) -> Option<(&'a Idempotency, &'a ShardKeys)> {
-        let i = idempotency?;
-        Some((i, self.shards.get(usize::from(i.moved_from?))?))
     }
 
     /// Claims up to `limit` notifications of shard `shard`, and hands back those whose
@@ -437,7 +272,7 @@ impl Queue for RedisStore {
         let enqueued = self.enqueuer.enqueue(self.item(n, idempotency)?).await;
         let enqueued = self.enqueued(n, enqueued);
         self.keep_where_moved_from(idempotency, n, &enqueued).await;
-        self.status_elsewhere(n, enqueued?).await
+        self.status_elsewhere(n, idempotency, enqueued?).await
     }
 
     /// Hands every registration to the group-storing task at once and then waits for
@@ -467,7 +302,7 @@ impl Queue for RedisStore {
             };
             self.keep_where_moved_from(*idempotency, n, &enqueued).await;
             results.push(match enqueued {
-                Ok(e) => self.status_elsewhere(n, e).await,
+                Ok(e) => self.status_elsewhere(n, *idempotency, e).await,
                 Err(e) => Err(e),
             });
         }
