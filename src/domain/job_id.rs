@@ -151,7 +151,10 @@ mod tests {
         let before = crate::clock::now_ms();
         let made = JobId::new(1).to_string().parse::<JobId>().unwrap();
         let at = made.made_at_ms().unwrap();
-        assert!(before <= at && at <= crate::clock::now_ms() + 1, "{before} {at}");
+        assert!(
+            before <= at && at <= crate::clock::now_ms() + 1,
+            "{before} {at}"
+        );
         let old: JobId = "ntf_2_0193b0c4f5a87c1e9d2e3f4a5b6c7d8e".parse().unwrap();
         assert_eq!(old.made_at_ms(), None);
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use support::load::{self, Answer};
-use support::{Postback, Receiver, RedisCluster, LONG_WAIT, WAIT};
+use support::{Postback, Receiver, RedisCluster, RedisServer, LONG_WAIT, WAIT};
 
 const REGISTRATIONS: usize = 3000;
 const PRODUCERS: usize = 16;
@@ -236,4 +236,46 @@ async fn keyed(pb: &Postback, body: &Value, key: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("{key} refused 50 times");
+}
+
+/// A registration moved off its key's degraded shard keeps the key there before it is
+/// stored elsewhere; when that store fails, the key names a notification that no shard
+/// holds. A repeat is answered `503` while that registration may still be under way; once
+/// it is over, the key is given up and the next repeat registers the notification (it was
+/// answered `503` for the key's whole day).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_left_naming_a_notification_never_stored_is_given_up() {
+    let redis = RedisServer::start();
+    let receiver = Receiver::start().await;
+    let pb = Postback::start(&redis, &[("POSTBACK_STORE_SHARDS", "2")]).await;
+    let body = json!({"url": receiver.url("/kept"), "body": {"n": 1}, "delay": "1h"});
+    let first = keyed(&pb, &body, "order-1").await;
+    let id = first["id"].as_str().unwrap();
+    let (shard, uuid) = id["ntf_".len()..].split_once('_').unwrap();
+    let name = format!("{{postback:{shard}}}:idem:default order-1");
+    let kept: String = redis.query(redis::cmd("GET").arg(&name));
+    let fingerprint = kept.split_once(' ').unwrap().1;
+    let other = 1 - shard.parse::<u8>().unwrap();
+    let keep = |named: String| {
+        let _: () = redis.query(redis::cmd("SET").arg(&name).arg(named));
+    };
+    let repeat = || pb.notify_with(body.clone(), &[("idempotency-key", "order-1")]);
+
+    // Named by an id made a moment ago: its registration may still store it.
+    keep(format!("ntf_{other}_{uuid} {fingerprint}"));
+    for _ in 0..2 {
+        let (status, answer) = repeat().await;
+        assert_eq!(status, 503, "{answer}");
+    }
+    // Named by an id whose registration is over (one of an earlier build holds no time).
+    keep(format!(
+        "ntf_{other}_0193b0c4f5a87c1e9d2e3f4a5b6c7d8e {fingerprint}"
+    ));
+    let (status, answer) = repeat().await;
+    assert_eq!(status, 503, "{answer}");
+    let (status, again) = repeat().await;
+    assert_eq!(status, 202, "{again}");
+    assert_ne!(again["id"], first["id"], "registered anew: {again}");
+    let (status, third) = repeat().await;
+    assert_eq!((status, &third["id"]), (202, &again["id"]), "{third}");
 }

@@ -28,7 +28,7 @@ enum Named {
     /// A notification no shard holds, whose registration may still store it.
     UnderWay(JobId),
     /// A notification no shard holds, whose registration is over.
-    Gone(JobId),
+    Gone,
 }
 
 /// Whether `id`, named by a key and held by no shard, may still be stored. An id of an
@@ -67,7 +67,7 @@ impl RedisStore {
                 match self.named(i, kept).await? {
                     Named::Stored(earlier) => return Ok(Some(earlier)),
                     Named::UnderWay(id) => return Err(not_stored_yet(&id)),
-                    Named::Gone(_) => {}
+                    Named::Gone => {}
                 }
             }
             // Kept only if the key still holds what was read: of two repeats taking it
@@ -114,8 +114,12 @@ impl RedisStore {
         };
         match kept {
             Ok(true) => {}
-            Ok(false) => tracing::info!(id = %n.id, "an idempotency key kept at its degraded shard was taken over meanwhile; left as it is"),
-            Err(error) => tracing::warn!(id = %n.id, %error, "cannot keep an idempotency key at its degraded shard as the shard it went to holds it; a repeat may register again"),
+            Ok(false) => {
+                tracing::info!(id = %n.id, "an idempotency key kept at its degraded shard was taken over meanwhile; left as it is")
+            }
+            Err(error) => {
+                tracing::warn!(id = %n.id, %error, "cannot keep an idempotency key at its degraded shard as the shard it went to holds it; a repeat may register again")
+            }
         }
     }
 
@@ -150,13 +154,12 @@ impl RedisStore {
     /// What the key value `kept` names: its notification if stored (or the refusal for
     /// another request), else whether its registration may still store it.
     async fn named(&self, i: &Idempotency, kept: &str) -> StoreResult<Named> {
-        let id = names(kept).ok_or_else(|| {
-            StoreError::Corrupt(format!("an idempotency key holds `{kept}`"))
-        })?;
+        let id = names(kept)
+            .ok_or_else(|| StoreError::Corrupt(format!("an idempotency key holds `{kept}`")))?;
         let Some(view) = Reads::get(self, &id).await? else {
             return Ok(match under_way(&id) {
                 true => Named::UnderWay(id),
-                false => Named::Gone(id),
+                false => Named::Gone,
             });
         };
         let mismatch = i.entry().mismatches(kept);

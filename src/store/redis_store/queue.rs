@@ -22,11 +22,10 @@ use super::{script_error, store_error, RedisStore};
 use crate::backoff::worth_logging;
 use crate::domain::{Entry, JobId, Notification};
 use crate::lifecycle::{retention, transitions, Index, JobState, Now};
-use crate::store::keys::ShardKeys;
 use crate::store::spec;
 use crate::store::tenant_counts::counted;
 use crate::store::{
-    Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry, Queue, Reads, Settled,
+    Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry, Queue, Settled,
     Settlement, StoreError, StoreResult,
 };
 
