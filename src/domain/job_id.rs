@@ -47,7 +47,7 @@ impl JobId {
     }
 
     /// When it was made (ms since the epoch, by the clock of the instance that made it);
-    /// `None` for an id of an earlier build, which holds no time.
+    /// `None` for an id in the hex form of earlier builds, whose time is not read.
     pub fn made_at_ms(&self) -> Option<i64> {
         let version = (self.uuid.as_u128() >> 76) & 0xf;
         (self.form == Form::Base62 && version == 7).then(|| (self.uuid.as_u128() >> 80) as i64)

@@ -145,6 +145,8 @@ pub struct RedisStore {
     /// hash tag of their own, so that each lives on its own slot of a cluster.
     rate_prefix: String,
     connect_timeout: Duration,
+    /// How long a registration may take at most (`moved_keys::under_way`).
+    registration_at_most: Duration,
     /// Which shards have work, so that a claim asks only those (and one more in turn).
     clock: ShardClock,
     /// The instances sharing this Redis, and which shards this one owns.
@@ -229,6 +231,7 @@ impl RedisStore {
             health_listener: RwLock::new(None),
             rate_prefix: format!("{}:rate:", settings.key_prefix),
             connect_timeout: settings.connect_timeout,
+            registration_at_most: moved_keys::registration_at_most(settings),
             clock: ShardClock::new(usize::from(shard_count)),
             fleet: Fleet::new(
                 &settings.key_prefix,

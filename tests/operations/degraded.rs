@@ -242,7 +242,8 @@ async fn keyed(pb: &Postback, body: &Value, key: &str) -> Value {
 /// stored elsewhere; when that store fails, the key names a notification that no shard
 /// holds. A repeat is answered `503` while that registration may still be under way; once
 /// it is over, the key is given up and the next repeat registers the notification (it was
-/// answered `503` for the key's whole day).
+/// answered `503` for the key's whole day). One stored and deleted since is told apart by
+/// the key at its own shard, and answered `409` as any key that outlived its notification.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_left_naming_a_notification_never_stored_is_given_up() {
     let redis = RedisServer::start();
@@ -267,10 +268,23 @@ async fn a_key_left_naming_a_notification_never_stored_is_given_up() {
         let (status, answer) = repeat().await;
         assert_eq!(status, 503, "{answer}");
     }
-    // Named by an id whose registration is over (one of an earlier build holds no time).
-    keep(format!(
-        "ntf_{other}_0193b0c4f5a87c1e9d2e3f4a5b6c7d8e {fingerprint}"
-    ));
+    // Named by one that the other shard stored (its key there, written with it, names
+    // it) and that is gone since: as for any key that outlived its notification.
+    let deleted = format!("ntf_{other}_0193b0c4f5a87c1e9d2e3f4a5b6c7d8e {fingerprint}");
+    let elsewhere = format!("{{postback:{other}}}:idem:default order-1");
+    let _: () = redis.query(redis::cmd("SET").arg(&elsewhere).arg(&deleted));
+    keep(deleted.clone());
+    let (status, answer) = repeat().await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(
+        answer["error"]["code"], "idempotency_key_reused",
+        "{answer}"
+    );
+
+    // Named by one never stored (no key at its shard) whose registration is over (an id
+    // of an earlier build holds no time).
+    let _: () = redis.query(redis::cmd("DEL").arg(&elsewhere));
+    keep(deleted);
     let (status, answer) = repeat().await;
     assert_eq!(status, 503, "{answer}");
     let (status, again) = repeat().await;

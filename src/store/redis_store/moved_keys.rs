@@ -1,12 +1,17 @@
 //! Idempotency keys of registrations placed off their key's degraded shard (`Placement`):
 //! the key is kept at that shard before the notification is stored elsewhere, so that a
 //! repeat meets it wherever the repeat is placed, there once the shard has recovered
-//! included. A key there may name a notification that no shard holds: one whose
-//! registration is under way (a repeat is told to try again), or one that was never
-//! stored (its registration failed after the key was kept: the key is taken over).
-//! `under_way` alone decides which.
+//! included. A key there may name a notification that no shard holds; the key at that
+//! notification's own shard, written with the notification, tells why (`Unstored`): it
+//! was stored and deleted since (a repeat is answered as for any key that outlived its
+//! notification), the other shard registered another one for the key (a repeat is
+//! answered with that one), or it was not stored: its registration is under way (a
+//! repeat is told to try again) or failed after the key was kept (the key is given up).
+
+use std::time::Duration;
 
 use super::{store_error, RedisStore};
+use crate::config::StoreSettings;
 use crate::domain::{JobId, Notification};
 use crate::store::keys::ShardKeys;
 use crate::store::{Enqueued, Idempotency, Reads, StoreError, StoreResult};
@@ -16,26 +21,33 @@ use crate::store::{Enqueued, Idempotency, Reads, StoreError, StoreResult};
 const TAKE_OVER_TRIES: usize = 3;
 
 /// How long after its id was made a notification that a key names may still be on its
-/// way to being stored: a registration is answered within the store's response and
-/// replica timeouts, far less than this, and ids are made by instances whose clocks
-/// agree far better.
-const UNDER_WAY_MS: i64 = 30_000;
+/// way to being stored, at least: instances' clocks, which make ids, agree far better.
+const UNDER_WAY_AT_LEAST: Duration = Duration::from_secs(30);
 
-/// What a key names.
+/// How long a registration may take at most: every try of its connection and its reply,
+/// and its wait for the replicas, twice over, and at least `UNDER_WAY_AT_LEAST`.
+pub(super) fn registration_at_most(s: &StoreSettings) -> Duration {
+    let once = s.connect_timeout + s.response_timeout + s.replica_ack_timeout;
+    (once * 4).max(UNDER_WAY_AT_LEAST)
+}
+
+/// What a key names, as a repeat meets it.
 enum Named {
-    /// A stored notification: a repeat is answered with it.
-    Stored(Enqueued),
+    /// A repeat is answered with this: the notification (with `status: None` when it
+    /// was stored and deleted since), or the refusal for another request.
+    Answer(Enqueued),
     /// A notification no shard holds, whose registration may still store it.
     UnderWay(JobId),
-    /// A notification no shard holds, whose registration is over.
+    /// A notification never stored, whose registration is over: the key is given up.
     Gone,
 }
 
-/// Whether `id`, named by a key and held by no shard, may still be stored. An id of an
-/// earlier build holds no time: its registration is long over.
-fn under_way(id: &JobId) -> bool {
+/// Whether `id`, named by a key and held by no shard, may still be stored, a
+/// registration taking `at_most`. An id in the hex form of earlier builds was made long
+/// ago: its registration is over.
+fn under_way(id: &JobId, at_most: Duration) -> bool {
     id.made_at_ms()
-        .is_some_and(|at| crate::clock::now_ms() - at < UNDER_WAY_MS)
+        .is_some_and(|at| crate::clock::now_ms() - at < at_most.as_millis() as i64)
 }
 
 fn not_stored_yet(id: &JobId) -> StoreError {
@@ -57,15 +69,15 @@ impl RedisStore {
         n: &Notification,
         idempotency: Option<&Idempotency>,
     ) -> StoreResult<Option<Enqueued>> {
-        let Some((i, keys)) = self.moved_from(idempotency) else {
+        let Some((i, from, keys)) = self.moved_from(idempotency) else {
             return Ok(None);
         };
         let mine = i.entry().kept(&n.id);
         for _ in 0..TAKE_OVER_TRIES {
             let kept = self.kept_at(keys, i).await?;
             if let Some(kept) = &kept {
-                match self.named(i, kept).await? {
-                    Named::Stored(earlier) => return Ok(Some(earlier)),
+                match self.named(i, from, kept).await? {
+                    Named::Answer(earlier) => return Ok(Some(earlier)),
                     Named::UnderWay(id) => return Err(not_stored_yet(&id)),
                     Named::Gone => {}
                 }
@@ -92,7 +104,7 @@ impl RedisStore {
         n: &Notification,
         outcome: &StoreResult<Enqueued>,
     ) {
-        let Some((i, keys)) = self.moved_from(idempotency) else {
+        let Some((i, _, keys)) = self.moved_from(idempotency) else {
             return;
         };
         let stored_elsewhere = match outcome {
@@ -124,48 +136,60 @@ impl RedisStore {
     }
 
     /// A repeat answered with a notification of another shard (its key kept here when the
-    /// first was moved off this shard while it was degraded): that notification's status,
-    /// which the script could not read from this one. One not stored yet is answered 503,
-    /// to try again; one whose registration is over without storing it gives up its key
-    /// here, and the repeat is answered 503 too, to be registered when it comes again.
+    /// first was moved off this shard while it was degraded): what the key names, which
+    /// the script could not read from this shard (`named`). One not stored yet is
+    /// answered 503, to try again; one never stored gives up its key here, and the repeat
+    /// is answered 503 too, to be registered when it comes again.
     pub(super) async fn status_elsewhere(
         &self,
         n: &Notification,
         idempotency: Option<&Idempotency>,
-        mut e: Enqueued,
+        e: Enqueued,
     ) -> StoreResult<Enqueued> {
         if !e.duplicate || e.mismatch || e.status.is_some() || e.id.shard() == n.id.shard() {
             return Ok(e);
         }
-        if let Some(view) = Reads::get(self, &e.id).await? {
-            e.status = Some(view.status);
+        let (Some(i), Ok(keys)) = (idempotency, self.keys(&n.id)) else {
             return Ok(e);
-        }
-        if let (false, Some(i), Ok(keys)) = (under_way(&e.id), idempotency, self.keys(&n.id)) {
-            if let Some(kept) = self.kept_at(keys, i).await? {
-                if names(&kept) == Some(e.id) {
-                    self.replace_key(keys, i, Some(&kept), "").await?;
-                }
+        };
+        let Some(kept) = self.kept_at(keys, i).await? else {
+            return Err(not_stored_yet(&e.id));
+        };
+        match self.named(i, n.id.shard(), &kept).await? {
+            Named::Answer(answer) => Ok(answer),
+            Named::UnderWay(id) => Err(not_stored_yet(&id)),
+            Named::Gone => {
+                self.replace_key(keys, i, Some(&kept), "").await?;
+                Err(not_stored_yet(&e.id))
             }
         }
-        Err(not_stored_yet(&e.id))
     }
 
-    /// What the key value `kept` names: its notification if stored (or the refusal for
-    /// another request), else whether its registration may still store it.
-    async fn named(&self, i: &Idempotency, kept: &str) -> StoreResult<Named> {
+    /// What the value `kept` of key `i` at shard `at` names: a stored notification, else
+    /// what the key at that notification's own shard, written with it, says: that it
+    /// was stored and deleted since, or that the shard registered another for the key;
+    /// and when that shard holds no such key, whether its registration may still store
+    /// it.
+    async fn named(&self, i: &Idempotency, at: u16, kept: &str) -> StoreResult<Named> {
         let id = names(kept)
             .ok_or_else(|| StoreError::Corrupt(format!("an idempotency key holds `{kept}`")))?;
-        let Some(view) = Reads::get(self, &id).await? else {
-            return Ok(match under_way(&id) {
+        let written_with_it = match (id.shard() == at, self.keys(&id)) {
+            (true, _) => Some(kept.to_string()),
+            (false, Ok(home)) => self.kept_at(home, i).await?,
+            (false, Err(_)) => None,
+        };
+        let Some(written) = written_with_it else {
+            return Ok(match under_way(&id, self.registration_at_most) {
                 true => Named::UnderWay(id),
                 false => Named::Gone,
             });
         };
-        let mismatch = i.entry().mismatches(kept);
-        Ok(Named::Stored(Enqueued {
-            id,
-            status: (!mismatch).then_some(view.status),
+        let first = names(&written).unwrap_or(id);
+        let stored = Reads::get(self, &first).await?;
+        let mismatch = i.entry().mismatches(&written);
+        Ok(Named::Answer(Enqueued {
+            id: first,
+            status: stored.filter(|_| !mismatch).map(|v| v.status),
             duplicate: true,
             mismatch,
             earliest: None,
@@ -203,13 +227,14 @@ impl RedisStore {
             .map_err(store_error)
     }
 
-    /// The key and the keys of the shard it was moved from, if it was.
+    /// The key, the shard it was moved from, if it was, and that shard's keys.
     fn moved_from<'a>(
         &'a self,
         idempotency: Option<&'a Idempotency>,
-    ) -> Option<(&'a Idempotency, &'a ShardKeys)> {
+    ) -> Option<(&'a Idempotency, u16, &'a ShardKeys)> {
         let i = idempotency?;
-        Some((i, self.shards.get(usize::from(i.moved_from?))?))
+        let from = i.moved_from?;
+        Some((i, from, self.shards.get(usize::from(from))?))
     }
 }
 
