@@ -2,7 +2,7 @@
 //! the key is kept at that shard before the notification is stored elsewhere, so that a
 //! repeat meets it wherever the repeat is placed, there once the shard has recovered
 //! included. A key there may name a notification that no shard holds; the key at that
-//! notification's own shard, written with the notification, tells why (`Unstored`): it
+//! notification's own shard, written with the notification, tells why (`named`): it
 //! was stored and deleted since (a repeat is answered as for any key that outlived its
 //! notification), the other shard registered another one for the key (a repeat is
 //! answered with that one), or it was not stored: its registration is under way (a
@@ -93,12 +93,26 @@ impl RedisStore {
         ))
     }
 
+    /// What a registration handed to its shard's script is answered: the key kept where
+    /// it was moved from made what that shard holds (`keep_where_moved_from`), and a
+    /// repeat answered with a notification of another shard told what that one is
+    /// (`status_elsewhere`).
+    pub(super) async fn after_stored(
+        &self,
+        n: &Notification,
+        idempotency: Option<&Idempotency>,
+        enqueued: StoreResult<Enqueued>,
+    ) -> StoreResult<Enqueued> {
+        self.keep_where_moved_from(idempotency, n, &enqueued).await;
+        self.status_elsewhere(n, idempotency, enqueued?).await
+    }
+
     /// After a registration moved off its key's degraded shard was stored: where the
     /// shard it went to answered with an earlier notification of the key, or stored it
     /// without the replicas' acknowledgement (`NotReplicated`: stored on its primary all
     /// the same), the key kept at the degraded shard is made the one the other shard
     /// holds, naming what it registered, if it still names this notification.
-    pub(super) async fn keep_where_moved_from(
+    async fn keep_where_moved_from(
         &self,
         idempotency: Option<&Idempotency>,
         n: &Notification,
@@ -140,7 +154,7 @@ impl RedisStore {
     /// the script could not read from this shard (`named`). One not stored yet is
     /// answered 503, to try again; one never stored gives up its key here, and the repeat
     /// is answered 503 too, to be registered when it comes again.
-    pub(super) async fn status_elsewhere(
+    async fn status_elsewhere(
         &self,
         n: &Notification,
         idempotency: Option<&Idempotency>,

@@ -270,8 +270,7 @@ impl Queue for RedisStore {
         }
         let enqueued = self.enqueuer.enqueue(self.item(n, idempotency)?).await;
         let enqueued = self.enqueued(n, enqueued);
-        self.keep_where_moved_from(idempotency, n, &enqueued).await;
-        self.status_elsewhere(n, idempotency, enqueued?).await
+        self.after_stored(n, idempotency, enqueued).await
     }
 
     /// Hands every registration to the group-storing task at once and then waits for
@@ -295,14 +294,12 @@ impl Queue for RedisStore {
         }
         let mut results = Vec::with_capacity(registrations.len());
         for ((n, idempotency), answer) in registrations.iter().zip(answers) {
-            let enqueued = match answer {
-                Ok(answer) => self.enqueued(n, answer.wait().await),
+            results.push(match answer {
+                Ok(answer) => {
+                    let enqueued = self.enqueued(n, answer.wait().await);
+                    self.after_stored(n, *idempotency, enqueued).await
+                }
                 Err(known) => known,
-            };
-            self.keep_where_moved_from(*idempotency, n, &enqueued).await;
-            results.push(match enqueued {
-                Ok(e) => self.status_elsewhere(n, *idempotency, e).await,
-                Err(e) => Err(e),
             });
         }
         results
