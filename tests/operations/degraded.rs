@@ -233,6 +233,7 @@ async fn keyed(pb: &Postback, body: &Value, key: &str) -> Value {
             assert_eq!(status, 202, "{answer}");
             return answer;
         }
+        // A careful producer's pause before it asks again.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("{key} refused 50 times");

@@ -704,6 +704,7 @@ impl World {
                     "still pending after the drain: {stats}; {pending:?}"
                 ));
             }
+            // Simulated time: how often the drain looks, in the run's own clock.
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
     }

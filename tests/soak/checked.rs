@@ -284,6 +284,7 @@ async fn read_back(pb: &Postback, model: &mut Model) -> bool {
         }
         pending = still;
         if !pending.is_empty() {
+            // The pace of reading back what is not finished yet (up to the deadline).
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
