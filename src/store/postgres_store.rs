@@ -504,14 +504,8 @@ fn scan(
 
 /// The database's clock now.
 async fn database_now(c: &deadpool_postgres::Client) -> StoreResult<Now> {
-    let row = c
-        .query_one(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us",
-            &[],
-        )
-        .await
-        .map_err(|e| store_error(e.into()))?;
-    Ok(Now::from_micros(col(&row, "now_us").map_err(store_error)?))
+    let client: &tokio_postgres::Client = c;
+    tx::database_now(client).await.map_err(store_error)
 }
 
 #[async_trait]

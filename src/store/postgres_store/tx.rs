@@ -5,7 +5,7 @@
 
 use deadpool_postgres::Transaction;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::Row;
+use tokio_postgres::{GenericClient, Row};
 
 use crate::lifecycle::{transitions, Index, Now, Record};
 
@@ -53,6 +53,17 @@ pub fn corrupt(what: impl std::fmt::Display) -> Fault {
     Fault::Corrupt(format!("unreadable row: {what}"))
 }
 
+/// The database's clock now, which every change and every walk of a list reads.
+pub async fn database_now(c: &impl GenericClient) -> PgResult<Now> {
+    let row = c
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us",
+            &[],
+        )
+        .await?;
+    Ok(Now::from_micros(col(&row, "now_us")?))
+}
+
 /// Column `name` of `row`: one missing or of another type (a schema that drifted from
 /// these statements) is an error naming it, never a panic.
 pub fn col<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, name: &str) -> PgResult<T> {
@@ -80,14 +91,8 @@ pub struct Tx<'c> {
 impl<'c> Tx<'c> {
     /// Starts a transaction on `sql`, reading the database's clock.
     pub async fn begin(sql: Transaction<'c>) -> PgResult<Self> {
-        let row = sql
-            .query_one(
-                "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us",
-                &[],
-            )
-            .await?;
         Ok(Self {
-            now: Now::from_micros(col(&row, "now_us")?),
+            now: database_now(&*sql).await?,
             sql,
             wake: false,
             holds_claims: false,
