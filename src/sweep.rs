@@ -10,14 +10,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
-use crate::store::Store;
+use crate::store::{EndpointHealth, Queue};
 
 /// Endpoint records a sweep reads at most, looking for idle ones.
 const ENDPOINTS_PER_SWEEP: usize = 1_000;
 
 /// Sweeps until `stop` fires. Errors are logged once per outage, not per sweep.
 pub async fn run(
-    store: Arc<dyn Store>,
+    store: Arc<impl Queue + EndpointHealth + ?Sized>,
     every: Duration,
     forget_after: Duration,
     stop: CancellationToken,

@@ -12,12 +12,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::{IntoParams, ToSchema};
 
+use super::bulk::PerTenant;
 use super::error::{invalid_query, ApiError, CommonErrors, ErrorBody};
 use super::view::rfc3339;
 use super::AppState;
 use super::{auth, paging};
 use crate::domain::{FieldError, Tenant};
-use crate::store::bulk::PerTenant;
 use crate::store::{
     self, AuditAction, AuditEntry, AuditFilter, AuditPosition, AuditRecord, EndpointRecord,
     JobView, ListFilter, Listed, UrlChange,

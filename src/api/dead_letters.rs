@@ -14,6 +14,7 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::body::Body;
+use super::bulk;
 use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
 use super::parse::{optional_json, parse_json};
 use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRules};
@@ -21,7 +22,7 @@ use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replaye
 use super::AppState;
 use super::{audit, auth, endpoints, paging};
 use crate::domain::{ExtraHeaders, FieldError, JobId, JobSpec, Schedule};
-use crate::store::{bulk, AuditAction, Cursor, JobState, JobView, ListFilter, UrlChange};
+use crate::store::{AuditAction, Cursor, JobState, JobView, ListFilter, UrlChange};
 use crate::tenancy::access::Principal;
 
 /// The filters and paging of `GET /dead-letters`; every filter given must hold.

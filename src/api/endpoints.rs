@@ -21,7 +21,7 @@ use crate::clock::now_ms;
 use crate::domain::{Endpoint, EndpointId, FieldError, Tenant};
 use crate::endpoints::health::EndpointNotice;
 use crate::store::{
-    AuditAction, EndpointPause, EndpointRecord, ListFilter, Listed, Store, StoreResult,
+    AuditAction, EndpointPause, EndpointRecord, ListFilter, Listed, Reads, StoreResult,
 };
 use crate::tenancy::access::{Principal, Scope};
 
@@ -239,7 +239,7 @@ const BACKLOG_PAGES: usize = 10;
 
 /// The notifications of `found`'s endpoint that wait for an attempt, counted from the
 /// lists they are in (every tenant's share them, so a count reads past others').
-async fn backlog(store: &dyn Store, found: &EndpointRecord) -> StoreResult<Backlog> {
+async fn backlog(store: &dyn Reads, found: &EndpointRecord) -> StoreResult<Backlog> {
     let filter = ListFilter {
         tenant: Some(found.tenant.clone()),
         endpoint: Some(found.endpoint()),

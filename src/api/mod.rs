@@ -23,6 +23,7 @@ mod auth;
 mod batch;
 mod body;
 mod browser;
+mod bulk;
 mod dead_letters;
 mod endpoints;
 mod error;

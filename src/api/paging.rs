@@ -18,7 +18,7 @@ use super::error::ApiError;
 use super::AppState;
 use crate::domain::FieldError;
 use crate::store::collections::{Change, Collection, Collections, Expect};
-use crate::store::{ListFilter, Listed, Store, StoreError, StoreResult};
+use crate::store::{ListFilter, Listed, Reads, StoreError, StoreResult};
 use crate::tenancy::access::Principal;
 
 const DEFAULT_LIMIT: usize = 50;
@@ -27,7 +27,7 @@ const MAX_LIMIT: usize = 500;
 /// How many of `listed` match `filter`, reading at most `pages` pages of 500, and
 /// whether the count reached the list's end.
 pub async fn count(
-    store: &dyn Store,
+    store: &dyn Reads,
     listed: Listed,
     filter: &ListFilter,
     pages: usize,

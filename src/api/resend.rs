@@ -12,6 +12,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::body::Body;
+use super::bulk;
 use super::dead_letters::replay_timing;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::notifications::{current, parse_id, visible};
@@ -22,7 +23,7 @@ use super::AppState;
 use super::{audit, auth, paging};
 use crate::domain::FieldError;
 use crate::lifecycle::LetGo;
-use crate::store::{bulk, Again, AuditAction, JobView, ListFilter, Listed};
+use crate::store::{Again, AuditAction, JobView, ListFilter, Listed};
 use crate::tenancy::access::Principal;
 
 /// What a resend may change: the schedule of its new cycle, and when it starts.

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::backoff;
 use crate::domain::{JobId, Outcome};
-use crate::store::{Deferral, Settlement, Store, StoreResult};
+use crate::store::{Deferral, Queue, Settlement, StoreResult};
 
 /// Most reports recorded by one batch.
 const MAX_BATCH: usize = 256;
@@ -132,7 +132,7 @@ impl Leases {
 /// Runs until every sender of `rx` is gone and the queue is empty, or until `give_up`
 /// fires while the store is down (leases then expire and the work is done again).
 pub async fn run(
-    store: Arc<dyn Store>,
+    store: Arc<dyn Queue>,
     mut rx: mpsc::Receiver<Queued>,
     leases: Leases,
     wake: Arc<Notify>,
@@ -174,7 +174,7 @@ async fn gather(
 
 /// Records one batch; false when it gave up.
 async fn record(
-    store: &dyn Store,
+    store: &dyn Queue,
     batch: &[Report],
     wake: &Notify,
     give_up: &CancellationToken,

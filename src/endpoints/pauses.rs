@@ -45,7 +45,8 @@ use crate::domain::{Endpoint, EndpointId, Tenant};
 use crate::endpoints::health::{key, EndpointNotice, EndpointPause, PAUSED_BY_POSTBACK};
 use crate::lifecycle::LetGo;
 use crate::observability::ops_events::OpsEvents;
-use crate::store::{JobView, ListFilter, Listed, Store, StoreResult, WalkCursor};
+use crate::store::{EndpointHealth, JobView, ListFilter, Listed, OperatorActions, Queue, Reads};
+use crate::store::{StoreResult, WalkCursor};
 
 /// How often the held ones are let go while some are.
 const TICK: Duration = Duration::from_secs(1);
@@ -58,6 +59,13 @@ const DRAIN_PER_ENDPOINT: usize = 50;
 /// Held notifications read per page, and pages per tick at most.
 const PAGE: usize = 500;
 const PAGES_PER_TICK: usize = 4;
+
+/// The store's roles pausing uses: endpoints' records and pauses (`EndpointHealth`), the
+/// held list (`Reads`), letting held ones go (`OperatorActions`) and the ops event a
+/// resume stores (`Queue`).
+pub trait PausesStore: EndpointHealth + Reads + OperatorActions + Queue {}
+
+impl<S: EndpointHealth + Reads + OperatorActions + Queue + ?Sized> PausesStore for S {}
 /// How often the held list is read when nothing else asks for it.
 const RECHECK: Duration = Duration::from_secs(60);
 
@@ -147,7 +155,7 @@ impl EndpointPauses {
     /// tells it (`endpoint.resumed`, by `probe`).
     pub async fn probe_delivered(
         &self,
-        store: &dyn Store,
+        store: &(impl PausesStore + ?Sized),
         ops: &OpsEvents,
         wake: &Notify,
         tenant: &Tenant,
@@ -178,7 +186,11 @@ impl EndpointPauses {
 
     /// Until `stop`: reads the pauses every `READ_EVERY`, and lets go what ended ones
     /// held.
-    pub async fn run(self: Arc<Self>, store: Arc<dyn Store>, stop: CancellationToken) {
+    pub async fn run(
+        self: Arc<Self>,
+        store: Arc<impl PausesStore + ?Sized>,
+        stop: CancellationToken,
+    ) {
         let mut drain = Drain::default();
         let mut probes = Probes::default();
         let mut ticks = tokio::time::interval(TICK);
@@ -206,7 +218,7 @@ impl EndpointPauses {
 
     async fn tick(
         &self,
-        store: &dyn Store,
+        store: &(impl PausesStore + ?Sized),
         drain: &mut Drain,
         probes: &mut Probes,
     ) -> StoreResult<()> {
@@ -231,7 +243,11 @@ impl EndpointPauses {
 
     /// Lets go one held notification of each endpoint paused for failing whose probe is
     /// due: every `probe_interval` from its pause, once per interval on this instance.
-    async fn probe(&self, store: &dyn Store, probes: &mut Probes) -> StoreResult<()> {
+    async fn probe(
+        &self,
+        store: &(impl PausesStore + ?Sized),
+        probes: &mut Probes,
+    ) -> StoreResult<()> {
         let interval = self.probe_interval.as_millis() as i64;
         if interval == 0 {
             return Ok(());
@@ -258,7 +274,7 @@ impl EndpointPauses {
     }
 
     /// Reads the pauses from the store; whether one this instance knew of ended.
-    async fn read(&self, store: &dyn Store) -> StoreResult<bool> {
+    async fn read(&self, store: &(impl EndpointHealth + ?Sized)) -> StoreResult<bool> {
         let keys: HashMap<String, EndpointPause> = store.pauses().await?.into_iter().collect();
         let mut view = self.view.write().expect("pauses lock");
         let ended = view.keys.keys().any(|k| !keys.contains_key(k));
@@ -275,7 +291,10 @@ struct Probes {
 
 /// The oldest held notification of the endpoint of `key`, if any: the first of its
 /// held ones, walking at most `PAGES_PER_TICK` pages.
-async fn oldest_held(store: &dyn Store, key: &str) -> StoreResult<Option<crate::domain::JobId>> {
+async fn oldest_held(
+    store: &(impl EndpointHealth + Reads + ?Sized),
+    key: &str,
+) -> StoreResult<Option<crate::domain::JobId>> {
     let Some((tenant, id)) = key.rsplit_once(' ') else {
         return Ok(None);
     };
@@ -327,7 +346,11 @@ impl Drain {
 
     /// Lets go, oldest due first, the held notifications whose endpoint is not paused:
     /// at most `PAGES_PER_TICK` pages of them read.
-    async fn let_go(&mut self, store: &dyn Store, pauses: &EndpointPauses) -> StoreResult<()> {
+    async fn let_go(
+        &mut self,
+        store: &(impl Reads + OperatorActions + ?Sized),
+        pauses: &EndpointPauses,
+    ) -> StoreResult<()> {
         self.last = Some(Instant::now());
         let mut sent: HashMap<Endpoint, usize> = HashMap::new();
         let (mut after, mut again) = (self.walk.take(), None);
@@ -353,7 +376,7 @@ impl Drain {
 /// Lets go those of `held` whose endpoint is not paused, up to `DRAIN_PER_ENDPOINT` per
 /// endpoint (`sent` counts them); how many.
 async fn release(
-    store: &dyn Store,
+    store: &(impl OperatorActions + ?Sized),
     pauses: &EndpointPauses,
     held: &[JobView],
     sent: &mut HashMap<Endpoint, usize>,

@@ -21,7 +21,7 @@ use crate::domain::{AttemptReport, Endpoint, Outcome, Tenant};
 use crate::endpoints::health::{EndpointNotice, EndpointRules, Failure};
 use crate::endpoints::pauses::EndpointPauses;
 use crate::observability::ops_events::OpsEvents;
-use crate::store::{EndpointTally, Store, StoreResult};
+use crate::store::{EndpointHealth, EndpointTally, Queue, StoreResult};
 
 /// How often the tallies go to the store.
 const PERIOD: Duration = Duration::from_secs(1);
@@ -97,7 +97,7 @@ impl EndpointTallies {
     /// `wake` wakes the scheduler for the events.
     pub async fn run(
         self: Arc<Self>,
-        store: Arc<dyn Store>,
+        store: Arc<impl EndpointHealth + Queue + ?Sized>,
         ops: Arc<OpsEvents>,
         pauses: Arc<EndpointPauses>,
         wake: Arc<Notify>,
@@ -140,7 +140,10 @@ impl EndpointTallies {
 
     /// Writes what was gathered; what could not be written is kept, merged with what
     /// came meanwhile. What the writes decided.
-    async fn write(&self, store: &dyn Store) -> StoreResult<Vec<EndpointNotice>> {
+    async fn write(
+        &self,
+        store: &(impl EndpointHealth + ?Sized),
+    ) -> StoreResult<Vec<EndpointNotice>> {
         let taken = std::mem::take(&mut *self.lock()).tallies;
         let taken: Vec<EndpointTally> = taken.into_values().collect();
         let mut written = 0;

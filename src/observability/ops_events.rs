@@ -35,7 +35,7 @@ use crate::domain::{
     Tenant,
 };
 use crate::endpoints::health::EndpointNotice;
-use crate::store::{ClaimedJob, EndpointRecord, Store};
+use crate::store::{ClaimedJob, EndpointRecord, Queue};
 
 /// The topic of every event, which producers may not use (`postback.` is reserved).
 pub const TOPIC: &str = "postback.ops";
@@ -116,7 +116,12 @@ impl OpsEvents {
     /// Stores the events `notices` tell, for each endpoint's tenant's ops URL and the
     /// operator's, with those the store did not take before; what it does not take now
     /// is kept for the next call.
-    pub async fn endpoints(&self, store: &dyn Store, wake: &Notify, notices: &[EndpointNotice]) {
+    pub async fn endpoints(
+        &self,
+        store: &(impl Queue + ?Sized),
+        wake: &Notify,
+        notices: &[EndpointNotice],
+    ) {
         let mut events =
             std::mem::take(&mut *self.unsent.lock().unwrap_or_else(|e| e.into_inner()));
         events.extend(notices.iter().flat_map(|n| self.endpoint_events(n)));
@@ -198,7 +203,7 @@ impl OpsEvents {
     /// once more; `wake` wakes the scheduler for them.
     pub async fn run(
         self: Arc<Self>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn Queue>,
         wake: Arc<Notify>,
         stop: CancellationToken,
     ) {
@@ -232,7 +237,7 @@ impl OpsEvents {
 
     /// Stores one event per recipient with something gathered; what could not be stored
     /// is kept for the next round. Whether everything was stored.
-    async fn store_events(&self, store: &dyn Store, wake: &Notify) -> bool {
+    async fn store_events(&self, store: &dyn Queue, wake: &Notify) -> bool {
         let taken = std::mem::take(&mut *self.gathered.lock().unwrap_or_else(|e| e.into_inner()));
         let mut all_stored = true;
         for (recipient, gathered) in taken {

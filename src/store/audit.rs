@@ -10,7 +10,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, StoreResult};
+use super::{AuditLog, StoreError, StoreResult};
 use crate::domain::Tenant;
 
 /// Entries read, at most, to answer one page when a filter skips most of them.
@@ -206,7 +206,7 @@ pub struct AuditPage {
 /// One page of `store`'s audit log: the entries matching `filter`, newest first, up to
 /// `limit`, after `after`.
 pub async fn page(
-    store: &dyn Store,
+    store: &dyn AuditLog,
     filter: &AuditFilter,
     limit: usize,
     after: Option<AuditPosition>,

@@ -6,11 +6,10 @@
 //! `postgres_store` (instances sharing one database) and `embedded` (one instance, on
 //! local disk); in each, every change is atomic and is worked out by `lifecycle`. What every backend shares: how a spec is stored
 //! (`spec`), the counts per tenant (`tenant_counts`), the queue's lists (`listing`),
-//! cursors, the audit log's entries, endpoints' records, bulk actions and the
+//! cursors, the audit log's entries, endpoints' records and the
 //! collections of documents that subscriptions and events are kept as (`collections`).
 
 pub mod audit;
-pub mod bulk;
 pub mod collections;
 mod cursor;
 mod embedded;

@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use super::{Cursor, JobView, ListFilter, Listed, Store, StoreResult, WalkCursor};
 use crate::domain::{JobId, Schedule, Tenant};
 use crate::lifecycle::Again;
+use crate::store::WalkCursor;
+use crate::store::{Cursor, JobView, ListFilter, Listed, OperatorActions, Reads, StoreResult};
 
 /// How many an action changed, per tenant (only tenants it changed some of).
 pub type PerTenant = BTreeMap<Tenant, usize>;
@@ -21,7 +22,7 @@ const BATCH: usize = 200;
 
 /// Replays every dead letter matching `filter`. How many were replayed.
 pub async fn replay_matching(
-    store: &dyn Store,
+    store: &(impl Reads + OperatorActions + ?Sized),
     filter: &ListFilter,
     schedule: Option<&Schedule>,
     delay: Duration,
@@ -33,7 +34,10 @@ pub async fn replay_matching(
 }
 
 /// Discards every dead letter matching `filter`. How many were discarded.
-pub async fn discard_matching(store: &dyn Store, filter: &ListFilter) -> StoreResult<PerTenant> {
+pub async fn discard_matching(
+    store: &(impl Reads + OperatorActions + ?Sized),
+    filter: &ListFilter,
+) -> StoreResult<PerTenant> {
     for_each_batch(
         store,
         filter,
@@ -45,7 +49,7 @@ pub async fn discard_matching(store: &dyn Store, filter: &ListFilter) -> StoreRe
 /// Sends again every finished notification in `listed` (delivered, dead or cancelled)
 /// that `filter` matches. How many were resent.
 pub async fn resend_matching(
-    store: &dyn Store,
+    store: &(impl Reads + OperatorActions + ?Sized),
     listed: Listed,
     filter: &ListFilter,
     schedule: Option<&Schedule>,
@@ -69,7 +73,7 @@ pub async fn resend_matching(
 /// How many notifications in `listed` `filter` matches: what `resend_matching` would
 /// resend if nothing changed meanwhile.
 pub async fn count_matching(
-    store: &dyn Store,
+    store: &dyn Reads,
     listed: Listed,
     filter: &ListFilter,
 ) -> StoreResult<usize> {
@@ -88,7 +92,7 @@ pub async fn count_matching(
 /// Pages through the dead letters `filter` matches once, oldest page last, calling
 /// `act` on each batch of ids of one tenant; adds up what `act` counted, per tenant.
 async fn for_each_batch<F, Fut>(
-    store: &dyn Store,
+    store: &(impl Reads + ?Sized),
     filter: &ListFilter,
     mut act: F,
 ) -> StoreResult<PerTenant>
