@@ -20,7 +20,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 mod audit;
 mod auth;
-mod batch;
+pub(crate) mod batch;
 mod body;
 mod browser;
 mod bulk;

@@ -12,9 +12,7 @@ use serde_json::{json, Value};
 use super::client::Client;
 use super::print::{self, Out};
 use super::ApiArgs;
-
-/// Most notifications per request, as the API takes them.
-const PER_REQUEST: usize = 1000;
+use crate::api::batch::MAX_ITEMS;
 
 pub async fn register(file: &Path, api: &ApiArgs) -> anyhow::Result<()> {
     let items = read(file)?;
@@ -23,7 +21,7 @@ pub async fn register(file: &Path, api: &ApiArgs) -> anyhow::Result<()> {
     }
     let client = Client::new(api)?;
     let mut results = Vec::with_capacity(items.len());
-    for chunk in items.chunks(PER_REQUEST) {
+    for chunk in items.chunks(MAX_ITEMS) {
         // Each line goes as it was written: never parsed and written out again.
         let lines: Vec<&str> = chunk.iter().map(|(_, item)| item.get()).collect();
         let request = format!("{{\"items\":[{}]}}", lines.join(","));
