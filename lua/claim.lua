@@ -13,7 +13,8 @@
 -- one does.
 -- Returns {now in µs, next wake ms or -1, number expired, then per expired: id, state
 -- (held_of in common.lua), then per job claimed: id, state record (false when it has
--- none yet), spec}; its due time is the record's next_at.
+-- none yet), spec, its score in the due index}: its due time, which its record does not
+-- say when its turn behind its ordering key came (leave_order in common.lua).
 local time_us = now_us()
 local now = math.floor(time_us / 1000)
 local limit = tonumber(ARGV[1])
@@ -35,7 +36,11 @@ for _, id in ipairs(expired) do
 end
 
 local claimed = {}
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', until_ms, 'WITHSCORES', 'LIMIT', 0, limit)
+local ids, scores = {}, {}
+for j = 1, #due, 2 do
+  ids[#ids + 1], scores[#scores + 1] = due[j], due[j + 1]
+end
 if #ids > 0 then
   -- One command per structure for the whole batch (at most 1000 ids, within unpack's
   -- limit), rather than several per notification.
@@ -53,7 +58,7 @@ if #ids > 0 then
     if specs[j] and (states[j] or has_first_line(specs[j])) then
       leases[#leases + 1], leases[#leases + 2] = deadline, id
       local o = #out
-      out[o + 1], out[o + 2], out[o + 3] = id, states[j], specs[j]
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = id, states[j], specs[j], scores[j]
       claimed[#claimed + 1] = id
     end
   end

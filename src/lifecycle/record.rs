@@ -306,8 +306,10 @@ impl Record {
 
     /// As the index that holds it at `score` says: waiting behind an earlier notification
     /// of its ordering key when its due score is `WAITING_OFFSET_MS` late, held when it
-    /// is `HELD_OFFSET_MS` late, and neither once claimed (its turn came by its score
-    /// alone, which its record may not say).
+    /// is `HELD_OFFSET_MS` late, and neither once claimed; due when a score of neither
+    /// says. A store that gives a waiting one its turn by its score alone (Redis) leaves
+    /// its record as it was: the score says when it is due, as `transitions::take_turn`
+    /// would have written it.
     pub fn placed(mut self, index: Index, score: i64) -> Self {
         match index {
             Index::InFlight => {
@@ -316,6 +318,10 @@ impl Record {
                 self.held = false;
             }
             Index::Due => {
+                if score < HELD_OFFSET_MS {
+                    self.reserved &= self.next_at == Some(score);
+                    self.next_at = Some(score);
+                }
                 self.waiting = score >= WAITING_OFFSET_MS;
                 self.held = (HELD_OFFSET_MS..WAITING_OFFSET_MS).contains(&score);
             }
@@ -402,6 +408,27 @@ mod tests {
         assert!(wakes_at(1_795_000_000_000));
         assert!(!wakes_at(HELD_OFFSET_MS + 1_795_000_000_000));
         assert!(!wakes_at(WAITING_OFFSET_MS + 5));
+    }
+
+    #[test]
+    fn a_waiting_one_whose_turn_came_by_its_score_reads_as_its_turn_wrote_it() {
+        use crate::lifecycle::transitions::{register, take_turn, wait};
+        use crate::lifecycle::Now;
+        let registered = register(vec![1_000], Now::from_millis(1_000), 0);
+        let waiting = wait(&registered).unwrap();
+        for turn_at in [500, 1_001, 4_000] {
+            let turn = take_turn(&waiting, Now::from_millis(turn_at)).unwrap();
+            let (_, score) = turn.position().unwrap();
+            assert_eq!(
+                waiting.clone().placed(Index::Due, score),
+                turn,
+                "turn at {turn_at}"
+            );
+        }
+        let still = waiting
+            .clone()
+            .placed(Index::Due, WAITING_OFFSET_MS + 1_001);
+        assert_eq!(still, waiting, "still waiting: as it was");
     }
 
     #[test]

@@ -307,3 +307,29 @@ async fn a_batchs_items_on_one_key_keep_their_order_in_the_batch() {
     expected.extend(0..20);
     assert_eq!(seqs(&arrivals_of_key(&receiver, "batch", start)), expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_whose_turn_came_late_is_due_at_its_turn_not_late_by_its_wait() {
+    let backend = Backend::start();
+    let receiver = Receiver::start().await;
+    let pb = backend.postback(&[]).await;
+    // The head fails once and is retried 2 s later; the one behind it, due at once,
+    // waits for those 2 s and is then due at its turn.
+    let ids = register_sequence(&pb, &receiver, "t", 0..2, "/first?fail=1", &json!(["2s"])).await;
+    for id in &ids {
+        pb.wait_state(id, "delivered", Duration::from_secs(15))
+            .await;
+    }
+    let lateness = "postback_scheduler_lateness_seconds";
+    let attempts = pb.metric(&format!("{lateness}_count")).await;
+    assert_eq!(
+        attempts,
+        Some(3.0),
+        "the head's two attempts and the next one's"
+    );
+    let late = pb.metric(&format!("{lateness}_sum")).await.unwrap();
+    assert!(
+        late < 1.0,
+        "{late} s late in all: the wait behind the head counted as lateness"
+    );
+}

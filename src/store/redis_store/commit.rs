@@ -46,17 +46,18 @@ pub struct Held {
 
 impl Held {
     /// As a claim returns it: `text` its stored record, or none (`None`) and its `spec`
-    /// (whose schedule may be one of `shared`).
+    /// (whose schedule may be one of `shared`), claimed at `score` in the due index.
     pub fn claimed(
         id: &str,
         text: Option<String>,
         (raw, spec): (&str, &JobSpec),
+        score: i64,
         shared: &dyn SharedSchedules,
     ) -> StoreResult<Self> {
         let (record, text) = record_of(id, text, raw, shared)?;
         Ok(Self {
             text,
-            record: record.placed(Index::InFlight, 0),
+            record: record.placed(Index::Due, score).placed(Index::InFlight, 0),
             index: Index::InFlight,
             score: 0,
             tenant: counted(&spec.tenant).to_string(),

@@ -104,7 +104,7 @@ impl RedisStore {
             .await?;
         let read = |shared: &dyn spec::SharedSchedules| {
             claimed
-                .chunks(3)
+                .chunks(4)
                 .map(|c| claimed_job(c, now_us, asked, shared))
                 .collect::<StoreResult<Vec<_>>>()
         };
@@ -445,8 +445,8 @@ impl Queue for RedisStore {
     }
 }
 
-/// A claimed notification from a claim's reply (`c`: id, state record or nil, spec), and
-/// how it was claimed, for its settle.
+/// A claimed notification from a claim's reply (`c`: id, state record or nil, spec, its
+/// score in the due index), and how it was claimed, for its settle.
 fn claimed_job(
     c: &[Value],
     claimed_at_us: i64,
@@ -461,7 +461,8 @@ fn claimed_job(
     };
     let decoded =
         spec::decode(&spec).map_err(|e| StoreError::Corrupt(format!("spec of {id}: {e}")))?;
-    let held = Held::claimed(&id, stored, (&spec, &decoded), shared)?;
+    let score = int_at(c, 3)?;
+    let held = Held::claimed(&id, stored, (&spec, &decoded), score, shared)?;
     let job = ClaimedJob {
         id: id
             .parse()
@@ -469,7 +470,7 @@ fn claimed_job(
         lease: held.record.lease,
         attempt: held.record.attempts + 1,
         max_attempts: held.record.max_attempts,
-        // A scheduled notification's `next_at` is its score in the due set.
+        // A claimed notification's `next_at` is its score in the due set (`Held::claimed`).
         due_at: held.record.next_at.unwrap_or(claimed_at_us / 1000),
         claimed_at_us,
         claim_asked: asked,
