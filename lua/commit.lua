@@ -136,6 +136,7 @@ end
 flush_tally()
 local budget = tonumber(ARGV[5])
 if budget > 0 then
-  out[2] = apply_retention(now, 2, budget, #w.enter.dead > 0, #w.enter.done > 0)
+  -- Ages counted from the time rounded down, as the sweep (trim.lua) and every store do.
+  out[2] = apply_retention(math.floor(time_us / 1000), 2, budget, #w.enter.dead > 0, #w.enter.done > 0)
 end
 return out
