@@ -6,6 +6,7 @@
 
 use crate::support;
 
+use reqwest::Method;
 use serde_json::{json, Value};
 use support::tenants::{self, Fleet};
 use support::{Receiver, WAIT};
@@ -232,6 +233,8 @@ async fn endpoints_are_kept_by_the_store_and_paged() {
     assert_eq!(seen, expected, "every endpoint once, after a restart");
 }
 
+/// An endpoint idle for as long as dead letters are kept is forgotten, unless it is
+/// paused: a pause is kept until someone resumes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_idle_for_the_dead_letters_retention_is_forgotten() {
     let retention = [
@@ -239,19 +242,37 @@ async fn an_endpoint_idle_for_the_dead_letters_retention_is_forgotten() {
         ("POSTBACK_RETENTION_SWEEP_INTERVAL", "200ms"),
     ];
     let f = tenants::start(&retention).await;
+    let paused = Receiver::start().await;
     let url = origin(&f.receiver);
     let body = json!({"url": f.receiver.url("/n"), "body": {}});
     let id = f.register("tok-checkout-a", body.clone()).await;
     f.pb.wait_state(&id, "delivered", WAIT).await;
     listed_once(&f, "tok-reader-a", "", &url, 1).await;
+    let to_pause = json!({"url": paused.url("/n"), "body": {}});
+    let id = f.register("tok-checkout-a", to_pause).await;
+    f.pb.wait_state(&id, "delivered", WAIT).await;
+    let paused_id = listed_once(&f, "tok-reader-a", "", &origin(&paused), 1).await;
+    let paused_id = by_url(&paused_id, &origin(&paused))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pause = format!("/endpoints/{paused_id}/pause");
+    let (status, answer) = f.call("tok-ops-a", Method::POST, &pause, None).await;
+    assert_eq!(status, 200, "{answer}");
 
     let forgotten = support::eventually(WAIT, || async {
         let (_, page) = f.get("tok-reader-a", "/endpoints").await;
-        page["items"].as_array().unwrap().is_empty()
+        let urls: Vec<&Value> = page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| &e["url"])
+            .collect();
+        urls == [&json!(origin(&paused))]
     });
     assert!(
         forgotten.await,
-        "idle for longer than retention.dead_max_age: forgotten"
+        "idle for longer than retention.dead_max_age: forgotten, but for the paused one"
     );
 
     let id = f.register("tok-checkout-a", body).await;
@@ -259,8 +280,8 @@ async fn an_endpoint_idle_for_the_dead_letters_retention_is_forgotten() {
     let items = listed_once(&f, "tok-reader-a", "", &url, 1).await;
     assert_eq!(
         items.len(),
-        1,
-        "known again from its next notification: {items:?}"
+        2,
+        "known again from its next notification, beside the paused one: {items:?}"
     );
 }
 
