@@ -45,7 +45,7 @@ mod tx;
 
 use changes::{NewJob, Retention};
 use reads::IndexPage;
-use tx::{col, Fault, PgResult, Tx};
+use tx::{col, Commit, Fault, PgResult, Tx};
 
 /// The configuration key that names the database.
 const KEY: &str = "store.postgres_url (POSTBACK_STORE_POSTGRES_URL)";
@@ -67,15 +67,23 @@ pub struct PostgresStore {
 }
 
 /// Runs `$body` (which may `.await` and use `?` on `PgResult`s) in a transaction bound to
-/// `$t`, committed after it; run again when it meets a deadlock or serialization
-/// failure. The body's value as a `StoreResult`.
+/// `$t`, committed after it as `$commit` says (`Commit::Durable` unless given); run again
+/// when it meets a deadlock or serialization failure. The body's value as a
+/// `StoreResult`.
 macro_rules! in_transaction {
-    ($store:expr, |$t:ident| $body:expr) => {{
+    ($store:expr, |$t:ident| $body:expr) => {
+        in_transaction!(
+            $store,
+            $crate::store::postgres_store::tx::Commit::Durable,
+            |$t| $body
+        )
+    };
+    ($store:expr, $commit:expr, |$t:ident| $body:expr) => {{
         let mut tries = 0;
         loop {
             let result: PgResult<_> = async {
                 let mut client = $store.pool.get().await?;
-                let mut $t = Tx::begin(client.transaction().await?).await?;
+                let mut $t = Tx::begin(client.transaction().await?, $commit).await?;
                 let value = $body;
                 $t.commit().await?;
                 Ok(value)
@@ -251,16 +259,14 @@ impl Queue for PostgresStore {
     async fn claim(&self, limit: usize, lease: Duration, ahead: Duration) -> StoreResult<Claim> {
         let asked = Instant::now();
         let window = (lease.as_millis() as i64, ahead.as_millis() as i64);
-        in_transaction!(self, |t| {
-            t.relax_commit().await?;
+        in_transaction!(self, Commit::Relaxed, |t| {
             changes::claim(&mut t, limit, window, asked).await?
         })
     }
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
         let retention = self.retention;
-        in_transaction!(self, |t| {
-            t.relax_commit().await?;
+        in_transaction!(self, Commit::Relaxed, |t| {
             let records = changes::settle(&mut t, batch).await?;
             let mut settled = Settled {
                 applied: records.iter().map(Option::is_some).collect(),
@@ -284,8 +290,7 @@ impl Queue for PostgresStore {
     }
 
     async fn defer(&self, batch: &[Deferral]) -> StoreResult<bool> {
-        in_transaction!(self, |t| {
-            t.relax_commit().await?;
+        in_transaction!(self, Commit::Relaxed, |t| {
             let records = changes::defer(&mut t, batch).await?;
             let moved = moved(batch.iter().map(|d| &d.id), records);
             changes::any_heads(&mut t, &moved).await?
@@ -293,8 +298,7 @@ impl Queue for PostgresStore {
     }
 
     async fn release(&self, leases: &[(JobId, u64)]) -> StoreResult<usize> {
-        in_transaction!(self, |t| {
-            t.relax_commit().await?;
+        in_transaction!(self, Commit::Relaxed, |t| {
             let records = changes::release(&mut t, leases).await?;
             let moved = moved(leases.iter().map(|(id, _)| id), records);
             changes::any_heads(&mut t, &moved).await?;
@@ -307,8 +311,7 @@ impl Queue for PostgresStore {
         loop {
             let retention = self.retention;
             let budget = retention::SWEEP_BUDGET;
-            let n = in_transaction!(self, |t| {
-                t.relax_commit().await?;
+            let n = in_transaction!(self, Commit::Relaxed, |t| {
                 trim::apply_retention(&mut t, &retention, budget, (true, true)).await?
             })?;
             trimmed += n;
@@ -504,15 +507,13 @@ fn scan(
 
 /// The database's clock now.
 async fn database_now(c: &deadpool_postgres::Client) -> StoreResult<Now> {
-    let client: &tokio_postgres::Client = c;
-    tx::database_now(client).await.map_err(store_error)
+    tx::database_now(c).await.map_err(store_error)
 }
 
 #[async_trait]
 impl RateReservations for PostgresStore {
     async fn reserve(&self, asks: &[RateAsk]) -> StoreResult<Vec<SendTimes>> {
-        in_transaction!(self, |t| {
-            t.relax_commit().await?;
+        in_transaction!(self, Commit::Relaxed, |t| {
             rates::reserve(&mut t, asks).await?
         })
     }
@@ -559,8 +560,7 @@ impl FleetMessaging for PostgresStore {
 #[async_trait]
 impl Intake for PostgresStore {
     async fn take_in(&self, limit: usize, check: &IntakeCheck) -> StoreResult<Vec<TakenIn>> {
-        in_transaction!(self, |t| {
-            t.relax_commit().await?;
+        in_transaction!(self, Commit::Relaxed, |t| {
             intake::take_in(&mut t, limit, check).await?
         })
     }
@@ -584,8 +584,7 @@ impl EndpointHealth for PostgresStore {
         if tallies.is_empty() {
             return Ok(Vec::new());
         }
-        in_transaction!(self, |t| {
-            t.relax_commit().await?;
+        in_transaction!(self, Commit::Relaxed, |t| {
             endpoints::record_endpoints(&mut t, tallies, rules).await?
         })
     }
@@ -608,8 +607,7 @@ impl EndpointHealth for PostgresStore {
         after: Option<&str>,
         n: usize,
     ) -> StoreResult<(usize, Option<String>)> {
-        in_transaction!(self, |t| {
-            t.relax_commit().await?;
+        in_transaction!(self, Commit::Relaxed, |t| {
             endpoints::forget_endpoints(&mut t, idle_before, after, n).await?
         })
     }

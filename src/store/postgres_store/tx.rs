@@ -3,9 +3,9 @@
 //! goes with a move between indexes (ordering keys' order, the wake-up of schedulers)
 //! made here, as the embedded store's `Tables` does for its file.
 
-use deadpool_postgres::Transaction;
+use deadpool_postgres::{GenericClient, Transaction};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
 
 use crate::lifecycle::{transitions, Index, Now, Record};
 
@@ -53,15 +53,35 @@ pub fn corrupt(what: impl std::fmt::Display) -> Fault {
     Fault::Corrupt(format!("unreadable row: {what}"))
 }
 
+/// The database's clock, which every change and every walk of a list reads.
+const NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us";
+
+/// The clock read at the start of a transaction whose commit may return before its WAL
+/// is on disk (`Commit::Relaxed`), which it sets in the same statement: one round trip.
+const NOW_RELAXED: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
+    AS now_us, set_config('synchronous_commit', 'off', true)";
+
 /// The database's clock now, which every change and every walk of a list reads.
 pub async fn database_now(c: &impl GenericClient) -> PgResult<Now> {
-    let row = c
-        .query_one(
-            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us",
-            &[],
-        )
-        .await?;
+    read_clock(c, NOW).await
+}
+
+async fn read_clock(c: &impl GenericClient, sql: &str) -> PgResult<Now> {
+    let statement = c.prepare_cached(sql).await?;
+    let row = c.query_one(&statement, &[]).await?;
     Ok(Now::from_micros(col(&row, "now_us")?))
+}
+
+/// How a transaction's commit is made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Answered once its WAL is on disk: a registration, a replay, a cancel, a discard.
+    Durable,
+    /// Answered before its WAL is on disk. For the pipeline's own transitions (claims,
+    /// settles, hand-backs, retention, taking in what producers committed): a crash of
+    /// the database that loses one makes its notification be attempted again (the same
+    /// `webhook-id`), never lost.
+    Relaxed,
 }
 
 /// Column `name` of `row`: one missing or of another type (a schema that drifted from
@@ -89,26 +109,19 @@ pub struct Tx<'c> {
 }
 
 impl<'c> Tx<'c> {
-    /// Starts a transaction on `sql`, reading the database's clock.
-    pub async fn begin(sql: Transaction<'c>) -> PgResult<Self> {
+    /// Starts a transaction on `sql` whose commit is made durable as `commit` says,
+    /// reading the database's clock.
+    pub async fn begin(sql: Transaction<'c>, commit: Commit) -> PgResult<Self> {
+        let clock = match commit {
+            Commit::Durable => NOW,
+            Commit::Relaxed => NOW_RELAXED,
+        };
         Ok(Self {
-            now: database_now(&*sql).await?,
+            now: read_clock(&sql, clock).await?,
             sql,
             wake: false,
             holds_claims: false,
         })
-    }
-
-    /// Lets this transaction's commit return before its WAL is on disk. For the
-    /// pipeline's own transitions (claims, settles, hand-backs, retention, taking in what
-    /// producers committed): a crash of the database that loses one makes its
-    /// notification be attempted again (the same `webhook-id`), never lost. A
-    /// registration, a replay, a cancel or a discard is answered after a full commit.
-    pub async fn relax_commit(&self) -> PgResult<()> {
-        self.sql
-            .batch_execute("SET LOCAL synchronous_commit TO OFF")
-            .await?;
-        Ok(())
     }
 
     /// Tells every instance's scheduler (this one's too) when this commits, if it should
