@@ -7,14 +7,15 @@
 -- KEYS: the shard's keys (see common.lua), then the ordering key lists of those that have
 --       one
 -- ARGV: 1 wake channel, 2 dead max age ms, 3 dead max count, 4 finished max age ms,
---       5 retention budget (0: none), then per notification 11 values: id, the record it
+--       5 retention budget (0: none), then per notification 12 values: id, the record it
 --       was worked out from ('' when the caller has none: only the answer is wanted),
 --       the index it was in ('due', 'inflight', 'dead' or 'done'), a time in ms the
 --       change assumes Redis has reached (0: none), the new record, the index it moves
 --       to ('' when it stays where it is), its score there, an entry for its history
 --       (an attempt or a note, JSON; '' for none), a new spec ('' keeps it), its tenant ('' for the
---       default one; a move is counted in the tenants hash), and the index in KEYS of its
---       ordering key's list (0: none)
+--       default one; a move is counted in the tenants hash), the index in KEYS of its
+--       ordering key's list (0: none), and its score in the index it was in (unused in
+--       flight)
 -- A notification of an ordering key that finishes (moves from due or in flight to dead
 -- or done) leaves its key's list, and if it was first the next takes its turn; a replay
 -- or resend (from dead or done) joins the back, and waits there behind any other
@@ -30,7 +31,7 @@
 -- Returns {0, or 1 + ms until due when one is the shard's new earliest, number trimmed,
 -- now µs, then per notification: 1 written, 2 unchanged but ahead of now, or its state
 -- now (see held_of in common.lua)}.
-local FIRST, WIDTH = 6, 11
+local FIRST, WIDTH = 6, 12
 if #ARGV < FIRST - 1 or (#ARGV - FIRST + 1) % WIDTH ~= 0 then
   return redis.error_reply('commit: ' .. #ARGV .. ' arguments are not records of ' .. WIDTH)
 end
@@ -47,14 +48,17 @@ local states = redis.call('HMGET', KEYS[5], unpack(ids))
 -- score in the index it is in (true in flight), or false. A notification leaves the
 -- in-flight index only by a change that writes its record, so there an unchanged record
 -- (or still none, for one claimed once) is enough; in another index a claim may have
--- moved it without writing its record, so the index is asked.
+-- moved it, or its ordering key's turn moved its score, without writing its record, so
+-- the index is asked for the score the change was worked out at.
 local function unchanged(j, i)
   local expected, from = ARGV[i + 1], ARGV[i + 2]
   if expected == '' then return false end
   local stored = states[j]
   if stored and stored ~= expected then return false end
   if from == 'inflight' then return true end
-  return redis.call('ZSCORE', INDEX[from], ids[j])
+  local score = redis.call('ZSCORE', INDEX[from], ids[j])
+  if not score or tonumber(score) ~= tonumber(ARGV[i + 11]) then return false end
+  return score
 end
 
 -- What the batch writes: field/value pairs for HSET, members for ZREM by index, and

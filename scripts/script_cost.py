@@ -106,7 +106,7 @@ def call(kind, sha, first, batch, conflict):
         expected = "" if conflict else state("scheduled", 0)
         after = state("delivered", 1, attempts=1, at="finished_at")
         args += [notification_id(i), expected, "inflight", NOW, after, "done", NOW, entry, "", "",
-                 "0"]
+                 "0", "0"]
     return resp(args)
 
 

@@ -140,14 +140,17 @@ fn record_of(
     }
 }
 
-/// One notification's change, as `commit.lua` takes it: 11 values, from the id to the
-/// ordering list's key number (`run`).
+/// One notification's change, as `commit.lua` takes it: 12 values, from the id to the
+/// score it was worked out at (`run`).
 #[derive(Debug, Clone)]
 pub struct Change {
     id: String,
     /// The record it was worked out from; empty for a change that only asks how it is.
     expected: String,
     from: Index,
+    /// Its score in `from` when the change was worked out (an ordering key's turn moves
+    /// the score alone).
+    score: i64,
     /// A time (ms) the change assumes Redis has reached; 0 for none.
     not_before: i64,
     record: String,
@@ -174,6 +177,7 @@ impl Change {
             id: id.to_string(),
             expected: held.text.clone(),
             from: held.index,
+            score: held.score,
             not_before: 0,
             record: new.encode(),
             to,
@@ -196,6 +200,7 @@ impl Change {
             id: id.to_string(),
             expected: String::new(),
             from: Index::Due,
+            score: 0,
             not_before: 0,
             record: String::new(),
             to: None,
@@ -382,7 +387,8 @@ async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResu
             .arg(c.entry.as_deref().unwrap_or_default())
             .arg(c.spec.as_deref().unwrap_or_default())
             .arg(&c.tenant)
-            .arg(list);
+            .arg(list)
+            .arg(c.score);
     }
     // A round that only asks writes nothing for replicas to acknowledge.
     let mut writes = match changes.iter().all(|c| c.only_asks()) {
