@@ -307,7 +307,7 @@ impl Record {
     /// As the index that holds it at `score` says: waiting behind an earlier notification
     /// of its ordering key when its due score is `WAITING_OFFSET_MS` late, held when it
     /// is `HELD_OFFSET_MS` late, and neither once claimed; due when a score of neither
-    /// says. A store that gives a waiting one its turn by its score alone (Redis) leaves
+    /// says. A store that gives a waiting one its turn by its score alone leaves
     /// its record as it was: the score says when it is due, as `transitions::take_turn`
     /// would have written it.
     pub fn placed(mut self, index: Index, score: i64) -> Self {
@@ -319,8 +319,7 @@ impl Record {
             }
             Index::Due => {
                 if score < HELD_OFFSET_MS {
-                    self.reserved &= self.next_at == Some(score);
-                    self.next_at = Some(score);
+                    self.due_at_turn(Some(score));
                 }
                 self.waiting = score >= WAITING_OFFSET_MS;
                 self.held = (HELD_OFFSET_MS..WAITING_OFFSET_MS).contains(&score);
@@ -328,6 +327,13 @@ impl Record {
             Index::Dead | Index::Done => {}
         }
         self
+    }
+
+    /// Due at `due` as its ordering key's turn came: a send time reserved in its quota
+    /// is kept only if that is still its time.
+    pub fn due_at_turn(&mut self, due: Option<i64>) {
+        self.reserved &= due == self.next_at;
+        self.next_at = due;
     }
 
     pub fn encode(&self) -> String {

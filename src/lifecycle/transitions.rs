@@ -379,9 +379,7 @@ pub fn take_turn(r: &Record, now: Now) -> Option<Record> {
     }
     let mut r = r.clone();
     r.waiting = false;
-    let due = r.next_at.map(|at| at.max(now.up()));
-    r.reserved &= due == r.next_at;
-    r.next_at = due;
+    r.due_at_turn(r.next_at.map(|at| at.max(now.up())));
     Some(r)
 }
 
