@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use crate::domain::{JobId, Schedule, Tenant};
 use crate::lifecycle::Again;
-use crate::store::WalkCursor;
-use crate::store::{Cursor, JobView, ListFilter, Listed, OperatorActions, Reads, StoreResult};
+use crate::store::{
+    Cursor, JobView, ListFilter, Listed, OperatorActions, Reads, StoreResult, WalkCursor,
+};
 
 /// How many an action changed, per tenant (only tenants it changed some of).
 pub type PerTenant = BTreeMap<Tenant, usize>;

@@ -59,15 +59,14 @@ const DRAIN_PER_ENDPOINT: usize = 50;
 /// Held notifications read per page, and pages per tick at most.
 const PAGE: usize = 500;
 const PAGES_PER_TICK: usize = 4;
-
-/// The store's roles pausing uses: endpoints' records and pauses (`EndpointHealth`), the
-/// held list (`Reads`), letting held ones go (`OperatorActions`) and the ops event a
-/// resume stores (`Queue`).
-pub trait PausesStore: EndpointHealth + Reads + OperatorActions + Queue {}
-
-impl<S: EndpointHealth + Reads + OperatorActions + Queue + ?Sized> PausesStore for S {}
 /// How often the held list is read when nothing else asks for it.
 const RECHECK: Duration = Duration::from_secs(60);
+
+/// The store's roles pausing uses: endpoints' records and pauses (`EndpointHealth`), the
+/// held list (`Reads`) and letting held ones go (`OperatorActions`).
+pub trait PausesStore: EndpointHealth + Reads + OperatorActions {}
+
+impl<S: EndpointHealth + Reads + OperatorActions + ?Sized> PausesStore for S {}
 
 pub struct EndpointPauses {
     view: RwLock<View>,
@@ -155,7 +154,7 @@ impl EndpointPauses {
     /// tells it (`endpoint.resumed`, by `probe`).
     pub async fn probe_delivered(
         &self,
-        store: &(impl PausesStore + ?Sized),
+        store: &(impl EndpointHealth + Queue + ?Sized),
         ops: &OpsEvents,
         wake: &Notify,
         tenant: &Tenant,

@@ -54,12 +54,19 @@ pub fn corrupt(what: impl std::fmt::Display) -> Fault {
 }
 
 /// The database's clock, which every change and every walk of a list reads.
-const NOW: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us";
+macro_rules! read_now {
+    () => {
+        "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us"
+    };
+}
+const NOW: &str = read_now!();
 
 /// The clock read at the start of a transaction whose commit may return before its WAL
 /// is on disk (`Commit::Relaxed`), which it sets in the same statement: one round trip.
-const NOW_RELAXED: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
-    AS now_us, set_config('synchronous_commit', 'off', true)";
+const NOW_RELAXED: &str = concat!(
+    read_now!(),
+    ", set_config('synchronous_commit', 'off', true)"
+);
 
 /// The database's clock now, which every change and every walk of a list reads.
 pub async fn database_now(c: &impl GenericClient) -> PgResult<Now> {
