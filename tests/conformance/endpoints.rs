@@ -242,23 +242,25 @@ async fn an_endpoint_idle_for_the_dead_letters_retention_is_forgotten() {
         ("POSTBACK_RETENTION_SWEEP_INTERVAL", "200ms"),
     ];
     let f = tenants::start(&retention).await;
+    // The paused endpoint is used first: by the time the other one is forgotten, it has
+    // been idle for longer.
     let paused = Receiver::start().await;
-    let url = origin(&f.receiver);
-    let body = json!({"url": f.receiver.url("/n"), "body": {}});
-    let id = f.register("tok-checkout-a", body.clone()).await;
-    f.pb.wait_state(&id, "delivered", WAIT).await;
-    listed_once(&f, "tok-reader-a", "", &url, 1).await;
     let to_pause = json!({"url": paused.url("/n"), "body": {}});
     let id = f.register("tok-checkout-a", to_pause).await;
     f.pb.wait_state(&id, "delivered", WAIT).await;
-    let paused_id = listed_once(&f, "tok-reader-a", "", &origin(&paused), 1).await;
-    let paused_id = by_url(&paused_id, &origin(&paused))["id"]
+    let listed = listed_once(&f, "tok-reader-a", "", &origin(&paused), 1).await;
+    let paused_id = by_url(&listed, &origin(&paused))["id"]
         .as_str()
         .unwrap()
         .to_string();
     let pause = format!("/endpoints/{paused_id}/pause");
     let (status, answer) = f.call("tok-ops-a", Method::POST, &pause, None).await;
     assert_eq!(status, 200, "{answer}");
+    let url = origin(&f.receiver);
+    let body = json!({"url": f.receiver.url("/n"), "body": {}});
+    let id = f.register("tok-checkout-a", body.clone()).await;
+    f.pb.wait_state(&id, "delivered", WAIT).await;
+    listed_once(&f, "tok-reader-a", "", &url, 1).await;
 
     let forgotten = support::eventually(WAIT, || async {
         let (_, page) = f.get("tok-reader-a", "/endpoints").await;
