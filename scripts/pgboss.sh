@@ -2,11 +2,13 @@
 # pg-boss (bench/pgboss) in the burst of the peer comparator (../shared/peers), to be put
 # beside postback on Postgres: a fresh Postgres started as postback-bench starts one
 # (initdb in a temporary directory, a free port, Postgres's defaults: fsync and synchronous
-# commit on), the peers' receiver, the worker (CONCURRENCY jobs in flight), then the
-# producer:
+# commit on), the peers' receiver, the worker (CONCURRENCY jobs in flight, woken by NOTIFY
+# as a job is created, its own transactions committed with synchronous_commit off as
+# postback's claims and settles are), then the producer:
 #   batch    insert() in chunks of 1,000, 4 in flight (scenario burst_batch, beside /notify/batch)
 #   single   one send() per job, CONCURRENCY in flight (scenario burst, beside POST /notify)
-# It waits until every id got a 200 and prints one line per figure,
+# It waits until every id got a 200 (a run that stalls fails, with no figures) and prints one
+# line per figure,
 #   RESULT peer=pgboss scenario=.. run=.. metric=.. value=.. unit=..
 # appended to $TSV when set: the peers' figures, worker_cpu and postgres_cpu over the run
 # (from the producer's start to the last delivery; Postgres's as postback-bench counts it:
@@ -82,7 +84,8 @@ stop_postgres() {
   stop "$pg_launcher" TERM
 }
 
-psql_q() { "$(pg_bin)/psql" -X -A -t -q -h 127.0.0.1 -U postgres -p "$pg_port" -d postgres -c "$1"; }
+# Through the server's own socket in the temporary directory: never another server.
+psql_q() { "$(pg_bin)/psql" -X -A -t -q -h "$tmp" -U postgres -p "$pg_port" -d postgres -c "$1"; }
 
 start_postgres() { # sets pg_port
   local bin
@@ -93,8 +96,12 @@ start_postgres() { # sets pg_port
   as_server "$bin/postgres" -D "$tmp/data" -p "$pg_port" -k "$tmp" \
     -c listen_addresses=127.0.0.1 -c max_connections=200 >"$tmp/postgres.log" 2>&1 &
   pg_launcher=$!
-  for _ in $(seq 200); do psql_q 'SELECT 1' >/dev/null 2>&1 && return; sleep 0.1; done
-  log "postgres did not start on port $pg_port"; exit 1
+  for _ in $(seq 200); do
+    psql_q 'SELECT 1' >/dev/null 2>&1 && return
+    kill -0 "$pg_launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  log "postgres did not start on port $pg_port"; cat "$tmp/postgres.log" >&2; exit 1
 }
 
 # Clock ticks of the server so far: the postmaster with what it reaped, and its live backends.
@@ -134,7 +141,7 @@ start_receiver() { # sets recv_port
   recv_port="$(free_port)"
   "$bin" --port "$recv_port" >"$tmp/receiver.out" 2>"$tmp/receiver.err" &
   pids+=("$!")
-  for _ in $(seq 50); do curl -sf "http://127.0.0.1:$recv_port/count" >/dev/null && return; sleep 0.1; done
+  for _ in $(seq 50); do curl -sf --max-time 2 "http://127.0.0.1:$recv_port/count" >/dev/null && return; sleep 0.1; done
   log "receiver did not start"; exit 1
 }
 
@@ -150,11 +157,13 @@ start_worker() { # sets worker_pid
   log "the worker did not start"; cat "$tmp/worker.err" >&2; exit 1
 }
 
+# How many ids the receiver answered 2xx, or nothing when it does not answer.
 ids_ok() {
-  curl -sf "http://127.0.0.1:$recv_port/count" | sed -n 's/.*"ids_ok":\([0-9]*\).*/\1/p'
+  { curl -sf --max-time 5 "http://127.0.0.1:$recv_port/count" || true; } |
+    sed -n 's/.*"ids_ok":\([0-9]*\).*/\1/p'
 }
 
-# Waits until every id got a 200, or no progress for 60 s, or RUN_TIMEOUT_S.
+# Waits until every id got a 200; fails after no progress for 60 s, or RUN_TIMEOUT_S.
 wait_delivered() {
   local deadline=$((SECONDS + ${RUN_TIMEOUT_S:-300})) last=-1 stalled=$SECONDS ok
   while :; do
@@ -162,7 +171,7 @@ wait_delivered() {
     [ "$ok" -ge "$n" ] && return
     [ "$ok" != "$last" ] && { last="$ok"; stalled=$SECONDS; }
     if [ $((SECONDS - stalled)) -ge 60 ] || [ "$SECONDS" -ge "$deadline" ]; then
-      log "gave up waiting: $ok/$n ids delivered"; return
+      log "gave up waiting: $ok/$n ids delivered; no figures from this run"; return 1
     fi
     sleep 0.5
   done
@@ -208,7 +217,7 @@ main() {
   worker_ticks=$(($(proc_ticks "$worker_pid" 11 12) - worker0))
   postgres_ticks=$(($(postgres_ticks) - postgres0))
   sleep 2 # catch late duplicates
-  curl -sf "http://127.0.0.1:$recv_port/stats" > "$tmp/stats.json"
+  curl -sf --max-time 10 "http://127.0.0.1:$recv_port/stats" > "$tmp/stats.json"
 
   figures "$tmp/producer.json" "$tmp/stats.json" "$worker_ticks" "$postgres_ticks" |
     while read -r metric value unit; do result "$scenario" "$metric" "$value" "$unit"; done

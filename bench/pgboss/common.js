@@ -27,10 +27,11 @@ if (cfg.scenario !== 'burst') throw new Error(`SCENARIO must be burst, got ${cfg
 
 /**
  * A pg-boss instance on DATABASE_URL (not started) with a connection for each of `inFlight`
- * operations and two for pg-boss's own (start, maintenance); its errors go to `log`.
+ * operations and two for pg-boss's own (start, maintenance), and `options` beside; its
+ * errors go to `log`.
  */
-function connect(inFlight, log) {
-  const boss = new PgBoss({ connectionString: cfg.databaseUrl, max: inFlight + 2 });
+function connect(inFlight, log, options = {}) {
+  const boss = new PgBoss({ connectionString: cfg.databaseUrl, max: inFlight + 2, ...options });
   boss.on('error', err => log(`error: ${errText(err)}`));
   return boss;
 }

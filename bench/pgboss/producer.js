@@ -45,7 +45,8 @@ async function main() {
   const mode = process.argv[2] || 'batch';
   if (!MODES[mode]) throw new Error(`mode must be one of ${Object.keys(MODES).join('|')}, got ${mode}`);
   const [enqueue, inFlight] = MODES[mode];
-  const boss = connect(inFlight, log);
+  // Only creates jobs: the worker's instance supervises and schedules.
+  const boss = connect(inFlight, log, { supervise: false, schedule: false });
   await boss.start();
 
   const tag = Date.now().toString(36);
