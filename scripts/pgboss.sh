@@ -2,9 +2,9 @@
 # pg-boss (bench/pgboss) in the burst of the peer comparator (../shared/peers), to be put
 # beside postback on Postgres: a fresh Postgres started as postback-bench starts one
 # (initdb in a temporary directory, a free port, Postgres's defaults: fsync and synchronous
-# commit on), the peers' receiver, the worker (CONCURRENCY jobs in flight, woken by NOTIFY
-# as a job is created, its own transactions committed with synchronous_commit off as
-# postback's claims and settles are), then the producer:
+# commit on), the peers' receiver, the worker (CONCURRENCY jobs in flight, its own
+# transactions committed with synchronous_commit off as postback's claims and settles are;
+# woken by NOTIFY as jobs are created with PGBOSS_NOTIFY=1), then the producer:
 #   batch    insert() in chunks of 1,000, 4 in flight (scenario burst_batch, beside /notify/batch)
 #   single   one send() per job, CONCURRENCY in flight (scenario burst, beside POST /notify)
 # It waits until every id got a 200 (a run that stalls fails, with no figures) and prints one
@@ -17,7 +17,7 @@
 #
 #   scripts/pgboss.sh MODE [RUN]      MODE: batch|single; RUN: the repeat number (1)
 #
-# Knobs (env): N (20000), CONCURRENCY (64), RUN_TIMEOUT_S (300), TSV, PEER_RECEIVER (a built
+# Knobs (env): N (20000), CONCURRENCY (64), RUN_TIMEOUT_S (300), TSV, PGBOSS_NOTIFY, PEER_RECEIVER (a built
 #   peer-receiver; without it, one is built once, at low priority, in a copy of the peers'
 #   receiver in /tmp/postback-peer-receiver).
 set -euo pipefail

@@ -10,17 +10,22 @@ const TIMEOUT_MS = 10_000;
 const BATCH = 16;
 const log = rateLimitedLogger('pgboss-worker');
 
+// With PGBOSS_NOTIFY=1, a job created wakes the workers at once (LISTEN/NOTIFY), as
+// postback's registrations wake its scheduler. Off by default, as in pg-boss: on, each job
+// sent on its own wakes the pollers to fetch it alone, and one at a time ran at about a
+// third of the rate (BENCHMARKS.md, "pg-boss beside postback on Postgres").
+const NOTIFY = process.env.PGBOSS_NOTIFY === '1';
+
 // Four attempts, retried with pg-boss's exponential backoff from 1 s (with jitter), at most 4 s
-// apart: near BullMQ's 1 s, 2 s, 4 s. A job created wakes the workers at once (NOTIFY), as
-// postback's registrations wake its scheduler.
-const QUEUE_OPTIONS = { retryLimit: 3, retryDelay: 1, retryBackoff: true, retryDelayMax: 4, notify: true };
+// apart: near BullMQ's 1 s, 2 s, 4 s.
+const QUEUE_OPTIONS = { retryLimit: 3, retryDelay: 1, retryBackoff: true, retryDelayMax: 4, notify: NOTIFY };
 
 // The worker's transactions (fetching and completing jobs) commit without waiting for the
 // WAL to reach the disk, as postback's claims and settles do: a commit lost in a crash of
 // the database means a job delivered again, never lost. Jobs are still created with full
 // commits (the producer's connections).
 const BOSS_OPTIONS = {
-  useListenNotify: true,
+  useListenNotify: NOTIFY,
   connectionString: `${cfg.databaseUrl}${cfg.databaseUrl.includes('?') ? '&' : '?'}options=${encodeURIComponent('-c synchronous_commit=off')}`,
 };
 
