@@ -7,7 +7,7 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 use support::load::{accepted, all_delivered, refused, steady};
 use support::{Postback, PostgresServer, Receiver};
 
@@ -518,4 +518,41 @@ async fn bodies_through_the_database_arrive_value_for_value() {
         assert_eq!(same.trim(), "t", "{body} arrived as {:?}", got.body);
     }
     drop(ids);
+}
+
+/// Every option `POST /notify` takes (its OpenAPI schema), `postback.notify()` knows, of
+/// the same JSON type: the database's first check keeps its own list of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_knows_every_option_post_notify_takes() {
+    let pg = PostgresServer::start();
+    let pb = Postback::start_on_postgres(&pg, &[]).await;
+    producer_role(&pg);
+    let (status, document) = pb.get("/openapi.json").await;
+    assert_eq!(status, 200, "{document}");
+    let fields = document["components"]["schemas"]["NotifyRequest"]["properties"]
+        .as_object()
+        .expect("NotifyRequest's properties")
+        .clone();
+    assert!(fields.len() > 10, "{fields:?}");
+    for (n, (field, schema)) in fields.iter().enumerate() {
+        if field == "url" || field == "body" {
+            continue;
+        }
+        let types = match &schema["type"] {
+            Value::Array(types) => types.clone(),
+            one => vec![one.clone()],
+        };
+        let value = match types.contains(&json!("string")) {
+            true => json!("x"),
+            false => json!({}),
+        };
+        let options = json!({ field.as_str(): value }).to_string();
+        let notify = format!("'http://127.0.0.1:9/paid', '{{}}', '{options}'");
+        let answer = pay(&pg, n as u32, &notify, "ROLLBACK");
+        let said = answer.err().unwrap_or_default();
+        assert!(
+            !said.contains("unknown field") && !said.contains("a string is required"),
+            "{field} ({schema}): {said}"
+        );
+    }
 }
