@@ -427,3 +427,49 @@ async fn a_cursor_names_nothing_of_another_tenant() {
     }
     assert_eq!(found, vec![json!(own)]);
 }
+
+/// An ordering key is its tenant's: another tenant's notification under the same key
+/// neither waits behind the first tenant's head nor takes its turn, and the first
+/// tenant's keep their order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordering_key_of_the_same_name_is_each_tenants_own() {
+    let f = start(&[]).await;
+    let on_key = |path: &str, n: u32| {
+        json!({"url": f.receiver.url(path), "body": {"n": n}, "ordering_key": "k",
+               "schedule": ["2s"]})
+    };
+    let head = f.register("tok-checkout-a", on_key("/a?fail=1", 0)).await;
+    let behind = f.register("tok-checkout-a", on_key("/a", 1)).await;
+    let other = f.register("tok-all-b", on_key("/b", 2)).await;
+
+    let view = f.pb.wait_state(&other, "delivered", WAIT).await;
+    assert_eq!(view["attempts"], 1, "{view}");
+    let waiting = f.pb.notification(&behind).await;
+    assert_eq!(
+        waiting["state"], "scheduled",
+        "behind shop-a's head: {waiting}"
+    );
+    assert_eq!(waiting["waiting"], true, "{waiting}");
+
+    f.pb.wait_state(&head, "delivered", WAIT).await;
+    f.pb.wait_state(&behind, "delivered", WAIT).await;
+    let order: Vec<Value> = f
+        .receiver
+        .requests()
+        .iter()
+        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .map(|b| b["n"].clone())
+        .collect();
+    let shop_a: Vec<&Value> = order.iter().filter(|n| **n != json!(2)).collect();
+    assert_eq!(
+        shop_a,
+        [&json!(0), &json!(0), &json!(1)],
+        "shop-a's in order: {order:?}"
+    );
+    let b_at = order.iter().position(|n| *n == json!(2));
+    let retry_at = order.iter().rposition(|n| *n == json!(0));
+    assert!(
+        b_at < retry_at,
+        "shop-b's went before shop-a's head was retried: {order:?}"
+    );
+}
