@@ -470,8 +470,8 @@ fn claimed_job(
         lease: held.record.lease,
         attempt: held.record.attempts + 1,
         max_attempts: held.record.max_attempts,
-        // A claimed notification's `next_at` is its score in the due set (`Held::claimed`).
-        due_at: held.record.next_at.unwrap_or(claimed_at_us / 1000),
+        // Its score in the due set, which its record reads as its `next_at` too.
+        due_at: score,
         claimed_at_us,
         claim_asked: asked,
         spec: decoded,
