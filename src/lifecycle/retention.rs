@@ -1,7 +1,16 @@
-//! How much retention deletes per store call, the same on every backend: dead letters
-//! past `retention.dead_max_age` or beyond `retention.dead_max_count`, and delivered or
-//! cancelled notifications past `retention.finished_max_age`. Which ones is chosen by
-//! score inside the store (the oldest first); these budgets bound the work of one call.
+//! What retention deletes, the same on every backend: dead letters past
+//! `retention.dead_max_age`, then the oldest beyond `retention.dead_max_count`, and
+//! delivered or cancelled notifications past `retention.finished_max_age`, the oldest
+//! first, within a budget that bounds the work of one store call.
+//!
+//! The embedded and Postgres stores run a `Pass`: it names each cut (`Step`) and the
+//! store deletes it and says how many went. Redis chooses inside `trim` of
+//! `lua/common.lua`, atomically with the settle that calls it, from these limits and
+//! budgets; the differential test holds the three stores to the same choice.
+
+use std::time::Duration;
+
+use super::Index;
 
 /// Most notifications one sweep call deletes from each finished index (of a shard); a
 /// call that deletes this many is followed by another.
@@ -12,4 +21,327 @@ pub const SWEEP_BUDGET: usize = 500;
 /// a sweep.
 pub fn settle_budget(settled: usize) -> usize {
     2 * settled + 16
+}
+
+/// What retention keeps, in ms and counts: dead letters' age and count, finished
+/// notifications' age.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub dead_max_age_ms: i64,
+    pub dead_max_count: u64,
+    pub finished_max_age_ms: i64,
+}
+
+impl Limits {
+    /// The limits of `retention.dead_max_age`, `dead_max_count` and `finished_max_age`.
+    pub fn new(dead_max_age: Duration, dead_max_count: u64, finished_max_age: Duration) -> Self {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        Self {
+            dead_max_age_ms: ms(dead_max_age),
+            dead_max_count,
+            finished_max_age_ms: ms(finished_max_age),
+        }
+    }
+
+    /// Each of `shards` shards' share, where each keeps its own dead letters: the count
+    /// divided among them, rounded up.
+    pub fn per_shard(self, shards: u32) -> Self {
+        Self {
+            dead_max_count: self.dead_max_count.div_ceil(u64::from(shards.max(1))),
+            ..self
+        }
+    }
+
+    /// The limits as the Redis scripts take them: dead max age ms, dead max count,
+    /// finished max age ms.
+    pub fn script_args(&self) -> [i64; 3] {
+        let count = i64::try_from(self.dead_max_count).unwrap_or(i64::MAX);
+        [self.dead_max_age_ms, count, self.finished_max_age_ms]
+    }
+
+    /// Dead letters finished at or before this are past their age.
+    fn dead_cutoff(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_sub(self.dead_max_age_ms)
+    }
+}
+
+/// One cut of a pass: delete up to `limit` of the oldest notifications of `index`
+/// finished at or before `until`, counting each under `counter`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    pub index: Index,
+    pub until: i64,
+    pub limit: usize,
+    pub counter: &'static str,
+}
+
+/// What a pass asks its store to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Delete this cut, then tell the pass how many went (`Pass::deleted`).
+    Delete(Cut),
+    /// Count the dead letters left, then tell the pass (`Pass::counted`).
+    CountDead,
+    /// Nothing more this call.
+    Done,
+}
+
+/// Where a pass is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    DeadByAge,
+    CountDead,
+    DeadByCount,
+    FinishedByAge,
+    Done,
+}
+
+/// One store call's retention, step by step: the dead letters past their age, then the
+/// oldest beyond their count, then the finished past their age (each index only when the
+/// call touched it), at most `budget` notifications from the dead letters and `budget`
+/// from the finished.
+#[derive(Debug, Clone)]
+pub struct Pass {
+    limits: Limits,
+    now_ms: i64,
+    budget: usize,
+    dead: bool,
+    finished: bool,
+    stage: Stage,
+    from_dead: usize,
+    dead_left: u64,
+    deleted: usize,
+}
+
+impl Pass {
+    /// A sweep's pass at `now_ms`: both indexes, `SWEEP_BUDGET` each.
+    pub fn sweep(limits: Limits, now_ms: i64) -> Self {
+        Self::new(limits, now_ms, SWEEP_BUDGET, (true, true))
+    }
+
+    /// The pass of a settle of `settled` attempts at `now_ms` that moved notifications
+    /// into the dead letters and the finished as `touched` says: only those indexes.
+    pub fn settle(limits: Limits, now_ms: i64, settled: usize, touched: (bool, bool)) -> Self {
+        Self::new(limits, now_ms, settle_budget(settled), touched)
+    }
+
+    fn new(limits: Limits, now_ms: i64, budget: usize, (dead, finished): (bool, bool)) -> Self {
+        let mut pass = Self {
+            limits,
+            now_ms,
+            budget,
+            dead,
+            finished,
+            stage: Stage::DeadByAge,
+            from_dead: 0,
+            dead_left: 0,
+            deleted: 0,
+        };
+        if !dead {
+            pass.stage = pass.after_dead();
+        }
+        pass
+    }
+
+    /// What to do next.
+    pub fn next(&self) -> Step {
+        match self.stage {
+            Stage::DeadByAge => Step::Delete(Cut {
+                index: Index::Dead,
+                until: self.dead_until(),
+                limit: self.budget,
+                counter: "dead_by_age",
+            }),
+            Stage::CountDead => Step::CountDead,
+            Stage::DeadByCount => Step::Delete(Cut {
+                index: Index::Dead,
+                until: i64::MAX,
+                limit: self.excess().min(self.budget - self.from_dead),
+                counter: "dead_by_count",
+            }),
+            Stage::FinishedByAge => Step::Delete(Cut {
+                index: Index::Done,
+                until: self.now_ms.saturating_sub(self.limits.finished_max_age_ms),
+                limit: self.budget,
+                counter: "finished_by_age",
+            }),
+            Stage::Done => Step::Done,
+        }
+    }
+
+    /// How many the last `Step::Delete` deleted.
+    pub fn deleted(&mut self, n: usize) {
+        self.deleted += n;
+        self.stage = match self.stage {
+            Stage::DeadByAge => {
+                self.from_dead += n;
+                if self.from_dead < self.budget {
+                    Stage::CountDead
+                } else {
+                    self.after_dead()
+                }
+            }
+            Stage::DeadByCount => {
+                self.from_dead += n;
+                self.after_dead()
+            }
+            _ => Stage::Done,
+        };
+    }
+
+    /// How many dead letters are left, as `Step::CountDead` asked.
+    pub fn counted(&mut self, dead_left: u64) {
+        self.dead_left = dead_left;
+        self.stage = if self.excess() > 0 {
+            Stage::DeadByCount
+        } else {
+            self.after_dead()
+        };
+    }
+
+    fn excess(&self) -> usize {
+        let excess = self.dead_left.saturating_sub(self.limits.dead_max_count);
+        usize::try_from(excess).unwrap_or(usize::MAX)
+    }
+
+    fn after_dead(&self) -> Stage {
+        if self.finished {
+            Stage::FinishedByAge
+        } else {
+            Stage::Done
+        }
+    }
+
+    /// How many notifications the pass deleted so far.
+    pub fn total(&self) -> usize {
+        self.deleted
+    }
+
+    /// Whether a sweep calls again: this pass deleted as many as its budget.
+    pub fn full(&self) -> bool {
+        self.deleted >= self.budget
+    }
+
+    /// Whether the pass deletes dead letters.
+    pub fn touched_dead(&self) -> bool {
+        self.dead
+    }
+
+    /// Dead letters finished at or before this are past their age; what is kept as long
+    /// as they are (registrations refused at intake) goes with them.
+    pub fn dead_until(&self) -> i64 {
+        self.limits.dead_cutoff(self.now_ms)
+    }
+
+    /// The pass's time and budget, for what a store forgets beside notifications
+    /// (idempotency keys past their day).
+    pub fn now_and_budget(&self) -> (i64, usize) {
+        (self.now_ms, self.budget)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        dead_max_age_ms: 1_000,
+        dead_max_count: 2,
+        finished_max_age_ms: 5_000,
+    };
+
+    /// Runs `pass` against indexes of finish times, deleting from them as each store
+    /// does; the notifications deleted, in order, as (index, finish time).
+    fn run(mut pass: Pass, dead: &mut Vec<i64>, done: &mut Vec<i64>) -> Vec<(Index, i64)> {
+        let mut gone = Vec::new();
+        loop {
+            match pass.next() {
+                Step::Delete(cut) => {
+                    let from = if cut.index == Index::Dead {
+                        &mut *dead
+                    } else {
+                        &mut *done
+                    };
+                    from.sort_unstable();
+                    let n = from.iter().take_while(|&&at| at <= cut.until).count();
+                    let n = n.min(cut.limit);
+                    gone.extend(from.drain(..n).map(|at| (cut.index, at)));
+                    pass.deleted(n);
+                }
+                Step::CountDead => pass.counted(dead.len() as u64),
+                Step::Done => return gone,
+            }
+        }
+    }
+
+    #[test]
+    fn a_settle_deletes_dead_letters_by_age_then_by_count_then_the_finished() {
+        let (mut dead, mut done) = (vec![100, 9_000, 9_500, 9_800, 9_900], vec![1_000, 8_000]);
+        let gone = run(
+            Pass::settle(LIMITS, 10_000, 1, (true, true)),
+            &mut dead,
+            &mut done,
+        );
+        let want = [
+            (Index::Dead, 100),
+            (Index::Dead, 9_000),
+            (Index::Dead, 9_500),
+            (Index::Done, 1_000),
+        ];
+        assert_eq!(gone, want);
+        assert_eq!((dead, done), (vec![9_800, 9_900], vec![8_000]));
+    }
+
+    #[test]
+    fn a_settle_leaves_the_index_it_did_not_touch() {
+        let (mut dead, mut done) = (vec![100, 200, 300], vec![1_000]);
+        let gone = run(
+            Pass::settle(LIMITS, 10_000, 1, (false, true)),
+            &mut dead,
+            &mut done,
+        );
+        assert_eq!(gone, [(Index::Done, 1_000)]);
+        let gone = run(
+            Pass::settle(LIMITS, 10_000, 1, (false, false)),
+            &mut dead,
+            &mut done,
+        );
+        assert_eq!(gone, []);
+    }
+
+    #[test]
+    fn the_budget_bounds_each_index_and_a_full_sweep_calls_again() {
+        let mut dead: Vec<i64> = (0..600).collect();
+        let mut done: Vec<i64> = (0..10).collect();
+        let mut pass = Pass::sweep(LIMITS, 1_000_000);
+        let mut gone = 0;
+        while let Step::Delete(cut) = pass.next() {
+            let from = if cut.index == Index::Dead {
+                &mut dead
+            } else {
+                &mut done
+            };
+            let n = from.len().min(cut.limit);
+            from.drain(..n);
+            gone += n;
+            pass.deleted(n);
+        }
+        assert_eq!((gone, dead.len(), done.len()), (510, 100, 0));
+        assert!(pass.full());
+        let limits = Limits {
+            dead_max_count: 5,
+            ..LIMITS
+        };
+        let mut dead: Vec<i64> = (999_000..999_600).collect();
+        let gone = run(Pass::sweep(limits, 1_000_000), &mut dead, &mut Vec::new());
+        assert_eq!(gone.len(), SWEEP_BUDGET);
+        assert_eq!(dead.len(), 100, "beyond the count, within the budget");
+    }
+
+    #[test]
+    fn the_count_is_each_shards_share_rounded_up() {
+        let limits = Limits::new(Duration::from_secs(1), 10, Duration::from_secs(5));
+        assert_eq!(limits.per_shard(3).dead_max_count, 4);
+        assert_eq!(limits.per_shard(3).script_args(), [1_000, 4, 5_000]);
+    }
 }

@@ -43,7 +43,7 @@ mod writer;
 
 pub use memory_disk::MemoryDisk;
 
-use super::types::{NewJob, RetentionLimits};
+use super::types::NewJob;
 use changes::store_error;
 use tables::{DbError, DbResult, Tables};
 use writer::Writer;
@@ -56,7 +56,7 @@ pub struct EmbeddedStore {
     writer: Writer,
     /// Signalled when a transition makes a notification due earlier than before.
     announced: Arc<Notify>,
-    retention: RetentionLimits,
+    retention: retention::Limits,
     audit_max_age_ms: i64,
     path: PathBuf,
 }
@@ -86,7 +86,7 @@ impl EmbeddedStore {
             writer: Writer::start(db.clone(), announced.clone())?,
             db,
             announced,
-            retention: RetentionLimits::from(retention),
+            retention: retention::Limits::from(retention),
             audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
             path,
         })
@@ -106,7 +106,7 @@ impl EmbeddedStore {
             writer: Writer::inline(db.clone(), announced.clone()),
             db,
             announced,
-            retention: RetentionLimits::from(retention),
+            retention: retention::Limits::from(retention),
             audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
             path: PathBuf::from("(memory)"),
         })
@@ -199,7 +199,7 @@ impl Queue for EmbeddedStore {
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
         let batch = batch.to_vec();
-        let retention = self.retention;
+        let limits = self.retention;
         let settled = self
             .writer
             .run(move |t, now| {
@@ -219,8 +219,8 @@ impl Queue for EmbeddedStore {
                         .any(|(_, r)| r.position().map(|p| p.0) == Some(index))
                 };
                 let touched = (into(Index::Dead), into(Index::Done));
-                let budget = retention::settle_budget(batch.len());
-                settled.trimmed = changes::apply_retention(t, now, &retention, budget, touched)?;
+                let mut pass = retention::Pass::settle(limits, now.down(), batch.len(), touched);
+                settled.trimmed = changes::apply_retention(t, &mut pass)?;
                 Ok(settled)
             })
             .await?;
@@ -266,22 +266,18 @@ impl Queue for EmbeddedStore {
     async fn trim(&self) -> StoreResult<usize> {
         let mut trimmed = 0;
         loop {
-            let retention = self.retention;
-            let n = self
+            let limits = self.retention;
+            let (n, full) = self
                 .writer
                 .run(move |t, now| {
                     t.forget_old_windows()?;
-                    changes::apply_retention(
-                        t,
-                        now,
-                        &retention,
-                        retention::SWEEP_BUDGET,
-                        (true, true),
-                    )
+                    let mut pass = retention::Pass::sweep(limits, now.down());
+                    let n = changes::apply_retention(t, &mut pass)?;
+                    Ok((n, pass.full()))
                 })
                 .await?;
             trimmed += n;
-            if n < retention::SWEEP_BUDGET {
+            if !full {
                 return Ok(trimmed);
             }
         }

@@ -43,7 +43,7 @@ mod signals;
 mod trim;
 mod tx;
 
-use changes::{NewJob, Retention};
+use changes::NewJob;
 use reads::IndexPage;
 use tx::{col, Commit, Fault, PgResult, Tx};
 
@@ -62,7 +62,7 @@ pub struct PostgresStore {
     /// Names this instance in what it tells the others.
     instance: String,
     listeners: signals::Listeners,
-    retention: Retention,
+    retention: retention::Limits,
     audit_max_age_ms: i64,
 }
 
@@ -132,7 +132,7 @@ impl PostgresStore {
             config,
             instance: format!("{:016x}", fastrand::u64(..)),
             listeners: signals::Listeners::default(),
-            retention: Retention::from(retention),
+            retention: retention::Limits::from(retention),
             audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
         })
     }
@@ -265,7 +265,7 @@ impl Queue for PostgresStore {
     }
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
-        let retention = self.retention;
+        let limits = self.retention;
         in_transaction!(self, Commit::Relaxed, |t| {
             let records = changes::settle(&mut t, batch).await?;
             let mut settled = Settled {
@@ -282,9 +282,9 @@ impl Queue for PostgresStore {
                 .any(|(_, r)| matches!(r.position(), Some((Index::Done, _))));
             settled.dead_lettered = dead;
             settled.earliest = changes::any_heads(&mut t, &moved).await?;
-            let budget = retention::settle_budget(batch.len());
             let touched = (dead > 0, done);
-            settled.trimmed = trim::apply_retention(&mut t, &retention, budget, touched).await?;
+            let mut pass = retention::Pass::settle(limits, t.now.down(), batch.len(), touched);
+            settled.trimmed = trim::apply_retention(&mut t, &mut pass).await?;
             settled
         })
     }
@@ -309,13 +309,13 @@ impl Queue for PostgresStore {
     async fn trim(&self) -> StoreResult<usize> {
         let mut trimmed = 0;
         loop {
-            let retention = self.retention;
-            let budget = retention::SWEEP_BUDGET;
-            let n = in_transaction!(self, Commit::Relaxed, |t| {
-                trim::apply_retention(&mut t, &retention, budget, (true, true)).await?
+            let limits = self.retention;
+            let (n, full) = in_transaction!(self, Commit::Relaxed, |t| {
+                let mut pass = retention::Pass::sweep(limits, t.now.down());
+                (trim::apply_retention(&mut t, &mut pass).await?, pass.full())
             })?;
             trimmed += n;
-            if n < budget {
+            if !full {
                 return Ok(trimmed);
             }
         }

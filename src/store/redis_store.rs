@@ -22,7 +22,7 @@ use super::{spec, tenant_counts};
 use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
 use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
 use crate::domain::{JobId, ShardHealth};
-use crate::lifecycle::{Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
+use crate::lifecycle::{retention, Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
 mod acks;
 mod audit;
@@ -161,9 +161,9 @@ pub struct RedisStore {
     claimed: ClaimedRecords,
     /// The schedules shards keep once, as this instance has read them.
     schedules: Arc<ScheduleBook>,
-    /// The retention policy as script arguments: dead max age ms, dead max count per
-    /// shard, finished max age ms.
-    retention: [u64; 3],
+    /// The retention policy as script arguments (`retention::Limits::script_args`), with
+    /// each shard's share of the dead letters' count.
+    retention: [i64; 3],
     scripts: Scripts,
     enqueuer: Enqueuer,
     audit: AuditStream,
@@ -244,11 +244,9 @@ impl RedisStore {
             unsure_claims: Mutex::new(Vec::new()),
             claimed: ClaimedRecords::default(),
             schedules,
-            retention: [
-                retention.dead_max_age.as_millis() as u64,
-                retention.dead_max_count.div_ceil(u64::from(shard_count)),
-                retention.finished_max_age.as_millis() as u64,
-            ],
+            retention: retention::Limits::from(retention)
+                .per_shard(u32::from(shard_count))
+                .script_args(),
             scripts,
             enqueuer,
             audit: AuditStream::new(&settings.key_prefix, retention.audit_max_age),

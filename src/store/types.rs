@@ -14,7 +14,7 @@ use crate::domain::{
     Attempt, AttemptReport, Endpoint, Entry, Fingerprint, JobId, JobSpec, Note, Notification,
     Tenant,
 };
-use crate::lifecycle::{transitions, JobStatus, Now, Record, Verdict};
+use crate::lifecycle::{retention, transitions, JobStatus, Now, Record, Verdict};
 
 /// The store could not do what was asked.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -200,22 +200,9 @@ impl NewJob {
     }
 }
 
-/// Retention limits in ms and counts, as the stores apply them: dead letters' age and
-/// count, finished notifications' age.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RetentionLimits {
-    pub dead_max_age_ms: i64,
-    pub dead_max_count: u64,
-    pub finished_max_age_ms: i64,
-}
-
-impl From<&RetentionSettings> for RetentionLimits {
+impl From<&RetentionSettings> for retention::Limits {
     fn from(r: &RetentionSettings) -> Self {
-        Self {
-            dead_max_age_ms: r.dead_max_age.as_millis() as i64,
-            dead_max_count: r.dead_max_count,
-            finished_max_age_ms: r.finished_max_age.as_millis() as i64,
-        }
+        Self::new(r.dead_max_age, r.dead_max_count, r.finished_max_age)
     }
 }
 

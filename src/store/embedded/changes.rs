@@ -11,9 +11,10 @@ use redb::{ReadableTable, ReadableTableMetadata};
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::delivery::policy::{self, RateAsk, RateState, SendTimes};
 use crate::domain::{Entry, JobId};
+use crate::lifecycle::retention::{Pass, Step};
 use crate::lifecycle::{transitions, wakes_at, Cancelled, Index, LetGo, NewCycle, Now, Record};
 use crate::store::spec;
-use crate::store::types::{NewJob, RetentionLimits as Retention};
+use crate::store::types::NewJob;
 use crate::store::{
     idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, Settlement, StoreError,
 };
@@ -140,7 +141,11 @@ fn first_until(
     limit: usize,
 ) -> DbResult<Vec<(i64, String)>> {
     let mut out = Vec::new();
-    for entry in index.range(..(until + 1, ""))?.take(limit) {
+    let entries = match until.checked_add(1) {
+        Some(after) => index.range(..(after, ""))?,
+        None => index.range::<(i64, &str)>(..)?,
+    };
+    for entry in entries.take(limit) {
         let key = entry?.0;
         let (at, id) = key.value();
         out.push((at, id.to_string()));
@@ -277,35 +282,26 @@ pub fn discard(t: &mut Tables, id: &JobId) -> DbResult<bool> {
     Ok(true)
 }
 
-/// Retention: deletes up to `budget` dead letters past their age, then the oldest beyond
-/// their count, and up to `budget` finished notifications past their age (each when its
-/// flag says so), counting each by reason; then up to `budget` forgotten idempotency
+/// Retention: runs `pass` (`lifecycle::retention`), deleting each cut it names with its
+/// records, counting each by reason; then up to its budget of forgotten idempotency
 /// keys. How many notifications it deleted.
-pub fn apply_retention(
-    t: &mut Tables,
-    now: Now,
-    limits: &Retention,
-    budget: usize,
-    (dead, finished): (bool, bool),
-) -> DbResult<usize> {
-    let now_ms = now.down();
-    let mut n = 0;
-    if dead {
-        let old = first_until(&t.dead, now_ms - limits.dead_max_age_ms, budget)?;
-        n += drop_all(t, old, Index::Dead, "dead_by_age")?;
-        let excess = t.dead.len()?.saturating_sub(limits.dead_max_count) as usize;
-        let oldest = first_until(&t.dead, i64::MAX - 1, excess.min(budget.saturating_sub(n)))?;
-        n += drop_all(t, oldest, Index::Dead, "dead_by_count")?;
+pub fn apply_retention(t: &mut Tables, pass: &mut Pass) -> DbResult<usize> {
+    loop {
+        match pass.next() {
+            Step::Delete(cut) => {
+                let oldest = first_until(t.index(cut.index), cut.until, cut.limit)?;
+                pass.deleted(drop_all(t, oldest, cut.index, cut.counter)?);
+            }
+            Step::CountDead => pass.counted(t.dead.len()?),
+            Step::Done => break,
+        }
     }
-    if finished {
-        let old = first_until(&t.done, now_ms - limits.finished_max_age_ms, budget)?;
-        n += drop_all(t, old, Index::Done, "finished_by_age")?;
-    }
+    let (now_ms, budget) = pass.now_and_budget();
     for (until, key) in first_until(&t.idempotency_expiry, now_ms, budget)? {
         t.idempotency_expiry.remove((until, key.as_str()))?;
         t.idempotency.remove(key.as_str())?;
     }
-    Ok(n)
+    Ok(pass.total())
 }
 
 /// Deletes the notifications of `entries` (from `index`) with their records, counting

@@ -13,7 +13,7 @@ use super::tx::{col, corrupt, place, Fault, PgResult, Tx};
 use crate::domain::{Entry, JobId};
 use crate::lifecycle::{transitions, wakes_at, Cancelled, JobStatus, LetGo, NewCycle, Record};
 use crate::store::spec;
-pub(super) use crate::store::types::{NewJob, RetentionLimits as Retention};
+pub(super) use crate::store::types::NewJob;
 use crate::store::{
     idempotency_value, Claim, ClaimedJob, Deferral, Enqueued, IdempotencyEntry, Settlement,
 };

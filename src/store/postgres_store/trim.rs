@@ -1,52 +1,44 @@
 //! The Postgres store's retention: dead letters past their age or beyond their count,
 //! finished notifications past their age and forgotten idempotency keys deleted in
 //! bounded steps, rows chosen with `FOR UPDATE SKIP LOCKED`, each counted by tenant and
-//! reason. What goes is `lifecycle::retention`'s choice; this deletes it.
+//! reason. What goes is `lifecycle::retention`'s choice (`Pass`); this deletes it.
 
 use std::collections::BTreeMap;
 
 use super::tx::{col, PgResult, Tx};
-use crate::store::types::RetentionLimits as Retention;
+use crate::lifecycle::retention::{Cut, Pass, Step};
 
-/// Retention: deletes up to `budget` dead letters past their age, then the oldest beyond
-/// their count, and up to `budget` finished notifications past their age (each when its
-/// flag says so), counting each by tenant and reason; then up to `budget` forgotten
+/// Retention: runs `pass` (`lifecycle::retention`), deleting each cut it names and
+/// counting each notification by tenant and reason, with the registrations refused at
+/// intake as old as the dead letters it deletes; then up to its budget of forgotten
 /// idempotency keys. How many notifications it deleted.
-pub async fn apply_retention(
-    t: &mut Tx<'_>,
-    limits: &Retention,
-    budget: usize,
-    (dead, finished): (bool, bool),
-) -> PgResult<usize> {
-    let now_ms = t.now.down();
+pub async fn apply_retention(t: &mut Tx<'_>, pass: &mut Pass) -> PgResult<usize> {
+    loop {
+        match pass.next() {
+            Step::Delete(cut) => {
+                let n = drop_oldest(t, &cut).await?;
+                pass.deleted(n);
+            }
+            Step::CountDead => {
+                let sql = "SELECT count(*) AS n FROM postback.jobs WHERE idx = 'dead'";
+                let rows = t.query(sql, &[]).await?;
+                let dead: i64 = rows.first().map(|r| col(r, "n")).transpose()?.unwrap_or(0);
+                pass.counted(dead.max(0) as u64);
+            }
+            Step::Done => break,
+        }
+    }
+    let (now_ms, budget) = pass.now_and_budget();
     let budget = budget as i64;
-    let mut n = 0;
-    if dead {
-        let before = now_ms - limits.dead_max_age_ms;
-        n += drop_oldest(t, ("dead", before), budget, "dead_by_age").await?;
-        let rows = t
-            .query(
-                "SELECT count(*) AS n FROM postback.jobs WHERE idx = 'dead'",
-                &[],
-            )
-            .await?;
-        let dead: i64 = rows.first().map(|r| col(r, "n")).transpose()?.unwrap_or(0);
-        let keep = limits.dead_max_count.min(i64::MAX as u64) as i64;
-        let excess = (dead - keep).min(budget - n as i64);
-        n += drop_oldest(t, ("dead", i64::MAX), excess, "dead_by_count").await?;
-        // Registrations refused at intake are kept as long as dead letters.
+    if pass.touched_dead() {
         t.execute(
             "DELETE FROM postback.intake_refused WHERE id IN (
                  SELECT id FROM postback.intake_refused
                  WHERE refused_at < to_timestamp($1::int8 / 1000.0) ORDER BY refused_at
                  LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            &[&before, &budget],
+            &[&pass.dead_until(), &budget],
         )
         .await?;
-    }
-    if finished {
-        let before = now_ms - limits.finished_max_age_ms;
-        n += drop_oldest(t, ("done", before), budget, "finished_by_age").await?;
     }
     t.execute(
         "DELETE FROM postback.idempotency WHERE (tenant, key) IN (
@@ -55,27 +47,22 @@ pub async fn apply_retention(
         &[&now_ms, &budget],
     )
     .await?;
-    Ok(n)
+    Ok(pass.total())
 }
 
-/// Deletes up to `limit` of the oldest notifications of index `idx` at or before
-/// `before`, counting each under `reason` for its tenant.
-async fn drop_oldest(
-    t: &mut Tx<'_>,
-    (idx, before): (&str, i64),
-    limit: i64,
-    reason: &str,
-) -> PgResult<usize> {
-    if limit <= 0 {
+/// Deletes the notifications of `cut`, counting each under its counter for its tenant.
+async fn drop_oldest(t: &mut Tx<'_>, cut: &Cut) -> PgResult<usize> {
+    if cut.limit == 0 {
         return Ok(0);
     }
+    let limit = i64::try_from(cut.limit).unwrap_or(i64::MAX);
     let rows = t
         .query(
             "DELETE FROM postback.jobs WHERE id IN (
                  SELECT id FROM postback.jobs WHERE idx = $1 AND at <= $2
                  ORDER BY at, id LIMIT $3 FOR UPDATE SKIP LOCKED)
              RETURNING tenant",
-            &[&idx, &before, &limit],
+            &[&cut.index.name(), &cut.until, &limit],
         )
         .await?;
     let mut by_tenant: BTreeMap<String, i64> = BTreeMap::new();
@@ -83,7 +70,7 @@ async fn drop_oldest(
         *by_tenant.entry(col(row, "tenant")?).or_default() += 1;
     }
     for (tenant, n) in &by_tenant {
-        t.count_trimmed(tenant, reason, *n).await?;
+        t.count_trimmed(tenant, cut.counter, *n).await?;
     }
     Ok(rows.len())
 }

@@ -251,8 +251,8 @@ pub struct Shard<'a> {
     pub keys: &'a ShardKeys,
     pub schedules: &'a ScheduleBook,
     pub wake_channel: &'a str,
-    /// Dead max age ms, dead max count per shard, finished max age ms.
-    pub retention: [u64; 3],
+    /// The retention policy as script arguments (`retention::Limits::script_args`).
+    pub retention: [i64; 3],
 }
 
 /// What a commit came to: an answer per request, in order.
