@@ -20,7 +20,7 @@ function el(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
   }
-  // `false` is nothing too, so that `can(…) && el(…)` leaves nothing when it cannot.
+  // `false` is nothing too, so that `allowed(…) && el(…)` leaves nothing when it is not.
   for (const c of children.flat()) {
     if (c !== null && c !== undefined && c !== false) node.append(c instanceof Node ? c : String(c));
   }
@@ -35,11 +35,14 @@ class ApiError extends Error {
   }
 }
 
-// Who the token is (`GET /me`): its tenant (null: every tenant), roles and what they let
-// it do (`may`), asked once per token. The page offers an action only when `can` says
-// the API would take it.
+// Who the token is (`GET /me`): its tenant (null: every tenant), roles, the routes they
+// open (`routes`, as `METHOD /pattern`) and what they let it do (`may`), asked once per
+// token. The page offers a control only when `allowed` says the API takes the route it
+// calls, and a field a body adds beyond its route (a replay to another URL) only when
+// `can` says the caller may do that too.
 let caller = null;
-const can = (...actions) => actions.every((a) => Boolean(caller?.may.includes(a)));
+const allowed = (route) => Boolean(caller?.routes.includes(route));
+const can = (action) => Boolean(caller?.may.includes(action));
 const oneTenant = () => caller?.tenant || null;
 // Whether the caller is a merchant's portal link rather than a configured token.
 const isLink = () => Boolean(caller?.actor.startsWith("portal:"));
@@ -359,7 +362,7 @@ async function deadLetters(params) {
   return [
     el("h1", {}, "Dead letters"),
     form,
-    can("replay", "bulk") ? el("div", { class: "actions" }, replayAll, status) : null,
+    allowed("POST /dead-letters/replay") ? el("div", { class: "actions" }, replayAll, status) : null,
     list,
     page.next_cursor ? el("p", {}, el("a", { href: `#/dead?${next}` }, "Next page →")) : null,
   ];
@@ -422,8 +425,8 @@ async function deadLetter(id) {
       el("dt", {}, "Created"), el("dd", {}, when(d.created_at)),
       el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
       el("dt", {}, "Replays"), el("dd", {}, d.replays))),
-    can("replay") ? replay : null,
-    can("discard") ? el("div", { class: "actions" }, discard) : null,
+    allowed("POST /dead-letters/{id}/replay") ? replay : null,
+    allowed("DELETE /dead-letters/{id}") ? el("div", { class: "actions" }, discard) : null,
     status,
     el("h2", {}, "Attempts"), timeline(d),
     el("h2", {}, `Body (${d.content_type})`), el("pre", {}, readable(d.body, d.content_type)),
@@ -508,7 +511,7 @@ async function queue(params) {
     el("nav", { class: "tabs", "aria-label": "States" }, STATES.map(([s, name]) =>
       el("a", { href: `#/queue?state=${s}`, ...(s === state ? { "aria-current": "page" } : {}) }, name))),
     form,
-    pending || !can("resend", "bulk") ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
+    pending || !allowed("POST /notifications/resend") ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
     page.items.length === 0
       ? el("p", { class: "muted" }, page.next_cursor ? "None on this page." : `Nothing ${label.toLowerCase()} matches.`)
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": label },
@@ -563,6 +566,7 @@ function attemptNowButton(n, status) {
 // Pauses an endpoint (its notifications held) after a confirmation, or resumes it.
 function pauseButton(e, status) {
   const paused = e.state === "paused";
+  if (!allowed(paused ? "POST /endpoints/{id}/resume" : "POST /endpoints/{id}/pause")) return null;
   const button = el("button", { type: "button" }, paused ? "Resume" : "Pause…");
   button.addEventListener("click", async () => {
     const path = `/endpoints/${encodeURIComponent(e.id)}/${paused ? "resume" : "pause"}`;
@@ -587,9 +591,9 @@ async function post(path, status) {
 // finished, attempt a scheduled one now, resend a finished one; each if it `can`.
 function notificationActions(n, status) {
   return [
-    can("cancel") && ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
-    can("resend") && n.state === "scheduled" ? attemptNowButton(n, status) : null,
-    can("resend") && ["delivered", "dead", "cancelled"].includes(n.state) ? resendButton(n, status) : null,
+    allowed("DELETE /notifications/{id}") && ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
+    allowed("POST /notifications/{id}/attempt-now") && n.state === "scheduled" ? attemptNowButton(n, status) : null,
+    allowed("POST /notifications/{id}/resend") && ["delivered", "dead", "cancelled"].includes(n.state) ? resendButton(n, status) : null,
   ];
 }
 
@@ -708,7 +712,7 @@ async function endpoints(params) {
           el("td", { class: "wide" }, lastFailure(e.last_failure)),
           el("td", {}, when(e.last_success_at)),
           el("td", {}, el("div", { class: "row-actions" },
-            endpointDead(e), can("pause") ? pauseButton(e, status) : null))))))),
+            endpointDead(e), pauseButton(e, status)))))))),
     page.next_cursor ? el("p", {}, el("a", { href: `#/endpoints?${shown}` }, "Next page →")) : null,
   ];
 }
@@ -729,15 +733,16 @@ async function subscriptions(params) {
       status.replaceChildren(failure(e));
     }
   };
-  const actions = (s) => can("subscriptions") && el("div", { class: "row-actions" },
-    el("button", { type: "button", onclick: () => change(`/subscriptions/${s.id}`, "PATCH", { enabled: !s.enabled }) },
+  const [edits, deletes] = [allowed("PATCH /subscriptions/{id}"), allowed("DELETE /subscriptions/{id}")];
+  const actions = (s) => el("div", { class: "row-actions" },
+    edits && el("button", { type: "button", onclick: () => change(`/subscriptions/${s.id}`, "PATCH", { enabled: !s.enabled }) },
       s.enabled ? "Disable" : "Enable"),
-    el("button", { type: "button", class: "danger", onclick: async () => {
+    deletes && el("button", { type: "button", class: "danger", onclick: async () => {
       if (await confirmAction(`Delete the subscription of ${s.url}? Later events do not reach it.`, "Delete it")) {
         change(`/subscriptions/${s.id}`, "DELETE");
       }
     } }, "Delete…"));
-  const form = can("subscriptions") && el("form", { class: "filters", "aria-label": "Subscribe" },
+  const form = allowed("POST /subscriptions") && el("form", { class: "filters", "aria-label": "Subscribe" },
     el("div", {}, el("label", { for: "s-url" }, "url"), el("input", { id: "s-url", name: "url", required: true })),
     el("div", {}, el("label", { for: "s-topics" }, "topics"),
       el("input", { id: "s-topics", name: "topics", placeholder: "payment.*, refund.created", required: true })),
@@ -756,13 +761,13 @@ async function subscriptions(params) {
     form,
     status,
     page.items.length === 0
-      ? el("p", { class: "muted" }, can("subscriptions")
+      ? el("p", { class: "muted" }, form
         ? "No subscriptions yet: subscribe a URL to topics above, and each event published on them is sent there."
         : "No subscriptions yet: a URL subscribed to topics gets each event published on them.")
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Subscriptions" },
         el("thead", {}, el("tr", {}, el("th", {}, "URL"), el("th", {}, "Topics"), tenantHead(),
           el("th", {}, "Takes events"), el("th", { class: "wide" }, "Settings"),
-          can("subscriptions") ? el("th", {}, el("span", { class: "visually-hidden" }, "Actions")) : null)),
+          edits || deletes ? el("th", {}, el("span", { class: "visually-hidden" }, "Actions")) : null)),
         el("tbody", {}, page.items.map((s) => el("tr", {},
           el("td", { class: "url" }, clip(s.url), clip(s.id, { class: "muted id" }),
             s.description ? el("div", { class: "muted" }, s.description) : null),
@@ -770,7 +775,7 @@ async function subscriptions(params) {
           tenantCell(s.tenant),
           el("td", {}, s.enabled ? "yes" : "no"),
           el("td", { class: "wide id" }, Object.keys(s.settings).length ? JSON.stringify(s.settings) : "—"),
-          can("subscriptions") ? el("td", {}, actions(s)) : null))))),
+          edits || deletes ? el("td", {}, actions(s)) : null))))),
     page.next_cursor ? el("p", {}, el("a", { href: `#/subscriptions?${next}` }, "Next page →")) : null,
   ];
 }
@@ -818,7 +823,7 @@ async function events(params) {
 async function event(id) {
   const e = await api(`/events/${encodeURIComponent(id)}`);
   const status = el("div", { role: "status" });
-  const resend = can("resend", "bulk") && el("button", { type: "button", onclick: async () => {
+  const resend = allowed("POST /events/{id}/resend") && el("button", { type: "button", onclick: async () => {
     try {
       const done = await api(`/events/${encodeURIComponent(id)}/resend`, { method: "POST" });
       status.replaceChildren(el("p", {}, `${done.count} resent.`));
@@ -1006,40 +1011,41 @@ function noSigningKeys(tenant) {
 // The header for the caller: its name, tenant, roles and expiry, and only the views
 // its roles open.
 function showCaller() {
-  for (const a of document.querySelectorAll("header nav a[data-may]")) a.hidden = !can(a.dataset.may);
+  for (const a of document.querySelectorAll("header nav a[data-view]")) a.hidden = !opens(VIEWS[a.dataset.view]);
   const expires = caller.expires_at ? ` · until ${new Date(caller.expires_at).toLocaleTimeString()}` : "";
   document.getElementById("who").textContent =
     `${caller.tenant || "every tenant"} · ${caller.roles.join(", ")}${expires}`;
 }
 
-// Every view: its title, what the caller must be allowed to open it (`may` of
-// `GET /me`), and how it is drawn, with the id after its name if one is given.
+// Every view: its title, the route it reads (the caller must be allowed it to open the
+// view; none for a view without a token), and how it is drawn, with the id after its
+// name if one is given.
 const VIEWS = {
-  overview: { title: "Overview", may: "read", show: (id, q) => overview(q) },
-  dead: { title: "Dead letters", may: "read", show: (id, q) => (id ? deadLetter(id) : deadLetters(q)) },
-  queue: { title: "Queue", may: "read", show: (id, q) => queue(q) },
-  lookup: { title: "Look up a notification", may: "lookup", show: (id) => lookup(id) },
-  endpoints: { title: "Endpoints", may: "read", show: (id, q) => endpoints(q) },
-  subscriptions: { title: "Subscriptions", may: "read", show: (id, q) => subscriptions(q) },
-  events: { title: "Events", may: "read", show: (id, q) => (id ? event(id) : events(q)) },
-  audit: { title: "Audit log", may: "audit", show: (id, q) => audit(q) },
-  keys: { title: "Signing keys", may: null, show: (id, q) => keys(q) },
+  overview: { title: "Overview", reads: "GET /overview", show: (id, q) => overview(q) },
+  dead: { title: "Dead letters", reads: "GET /dead-letters", show: (id, q) => (id ? deadLetter(id) : deadLetters(q)) },
+  queue: { title: "Queue", reads: "GET /notifications", show: (id, q) => queue(q) },
+  lookup: { title: "Look up a notification", reads: "GET /notifications/{id}", show: (id) => lookup(id) },
+  endpoints: { title: "Endpoints", reads: "GET /endpoints", show: (id, q) => endpoints(q) },
+  subscriptions: { title: "Subscriptions", reads: "GET /subscriptions", show: (id, q) => subscriptions(q) },
+  events: { title: "Events", reads: "GET /events", show: (id, q) => (id ? event(id) : events(q)) },
+  audit: { title: "Audit log", reads: "GET /audit", show: (id, q) => audit(q) },
+  keys: { title: "Signing keys", reads: null, show: (id, q) => keys(q) },
 };
 
-// The roles of a configured token that let it open a view needing `may`.
-const OPENED_BY = { read: "read", lookup: "read or notify", audit: "audit" };
+// Whether the caller may open view `v`.
+const opens = (v) => !v.reads || allowed(v.reads);
 
-// A view the caller may not open: why, and which role would open it.
+// A view the caller may not open, and why.
 function notAllowed(v) {
   const why = isLink()
     ? `A portal link does not open the ${v.title.toLowerCase()}: it is for postback's operators.`
-    : `The token ${caller.actor} may not open the ${v.title.toLowerCase()}: it needs the ${OPENED_BY[v.may]} role.`;
+    : `The token ${caller.actor} may not open the ${v.title.toLowerCase()}: its roles (${caller.roles.join(", ")}) do not grant ${v.reads}.`;
   return [el("h1", {}, v.title), el("p", { class: "notice", role: "status" }, why), home()];
 }
 
 // A link to a view the caller may open, to go on from a page that shows nothing.
 function home() {
-  const first = Object.entries(VIEWS).find(([, v]) => !v.may || can(v.may));
+  const first = Object.entries(VIEWS).find(([, v]) => opens(v));
   return el("p", {}, el("a", { href: `#/${first[0]}` }, `Go to ${first[1].title.toLowerCase()}`));
 }
 
@@ -1072,7 +1078,7 @@ async function route() {
     caller = caller || (await api("/me"));
     showCaller();
     const parts = !v ? [el("h1", {}, "No such page"), el("p", { class: "notice", role: "status" }, `There is no page #/${name}.`), home()]
-      : v.may && !can(v.may) ? notAllowed(v)
+      : !opens(v) ? notAllowed(v)
       : await v.show(id && decodeURIComponent(id), new URLSearchParams(query));
     if (navigation !== navigations) return;
     view.replaceChildren(...parts.filter(Boolean));

@@ -1,14 +1,15 @@
 //! `GET /me`: who the caller is, as the API sees its token: the actor the audit log
 //! names, its tenant (none: every tenant), its roles and the actions they grant, and
-//! when its credential expires.
+//! when its credential expires, and the routes they open (`permits::open_to`).
 //! The review page reads it to show a merchant's portal link only that tenant's views
-//! and only the actions its roles allow.
+//! and to offer only the controls whose routes the caller may call.
 
 use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::CommonErrors;
+use super::permits;
 use crate::tenancy::access::{Action, Principal, Scope};
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -29,6 +30,10 @@ pub struct Caller {
     /// `audit` (the review page offers these actions only).
     #[schema(example = json!(["lookup", "read", "resend", "pause"]))]
     pub may: Vec<&'static str>,
+    /// The routes it may call, as `METHOD /pattern`: those whose every action its roles
+    /// grant. The review page offers a control only when the route it calls is here.
+    #[schema(example = json!(["GET /me", "GET /dead-letters", "POST /dead-letters/{id}/replay"]))]
+    pub routes: Vec<String>,
     /// When its credential stops working (a portal link's); null for a configured token.
     pub expires_at: Option<String>,
 }
@@ -55,6 +60,7 @@ pub async fn show(Extension(caller): Extension<Principal>) -> Json<Caller> {
         tenant,
         roles: caller.roles().to_vec(),
         may: caller.actions().map(Action::name).collect(),
+        routes: permits::open_to(&caller),
         expires_at,
     })
 }

@@ -7,47 +7,66 @@
 
 use axum::http::Method;
 
-use crate::tenancy::access::Action;
+use crate::tenancy::access::{Action, Principal};
+
+use Action::*;
+
+/// Every protected route (method and path pattern) and the actions it needs.
+const TABLE: &[(&str, &str, &[Action])] = &[
+    ("GET", "/me", &[]),
+    ("POST", "/notify", &[Register]),
+    ("POST", "/notify/batch", &[Register]),
+    ("POST", "/events", &[Register]),
+    ("POST", "/events/batch", &[Register]),
+    ("GET", "/notifications/{id}", &[Lookup]),
+    ("GET", "/notifications", &[Read]),
+    ("GET", "/dead-letters", &[Read]),
+    ("GET", "/dead-letters/{id}", &[Read]),
+    ("GET", "/stats", &[Read]),
+    ("GET", "/overview", &[Read]),
+    ("GET", "/endpoints", &[Read]),
+    ("GET", "/endpoints/{id}", &[Read]),
+    ("GET", "/subscriptions", &[Read]),
+    ("GET", "/subscriptions/{id}", &[Read]),
+    ("GET", "/events", &[Read]),
+    ("GET", "/events/{id}", &[Read]),
+    ("GET", "/topics", &[Read]),
+    ("GET", "/audit", &[Audit]),
+    ("POST", "/portal-links", &[IssueLink]),
+    ("POST", "/notifications/{id}/resend", &[Resend]),
+    ("POST", "/notifications/{id}/attempt-now", &[Resend]),
+    ("POST", "/notifications/resend", &[Resend, Bulk]),
+    ("POST", "/events/{id}/resend", &[Resend, Bulk]),
+    ("DELETE", "/notifications/{id}", &[Cancel]),
+    ("POST", "/dead-letters/{id}/replay", &[Replay]),
+    ("POST", "/dead-letters/replay", &[Replay, Bulk]),
+    ("DELETE", "/dead-letters/{id}", &[Discard]),
+    ("POST", "/dead-letters/purge", &[Discard, Bulk]),
+    ("POST", "/endpoints/{id}/pause", &[Pause]),
+    ("POST", "/endpoints/{id}/resume", &[Pause]),
+    ("POST", "/subscriptions", &[Subscriptions]),
+    ("PATCH", "/subscriptions/{id}", &[Subscriptions]),
+    ("DELETE", "/subscriptions/{id}", &[Subscriptions]),
+];
 
 /// The actions a call of `method` on the route `path` (its pattern, as
 /// `/notifications/{id}`) needs, every one of them; `None` for a route not in the table.
 pub fn needs(method: &Method, path: &str) -> Option<&'static [Action]> {
-    use Action::*;
-    let needs: &'static [Action] = match (method.as_str(), path) {
-        ("GET", "/me") => &[],
-        ("POST", "/notify" | "/notify/batch" | "/events" | "/events/batch") => &[Register],
-        ("GET", "/notifications/{id}") => &[Lookup],
-        (
-            "GET",
-            "/notifications"
-            | "/dead-letters"
-            | "/dead-letters/{id}"
-            | "/stats"
-            | "/overview"
-            | "/endpoints"
-            | "/endpoints/{id}"
-            | "/subscriptions"
-            | "/subscriptions/{id}"
-            | "/events"
-            | "/events/{id}"
-            | "/topics",
-        ) => &[Read],
-        ("GET", "/audit") => &[Audit],
-        ("POST", "/portal-links") => &[IssueLink],
-        ("POST", "/notifications/{id}/resend" | "/notifications/{id}/attempt-now") => &[Resend],
-        ("POST", "/notifications/resend" | "/events/{id}/resend") => &[Resend, Bulk],
-        ("DELETE", "/notifications/{id}") => &[Cancel],
-        ("POST", "/dead-letters/{id}/replay") => &[Replay],
-        ("POST", "/dead-letters/replay") => &[Replay, Bulk],
-        ("DELETE", "/dead-letters/{id}") => &[Discard],
-        ("POST", "/dead-letters/purge") => &[Discard, Bulk],
-        ("POST", "/endpoints/{id}/pause" | "/endpoints/{id}/resume") => &[Pause],
-        ("POST", "/subscriptions") | ("PATCH" | "DELETE", "/subscriptions/{id}") => {
-            &[Subscriptions]
-        }
-        _ => return None,
-    };
-    Some(needs)
+    TABLE
+        .iter()
+        .find(|(m, p, _)| *m == method.as_str() && *p == path)
+        .map(|(_, _, needs)| *needs)
+}
+
+/// The routes `caller` may call, as `METHOD /pattern` (`POST /dead-letters/{id}/replay`):
+/// those whose every action its roles grant. What `GET /me` tells the review page, which
+/// offers a control only when the route it calls is among them.
+pub fn open_to(caller: &Principal) -> Vec<String> {
+    TABLE
+        .iter()
+        .filter(|(_, _, needs)| needs.iter().all(|a| caller.may(*a)))
+        .map(|(method, path, _)| format!("{method} {path}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -77,5 +96,54 @@ mod tests {
         }
         assert!(seen > 30, "{seen} routes");
         assert_eq!(needs(&Method::GET, "/nowhere"), None);
+    }
+
+    #[test]
+    fn a_caller_is_told_the_routes_its_roles_open_and_no_other() {
+        use crate::tenancy::access::LinkRole;
+        let tenant = crate::domain::Tenant::parse("shop-a", "tenant").unwrap();
+        let roles = [LinkRole::Read, LinkRole::Replay];
+        let link = Principal::link(tenant, &roles, crate::clock::system_now());
+        let open = open_to(&link);
+        for route in [
+            "GET /me",
+            "GET /dead-letters",
+            "POST /dead-letters/{id}/replay",
+        ] {
+            assert!(open.iter().any(|r| r == route), "{route} in {open:?}");
+        }
+        for route in ["POST /dead-letters/replay", "GET /audit", "POST /notify"] {
+            assert!(!open.iter().any(|r| r == route), "{route} in {open:?}");
+        }
+        let everything = open_to(&Principal::everything("ops"));
+        assert_eq!(everything.len(), TABLE.len());
+    }
+
+    /// The review page names the route each control calls and each view reads
+    /// (`allowed("POST /dead-letters/replay")`); each must be a route of the table, or
+    /// the page would never offer it.
+    #[test]
+    fn every_route_the_page_names_is_in_the_table() {
+        let page = include_str!("../../ui/app.js");
+        let mut named = 0;
+        for quoted in page.split('"').skip(1).step_by(2) {
+            let Some((method, path)) = quoted.split_once(' ') else {
+                continue;
+            };
+            let Ok(method) = method.parse::<Method>() else {
+                continue;
+            };
+            if !path.starts_with('/')
+                || !["GET", "POST", "PATCH", "DELETE"].contains(&method.as_str())
+            {
+                continue;
+            }
+            assert!(
+                needs(&method, path).is_some(),
+                "the page names {quoted}, not a route"
+            );
+            named += 1;
+        }
+        assert!(named >= 20, "{named} routes named by the page");
     }
 }

@@ -249,6 +249,14 @@ async fn a_caller_learns_its_tenant_roles_and_expiry_and_nothing_without_a_token
     assert_eq!(me["tenant"], "shop-a");
     assert_eq!(me["roles"], json!(["read"]));
     assert_eq!(me["may"], json!(["lookup", "read"]));
+    let routes =
+        |me: &Value| -> Vec<String> { serde_json::from_value(me["routes"].clone()).unwrap() };
+    let open = routes(&me);
+    assert!(open.contains(&"GET /dead-letters".to_string()), "{me}");
+    assert!(
+        !open.contains(&"POST /dead-letters/{id}/replay".to_string()),
+        "{me}"
+    );
     let expires = me["expires_at"].as_str().unwrap();
     let expires = humantime::parse_rfc3339(expires).unwrap();
     let left = expires
@@ -259,7 +267,14 @@ async fn a_caller_learns_its_tenant_roles_and_expiry_and_nothing_without_a_token
         "{me}"
     );
 
-    let (_, me) = f.get("tok-ops-a", "/me").await;
+    let (_, mut me) = f.get("tok-ops-a", "/me").await;
+    let open = routes(&me);
+    assert!(
+        open.contains(&"POST /dead-letters/replay".to_string()),
+        "{me}"
+    );
+    assert!(!open.contains(&"GET /audit".to_string()), "{me}");
+    me.as_object_mut().unwrap().remove("routes");
     let may = [
         "lookup",
         "read",
