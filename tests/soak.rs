@@ -69,7 +69,7 @@ async fn cancelling_producer(
         let id = answers.last().unwrap().id.clone().expect("accepted");
         if ids.len() % 2 == 0 {
             // A producer changing its mind after a random while.
-            tokio::time::sleep(Duration::from_millis(fastrand::u64(0..1_500))).await;
+            support::pace(Duration::from_millis(fastrand::u64(0..1_500))).await;
             let _ = client
                 .delete(format!("{api}/notifications/{id}"))
                 .bearer_auth(token)
@@ -117,14 +117,14 @@ async fn the_ledger_balances_after_restarts_of_an_instance_and_of_redis() {
     // Time is the point: the soak's length, an instance restarted at a third of it, Redis
     // away for two seconds at two thirds.
     let started = Instant::now();
-    tokio::time::sleep(soak / 3).await;
+    support::hold(soak / 3).await;
     assert_eq!(restarted.terminate().code(), Some(0));
     let _restarted_again = Postback::start(&redis, SETTINGS).await;
-    tokio::time::sleep((soak * 2 / 3).saturating_sub(started.elapsed())).await;
+    support::hold((soak * 2 / 3).saturating_sub(started.elapsed())).await;
     redis.shut_down();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    support::hold(Duration::from_secs(2)).await;
     redis.restart();
-    tokio::time::sleep(soak.saturating_sub(started.elapsed())).await;
+    support::hold(soak.saturating_sub(started.elapsed())).await;
     stop.store(true, Ordering::Relaxed);
     let answers = producer.stop().await;
     let mut ids = accepted(&answers);

@@ -30,7 +30,7 @@ async fn walk(pb: &Postback, query: &str, limit: usize, pause: Duration) -> Vec<
             None => return items,
         }
         // A reader's pace between pages, while the queue moves under it.
-        tokio::time::sleep(pause).await;
+        support::pace(pause).await;
     }
     panic!("{query}: no end after 10,000 pages");
 }

@@ -441,7 +441,7 @@ async fn a_retry_is_due_after_the_failure_even_when_its_settle_is_held_up() {
     // The failure is answered 300 ms after it arrived; Redis does not answer until 900 ms.
     // The hold-up is the behaviour under test: Redis answers nothing for 900 ms.
     redis.freeze();
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    support::hold(Duration::from_millis(900)).await;
     redis.thaw();
 
     pb.wait_state(&id, "delivered", WAIT).await;

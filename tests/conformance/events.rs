@@ -699,7 +699,7 @@ async fn events_and_topics_past_retention_are_forgotten() {
     assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
     pb.kill();
     // Time is the point: the event grows older than its retention while no instance runs.
-    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    support::hold(std::time::Duration::from_millis(2_500)).await;
 
     // A new instance sweeps at once: the event, its key and its topic are gone.
     let pb = backend.postback(&env).await;

@@ -104,9 +104,9 @@ async fn idle_on_twelve_shards_costs_a_few_commands_and_wakes_on_the_shard_that_
     // of the shards every 3 s (half of the 6 s shard lease).
     let pb = Postback::start_on_cluster(&cluster, &[]).await;
     // Time is the point: past its start-up's calls, the calls of four idle seconds.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    support::hold(Duration::from_secs(1)).await;
     cluster.reset_stats();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    support::hold(Duration::from_secs(4)).await;
     let per_second = cluster.script_calls() as f64 / 4.0;
     assert!(
         per_second <= 4.0,

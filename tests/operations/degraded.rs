@@ -33,7 +33,7 @@ fn watch_readiness(pb: &Postback, stop: Arc<AtomicBool>) -> tokio::task::JoinHan
                 Err(e) => not_ready.push(json!({"error": e.to_string()})),
             }
             // The watcher's sampling pace.
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            support::pace(Duration::from_millis(50)).await;
         }
         not_ready
     })
@@ -234,7 +234,7 @@ async fn keyed(pb: &Postback, body: &Value, key: &str) -> Value {
             return answer;
         }
         // A careful producer's pause before it asks again.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        support::pace(Duration::from_millis(100)).await;
     }
     panic!("{key} refused 50 times");
 }

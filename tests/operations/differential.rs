@@ -428,7 +428,7 @@ async fn run(redis: &RedisServer, pg: &PostgresServer, ops: &[Op]) -> Result<(),
             ids.extend(regs.iter().map(registration));
         }
         // Registrations are due from the next millisecond; keep each step in its own.
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        support::pace(Duration::from_millis(3)).await;
         let mut answers = Vec::new();
         for subject in &mut subjects {
             answers.push(subject.apply(op, &ids).await);

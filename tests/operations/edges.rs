@@ -149,7 +149,7 @@ async fn a_request_head_that_never_ends_is_cut_off_and_an_idle_connection_later(
     let ask = b"GET /healthz HTTP/1.1\r\nHost: postback\r\n\r\n";
     idle.write_all(ask).await.unwrap();
     // Time is the point: idle between requests past the head's limit.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    support::hold(Duration::from_millis(1200)).await;
     idle.write_all(ask).await.unwrap();
     let started = Instant::now();
     let answers = read_until_closed(&mut idle, Duration::from_secs(6))
@@ -199,13 +199,13 @@ async fn connections_beyond_the_cap_wait_for_a_free_one() {
     ])
     .await;
     // Time is the point: the harness's own kept-alive connection is closed once idle.
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    support::hold(Duration::from_millis(1300)).await;
     let mut held = vec![connect(&pb).await, connect(&pb).await];
     for c in &mut held {
         c.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
     }
     // Both taken in before the third comes.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    support::hold(Duration::from_millis(100)).await;
     let started = Instant::now();
     let mut third = connect(&pb).await;
     third
@@ -240,7 +240,7 @@ async fn a_slow_body_is_held_to_the_body_limit_not_the_heads() {
     conn.write_all(head.as_bytes()).await.unwrap();
     for chunk in body.as_bytes().chunks(body.len() / 4 + 1) {
         // A slow producer's pace, the behaviour under test.
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        support::pace(Duration::from_millis(250)).await;
         conn.write_all(chunk).await.unwrap();
     }
     let answer = read_until_closed(&mut conn, Duration::from_secs(5))

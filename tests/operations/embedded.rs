@@ -67,10 +67,10 @@ async fn an_idle_instance_does_not_write_its_file() {
     assert!(known.await, "the registration's endpoint is known");
     // Time is the point: past the write that listed it, then six idle sleeps of the test
     // settings' 500 ms without a write.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    support::hold(Duration::from_millis(500)).await;
     let file = dir.path().join("postback.redb");
     let before = std::fs::metadata(&file).unwrap().modified().unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    support::hold(Duration::from_secs(3)).await;
     let after = std::fs::metadata(&file).unwrap().modified().unwrap();
     assert_eq!(before, after, "nothing was due, yet the file was written");
     assert_eq!(pb.notification(&id).await["state"], "scheduled");

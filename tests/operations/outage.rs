@@ -53,7 +53,7 @@ async fn redis_stopped_for_ten_seconds_under_load_loses_nothing_accepted() {
     .await;
     assert!(not_ready, "/readyz turns 503 while Redis is away");
     // Time is the point: an outage of ten seconds.
-    tokio::time::sleep(Duration::from_secs(10).saturating_sub(stopped.elapsed())).await;
+    support::hold(Duration::from_secs(10).saturating_sub(stopped.elapsed())).await;
     redis.restart();
     let restarted = Instant::now();
     let ready = support::eventually(Duration::from_secs(15), || async {

@@ -4,6 +4,7 @@
 
 use crate::support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -16,11 +17,12 @@ async fn requests_beyond_the_limit_are_shed_at_once_and_health_still_answers() {
         support::start(&[("POSTBACK_SERVER_MAX_CONCURRENT_REQUESTS", "4")]).await;
     redis.freeze();
     let body = json!({"url": receiver.url("/r"), "body": {}});
+    let shed_so_far = AtomicUsize::new(0);
     let requests = (0..12).map(|i| {
-        let (pb, body) = (&pb, &body);
+        let (pb, body, shed_so_far) = (&pb, &body, &shed_so_far);
         async move {
             // The first four are in before the rest, and wait on the frozen Redis.
-            tokio::time::sleep(Duration::from_millis(if i < 4 { 0 } else { 200 })).await;
+            support::pace(Duration::from_millis(if i < 4 { 0 } else { 200 })).await;
             let started = Instant::now();
             let r = pb
                 .http
@@ -33,12 +35,18 @@ async fn requests_beyond_the_limit_are_shed_at_once_and_health_still_answers() {
             let retry_after = r.headers().get("retry-after").cloned();
             let status = r.status().as_u16();
             let answer: Value = r.json().await.unwrap();
+            if answer["error"]["code"] == "overloaded" {
+                shed_so_far.fetch_add(1, Ordering::Relaxed);
+            }
             (status, answer, retry_after, started.elapsed())
         }
     });
     let health = async {
-        // Asked once the twelve are in.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Asked once the eight beyond the limit are shed, while the four still wait.
+        let shed = support::eventually(support::WAIT, || async {
+            shed_so_far.load(Ordering::Relaxed) == 8
+        });
+        assert!(shed.await, "eight shed");
         pb.status_without_token("/healthz").await
     };
     let (answers, health) = tokio::join!(join_all(requests), health);

@@ -122,7 +122,7 @@ async fn postgres_killed_and_restarted_under_load_loses_nothing_accepted() {
     .await;
     assert!(not_ready, "/readyz turns 503 while Postgres is away");
     // Time is the point: an outage of two seconds under load.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    support::hold(Duration::from_secs(2)).await;
     pg.restart();
     let restarted = Instant::now();
     let ready = support::eventually(Duration::from_secs(15), || async {

@@ -66,7 +66,7 @@ async fn register_spread(
         let id = pb.register(body).await;
         due.push((id, Instant::now() + delay));
         // Registered in different milliseconds, so that they fall due one by one.
-        tokio::time::sleep(Duration::from_millis(3)).await;
+        support::pace(Duration::from_millis(3)).await;
     }
     due
 }

@@ -84,11 +84,11 @@ pub async fn promises_hold(backend: Backend, soak: Duration) {
     // lateness and second deliveries are held to the promises unexcused.
     let mut quiet = Duration::from_millis(rng.u64(2_000..4_000));
     while started.elapsed() + quiet + RECOVERY < soak {
-        tokio::time::sleep(quiet).await;
+        crate::support::hold(quiet).await;
         faults.push(fault(&backend, &fleet, &model, &mut rng).await);
         quiet = RECOVERY + Duration::from_millis(rng.u64(1_000..3_000));
     }
-    tokio::time::sleep(soak.saturating_sub(started.elapsed())).await;
+    crate::support::hold(soak.saturating_sub(started.elapsed())).await;
     stop.store(true, Ordering::Relaxed);
     for p in producers {
         p.await.unwrap();
@@ -159,7 +159,7 @@ async fn fault(
             let pause = Duration::from_millis(rng.u64(500..3_000));
             if let Some(pb) = stopped {
                 pb.signal("STOP");
-                tokio::time::sleep(pause).await;
+                crate::support::hold(pause).await;
                 pb.signal("CONT");
             }
             format!("SIGSTOP of instance {slot} for {pause:?}")
@@ -191,7 +191,7 @@ impl Producer {
         while !stop.load(Ordering::Relaxed) {
             let n = self.next.fetch_add(1, Ordering::Relaxed);
             self.register(n).await;
-            tokio::time::sleep(Duration::from_millis(self.rng.u64(20..60))).await;
+            crate::support::pace(Duration::from_millis(self.rng.u64(20..60))).await;
         }
     }
 
@@ -285,7 +285,7 @@ async fn read_back(pb: &Postback, model: &mut Model) -> bool {
         pending = still;
         if !pending.is_empty() {
             // The pace of reading back what is not finished yet (up to the deadline).
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            crate::support::pace(Duration::from_millis(500)).await;
         }
     }
     pending.is_empty()

@@ -75,7 +75,7 @@ impl Load {
                         accepted.fetch_add(1, Ordering::Relaxed);
                     }
                     // The producer's pace, which the test chose.
-                    tokio::time::sleep(pause).await;
+                    super::pace(pause).await;
                 }
                 answers
             });
@@ -142,7 +142,7 @@ async fn register_counted(
     answered.fetch_add(1, Ordering::Relaxed);
     while answers.last().unwrap().status == 503 {
         // A careful producer's backoff before it asks again.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        super::pace(Duration::from_millis(100)).await;
         answers.push(register_once(client, url, body, key).await);
         answered.fetch_add(1, Ordering::Relaxed);
     }

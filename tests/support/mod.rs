@@ -195,6 +195,21 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// An actor's own pace, which the test chose: a producer between registrations, a
+/// reader between pages, a careful client before it asks again, registrations kept in
+/// milliseconds of their own. With `hold`, the only time tests let pass without waiting
+/// for a condition (`eventually`, `found`, `Postback::wait_quiet`).
+pub async fn pace(between: Duration) {
+    tokio::time::sleep(between).await;
+}
+
+/// A state held for a set time because its length is what the test is about: an outage,
+/// a frozen or stopped process, a connection left idle, an instance's idle seconds
+/// counted, a soak's length and its quiet spells, a receiver slow on purpose.
+pub async fn hold(length: Duration) {
+    tokio::time::sleep(length).await;
+}
+
 /// Polls `check` every 20 ms until it is true or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
 where

@@ -178,7 +178,7 @@ async fn answer_as_asked(
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
     if let Some(ms) = q.get("sleep_ms") {
-        tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
+        super::hold(Duration::from_millis(ms.parse().unwrap())).await;
     }
     if q.contains_key("redirect") {
         return (StatusCode::FOUND, [("location", "/elsewhere")], "moved").into_response();
