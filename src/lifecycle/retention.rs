@@ -12,9 +12,14 @@ use std::time::Duration;
 
 use super::Index;
 
-/// Most notifications one sweep call deletes from each finished index (of a shard); a
-/// call that deletes this many is followed by another.
+/// Most notifications one sweep call deletes from each finished index (of a shard).
 pub const SWEEP_BUDGET: usize = 500;
+
+/// Whether a sweep calls again after a call that deleted `deleted`: it deleted as many as
+/// a budget, so more may be past their limits (at worst one call more than needed).
+pub fn sweep_again(deleted: usize) -> bool {
+    deleted >= SWEEP_BUDGET
+}
 
 /// Most notifications a settle of `settled` attempts deletes on the way: twice as many as
 /// it can have finished, plus some, so that retention keeps up with a busy store without
@@ -217,11 +222,6 @@ impl Pass {
         self.deleted
     }
 
-    /// Whether a sweep calls again: this pass deleted as many as its budget.
-    pub fn full(&self) -> bool {
-        self.deleted >= self.budget
-    }
-
     /// Whether the pass deletes dead letters.
     pub fn touched_dead(&self) -> bool {
         self.dead
@@ -233,10 +233,16 @@ impl Pass {
         self.limits.dead_cutoff(self.now_ms)
     }
 
-    /// The pass's time and budget, for what a store forgets beside notifications
-    /// (idempotency keys past their day).
-    pub fn now_and_budget(&self) -> (i64, usize) {
-        (self.now_ms, self.budget)
+    /// The pass's time, for what a store forgets beside notifications (idempotency keys
+    /// past their day).
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// How many the pass deletes at most from each index, and of what a store forgets
+    /// beside notifications.
+    pub fn budget(&self) -> usize {
+        self.budget
     }
 }
 
@@ -313,21 +319,10 @@ mod tests {
     fn the_budget_bounds_each_index_and_a_full_sweep_calls_again() {
         let mut dead: Vec<i64> = (0..600).collect();
         let mut done: Vec<i64> = (0..10).collect();
-        let mut pass = Pass::sweep(LIMITS, 1_000_000);
-        let mut gone = 0;
-        while let Step::Delete(cut) = pass.next() {
-            let from = if cut.index == Index::Dead {
-                &mut dead
-            } else {
-                &mut done
-            };
-            let n = from.len().min(cut.limit);
-            from.drain(..n);
-            gone += n;
-            pass.deleted(n);
-        }
-        assert_eq!((gone, dead.len(), done.len()), (510, 100, 0));
-        assert!(pass.full());
+        let gone = run(Pass::sweep(LIMITS, 1_000_000), &mut dead, &mut done);
+        assert_eq!((gone.len(), dead.len(), done.len()), (510, 100, 0));
+        assert!(sweep_again(gone.len()));
+        assert!(!sweep_again(SWEEP_BUDGET - 1));
         let limits = Limits {
             dead_max_count: 5,
             ..LIMITS

@@ -267,17 +267,16 @@ impl Queue for EmbeddedStore {
         let mut trimmed = 0;
         loop {
             let limits = self.retention;
-            let (n, full) = self
+            let n = self
                 .writer
                 .run(move |t, now| {
                     t.forget_old_windows()?;
                     let mut pass = retention::Pass::sweep(limits, now.down());
-                    let n = changes::apply_retention(t, &mut pass)?;
-                    Ok((n, pass.full()))
+                    changes::apply_retention(t, &mut pass)
                 })
                 .await?;
             trimmed += n;
-            if !full {
+            if !retention::sweep_again(n) {
                 return Ok(trimmed);
             }
         }

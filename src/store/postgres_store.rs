@@ -310,12 +310,12 @@ impl Queue for PostgresStore {
         let mut trimmed = 0;
         loop {
             let limits = self.retention;
-            let (n, full) = in_transaction!(self, Commit::Relaxed, |t| {
+            let n = in_transaction!(self, Commit::Relaxed, |t| {
                 let mut pass = retention::Pass::sweep(limits, t.now.down());
-                (trim::apply_retention(&mut t, &mut pass).await?, pass.full())
+                trim::apply_retention(&mut t, &mut pass).await?
             })?;
             trimmed += n;
-            if !full {
+            if !retention::sweep_again(n) {
                 return Ok(trimmed);
             }
         }

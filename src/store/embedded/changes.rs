@@ -296,7 +296,7 @@ pub fn apply_retention(t: &mut Tables, pass: &mut Pass) -> DbResult<usize> {
             Step::Done => break,
         }
     }
-    let (now_ms, budget) = pass.now_and_budget();
+    let (now_ms, budget) = (pass.now_ms(), pass.budget());
     for (until, key) in first_until(&t.idempotency_expiry, now_ms, budget)? {
         t.idempotency_expiry.remove((until, key.as_str()))?;
         t.idempotency.remove(key.as_str())?;

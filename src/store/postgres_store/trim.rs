@@ -28,8 +28,7 @@ pub async fn apply_retention(t: &mut Tx<'_>, pass: &mut Pass) -> PgResult<usize>
             Step::Done => break,
         }
     }
-    let (now_ms, budget) = pass.now_and_budget();
-    let budget = budget as i64;
+    let (now_ms, budget) = (pass.now_ms(), pass.budget() as i64);
     if pass.touched_dead() {
         t.execute(
             "DELETE FROM postback.intake_refused WHERE id IN (

@@ -428,7 +428,7 @@ impl Queue for RedisStore {
                     .await
                     .map_err(script_error("trim"))?;
                 trimmed += n;
-                if n < retention::SWEEP_BUDGET {
+                if !retention::sweep_again(n) {
                     break;
                 }
             }
