@@ -6,7 +6,7 @@
 // #/lookup, #/lookup/<id>, #/endpoints (?filters), #/subscriptions, #/events,
 // #/events/<id>, #/audit (?filters), #/keys (?tenant) (`VIEWS`). A token of one tenant
 // (a merchant's portal link) sees that tenant's views without a tenant to choose, and
-// only the actions its roles allow (`may` of `GET /me`); a view it may not open, or one
+// only the controls whose routes its roles open (`routes` of `GET /me`); a view it may not open, or one
 // that does not exist, says so rather than fail.
 "use strict";
 
@@ -20,7 +20,7 @@ function el(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
   }
-  // `false` is nothing too, so that `allowed(…) && el(…)` leaves nothing when it is not.
+  // `false` is nothing too, so that a control behind `&&` leaves nothing when not offered.
   for (const c of children.flat()) {
     if (c !== null && c !== undefined && c !== false) node.append(c instanceof Node ? c : String(c));
   }
@@ -41,7 +41,7 @@ class ApiError extends Error {
 // calls, and a field a body adds beyond its route (a replay to another URL) only when
 // `can` says the caller may do that too.
 let caller = null;
-const allowed = (route) => Boolean(caller?.routes.includes(route));
+const allowed = (route) => Boolean(caller?.routes?.includes(route));
 const can = (action) => Boolean(caller?.may.includes(action));
 const oneTenant = () => caller?.tenant || null;
 // Whether the caller is a merchant's portal link rather than a configured token.
@@ -588,7 +588,7 @@ async function post(path, status) {
 }
 
 // What the caller may do with a notification in its state: cancel one that has not
-// finished, attempt a scheduled one now, resend a finished one; each if it `can`.
+// finished, attempt a scheduled one now, resend a finished one; each if its route is `allowed`.
 function notificationActions(n, status) {
   return [
     allowed("DELETE /notifications/{id}") && ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,

@@ -27,7 +27,8 @@ pub struct Caller {
     pub roles: Vec<&'static str>,
     /// What its roles let it do: of `register`, `lookup`, `read`, `resend`, `pause`,
     /// `cancel`, `replay`, `redirect`, `reschedule`, `discard`, `bulk`, `subscriptions`,
-    /// `audit` (the review page offers these actions only).
+    /// `audit` (the review page asks it for what a body adds beyond its route: a replay
+    /// to another URL needs `redirect`).
     #[schema(example = json!(["lookup", "read", "resend", "pause"]))]
     pub may: Vec<&'static str>,
     /// The routes it may call, as `METHOD /pattern`: those whose every action its roles
