@@ -1,8 +1,9 @@
 //! What runs around the pipeline, each on the store it is about: start-up and
 //! configuration, a Redis Cluster and shard ownership, replicas' acknowledgements and
 //! failovers (behind an address a failover moves, through Sentinel, on a cluster), Redis
-//! outages, overload, upgrades of stored data, the embedded store's file, the Redis and embedded stores compared
-//! (`differential`), the SSRF guard, traces, and the deployment files.
+//! outages, overload, upgrades of stored data, the embedded store's file, the Redis, embedded
+//! and Postgres stores compared (`differential`), the SSRF guard, traces, the deployment
+//! files, and how the suite itself waits (`waits`).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -25,3 +26,4 @@ mod ssrf;
 mod startup;
 mod traces;
 mod upgrade;
+mod waits;
