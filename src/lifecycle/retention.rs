@@ -63,11 +63,6 @@ impl Limits {
         let count = i64::try_from(self.dead_max_count).unwrap_or(i64::MAX);
         [self.dead_max_age_ms, count, self.finished_max_age_ms]
     }
-
-    /// Dead letters finished at or before this are past their age.
-    fn dead_cutoff(&self, now_ms: i64) -> i64 {
-        now_ms.saturating_sub(self.dead_max_age_ms)
-    }
 }
 
 /// One cut of a pass: delete up to `limit` of the oldest notifications of `index`
@@ -96,7 +91,8 @@ pub enum Step {
 enum Stage {
     DeadByAge,
     CountDead,
-    DeadByCount,
+    /// The oldest dead letters beyond the count, this many.
+    DeadByCount(usize),
     FinishedByAge,
     Done,
 }
@@ -113,8 +109,8 @@ pub struct Pass {
     dead: bool,
     finished: bool,
     stage: Stage,
-    from_dead: usize,
-    dead_left: u64,
+    /// Deleted so far: from the dead letters alone until the pass moves on to the
+    /// finished, which come last.
     deleted: usize,
 }
 
@@ -138,8 +134,6 @@ impl Pass {
             dead,
             finished,
             stage: Stage::DeadByAge,
-            from_dead: 0,
-            dead_left: 0,
             deleted: 0,
         };
         if !dead {
@@ -158,10 +152,10 @@ impl Pass {
                 counter: "dead_by_age",
             }),
             Stage::CountDead => Step::CountDead,
-            Stage::DeadByCount => Step::Delete(Cut {
+            Stage::DeadByCount(limit) => Step::Delete(Cut {
                 index: Index::Dead,
                 until: i64::MAX,
-                limit: self.excess().min(self.budget - self.from_dead),
+                limit,
                 counter: "dead_by_count",
             }),
             Stage::FinishedByAge => Step::Delete(Cut {
@@ -178,35 +172,22 @@ impl Pass {
     pub fn deleted(&mut self, n: usize) {
         self.deleted += n;
         self.stage = match self.stage {
-            Stage::DeadByAge => {
-                self.from_dead += n;
-                if self.from_dead < self.budget {
-                    Stage::CountDead
-                } else {
-                    self.after_dead()
-                }
-            }
-            Stage::DeadByCount => {
-                self.from_dead += n;
-                self.after_dead()
-            }
+            Stage::DeadByAge if self.deleted < self.budget => Stage::CountDead,
+            Stage::DeadByAge | Stage::DeadByCount(_) => self.after_dead(),
             _ => Stage::Done,
         };
     }
 
     /// How many dead letters are left, as `Step::CountDead` asked.
     pub fn counted(&mut self, dead_left: u64) {
-        self.dead_left = dead_left;
-        self.stage = if self.excess() > 0 {
-            Stage::DeadByCount
-        } else {
-            self.after_dead()
+        let excess = dead_left.saturating_sub(self.limits.dead_max_count);
+        let limit = usize::try_from(excess)
+            .unwrap_or(usize::MAX)
+            .min(self.budget - self.deleted);
+        self.stage = match limit {
+            0 => self.after_dead(),
+            limit => Stage::DeadByCount(limit),
         };
-    }
-
-    fn excess(&self) -> usize {
-        let excess = self.dead_left.saturating_sub(self.limits.dead_max_count);
-        usize::try_from(excess).unwrap_or(usize::MAX)
     }
 
     fn after_dead(&self) -> Stage {
@@ -230,7 +211,7 @@ impl Pass {
     /// Dead letters finished at or before this are past their age; what is kept as long
     /// as they are (registrations refused at intake) goes with them.
     pub fn dead_until(&self) -> i64 {
-        self.limits.dead_cutoff(self.now_ms)
+        self.now_ms.saturating_sub(self.limits.dead_max_age_ms)
     }
 
     /// The pass's time, for what a store forgets beside notifications (idempotency keys
