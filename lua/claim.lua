@@ -1,8 +1,9 @@
 -- claim: lease up to N due notifications to the caller, atomically.
--- KEYS: the shard's keys (see common.lua), 10 claim record
+-- KEYS: the shard's keys (see common.lua), 11 claim record
 -- ARGV: 1 limit (at most 1000), 2 lease ms, 3 ahead ms
 -- Moves up to `limit` notifications due by now + ahead (the caller holds each until its
--- due time) to in-flight with a lease deadline. The state record is not written: being
+-- due time) to in-flight with a lease deadline (their tenants' pending indexes keep them
+-- where they were: common.lua). The state record is not written: being
 -- in the in-flight index is what makes a notification in flight, and the caller reads
 -- its lease number and attempts from the record returned (for one never attempted,
 -- none: it makes the record it has from its registration). The deadline and the ids
@@ -77,7 +78,7 @@ if #ids > 0 then
     flush_tally()
   end
   if #claimed > 0 then
-    redis.call('SET', KEYS[10], deadline .. ' ' .. table.concat(claimed, ' '), 'PX', lease_ms)
+    redis.call('SET', KEYS[11], deadline .. ' ' .. table.concat(claimed, ' '), 'PX', lease_ms)
   end
 end
 

@@ -1,8 +1,9 @@
 -- Helpers put in front of every script by src/store/redis_store.rs, after the constants
 -- it writes from Rust's (`script_constants`: LAYOUT, WAITING, HELD, WINDOW_MS, WINDOWS,
--- MAX_SHARED_SCHEDULES), so that no script has a number or a format of its own. Every script receives the
--- shard's keys in this order: KEYS 1 due, 2 inflight, 3 dead, 4 jobs, 5 state,
--- 6 history, 7 done, 8 counters, 9 tenants (then its own extra keys).
+-- MAX_SHARED_SCHEDULES, DEFAULT_TENANT), so that no script has a number or a format of
+-- its own. Every script receives the shard's keys in this order: KEYS 1 due, 2 inflight,
+-- 3 dead, 4 jobs, 5 state, 6 history, 7 done, 8 counters, 9 tenants, 10 tenant_names
+-- (then its own extra keys).
 
 -- Redis time in µs.
 local function now_us()
@@ -83,6 +84,40 @@ local function held_of(id)
     tenant, key}
 end
 
+-- Tenants' own indexes (lifecycle::TenantIndex): each tenant's notifications in the
+-- shard, in its `pending` (scheduled or in flight, scored as in the due index; in flight,
+-- at the time it came due: a claim leaves them as they are), `dead` and `done` indexes,
+-- which its lists and its retention read. A script is given the tenants whose
+-- notifications it moves as groups: the three keys of each, consecutive in KEYS from its
+-- pending one, and in ARGV (`read_groups`) that key's index in KEYS, the tenant's name as
+-- the counts per tenant know it ('' for the default one), its retention budget in this
+-- call (0: none) and its limits (dead max age ms, dead max count, finished max age ms).
+local OWN = {due = 0, inflight = 0, dead = 1, done = 2}
+local GROUP_WIDTH = 6
+
+-- The key of group `g`'s own index that mirrors the shard's index `index`.
+local function own_key(g, index)
+  return KEYS[g + OWN[index]]
+end
+
+-- The groups given from ARGV[first] (their number, then each one's values), by the index
+-- in KEYS of their pending key; and where the arguments after them start.
+local function read_groups(first)
+  local n, groups = tonumber(ARGV[first]), {}
+  for i = first + 1, first + n * GROUP_WIDTH, GROUP_WIDTH do
+    groups[tonumber(ARGV[i])] = {tenant = ARGV[i + 1], budget = tonumber(ARGV[i + 2]),
+      dead_age = tonumber(ARGV[i + 3]), dead_count = tonumber(ARGV[i + 4]),
+      done_age = tonumber(ARGV[i + 5])}
+  end
+  return groups, first + 1 + n * GROUP_WIDTH
+end
+
+-- The name a tenant is kept under in the shard's tenant_names (KEYS[10]).
+local function tenant_name(counted)
+  if counted == '' then return DEFAULT_TENANT end
+  return counted
+end
+
 -- Ordering keys: each key's notifications in registration order, in the shard's list
 -- `order:<key>`. Only the first is in the due index at its own time; the others are
 -- there WAITING later (lifecycle::WAITING_OFFSET_MS), where no claim reaches them,
@@ -96,9 +131,10 @@ local function join_order(list, id, due)
 end
 
 -- Takes `id` out of the ordering key's list `list`. When it was first, the next one
--- waiting takes its turn: due at its own time, or `now` if that has passed. Returns
--- {score, id} of the one whose turn it is now, or an empty table.
-local function leave_order(list, id, now)
+-- waiting takes its turn: due at its own time, or `now` if that has passed, in the due
+-- index and in its tenant's `pending` (the key's tenant is `id`'s). Returns {score, id}
+-- of the one whose turn it is now, or an empty table.
+local function leave_order(list, id, now, pending)
   if redis.call('LINDEX', list, 0) ~= id then
     redis.call('LREM', list, 1, id)
     return {}
@@ -114,6 +150,7 @@ local function leave_order(list, id, now)
     if score then
       local due = string.format('%d', math.max(score - WAITING, now))
       redis.call('ZADD', KEYS[1], due, next_id)
+      if pending then redis.call('ZADD', pending, due, next_id) end
       return {due, next_id}
     end
     if redis.call('ZSCORE', KEYS[2], next_id) then return {} end
@@ -188,50 +225,54 @@ local function forget(id)
   redis.call('HDEL', KEYS[6], id)
 end
 
--- Deletes `ids` from the finished index `index` (dead or done) with their records,
--- counting them under `counter` in the counters hash, and per tenant.
-local function drop_all(index, ids, counter, now)
-  local key, tenants = INDEX[index], #ids > 0 and has_tenants()
+-- Deletes `ids` from the finished index `index` (dead or done) and from group `g`'s own,
+-- with their records, counting them under `counter` in the counters hash, and per tenant.
+local function drop_all(g, tenant, index, ids, counter, now)
+  local key = INDEX[index]
   for _, id in ipairs(ids) do
-    if tenants then
-      local tenant = tenant_of(redis.call('HGET', KEYS[4], id))
+    if tenant ~= '' then
       tally(tenant, index, tonumber(redis.call('ZSCORE', key, id)), -1, now)
       tally(tenant, counter, nil, 1, now)
     end
-    redis.call('ZREM', key, id)
     forget(id)
   end
-  if #ids > 0 then redis.call('HINCRBY', KEYS[8], counter, #ids) end
+  if #ids > 0 then
+    redis.call('ZREM', key, unpack(ids))
+    redis.call('ZREM', own_key(g, index), unpack(ids))
+    redis.call('HINCRBY', KEYS[8], counter, #ids)
+  end
   return #ids
 end
 
--- Retention of a finished index (dead or done, scored by finish time): deletes up to
--- `budget` members finished at or before `cutoff`, then, when `max_count` is given, the
--- oldest beyond it, within the same budget; `name` names its counters. Returns how many
--- it deleted.
-local function trim(index, name, now, cutoff, max_count, budget)
-  local key = INDEX[index]
-  local old = redis.call('ZRANGEBYSCORE', key, '-inf', cutoff, 'LIMIT', 0, budget)
-  local n = drop_all(index, old, name .. '_by_age', now)
+-- Retention of group `g`'s finished index `index` (dead or done, scored by finish time):
+-- deletes up to `budget` of its members finished at or before `cutoff`, then, when
+-- `max_count` is given, its oldest beyond it, within the same budget; `name` names the
+-- counters. Returns how many it deleted.
+local function trim(g, tenant, index, name, now, cutoff, max_count, budget)
+  local own = own_key(g, index)
+  local old = redis.call('ZRANGEBYSCORE', own, '-inf', cutoff, 'LIMIT', 0, budget)
+  local n = drop_all(g, tenant, index, old, name .. '_by_age', now)
   if max_count and budget > n then
-    local excess = math.min(redis.call('ZCARD', key) - max_count, budget - n)
+    local excess = math.min(redis.call('ZCARD', own) - max_count, budget - n)
     if excess > 0 then
-      n = n + drop_all(index, redis.call('ZRANGE', key, 0, excess - 1), name .. '_by_count', now)
+      local oldest = redis.call('ZRANGE', own, 0, excess - 1)
+      n = n + drop_all(g, tenant, index, oldest, name .. '_by_count', now)
     end
   end
   return n
 end
 
--- Applies the retention policy given as ARGV[first .. first + 2] (dead max age ms, dead
--- max count, finished max age ms) to the dead index when `dead` and to the finished index
--- when `finished`. Returns how many it deleted.
-local function apply_retention(now, first, budget, dead, finished)
+-- Applies group `g`'s retention (`group`, as read_groups reads it) to its dead letters
+-- when `dead` and to its finished notifications when `finished`, within its budget for
+-- each. Returns how many it deleted.
+local function apply_retention(now, g, group, dead, finished)
   local n = 0
-  if dead then
-    n = n + trim('dead', 'dead', now, now - tonumber(ARGV[first]), tonumber(ARGV[first + 1]), budget)
+  if group.budget > 0 and dead then
+    n = n + trim(g, group.tenant, 'dead', 'dead', now, now - group.dead_age, group.dead_count,
+      group.budget)
   end
-  if finished then
-    n = n + trim('done', 'finished', now, now - tonumber(ARGV[first + 2]), nil, budget)
+  if group.budget > 0 and finished then
+    n = n + trim(g, group.tenant, 'done', 'finished', now, now - group.done_age, nil, group.budget)
   end
   flush_tally()
   return n

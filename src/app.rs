@@ -175,6 +175,7 @@ impl App {
             pauses: pauses.clone(),
             ops: ops.clone(),
             portal: config.tokens.portal(),
+            retention: config.retention().policy(),
         });
         let tokens = Arc::new(config.tokens.clone());
         Ok(Self {
@@ -320,18 +321,18 @@ async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn Store>> {
     let s = &config.settings;
     let target = match &config.store {
         StoreTarget::Embedded(dir) => {
-            let store = EmbeddedStore::open(dir, &s.retention)?;
+            let store = EmbeddedStore::open(dir, config.retention())?;
             tracing::info!(store = "embedded", path = %store.path().display(), "store opened");
             return Ok(Arc::new(store));
         }
         StoreTarget::Redis(target) => target,
         StoreTarget::Postgres(url) => {
-            let store = PostgresStore::connect(url, &s.store, &s.retention).await?;
+            let store = PostgresStore::connect(url, &s.store, config.retention()).await?;
             tracing::info!(store = "postgres", url = %redact::address(url), "store connected");
             return Ok(Arc::new(store));
         }
     };
-    let store = RedisStore::connect(target, config.shards, &s.store, &s.retention).await?;
+    let store = RedisStore::connect(target, config.shards, &s.store, config.retention()).await?;
     let (kind, urls): (_, Vec<String>) = match target {
         RedisTarget::Standalone(url) => ("redis", vec![redact::address(url)]),
         RedisTarget::Cluster(seeds) => (

@@ -16,6 +16,7 @@ use crate::delivery::policy::{Quota, Quotas};
 use crate::delivery::signing::{Keys, Secret, Signer, SigningKey};
 use crate::domain::{CallbackUrl, Destinations, HostAllowList, Tenant};
 use crate::endpoints::health::EndpointRules;
+use crate::lifecycle::retention;
 use crate::tenancy::access::TokenTable;
 use crate::tenancy::portal::PortalKey;
 
@@ -99,6 +100,40 @@ pub struct Config {
     pub ops_url: Option<CallbackUrl>,
     /// `events.schema_dir`'s schemas, compiled.
     pub event_schemas: Arc<EventSchemas>,
+}
+
+/// What retention keeps, as a store is given it: the instance's `[retention]`, and the
+/// limits of each tenant that sets its own.
+#[derive(Debug, Clone, Default)]
+pub struct Retention {
+    pub instance: RetentionSettings,
+    pub tenants: BTreeMap<Tenant, RetentionSettings>,
+}
+
+impl Retention {
+    /// The limits of each tenant's notifications.
+    pub(crate) fn policy(&self) -> retention::Policy {
+        let tenants = self.tenants.iter();
+        retention::Policy::new(
+            retention::Limits::from(&self.instance),
+            tenants.map(|(t, r)| (t.clone(), r.into())).collect(),
+        )
+    }
+}
+
+impl From<&RetentionSettings> for retention::Limits {
+    fn from(r: &RetentionSettings) -> Self {
+        Self::new(r.dead_max_age, r.dead_max_count, r.finished_max_age)
+    }
+}
+
+impl From<&RetentionSettings> for Retention {
+    fn from(r: &RetentionSettings) -> Self {
+        Self {
+            instance: r.clone(),
+            tenants: BTreeMap::new(),
+        }
+    }
 }
 
 /// A tenant's decoded settings.
@@ -207,6 +242,23 @@ impl Config {
             .map(|(t, c)| (t.clone(), keys(&c.secrets, &c.keys)))
             .collect();
         Signer::new(keys(&self.secrets, &self.keys), per_tenant).map_err(anyhow::Error::msg)
+    }
+
+    /// What retention keeps: `[retention]`, and where a tenant sets some of its keys
+    /// apart (`[tenants.<name>.retention]`), those for its notifications.
+    pub fn retention(&self) -> Retention {
+        let r = &self.settings.retention;
+        let tenants = self.settings.tenants.iter();
+        let own = tenants
+            .filter(|(_, t)| !t.retention.is_empty())
+            .filter_map(|(name, t)| {
+                let tenant = Tenant::parse(name, "tenant").ok()?;
+                Some((tenant, t.retention.over(r)))
+            });
+        Retention {
+            instance: r.clone(),
+            tenants: own.collect(),
+        }
     }
 
     /// The rate-limit quota of every tenant's rate keys: its own, its tenant's default,

@@ -83,6 +83,7 @@ pub async fn list(
         .store
         .dead_letters(&filter, limit, cursor.as_ref())
         .await?;
+    crate::observability::metrics::list_examined(page.examined);
     Ok(Json(DeadLetterPage {
         items: page.items.iter().map(DeadLetterItem::from).collect(),
         next_cursor: page.next_cursor.map(|c| state.cursors.seal(&c.encode())),

@@ -237,8 +237,9 @@ async fn view(state: &AppState, found: &EndpointRecord) -> Result<Json<EndpointV
 /// bounded read however long the lists are.
 const BACKLOG_PAGES: usize = 10;
 
-/// The notifications of `found`'s endpoint that wait for an attempt, counted from the
-/// lists they are in (every tenant's share them, so a count reads past others').
+/// The notifications of `found`'s endpoint that wait for an attempt, counted from its
+/// tenant's lists (which hold that tenant's alone; a count reads past its other
+/// endpoints').
 async fn backlog(store: &dyn Reads, found: &EndpointRecord) -> StoreResult<Backlog> {
     let filter = ListFilter {
         tenant: Some(found.tenant.clone()),

@@ -119,6 +119,8 @@ pub struct Shared {
     /// Signs the portal links `POST /portal-links` issues, when `server.portal_secret`
     /// is set.
     pub portal: Option<Arc<PortalKey>>,
+    /// What retention keeps of each tenant, for `/stats`.
+    pub retention: crate::lifecycle::retention::Policy,
 }
 
 #[derive(OpenApi)]

@@ -208,6 +208,7 @@ pub async fn list(
         .store
         .list(listed, &filter, limit, cursor.as_ref())
         .await?;
+    crate::observability::metrics::list_examined(page.examined);
     let next = page
         .next_cursor
         .as_ref()

@@ -1,14 +1,18 @@
 //! The JSON shapes of API answers, typed so that the OpenAPI document describes exactly
 //! what the handlers send. Times are RFC 3339 UTC with milliseconds.
 
+use std::time::Duration;
+
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::delivery::sender::request_headers;
 use crate::domain::{
-    shown_value, Attempt, Cycle, Cycles, Ended, Entry, NoteKind, RawSuccess, ShardHealth,
+    duration_text, shown_value, Attempt, Cycle, Cycles, Ended, Entry, NoteKind, RawSuccess,
+    ShardHealth,
 };
 use crate::endpoints::health::Span;
+use crate::lifecycle::retention;
 use crate::store::{
     EndpointPause, EndpointRecord, JobState, JobStatus, JobView, Listed, StateCounts, Stats,
     Trimmed,
@@ -526,6 +530,35 @@ pub struct StatsView {
     /// why. Absent when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub degraded_shards: Vec<DegradedView>,
+    /// For one tenant's counts: the limits its notifications are held to, its own where
+    /// it has some (`[tenants.<name>.retention]`), else `[retention]`'s. Retention deletes
+    /// its oldest dead letters beyond `dead_max_count` (counted in `trimmed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionView>,
+}
+
+/// The retention limits of one tenant.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = RetentionLimits)]
+pub struct RetentionView {
+    /// Dead letters are kept this long (a duration, `30d`).
+    pub dead_max_age: String,
+    /// At most this many of the tenant's dead letters are kept (each shard keeps its
+    /// share).
+    pub dead_max_count: u64,
+    /// Delivered and cancelled notifications are kept this long.
+    pub finished_max_age: String,
+}
+
+impl From<retention::Limits> for RetentionView {
+    fn from(l: retention::Limits) -> Self {
+        let text = |ms: i64| duration_text(Duration::from_millis(ms.max(0) as u64));
+        Self {
+            dead_max_age: text(l.dead_max_age_ms),
+            dead_max_count: l.dead_max_count,
+            finished_max_age: text(l.finished_max_age_ms),
+        }
+    }
 }
 
 impl From<Stats> for StatsView {
@@ -543,6 +576,7 @@ impl From<Stats> for StatsView {
                 })
                 .collect(),
             degraded_shards: Vec::new(),
+            retention: None,
         }
     }
 }

@@ -236,17 +236,8 @@ fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
 }
 
 fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {
+    check_limits(r, "retention")?;
     let positive = "must be more than 0s";
-    check(
-        !r.dead_max_age.is_zero(),
-        "retention.dead_max_age",
-        positive,
-    )?;
-    check(
-        !r.finished_max_age.is_zero(),
-        "retention.finished_max_age",
-        positive,
-    )?;
     check(
         !r.sweep_interval.is_zero(),
         "retention.sweep_interval",
@@ -257,9 +248,25 @@ fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {
         "retention.audit_max_age",
         positive,
     )?;
+    Ok(())
+}
+
+/// The limits of `[retention]`, or of a tenant's (`section` names where they are set).
+pub(super) fn check_limits(r: &RetentionSettings, section: &str) -> anyhow::Result<()> {
+    let positive = "must be more than 0s";
+    check(
+        !r.dead_max_age.is_zero(),
+        &format!("{section}.dead_max_age"),
+        positive,
+    )?;
+    check(
+        !r.finished_max_age.is_zero(),
+        &format!("{section}.finished_max_age"),
+        positive,
+    )?;
     check(
         r.dead_max_count >= 1,
-        "retention.dead_max_count",
+        &format!("{section}.dead_max_count"),
         "must be at least 1",
     )
 }

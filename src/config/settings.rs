@@ -87,6 +87,45 @@ pub struct TenantSettings {
         skip_serializing_if = "Option::is_none"
     )]
     pub pause_after: Option<Duration>,
+    /// The keys of `[retention]` this tenant's notifications are held to apart from the
+    /// rest.
+    #[serde(skip_serializing_if = "TenantRetention::is_empty")]
+    pub retention: TenantRetention,
+}
+
+/// `[tenants.<name>.retention]`: the limits of `[retention]` a tenant sets for its own
+/// notifications (`sweep_interval` and `audit_max_age` are the instance's alone).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TenantRetention {
+    #[serde(
+        with = "super::duration::optional",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub dead_max_age: Option<Duration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_max_count: Option<u64>,
+    #[serde(
+        with = "super::duration::optional",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub finished_max_age: Option<Duration>,
+}
+
+impl TenantRetention {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `default`, with what this sets in place of its keys.
+    pub fn over(&self, default: &RetentionSettings) -> RetentionSettings {
+        RetentionSettings {
+            dead_max_age: self.dead_max_age.unwrap_or(default.dead_max_age),
+            dead_max_count: self.dead_max_count.unwrap_or(default.dead_max_count),
+            finished_max_age: self.finished_max_age.unwrap_or(default.finished_max_age),
+            ..default.clone()
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -242,7 +281,8 @@ impl DeliverySettings {
 pub struct RetentionSettings {
     #[serde(with = "super::duration")]
     pub dead_max_age: Duration,
-    /// Most dead letters kept over all shards; the oldest beyond it are deleted.
+    /// Most dead letters kept of each tenant (over all shards); the oldest beyond it
+    /// are deleted.
     pub dead_max_count: u64,
     /// Delivered and cancelled notifications.
     #[serde(with = "super::duration")]

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 
-use super::checks::check;
-use super::{Settings, StringList, TenantConfig, TenantSettings, TenantTls};
+use super::checks::{check, check_limits};
+use super::{RetentionSettings, Settings, StringList, TenantConfig, TenantSettings, TenantTls};
 use crate::delivery::signing::{Secret, SigningKey};
 use crate::domain::{CallbackUrl, Destinations, HostAllowList, Tenant, MAX_RESPONSE_BYTES};
 use crate::tenancy::access::{self, Principal, Scope, TokenTable};
@@ -25,6 +25,8 @@ pub(super) fn tenants(
         let secrets = parse_secrets(&t.secrets, &format!("tenants.{name}.secrets"))?;
         let keys = parse_keys(&t.keys, &format!("tenants.{name}.keys"))?;
         let tls = TenantTls::read(t, &format!("tenants.{name}"))?;
+        let own = t.retention.over(&RetentionSettings::default());
+        check_limits(&own, &format!("tenants.{name}.retention"))?;
         if t.max_concurrency == Some(0) {
             bail!("tenants.{name}.max_concurrency: must be at least 1");
         }

@@ -41,6 +41,10 @@ impl Tenant {
         }
     }
 
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
     pub fn is_default(&self) -> bool {
         self.0 == Self::DEFAULT
     }

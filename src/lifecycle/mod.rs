@@ -25,7 +25,7 @@ mod properties;
 
 pub use record::{
     interval_ms, schedule_intervals, schedule_text, wakes_at, Index, JobState, JobStatus, Record,
-    HELD_OFFSET_MS, WAITING_OFFSET_MS,
+    TenantIndex, HELD_OFFSET_MS, WAITING_OFFSET_MS,
 };
 pub use time::Now;
 pub use transitions::{Again, Cancelled, LetGo, NewCycle, Verdict};

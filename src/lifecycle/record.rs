@@ -257,6 +257,39 @@ impl Index {
     }
 }
 
+/// The indexes each tenant has of its own notifications, which its lists and its
+/// retention read (so that neither depends on another tenant's volume): pending
+/// (scheduled or in flight, scored as in the due index: in flight, by when it came due),
+/// dead and done (by when they finished).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TenantIndex {
+    Pending,
+    Dead,
+    Done,
+}
+
+impl TenantIndex {
+    pub const ALL: [TenantIndex; 3] = [TenantIndex::Pending, TenantIndex::Dead, TenantIndex::Done];
+
+    /// The tenant's index that mirrors `index`.
+    pub fn of(index: Index) -> Self {
+        match index {
+            Index::Due | Index::InFlight => TenantIndex::Pending,
+            Index::Dead => TenantIndex::Dead,
+            Index::Done => TenantIndex::Done,
+        }
+    }
+
+    /// Its name in keys and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            TenantIndex::Pending => "pending",
+            TenantIndex::Dead => "dead",
+            TenantIndex::Done => "done",
+        }
+    }
+}
+
 impl Record {
     /// The index entry this record belongs in, and its score there.
     pub fn position(&self) -> Option<(Index, i64)> {
@@ -273,6 +306,19 @@ impl Record {
             JobState::Delivered | JobState::Cancelled => {
                 self.finished_at.map(|at| (Index::Done, at))
             }
+        }
+    }
+
+    /// The entry this record belongs in among its tenant's indexes, and its score there:
+    /// its `position`, but in flight at the time it came due (`next_at`, which a claim
+    /// keeps), so that a claim, which moves many tenants' notifications at once, leaves
+    /// the tenants' indexes as they are.
+    pub fn tenant_position(&self) -> Option<(TenantIndex, i64)> {
+        match self.state {
+            JobState::InFlight => self.next_at.map(|at| (TenantIndex::Pending, at)),
+            _ => self
+                .position()
+                .map(|(index, at)| (TenantIndex::of(index), at)),
         }
     }
 

@@ -1,19 +1,27 @@
 //! What retention deletes, the same on every backend: dead letters past
 //! `retention.dead_max_age`, then the oldest beyond `retention.dead_max_count`, and
 //! delivered or cancelled notifications past `retention.finished_max_age`, the oldest
-//! first, within a budget that bounds the work of one store call.
+//! first, within a budget that bounds the work of one store call. Each tenant's
+//! notifications are held to its own limits (`Policy`), counted in its own indexes
+//! (`TenantIndex`): one tenant's volume never deletes another's.
 //!
 //! The embedded and Postgres stores run a `Pass`: it names each cut (`Step`) and the
 //! store deletes it and says how many went. Redis chooses inside `trim` of
 //! `lua/common.lua`, atomically with the settle that calls it, from these limits and
 //! budgets; the differential test holds the three stores to the same choice.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::Index;
+use crate::domain::Tenant;
 
 /// Most notifications one sweep call deletes from each finished index (of a shard).
 pub const SWEEP_BUDGET: usize = 500;
+
+/// Most tenants one sweep call retains (each within its own `SWEEP_BUDGET`), so that a
+/// call's work stays bounded however many tenants a store holds.
+pub const TENANTS_PER_CALL: usize = 64;
 
 /// Whether a sweep calls again after a call that deleted `deleted`: it deleted as many as
 /// a budget, so more may be past their limits (at worst one call more than needed).
@@ -63,6 +71,67 @@ impl Limits {
         let count = i64::try_from(self.dead_max_count).unwrap_or(i64::MAX);
         [self.dead_max_age_ms, count, self.finished_max_age_ms]
     }
+}
+
+/// Each tenant's limits: the default (`[retention]`), and those of the tenants that set
+/// some of their own (`[tenants.<name>.retention]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    default: Limits,
+    tenants: BTreeMap<Tenant, Limits>,
+}
+
+impl Policy {
+    /// Every tenant held to `default` but those of `tenants`.
+    pub fn new(default: Limits, tenants: BTreeMap<Tenant, Limits>) -> Self {
+        Self { default, tenants }
+    }
+
+    /// The limits `tenant`'s notifications are held to.
+    pub fn of(&self, tenant: &Tenant) -> Limits {
+        self.tenants.get(tenant).copied().unwrap_or(self.default)
+    }
+
+    /// Each of `shards` shards' share of every tenant's limits (`Limits::per_shard`).
+    pub fn per_shard(&self, shards: u32) -> Self {
+        Self {
+            default: self.default.per_shard(shards),
+            tenants: (self.tenants.iter())
+                .map(|(t, l)| (t.clone(), l.per_shard(shards)))
+                .collect(),
+        }
+    }
+}
+
+impl From<Limits> for Policy {
+    fn from(default: Limits) -> Self {
+        Self::new(default, BTreeMap::new())
+    }
+}
+
+/// The passes of a settle at `now_ms` that moved notifications as `moved` says (each one's
+/// tenant and the index it went to): one per tenant, held to that tenant's limits, over
+/// the indexes the settle moved some of its notifications into, with the budget of as
+/// many settles as it had.
+pub fn settle_passes<'a>(
+    policy: &Policy,
+    now_ms: i64,
+    moved: impl IntoIterator<Item = (&'a Tenant, Option<Index>)>,
+) -> Vec<(Tenant, Pass)> {
+    let mut by_tenant: BTreeMap<&Tenant, (usize, bool, bool)> = BTreeMap::new();
+    for (tenant, to) in moved {
+        let seen = by_tenant.entry(tenant).or_default();
+        seen.0 += 1;
+        seen.1 |= to == Some(Index::Dead);
+        seen.2 |= to == Some(Index::Done);
+    }
+    by_tenant
+        .into_iter()
+        .map(|(tenant, (settled, dead, done))| {
+            let pass = Pass::settle(policy.of(tenant), now_ms, settled, (dead, done));
+            (tenant.clone(), pass)
+        })
+        .collect()
 }
 
 /// One cut of a pass: delete up to `limit` of the oldest notifications of `index`
@@ -214,12 +283,6 @@ impl Pass {
         self.now_ms.saturating_sub(self.limits.dead_max_age_ms)
     }
 
-    /// The pass's time, for what a store forgets beside notifications (idempotency keys
-    /// past their day).
-    pub fn now_ms(&self) -> i64 {
-        self.now_ms
-    }
-
     /// How many the pass deletes at most from each index, and of what a store forgets
     /// beside notifications.
     pub fn budget(&self) -> usize {
@@ -312,6 +375,46 @@ mod tests {
         let gone = run(Pass::sweep(limits, 1_000_000), &mut dead, &mut Vec::new());
         assert_eq!(gone.len(), SWEEP_BUDGET);
         assert_eq!(dead.len(), 100, "beyond the count, within the budget");
+    }
+
+    #[test]
+    fn a_tenant_is_held_to_its_own_limits_and_the_rest_to_the_default() {
+        let strict = Limits {
+            dead_max_count: 1,
+            ..LIMITS
+        };
+        let shop = Tenant::parse("shop-a", "tenant").unwrap();
+        let policy = Policy::new(LIMITS, BTreeMap::from([(shop.clone(), strict)]));
+        assert_eq!(policy.of(&shop), strict);
+        assert_eq!(policy.of(&Tenant::default()), LIMITS);
+        assert_eq!(policy.per_shard(2).of(&shop).dead_max_count, 1);
+        assert_eq!(policy.per_shard(2).of(&Tenant::default()).dead_max_count, 1);
+    }
+
+    #[test]
+    fn a_settle_runs_a_pass_per_tenant_over_what_it_moved_of_that_tenant() {
+        let (a, b) = (
+            Tenant::parse("shop-a", "tenant").unwrap(),
+            Tenant::parse("shop-b", "tenant").unwrap(),
+        );
+        let strict = Limits {
+            dead_max_count: 1,
+            ..LIMITS
+        };
+        let policy = Policy::new(LIMITS, BTreeMap::from([(b.clone(), strict)]));
+        let moved = [
+            (&a, Some(Index::Dead)),
+            (&a, Some(Index::Due)),
+            (&b, Some(Index::Done)),
+        ];
+        let passes = settle_passes(&policy, 10_000, moved);
+        let want_a = Pass::settle(LIMITS, 10_000, 2, (true, false));
+        let want_b = Pass::settle(strict, 10_000, 1, (false, true));
+        assert_eq!(passes.len(), 2);
+        assert_eq!(passes[0].0, a);
+        assert_eq!(format!("{:?}", passes[0].1), format!("{want_a:?}"));
+        assert_eq!(passes[1].0, b);
+        assert_eq!(format!("{:?}", passes[1].1), format!("{want_b:?}"));
     }
 
     #[test]

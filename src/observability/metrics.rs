@@ -23,6 +23,7 @@ const LATENESS: &str = "postback_scheduler_lateness_seconds";
 const DURATION: &str = "postback_delivery_duration_seconds";
 const API_REQUESTS: &str = "postback_api_requests_total";
 const API_DURATION: &str = "postback_api_request_duration_seconds";
+const LIST_EXAMINED: &str = "postback_list_entries_examined_total";
 
 /// Why a claimed notification is put back without an attempt.
 const DEFERRAL_REASONS: [&str; 7] = [
@@ -126,6 +127,7 @@ fn start_at_zero() {
         "postback_script_errors_total",
         "postback_replica_ack_timeouts_total",
         "postback_intake_refused_total",
+        LIST_EXAMINED,
     ] {
         counter!(name).absolute(0);
     }
@@ -151,6 +153,10 @@ fn upkeep(handle: PrometheusHandle) {
 }
 
 fn describe() {
+    describe_counter!(
+        LIST_EXAMINED,
+        "Notifications read by the pages of lists (GET /notifications, GET /dead-letters) to find their items: a tenant's pages read its own alone"
+    );
     describe_counter!(
         "postback_notifications_accepted_total",
         "Notifications registered through POST /notify"
@@ -390,6 +396,11 @@ pub fn intake_refused(n: usize) {
 
 pub fn request_shed() {
     counter!("postback_requests_shed_total").increment(1);
+}
+
+/// A page of a list read `n` notifications to find its items.
+pub fn list_examined(n: usize) {
+    counter!(LIST_EXAMINED).increment(n as u64);
 }
 
 pub fn store_error(operation: &'static str) {

@@ -25,11 +25,11 @@ use super::{
     OperatorActions, Outcomes, Queue, RateReservations, Reads, Settled, Settlement, Stats, Store,
     StoreError, StoreResult, WalkCursor,
 };
-use crate::config::RetentionSettings;
+use crate::config::Retention;
 use crate::delivery::policy::{RateAsk, SendTimes};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::endpoints::health::{EndpointNotice, EndpointRules};
-use crate::lifecycle::{retention, Again, Index, LetGo, NewCycle, Now, Record};
+use crate::lifecycle::{retention, Again, LetGo, NewCycle, Now, Record};
 
 mod audit;
 mod changes;
@@ -56,14 +56,15 @@ pub struct EmbeddedStore {
     writer: Writer,
     /// Signalled when a transition makes a notification due earlier than before.
     announced: Arc<Notify>,
-    retention: retention::Limits,
+    retention: retention::Policy,
     audit_max_age_ms: i64,
     path: PathBuf,
 }
 
 impl EmbeddedStore {
     /// Opens (or creates) the store in `dir`, refusing a file another process holds.
-    pub fn open(dir: &Path, retention: &RetentionSettings) -> anyhow::Result<Self> {
+    pub fn open(dir: &Path, retention: impl Into<Retention>) -> anyhow::Result<Self> {
+        let retention = retention.into();
         let key = "store.data_dir (POSTBACK_STORE_DATA_DIR)";
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{key}: cannot create {}", dir.display()))?;
@@ -79,6 +80,8 @@ impl EmbeddedStore {
         };
         upgrade::upgrade_tables(&db)
             .and_then(|_| create_tables(&db))
+            .and_then(|_| upgrade::index_tenants(&db))
+            .and_then(|_| upgrade::index_tenant_audit(&db))
             .with_context(|| format!("{key}: cannot write {}", path.display()))?;
         let db = Arc::new(db);
         let announced = Arc::new(Notify::new());
@@ -86,8 +89,8 @@ impl EmbeddedStore {
             writer: Writer::start(db.clone(), announced.clone())?,
             db,
             announced,
-            retention: retention::Limits::from(retention),
-            audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
+            retention: retention.policy(),
+            audit_max_age_ms: retention.instance.audit_max_age.as_millis() as i64,
             path,
         })
     }
@@ -95,7 +98,11 @@ impl EmbeddedStore {
     /// A store on `disk`, in memory, whose every step and read runs on the caller's
     /// thread: for a deterministic simulation, which crashes it by opening another on
     /// `disk.crashed()`.
-    pub fn open_in_memory(disk: MemoryDisk, retention: &RetentionSettings) -> anyhow::Result<Self> {
+    pub fn open_in_memory(
+        disk: MemoryDisk,
+        retention: impl Into<Retention>,
+    ) -> anyhow::Result<Self> {
+        let retention = retention.into();
         let db = Database::builder()
             .create_with_backend(disk)
             .context("cannot open the store in memory")?;
@@ -106,8 +113,8 @@ impl EmbeddedStore {
             writer: Writer::inline(db.clone(), announced.clone()),
             db,
             announced,
-            retention: retention::Limits::from(retention),
-            audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
+            retention: retention.policy(),
+            audit_max_age_ms: retention.instance.audit_max_age.as_millis() as i64,
             path: PathBuf::from("(memory)"),
         })
     }
@@ -199,7 +206,7 @@ impl Queue for EmbeddedStore {
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
         let batch = batch.to_vec();
-        let limits = self.retention;
+        let policy = self.retention.clone();
         let settled = self
             .writer
             .run(move |t, now| {
@@ -213,14 +220,19 @@ impl Queue for EmbeddedStore {
                     moved.extend(record.map(|r| (s.id.to_string(), r)));
                 }
                 settled.earliest = any_heads(t, &moved)?;
-                let into = |index| {
-                    moved
-                        .iter()
-                        .any(|(_, r)| r.position().map(|p| p.0) == Some(index))
-                };
-                let touched = (into(Index::Dead), into(Index::Done));
-                let mut pass = retention::Pass::settle(limits, now.down(), batch.len(), touched);
-                settled.trimmed = changes::apply_retention(t, &mut pass)?;
+                let mut went = Vec::with_capacity(moved.len());
+                for (id, r) in &moved {
+                    went.push((t.tenant_of(id)?, r.position().map(|p| p.0)));
+                }
+                let passes = retention::settle_passes(
+                    &policy,
+                    now.down(),
+                    went.iter().map(|(tenant, to)| (tenant, *to)),
+                );
+                for (tenant, mut pass) in passes {
+                    settled.trimmed += changes::apply_retention(t, &tenant, &mut pass)?;
+                }
+                changes::forget_keys(t, now.down(), retention::settle_budget(batch.len()))?;
                 Ok(settled)
             })
             .await?;
@@ -264,19 +276,33 @@ impl Queue for EmbeddedStore {
     }
 
     async fn trim(&self) -> StoreResult<usize> {
+        let mut due: Vec<Tenant> = self.read(reads::retained_tenants).await?;
         let mut trimmed = 0;
         loop {
-            let limits = self.retention;
-            let n = self
+            let chunk: Vec<Tenant> = due
+                .drain(..due.len().min(retention::TENANTS_PER_CALL))
+                .collect();
+            let policy = self.retention.clone();
+            let (n, again) = self
                 .writer
                 .run(move |t, now| {
                     t.forget_old_windows()?;
-                    let mut pass = retention::Pass::sweep(limits, now.down());
-                    changes::apply_retention(t, &mut pass)
+                    changes::forget_keys(t, now.down(), retention::SWEEP_BUDGET)?;
+                    let (mut n, mut again) = (0, Vec::new());
+                    for tenant in chunk {
+                        let mut pass = retention::Pass::sweep(policy.of(&tenant), now.down());
+                        let deleted = changes::apply_retention(t, &tenant, &mut pass)?;
+                        n += deleted;
+                        if retention::sweep_again(deleted) {
+                            again.push(tenant);
+                        }
+                    }
+                    Ok((n, again))
                 })
                 .await?;
             trimmed += n;
-            if !retention::sweep_again(n) {
+            due.extend(again);
+            if due.is_empty() {
                 return Ok(trimmed);
             }
         }
@@ -468,10 +494,10 @@ impl RateReservations for EmbeddedStore {
 #[async_trait]
 impl AuditLog for EmbeddedStore {
     async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
-        let json = serde_json::to_string(record).expect("a record serializes");
+        let record = record.clone();
         let max_age = self.audit_max_age_ms;
         self.writer
-            .run(move |t, now| audit::record(t, now, &json, max_age))
+            .run(move |t, now| audit::record(t, now, &record, max_age))
             .await
     }
 

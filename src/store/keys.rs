@@ -1,13 +1,14 @@
 //! Redis key names. Every key of a shard carries the hash tag `{<prefix>:<shard>}`, so
 //! that one script touches one cluster slot, on a standalone Redis or a Redis Cluster.
 
-use crate::lifecycle::Index;
+use crate::domain::Tenant;
+use crate::lifecycle::{Index, TenantIndex};
 
 /// The keys of one shard, in the order every script receives them as `KEYS`.
 #[derive(Debug, Clone)]
 pub struct ShardKeys {
     tag: String,
-    all: [String; 9],
+    all: [String; 10],
     schedules: String,
 }
 
@@ -26,6 +27,7 @@ impl ShardKeys {
                 key("done"),
                 key("counters"),
                 key("tenants"),
+                key("tenant_names"),
             ],
             schedules: key("schedules"),
             tag,
@@ -33,8 +35,8 @@ impl ShardKeys {
     }
 
     /// `due`, `inflight`, `dead`, `jobs`, `state`, `history`, `done`, `counters`,
-    /// `tenants`.
-    pub fn all(&self) -> &[String; 9] {
+    /// `tenants`, `tenant_names`.
+    pub fn all(&self) -> &[String; 10] {
         &self.all
     }
 
@@ -86,6 +88,22 @@ impl ShardKeys {
         &self.all[8]
     }
 
+    /// The tenants with notifications in the shard, whose own indexes retention goes
+    /// over.
+    pub fn tenant_names(&self) -> &str {
+        &self.all[9]
+    }
+
+    /// `tenant`'s own `index` in the shard (`TenantIndex`). A tenant's name holds no `:`.
+    pub fn tenant_index(&self, tenant: &Tenant, index: TenantIndex) -> String {
+        format!("{}:t:{tenant}:{}", self.tag, index.name())
+    }
+
+    /// `tenant`'s own indexes, in the order the scripts take them: pending, dead, done.
+    pub fn tenant_indexes(&self, tenant: &Tenant) -> [String; 3] {
+        TenantIndex::ALL.map(|index| self.tenant_index(tenant, index))
+    }
+
     /// The schedules the shard keeps once, which specs refer to (`redis/schedules.rs`).
     pub fn schedules(&self) -> &str {
         &self.schedules
@@ -130,5 +148,10 @@ mod tests {
         assert!(k.all().iter().all(|key| key.starts_with("{postback:3}:")));
         assert!(k.idempotency("abc").starts_with("{postback:3}:"));
         assert!(k.schedules().starts_with("{postback:3}:"));
+        let tenant = Tenant::parse("shop-a", "tenant").unwrap();
+        let own = k.tenant_indexes(&tenant);
+        assert!(own
+            .iter()
+            .all(|key| key.starts_with("{postback:3}:t:shop-a:")));
     }
 }

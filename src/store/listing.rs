@@ -2,10 +2,12 @@
 //! in which order it is read, and which notifications of that index a list keeps.
 
 use super::{Cursor, JobState, JobStatus, JobView, ListFilter, WalkCursor};
-use crate::lifecycle::{Index, Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
+use crate::lifecycle::{Index, Now, TenantIndex, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
 /// Notifications a page examines at most (per shard); past it the page ends early with
-/// a cursor, so that a filter matching nothing cannot hold a reader for long.
+/// a cursor, so that a filter matching nothing cannot hold a reader for long. A list of
+/// one tenant reads that tenant's own index (`TenantIndex`), so what it examines is
+/// that tenant's alone.
 pub const MAX_SCAN: usize = 5_000;
 
 /// One state of the queue as a list shows it. `Retrying` is `scheduled` after at least
@@ -98,6 +100,24 @@ impl Listed {
         }
     }
 
+    /// The scores a list with `filter` reads of `tenant`'s index, when it reads one
+    /// (`None`: the index of every tenant's). In a tenant's pending index the in-flight
+    /// ones keep the time they came due, so a tenant's in-flight list is ordered by that
+    /// and reads no held or waiting ones.
+    pub fn scores_in(
+        self,
+        filter: &ListFilter,
+        tenant: Option<TenantIndex>,
+    ) -> (Option<i64>, Option<i64>) {
+        match (self, tenant) {
+            (Listed::InFlight, Some(TenantIndex::Pending)) => {
+                let until = filter.until.unwrap_or(i64::MAX).min(HELD_OFFSET_MS - 1);
+                (filter.since, Some(until))
+            }
+            _ => self.scores(filter),
+        }
+    }
+
     /// When a walk whose first page is read at `now` begins: rounded up, as registrations
     /// and returns to `scheduled` are stamped (`Now::up`), so that a notification
     /// registered or moved back earlier in the same millisecond is in the walk. (On a
@@ -123,17 +143,26 @@ pub struct ListPage {
     pub items: Vec<JobView>,
     /// Where the next page starts; `None` at the end.
     pub next_cursor: Option<WalkCursor>,
+    /// How many notifications the page read to find its items.
+    pub examined: usize,
 }
 
 impl ListPage {
-    /// A page of a walk that began at `walk_from`, whose next page starts after `next`.
-    pub fn of_walk(items: Vec<JobView>, next: Option<Cursor>, walk_from: i64) -> Self {
+    /// A page of a walk that began at `walk_from`, whose next page starts after `next`,
+    /// found among `examined` notifications.
+    pub fn of_walk(
+        items: Vec<JobView>,
+        next: Option<Cursor>,
+        walk_from: i64,
+        examined: usize,
+    ) -> Self {
         Self {
             items,
             next_cursor: next.map(|position| WalkCursor {
                 position,
                 walk_from,
             }),
+            examined,
         }
     }
 }

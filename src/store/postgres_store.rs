@@ -26,7 +26,7 @@ use super::{
     RateReservations, Reads, Settled, Settlement, Stats, Store, StoreError, StoreResult, TakenIn,
     WalkCursor,
 };
-use crate::config::{RetentionSettings, StoreSettings};
+use crate::config::{Retention, StoreSettings};
 use crate::delivery::policy::{RateAsk, SendTimes};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, Tenant};
 use crate::endpoints::health::{EndpointNotice, EndpointRules};
@@ -62,7 +62,7 @@ pub struct PostgresStore {
     /// Names this instance in what it tells the others.
     instance: String,
     listeners: signals::Listeners,
-    retention: retention::Limits,
+    retention: retention::Policy,
     audit_max_age_ms: i64,
 }
 
@@ -106,8 +106,9 @@ impl PostgresStore {
     pub async fn connect(
         url: &str,
         settings: &StoreSettings,
-        retention: &RetentionSettings,
+        retention: impl Into<Retention>,
     ) -> anyhow::Result<Self> {
+        let retention = retention.into();
         let config = client_config(url, settings)?;
         migrate_when_reachable(&config, settings.connect_wait).await?;
         let manager = Manager::from_config(
@@ -132,8 +133,8 @@ impl PostgresStore {
             config,
             instance: format!("{:016x}", fastrand::u64(..)),
             listeners: signals::Listeners::default(),
-            retention: retention::Limits::from(retention),
-            audit_max_age_ms: retention.audit_max_age.as_millis() as i64,
+            retention: retention.policy(),
+            audit_max_age_ms: retention.instance.audit_max_age.as_millis() as i64,
         })
     }
 
@@ -265,26 +266,32 @@ impl Queue for PostgresStore {
     }
 
     async fn settle(&self, batch: &[Settlement]) -> StoreResult<Settled> {
-        let limits = self.retention;
+        let policy = &self.retention;
         in_transaction!(self, Commit::Relaxed, |t| {
-            let records = changes::settle(&mut t, batch).await?;
+            let applied = changes::settle(&mut t, batch).await?;
             let mut settled = Settled {
-                applied: records.iter().map(Option::is_some).collect(),
+                applied: applied.iter().map(Option::is_some).collect(),
                 ..Settled::default()
             };
+            let tenants: Vec<Option<Tenant>> = (applied.iter())
+                .map(|a| {
+                    a.as_ref()
+                        .and_then(|(_, t)| Tenant::parse(t, "tenant").ok())
+                })
+                .collect();
+            let records = applied.into_iter().map(|a| a.map(|(r, _)| r)).collect();
             let moved = moved(batch.iter().map(|s| &s.id), records);
-            let dead = moved
+            settled.dead_lettered = moved
                 .iter()
                 .filter(|(_, r)| r.state == JobState::Dead)
                 .count();
-            let done = moved
-                .iter()
-                .any(|(_, r)| matches!(r.position(), Some((Index::Done, _))));
-            settled.dead_lettered = dead;
             settled.earliest = changes::any_heads(&mut t, &moved).await?;
-            let touched = (dead > 0, done);
-            let mut pass = retention::Pass::settle(limits, t.now.down(), batch.len(), touched);
-            settled.trimmed = trim::apply_retention(&mut t, &mut pass).await?;
+            let went = tenants.iter().flatten().zip(&moved);
+            let went = went.map(|(tenant, (_, r))| (tenant, r.position().map(|p| p.0)));
+            for (tenant, mut pass) in retention::settle_passes(policy, t.now.down(), went) {
+                settled.trimmed += trim::apply_retention(&mut t, &tenant, &mut pass).await?;
+            }
+            trim::forget_keys(&mut t, retention::settle_budget(batch.len())).await?;
             settled
         })
     }
@@ -307,18 +314,25 @@ impl Queue for PostgresStore {
     }
 
     async fn trim(&self) -> StoreResult<usize> {
+        let mut due = in_transaction!(self, Commit::Relaxed, |t| {
+            trim::forget_keys(&mut t, retention::SWEEP_BUDGET).await?;
+            trim::tenants(&mut t).await?
+        })?;
         let mut trimmed = 0;
-        loop {
-            let limits = self.retention;
+        while let Some(tenant) = due.pop() {
+            let limits = self
+                .retention
+                .of(&Tenant::parse(&tenant, "tenant").unwrap_or_default());
             let n = in_transaction!(self, Commit::Relaxed, |t| {
                 let mut pass = retention::Pass::sweep(limits, t.now.down());
-                trim::apply_retention(&mut t, &mut pass).await?
+                trim::apply_retention(&mut t, &tenant, &mut pass).await?
             })?;
             trimmed += n;
-            if !retention::sweep_again(n) {
-                return Ok(trimmed);
+            if retention::sweep_again(n) {
+                due.push(tenant);
             }
         }
+        Ok(trimmed)
     }
 
     async fn watch(&self, wake: Arc<Notify>, cancel: CancellationToken) {
@@ -432,10 +446,10 @@ impl Reads for PostgresStore {
         );
         let after = after.map(|c| &c.position);
         let keep = |v: &JobView| listed.keeps(v, filter, walk_from);
-        let (items, next) = reads::page(&c, &scan, limit, after, keep)
+        let (items, next, examined) = reads::page(&c, &scan, limit, after, keep)
             .await
             .map_err(store_error)?;
-        Ok(ListPage::of_walk(items, next, walk_from))
+        Ok(ListPage::of_walk(items, next, walk_from, examined))
     }
 
     async fn dead_letters(
@@ -446,10 +460,15 @@ impl Reads for PostgresStore {
     ) -> StoreResult<DeadPage> {
         let c = self.reader().await?;
         let scan = scan(Index::Dead, false, (filter.since, filter.until), filter);
-        let (items, next_cursor) = reads::page(&c, &scan, limit, after, |v| filter.matches(v))
-            .await
-            .map_err(store_error)?;
-        Ok(DeadPage { items, next_cursor })
+        let (items, next_cursor, examined) =
+            reads::page(&c, &scan, limit, after, |v| filter.matches(v))
+                .await
+                .map_err(store_error)?;
+        Ok(DeadPage {
+            items,
+            next_cursor,
+            examined,
+        })
     }
 
     async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats> {
@@ -523,9 +542,13 @@ impl RateReservations for PostgresStore {
 impl AuditLog for PostgresStore {
     async fn record_audit(&self, record: &AuditRecord) -> StoreResult<()> {
         let json = serde_json::to_string(record).expect("a record serializes");
-        let max_age = self.audit_max_age_ms;
-        in_transaction!(self, |t| audit::record_audit(&mut t, &json, max_age)
-            .await?)
+        let (max_age, tenant) = (self.audit_max_age_ms, record.tenant.as_deref());
+        in_transaction!(self, |t| audit::record_audit(
+            &mut t,
+            (&json, tenant),
+            max_age
+        )
+        .await?)
     }
 
     async fn audit_entries(

@@ -20,8 +20,8 @@ use tokio::sync::Notify;
 use super::keys::{wake_channel, ShardKeys};
 use super::{spec, tenant_counts};
 use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
-use crate::config::{RedisTarget, RetentionSettings, StoreSettings};
-use crate::domain::{JobId, ShardHealth};
+use crate::config::{RedisTarget, Retention, StoreSettings};
+use crate::domain::{JobId, ShardHealth, Tenant};
 use crate::lifecycle::{retention, Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
 mod acks;
@@ -46,6 +46,7 @@ mod schedules;
 mod sentinel;
 mod shard_clock;
 mod subscription;
+mod tenant_groups;
 mod upgrade;
 
 use acks::Acked;
@@ -81,13 +82,14 @@ macro_rules! script {
 fn script_constants() -> String {
     format!(
         "local LAYOUT = '{}'\nlocal WAITING, HELD = {}, {}\nlocal WINDOW_MS, WINDOWS = {}, {}\n\
-         local MAX_SHARED_SCHEDULES = {}\n",
+         local MAX_SHARED_SCHEDULES = {}\nlocal DEFAULT_TENANT = '{}'\n",
         spec::VERSION,
         WAITING_OFFSET_MS,
         HELD_OFFSET_MS,
         tenant_counts::OUTCOME_WINDOW_MS,
         tenant_counts::OUTCOME_WINDOWS,
         schedules::MAX_SHARED,
+        Tenant::DEFAULT,
     )
 }
 
@@ -97,6 +99,8 @@ struct Scripts {
     commit: Script,
     discard: Script,
     trim: Script,
+    tenants: Script,
+    index_tenants: Script,
     reserve: Script,
     endpoints: Script,
     collections: Script,
@@ -111,6 +115,8 @@ impl Scripts {
             commit: script!("commit"),
             discard: script!("discard"),
             trim: script!("trim"),
+            tenants: script!("tenants"),
+            index_tenants: script!("index_tenants"),
             reserve: Script::new(include_str!("../../lua/reserve.lua")),
             endpoints: Script::new(include_str!("../../lua/endpoints.lua")),
             collections: Script::new(include_str!("../../lua/collections.lua")),
@@ -161,9 +167,9 @@ pub struct RedisStore {
     claimed: ClaimedRecords,
     /// The schedules shards keep once, as this instance has read them.
     schedules: Arc<ScheduleBook>,
-    /// The retention policy as script arguments (`retention::Limits::script_args`), with
-    /// each shard's share of the dead letters' count.
-    retention: [i64; 3],
+    /// Each tenant's retention limits, with each shard's share of the dead letters'
+    /// count.
+    retention: retention::Policy,
     scripts: Scripts,
     enqueuer: Enqueuer,
     audit: AuditStream,
@@ -178,8 +184,9 @@ impl RedisStore {
         target: &RedisTarget,
         shard_count: u16,
         settings: &StoreSettings,
-        retention: &RetentionSettings,
+        retention: impl Into<Retention>,
     ) -> anyhow::Result<Self> {
+        let retention = retention.into();
         let deadline = tokio::time::Instant::now() + settings.connect_wait;
         let (place, conn) = loop {
             match open(target, settings).await {
@@ -244,16 +251,14 @@ impl RedisStore {
             unsure_claims: Mutex::new(Vec::new()),
             claimed: ClaimedRecords::default(),
             schedules,
-            retention: retention::Limits::from(retention)
-                .per_shard(u32::from(shard_count))
-                .script_args(),
+            retention: retention.policy().per_shard(u32::from(shard_count)),
             scripts,
             enqueuer,
-            audit: AuditStream::new(&settings.key_prefix, retention.audit_max_age),
+            audit: AuditStream::new(&settings.key_prefix, retention.instance.audit_max_age),
             endpoint_keys: EndpointKeys::new(&settings.key_prefix),
             collection_keys: CollectionKeys::new(&settings.key_prefix),
         };
-        store.upgrade_idempotency_keys().await.map_err(|e| {
+        store.upgrade().await.map_err(|e| {
             anyhow::anyhow!(
                 "{}: cannot upgrade what an earlier build stored: {e}",
                 target.key()
@@ -290,7 +295,7 @@ impl RedisStore {
             keys: &self.shards[shard],
             schedules: &self.schedules,
             wake_channel: &self.wake_channel,
-            retention: self.retention,
+            retention: &self.retention,
         }
     }
 
@@ -302,7 +307,7 @@ impl RedisStore {
         writes: &Acked,
         requests: &[T],
         id: impl Fn(&T) -> &JobId,
-        budget: impl Fn(usize) -> usize + Copy,
+        budget: impl Fn(usize) -> usize + Copy + Sync,
         first: impl Fn(&T) -> StoreResult<Decision<A>>,
         again: impl Fn(&T, Option<Held>, Now) -> StoreResult<Decision<A>>,
     ) -> StoreResult<Committed<A>> {

@@ -39,6 +39,15 @@ pub fn counted(tenant: &Tenant) -> &str {
     }
 }
 
+/// How the scripts name the tenant whose name is `name`: `""` for the default one.
+pub fn counted_name(name: &str) -> &str {
+    if name == Tenant::DEFAULT {
+        ""
+    } else {
+        name
+    }
+}
+
 /// The fields a move of one notification of `tenant` adds `by` to: its index, and for a
 /// finished one its finish window while that is one of the last hour's. None for the
 /// default tenant.
@@ -102,6 +111,11 @@ impl TenantCounts {
             .map(|(_, n)| (*n).max(0))
             .sum();
         total.saturating_sub(others as u64)
+    }
+
+    /// `tenant`'s dead letters, of `total` in the same store or shard.
+    pub fn dead(&self, tenant: &Tenant, total: u64) -> u64 {
+        self.share(tenant, Index::Dead.name(), total)
     }
 
     /// `tenant`'s counts by state, of the `total` counts of the same store or shard.

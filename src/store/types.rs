@@ -9,12 +9,11 @@ use tokio::time::Instant;
 use serde::Serialize;
 
 use super::Cursor;
-use crate::config::RetentionSettings;
 use crate::domain::{
     Attempt, AttemptReport, Endpoint, Entry, Fingerprint, JobId, JobSpec, Note, Notification,
     Tenant,
 };
-use crate::lifecycle::{retention, transitions, JobStatus, Now, Record, Verdict};
+use crate::lifecycle::{transitions, JobStatus, Now, Record, Verdict};
 
 /// The store could not do what was asked.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -197,12 +196,6 @@ impl NewJob {
             delay_ms: n.delay.as_millis() as u64,
             idempotency: idempotency.map(Idempotency::entry),
         }
-    }
-}
-
-impl From<&RetentionSettings> for retention::Limits {
-    fn from(r: &RetentionSettings) -> Self {
-        Self::new(r.dead_max_age, r.dead_max_count, r.finished_max_age)
     }
 }
 
@@ -613,6 +606,8 @@ impl ListFilter {
 pub struct DeadPage {
     pub items: Vec<JobView>,
     pub next_cursor: Option<Cursor>,
+    /// How many notifications the page read to find its items.
+    pub examined: usize,
 }
 
 #[cfg(test)]

@@ -36,4 +36,5 @@ mod retention;
 mod signing_keys;
 mod success_rules;
 mod tenant_tls;
+mod tenant_volume;
 mod tenants;

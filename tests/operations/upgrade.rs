@@ -9,9 +9,10 @@ use crate::support;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postback::config::RetentionSettings;
-use postback::domain::{JobId, JobSpec, Outcome};
+use postback::domain::{JobId, JobSpec, Outcome, Tenant};
 use postback::store::{
-    ClaimedJob, EmbeddedStore, OperatorActions, Queue, Reads, Settlement, Store, EMBEDDED_FILE,
+    AuditFilter, ClaimedJob, EmbeddedStore, ListFilter, Listed, OperatorActions, Queue, Reads,
+    Settlement, Store, EMBEDDED_FILE,
 };
 use support::redis_server::RedisServer;
 use support::Backend;
@@ -222,6 +223,104 @@ async fn a_notification_of_layout_3_keeps_its_tenant_and_ordering_key() {
     );
 }
 
+/// Notifications an earlier build stored, which kept no index per tenant, are put into
+/// their tenants' own indexes once, as the first instance starts: each tenant's lists
+/// find them, and its retention counts them.
+#[tokio::test]
+async fn notifications_of_an_earlier_build_join_their_tenants_indexes_once() {
+    let redis = RedisServer::start();
+    let now = now_ms();
+    let (scheduled, dead) = (JobId::new(0).to_string(), JobId::new(0).to_string());
+    let spec = |at: u64| {
+        format!(
+            "v4 {} 0 150 shop-a\n{{\"url\":\"http://merchant.example.com/cb\"}}\n{{}}",
+            base36(at)
+        )
+    };
+    for args in [
+        ["HSET", "{postback:0}:jobs", &scheduled, &spec(now)],
+        ["HSET", "{postback:0}:jobs", &dead, &spec(now - 10)],
+        [
+            "ZADD",
+            "{postback:0}:due",
+            &(now + 3_600_000).to_string(),
+            &scheduled,
+        ],
+        ["ZADD", "{postback:0}:dead", &(now - 5).to_string(), &dead],
+        [
+            "HSET",
+            "{postback:0}:state",
+            &dead,
+            &format!(
+                r#"{{"state":"dead","attempts":1,"lease":1,"max_attempts":1,"schedule":"","created_at":{},"finished_at":{}}}"#,
+                now - 10,
+                now - 5
+            ),
+        ],
+    ] {
+        redis.query::<()>(redis::cmd(args[0]).arg(&args[1..]));
+    }
+    let purged = r#"{"actor":"ops","tenant":"shop-a","action":"purge","count":1}"#;
+    let everyone = r#"{"actor":"ops","action":"purge","count":3}"#;
+    for entry in [purged, everyone] {
+        redis.query::<()>(
+            redis::cmd("XADD")
+                .arg("{postback:audit}")
+                .arg("*")
+                .arg("r")
+                .arg(entry),
+        );
+    }
+    let backend = Backend::Standalone(redis);
+    let store = backend.store().await;
+
+    let shop_a = ListFilter {
+        tenant: Some(Tenant::parse("shop-a", "tenant").unwrap()),
+        ..ListFilter::default()
+    };
+    for (listed, id) in [(Listed::Scheduled, &scheduled), (Listed::Dead, &dead)] {
+        let page = store.list(listed, &shop_a, 10, None).await.unwrap();
+        let ids: Vec<String> = page.items.iter().map(|v| v.id.to_string()).collect();
+        assert_eq!(&ids, std::slice::from_ref(id), "{listed:?}");
+        assert_eq!(page.examined, 1, "{listed:?}");
+    }
+    let default = ListFilter {
+        tenant: Some(Tenant::default()),
+        ..ListFilter::default()
+    };
+    let page = store.list(Listed::Dead, &default, 10, None).await.unwrap();
+    assert!(page.items.is_empty(), "shop-a's are shop-a's alone");
+    let audit = AuditFilter {
+        tenant: shop_a.tenant.clone(),
+        ..AuditFilter::default()
+    };
+    let entries = store.audit_entries(&audit, None, 10).await.unwrap();
+    let actions: Vec<u64> = entries.iter().map(|e| e.record.count).collect();
+    assert_eq!(actions, [1], "shop-a's entry in its own log");
+    let Backend::Standalone(redis) = &backend else {
+        unreachable!()
+    };
+    let upgrades: Vec<String> = redis.query(redis::cmd("SMEMBERS").arg("{postback:0}:upgrades"));
+    assert!(
+        upgrades.contains(&"tenant-indexes".to_string()),
+        "{upgrades:?}"
+    );
+}
+
+fn base36(mut n: u64) -> String {
+    let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(digits[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap()
+}
+
 /// One notification as the embedded store of an earlier build kept it: its record (with
 /// the schedule in ms) and its index entry.
 struct EarlierRow {
@@ -299,6 +398,15 @@ async fn an_embedded_file_of_an_earlier_build_is_upgraded_once_and_carried_on() 
 
     let retention = RetentionSettings::default();
     let store = EmbeddedStore::open(dir.path(), &retention).unwrap();
+    let own = ListFilter {
+        tenant: Some(Tenant::default()),
+        ..ListFilter::default()
+    };
+    for (listed, id) in [(Listed::Dead, dead), (Listed::Cancelled, cancelled)] {
+        let page = store.list(listed, &own, 10, None).await.unwrap();
+        let ids: Vec<JobId> = page.items.iter().map(|v| v.id).collect();
+        assert_eq!(ids, [id], "in its tenant's own index: {listed:?}");
+    }
     let jobs = std::sync::Mutex::new(Vec::new());
     support::eventually(support::WAIT, || async {
         let claim = store.claim(10, Duration::from_secs(60), Duration::ZERO);

@@ -67,11 +67,15 @@ pub struct Fleet {
 }
 
 pub async fn start(env: &[(&str, &str)]) -> Fleet {
-    let backend = Backend::start();
+    start_on(Backend::start(), "", env).await
+}
+
+/// An instance on `backend` whose configuration file has `extra` after `config()`'s.
+pub async fn start_on(backend: Backend, extra: &str, env: &[(&str, &str)]) -> Fleet {
     let receiver = Receiver::start().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("postback.toml");
-    std::fs::write(&path, config()).unwrap();
+    std::fs::write(&path, config() + extra).unwrap();
     let path = path.to_str().unwrap().to_string();
     let mut env = env.to_vec();
     env.push(("POSTBACK_CONFIG", &path));

@@ -10,9 +10,11 @@ use redb::{ReadableTable, ReadableTableMetadata};
 
 use super::tables::{corrupt, decode, DbError, DbResult, Tables};
 use crate::delivery::policy::{self, RateAsk, RateState, SendTimes};
-use crate::domain::{Entry, JobId};
+use crate::domain::{Entry, JobId, Tenant};
 use crate::lifecycle::retention::{Pass, Step};
-use crate::lifecycle::{transitions, wakes_at, Cancelled, Index, LetGo, NewCycle, Now, Record};
+use crate::lifecycle::{
+    transitions, wakes_at, Cancelled, Index, LetGo, NewCycle, Now, Record, TenantIndex,
+};
 use crate::store::spec;
 use crate::store::types::NewJob;
 use crate::store::{
@@ -274,34 +276,59 @@ pub fn discard(t: &mut Tables, id: &JobId) -> DbResult<bool> {
         return Ok(false);
     };
     if let Some((index, at)) = r.position() {
-        t.index(index).remove((at, key.as_str()))?;
-        let tenant = t.counted_tenant(&key)?;
+        let tenant = t.unindex(index, at, &key)?;
         t.tally(&tenant, index, at, -1)?;
     }
     t.forget(&key)?;
     Ok(true)
 }
 
-/// Retention: runs `pass` (`lifecycle::retention`), deleting each cut it names with its
-/// records, counting each by reason; then up to its budget of forgotten idempotency
-/// keys. How many notifications it deleted.
-pub fn apply_retention(t: &mut Tables, pass: &mut Pass) -> DbResult<usize> {
+/// Retention of `tenant`'s notifications: runs `pass` (`lifecycle::retention`) over the
+/// tenant's own indexes, deleting each cut it names with its records, counting each by
+/// reason. How many notifications it deleted.
+pub fn apply_retention(t: &mut Tables, tenant: &Tenant, pass: &mut Pass) -> DbResult<usize> {
     loop {
         match pass.next() {
             Step::Delete(cut) => {
-                let oldest = first_until(t.index(cut.index), cut.until, cut.limit)?;
+                let own = t.tenant_index(TenantIndex::of(cut.index));
+                let oldest = first_of_tenant(own, tenant, cut.until, cut.limit)?;
                 pass.deleted(drop_all(t, oldest, cut.index, cut.counter)?);
             }
-            Step::CountDead => pass.counted(t.dead.len()?),
+            Step::CountDead => pass.counted(t.dead_of(tenant)?),
             Step::Done => break,
         }
     }
-    let (now_ms, budget) = (pass.now_ms(), pass.budget());
+    Ok(pass.total())
+}
+
+/// Forgets up to `budget` idempotency keys whose time ended by `now_ms`.
+pub fn forget_keys(t: &mut Tables, now_ms: i64, budget: usize) -> DbResult<()> {
     for (until, key) in first_until(&t.idempotency_expiry, now_ms, budget)? {
         t.idempotency_expiry.remove((until, key.as_str()))?;
         t.idempotency.remove(key.as_str())?;
     }
-    Ok(pass.total())
+    Ok(())
+}
+
+/// The oldest (up to `limit`) entries of `tenant` in one of its indexes with times at or
+/// before `until`.
+fn first_of_tenant(
+    index: &redb::Table<(&'static str, i64, &'static str), ()>,
+    tenant: &Tenant,
+    until: i64,
+    limit: usize,
+) -> DbResult<Vec<(i64, String)>> {
+    let name = tenant.as_str();
+    let mut out = Vec::new();
+    for entry in index
+        .range((name, i64::MIN, "")..=(name, until, "\u{10FFFF}"))?
+        .take(limit)
+    {
+        let key = entry?.0;
+        let (_, at, id) = key.value();
+        out.push((at, id.to_string()));
+    }
+    Ok(out)
 }
 
 /// Deletes the notifications of `entries` (from `index`) with their records, counting
@@ -313,10 +340,13 @@ fn drop_all(
     counter: &str,
 ) -> DbResult<usize> {
     for (at, id) in &entries {
-        t.index(index).remove((*at, id.as_str()))?;
-        let tenant = t.counted_tenant(id)?;
-        t.tally(&tenant, index, *at, -1)?;
-        t.tally_trimmed(&tenant, counter)?;
+        let tenant = t.unindex(index, *at, id)?;
+        let counted = match t.tenants.is_empty()? {
+            true => Tenant::default(),
+            false => tenant,
+        };
+        t.tally(&counted, index, *at, -1)?;
+        t.tally_trimmed(&counted, counter)?;
         t.forget(id)?;
     }
     if !entries.is_empty() {

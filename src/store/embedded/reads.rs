@@ -4,11 +4,11 @@
 use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::tables::{
-    corrupt, decode, index_table, DbError, DbResult, COUNTERS, DEAD, DONE, DUE, HISTORY,
-    IDEMPOTENCY, INFLIGHT, RECORDS, SPECS, TENANTS,
+    corrupt, decode, index_table, tenant_table, DbError, DbResult, COUNTERS, DEAD, DONE, DUE,
+    HISTORY, IDEMPOTENCY, INFLIGHT, RECORDS, SPECS, TENANTS, TENANT_DEAD, TENANT_DONE,
 };
 use crate::domain::{Entry, JobId, Tenant};
-use crate::lifecycle::{wakes_at, Record};
+use crate::lifecycle::{wakes_at, Index, Record, TenantIndex};
 use crate::store::listing::MAX_SCAN;
 use crate::store::spec;
 use crate::store::tenant_counts::{window_of, TenantCounts, OUTCOME_WINDOW_MS};
@@ -17,7 +17,7 @@ use crate::store::{
     StateCounts, Stats, Trimmed,
 };
 
-type Index = TableDefinition<'static, (i64, &'static str), ()>;
+type IndexTable = TableDefinition<'static, (i64, &'static str), ()>;
 
 /// One notification with its history.
 pub fn view(tx: &ReadTransaction, id: &str) -> DbResult<Option<JobView>> {
@@ -53,10 +53,15 @@ pub fn dead_letters(
     after: Option<&Cursor>,
 ) -> DbResult<DeadPage> {
     let range = (filter.since, filter.until);
-    let (items, next_cursor) = page(tx, (DEAD, false), range, limit, after, |v| {
+    let source = Source::of(Index::Dead, filter);
+    let (items, next_cursor, examined) = page(tx, (source, false), range, limit, after, |v| {
         filter.matches(v)
     })?;
-    Ok(DeadPage { items, next_cursor })
+    Ok(DeadPage {
+        items,
+        next_cursor,
+        examined,
+    })
 }
 
 /// A page of the list `listed` (`Reads::list`) in a walk that began at `walk_from`.
@@ -67,12 +72,17 @@ pub fn list(
     limit: usize,
     after: Option<&Cursor>,
 ) -> DbResult<ListPage> {
-    let index = (index_table(listed.index()), listed.soonest_first());
-    let range = listed.scores(filter);
-    let (items, next) = page(tx, index, range, limit, after, |v| {
-        listed.keeps(v, filter, walk_from)
-    })?;
-    Ok(ListPage::of_walk(items, next, walk_from))
+    let source = Source::of(listed.index(), filter);
+    let range = listed.scores_in(filter, source.tenant_index());
+    let (items, next, examined) = page(
+        tx,
+        (source, listed.soonest_first()),
+        range,
+        limit,
+        after,
+        |v| listed.keeps(v, filter, walk_from),
+    )?;
+    Ok(ListPage::of_walk(items, next, walk_from, examined))
 }
 
 /// The notification the idempotency key `scoped` registered, while it is kept at `now`.
@@ -89,18 +99,77 @@ pub fn by_key(tx: &ReadTransaction, scoped: &str, now: i64) -> DbResult<Option<J
     view(tx, id)
 }
 
+/// Where a list reads: an index of every tenant's notifications, or one tenant's own
+/// (`TenantIndex`), so that a tenant's list reads its own notifications alone.
+enum Source<'a> {
+    All(Index),
+    Tenant(TenantIndex, &'a str),
+}
+
+/// One entry of an index, in its order: its time and id.
+type Entries<'t> = Box<dyn Iterator<Item = DbResult<(i64, String)>> + 't>;
+
+impl<'a> Source<'a> {
+    /// The index a list of `index` with `filter` reads: its tenant's, when it names one.
+    fn of(index: Index, filter: &'a ListFilter) -> Self {
+        match &filter.tenant {
+            Some(tenant) => Source::Tenant(TenantIndex::of(index), tenant.as_str()),
+            None => Source::All(index),
+        }
+    }
+
+    fn tenant_index(&self) -> Option<TenantIndex> {
+        match self {
+            Source::All(_) => None,
+            Source::Tenant(index, _) => Some(*index),
+        }
+    }
+
+    /// Its entries from `from` on (soonest first), or before it (newest first).
+    fn entries(
+        &self,
+        tx: &ReadTransaction,
+        soonest_first: bool,
+        (at, id): (i64, &str),
+    ) -> DbResult<Entries<'static>> {
+        let entry = |e: Result<_, redb::StorageError>| -> DbResult<(i64, String)> { Ok(e?) };
+        match *self {
+            Source::All(index) => {
+                let table = tx.open_table(index_table(index))?;
+                let range: Box<dyn Iterator<Item = _>> = match soonest_first {
+                    true => Box::new(table.range((at, id)..)?),
+                    false => Box::new(table.range(..(at, id))?.rev()),
+                };
+                Ok(Box::new(range.map(move |e| {
+                    entry(e.map(|(k, _)| (k.value().0, k.value().1.to_string())))
+                })))
+            }
+            Source::Tenant(index, tenant) => {
+                let table = tx.open_table(tenant_table(index))?;
+                let (first, last) = ((tenant, i64::MIN, ""), (tenant, i64::MAX, "\u{10FFFF}"));
+                let range: Box<dyn Iterator<Item = _>> = match soonest_first {
+                    true => Box::new(table.range((tenant, at, id)..=last)?),
+                    false => Box::new(table.range(first..(tenant, at, id))?.rev()),
+                };
+                Ok(Box::new(range.map(move |e| {
+                    entry(e.map(|(k, _)| (k.value().1, k.value().2.to_string())))
+                })))
+            }
+        }
+    }
+}
+
 /// Up to `limit` notifications of an index that `keep`, after `after`: soonest first
 /// or newest first, with times within `range`, examining at most `MAX_SCAN`. Also where
-/// the next page starts, if there is more.
+/// the next page starts, if there is more, and how many it examined.
 fn page(
     tx: &ReadTransaction,
-    (def, soonest_first): (Index, bool),
+    (source, soonest_first): (Source, bool),
     (since, until): (Option<i64>, Option<i64>),
     limit: usize,
     after: Option<&Cursor>,
     keep: impl Fn(&JobView) -> bool,
-) -> DbResult<(Vec<JobView>, Option<Cursor>)> {
-    let table = tx.open_table(def)?;
+) -> DbResult<(Vec<JobView>, Option<Cursor>, usize)> {
     // Where the scan starts: just after `after`, or at the near end of the time range.
     let start = match (soonest_first, after) {
         (true, Some(c)) if since.is_some_and(|s| s > c.at) => (since.unwrap_or_default(), None),
@@ -112,16 +181,10 @@ fn page(
         (false, None) => (until.map_or(i64::MAX, |u| u + 1), None),
     };
     let from = (start.0, start.1.as_deref().unwrap_or(""));
-    let entries: Box<dyn Iterator<Item = _>> = match soonest_first {
-        true => Box::new(table.range(from..)?),
-        false => Box::new(table.range(..from)?.rev()),
-    };
-    let mut items = Vec::new();
-    let mut last = None;
-    for (scanned, entry) in entries.enumerate() {
-        let key = entry?.0;
-        let (at, id) = key.value();
-        if soonest_first && start.1.as_deref() == Some(id) && at == start.0 {
+    let (mut items, mut last, mut examined) = (Vec::new(), None, 0);
+    for (scanned, entry) in source.entries(tx, soonest_first, from)?.enumerate() {
+        let (at, id) = entry?;
+        if soonest_first && start.1.as_deref() == Some(id.as_str()) && at == start.0 {
             continue;
         }
         let past = match soonest_first {
@@ -129,29 +192,50 @@ fn page(
             false => since.is_some_and(|s| at < s),
         };
         if past {
-            return Ok((items, None));
+            return Ok((items, None, examined));
         }
         if items.len() == limit || scanned == MAX_SCAN {
-            return Ok((items, last));
+            return Ok((items, last, examined));
         }
+        examined += 1;
         let cursor = Cursor {
             at,
             id: id
                 .parse()
                 .map_err(|_| DbError::corrupted(format!("bad id `{id}`")))?,
         };
-        if let Some(v) = view(tx, id)?.filter(|v| keep(v)) {
+        if let Some(v) = view(tx, &id)?.filter(|v| keep(v)) {
             items.push(v);
         }
         last = Some(cursor);
     }
-    Ok((items, None))
+    Ok((items, None, examined))
+}
+
+/// Every tenant with notifications in its dead or done index, which retention goes over.
+pub fn retained_tenants(tx: &ReadTransaction) -> DbResult<Vec<Tenant>> {
+    let mut names = std::collections::BTreeSet::new();
+    for def in [TENANT_DEAD, TENANT_DONE] {
+        let table = tx.open_table(def)?;
+        let mut from = String::new();
+        while let Some(entry) = table.range((from.as_str(), i64::MIN, "")..)?.next() {
+            let name = entry?.0.value().0.to_string();
+            // The least name after `name`: every entry of `name` sorts before it.
+            from = format!("{name}\0");
+            names.insert(name);
+        }
+    }
+    let tenant = |name: String| {
+        Tenant::parse(&name, "tenant")
+            .map_err(|_| DbError::corrupted(format!("bad tenant `{name}` in an index")))
+    };
+    names.into_iter().map(tenant).collect()
 }
 
 /// When the earliest notification falls due or the earliest lease ends, if any.
 pub fn next_wake_at(tx: &ReadTransaction) -> DbResult<Option<i64>> {
     // A notification waiting behind its ordering key or held is not due until let go.
-    let head = |def: Index| -> DbResult<Option<i64>> {
+    let head = |def: IndexTable| -> DbResult<Option<i64>> {
         let first = tx.open_table(def)?.first()?.map(|(k, _)| k.value().0);
         Ok(first.filter(|at| wakes_at(*at)))
     };
@@ -163,7 +247,7 @@ pub fn next_wake_at(tx: &ReadTransaction) -> DbResult<Option<i64>> {
 
 /// Counts by state, and what retention deleted, of every tenant or of one.
 pub fn stats(tx: &ReadTransaction, tenant: Option<&Tenant>) -> DbResult<Stats> {
-    let len = |def: Index| -> DbResult<u64> { Ok(tx.open_table(def)?.len()?) };
+    let len = |def: IndexTable| -> DbResult<u64> { Ok(tx.open_table(def)?.len()?) };
     let mut counts = StateCounts {
         scheduled: len(DUE)?,
         in_flight: len(INFLIGHT)?,

@@ -1,12 +1,13 @@
 //! The embedded store's tables and the record kept per notification. Indexes are tables
 //! keyed by `(time, id)`, so that a range read gives what is due, expired or oldest, in
-//! order, as Redis's sorted sets do.
+//! order, as Redis's sorted sets do; each tenant's own indexes (`TenantIndex`), which its
+//! lists and its retention read, are keyed by `(tenant, time, id)`.
 
 use redb::{ReadableTable, ReadableTableMetadata, Table, TableDefinition, WriteTransaction};
 use serde::Deserialize;
 
 use crate::domain::Tenant;
-use crate::lifecycle::{transitions, Index, Now, Record};
+use crate::lifecycle::{transitions, Index, Now, Record, TenantIndex};
 use crate::store::{spec, tenant_counts};
 
 /// What a step of the embedded store gives: any error aborts its transaction.
@@ -77,6 +78,9 @@ pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters"
 pub const RATES: TableDefinition<&str, (i64, i64)> = TableDefinition::new("rates");
 /// (ms, seq) → an audit log entry's JSON (`store::AuditRecord`).
 pub const AUDIT: TableDefinition<(i64, u64), &str> = TableDefinition::new("audit");
+/// (tenant, ms, seq) of each entry about a tenant.
+pub const TENANT_AUDIT: TableDefinition<(&str, i64, u64), ()> =
+    TableDefinition::new("tenant_audit");
 /// `<tenant> <endpoint id>` → the endpoint's health record's JSON
 /// (`endpoints::health`).
 pub const ENDPOINTS: TableDefinition<&str, &str> = TableDefinition::new("endpoints");
@@ -92,6 +96,22 @@ pub const TENANTS: TableDefinition<&str, i64> = TableDefinition::new("tenant_cou
 /// registration order, while they are scheduled or in flight.
 pub const ORDERS: TableDefinition<(&str, u64), &str> = TableDefinition::new("orders");
 
+/// (tenant, time, id) of each tenant's notifications in one of its indexes
+/// (`TenantIndex`), scored as `Record::tenant_position` says.
+type TenantTable = TableDefinition<'static, (&'static str, i64, &'static str), ()>;
+pub const TENANT_PENDING: TenantTable = TableDefinition::new("tenant_pending");
+pub const TENANT_DEAD: TenantTable = TableDefinition::new("tenant_dead");
+pub const TENANT_DONE: TenantTable = TableDefinition::new("tenant_done");
+
+/// The table of a tenant's `index`.
+pub fn tenant_table(index: TenantIndex) -> TenantTable {
+    match index {
+        TenantIndex::Pending => TENANT_PENDING,
+        TenantIndex::Dead => TENANT_DEAD,
+        TenantIndex::Done => TENANT_DONE,
+    }
+}
+
 /// The table of `index`.
 pub fn index_table(index: Index) -> TableDefinition<'static, (i64, &'static str), ()> {
     match index {
@@ -101,6 +121,9 @@ pub fn index_table(index: Index) -> TableDefinition<'static, (i64, &'static str)
         Index::Done => DONE,
     }
 }
+
+/// A move between a tenant's index entries: from, to.
+type TenantMove = (Option<(TenantIndex, i64)>, Option<(TenantIndex, i64)>);
 
 /// Every table, open in one write transaction.
 pub struct Tables<'t> {
@@ -116,11 +139,15 @@ pub struct Tables<'t> {
     pub counters: Table<'t, &'static str, u64>,
     pub rates: Table<'t, &'static str, (i64, i64)>,
     pub audit: Table<'t, (i64, u64), &'static str>,
+    pub tenant_audit: Table<'t, (&'static str, i64, u64), ()>,
     pub endpoints: Table<'t, &'static str, &'static str>,
     pub pauses: Table<'t, &'static str, &'static str>,
     pub tenants: Table<'t, &'static str, i64>,
     pub orders: Table<'t, (&'static str, u64), &'static str>,
     pub documents: Table<'t, (&'static str, &'static str), &'static str>,
+    pub tenant_pending: Table<'t, (&'static str, i64, &'static str), ()>,
+    pub tenant_dead: Table<'t, (&'static str, i64, &'static str), ()>,
+    pub tenant_done: Table<'t, (&'static str, i64, &'static str), ()>,
     /// The transaction's time, which window counts are kept by and turns taken at.
     now: Now,
     /// An ordering key's next notification took its turn in this transaction.
@@ -142,11 +169,15 @@ impl<'t> Tables<'t> {
             counters: tx.open_table(COUNTERS)?,
             rates: tx.open_table(RATES)?,
             audit: tx.open_table(AUDIT)?,
+            tenant_audit: tx.open_table(TENANT_AUDIT)?,
             endpoints: tx.open_table(ENDPOINTS)?,
             pauses: tx.open_table(PAUSES)?,
             tenants: tx.open_table(TENANTS)?,
             orders: tx.open_table(ORDERS)?,
             documents: tx.open_table(DOCUMENTS)?,
+            tenant_pending: tx.open_table(TENANT_PENDING)?,
+            tenant_dead: tx.open_table(TENANT_DEAD)?,
+            tenant_done: tx.open_table(TENANT_DONE)?,
             now,
             turned: false,
         })
@@ -158,6 +189,18 @@ impl<'t> Tables<'t> {
             Index::InFlight => &mut self.inflight,
             Index::Dead => &mut self.dead,
             Index::Done => &mut self.done,
+        }
+    }
+
+    /// A tenant's `index`.
+    pub fn tenant_index(
+        &mut self,
+        index: TenantIndex,
+    ) -> &mut Table<'t, (&'static str, i64, &'static str), ()> {
+        match index {
+            TenantIndex::Pending => &mut self.tenant_pending,
+            TenantIndex::Dead => &mut self.tenant_dead,
+            TenantIndex::Done => &mut self.tenant_done,
         }
     }
 
@@ -250,43 +293,83 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Writes `new` over `old` (if any), moving the notification between indexes and
-    /// counting the move for its tenant.
+    /// Writes `new` over `old` (if any), moving the notification between indexes, its
+    /// tenant's included, and counting the move for its tenant.
     fn save_as_is(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<()> {
         let (from, to) = (old.and_then(Record::position), new.position());
-        if from != to {
-            let tenant = match old {
-                None => self.tenant_of(id)?,
-                Some(_) => self.counted_tenant(id)?,
+        let own = (old.and_then(Record::tenant_position), new.tenant_position());
+        if from != to || own.0 != own.1 {
+            let tenant = self.tenant_of(id)?;
+            self.move_in_tenant(&tenant, id, own)?;
+            let counted = match old.is_none() || !self.tenants.is_empty()? {
+                true => tenant,
+                false => Tenant::default(),
             };
-            if let Some((index, at)) = from {
+            if let Some((index, at)) = from.filter(|_| from != to) {
                 self.index(index).remove((at, id))?;
-                self.tally(&tenant, index, at, -1)?;
+                self.tally(&counted, index, at, -1)?;
             }
-            if let Some((index, at)) = to {
+            if let Some((index, at)) = to.filter(|_| from != to) {
                 self.index(index).insert((at, id), ())?;
-                self.tally(&tenant, index, at, 1)?;
+                self.tally(&counted, index, at, 1)?;
             }
         }
         self.records.insert(id, new.encode().as_str())?;
         Ok(())
     }
 
-    /// The tenant `id`'s spec names, read only while any tenant is counted apart: until
-    /// then every notification counts as the default tenant's.
-    pub fn counted_tenant(&self, id: &str) -> DbResult<Tenant> {
-        if self.tenants.is_empty()? {
-            return Ok(Tenant::default());
+    /// Moves `id` of `tenant` from one entry of its tenant's indexes to another.
+    fn move_in_tenant(
+        &mut self,
+        tenant: &Tenant,
+        id: &str,
+        (from, to): TenantMove,
+    ) -> DbResult<()> {
+        if from == to {
+            return Ok(());
         }
-        self.tenant_of(id)
+        if let Some((index, at)) = from {
+            self.tenant_index(index).remove((tenant.as_str(), at, id))?;
+        }
+        if let Some((index, at)) = to {
+            self.tenant_index(index)
+                .insert((tenant.as_str(), at, id), ())?;
+        }
+        Ok(())
+    }
+
+    /// Deletes `id`, finished at `at` in `index`, from its indexes, its tenant's
+    /// included; its tenant.
+    pub fn unindex(&mut self, index: Index, at: i64, id: &str) -> DbResult<Tenant> {
+        let tenant = self.tenant_of(id)?;
+        self.index(index).remove((at, id))?;
+        let own = TenantIndex::of(index);
+        self.tenant_index(own).remove((tenant.as_str(), at, id))?;
+        Ok(tenant)
     }
 
     /// The tenant `id`'s spec names.
-    fn tenant_of(&self, id: &str) -> DbResult<Tenant> {
+    pub fn tenant_of(&self, id: &str) -> DbResult<Tenant> {
         Ok(self
             .specs
             .get(id)?
             .map_or_else(Tenant::default, |v| spec::tenant(v.value())))
+    }
+
+    /// How many dead letters `tenant` has: its count, or for the default tenant what the
+    /// others leave of the total.
+    pub fn dead_of(&self, tenant: &Tenant) -> DbResult<u64> {
+        let total = self.dead.len()?;
+        if self.tenants.is_empty()? {
+            return Ok(if tenant.is_default() { total } else { 0 });
+        }
+        let mut fields = Vec::new();
+        for entry in self.tenants.iter()? {
+            let (field, n) = entry?;
+            fields.push((field.value().to_string(), n.value()));
+        }
+        let counts: tenant_counts::TenantCounts = fields.into_iter().collect();
+        Ok(counts.dead(tenant, total))
     }
 
     /// Counts a move of one of `tenant`'s notifications into (`by` 1) or out of (-1)

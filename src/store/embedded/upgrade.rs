@@ -2,16 +2,23 @@
 //! 2026-11-23) is upgraded with redb 2 (redb 3 does not open redb 2's), and its tables
 //! keyed by tuples are copied into redb 3's tuple encoding (redb 2's is not read as it
 //! is); and idempotency keys, which earlier builds kept without the default tenant's name
-//! in front, are moved to tables named for their tenant-scoped names. Records and specs
-//! are not rewritten: their decoders read every earlier layout.
+//! in front, are moved to tables named for their tenant-scoped names; and a file of a
+//! build before each tenant had its own indexes has them filled from its indexes. Records
+//! and specs are not rewritten: their decoders read every earlier layout.
 
 use std::path::Path;
 
 use redb::{
-    Database, Key, Legacy, TableDefinition, TableError, TableHandle, Value, WriteTransaction,
+    Database, Key, Legacy, ReadableTable, ReadableTableMetadata, TableDefinition, TableError,
+    TableHandle, Value, WriteTransaction,
 };
 
-use super::tables::{DbResult, DEAD, DONE, DUE, IDEMPOTENCY, IDEMPOTENCY_EXPIRY, INFLIGHT};
+use super::tables::{
+    DbResult, Tables, AUDIT, DEAD, DONE, DUE, IDEMPOTENCY, IDEMPOTENCY_EXPIRY, INFLIGHT,
+    TENANT_AUDIT,
+};
+use crate::lifecycle::{Index, Now, Record};
+use crate::store::AuditRecord;
 use crate::store::Idempotency;
 
 /// Idempotency keys as builds before tenant-scoped names kept them.
@@ -70,6 +77,69 @@ pub fn upgrade_tables(db: &Database) -> DbResult<usize> {
     Ok(copied)
 }
 
+/// Fills each tenant's own indexes from the indexes of a file an earlier build wrote,
+/// which had none: every notification of the file is in one index and, from then on, in
+/// its tenant's. How many it indexed (0 for a file of this build, whose every
+/// notification is already in its tenant's indexes).
+pub fn index_tenants(db: &Database) -> DbResult<usize> {
+    let tx = db.begin_write()?;
+    let mut t = Tables::open(&tx, Now::read())?;
+    let own_empty = t.tenant_pending.is_empty()? && t.tenant_dead.is_empty()?;
+    if !own_empty || !t.tenant_done.is_empty()? {
+        return Ok(0);
+    }
+    let mut indexed = 0;
+    for index in [Index::Due, Index::InFlight, Index::Dead, Index::Done] {
+        let mut ids = Vec::new();
+        for entry in t.index(index).iter()? {
+            ids.push(entry?.0.value().1.to_string());
+        }
+        for id in ids {
+            let Some(at) = t.record(&id)?.as_ref().and_then(Record::tenant_position) else {
+                continue;
+            };
+            let tenant = t.tenant_of(&id)?;
+            t.tenant_index(at.0)
+                .insert((tenant.as_str(), at.1, id.as_str()), ())?;
+            indexed += 1;
+        }
+    }
+    drop(t);
+    tx.commit()?;
+    if indexed > 0 {
+        tracing::info!(
+            indexed,
+            "gave each tenant its own indexes of its notifications"
+        );
+    }
+    Ok(indexed)
+}
+
+/// Fills each tenant's own index of the audit log from the log of a file an earlier build
+/// wrote, which had none. How many entries it indexed.
+pub fn index_tenant_audit(db: &Database) -> DbResult<usize> {
+    let tx = db.begin_write()?;
+    let mut indexed = 0;
+    {
+        let mut own = tx.open_table(TENANT_AUDIT)?;
+        if !own.is_empty()? {
+            return Ok(0);
+        }
+        let log = tx.open_table(AUDIT)?;
+        for entry in log.iter()? {
+            let (key, json) = entry?;
+            let record = serde_json::from_str::<AuditRecord>(json.value()).ok();
+            if let Some(tenant) = record.and_then(|r| r.tenant) {
+                let (ms, seq) = key.value();
+                own.insert((tenant.as_str(), ms, seq), ())?;
+                indexed += 1;
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(indexed)
+}
+
 /// Moves the idempotency keys of an earlier build's tables (if any) to this build's,
 /// renaming the default tenant's (`Idempotency::upgraded_name`). How many it moved.
 fn scope_idempotency_keys(tx: &WriteTransaction) -> DbResult<usize> {
@@ -84,7 +154,7 @@ fn scope_idempotency_keys(tx: &WriteTransaction) -> DbResult<usize> {
         let from = tx.open_table(LEGACY_IDEMPOTENCY)?;
         let mut keys = tx.open_table(IDEMPOTENCY)?;
         let mut expiry = tx.open_table(IDEMPOTENCY_EXPIRY)?;
-        for entry in redb::ReadableTable::iter(&from)? {
+        for entry in ReadableTable::iter(&from)? {
             let (name, kept) = entry?;
             let (kept, until) = kept.value();
             let name = name.value();
@@ -140,7 +210,7 @@ where
     {
         let from = tx.open_table(earlier)?;
         let mut to = tx.open_table(staged)?;
-        for entry in redb::ReadableTable::iter(&from)? {
+        for entry in ReadableTable::iter(&from)? {
             let (k, v) = entry?;
             to.insert(k.value(), v.value())?;
         }

@@ -7,12 +7,17 @@ use super::tx::{PgResult, Tx};
 /// shrinks back after its retention is shortened.
 const AUDIT_TRIM_PER_ENTRY: i64 = 8;
 
-/// Adds an audit entry at the transaction's time, and deletes a few past `max_age_ms`.
-pub async fn record_audit(t: &mut Tx<'_>, json: &str, max_age_ms: i64) -> PgResult<()> {
+/// Adds an audit entry about `tenant` (none: every tenant) at the transaction's time, and
+/// deletes a few past `max_age_ms`.
+pub async fn record_audit(
+    t: &mut Tx<'_>,
+    (json, tenant): (&str, Option<&str>),
+    max_age_ms: i64,
+) -> PgResult<()> {
     let at = t.now.down();
     t.execute(
-        "INSERT INTO postback.audit (at, entry) VALUES ($1, $2)",
-        &[&at, &json],
+        "INSERT INTO postback.audit (at, entry, tenant) VALUES ($1, $2, $3)",
+        &[&at, &json, &tenant],
     )
     .await?;
     t.execute(

@@ -310,10 +310,19 @@ pub async fn apply_many(
     t: &mut Tx<'_>,
     changes: Vec<RecordStep<'_>>,
 ) -> PgResult<Vec<Option<Record>>> {
+    let applied = apply_many_of_tenants(t, changes).await?;
+    Ok(applied.into_iter().map(|a| a.map(|(r, _)| r)).collect())
+}
+
+/// As `apply_many`, with the tenant of each notification changed.
+pub async fn apply_many_of_tenants(
+    t: &mut Tx<'_>,
+    changes: Vec<RecordStep<'_>>,
+) -> PgResult<Vec<Option<(Record, String)>>> {
     let ids: Vec<&str> = changes.iter().map(|c| c.id.as_str()).collect();
     let rows = t
         .query(
-            "SELECT id, record, ordering FROM postback.jobs WHERE id = ANY($1)
+            "SELECT id, record, ordering, tenant FROM postback.jobs WHERE id = ANY($1)
              ORDER BY id FOR UPDATE",
             &[&ids],
         )
@@ -321,15 +330,16 @@ pub async fn apply_many(
     let mut held = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
         let ordering: Option<String> = col(row, "ordering")?;
+        let tenant: String = col(row, "tenant")?;
         held.insert(
             col::<String>(row, "id")?,
-            (decode(col(row, "record")?)?, ordering),
+            (decode(col(row, "record")?)?, ordering, tenant),
         );
     }
     let mut batch = Batch::default();
     let mut out = Vec::with_capacity(changes.len());
     for change in changes {
-        let Some((old, ordering)) = held.get(&change.id) else {
+        let Some((old, ordering, tenant)) = held.get(&change.id) else {
             out.push(None);
             continue;
         };
@@ -348,7 +358,7 @@ pub async fn apply_many(
                 new
             }
         };
-        out.push(Some(new));
+        out.push(Some((new, tenant.clone())));
     }
     batch.write(t).await?;
     Ok(out)
@@ -406,7 +416,10 @@ impl Batch {
 
 /// Records attempts and moves each notification on: per settlement, its new record
 /// (`None` where the lease was no longer current).
-pub async fn settle(t: &mut Tx<'_>, batch: &[Settlement]) -> PgResult<Vec<Option<Record>>> {
+pub async fn settle(
+    t: &mut Tx<'_>,
+    batch: &[Settlement],
+) -> PgResult<Vec<Option<(Record, String)>>> {
     let now = t.now;
     let changes = batch
         .iter()
@@ -420,7 +433,7 @@ pub async fn settle(t: &mut Tx<'_>, batch: &[Settlement]) -> PgResult<Vec<Option
             }),
         })
         .collect();
-    apply_many(t, changes).await
+    apply_many_of_tenants(t, changes).await
 }
 
 /// An entry as `Batch::write` appends it to a history: a JSON array of it alone.

@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_endpoint_pauses.sql"),
     include_str!("migrations/0005_collections.sql"),
     include_str!("migrations/0006_idempotency_scope.sql"),
+    include_str!("migrations/0007_tenant_audit.sql"),
 ];
 
 /// The schema version this build writes and reads.

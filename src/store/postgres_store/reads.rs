@@ -73,21 +73,22 @@ pub struct IndexPage<'a> {
 }
 
 /// Up to `limit` notifications of the scan that `keep`, after `after`, examining at most
-/// `MAX_SCAN`; and where the next page starts, if there is more.
+/// `MAX_SCAN`; and where the next page starts, if there is more, and how many it read.
 pub async fn page(
     c: &Client,
     scan: &IndexPage<'_>,
     limit: usize,
     after: Option<&Cursor>,
     keep: impl Fn(&JobView) -> bool,
-) -> PgResult<(Vec<JobView>, Option<Cursor>)> {
+) -> PgResult<(Vec<JobView>, Option<Cursor>, usize)> {
     let mut from = after.map(|c| (c.at, c.id.to_string()));
     let (mut items, mut scanned) = (Vec::new(), 0);
     loop {
         let rows = chunk(c, scan, from.as_ref()).await?;
         for row in &rows {
             if items.len() == limit || scanned == MAX_SCAN {
-                return Ok((items, from.map(|(at, id)| cursor(at, &id)).transpose()?));
+                let next = from.map(|(at, id)| cursor(at, &id)).transpose()?;
+                return Ok((items, next, scanned));
             }
             scanned += 1;
             let view = job_view(row)?;
@@ -97,7 +98,7 @@ pub async fn page(
             }
         }
         if (rows.len() as i64) < CHUNK {
-            return Ok((items, None));
+            return Ok((items, None, scanned));
         }
     }
 }
@@ -232,12 +233,14 @@ pub async fn audit(
     let rows = query(
         c,
         "SELECT at, seq, entry FROM postback.audit
-         WHERE (at, seq) < ($1, $2) AND at >= $3 ORDER BY at DESC, seq DESC LIMIT $4",
+         WHERE (at, seq) < ($1, $2) AND at >= $3 AND ($5::text IS NULL OR tenant = $5)
+         ORDER BY at DESC, seq DESC LIMIT $4",
         &[
             &before_at,
             &before_seq,
             &filter.since.unwrap_or(i64::MIN),
             &(n as i64),
+            &filter.tenant.as_ref().map(|t| t.as_str()),
         ],
     )
     .await?;

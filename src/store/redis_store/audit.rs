@@ -1,7 +1,10 @@
 //! The audit log on Redis: one stream, `{<prefix>:audit}` (a hash tag of its own, so on a
 //! cluster it lives on one slot whatever the shards), whose entry ids are Redis's time of
-//! each entry. Each entry holds one field, `r`, the record's JSON. Adding an entry trims
-//! those older than the retention (`MINID ~`, so whole stream nodes at a time).
+//! each entry, and one per tenant beside it, `{<prefix>:audit}:t:<tenant>`, with the
+//! entries about that tenant, which its auditors read (so that another tenant's actions
+//! never push theirs out of a page). Each entry holds one field, `r`, the record's JSON.
+//! An entry is added to both in one transaction; adding one trims those older than the
+//! retention (`MINID ~`, so whole stream nodes at a time).
 
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -9,7 +12,13 @@ use async_trait::async_trait;
 
 use super::conn::Conn;
 use super::{store_error, RedisStore};
+use crate::domain::Tenant;
 use crate::store::{AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, StoreResult};
+
+/// The upgrade's name in the audit log's `upgrades` set.
+const TENANT_STREAMS: &str = "tenant-streams";
+/// Entries an upgrade reads per round trip.
+const UPGRADE_CHUNK: usize = 500;
 
 pub struct AuditStream {
     key: String,
@@ -33,22 +42,89 @@ impl AuditStream {
             .unwrap_or_default()
             .saturating_sub(self.max_age)
             .as_millis() as u64;
-        redis::cmd("XADD")
-            .arg(&self.key)
-            .arg("MINID")
-            .arg("~")
-            .arg(oldest)
-            .arg("*")
-            .arg("r")
-            .arg(json)
-            .query_async::<String>(&mut conn.clone())
+        let mut streams = vec![self.key.clone()];
+        streams.extend(record.tenant.as_ref().map(|t| self.of_tenant(t)));
+        let mut add = redis::pipe();
+        add.atomic();
+        for stream in &streams {
+            add.cmd("XADD")
+                .arg(stream)
+                .arg("MINID")
+                .arg("~")
+                .arg(oldest)
+                .arg("*")
+                .arg("r")
+                .arg(&json)
+                .ignore();
+        }
+        add.query_async::<()>(&mut conn.clone())
             .await
             .map_err(store_error)?;
         Ok(())
     }
 
+    /// Copies, once (marked in `{<prefix>:audit}:upgrades`), the entries an earlier build
+    /// wrote, which kept no stream per tenant, into their tenants' streams, each under its
+    /// own id, oldest first. How many it copied.
+    pub async fn upgrade(&self, conn: &Conn) -> StoreResult<usize> {
+        let marks = format!("{}:upgrades", self.key);
+        let done: bool = redis::cmd("SISMEMBER")
+            .arg(&marks)
+            .arg(TENANT_STREAMS)
+            .query_async(&mut conn.clone())
+            .await
+            .map_err(store_error)?;
+        if done {
+            return Ok(0);
+        }
+        let (mut from, mut copied) = ("-".to_string(), 0);
+        loop {
+            let chunk: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+                .arg(&self.key)
+                .arg(&from)
+                .arg("+")
+                .arg("COUNT")
+                .arg(UPGRADE_CHUNK)
+                .query_async(&mut conn.clone())
+                .await
+                .map_err(store_error)?;
+            for (id, fields) in &chunk {
+                let json = fields.get(1).map_or("", String::as_str);
+                let record = serde_json::from_str::<AuditRecord>(json).ok();
+                let Some(tenant) = record.and_then(|r| r.tenant) else {
+                    continue;
+                };
+                // One written meanwhile by an instance of this build is there already.
+                let copy = redis::cmd("XADD")
+                    .arg(self.of_tenant(&tenant))
+                    .arg(id)
+                    .arg("r")
+                    .arg(json)
+                    .query_async::<String>(&mut conn.clone())
+                    .await;
+                copied += usize::from(copy.is_ok());
+            }
+            match chunk.last() {
+                Some((last, _)) if chunk.len() == UPGRADE_CHUNK => from = format!("({last}"),
+                _ => break,
+            }
+        }
+        redis::cmd("SADD")
+            .arg(&marks)
+            .arg(TENANT_STREAMS)
+            .query_async::<()>(&mut conn.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(copied)
+    }
+
+    /// The stream of the entries about `tenant`.
+    fn of_tenant(&self, tenant: &Tenant) -> String {
+        format!("{}:t:{tenant}", self.key)
+    }
+
     /// Up to `n` entries older than `before` (or the newest), within the filter's time
-    /// range, newest first.
+    /// range, newest first: of the filter's tenant alone when it names one.
     pub async fn read(
         &self,
         conn: &Conn,
@@ -62,8 +138,12 @@ impl AuditStream {
             (None, None) => "+".into(),
         };
         let start = filter.since.map_or("-".into(), |s| s.to_string());
+        let stream = match &filter.tenant {
+            Some(tenant) => self.of_tenant(tenant),
+            None => self.key.clone(),
+        };
         let reply: Vec<(String, Vec<String>)> = redis::cmd("XREVRANGE")
-            .arg(&self.key)
+            .arg(stream)
             .arg(end)
             .arg(start)
             .arg("COUNT")

@@ -5,6 +5,7 @@
 //! a claim meanwhile), the script answers with how it is now, and the change is worked
 //! out again from that, in a further round.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redis::{Script, Value};
@@ -14,11 +15,12 @@ use super::conn::Conn;
 use super::reply::{earliest_at, int_at, text_at};
 use super::schedules::ScheduleBook;
 use super::script_error;
+use super::tenant_groups::TenantGroups;
 use crate::domain::{FieldError, JobSpec, OrderingKey, Tenant};
+use crate::lifecycle::retention::Policy;
 use crate::lifecycle::{Index, JobState, Now, Record};
 use crate::store::keys::ShardKeys;
 use crate::store::spec::{self, SharedSchedules};
-use crate::store::tenant_counts::counted;
 use crate::store::{StoreError, StoreResult};
 
 /// Rounds of working a change out again before a batch is given up (its caller tries
@@ -38,8 +40,7 @@ pub struct Held {
     pub index: Index,
     /// Its score in `index`.
     pub score: i64,
-    /// Its tenant as the scripts name it (`tenant_counts::counted`).
-    pub tenant: String,
+    pub tenant: Tenant,
     /// Its ordering key within its tenant (`OrderingKey::scoped`), if it has one.
     pub ordering: Option<String>,
 }
@@ -60,7 +61,7 @@ impl Held {
             record: record.placed(Index::Due, score).placed(Index::InFlight, 0),
             index: Index::InFlight,
             score: 0,
-            tenant: counted(&spec.tenant).to_string(),
+            tenant: spec.tenant.clone(),
             ordering: spec.ordering(),
         })
     }
@@ -86,7 +87,7 @@ impl Held {
         };
         let (record, text) = record_of(id, text, &spec, shared)?;
         let score = int_at(parts, 3)?;
-        let tenant = text_at(parts, 4)?;
+        let tenant = tenant_named(id, &text_at(parts, 4)?)?;
         let ordering = scoped_ordering(id, &text_at(parts, 5)?, &tenant)?;
         Ok(Some(Self {
             text,
@@ -99,20 +100,25 @@ impl Held {
     }
 }
 
-/// The ordering key `held_of` read off `id`'s spec (`''` for none), scoped by its tenant
-/// as the scripts name it (`''` for the default one), as `OrderingKey::scoped` scopes it.
-fn scoped_ordering(id: &str, key: &str, tenant: &str) -> StoreResult<Option<String>> {
+/// The tenant of `id` as the scripts name it (`''` for the default one).
+pub fn tenant_named(id: &str, name: &str) -> StoreResult<Tenant> {
+    match name {
+        "" => Ok(Tenant::default()),
+        name => Tenant::parse(name, "tenant")
+            .map_err(|e| StoreError::Corrupt(format!("tenant of {id}: {}", e.message))),
+    }
+}
+
+/// The ordering key `held_of` read off `id`'s spec (`''` for none), scoped by its
+/// tenant, as `OrderingKey::scoped` scopes it.
+fn scoped_ordering(id: &str, key: &str, tenant: &Tenant) -> StoreResult<Option<String>> {
     if key.is_empty() {
         return Ok(None);
     }
     let corrupt =
         |e: FieldError| StoreError::Corrupt(format!("ordering key of {id}: {}", e.message));
-    let tenant = match tenant {
-        "" => Tenant::default(),
-        name => Tenant::parse(name, "tenant").map_err(corrupt)?,
-    };
     Ok(Some(
-        OrderingKey::parse(key).map_err(corrupt)?.scoped(&tenant),
+        OrderingKey::parse(key).map_err(corrupt)?.scoped(tenant),
     ))
 }
 
@@ -160,8 +166,9 @@ pub struct Change {
     spec: Option<String>,
     /// What it was worked out from, to work it out again at Redis's time.
     source: Option<Box<Held>>,
-    /// Its tenant, for the counts per tenant.
-    tenant: String,
+    /// Its tenant, whose own indexes and counts a move changes; `None` for a change that
+    /// only asks.
+    tenant: Option<Tenant>,
     /// Its ordering key (scoped), whose list a finish or a replay changes.
     ordering: Option<String>,
 }
@@ -184,7 +191,7 @@ impl Change {
             entry: None,
             spec: None,
             source: Some(Box::new(held.clone())),
-            tenant: held.tenant.clone(),
+            tenant: Some(held.tenant.clone()),
             ordering: held.ordering.clone(),
         }
     }
@@ -207,7 +214,7 @@ impl Change {
             entry: None,
             spec: None,
             source: None,
-            tenant: String::new(),
+            tenant: None,
             ordering: None,
         }
     }
@@ -251,8 +258,8 @@ pub struct Shard<'a> {
     pub keys: &'a ShardKeys,
     pub schedules: &'a ScheduleBook,
     pub wake_channel: &'a str,
-    /// The retention policy as script arguments (`retention::Limits::script_args`).
-    pub retention: [i64; 3],
+    /// Each tenant's retention limits, its share of them in a shard.
+    pub retention: &'a Policy,
 }
 
 /// What a commit came to: an answer per request, in order.
@@ -273,7 +280,7 @@ type Pending<A> = (usize, Change, Option<A>);
 pub async fn commit<T, A>(
     shard: &Shard<'_>,
     requests: &[T],
-    budget: impl Fn(usize) -> usize,
+    budget: impl Fn(usize) -> usize + Sync,
     first: impl Fn(&T) -> StoreResult<Decision<A>>,
     again: impl Fn(&T, Option<Held>, Now) -> StoreResult<Decision<A>>,
 ) -> StoreResult<Committed<A>> {
@@ -288,7 +295,7 @@ pub async fn commit<T, A>(
             break;
         }
         let changes: Vec<&Change> = pending.iter().map(|(_, c, _)| c).collect();
-        let reply = run(shard, &changes, budget(changes.len())).await?;
+        let reply = run(shard, &changes, &budget).await?;
         earliest = earliest.into_iter().chain(earliest_at(&reply, 0)?).min();
         trimmed += int_at(&reply, 1)? as usize;
         let now = Now::from_micros(int_at(&reply, 2)?);
@@ -359,24 +366,37 @@ fn place<A>(k: usize, d: Decision<A>, pending: &mut Vec<Pending<A>>, answers: &m
     }
 }
 
-/// One call of `commit.lua`: every key and argument, in the script's order.
-async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResult<Vec<Value>> {
+/// One call of `commit.lua`: every key and argument, in the script's order; each
+/// tenant's retention budget is `budget` of the number of its changes.
+async fn run(
+    shard: &Shard<'_>,
+    changes: &[&Change],
+    budget: &(dyn Fn(usize) -> usize + Sync),
+) -> StoreResult<Vec<Value>> {
     let mut call = shard.script.key(shard.keys.all().as_slice());
-    call.arg(shard.wake_channel)
-        .arg(&shard.retention[..])
-        .arg(budget);
-    let shard_keys = shard.keys.all().len();
-    let mut lists = 0;
+    let mut groups = TenantGroups::after(shard.keys.all().len());
+    let mut per_tenant: BTreeMap<&Tenant, usize> = BTreeMap::new();
+    for tenant in changes.iter().filter_map(|c| c.tenant.as_ref()) {
+        *per_tenant.entry(tenant).or_default() += 1;
+    }
+    for (tenant, n) in per_tenant {
+        groups.retain(tenant, budget(n));
+    }
+    groups.add_keys(&mut call, shard.keys);
+    call.arg(shard.wake_channel);
+    groups.add_args(&mut call, shard.retention);
+    let mut lists = shard.keys.all().len() + groups.key_count();
     for c in changes {
         let (to, score) = c.to.map_or(("", 0), |(index, at)| (index.name(), at));
         let list = match &c.ordering {
             Some(key) => {
                 call.key(shard.keys.ordering(key));
                 lists += 1;
-                shard_keys + lists
+                lists
             }
             None => 0,
         };
+        let group = c.tenant.as_ref().map_or(0, |t| groups.of(t));
         call.arg(&c.id)
             .arg(&c.expected)
             .arg(c.from.name())
@@ -386,7 +406,7 @@ async fn run(shard: &Shard<'_>, changes: &[&Change], budget: usize) -> StoreResu
             .arg(score)
             .arg(c.entry.as_deref().unwrap_or_default())
             .arg(c.spec.as_deref().unwrap_or_default())
-            .arg(&c.tenant)
+            .arg(group)
             .arg(list)
             .arg(c.score);
     }

@@ -53,6 +53,8 @@ pub struct Item {
     pub tenant: String,
     /// Its ordering key's list (`ShardKeys::ordering`), if it has one.
     pub ordering: Option<String>,
+    /// Its tenant's pending index (`ShardKeys::tenant_index`).
+    pub pending: String,
 }
 
 struct Pending {
@@ -219,9 +221,12 @@ async fn store_group<'a>(
             None => (0, 1, ""),
         };
         let list_index = item.ordering.as_deref().map_or(0, &mut extra_key);
-        per_item.push((key_index, ttl, fingerprint, list_index));
+        let pending_index = extra_key(&item.pending);
+        per_item.push((key_index, ttl, fingerprint, list_index, pending_index));
     }
-    for (item, (key_index, ttl, fingerprint, list_index)) in items.iter().zip(per_item) {
+    for (item, (key_index, ttl, fingerprint, list_index, pending_index)) in
+        items.iter().zip(per_item)
+    {
         let schedule = schedule_text(&item.schedule);
         let reference = spec::schedule_reference(&schedule).unwrap_or_default();
         call.arg(item.id.to_string())
@@ -234,7 +239,8 @@ async fn store_group<'a>(
             .arg(ttl)
             .arg(fingerprint)
             .arg(&item.tenant)
-            .arg(list_index);
+            .arg(list_index)
+            .arg(pending_index);
     }
     let reply: Vec<Value> = call
         .invoke_async(&mut writes.on(keys.due()))
@@ -322,6 +328,7 @@ mod tests {
             idempotency: None,
             tenant: String::new(),
             ordering: None,
+            pending: String::new(),
         };
         Pending { item, reply }
     }

@@ -6,13 +6,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::commit::{Change, Decision, Held};
+use super::commit::{tenant_named, Change, Decision, Held};
 use super::queue::entry_json;
+use super::tenant_groups::TenantGroups;
 use super::{script_error, store_error, RedisStore};
-use crate::domain::{Entry, JobId, JobSpec, Schedule};
+use crate::domain::{Entry, JobId, JobSpec, Schedule, Tenant};
 use crate::lifecycle::{
     transitions, Again, Cancelled, JobStatus, LetGo, NewCycle, Now, WAITING_OFFSET_MS,
 };
+use crate::store::keys::ShardKeys;
 use crate::store::{spec, OperatorActions, StoreResult};
 
 impl RedisStore {
@@ -163,14 +165,20 @@ impl OperatorActions for RedisStore {
     async fn discard(&self, ids: &[JobId]) -> StoreResult<usize> {
         let mut discarded = 0;
         for (shard, mine) in self.by_shard(ids, |id| id) {
-            let mut call = self
-                .scripts
-                .discard
-                .key(self.shards[shard].all().as_slice());
-            for (_, id) in mine {
-                call.arg(id.to_string());
+            let keys = &self.shards[shard];
+            let ids: Vec<String> = mine.iter().map(|(_, id)| id.to_string()).collect();
+            let tenants = self.tenants_of(keys, &ids).await?;
+            let mut groups = TenantGroups::after(keys.all().len());
+            let named: Vec<(usize, &String)> = (tenants.iter().zip(&ids))
+                .filter_map(|(tenant, id)| Some((groups.of(tenant.as_ref()?), id)))
+                .collect();
+            let mut call = self.scripts.discard.key(keys.all().as_slice());
+            groups.add_keys(&mut call, keys);
+            groups.add_args(&mut call, &self.retention);
+            for (group, id) in named {
+                call.arg(id).arg(group);
             }
-            let mut writes = self.to_replicas.on(self.shards[shard].due());
+            let mut writes = self.to_replicas.on(keys.due());
             let n: usize = call
                 .invoke_async(&mut writes)
                 .await
@@ -178,5 +186,25 @@ impl OperatorActions for RedisStore {
             discarded += n;
         }
         Ok(discarded)
+    }
+}
+
+impl RedisStore {
+    /// The tenant of each of `ids` in the shard of `keys` (`None` for one not stored),
+    /// as `tenants.lua` reads it off its spec.
+    pub(super) async fn tenants_of(
+        &self,
+        keys: &ShardKeys,
+        ids: &[String],
+    ) -> StoreResult<Vec<Option<Tenant>>> {
+        let mut call = self.scripts.tenants.key(keys.all().as_slice());
+        call.arg(ids);
+        let names: Vec<Option<String>> = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(script_error("tenants"))?;
+        (ids.iter().zip(names))
+            .map(|(id, name)| name.map(|n| tenant_named(id, &n)).transpose())
+            .collect()
     }
 }

@@ -15,6 +15,8 @@ pub struct ShardPage {
     pub items: Vec<(Cursor, JobView)>,
     /// Where the scan stopped when the shard has more after it; `None` when exhausted.
     pub scanned_to: Option<Cursor>,
+    /// How many notifications it read.
+    pub examined: usize,
 }
 
 /// The order of a list: soonest first (ascending times) or newest first.
@@ -37,8 +39,13 @@ impl Order {
 /// Merges one page per shard into the first `limit` items over all shards, in `order`.
 /// A shard that stopped early has not looked past its `scanned_to`, so nothing beyond
 /// the earliest such position (in the order) is returned yet; the cursor then resumes
-/// from there.
-pub fn merge(pages: Vec<ShardPage>, limit: usize, order: Order) -> (Vec<JobView>, Option<Cursor>) {
+/// from there. Also how many notifications the shards read.
+pub fn merge(
+    pages: Vec<ShardPage>,
+    limit: usize,
+    order: Order,
+) -> (Vec<JobView>, Option<Cursor>, usize) {
+    let examined = pages.iter().map(|p| p.examined).sum();
     let key = |c: &Cursor| (c.at, c.id.to_string());
     let stops = pages.iter().filter_map(|p| p.scanned_to.as_ref());
     let frontier = match order {
@@ -66,7 +73,8 @@ pub fn merge(pages: Vec<ShardPage>, limit: usize, order: Order) -> (Vec<JobView>
     } else {
         frontier
     };
-    (items.into_iter().map(|(_, v)| v).collect(), next_cursor)
+    let items = items.into_iter().map(|(_, v)| v).collect();
+    (items, next_cursor, examined)
 }
 
 /// Up to `limit` (member, score) pairs after `after` in `order`, with scores in

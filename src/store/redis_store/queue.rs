@@ -14,22 +14,66 @@ use redis::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::commit::{commit, Change, Decision, Held};
+use super::commit::{commit, tenant_named, Change, Decision, Held};
 use super::enqueue::Item;
 use super::reply::{int_at, text_at};
 use super::shard_clock::Ask;
+use super::tenant_groups::TenantGroups;
 use super::{script_error, store_error, RedisStore};
 use crate::backoff::worth_logging;
-use crate::domain::{Entry, JobId, Notification};
-use crate::lifecycle::{retention, transitions, Index, JobState, Now};
+use crate::domain::{Entry, JobId, Notification, Tenant};
+use crate::lifecycle::{retention, transitions, Index, JobState, Now, TenantIndex};
+use crate::store::keys::ShardKeys;
 use crate::store::spec;
-use crate::store::tenant_counts::counted;
+use crate::store::tenant_counts::{counted, counted_name};
 use crate::store::{
     Claim, ClaimedJob, Deferral, Enqueued, Idempotency, IdempotencyEntry, Queue, Settled,
     Settlement, StoreError, StoreResult,
 };
 
 impl RedisStore {
+    /// Retention of one shard: every tenant it holds notifications of (`tenant_names`),
+    /// `retention::TENANTS_PER_CALL` a call, each called for again while its pass deletes
+    /// a whole budget. How many it deleted.
+    async fn trim_shard(&self, keys: &ShardKeys) -> StoreResult<usize> {
+        let names: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(keys.tenant_names())
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let mut due = Vec::with_capacity(names.len());
+        for name in names {
+            due.push(tenant_named("tenant_names", counted_name(&name))?);
+        }
+        let mut trimmed = 0;
+        loop {
+            let chunk: Vec<Tenant> = due
+                .drain(..due.len().min(retention::TENANTS_PER_CALL))
+                .collect();
+            let mut groups = TenantGroups::after(keys.all().len());
+            for tenant in &chunk {
+                groups.retain(tenant, retention::SWEEP_BUDGET);
+            }
+            let mut call = self.scripts.trim.key(keys.all().as_slice());
+            groups.add_keys(&mut call, keys);
+            groups.add_args(&mut call, &self.retention);
+            let deleted: Vec<usize> = call
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(script_error("trim"))?;
+            trimmed += deleted.iter().sum::<usize>();
+            let again = chunk.into_iter().zip(deleted);
+            due.extend(
+                again
+                    .filter(|(_, n)| retention::sweep_again(*n))
+                    .map(|(t, _)| t),
+            );
+            if due.is_empty() {
+                return Ok(trimmed);
+            }
+        }
+    }
+
     /// A registration as the enqueue script takes it.
     fn item(&self, n: &Notification, idempotency: Option<&Idempotency>) -> StoreResult<Item> {
         let keys = self.keys(&n.id)?;
@@ -47,6 +91,7 @@ impl RedisStore {
                 .ordering_key
                 .as_ref()
                 .map(|k| keys.ordering(&k.scoped(&n.tenant))),
+            pending: keys.tenant_index(&n.tenant, TenantIndex::Pending),
         })
     }
 
@@ -417,21 +462,7 @@ impl Queue for RedisStore {
     async fn trim(&self) -> StoreResult<usize> {
         let mut trimmed = 0;
         for keys in &self.shards {
-            loop {
-                let n: usize = self
-                    .scripts
-                    .trim
-                    .key(keys.all().as_slice())
-                    .arg(&self.retention[..])
-                    .arg(retention::SWEEP_BUDGET)
-                    .invoke_async(&mut self.conn.clone())
-                    .await
-                    .map_err(script_error("trim"))?;
-                trimmed += n;
-                if !retention::sweep_again(n) {
-                    break;
-                }
-            }
+            trimmed += self.trim_shard(keys).await?;
         }
         Ok(trimmed)
     }

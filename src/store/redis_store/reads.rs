@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use super::page::{self, Order, ShardPage};
 use super::{store_error, RedisStore};
 use crate::domain::{Entry, JobId, Tenant};
-use crate::lifecycle::{Index, JobStatus, Record};
+use crate::lifecycle::{Index, JobStatus, Record, TenantIndex};
 use crate::store::keys::ShardKeys;
 use crate::store::listing::MAX_SCAN;
 use crate::store::tenant_counts::{TenantCounts, OUTCOME_WINDOW_MS};
@@ -117,6 +117,7 @@ impl RedisStore {
             .await
             .map_err(store_error)?;
             let ids: Vec<String> = entries.iter().map(|(id, _)| id.clone()).collect();
+            page.examined += ids.len();
             let mut views: HashMap<String, JobView> = self
                 .views(keys, &ids)
                 .await?
@@ -191,18 +192,22 @@ impl Reads for RedisStore {
             false => Order::NewestFirst,
         };
         let keep = |v: &JobView| listed.keeps(v, filter, walk_from);
-        let range = listed.scores(filter);
+        let own = filter
+            .tenant
+            .as_ref()
+            .map(|_| TenantIndex::of(listed.index()));
+        let range = listed.scores_in(filter, own);
         let position = after.map(|c| &c.position);
         let mut pages = Vec::with_capacity(self.shards.len());
         for keys in &self.shards {
-            let index = (keys.index(listed.index()), order);
+            let index = index_key(keys, listed.index(), filter);
             pages.push(
-                self.shard_page(keys, index, range, limit, position, &keep)
+                self.shard_page(keys, (&index, order), range, limit, position, &keep)
                     .await?,
             );
         }
-        let (items, next) = page::merge(pages, limit, order);
-        Ok(ListPage::of_walk(items, next, walk_from))
+        let (items, next, examined) = page::merge(pages, limit, order);
+        Ok(ListPage::of_walk(items, next, walk_from, examined))
     }
 
     async fn dead_letters(
@@ -214,15 +219,26 @@ impl Reads for RedisStore {
         let mut pages = Vec::with_capacity(self.shards.len());
         let range = (filter.since, filter.until);
         for keys in &self.shards {
-            let index = (keys.dead(), Order::NewestFirst);
+            let index = index_key(keys, Index::Dead, filter);
             let keep = |v: &JobView| filter.matches(v);
             pages.push(
-                self.shard_page(keys, index, range, limit, after, &keep)
-                    .await?,
+                self.shard_page(
+                    keys,
+                    (&index, Order::NewestFirst),
+                    range,
+                    limit,
+                    after,
+                    &keep,
+                )
+                .await?,
             );
         }
-        let (items, next_cursor) = page::merge(pages, limit, Order::NewestFirst);
-        Ok(DeadPage { items, next_cursor })
+        let (items, next_cursor, examined) = page::merge(pages, limit, Order::NewestFirst);
+        Ok(DeadPage {
+            items,
+            next_cursor,
+            examined,
+        })
     }
 
     async fn stats(&self, tenant: Option<&Tenant>) -> StoreResult<Stats> {
@@ -328,6 +344,15 @@ impl Reads for RedisStore {
         // what the overview names agree the moment a replica connects.
         self.note_replication(&self.replication_of_each().await);
         self.check_replicas().await
+    }
+}
+
+/// The key of the index a list of `index` with `filter` reads in the shard of `keys`: the
+/// tenant's own when the filter names one, so that a tenant's list reads its own alone.
+fn index_key(keys: &ShardKeys, index: Index, filter: &ListFilter) -> String {
+    match &filter.tenant {
+        Some(tenant) => keys.tenant_index(tenant, TenantIndex::of(index)),
+        None => keys.index(index).to_string(),
     }
 }
 
