@@ -10,6 +10,9 @@ use super::{RedisCluster, RedisServer};
 
 pub const TOKEN: &str = "test-token";
 
+/// How long `Postback::refused_start` waits for the instance to give up.
+const REFUSAL_WAIT: Duration = Duration::from_secs(30);
+
 pub struct Postback {
     child: Child,
     pub port: u16,
@@ -69,7 +72,8 @@ impl Postback {
     }
 
     /// Runs `postback serve` with a token, a free port, a 1 s wait for Redis and `env`,
-    /// expecting it to refuse to start: asserts that it exits 1, and returns all it
+    /// expecting it to refuse to start: asserts that it exits 1 (an instance that runs
+    /// on is stopped after `REFUSAL_WAIT`, and fails the assertion), and returns all it
     /// printed (its log lines on stdout, then stderr).
     pub fn refused_start(env: &[(&str, &str)]) -> String {
         let mut cmd = Self::command();
@@ -82,9 +86,27 @@ impl Postback {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let out = cmd.output().unwrap();
-        let said = String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).to_string();
-        assert_eq!(out.status.code(), Some(1), "exits 1; said: {said}");
+        let dir = tempfile::tempdir().unwrap();
+        let printed = ["stdout", "stderr"].map(|name| dir.path().join(name));
+        let mut child = cmd
+            .stdout(std::fs::File::create(&printed[0]).unwrap())
+            .stderr(std::fs::File::create(&printed[1]).unwrap())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let exited =
+            super::eventually_blocking(REFUSAL_WAIT, || matches!(child.try_wait(), Ok(Some(_))));
+        if !exited {
+            let _ = child.kill();
+        }
+        let status = child.wait().unwrap();
+        let said = printed.map(|p| std::fs::read_to_string(p).unwrap_or_default());
+        let said = said.concat();
+        assert!(
+            exited,
+            "refused to start within {REFUSAL_WAIT:?}; said: {said}"
+        );
+        assert_eq!(status.code(), Some(1), "exits 1; said: {said}");
         said
     }
 
