@@ -98,6 +98,9 @@ impl SentinelTarget {
             .map(|a| a.parse::<NodeAddress>())
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| anyhow::anyhow!("{KEY}: {e}"))?;
+        if let Some(twice) = listed_twice(&sentinels) {
+            bail!("{KEY}: {twice} is listed twice; each sentinel counts once toward the majority that names the primary");
+        }
         let name = &s.redis_master_name;
         if name.is_empty() || name.contains(char::is_whitespace) {
             bail!("store.redis_master_name (POSTBACK_STORE_REDIS_MASTER_NAME): `{name}` is not a name the sentinels can know: one word, as in their `sentinel monitor <name> …`");
@@ -116,6 +119,13 @@ impl SentinelTarget {
             db: s.redis_db,
         }))
     }
+}
+
+/// A sentinel that `sentinels` lists more than once, if one is.
+fn listed_twice(sentinels: &[NodeAddress]) -> Option<&NodeAddress> {
+    let mut each = sentinels.iter().enumerate();
+    each.find(|(n, s)| sentinels[..*n].contains(s))
+        .map(|(_, s)| s)
 }
 
 /// The keys that apply through Sentinel only, refused when no sentinel is named: set
@@ -182,6 +192,23 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_sentinel_listed_twice_is_refused() {
+        let read = |list: &str| {
+            let settings = StoreSettings {
+                redis_sentinels: crate::config::StringList::from_csv(list),
+                ..StoreSettings::default()
+            };
+            SentinelTarget::read(&settings).map(|t| t.map(|t| t.sentinels.len()))
+        };
+        assert_eq!(read("a:26379,b:26379,c:26379").unwrap(), Some(3));
+        let err = read("a:26379,b:26379,A:26379").unwrap_err().to_string();
+        assert!(
+            err.contains("store.redis_sentinels") && err.contains("a:26379 is listed twice"),
+            "{err}"
+        );
     }
 
     #[test]
