@@ -254,6 +254,14 @@ fn describe() {
         "postback_shards_owned",
         "Shards this instance owns among the fleet, and claims from"
     );
+    describe_gauge!(
+        "postback_sentinels_agree",
+        "Through Redis Sentinel: 1 when a strict majority of the configured sentinels named one primary at the last asking, 0 when not (the primary followed until then is kept)"
+    );
+    describe_counter!(
+        "postback_sentinel_disagreements_total",
+        "Through Redis Sentinel: times the sentinels stopped agreeing on a primary (no strict majority of those configured named one)"
+    );
     describe_gauge!("postback_build_info", "The running version");
 }
 
@@ -454,6 +462,13 @@ pub fn open_circuits(open: &[String], labels: bool) {
         ];
         gauge!("postback_circuit_open", &labels).set(state);
     }
+}
+
+/// What an asking of the sentinels found: whether a strict majority of the configured
+/// ones named one primary, and whether that began a disagreement.
+pub fn sentinels_asked(agree: bool, disagreement_began: bool) {
+    gauge!("postback_sentinels_agree").set(f64::from(u8::from(agree)));
+    counter!("postback_sentinel_disagreements_total").increment(u64::from(disagreement_began));
 }
 
 /// Whether the store answered the scrape's read.

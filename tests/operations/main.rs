@@ -16,6 +16,7 @@ mod differential;
 mod docs;
 mod edges;
 mod embedded;
+mod lying_sentinel;
 mod outage;
 mod overload;
 mod postgres;

@@ -49,7 +49,7 @@ impl Postback {
     }
 
     /// Starts an instance whose store is named by the `(variable, value)` pair.
-    async fn start_on(store: (&str, &str), env: &[(&str, &str)]) -> Self {
+    pub async fn start_on(store: (&str, &str), env: &[(&str, &str)]) -> Self {
         let mut cmd = Self::command();
         cmd.env(store.0, store.1);
         Self::spawn(cmd, env).await

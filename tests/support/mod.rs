@@ -23,7 +23,7 @@ pub use instance::Postback;
 pub use postgres_server::PostgresServer;
 pub use receiver::Receiver;
 pub use redis_cluster::RedisCluster;
-pub use redis_sentinel::SentinelGroup;
+pub use redis_sentinel::{LyingSentinel, SentinelGroup};
 pub use redis_server::RedisServer;
 
 use std::net::TcpListener;

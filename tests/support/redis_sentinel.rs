@@ -1,7 +1,7 @@
 //! A primary, two replicas and three sentinels watching them (`redis-server --sentinel`:
 //! quorum 2, a primary not answering for 1 s thought down, so that a killed primary is
 //! replaced within a few seconds), each a real process on a free port in a temporary
-//! directory.
+//! directory; and a sentinel that lies, watching a Redis of its own under the same name.
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +13,11 @@ use super::RedisServer;
 
 /// The name the sentinels know the primary by (`store.redis_master_name`'s default).
 pub const MASTER_NAME: &str = "mymaster";
+
+/// The data nodes' user (`store.redis_username`) once `SentinelGroup::require_password`.
+pub const USER: &str = "postback";
+/// Its password (`store.redis_password`).
+pub const PASSWORD: &str = "data-node-secret";
 
 /// A sentinel process.
 struct Sentinel {
@@ -71,6 +76,25 @@ impl SentinelGroup {
             .map(|s| format!("127.0.0.1:{}", s.port))
             .collect();
         each.join(",")
+    }
+
+    /// The address of the `index`-th sentinel, `host:port`.
+    pub fn sentinel_address(&self, index: usize) -> String {
+        format!("127.0.0.1:{}", self.sentinels[index].port)
+    }
+
+    /// Stops the `index`-th sentinel (SIGKILL).
+    pub fn stop_sentinel(&mut self, index: usize) {
+        self.sentinels[index].stop();
+    }
+
+    /// Gives every server the user `USER` with the password `PASSWORD` (an ACL is not
+    /// replicated: each server its own, so that a replica promoted knows it too). The
+    /// sentinels and the replicas go on as the default user, without one.
+    pub fn require_password(&self) {
+        for server in &self.servers {
+            server.query::<()>(&mut acl_user(&format!(">{PASSWORD}")));
+        }
     }
 
     /// The port of the primary the first sentinel that answers names.
@@ -171,6 +195,11 @@ impl Sentinel {
         sentinel
     }
 
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Option<T> {
         let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
         let mut c = client.get_connection().ok()?;
@@ -194,7 +223,64 @@ impl Sentinel {
 
 impl Drop for Sentinel {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
+    }
+}
+
+/// `ACL SETUSER` of `USER` with `password` (`>secret`, or `nopass` for any), allowed
+/// every key, channel and command.
+fn acl_user(password: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg(USER)
+        .arg("on")
+        .arg(password)
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all");
+    cmd
+}
+
+/// A sentinel that names another primary than the group's under the same name: a real
+/// sentinel watching a Redis of its own (an attacker's, with data of its own), whose user
+/// `USER` takes any password, as a server that wants to hear one does.
+pub struct LyingSentinel {
+    /// The attacker's Redis, which the sentinel names.
+    pub server: RedisServer,
+    sentinel: Sentinel,
+}
+
+impl LyingSentinel {
+    pub fn start() -> Self {
+        let server = RedisServer::start();
+        server.query::<()>(&mut acl_user("nopass"));
+        server.query::<()>(redis::cmd("SET").arg("attacker:data").arg("planted"));
+        let sentinel = Sentinel::start(server.port);
+        Self { server, sentinel }
+    }
+
+    /// The sentinel's address, `host:port`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.sentinel.port)
+    }
+
+    /// The attacker's Redis's address, which the sentinel names.
+    pub fn named(&self) -> String {
+        format!("127.0.0.1:{}", self.server.port)
+    }
+
+    /// What the attacker's Redis counted of the commands that carry a password (`AUTH`,
+    /// and `HELLO`, which can), from `INFO commandstats`: none unless a client gave one.
+    pub fn passwords_heard(&self) -> Vec<String> {
+        let stats = self.server.info("commandstats");
+        let heard = stats
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_auth") || l.starts_with("cmdstat_hello"));
+        heard.map(String::from).collect()
+    }
+
+    /// The keys of postback's in the attacker's Redis.
+    pub fn postback_keys(&self) -> Vec<String> {
+        self.server.query(redis::cmd("KEYS").arg("*postback*"))
     }
 }

@@ -1,7 +1,10 @@
 //! Redis through Sentinel: the primary is asked of the sentinels and followed through a
 //! failover. `Primary` is where it is now, shared by every connection of the store: each
-//! sentinel is asked which primary it names (`SENTINEL get-master-addr-by-name`), and the
-//! address most of them name that answers `ROLE` as a primary is taken. They are asked
+//! sentinel is asked which primary it names (`SENTINEL get-master-addr-by-name`), and an
+//! address is taken only when a strict majority of the configured sentinels name it
+//! (`quorum.rs`) and it then answers `ROLE` as a primary: nothing, no password least of
+//! all, goes to an address before. With no majority the primary followed until now is
+//! kept, the split logged once and shown in `postback_sentinels_agree`. They are asked
 //! again when a connection meets what a primary gone or demoted gives (a dropped or
 //! refused connection, a timeout, `READONLY`, `MASTERDOWN`; while none is found, after a
 //! backoff of at most a second), when a sentinel announces `+switch-master` (every
@@ -9,8 +12,9 @@
 //! one connection that follows it: a `ConnectionManager` to the primary of the moment,
 //! replaced by one to the next when it moves.
 //!
-//! The redis crate's `sentinel` module finds a primary the same way, but neither says
-//! which sentinel did not answer nor follows a primary that moves; postback asks the
+//! The redis crate's `sentinel` module believes the first sentinel that answers (and
+//! checks the primary it names with the data nodes' credentials), says not which
+//! sentinel did not answer, nor follows a primary that moves; postback asks the
 //! sentinels itself.
 
 use std::future::Future;
@@ -31,6 +35,11 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backoff::{backoff, worth_logging};
 use crate::config::{Credentials, NodeAddress, SentinelTarget, StoreSettings};
+use crate::observability::metrics;
+
+mod quorum;
+
+use quorum::{Agreement, Answer, Poll, Turn};
 
 /// How often the sentinels are asked when nothing suggests that the primary moved.
 const RECHECK: Duration = Duration::from_secs(5);
@@ -68,6 +77,9 @@ struct Sentinels {
     response_timeout: Duration,
     /// Whether each sentinel answered when last asked, so that a change is logged once.
     answering: Vec<AtomicBool>,
+    /// Whether a strict majority of them named one primary when last asked, so that a
+    /// split is logged once.
+    agreement: Agreement,
 }
 
 /// A primary found, numbered so that a connection knows whether it still goes there.
@@ -91,6 +103,7 @@ impl Primary {
                 .iter()
                 .map(|_| AtomicBool::new(true))
                 .collect(),
+            agreement: Agreement::new(),
         };
         let (address, info) = sentinels.locate().await?;
         let shared = Arc::new(Shared {
@@ -148,62 +161,78 @@ impl Primary {
 }
 
 impl Sentinels {
-    /// The address most sentinels name that answers `ROLE` as a primary (ties: the first
-    /// named by the first sentinel listed), with what connects to it; or why none.
+    /// The address a strict majority of the configured sentinels name, once it answers
+    /// `ROLE` as a primary, with what connects to it; or why none. Nothing goes to an
+    /// address before the majority named it, the data nodes' credentials least of all.
     async fn locate(&self) -> anyhow::Result<(String, ConnectionInfo)> {
-        let mut refused = Vec::new();
-        for address in self.named().await? {
-            let info = self.node_info(&address)?;
-            match self.role(&info).await {
-                Ok(role) if role == "master" => return Ok((address.to_string(), info)),
-                Ok(role) => refused.push(format!("{address} is a {role}")),
-                Err(e) => refused.push(format!("{address}: {e}")),
-            }
-        }
+        let poll = self.poll().await;
+        self.note_agreement(&poll);
+        let Some(address) = poll.majority() else {
+            return Err(self.no_majority(&poll));
+        };
+        let info = self.node_info(address)?;
+        let why = match self.role(&info).await {
+            Ok(role) if role == "master" => return Ok((address.to_string(), info)),
+            Ok(role) => format!("it is a {role}"),
+            Err(e) => e.to_string(),
+        };
         anyhow::bail!(
-            "store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS): no primary the sentinels name for `{}` answers as one: {}",
-            self.target.master_name,
-            refused.join("; ")
-        )
-    }
-
-    /// The addresses the sentinels name, the most named first; or why none.
-    async fn named(&self) -> anyhow::Result<Vec<NodeAddress>> {
-        let asked = self.target.sentinels.iter().map(|s| self.ask(s));
-        let answers = futures_util::future::join_all(asked).await;
-        let mut named: Vec<(NodeAddress, usize)> = Vec::new();
-        let mut silent = Vec::new();
-        let each = self.target.sentinels.iter().zip(&self.answering);
-        for ((sentinel, was), answer) in each.zip(answers) {
-            self.note_answering(sentinel, was, answer.is_ok());
-            match answer {
-                Ok(Some(address)) => match named.iter_mut().find(|(a, _)| *a == address) {
-                    Some((_, n)) => *n += 1,
-                    None => named.push((address, 1)),
-                },
-                Ok(None) => {}
-                Err(e) => silent.push(format!("{sentinel}: {e}")),
-            }
-        }
-        if named.is_empty() {
-            return Err(self.none_named(&silent));
-        }
-        named.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-        Ok(named.into_iter().map(|(address, _)| address).collect())
-    }
-
-    /// Why no sentinel named a primary: none answered, or none knows the name.
-    fn none_named(&self, silent: &[String]) -> anyhow::Error {
-        if silent.len() == self.target.sentinels.len() {
-            return anyhow::anyhow!(
-                "store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS): no sentinel answers: {}",
-                silent.join("; ")
-            );
-        }
-        anyhow::anyhow!(
-            "store.redis_master_name (POSTBACK_STORE_REDIS_MASTER_NAME): no sentinel of store.redis_sentinels knows a primary named `{}`",
+            "store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS): {address}, which the sentinels name for `{}`, does not answer as a primary: {why}",
             self.target.master_name
         )
+    }
+
+    /// Every configured sentinel's answer.
+    async fn poll(&self) -> Poll {
+        let asked = self.target.sentinels.iter().map(|s| self.ask(s));
+        let answers = futures_util::future::join_all(asked).await;
+        let each = self.target.sentinels.iter().zip(&self.answering);
+        let polled = each.zip(answers).map(|((sentinel, was), answer)| {
+            self.note_answering(sentinel, was, answer.is_ok());
+            let said = match answer {
+                Ok(Some(address)) => Answer::Names(address),
+                Ok(None) => Answer::Unknown,
+                Err(e) => Answer::Silent(e.to_string()),
+            };
+            (sentinel.clone(), said)
+        });
+        Poll::new(polled.collect())
+    }
+
+    /// Why no majority named a primary: none answered, none knows the name, or they
+    /// split (each one's answer).
+    fn no_majority(&self, poll: &Poll) -> anyhow::Error {
+        const KEY: &str = "store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS)";
+        let name = &self.target.master_name;
+        if poll.none_answers() {
+            return anyhow::anyhow!("{KEY}: no sentinel answers: {}", poll.silent());
+        }
+        if poll.none_names() {
+            return anyhow::anyhow!(
+                "store.redis_master_name (POSTBACK_STORE_REDIS_MASTER_NAME): no sentinel of store.redis_sentinels knows a primary named `{name}`"
+            );
+        }
+        let configured = self.target.sentinels.len();
+        anyhow::anyhow!("{KEY}: no strict majority of the {configured} sentinels configured names one primary for `{name}`: {poll}")
+    }
+
+    /// Logs and counts a split as it begins (not at each asking while it lasts), and
+    /// its end.
+    fn note_agreement(&self, poll: &Poll) {
+        let agreed = poll.majority();
+        let turn = self.agreement.note(agreed.is_some());
+        metrics::sentinels_asked(agreed.is_some(), turn == Some(Turn::Split));
+        match (turn, agreed) {
+            (Some(Turn::Split), _) => tracing::warn!(
+                split = %poll,
+                "the sentinels do not agree on a primary: no strict majority of the {} configured names one; the primary followed until now is kept",
+                self.target.sentinels.len()
+            ),
+            (Some(Turn::Agreed), Some(primary)) => {
+                tracing::info!(%primary, "the sentinels agree on a primary again")
+            }
+            _ => {}
+        }
     }
 
     /// Logs a sentinel that stopped answering, or answers again.
@@ -322,7 +351,8 @@ async fn follow(shared: Arc<Shared>, stop: CancellationToken) {
             }
             Err(e) => {
                 failures += 1;
-                if worth_logging(failures) {
+                // A split is logged once, as it begins (`note_agreement`).
+                if !shared.sentinels.agreement.split() && worth_logging(failures) {
                     tracing::warn!(error = %e, failures, "cannot find the primary through the sentinels");
                 }
             }
