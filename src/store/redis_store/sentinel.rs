@@ -46,8 +46,8 @@ const RECHECK: Duration = Duration::from_secs(5);
 /// How soon after an asking that found no primary a connection's error has them asked
 /// again, at most (growing from 50 ms with the failures in a row).
 const MOST_PATIENT: Duration = Duration::from_secs(1);
-/// How soon after an asking that found the primary a connection's error has them asked
-/// again.
+/// How soon after an asking that found the primary a connection's error, or a
+/// sentinel's announcement, has them asked again.
 const LEAST_GAP: Duration = Duration::from_millis(100);
 /// The channel on which sentinels announce a new primary.
 const SWITCH_CHANNEL: &str = "+switch-master";
@@ -337,7 +337,12 @@ async fn follow(shared: Arc<Shared>, stop: CancellationToken) {
         tokio::select! {
             biased;
             _ = stop.cancelled() => return,
-            _ = shared.switched.notified() => {}
+            // However often sentinels announce a switch, the sentinels are asked at
+            // most once per `LEAST_GAP`: an announcement only says to ask them.
+            _ = async {
+                shared.switched.notified().await;
+                tokio::time::sleep_until(asked + LEAST_GAP).await;
+            } => {}
             _ = async {
                 tokio::time::sleep_until(asked + earliest).await;
                 shared.suspect.notified().await;
