@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release --bin postback-bench -- SCENARIO [--runs 3] [--n 20000]`
 //! Scenarios: `burst`, `retry`, `delayed`, `fleet`, `isolation`, `ordering`, `backlog`,
-//! `idle`, `overload`, `quota`, `walk`, `retention`, `fanout`, `all`; and, not in
+//! `idle`, `overload`, `quota`, `walk`, `tenant-pages`, `retention`, `fanout`, `all`;
+//! and, not in
 //! `all`, `counts` (instructions, allocations, system calls and store commands per unit)
 //! and `limits` (what `wrk` and a receiver cost per request, beside a registration).
 
@@ -36,6 +37,7 @@ enum Scenario {
     Overload,
     Quota,
     Walk,
+    TenantPages,
     Retention,
     Fanout,
     Counts,
@@ -210,6 +212,7 @@ async fn main() -> anyhow::Result<()> {
             Scenario::Overload,
             Scenario::Quota,
             Scenario::Walk,
+            Scenario::TenantPages,
             Scenario::Retention,
             Scenario::Fanout,
             Scenario::Counts,
@@ -233,6 +236,7 @@ async fn main() -> anyhow::Result<()> {
                 Scenario::Overload => scenarios::overload(&opts, r, run).await?,
                 Scenario::Quota => quota::quota(&opts, r, run).await?,
                 Scenario::Walk => scenarios::walk(&opts, r, run).await?,
+                Scenario::TenantPages => scenarios::tenant_pages(&opts, r, run).await?,
                 Scenario::Retention => scenarios::retention(&opts, r, run).await?,
                 Scenario::Fanout => scenarios::fanout(&opts, r, run).await?,
                 Scenario::Counts => counts::counts(&opts, r, run).await?,

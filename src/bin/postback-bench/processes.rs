@@ -513,7 +513,8 @@ impl Drop for WatchGuard {
     }
 }
 
-fn metric_value(text: &str, series: &str) -> String {
+/// The value of `series` in the Prometheus text `text`, `-` when it is not there.
+pub fn metric_value(text: &str, series: &str) -> String {
     text.lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next())

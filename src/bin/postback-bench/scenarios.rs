@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
+use postback::domain::Tenant;
 use serde_json::{json, Value};
 
 use crate::processes::{
@@ -601,6 +602,22 @@ pub async fn backlog(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result
 /// than the API, the same scripts); their mean body size, in bytes (bodies grow with
 /// the digits of their order number).
 async fn fill(backend: &Backend, pending: usize) -> anyhow::Result<f64> {
+    fill_for(
+        backend,
+        pending,
+        &Default::default(),
+        Duration::from_secs(24 * 3600),
+    )
+    .await
+}
+
+/// As `fill`: `pending` notifications of `tenant`, each due after `delay`.
+async fn fill_for(
+    backend: &Backend,
+    pending: usize,
+    tenant: &postback::domain::Tenant,
+    delay: Duration,
+) -> anyhow::Result<f64> {
     use futures_util::stream::{self, StreamExt};
     use postback::domain::{
         CallbackUrl, Destinations, ExtraHeaders, JobId, Notification, Payload, Schedule,
@@ -621,13 +638,13 @@ async fn fill(backend: &Backend, pending: usize) -> anyhow::Result<f64> {
                 payload: Payload::json(&payment(i)),
                 headers: ExtraHeaders::default(),
                 schedule: schedule.clone(),
-                delay: Duration::from_secs(24 * 3600),
+                delay,
                 timeout: Duration::from_secs(10),
                 success: Default::default(),
                 profile: None,
                 topic: Some("payment.succeeded".into()),
                 rate_key: "merchant.example.com".into(),
-                tenant: Default::default(),
+                tenant: tenant.clone(),
                 traceparent: None,
                 ordering_key: None,
             };
@@ -768,6 +785,61 @@ pub async fn walk(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()
         let scenario = format!("walk_{pending}");
         r.add(&scenario, run, &format!("walk_{walked}_ms"), took, "ms");
         r.add(&scenario, run, "slowest_page_ms", slowest, "ms");
+    }
+    Ok(())
+}
+
+/// One tenant's first page among another's volume: for each `--backlog` size (and none),
+/// that many of shop-a's notifications pending far ahead and one of shop-b's after them;
+/// then shop-b's first page of scheduled notifications, the notifications it read
+/// (`postback_list_entries_examined_total`) and how long it took.
+pub async fn tenant_pages(opts: &Opts, r: &mut Results, run: usize) -> anyhow::Result<()> {
+    let (shop_a, shop_b) = (
+        Tenant::parse("shop-a", "tenant")?,
+        Tenant::parse("shop-b", "tenant")?,
+    );
+    for &pending in [0].iter().chain(&opts.backlog) {
+        let store = opts.store()?;
+        fill_for(&store, pending, &shop_a, Duration::from_secs(24 * 3600)).await?;
+        fill_for(&store, 1, &shop_b, Duration::from_secs(48 * 3600)).await?;
+        let pb = Postback::start(&store, &opts.postback_env()).await?;
+        let client = reqwest::Client::new();
+        let examined = || async {
+            let text = client
+                .get(format!("{}/metrics", pb.url))
+                .send()
+                .await?
+                .text()
+                .await?;
+            let value =
+                crate::processes::metric_value(&text, "postback_list_entries_examined_total");
+            anyhow::Ok(value.parse::<f64>().unwrap_or(0.0))
+        };
+        let before = examined().await?;
+        let asked = SystemTime::now();
+        let page: Value = client
+            .get(format!(
+                "{}/notifications?state=scheduled&tenant=shop-b",
+                pb.url
+            ))
+            .bearer_auth(crate::processes::TOKEN)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        let took = asked.elapsed()?.as_secs_f64() * 1000.0;
+        let items = page["items"].as_array().context("no items")?.len();
+        let scenario = format!("tenant_pages_{pending}");
+        r.add(&scenario, run, "first_page_items", items as f64, "");
+        r.add(
+            &scenario,
+            run,
+            "first_page_examined",
+            examined().await? - before,
+            "",
+        );
+        r.add(&scenario, run, "first_page_ms", took, "ms");
     }
     Ok(())
 }
