@@ -216,7 +216,7 @@ pub(super) async fn publish_one(
         .ok_or_else(|| FieldError::new("body", "required"))?;
     Payload::from_raw(&body)?;
     let body = RawJson::new(body);
-    state.rules.event_schemas.check(&topic, &body.value())?;
+    state.rules.event_schemas.check(&topic, &body)?;
     let key = key.map(IdempotencyKey::into_string);
     let store = state.store.as_ref();
     if let Some(key) = &key {

@@ -17,7 +17,7 @@ use anyhow::{anyhow, Context};
 use boon::{CompileError, Compiler, SchemaIndex, Schemas, UrlLoader, ValidationError};
 use serde_json::Value;
 
-use crate::domain::{FieldError, Topic};
+use crate::domain::{FieldError, RawJson, Topic};
 
 const KEY: &str = "events.schema_dir (POSTBACK_EVENTS_SCHEMA_DIR)";
 
@@ -78,13 +78,19 @@ impl EventSchemas {
     }
 
     /// Refuses a `body` of `topic` that its schema does not accept, naming the first
-    /// place that fails (`body`, then its JSON pointer: `body/items/0/amount`).
-    pub fn check(&self, topic: &Topic, body: &Value) -> Result<(), FieldError> {
+    /// place that fails (`body`, then its JSON pointer: `body/items/0/amount`), or that
+    /// holds what the schema cannot read as a value (a number beyond a double's range, a
+    /// lone surrogate). A body of a topic without a schema is not read at all.
+    pub fn check(&self, topic: &Topic, body: &RawJson) -> Result<(), FieldError> {
         let Some(index) = self.by_topic.get(topic) else {
             return Ok(());
         };
+        let value = body.value("body").map_err(|e| {
+            let why = format!("{}: the schema of `{topic}` cannot read it", e.message);
+            FieldError::new(e.field, why)
+        })?;
         self.schemas
-            .validate(body, *index)
+            .validate(&value, *index)
             .map_err(|e| refusal(topic, &e))
     }
 }
@@ -168,6 +174,16 @@ fn refusal(topic: &Topic, e: &ValidationError) -> FieldError {
 mod tests {
     use super::*;
     use serde_json::json;
+    use serde_json::value::RawValue;
+
+    /// `text` as a body is sent.
+    fn text(text: &str) -> RawJson {
+        RawJson::new(RawValue::from_string(text.to_string()).unwrap())
+    }
+
+    fn raw(value: Value) -> RawJson {
+        text(&value.to_string())
+    }
 
     #[test]
     fn a_body_is_held_to_its_topics_schema_and_a_bad_schema_is_named() {
@@ -182,18 +198,32 @@ mod tests {
         std::fs::write(dir.path().join("README.txt"), "not a schema").unwrap();
         let schemas = EventSchemas::load(Some(dir.path())).unwrap();
         let paid = Topic::parse("payment.succeeded", "topic").unwrap();
-        assert!(schemas.check(&paid, &json!({"order": 1})).is_ok());
-        let e = schemas.check(&paid, &json!({"order": "one"})).unwrap_err();
+        assert!(schemas.check(&paid, &raw(json!({"order": 1}))).is_ok());
+        let e = schemas
+            .check(&paid, &raw(json!({"order": "one"})))
+            .unwrap_err();
         assert_eq!(e.field, "body/order", "{e:?}");
         let e = schemas
-            .check(&paid, &json!({"order": 1, "items": [{"amount": "x"}]}))
+            .check(&paid, &raw(json!({"order": 1, "items": [{"amount": "x"}]})))
             .unwrap_err();
         assert_eq!(e.field, "body/items/0/amount", "{e:?}");
         let other = Topic::parse("refund.created", "topic").unwrap();
         assert!(
-            schemas.check(&other, &json!("anything")).is_ok(),
+            schemas.check(&other, &raw(json!("anything"))).is_ok(),
             "no schema: anything goes"
         );
+        for (unreadable, field) in [
+            ("[1e400]", "body/0"),
+            (r#"{"a/b": {"s": "\ud800"}}"#, "body/a~1b/s"),
+        ] {
+            let e = schemas.check(&paid, &text(unreadable)).unwrap_err();
+            assert_eq!(e.field, field, "{e:?}");
+            assert!(e.message.contains("payment.succeeded"), "{e:?}");
+            assert!(
+                schemas.check(&other, &text(unreadable)).is_ok(),
+                "no schema: not read"
+            );
+        }
 
         std::fs::write(dir.path().join("refund.created.json"), "{\"type\": 7}").unwrap();
         let e = EventSchemas::load(Some(dir.path()))
@@ -234,10 +264,10 @@ mod tests {
         let schemas = EventSchemas::load(Some(&dir)).unwrap();
         let paid = Topic::parse("payment.succeeded", "topic").unwrap();
         assert!(schemas
-            .check(&paid, &json!({"total": {"amount": 5}}))
+            .check(&paid, &raw(json!({"total": {"amount": 5}})))
             .is_ok());
         let e = schemas
-            .check(&paid, &json!({"total": {"amount": "5"}}))
+            .check(&paid, &raw(json!({"total": {"amount": "5"}})))
             .unwrap_err();
         assert_eq!(e.field, "body/total/amount", "{e:?}");
     }

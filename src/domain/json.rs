@@ -1,6 +1,7 @@
 //! What postback reads of JSON it keeps as sent: how deep a document nests
-//! (`check_nesting`, so that whatever is accepted can be read back), and its canonical
-//! text (`canonical_json`), the form an idempotency key's fingerprint is taken of.
+//! (`check_nesting`, so that whatever is accepted can be read back), its canonical
+//! text (`canonical_json`), the form an idempotency key's fingerprint is taken of, and
+//! its value where a check must read one (`RawJson::value`).
 //!
 //! The canonical text is the one Postgres writes for a `jsonb`: object keys sorted by
 //! length, then bytes, the last of a repeated key kept; `", "` and `": "` between items;
@@ -13,6 +14,8 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use serde_json::Value;
+use serde_path_to_error::Segment;
 
 use super::FieldError;
 
@@ -373,10 +376,35 @@ impl RawJson {
         &self.0
     }
 
-    /// The value, read (for a check that needs it read, as a JSON Schema).
-    pub fn value(&self) -> serde_json::Value {
-        serde_json::from_str(self.0.get()).expect("a RawValue is one JSON value")
+    /// The value, read (for a check that needs it read, as a JSON Schema); or, for text
+    /// that holds what no value can (a number beyond a double's range, a lone
+    /// surrogate), why not, under `field` followed by the JSON pointer of the place
+    /// (`body/items/0`).
+    pub fn value(&self, field: &str) -> Result<Value, FieldError> {
+        let mut text = serde_json::Deserializer::from_str(self.0.get());
+        serde_path_to_error::deserialize(&mut text).map_err(|e| {
+            let reason = e.inner().to_string();
+            let reason = reason.split(" at line ").next().unwrap_or_default();
+            FieldError::new(pointer(field, e.path()), reason)
+        })
     }
+}
+
+/// `field` followed by the JSON pointer (RFC 6901) of `path`.
+fn pointer(field: &str, path: &serde_path_to_error::Path) -> String {
+    let mut out = field.to_string();
+    for segment in path {
+        match segment {
+            Segment::Seq { index } => {
+                let _ = write!(out, "/{index}");
+            }
+            Segment::Map { key } => {
+                let _ = write!(out, "/{}", key.replace('~', "~0").replace('/', "~1"));
+            }
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    out
 }
 
 impl PartialEq for RawJson {

@@ -686,6 +686,58 @@ async fn a_body_that_does_not_match_its_topics_schema_is_refused_naming_where() 
     assert!(receiver.wait_for(2, WAIT).await, "both sent");
 }
 
+/// A schema reads an event's body as values: one that holds what no value can (a number
+/// beyond a double's range, a lone surrogate) is refused naming where, in a batch for
+/// that item alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_its_schema_cannot_read_is_refused_naming_where_and_a_batch_answers_every_item() {
+    let schemas = tempfile::tempdir().unwrap();
+    let schema = json!({"type": ["object", "array"]});
+    std::fs::write(
+        schemas.path().join("payment.succeeded.json"),
+        schema.to_string(),
+    )
+    .unwrap();
+    let dir = schemas.path().to_str().unwrap();
+    let (_backend, _receiver, pb) =
+        support::start_any(&[("POSTBACK_EVENTS_SCHEMA_DIR", dir)]).await;
+    let event = |body: &str| format!(r#"{{"topic": "payment.succeeded", "body": {body}}}"#);
+    let post = |path: &'static str, raw: String| {
+        let pb = &pb;
+        async move {
+            let (status, answer, _) = pb
+                .request_raw(support::instance::TOKEN, Method::POST, path, &raw, &[])
+                .await;
+            (status, answer)
+        }
+    };
+    let unreadable = [("[1e400]", "body/0"), (r#"{"s": "\ud800"}"#, "body/s")];
+    for (body, field) in unreadable {
+        let (status, answer) = post("/events", event(body)).await;
+        assert_eq!(status, 422, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], "invalid_field", "{answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains("payment.succeeded"), "{answer}");
+    }
+    let items = [r#"{"n": 1}"#, unreadable[0].0, unreadable[1].0, "[2]"].map(event);
+    let batch = format!(r#"{{"items": [{}]}}"#, items.join(", "));
+    let (status, answer) = post("/events/batch", batch).await;
+    assert_eq!(status, 200, "{answer}");
+    let answered = answer["items"].as_array().unwrap();
+    assert_eq!(answered.len(), 4, "{answer}");
+    assert!(answered[0]["id"].is_string(), "{answer}");
+    assert_eq!(answered[1]["error"]["field"], "body/0", "{answer}");
+    assert_eq!(answered[2]["error"]["field"], "body/s", "{answer}");
+    assert!(answered[3]["id"].is_string(), "{answer}");
+    let (_, listed) = pb.get("/events").await;
+    assert_eq!(
+        listed["items"].as_array().unwrap().len(),
+        2,
+        "only the readable stored: {listed}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_and_topics_past_retention_are_forgotten() {
     let env = [("POSTBACK_RETENTION_FINISHED_MAX_AGE", "2s")];

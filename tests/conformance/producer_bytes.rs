@@ -34,6 +34,27 @@ async fn post_raw(pb: &Postback, path: &str, raw: &str, headers: &[(&str, &str)]
     (status, answer)
 }
 
+/// `POST path` with `raw` as the body, as written: the status and the answer's text.
+async fn post_text(
+    pb: &Postback,
+    path: &str,
+    raw: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut sent = pb
+        .http
+        .post(pb.url(path))
+        .bearer_auth(support::instance::TOKEN)
+        .header("content-type", "application/json")
+        .body(raw.to_string());
+    for (name, value) in headers {
+        sent = sent.header(*name, *value);
+    }
+    let answer = sent.send().await.unwrap();
+    let status = answer.status().as_u16();
+    (status, answer.text().await.unwrap())
+}
+
 /// A `POST /notify` request for `url` whose body is `body`, as written.
 fn request(url: &str, body: &str) -> String {
     format!(r#"{{"url": "{url}", "body": {body}}}"#)
@@ -227,4 +248,58 @@ async fn random_bodies_reach_the_merchant_byte_for_byte_through_every_path() {
             "an event's body as sent: {body}"
         );
     }
+}
+
+/// Bodies that are JSON text but hold what no reader of values can: a number beyond a
+/// double's range, a lone surrogate.
+const UNREADABLE_AS_VALUES: [&str; 2] = ["[1e400]", r#"{"s": "\ud800"}"#];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_no_reader_of_values_could_hold_is_delivered_as_sent_where_nothing_reads_it() {
+    let (_backend, receiver, pb) = start().await;
+    let subscription = json!({"url": receiver.url("/event"), "topics": ["raw.*"]});
+    let (status, answer) = pb
+        .request(Method::POST, "/subscriptions", Some(subscription), &[])
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    for (n, body) in UNREADABLE_AS_VALUES.iter().enumerate() {
+        let key = [("idempotency-key", &*format!("unreadable-{n}"))];
+        let single = request(&receiver.url(&format!("/keyed/{n}")), body);
+        let (status, answer) = post_raw(&pb, "/notify", &single, &key).await;
+        assert_eq!(status, 202, "{body}: {answer}");
+        let batch = format!(
+            r#"{{"items": [{}]}}"#,
+            request(&receiver.url(&format!("/batch/{n}")), body)
+        );
+        let (status, answer) = post_raw(&pb, "/notify/batch", &batch, &[]).await;
+        assert!(
+            answer["items"][0]["id"].is_string(),
+            "{body}: {status} {answer}"
+        );
+        // An event is answered with its body as sent, which a reader of values could
+        // not read either: the answer is looked at as text.
+        let event = format!(r#"{{"topic": "raw.one{n}", "body": {body}}}"#);
+        let (status, answer) = post_text(&pb, "/events", &event, &key).await;
+        assert_eq!(status, 202, "{body}: {answer}");
+        assert!(answer.contains(&format!(r#""body":{body}"#)), "{answer}");
+        let events = format!(r#"{{"items": [{{"topic": "raw.batch{n}", "body": {body}}}]}}"#);
+        let (status, answer) = post_text(&pb, "/events/batch", &events, &[]).await;
+        assert_eq!(status, 200, "{body}: {answer}");
+        assert!(answer.contains(r#""id":"evt_"#), "{body}: {answer}");
+    }
+    for (n, body) in UNREADABLE_AS_VALUES.iter().enumerate() {
+        delivered_as_sent(&receiver, &format!("/keyed/{n}"), body).await;
+        delivered_as_sent(&receiver, &format!("/batch/{n}"), body).await;
+    }
+    let both_events = support::eventually(WAIT, || async {
+        let sent = receiver.requests();
+        UNREADABLE_AS_VALUES.iter().all(|body| {
+            let as_sent = sent
+                .iter()
+                .filter(|r| r.path == "/event" && r.body == body.as_bytes());
+            as_sent.count() == 2
+        })
+    })
+    .await;
+    assert!(both_events, "each event's body as sent, once per publish");
 }
