@@ -1,7 +1,8 @@
 //! What postback reads of JSON it keeps as sent: how deep a document nests
 //! (`check_nesting`, so that whatever is accepted can be read back), its canonical
 //! text (`canonical_json`), the form an idempotency key's fingerprint is taken of, and
-//! its value where a check must read one (`RawJson::value`).
+//! its value where a check must read one (`RawJson::value`). Each pass is run on every
+//! request with a body, so each is O(n log n) or better for n bytes.
 //!
 //! The canonical text is the one Postgres writes for a `jsonb`: object keys sorted by
 //! length, then bytes, the last of a repeated key kept; `", "` and `": "` between items;
@@ -10,6 +11,7 @@
 //! registered through `postback.notify()` (a `jsonb`) and the same request over HTTP have
 //! one fingerprint, and spacing or field order never makes a repeat another request.
 
+use std::cmp::Ordering;
 use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
@@ -33,7 +35,8 @@ const SLACK: usize = 64 * 1024;
 
 /// Refuses JSON text that nests deeper than `limit` levels, naming the field of the
 /// top-level object under which it does (its nearest field path, as `success` or
-/// `items`). Text that is not JSON passes: the parser that follows says why.
+/// `items`). Text that is not JSON passes: the parser that follows says why. O(n) for
+/// n bytes: one pass, looking back only over the spaces before a top-level field name.
 pub fn check_nesting(raw: &[u8], limit: usize) -> Result<(), FieldError> {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     let mut field_start = None;
@@ -90,6 +93,9 @@ fn previous_token(raw: &[u8], i: usize) -> Option<u8> {
 }
 
 /// `raw`'s canonical text (see the module's doc); `None` when it is not one JSON value.
+/// O(n log n) for n bytes: each object's keys are sorted once (`in_key_order`), every
+/// byte is otherwise read a few times, and the text written is at most `MAX_GROWTH`
+/// times as long (plus `SLACK`).
 pub fn canonical_json(raw: &[u8]) -> Option<String> {
     let mut parser = Parser { raw, at: 0 };
     let value = parser.value()?;
@@ -218,18 +224,14 @@ impl<'a> Parser<'a> {
                 self.skip_space();
                 let key = self.string()?;
                 self.eat(b':')?;
-                let value = self.value()?;
-                // The last of a repeated key is the one kept.
-                fields.retain(|(k, _)| *k != key);
-                fields.push((key, value));
+                fields.push((key, self.value()?));
                 if self.eat(b'}').is_some() {
                     break;
                 }
                 self.eat(b',')?;
             }
         }
-        fields.sort_by(|(a, _), (b, _)| (a.len(), a.as_bytes()).cmp(&(b.len(), b.as_bytes())));
-        Some(Node::Object(fields))
+        Some(Node::Object(in_key_order(fields)))
     }
 
     /// A string's text, its escapes read.
@@ -250,6 +252,31 @@ impl<'a> Parser<'a> {
         let quoted = std::str::from_utf8(self.raw.get(start..self.at)?).ok()?;
         serde_json::from_str(quoted).ok()
     }
+}
+
+/// An object's `fields` (as sent) in key order, the last of a repeated key kept: a
+/// stable sort, so that a key's repeats stay in the order sent, then the last of each
+/// run of one key. O(k log k) comparisons for k fields, each reading no more of a key
+/// than its length: O(n log n) for n bytes of keys.
+fn in_key_order(mut fields: Vec<(String, Node<'_>)>) -> Vec<(String, Node<'_>)> {
+    fields.sort_by(|(a, _), (b, _)| key_order(a, b));
+    let mut kept: Vec<(String, Node<'_>)> = Vec::with_capacity(fields.len());
+    for field in fields {
+        match kept.last_mut() {
+            Some(last) if key_order(&last.0, &field.0).is_eq() => *last = field,
+            _ => kept.push(field),
+        }
+    }
+    kept
+}
+
+/// How the canonical text orders an object's keys: by length, then bytes.
+fn key_order(a: &str, b: &str) -> Ordering {
+    #[cfg(test)]
+    tests::count_comparison(a, b);
+    a.len()
+        .cmp(&b.len())
+        .then_with(|| a.as_bytes().cmp(b.as_bytes()))
 }
 
 /// Writes `text` as a JSON string, escaping only what must be.
@@ -416,6 +443,82 @@ impl PartialEq for RawJson {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Steps of the canonical text counted on this thread (`count_comparison`).
+        static STEPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Counts a comparison of two keys: a step, and one per byte it reads.
+    pub(super) fn count_comparison(a: &str, b: &str) {
+        let read = match a.len() == b.len() {
+            true => 1 + a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count(),
+            false => 0,
+        };
+        STEPS.with(|steps| steps.set(steps.get() + 1 + read as u64));
+    }
+
+    /// The steps the canonical text of `text` takes.
+    fn steps_of(text: &str) -> u64 {
+        STEPS.with(|steps| steps.set(0));
+        assert!(canonical_json(text.as_bytes()).is_some(), "{text:.40}");
+        STEPS.with(Cell::get)
+    }
+
+    /// Texts of about `n` bytes, each the worst for one way of comparing keys: many
+    /// distinct keys, each key twice, one key over and over, long keys that differ only
+    /// at their end, and many objects nested as deep as a request may; keys in an order
+    /// of chance (one seed: the same every run), since keys sent in order sort at once.
+    fn worst_texts(n: usize) -> Vec<(&'static str, String)> {
+        let mut chance = fastrand::Rng::with_seed(68);
+        let mut object = |mut fields: Vec<String>| {
+            chance.shuffle(&mut fields);
+            format!("{{{}}}", fields.join(","))
+        };
+        let distinct = object((0..n / 9).map(|i| format!(r#""{i}":0"#)).collect());
+        let twice = (0..n / 9).map(|i| format!(r#""{}":{i}"#, i % (n / 18)));
+        let twice = object(twice.collect());
+        let one = object(vec![r#""k":0"#.to_string(); n / 6]);
+        let prefix = "p".repeat(120);
+        let long = object(
+            (0..n / 130)
+                .map(|i| format!(r#""{prefix}{i:05}":0"#))
+                .collect(),
+        );
+        let mut nested = String::from("0");
+        for depth in 0..MAX_NESTING - 1 {
+            let mut fields: Vec<String> = (0..n / (MAX_NESTING * 9))
+                .map(|i| format!(r#""{i}":0"#))
+                .collect();
+            fields.push(format!(r#""{depth}x":{nested}"#));
+            nested = object(fields);
+        }
+        vec![
+            ("distinct keys", distinct),
+            ("each key twice", twice),
+            ("one key repeated", one),
+            ("long keys alike but for their end", long),
+            ("nested objects", nested),
+        ]
+    }
+
+    /// The canonical text of n bytes takes O(n log n) steps, whatever its keys: at most
+    /// 2·n·log2(n) at every size up to the largest body.
+    #[test]
+    fn the_canonical_text_takes_n_log_n_steps_whatever_the_keys() {
+        for n in [4 * 1024, 32 * 1024, 256 * 1024] {
+            for (shape, text) in worst_texts(n) {
+                let len = text.len() as f64;
+                let steps = steps_of(&text);
+                let bound = 2.0 * len * len.log2();
+                assert!(
+                    steps as f64 <= bound,
+                    "{shape}, {len} bytes: {steps} steps, more than {bound}"
+                );
+            }
+        }
+    }
 
     fn canonical(raw: &str) -> String {
         canonical_json(raw.as_bytes()).unwrap()
@@ -451,6 +554,12 @@ mod tests {
         assert_eq!(
             canonical(raw),
             "{\"a\": 3, \"b\": 1, \"s\": \"é\\u001f\\n/ é \\t\\b\\f\\r \u{7f} \\\"\\\\\", \"aa\": [1, {}]}"
+        );
+        let repeats =
+            r#"{"b":1,"a":2,"b":3,"":0,"a":{"x":1,"x":[2],"x":{"y":1,"y":2}},"":5,"ab":6,"b":7}"#;
+        assert_eq!(
+            canonical(repeats),
+            r#"{"": 5, "a": {"x": {"y": 2}}, "b": 7, "ab": 6}"#
         );
         assert_eq!(canonical(" [ ] "), "[]");
         assert_eq!(canonical("[[],{}]"), "[[], {}]");

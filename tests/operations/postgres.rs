@@ -492,7 +492,12 @@ async fn bodies_through_the_database_arrive_value_for_value() {
     let receiver = Receiver::start().await;
     let _pb = Postback::start_on_postgres(&pg, &[]).await;
     producer_role(&pg);
-    let bodies = support::json_text::sample_bodies(40);
+    let mut bodies = support::json_text::sample_bodies(40);
+    // Repeated keys at every level: the database keeps the last of each.
+    bodies.push(
+        r#"{"b":1,"a":2,"b":3,"":0,"a":{"x":1,"x":[2],"x":{"y":1,"y":2}},"":5,"ab":6,"b":7}"#
+            .to_string(),
+    );
     let mut ids = Vec::new();
     for (n, body) in bodies.iter().enumerate() {
         let call = format!("'{}', $j${body}$j$", receiver.url(&format!("/sql/{n}")));
