@@ -337,32 +337,34 @@ impl<'a> Decimal<'a> {
 
 /// Writes a number as Postgres's `numeric` writes it: every digit, no exponent, as many
 /// decimals as written less the exponent, no sign on zero; `None` when `out` would grow
-/// past `budget` bytes.
+/// past `budget` bytes. Reckoned in `i128`, where no exponent an `i64` holds overflows.
 fn write_number(text: &str, out: &mut String, budget: usize) -> Option<()> {
     let d = Decimal::parse(text)?;
-    let scale = (d.fraction.len() as i64 - d.exponent).max(0);
+    let exponent = i128::from(d.exponent);
+    let scale = (d.fraction.len() as i128 - exponent).max(0);
     // The significant digits, and how many of them stand before the point.
     let all = [d.integer, d.fraction].concat();
     let significant = all.trim_start_matches('0');
-    let before = d.integer.len() as i64 + d.exponent - (all.len() - significant.len()) as i64;
+    let before = d.integer.len() as i128 + exponent - (all.len() - significant.len()) as i128;
     let whole_len = if significant.is_empty() {
         1
     } else {
         before.max(1)
     };
-    let len = whole_len.saturating_add(if scale > 0 { scale + 1 } else { 0 });
-    if out.len() as i64 + len > budget as i64 {
+    let len = whole_len + if scale > 0 { scale + 1 } else { 0 };
+    if out.len() as i128 + len > budget as i128 {
         return None;
     }
     if d.negative && !significant.is_empty() {
         out.push('-');
     }
-    let zeros = |n: i64| "0".repeat(n.max(0) as usize);
+    // Within the budget from here: every count below fits it.
+    let zeros = |n: i128| "0".repeat(n.max(0) as usize);
     match (significant.is_empty(), before) {
-        (true, _) | (false, i64::MIN..=0) => out.push('0'),
+        (true, _) | (false, i128::MIN..=0) => out.push('0'),
         (false, b) if b as usize >= significant.len() => {
             out.push_str(significant);
-            out.push_str(&zeros(b - significant.len() as i64));
+            out.push_str(&zeros(b - significant.len() as i128));
         }
         (false, b) => out.push_str(&significant[..b as usize]),
     }
@@ -379,7 +381,7 @@ fn write_number(text: &str, out: &mut String, budget: usize) -> Option<()> {
             .to_string(),
     };
     out.push_str(&decimals);
-    out.push_str(&zeros(scale - decimals.len() as i64));
+    out.push_str(&zeros(scale - decimals.len() as i128));
     Some(())
 }
 
@@ -582,6 +584,12 @@ mod tests {
         assert_eq!(canonical("-0.0e+427"), "0");
         assert_eq!(canonical("1e999").len(), 1000);
         assert_eq!(canonical("1e-3"), "0.001");
+        // Exponents at the ends of what they are read as.
+        assert_eq!(canonical_json(b"1e9223372036854775807"), None);
+        assert_eq!(canonical_json(b"-1.5e-9223372036854775808"), None);
+        assert_eq!(canonical_json(b"0e-9223372036854775808"), None);
+        assert_eq!(canonical("0e9223372036854775807"), "0");
+        assert_eq!(canonical_json(b"1e9223372036854775808"), None);
     }
 
     #[test]
