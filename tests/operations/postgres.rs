@@ -493,11 +493,15 @@ async fn bodies_through_the_database_arrive_value_for_value() {
     let _pb = Postback::start_on_postgres(&pg, &[]).await;
     producer_role(&pg);
     let mut bodies = support::json_text::sample_bodies(40);
-    // Repeated keys at every level: the database keeps the last of each.
+    // Repeated keys at every level: the database keeps the last of each; and thousands
+    // of keys, each twice, in an order of chance.
     bodies.push(
         r#"{"b":1,"a":2,"b":3,"":0,"a":{"x":1,"x":[2],"x":{"y":1,"y":2}},"":5,"ab":6,"b":7}"#
             .to_string(),
     );
+    let mut many: Vec<String> = (0..5_000).map(|i| format!(r#""{}":{i}"#, i / 2)).collect();
+    fastrand::Rng::with_seed(68).shuffle(&mut many);
+    bodies.push(format!("{{{}}}", many.join(",")));
     let mut ids = Vec::new();
     for (n, body) in bodies.iter().enumerate() {
         let call = format!("'{}', $j${body}$j$", receiver.url(&format!("/sql/{n}")));
