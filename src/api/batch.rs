@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
+use super::offload::pass_over;
 use super::parse::{no_key_header, parse_json, parse_json_within, split_key, BATCH_NESTING};
 use super::registration::{self, Registration};
 use super::view::Registered;
@@ -104,12 +105,7 @@ pub async fn register_batch(
     Body(body): Body,
 ) -> Result<Json<BatchRegistered>, ApiError> {
     no_key_header(&headers)?;
-    let request: BatchRequest = parse_json_within(&body, BATCH_NESTING)?;
-    let items = items(request.items.as_deref(), MAX_ITEMS, "notifications")?;
-    let registrations = items
-        .into_iter()
-        .map(|item| registration(&state, &caller, item))
-        .collect();
+    let registrations = pass_over(body.len(), || registrations(&state, &caller, &body))?;
     let traceparent = registration::traceparent(&headers);
     let results = registration::register_many(&state, registrations, traceparent).await;
     let items = results
@@ -123,6 +119,20 @@ pub async fn register_batch(
         })
         .collect();
     Ok(Json(BatchRegistered { items }))
+}
+
+/// The batch `body` of `caller`'s, each item checked on its own.
+fn registrations(
+    state: &AppState,
+    caller: &Principal,
+    body: &[u8],
+) -> Result<Vec<Result<Registration, ApiError>>, ApiError> {
+    let request: BatchRequest = parse_json_within(body, BATCH_NESTING)?;
+    let items = items(request.items.as_deref(), MAX_ITEMS, "notifications")?;
+    Ok(items
+        .into_iter()
+        .map(|item| registration(state, caller, item))
+        .collect())
 }
 
 /// The list of items: 1 to `max` of them, each as sent.

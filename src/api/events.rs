@@ -19,6 +19,7 @@ use super::audit;
 use super::body::Body;
 use super::error::{invalid_query, ApiError, BadInput, CommonErrors, ErrorBody};
 use super::fanout;
+use super::offload::pass_over;
 use super::parse::{key_header, optional_json, parse_json, without_key};
 use super::view::{next_attempt_at, StateView};
 use super::AppState;
@@ -198,26 +199,14 @@ pub(super) async fn publish_one(
     raw: &[u8],
     header_key: Option<IdempotencyKey>,
 ) -> Result<(EventView, bool), ApiError> {
-    let request: PublishRequest = parse_json(raw)?;
-    let key = publish_key(header_key, request.idempotency_key.as_deref())?;
-    // What a repeated key is held to: the request without its key, whatever its
-    // spacing or field order.
-    let fingerprint = Fingerprint::of_request(without_key(raw)?.as_bytes());
-    let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
-        state.rules.tenants.contains_key(t)
-    })?;
-    let topic = request
-        .topic
-        .as_deref()
-        .ok_or_else(|| FieldError::new("topic", "required"))?;
-    let topic = Topic::parse(topic, "topic")?;
-    let body = request
-        .body
-        .ok_or_else(|| FieldError::new("body", "required"))?;
-    Payload::from_raw(&body)?;
-    let body = RawJson::new(body);
-    state.rules.event_schemas.check(&topic, &body)?;
-    let key = key.map(IdempotencyKey::into_string);
+    let checked = pass_over(raw.len(), || check(state, caller, raw, header_key))?;
+    let Checked {
+        key,
+        fingerprint,
+        tenant,
+        topic,
+        body,
+    } = checked;
     let store = state.store.as_ref();
     if let Some(key) = &key {
         if let Some(earlier) = events::event_of_key(store, &tenant, key).await? {
@@ -235,7 +224,9 @@ pub(super) async fn publish_one(
         deliveries: Vec::new(),
     };
     let reached = events::reached(store, &tenant, &topic).await?;
-    let (event, registrations) = fanout::plan(&state.rules, event, &reached);
+    // A pass over the body for each subscription reached.
+    let copies = event.body.get().len().saturating_mul(reached.len());
+    let (event, registrations) = pass_over(copies, || fanout::plan(&state.rules, event, &reached));
     if !events::publish(store, &event, event.created_at).await? {
         // The key published another event meanwhile.
         let earlier = events::event_of_key(store, &tenant, key.as_deref().unwrap_or_default());
@@ -251,6 +242,51 @@ pub(super) async fn publish_one(
             .map(|(_, s)| s.clone())
     });
     Ok((view, false))
+}
+
+/// A publish checked, before the store is asked anything.
+struct Checked {
+    key: Option<String>,
+    /// What a repeated key is held to: the request without its key, whatever its
+    /// spacing or field order.
+    fingerprint: Fingerprint,
+    tenant: Tenant,
+    topic: Topic,
+    body: RawJson,
+}
+
+/// Checks the publish `raw` of `caller`'s (with `header_key`): every field, and the body
+/// against its topic's schema.
+fn check(
+    state: &AppState,
+    caller: &Principal,
+    raw: &[u8],
+    header_key: Option<IdempotencyKey>,
+) -> Result<Checked, ApiError> {
+    let request: PublishRequest = parse_json(raw)?;
+    let key = publish_key(header_key, request.idempotency_key.as_deref())?;
+    let fingerprint = Fingerprint::of_request(without_key(raw)?.as_bytes());
+    let tenant = auth::registering_tenant(caller, request.tenant.as_deref(), |t| {
+        state.rules.tenants.contains_key(t)
+    })?;
+    let topic = request
+        .topic
+        .as_deref()
+        .ok_or_else(|| FieldError::new("topic", "required"))?;
+    let topic = Topic::parse(topic, "topic")?;
+    let body = request
+        .body
+        .ok_or_else(|| FieldError::new("body", "required"))?;
+    Payload::from_raw(&body)?;
+    let body = RawJson::new(body);
+    state.rules.event_schemas.check(&topic, &body)?;
+    Ok(Checked {
+        key: key.map(IdempotencyKey::into_string),
+        fingerprint,
+        tenant,
+        topic,
+        body,
+    })
 }
 
 /// The event a repeated idempotency key published, unless that was published with

@@ -16,6 +16,7 @@ use super::batch::{items, list_schema};
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
 use super::events::{publish_one, EventView};
+use super::offload::pass_over;
 use super::parse::{no_key_header, parse_json_within, BATCH_NESTING};
 use super::AppState;
 use crate::tenancy::access::Principal;
@@ -84,11 +85,7 @@ pub async fn publish_batch(
     Body(body): Body,
 ) -> Result<Json<EventBatchPublished>, ApiError> {
     no_key_header(&headers)?;
-    let request: EventBatchRequest = parse_json_within(&body, BATCH_NESTING)?;
-    let items: Vec<String> = items(request.items.as_deref(), MAX_ITEMS, "events")?
-        .into_iter()
-        .map(|item| item.get().to_string())
-        .collect();
+    let items = pass_over(body.len(), || batch_items(&body))?;
     let published = futures_util::stream::iter(items)
         .map(|item| {
             let (state, caller) = (state.clone(), caller.clone());
@@ -108,6 +105,16 @@ pub async fn publish_batch(
         })
         .collect();
     Ok(Json(EventBatchPublished { items }))
+}
+
+/// The items of the batch `body`, each as sent.
+fn batch_items(body: &[u8]) -> Result<Vec<String>, ApiError> {
+    let request: EventBatchRequest = parse_json_within(body, BATCH_NESTING)?;
+    let items = items(request.items.as_deref(), MAX_ITEMS, "events")?;
+    Ok(items
+        .into_iter()
+        .map(|item| item.get().to_string())
+        .collect())
 }
 
 async fn publish_item(

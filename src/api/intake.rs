@@ -11,11 +11,12 @@ use super::error::ApiError;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::offload::pass_over;
 use super::registration::prepare_intake;
 use super::rules::{RegistrationRules, MAX_REQUEST_KEY};
 use crate::backoff::backoff;
 use crate::domain::{FieldError, IdempotencyKey};
-use crate::store::{IntakeRules, Store, TakenIn};
+use crate::store::{IntakeItem, IntakeRules, Store, TakenIn};
 
 /// Registrations taken in per transaction.
 const BATCH: usize = 200;
@@ -52,7 +53,10 @@ pub async fn run(
         return;
     };
     let checked_by = rules.clone();
-    let check = move |item: &_| prepare_intake(&checked_by, item).map_err(ApiError::into_json);
+    let check = move |item: &IntakeItem| {
+        let checked = pass_over(item.request.len(), || prepare_intake(&checked_by, item));
+        checked.map_err(ApiError::into_json)
+    };
     let mut failures = 0;
     loop {
         let Some(intake) = store.intake() else { return };

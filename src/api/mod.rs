@@ -35,6 +35,7 @@ mod limits;
 mod me;
 mod notifications;
 mod notify;
+mod offload;
 mod overview;
 pub(crate) mod paging;
 mod parse;

@@ -16,6 +16,7 @@ use utoipa::ToSchema;
 
 use super::body::Body;
 use super::error::{ApiError, BadInput, CommonErrors, ErrorBody};
+use super::offload::pass_over;
 use super::parse::{key_header, parse_json};
 use super::registration::{prepare, register, traceparent};
 use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRules};
@@ -117,8 +118,10 @@ pub async fn notify(
     Body(body): Body,
 ) -> Result<Response, ApiError> {
     let key = key_header(&headers)?;
-    let request: NotifyRequest = parse_json(&body)?;
-    let registration = prepare(&state, &caller, request, key, &body)?;
+    let registration = pass_over(body.len(), || {
+        let request: NotifyRequest = parse_json(&body)?;
+        prepare(&state, &caller, request, key, &body)
+    })?;
     let accepted = register(&state, registration, traceparent(&headers)).await?;
     let mut response = (
         StatusCode::ACCEPTED,
