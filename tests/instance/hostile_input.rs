@@ -3,10 +3,14 @@
 //! ordering keys, success rules):
 //! each answers `Ok` or an error and never panics, and what it accepts keeps the type's
 //! promises. Then the HTTP edge: deep JSON, huge headers and broken encodings get a 4xx
-//! and store nothing.
+//! and store nothing, and the worst bodies the limits allow are taken in while
+//! `/healthz` keeps answering.
 
 use crate::support;
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use postback::delivery::policy::Quota;
@@ -16,6 +20,7 @@ use postback::domain::{
 };
 use postback::store::Cursor;
 use proptest::prelude::*;
+use reqwest::Method;
 use serde_json::{json, Value};
 
 /// Text that looks like what the parsers expect often enough to reach their insides.
@@ -226,4 +231,245 @@ async fn deep_or_broken_input_at_the_http_edge_gets_a_4xx_and_stores_nothing() {
     }
     assert_eq!(pb.status_without_token("/healthz").await, 200, "still up");
     assert!(backend.holds_nothing(&pb).await, "nothing stored");
+}
+
+/// The largest body the limits allow (`server.max_body_bytes`), and batch
+/// (`server.max_batch_bytes`), by default.
+const MAX_BODY: usize = 256 * 1024;
+const MAX_BATCH: usize = 2 * 1024 * 1024;
+/// A topic whose schema reads every value of a body, however deep.
+const CHECKED: &str = "load.checked";
+/// Requests of one shape sent at once: more than the instance's worker threads.
+const AT_ONCE: usize = 4;
+/// `/healthz` answers each wave must see while in flight: a wave runs about as long as
+/// its requests' passes over their bodies, many times a `/healthz` answer, unless
+/// those passes keep the instance's worker threads from answering.
+const HEALTH_ANSWERS: usize = 20;
+
+/// The worst bodies the limits allow are taken in, and hold up no other request: each
+/// shape is registered with an idempotency key and published as an event that its
+/// topic's schema reads, `AT_ONCE` of each at once (more than the instance's two worker
+/// threads), then in batches as large as allowed. Each must be taken, and `/healthz`,
+/// asked one after the other meanwhile, must answer many times while at least two of a
+/// wave are in flight: counted, not timed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_answers_while_the_worst_bodies_the_limits_allow_are_checked() {
+    let (_schemas, _backend, receiver, pb) = with_a_checked_topic().await;
+    // Nothing is sent while the test runs: what is measured is taking bodies in.
+    let load = Load {
+        url: receiver.url("/later"),
+        keys: Cell::new(0),
+    };
+    for (shape, body) in worst_bodies(MAX_BODY - 256) {
+        let wave = (0..AT_ONCE).flat_map(|_| {
+            let keyed = |path, raw| Sent::keyed(path, raw, Some(load.key()));
+            [
+                keyed("/notify", load.notify(&body)),
+                keyed("/events", load.event(&body)),
+            ]
+        });
+        let answers = health_answers_during(&pb, wave.collect()).await;
+        assert!(
+            answers >= HEALTH_ANSWERS,
+            "{shape}: /healthz answered {answers} times while they were taken in"
+        );
+    }
+    let answers = health_answers_during(&pb, load.batches()).await;
+    assert!(
+        answers >= HEALTH_ANSWERS,
+        "batches: /healthz answered {answers} times while they were taken in"
+    );
+}
+
+/// An instance whose topic `CHECKED` has a schema that reads every value, with a
+/// subscription to it whose notifications wait an hour; the schema's directory too.
+async fn with_a_checked_topic() -> (
+    tempfile::TempDir,
+    support::Backend,
+    support::Receiver,
+    support::Postback,
+) {
+    let schemas = tempfile::tempdir().unwrap();
+    let every_value = json!({"$ref": "#/$defs/any", "$defs": {"any": {
+        "type": ["object", "array", "string", "number", "boolean", "null"],
+        "additionalProperties": {"$ref": "#/$defs/any"}, "items": {"$ref": "#/$defs/any"}}}});
+    let schema = schemas.path().join(format!("{CHECKED}.json"));
+    std::fs::write(schema, every_value.to_string()).unwrap();
+    let dir = schemas.path().to_str().unwrap();
+    let env = [
+        ("POSTBACK_EVENTS_SCHEMA_DIR", dir),
+        ("POSTBACK_SERVER_WORKER_THREADS", "2"),
+    ];
+    let (backend, receiver, pb) = support::start_any(&env).await;
+    let subscription = json!({"url": receiver.url("/later"), "topics": ["load.*"], "delay": "1h"});
+    let (status, answer) = pb
+        .request(Method::POST, "/subscriptions", Some(subscription), &[])
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    (schemas, backend, receiver, pb)
+}
+
+/// The requests of the load: registrations to `url`, due in an hour, and events of
+/// `CHECKED`, each with a key of its own.
+struct Load {
+    url: String,
+    /// Keys given so far.
+    keys: Cell<usize>,
+}
+
+impl Load {
+    fn key(&self) -> String {
+        self.keys.set(self.keys.get() + 1);
+        format!("load-{}", self.keys.get())
+    }
+
+    fn notify(&self, body: &str) -> String {
+        format!(r#"{{"url":"{}","delay":"1h","body":{body}}}"#, self.url)
+    }
+
+    fn event(&self, body: &str) -> String {
+        format!(r#"{{"topic":"{CHECKED}","body":{body}}}"#)
+    }
+
+    /// Batches as large as the limits allow, `AT_ONCE` in all: of registrations, eight
+    /// items of many keys in `server.max_batch_bytes`, each with its key; of events, two
+    /// in `server.max_body_bytes`.
+    fn batches(&self) -> Vec<Sent> {
+        let item = many_keys(MAX_BATCH / 8 - 512);
+        let event = self.event(&many_keys(MAX_BODY / 2 - 256));
+        let mut batches = Vec::new();
+        for _ in 0..AT_ONCE / 2 {
+            let items: Vec<String> = (0..8)
+                .map(|_| {
+                    let key = self.key();
+                    format!(
+                        r#"{{"idempotency_key":"{key}",{}"#,
+                        &self.notify(&item)[1..]
+                    )
+                })
+                .collect();
+            let items = format!(r#"{{"items":[{}]}}"#, items.join(","));
+            batches.push(Sent::keyed("/notify/batch", items, None));
+            let events = format!(r#"{{"items":[{event},{event}]}}"#);
+            batches.push(Sent::keyed("/events/batch", events, None));
+        }
+        batches
+    }
+}
+
+/// A request of a wave: its path, its body, and its idempotency key.
+struct Sent {
+    path: &'static str,
+    raw: String,
+    key: Option<String>,
+}
+
+impl Sent {
+    fn keyed(path: &'static str, raw: String, key: Option<String>) -> Self {
+        Self { path, raw, key }
+    }
+
+    /// Sends it and asserts it is taken (every item of a batch).
+    async fn taken(&self, pb: &support::Postback) {
+        let key = self.key.as_deref().map(|k| ("idempotency-key", k));
+        let headers: Vec<(&str, &str)> = key.into_iter().collect();
+        let (status, answer, _) = pb
+            .request_raw(
+                support::instance::TOKEN,
+                Method::POST,
+                self.path,
+                &self.raw,
+                &headers,
+            )
+            .await;
+        let (path, shown) = (self.path, short(&answer));
+        assert!(matches!(status, 200 | 202), "{path}: {status} {shown}");
+        let items = answer["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_else(|| vec![answer]);
+        assert!(items.iter().all(|i| i["id"].is_string()), "{path}: {shown}");
+    }
+}
+
+/// The start of `answer`, which may echo a large body.
+fn short(answer: &Value) -> String {
+    answer.to_string().chars().take(300).collect()
+}
+
+/// Sends `wave` all at once and waits until each is taken; how many times `/healthz`
+/// answered while at least two of them were in flight (as many as the instance has
+/// worker threads), asked one after the other by a task of its own.
+async fn health_answers_during(pb: &support::Postback, wave: Vec<Sent>) -> usize {
+    let in_flight = Arc::new(AtomicUsize::new(wave.len()));
+    let (http, url, flying) = (pb.http.clone(), pb.url("/healthz"), in_flight.clone());
+    let health = tokio::spawn(async move {
+        let mut answers = 0;
+        while flying.load(Ordering::SeqCst) >= 2 {
+            let answer = http.get(&url).send().await;
+            let ok = answer.is_ok_and(|a| a.status() == 200);
+            answers += usize::from(ok && flying.load(Ordering::SeqCst) >= 2);
+        }
+        answers
+    });
+    let taken = wave.iter().map(|sent| async {
+        sent.taken(pb).await;
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+    });
+    futures_util::future::join_all(taken).await;
+    health.await.unwrap()
+}
+
+/// The first of `worst_bodies`: many distinct keys, in `room` bytes.
+fn many_keys(room: usize) -> String {
+    worst_bodies(room).swap_remove(0).1
+}
+
+/// Bodies as large as the limit allows, each the worst for one pass over a body (the
+/// nesting check, the parse, the canonical text and fingerprint, the schema): many
+/// distinct keys, each key twice, one key over and over, long keys alike but for their
+/// end, objects nested to the limit with many keys each, long strings of escapes, many
+/// numbers that the canonical text writes out. Keys in an order of chance (one seed).
+fn worst_bodies(room: usize) -> Vec<(&'static str, String)> {
+    let mut chance = fastrand::Rng::with_seed(68);
+    let mut object = |fields: &mut dyn Iterator<Item = String>, room: usize| {
+        let mut len = 2;
+        let fits = |field: &String| {
+            len += field.len() + 1;
+            len <= room
+        };
+        let mut kept: Vec<String> = fields.take_while(fits).collect();
+        chance.shuffle(&mut kept);
+        format!("{{{}}}", kept.join(","))
+    };
+    let distinct = object(&mut (0..).map(|i| format!(r#""{i}":{i}"#)), room);
+    let twice = object(&mut (0..).map(|i| format!(r#""{}":{i}"#, i / 2)), room);
+    let one = object(&mut (0..).map(|i| format!(r#""k":{i}"#)), room);
+    let prefix = "p".repeat(200);
+    let long = object(&mut (0..).map(|i| format!(r#""{prefix}{i:06}":0"#)), room);
+    // The request's own object is one level; the body's objects nest 62 more within it.
+    let levels = 62;
+    let mut nested = "0".to_string();
+    for level in 0..levels {
+        let mut fields = (0..).map(|i| format!(r#""{i}":0"#));
+        let fields = object(&mut fields, room / (levels + 1));
+        nested = format!(r#"{},"{level}x":{nested}}}"#, &fields[..fields.len() - 1]);
+    }
+    let escape = r#"\u00e9\n\"\\\/\ud83d\ude00"#;
+    let strings = format!(r#"{{"s":"{}"}}"#, escape.repeat((room - 8) / escape.len()));
+    let numbers = ["1e15", "-1.5E-7", "12345678901234567890123", "0.000e-9"];
+    let numbers = (0..).map(|i| numbers[i % 4].to_string());
+    let numbers = format!(
+        "[{}]",
+        numbers.take(room / 14).collect::<Vec<_>>().join(",")
+    );
+    vec![
+        ("distinct keys", distinct),
+        ("each key twice", twice),
+        ("one key repeated", one),
+        ("long keys alike", long),
+        ("nested to the limit", nested),
+        ("long strings of escapes", strings),
+        ("many numbers", numbers),
+    ]
 }
