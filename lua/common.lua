@@ -40,8 +40,10 @@ end
 
 -- What a spec says of its notification besides its content: {its tenant ('' for the
 -- default one), its ordering key ('' for none)}. Since layout 4 (src/store/spec.rs)
--- they are the last words of the first line, which postback writes from validated
--- values (neither holds a space): `<LAYOUT> <created> <delay> <schedule>[ <tenant>[ <key>]]`.
+-- they are the fifth and sixth words of the first line, split at each single space as
+-- `spec::words` splits it (an empty schedule, one attempt only, is an empty word),
+-- which postback writes from validated values (neither holds a space):
+-- `<LAYOUT> <created> <delay> <schedule>[ <tenant>[ <key>]]`.
 -- Nothing is looked for inside the meta JSON or the body, which callers wrote.
 local function about(spec)
   if not spec or not has_first_line(spec) then return '', '' end
@@ -49,8 +51,9 @@ local function about(spec)
   if not line_end then return '', '' end
   local line = string.sub(spec, 1, line_end - 1)
   if string.sub(line, 1, #LAYOUT + 1) == LAYOUT .. ' ' then
-    local tenant, key = string.match(line, '^%S+ %S+ %S+ %S+ ?(%S*) ?(%S*)$')
-    return tenant or '', key or ''
+    local words = {}
+    for word in string.gmatch(line .. ' ', '([^ ]*) ') do words[#words + 1] = word end
+    return words[5] or '', words[6] or ''
   end
   -- A spec of an earlier layout: postback wrote the ordering key and the tenant as the
   -- last fields of the meta line, so only the end of that line is read, where no value

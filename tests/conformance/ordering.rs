@@ -182,6 +182,29 @@ async fn a_cancelled_notification_leaves_its_place_to_the_next() {
     assert_eq!(seqs(&log), vec![0, 2]);
 }
 
+/// A head with one attempt only (an empty schedule), cancelled before it is due, lets
+/// the next of its key go: what the store reads of a notification's key (its spec's
+/// first line, where the empty schedule is an empty word) is its key whatever its
+/// schedule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_head_with_one_attempt_only_lets_the_next_go() {
+    let backend = Backend::start();
+    let receiver = Receiver::start().await;
+    let pb = backend.postback(&[]).await;
+    let mut ids = Vec::new();
+    for (seq, delay) in [(0, "1h"), (1, "0s")] {
+        let body = json!({"url": receiver.url("/ok"), "body": {"key": "e", "seq": seq},
+            "ordering_key": "e", "delay": delay, "schedule": []});
+        ids.push(pb.register(body).await);
+    }
+    assert_eq!(pb.notification(&ids[1]).await["waiting"], true);
+    let path = format!("/notifications/{}", ids[0]);
+    let (status, _) = pb.request(reqwest::Method::DELETE, &path, None, &[]).await;
+    assert_eq!(status, 200);
+    pb.wait_state(&ids[1], "delivered", Duration::from_secs(10))
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_key_in_two_tenants_is_two_keys() {
     let fleet = tenants::start(&[]).await;

@@ -539,6 +539,22 @@ async fn last_hour(f: &support::tenants::Fleet, token: &str, path: &str) -> (u64
     (sum("finished"), sum("dead"))
 }
 
+/// A tenant's counts follow notifications of one attempt only (an empty schedule) as
+/// they are claimed and finish: none is left counted as scheduled or in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_follow_notifications_of_one_attempt_only() {
+    let f = start(&[]).await;
+    for k in 0..3 {
+        let url = f.receiver.url(&format!("/once/{k}?fail=9"));
+        let body = json!({"url": url, "body": {}, "schedule": []});
+        let id = f.register("tok-plain-c", body).await;
+        f.pb.wait_state(&id, "dead", WAIT).await;
+    }
+    let (_, stats) = f.get("tok-plain-c", "/stats").await;
+    let counts = ["scheduled", "in_flight", "dead"].map(|s| stats[s].clone());
+    assert_eq!(counts, [json!(0), json!(0), json!(3)], "{stats}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_and_the_overview_follow_each_tenant() {
     let f = start(&[]).await;
