@@ -73,7 +73,8 @@ pub struct AuditItem {
     pub filter: Option<Map<String, Value>>,
     /// How many notifications it changed.
     pub count: u64,
-    /// A replay to a new URL: `{"from": <old>, "to": <new>}`; null otherwise.
+    /// A replay to a new URL, or a subscription moved to one: `{"from": <old>, "to":
+    /// <new>}`; null otherwise.
     #[schema(value_type = Option<Object>)]
     pub url: Option<UrlChange>,
 }

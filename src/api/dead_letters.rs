@@ -21,7 +21,7 @@ use super::rules::{bounded_duration, schedule, schedule_schema, RegistrationRule
 use super::view::{Count, DeadLetterItem, DeadLetterPage, DeadLetterView, Replayed};
 use super::AppState;
 use super::{audit, auth, endpoints, paging};
-use crate::domain::{ExtraHeaders, FieldError, JobId, JobSpec, Schedule};
+use crate::domain::{headers_after_change, ExtraHeaders, FieldError, JobId, JobSpec, Schedule};
 use crate::store::{AuditAction, Cursor, JobState, JobView, ListFilter, UrlChange};
 use crate::tenancy::access::Principal;
 
@@ -94,8 +94,8 @@ pub async fn list(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
-    /// A new callback URL. The stored extra headers are not sent to it (they were meant
-    /// for the old receiver): only `headers`, if given.
+    /// A new callback URL. The stored extra headers are not sent to another URL (they
+    /// were meant for the old receiver): only `headers`, if given.
     url: Option<String>,
     /// Extra request headers instead of the stored ones, checked as at registration.
     headers: Option<BTreeMap<String, String>>,
@@ -179,12 +179,9 @@ pub async fn replay(
     tracing::info!(id = %found.id, actor = %caller.actor, new_url = spec.is_some(), "dead letter replayed");
     state.wake.notify_one();
     let mut entry = audit::on_one(&caller, AuditAction::Replay, &found);
-    if let Some(new) = spec.as_ref().filter(|new| new.url != found.spec.url) {
-        entry.url = Some(UrlChange {
-            from: found.spec.url.clone(),
-            to: new.url.clone(),
-        });
-    }
+    entry.url = spec
+        .as_ref()
+        .and_then(|new| UrlChange::between(&found.spec.url, &new.url));
     audit::record(&state, entry).await;
     Ok(Json(Replayed {
         id: found.id.to_string(),
@@ -197,7 +194,8 @@ pub async fn replay(
 }
 
 /// The spec a replay gives a dead letter, if it changes it: a new URL (one the tenant may
-/// use) sends none of the stored extra headers, and new `headers` replace them.
+/// use) is sent none of the stored extra headers, and new `headers` replace them
+/// (`headers_after_change`).
 fn replayed_spec(
     rules: &RegistrationRules,
     stored: &JobSpec,
@@ -213,12 +211,13 @@ fn replayed_spec(
             new.rate_key = url.host().to_string();
         }
         new.url = url.to_string();
-        new.headers.clear();
     }
-    if let Some(headers) = &request.headers {
+    let given = request.headers.as_ref().map(|headers| {
         let pairs = headers.iter().map(|(k, v)| (k.clone(), v.clone()));
-        new.headers = ExtraHeaders::parse(pairs.collect())?.pairs().to_vec();
-    }
+        ExtraHeaders::parse(pairs.collect()).map(|h| h.pairs().to_vec())
+    });
+    let moved = new.url != stored.url;
+    new.headers = headers_after_change(new.headers, given.transpose()?, moved);
     Ok(Some(new))
 }
 

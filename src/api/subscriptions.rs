@@ -23,10 +23,11 @@ use super::parse::parse_json;
 use super::AppState;
 use super::{auth, paging};
 use crate::domain::{
-    rfc3339, shown_value, FieldError, JobId, RawJson, SubscriptionId, Tenant, TopicPattern,
+    headers_after_change, rfc3339, shown_value, FieldError, JobId, RawJson, SubscriptionId, Tenant,
+    TopicPattern,
 };
 use crate::events::{self, Subscription, MAX_SUBSCRIPTIONS};
-use crate::store::{AuditAction, AuditRecord};
+use crate::store::{AuditAction, AuditRecord, UrlChange};
 use crate::tenancy::access::Principal;
 
 /// The fields of `POST /notify` a subscription may set for its notifications.
@@ -50,7 +51,9 @@ const WRITE_TRIES: usize = 5;
 /// the fields it names; `null` removes a setting or the description.
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 pub struct SubscriptionRequest {
-    /// Where its notifications go, checked as a notification's URL is.
+    /// Where its notifications go, checked as a notification's URL is. Another URL keeps
+    /// none of the stored `headers` (they were meant for the old receiver): only those
+    /// given with it.
     #[schema(example = "https://merchant.example.com/hooks")]
     url: Option<String>,
     /// Topics it takes: names (`payment.succeeded`) or patterns whose `*` stands for any
@@ -291,7 +294,9 @@ pub async fn show(
 }
 
 /// Change a subscription: the fields given replace its own (`null` removes a setting or
-/// the description), and the whole is checked again. Role `operate`, for one of the
+/// the description), and the whole is checked again. Moved to another `url`, it keeps
+/// none of its stored `headers`, only those given with it (a `(withheld)` value stands for
+/// nothing there); the audit log records both URLs. Role `operate`, for one of the
 /// token's tenant.
 #[utoipa::path(
     patch,
@@ -325,11 +330,9 @@ pub async fn update(
         new.updated_at = events_now().max(old.updated_at);
         if events::replace(state.store.as_ref(), &old, &new).await? {
             tracing::info!(subscription = %new.id, tenant = %new.tenant, actor = %caller.actor, "subscription changed");
-            audit::record(
-                &state,
-                on_subscription(&caller, AuditAction::UpdateSubscription, &new),
-            )
-            .await;
+            let mut entry = on_subscription(&caller, AuditAction::UpdateSubscription, &new);
+            entry.url = UrlChange::between(&old.url, &new.url);
+            audit::record(&state, entry).await;
             return Ok(Json(SubscriptionView::from(&new)));
         }
     }
@@ -425,16 +428,21 @@ fn readable(stored: events::StoredSubscription) -> Result<Subscription, ApiError
     })
 }
 
-/// `old` with what `request` changes, checked whole.
+/// `old` with what `request` changes, checked whole. Moved to another URL, it keeps none
+/// of its stored headers, only those the request gives (`headers_after_change`).
 fn changed(
     state: &AppState,
     old: &Subscription,
-    request: SubscriptionRequest,
+    mut request: SubscriptionRequest,
 ) -> Result<Subscription, ApiError> {
     let mut new = old.clone();
     if let Some(url) = request.url {
         new.url = url;
     }
+    match headers_at(old, &new.url, request.settings.remove("headers"))? {
+        Some(headers) => new.settings.insert("headers".into(), headers),
+        None => new.settings.remove("headers"),
+    };
     if let Some(topics) = request.topics {
         new.topics = topics;
     }
@@ -456,10 +464,6 @@ fn changed(
                 FieldError::new(name, format!("unknown field; the fields are {known}")).into(),
             );
         }
-        let value = match name.as_str() {
-            "headers" => kept_credentials(value, old.settings.get("headers"))?,
-            _ => value,
-        };
         match value {
             Value::Null => new.settings.remove(&name),
             value => new.settings.insert(name, value),
@@ -469,9 +473,28 @@ fn changed(
     Ok(new)
 }
 
+/// The headers of `old` once at `url` with the `headers` a request gives, if any (`null`:
+/// none): moved to another URL, only those given (`headers_after_change`).
+fn headers_at(
+    old: &Subscription,
+    url: &str,
+    given: Option<Value>,
+) -> Result<Option<Value>, FieldError> {
+    let moved = url != old.url;
+    let kept = headers_after_change(old.settings.get("headers").cloned(), None, moved);
+    let given = given.map(|h| kept_credentials(h, kept.as_ref(), moved));
+    let given = given.transpose()?.map(|h| Some(h).filter(|h| !h.is_null()));
+    Ok(headers_after_change(kept, given, moved))
+}
+
 /// `headers` as given, each `(withheld)` value (what the view shows of a credential)
-/// replaced by the value `old` holds under that name.
-fn kept_credentials(mut headers: Value, old: Option<&Value>) -> Result<Value, FieldError> {
+/// replaced by the value `old` (the headers the change keeps) holds under that name: none
+/// when the subscription `moved` to another URL.
+fn kept_credentials(
+    mut headers: Value,
+    old: Option<&Value>,
+    moved: bool,
+) -> Result<Value, FieldError> {
     let Value::Object(given) = &mut headers else {
         return Ok(headers);
     };
@@ -483,12 +506,11 @@ fn kept_credentials(mut headers: Value, old: Option<&Value>) -> Result<Value, Fi
             .and_then(Value::as_object)
             .and_then(|o| o.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)))
             .map(|(_, v)| v.clone());
-        *value = stored.ok_or_else(|| {
-            FieldError::new(
-                format!("headers.{name}"),
-                "`(withheld)` stands for a stored value, and this header has none",
-            )
-        })?;
+        let none = match moved {
+            true => "`(withheld)` stands for a stored value, and another `url` is sent none: give the value",
+            false => "`(withheld)` stands for a stored value, and this header has none",
+        };
+        *value = stored.ok_or_else(|| FieldError::new(format!("headers.{name}"), none))?;
     }
     Ok(headers)
 }

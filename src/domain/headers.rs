@@ -1,6 +1,7 @@
 //! `ExtraHeaders`: request headers a producer asks to send with a notification. Names and
 //! values must be valid HTTP; hop-by-hop headers and the headers postback sets itself
-//! (signature, id, timestamp, user agent) are refused.
+//! (signature, id, timestamp, user agent) are refused. A callback moved to another URL
+//! keeps none of them (`headers_after_change`).
 
 use http::HeaderName;
 
@@ -67,6 +68,19 @@ impl ExtraHeaders {
     }
 }
 
+/// The extra headers of a callback (a replayed dead letter's, a subscription's) after a
+/// change: those given with the change; else, when it moves to another URL, none, since
+/// the stored ones (an `Authorization`, say) were meant for the old receiver and follow
+/// no URL whoever may change it chooses; else those it had. Whoever moves a callback and
+/// wants headers sent there gives them, values and all.
+pub fn headers_after_change<T: Default>(stored: T, given: Option<T>, moved: bool) -> T {
+    match (given, moved) {
+        (Some(given), _) => given,
+        (None, true) => T::default(),
+        (None, false) => stored,
+    }
+}
+
 /// A request header's value as the API shows it: a credential withheld (`authorization`,
 /// `cookie`, and names that say key, token, secret or password), since whoever may read a
 /// notification is not thereby meant to hold the merchant's credentials.
@@ -106,6 +120,20 @@ mod tests {
     fn accepts_ordinary_headers_lowercased() {
         let h = one("X-Merchant", "42").unwrap();
         assert_eq!(h.pairs(), &[("x-merchant".to_string(), "42".to_string())]);
+    }
+
+    #[test]
+    fn a_callback_moved_elsewhere_keeps_only_the_headers_given_with_it() {
+        let stored = vec![("authorization".to_string(), "Bearer s".to_string())];
+        let given = vec![("x-shop".to_string(), "7".to_string())];
+        assert_eq!(headers_after_change(stored.clone(), None, false), stored);
+        assert_eq!(headers_after_change(stored.clone(), None, true), vec![]);
+        let changed = headers_after_change(stored.clone(), Some(given.clone()), true);
+        assert_eq!(changed, given);
+        assert_eq!(
+            headers_after_change(stored, Some(given.clone()), false),
+            given
+        );
     }
 
     #[test]

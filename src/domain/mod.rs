@@ -28,7 +28,7 @@ pub use attempt::{
 pub use callback_url::{CallbackUrl, Destinations};
 pub use endpoint::{Endpoint, EndpointId};
 pub use error::FieldError;
-pub use headers::{shown_value, ExtraHeaders};
+pub use headers::{headers_after_change, shown_value, ExtraHeaders};
 pub use history::{
     Began, Cycle, Cycles, Ended, Entry, Note, NoteKind, CIRCUIT_DEADLINE, CIRCUIT_OPEN,
 };

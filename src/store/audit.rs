@@ -106,7 +106,8 @@ pub struct AuditRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<serde_json::Map<String, serde_json::Value>>,
     pub count: u64,
-    /// A replay that sent the notification to a new URL: where it went before and now.
+    /// A replay that sent the notification to a new URL, or a subscription moved to one:
+    /// where it went before and now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<UrlChange>,
 }
@@ -116,6 +117,17 @@ pub struct AuditRecord {
 pub struct UrlChange {
     pub from: String,
     pub to: String,
+}
+
+impl UrlChange {
+    /// What the audit log records of a callback that went from `from` to `to`: nothing
+    /// when it stayed.
+    pub fn between(from: &str, to: &str) -> Option<Self> {
+        (from != to).then(|| Self {
+            from: from.to_string(),
+            to: to.to_string(),
+        })
+    }
 }
 
 /// Where an entry sits: its store time in ms and its sequence within that millisecond.

@@ -902,6 +902,101 @@ async fn a_subscriptions_credentials_are_write_only() {
     assert_eq!(got[0].header("x-api-key").as_deref(), Some("k-123"));
 }
 
+/// The request the receiver got at `path`, the latest.
+fn received_at(f: &Fleet, path: &str) -> support::receiver::Received {
+    let mut got = f.receiver.requests().into_iter().rev();
+    got.find(|r| r.path == path)
+        .unwrap_or_else(|| panic!("nothing received at {path}"))
+}
+
+/// Publishes a `moved.paid` event as shop-a's producer and waits until the notification
+/// it made is delivered.
+async fn delivered_event(f: &Fleet) {
+    let event = json!({"topic": "moved.paid", "body": {}});
+    let (status, answer) =
+        as_token(f, "tok-checkout-a", Method::POST, "/events", Some(event)).await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["deliveries"][0]["notification"].as_str().unwrap();
+    f.pb.wait_state(id, "delivered", WAIT).await;
+}
+
+/// A subscription's stored headers (an `Authorization` for its receiver) do not follow it
+/// to another URL: only headers given with the new URL go there, as a replay's; the same
+/// URL written back keeps them; and who may change a subscription is held to its role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_moved_to_another_url_takes_none_of_its_stored_headers_there() {
+    let f = tenants::start(&[]).await;
+    let r = &f.receiver;
+    let headers = json!({"authorization": "Bearer secret", "x-shop": "7"});
+    let sub = json!({"url": r.url("/old"), "topics": ["moved.*"], "headers": headers});
+    let (status, created) =
+        as_token(&f, "tok-ops-a", Method::POST, "/subscriptions", Some(sub)).await;
+    assert_eq!(status, 201, "{created}");
+    let path = format!("/subscriptions/{}", created["id"].as_str().unwrap());
+    let patch = |token: &'static str, body: Value| {
+        let (f, path) = (&f, &path);
+        async move { as_token(f, token, Method::PATCH, path, Some(body)).await }
+    };
+
+    let (status, answer) = patch("tok-reader-a", json!({"url": r.url("/stolen")})).await;
+    assert_eq!(
+        status, 403,
+        "changing a subscription needs its role: {answer}"
+    );
+    let (status, moved) = patch("tok-ops-a", json!({"url": r.url("/new")})).await;
+    assert_eq!(status, 200, "{moved}");
+    assert_eq!(moved["settings"].get("headers"), None, "{moved}");
+    delivered_event(&f).await;
+    let sent = received_at(&f, "/new");
+    assert_eq!(
+        sent.header("authorization"),
+        None,
+        "not taken to the new URL"
+    );
+    assert_eq!(sent.header("x-shop"), None);
+    assert!(f.receiver.requests().iter().all(|q| q.path != "/stolen"));
+
+    let withheld = json!({"url": r.url("/newer"), "headers": {"authorization": "(withheld)"}});
+    let (status, answer) = patch("tok-ops-a", withheld).await;
+    assert_eq!(status, 422, "nothing stored for it to stand for: {answer}");
+    assert_eq!(
+        answer["error"]["field"], "headers.authorization",
+        "{answer}"
+    );
+    let given = json!({"url": r.url("/newer"), "headers": {"authorization": "Bearer fresh"}});
+    let (status, answer) = patch("tok-ops-a", given).await;
+    assert_eq!(status, 200, "{answer}");
+    let same = json!({"url": r.url("/newer"), "description": "the same URL written back"});
+    let (status, answer) = patch("tok-ops-a", same).await;
+    assert_eq!(status, 200, "{answer}");
+    delivered_event(&f).await;
+    let sent = received_at(&f, "/newer");
+    assert_eq!(
+        sent.header("authorization").as_deref(),
+        Some("Bearer fresh"),
+        "the headers given with the new URL, kept while it stays"
+    );
+
+    let (_, audit) = f
+        .get("tok-audit-a", "/audit?action=update_subscription")
+        .await;
+    let urls: Vec<&Value> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["url"])
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            &Value::Null,
+            &json!({"from": r.url("/new"), "to": r.url("/newer")}),
+            &json!({"from": r.url("/old"), "to": r.url("/new")}),
+        ],
+        "{audit}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_nested_deeper_than_the_limit_is_refused_and_stores_nothing() {
     let (_backend, receiver, pb) = support::start_any(&[]).await;
