@@ -38,11 +38,14 @@ class ApiError extends Error {
 // Who the token is (`GET /me`): its tenant (null: every tenant), roles, the routes they
 // open (`routes`, as `METHOD /pattern`) and what they let it do (`may`), asked once per
 // token. The page offers a control only when `allowed` says the API takes the route it
-// calls, and a field a body adds beyond its route (a replay to another URL) only when
-// `can` says the caller may do that too.
+// calls, a field a body adds beyond its route (a replay to another URL) only when `can`
+// says the caller may do that too, and a resend only of the states it `resends`.
 let caller = null;
 const allowed = (route) => Boolean(caller?.routes?.includes(route));
 const can = (action) => Boolean(caller?.may.includes(action));
+// Whether it may resend a finished notification in `state` (`resendable` of `GET /me`: a
+// dead one needs `replay` too, a cancelled one `cancel`).
+const resends = (state) => Boolean(caller?.resendable?.includes(state));
 const oneTenant = () => caller?.tenant || null;
 // Whether the caller is a merchant's portal link rather than a configured token.
 const isLink = () => Boolean(caller?.actor.startsWith("portal:"));
@@ -511,7 +514,7 @@ async function queue(params) {
     el("nav", { class: "tabs", "aria-label": "States" }, STATES.map(([s, name]) =>
       el("a", { href: `#/queue?state=${s}`, ...(s === state ? { "aria-current": "page" } : {}) }, name))),
     form,
-    pending || !allowed("POST /notifications/resend") ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
+    !allowed("POST /notifications/resend") || !resends(state) ? null : el("div", { class: "actions" }, resendAllButton(state, params, status), status),
     page.items.length === 0
       ? el("p", { class: "muted" }, page.next_cursor ? "None on this page." : `Nothing ${label.toLowerCase()} matches.`)
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": label },
@@ -588,12 +591,13 @@ async function post(path, status) {
 }
 
 // What the caller may do with a notification in its state: cancel one that has not
-// finished, attempt a scheduled one now, resend a finished one; each if its route is `allowed`.
+// finished, attempt a scheduled one now, resend a finished one it `resends`; each if its
+// route is `allowed`.
 function notificationActions(n, status) {
   return [
     allowed("DELETE /notifications/{id}") && ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
     allowed("POST /notifications/{id}/attempt-now") && n.state === "scheduled" ? attemptNowButton(n, status) : null,
-    allowed("POST /notifications/{id}/resend") && ["delivered", "dead", "cancelled"].includes(n.state) ? resendButton(n, status) : null,
+    allowed("POST /notifications/{id}/resend") && resends(n.state) ? resendButton(n, status) : null,
   ];
 }
 

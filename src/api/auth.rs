@@ -11,6 +11,7 @@ use subtle::ConstantTimeEq;
 use super::error::ApiError;
 use super::permits;
 use crate::domain::{FieldError, Tenant};
+use crate::store::JobState;
 use crate::tenancy::access::{self, Action, Principal, Scope, TokenTable};
 
 /// Who calls when authentication is off (`--insecure-no-auth`).
@@ -30,7 +31,7 @@ pub fn authorize(tokens: &TokenTable, request: &mut Request) -> Result<(), ApiEr
     };
     let route = request.extensions().get::<MatchedPath>();
     let needs = route.and_then(|r| permits::needs(request.method(), r.as_str()));
-    let needs = needs.ok_or_else(|| forbidden(&principal, None))?;
+    let needs = needs.ok_or_else(|| forbidden(&principal, None, "this route"))?;
     for action in needs {
         require(&principal, *action)?;
     }
@@ -65,7 +66,19 @@ fn bearer(header: &str) -> Option<&str> {
 pub fn require(caller: &Principal, action: Action) -> Result<(), ApiError> {
     match caller.may(action) {
         true => Ok(()),
-        false => Err(forbidden(caller, Some(action))),
+        false => Err(forbidden(caller, Some(action), "this route")),
+    }
+}
+
+/// `403 forbidden` unless the caller may resend a notification in `state`: a dead one
+/// needs `replay` too, a cancelled one `cancel` (`permits::to_resend`).
+pub fn require_to_resend(caller: &Principal, state: JobState) -> Result<(), ApiError> {
+    match permits::to_resend(state).iter().find(|a| !caller.may(**a)) {
+        None => Ok(()),
+        Some(missing) => {
+            let what = format!("resending a {} notification", state.as_str());
+            Err(forbidden(caller, Some(*missing), &what))
+        }
     }
 }
 
@@ -83,8 +96,8 @@ pub fn require_changes(caller: &Principal, callback: bool, timing: bool) -> Resu
 }
 
 /// The refusal of `action` (of a route no caller may call, for `None`), naming the role
-/// that would grant it to a caller of the same kind, if any does.
-fn forbidden(caller: &Principal, action: Option<Action>) -> ApiError {
+/// that would grant it to a caller of the same kind, if any does, and `what` needs it.
+fn forbidden(caller: &Principal, action: Option<Action>, what: &str) -> ApiError {
     let role = action.and_then(|a| caller.role_for(a));
     let who = match caller.is_link() {
         true => "the portal link",
@@ -92,7 +105,7 @@ fn forbidden(caller: &Principal, action: Option<Action>) -> ApiError {
     };
     let message = match role {
         Some(role) => format!(
-            "{who} `{}` does not have the `{role}` role this route needs",
+            "{who} `{}` does not have the `{role}` role {what} needs",
             caller.actor
         ),
         None => format!("{who} `{}` may not call this route", caller.actor),

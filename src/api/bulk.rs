@@ -12,7 +12,8 @@ use std::time::Duration;
 use crate::domain::{JobId, Schedule, Tenant};
 use crate::lifecycle::Again;
 use crate::store::{
-    Cursor, JobView, ListFilter, Listed, OperatorActions, Reads, StoreResult, WalkCursor,
+    Cursor, FinishedStates, JobView, ListFilter, Listed, OperatorActions, Reads, StoreResult,
+    WalkCursor,
 };
 
 /// How many an action changed, per tenant (only tenants it changed some of).
@@ -47,21 +48,35 @@ pub async fn discard_matching(
     .await
 }
 
-/// Sends again every finished notification in `listed` (delivered, dead or cancelled)
-/// that `filter` matches. How many were resent.
+/// What a bulk resend sends again: the finished notifications in `listed` (delivered,
+/// dead or cancelled), of those the caller `may` resend, with a new schedule when given,
+/// after `delay`.
+#[derive(Debug, Clone, Copy)]
+pub struct Resend<'a> {
+    pub listed: Listed,
+    pub may: FinishedStates,
+    pub schedule: Option<&'a Schedule>,
+    pub delay: Duration,
+}
+
+/// Sends again every notification `resend` takes that `filter` matches. How many were
+/// resent.
 pub async fn resend_matching(
     store: &(impl Reads + OperatorActions + ?Sized),
-    listed: Listed,
     filter: &ListFilter,
-    schedule: Option<&Schedule>,
-    delay: Duration,
+    resend: Resend<'_>,
 ) -> StoreResult<PerTenant> {
     let mut total = PerTenant::new();
     let mut after: Option<WalkCursor> = None;
+    let which = Again::Resend(resend.may);
     loop {
-        let page = store.list(listed, filter, BATCH, after.as_ref()).await?;
+        let page = store
+            .list(resend.listed, filter, BATCH, after.as_ref())
+            .await?;
         let act = |ids: Vec<JobId>| async move {
-            store.send_again(Again::Resend, &ids, schedule, delay).await
+            store
+                .send_again(which, &ids, resend.schedule, resend.delay)
+                .await
         };
         by_tenant(&page.items, act, &mut total).await?;
         match page.next_cursor {

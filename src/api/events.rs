@@ -23,7 +23,7 @@ use super::offload::pass_over;
 use super::parse::{key_header, optional_json, parse_json, without_key};
 use super::view::{next_attempt_at, StateView};
 use super::AppState;
-use super::{auth, paging};
+use super::{auth, paging, permits};
 use crate::domain::{
     rfc3339, EventId, FieldError, Fingerprint, IdempotencyKey, JobId, Payload, RawJson,
     SubscriptionId, Tenant, Topic,
@@ -416,8 +416,10 @@ pub struct EventResent {
 
 /// Send an event's notifications again: each that is delivered, dead or cancelled gets
 /// a new cycle under its own id (as `POST /notifications/{id}/resend`), all of them or
-/// the one of `subscription`; those still pending are left as they are. Role `operate`,
-/// for an event of the token's tenant.
+/// the one of `subscription`; those still pending are left as they are, and so are those
+/// the token may not resend (a dead one without `replay`, a cancelled one without
+/// `cancel`): `count` counts what was sent again. Role `operate`, for an event of the
+/// token's tenant.
 #[utoipa::path(
     post,
     path = "/events/{id}/resend",
@@ -460,9 +462,10 @@ pub async fn resend(
         .iter()
         .filter_map(|d| d.notification.as_deref()?.parse().ok())
         .collect();
+    let which = Again::Resend(permits::resendable(&caller));
     let count = state
         .store
-        .send_again(Again::Resend, &ids, None, std::time::Duration::ZERO)
+        .send_again(which, &ids, None, std::time::Duration::ZERO)
         .await?;
     if count > 0 {
         state.wake.notify_one();

@@ -1,6 +1,7 @@
 //! `GET /me`: who the caller is, as the API sees its token: the actor the audit log
-//! names, its tenant (none: every tenant), its roles and the actions they grant, and
-//! when its credential expires, and the routes they open (`permits::open_to`).
+//! names, its tenant (none: every tenant), its roles and the actions they grant, the
+//! routes they open (`permits::open_to`), the states of the notifications it may resend
+//! (`permits::resendable`), and when its credential expires.
 //! The review page reads it to show a merchant's portal link only that tenant's views
 //! and to offer only the controls whose routes the caller may call.
 
@@ -10,6 +11,7 @@ use utoipa::ToSchema;
 
 use super::error::CommonErrors;
 use super::permits;
+use crate::store::JobState;
 use crate::tenancy::access::{Action, Principal, Scope};
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -35,6 +37,11 @@ pub struct Caller {
     /// grant. The review page offers a control only when the route it calls is here.
     #[schema(example = json!(["GET /me", "GET /dead-letters", "POST /dead-letters/{id}/replay"]))]
     pub routes: Vec<String>,
+    /// The states of the finished notifications it may resend: `delivered` with
+    /// `resend`, `dead` with `replay` too, `cancelled` with `cancel` too (what a resend
+    /// brings back, one or in bulk). The review page offers a resend only of these.
+    #[schema(example = json!(["delivered"]))]
+    pub resendable: Vec<&'static str>,
     /// When its credential stops working (a portal link's); null for a configured token.
     pub expires_at: Option<String>,
 }
@@ -62,6 +69,10 @@ pub async fn show(Extension(caller): Extension<Principal>) -> Json<Caller> {
         roles: caller.roles().to_vec(),
         may: caller.actions().map(Action::name).collect(),
         routes: permits::open_to(&caller),
+        resendable: permits::resendable(&caller)
+            .states()
+            .map(JobState::as_str)
+            .collect(),
         expires_at,
     })
 }

@@ -3,10 +3,13 @@
 //! roles do not grant every action of a route is refused (`403 forbidden`) before
 //! anything is looked up, and a route the table does not name is refused to every
 //! caller. Only what a body asks beyond the route's actions (a replay to another URL, a
-//! new schedule: `auth::require_changes`) is asked by the handler that reads it.
+//! new schedule: `auth::require_changes`) is asked by the handler that reads it, and
+//! what a resend asks by the state of what it resends (`RESEND`: a dead one is revived
+//! as a replay would, a cancelled one has its cancel undone).
 
 use axum::http::Method;
 
+use crate::store::{FinishedStates, JobState};
 use crate::tenancy::access::{Action, Principal};
 
 use Action::*;
@@ -48,6 +51,34 @@ const TABLE: &[(&str, &str, &[Action])] = &[
     ("PATCH", "/subscriptions/{id}", &[Subscriptions]),
     ("DELETE", "/subscriptions/{id}", &[Subscriptions]),
 ];
+
+/// What resending a finished notification needs, by the state it finished in: a
+/// delivered one `resend`; a dead one is brought back as a replay brings it back, and a
+/// cancelled one has an operator's cancel undone, so each needs what that needs too.
+const RESEND: [(JobState, &[Action]); 3] = [
+    (JobState::Delivered, &[Resend]),
+    (JobState::Dead, &[Resend, Replay]),
+    (JobState::Cancelled, &[Resend, Cancel]),
+];
+
+/// The actions resending a notification in `state` needs (none for one that has not
+/// finished, which is not resent).
+pub fn to_resend(state: JobState) -> &'static [Action] {
+    RESEND
+        .iter()
+        .find(|(finished, _)| *finished == state)
+        .map_or(&[], |(_, needs)| needs)
+}
+
+/// The states of the finished notifications `caller` may resend: those whose every
+/// action (`RESEND`) its roles grant. What a resend takes back (`Again::Resend`), and
+/// what `GET /me` tells the review page.
+pub fn resendable(caller: &Principal) -> FinishedStates {
+    let granted = RESEND
+        .iter()
+        .filter(|(_, needs)| needs.iter().all(|a| caller.may(*a)));
+    FinishedStates::of(granted.map(|(state, _)| *state))
+}
 
 /// The actions a call of `method` on the route `path` (its pattern, as
 /// `/notifications/{id}`) needs, every one of them; `None` for a route not in the table.
@@ -133,6 +164,25 @@ mod tests {
         assert_eq!(open, want);
         let everything = open_to(&Principal::everything("ops"));
         assert_eq!(everything.len(), TABLE.len());
+    }
+
+    #[test]
+    fn a_resend_needs_what_reviving_its_state_needs() {
+        use crate::tenancy::access::LinkRole;
+        let tenant = crate::domain::Tenant::parse("shop-a", "tenant").unwrap();
+        let at = crate::clock::system_now();
+        let operate = Principal::link(tenant.clone(), &[LinkRole::Operate], at);
+        let states = |p: &Principal| resendable(p).states().collect::<Vec<_>>();
+        assert_eq!(states(&operate), [JobState::Delivered]);
+        let replay = [LinkRole::Operate, LinkRole::Replay];
+        let replay = Principal::link(tenant.clone(), &replay, at);
+        assert_eq!(states(&replay), [JobState::Delivered, JobState::Dead]);
+        let cancel = Principal::link(tenant, &[LinkRole::Replay, LinkRole::Cancel], at);
+        assert_eq!(states(&cancel), [], "nothing without `resend`");
+        let everything = Principal::everything("ops");
+        assert_eq!(resendable(&everything), FinishedStates::ALL);
+        assert_eq!(to_resend(JobState::Cancelled), [Resend, Cancel]);
+        assert_eq!(to_resend(JobState::Scheduled), []);
     }
 
     /// The review page names the route each control calls and each view reads, written

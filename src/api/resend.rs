@@ -3,6 +3,8 @@
 //! receiver sees the same `webhook-id`), `POST /notifications/resend` (every finished
 //! one the filters of `GET /notifications` match, or only their count with `dry_run`),
 //! and `POST /notifications/{id}/attempt-now` (a scheduled or retrying one is due now).
+//! A resend revives a dead one as a replay does and undoes a cancel: it asks what those
+//! ask (`permits::to_resend`), and takes back only what its caller may resend.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -20,7 +22,7 @@ use super::parse::{optional_json, parse_json};
 use super::rules::schedule_schema;
 use super::view::{NotificationView, StateView};
 use super::AppState;
-use super::{audit, auth, paging};
+use super::{audit, auth, paging, permits};
 use crate::domain::FieldError;
 use crate::lifecycle::LetGo;
 use crate::store::{Again, AuditAction, JobView, ListFilter, Listed};
@@ -43,7 +45,8 @@ pub struct ResendRequest {
 /// body, headers and URL as they were. Its history keeps the earlier attempts and
 /// `replays` counts the new cycles; the audit log records who asked. An ordering key's
 /// notification goes to the back of its key. Role `operate`, for a notification of the
-/// token's tenant.
+/// token's tenant: action `resend`, and for a dead one `replay` too (it is revived as a
+/// replay would), for a cancelled one `cancel` (its cancel is undone); `403` without.
 #[utoipa::path(
     post,
     path = "/notifications/{id}/resend",
@@ -54,6 +57,7 @@ pub struct ResendRequest {
     responses(
         (status = 200, description = "Scheduled again", body = NotificationView),
         (status = 404, description = "No such notification", body = ErrorBody),
+        (status = 403, description = "Dead, and the token may not replay; or cancelled, and it may not cancel (`forbidden`)", body = ErrorBody),
         (status = 409, description = "It has not finished: scheduled, retrying or in flight", body = ErrorBody),
         BadInput,
         CommonErrors,
@@ -71,14 +75,17 @@ pub async fn resend(
     auth::require_changes(&caller, false, timing)?;
     let id = parse_id(&id)?;
     let found = visible(&state, &caller, &id).await?;
+    auth::require_to_resend(&caller, found.status.state)?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.rules)?;
+    let which = Again::Resend(permits::resendable(&caller));
     let resent = state
         .store
-        .send_again(Again::Resend, &[id], schedule.as_ref(), delay)
+        .send_again(which, &[id], schedule.as_ref(), delay)
         .await?;
     if resent == 0 {
         let now = visible(&state, &caller, &id).await?;
+        auth::require_to_resend(&caller, now.status.state)?;
         return Err(not_in(
             &now,
             "only a delivered, dead or cancelled one is resent",
@@ -175,7 +182,8 @@ pub struct Resent {
 /// Send again every finished notification the filters match, in bounded batches; with
 /// `dry_run`, only count them. Running it twice resends nothing twice while the first
 /// cycle runs (a resent one has left its state). Role `operate`; a tenant-bound token
-/// resends its tenant's only.
+/// resends its tenant's only. The `state` asks what resending one of it asks: dead
+/// needs `replay` too, cancelled `cancel` (`403` without, dry run or not).
 #[utoipa::path(
     post,
     path = "/notifications/resend",
@@ -184,6 +192,7 @@ pub struct Resent {
     request_body = BulkResendRequest,
     responses(
         (status = 200, description = "How many were resent, or would be", body = Resent),
+        (status = 403, description = "`state` dead, and the token may not replay; or cancelled, and it may not cancel (`forbidden`)", body = ErrorBody),
         BadInput,
         CommonErrors,
     ),
@@ -198,6 +207,7 @@ pub async fn resend_matching(
     let timing = request.schedule.is_some() || request.delay.is_some();
     auth::require_changes(&caller, false, timing)?;
     let (listed, filter) = request.filter(&state, &caller).await?;
+    auth::require_to_resend(&caller, listed.state())?;
     let (schedule, delay) =
         replay_timing(request.schedule, request.delay.as_deref(), &state.rules)?;
     let store = state.store.as_ref();
@@ -208,7 +218,14 @@ pub async fn resend_matching(
             dry_run: true,
         }));
     }
-    let done = bulk::resend_matching(store, listed, &filter, schedule.as_ref(), delay).await?;
+    let may = permits::resendable(&caller);
+    let resend = bulk::Resend {
+        listed,
+        may,
+        schedule: schedule.as_ref(),
+        delay,
+    };
+    let done = bulk::resend_matching(store, &filter, resend).await?;
     state.wake.notify_one();
     let count = done.values().sum();
     tracing::info!(count, state = listed.name(), filter = %audit::shown(&filter), actor = %caller.actor, "notifications resent in bulk");

@@ -219,8 +219,9 @@ enum Command {
         /// How long the link works, at most 24h.
         #[arg(long, default_value = "1h")]
         ttl: String,
-        /// What it may do, besides read: operate (resend, attempt now, pause, resume),
-        /// cancel, replay, redirect (replay to another URL or with other headers),
+        /// What it may do, besides read: operate (resend, attempt now, pause, resume; a
+        /// resend of a dead or cancelled one needs replay or cancel too), cancel, replay,
+        /// redirect (replay to another URL or with other headers),
         /// reschedule (resend or replay with another schedule or delay), discard, bulk
         /// (the same over a filter, or an event's notifications), subscriptions (create,
         /// change, delete).

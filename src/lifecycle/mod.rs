@@ -24,8 +24,8 @@ pub mod transitions;
 mod properties;
 
 pub use record::{
-    interval_ms, schedule_intervals, schedule_text, wakes_at, Index, JobState, JobStatus, Record,
-    TenantIndex, HELD_OFFSET_MS, WAITING_OFFSET_MS,
+    interval_ms, schedule_intervals, schedule_text, wakes_at, FinishedStates, Index, JobState,
+    JobStatus, Record, TenantIndex, HELD_OFFSET_MS, WAITING_OFFSET_MS,
 };
 pub use time::Now;
 pub use transitions::{Again, Cancelled, LetGo, NewCycle, Verdict};

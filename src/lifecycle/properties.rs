@@ -5,7 +5,9 @@
 use proptest::prelude::*;
 
 use super::transitions::{self, Again, Cancelled, LetGo, NewCycle};
-use super::{Index, JobState, Now, Record, Verdict, HELD_OFFSET_MS, WAITING_OFFSET_MS};
+use super::{
+    FinishedStates, Index, JobState, Now, Record, Verdict, HELD_OFFSET_MS, WAITING_OFFSET_MS,
+};
 use crate::domain::{Note, NoteKind, Outcome};
 
 const URL: &str = "https://merchant.example/hook";
@@ -57,6 +59,13 @@ fn schedule() -> impl Strategy<Value = Vec<u64>> {
     prop::collection::vec(100u64..100_000, 0..6)
 }
 
+/// A resend of any set of finished states.
+fn resend() -> impl Strategy<Value = Again> {
+    let states = [JobState::Delivered, JobState::Dead, JobState::Cancelled];
+    prop::sample::subsequence(states.to_vec(), 0..=3)
+        .prop_map(|states| Again::Resend(FinishedStates::of(states)))
+}
+
 fn event() -> impl Strategy<Value = Event> {
     let outcome = prop_oneof![
         Just(Outcome::Delivered),
@@ -79,7 +88,7 @@ fn event() -> impl Strategy<Value = Event> {
             .prop_map(|(stale, delay_ms)| Event::CircuitWait { stale, delay_ms }),
         1 => Just(Event::Expire),
         1 => Just(Event::Cancel),
-        1 => (prop_oneof![Just(Again::Replay), Just(Again::Resend)], prop::option::of(schedule()))
+        1 => (prop_oneof![Just(Again::Replay), resend()], prop::option::of(schedule()))
             .prop_map(|(which, schedule)| Event::Again { which, schedule }),
         1 => any::<bool>().prop_map(|probe| Event::AttemptNow { probe }),
         1 => Just(Event::Wait),
@@ -232,10 +241,10 @@ fn check(
             Event::Again { which, .. } => Some(*which),
             _ => None,
         };
+        let resent = matches!(again, Some(Again::Resend(states)) if states.contains(before.state));
         prop_assert!(
-            again == Some(Again::Resend)
-                || again == Some(Again::Replay) && before.state == JobState::Dead,
-            "a finished notification comes back only by a resend, or a replay of a dead one"
+            resent || again == Some(Again::Replay) && before.state == JobState::Dead,
+            "a finished notification comes back only by a resend of its state, or a replay of a dead one"
         );
     }
     match e {
@@ -380,7 +389,7 @@ fn check_notes(
         Event::Again { which, .. } => {
             let expected = match which {
                 Again::Replay => NoteKind::Replay,
-                Again::Resend => NoteKind::Resend,
+                Again::Resend(_) => NoteKind::Resend,
             };
             prop_assert_eq!(kind, Some(expected));
             prop_assert_eq!(note.and_then(|n| n.cycle), Some(after.replays));

@@ -35,10 +35,39 @@ impl JobState {
 
     /// Delivered, dead or cancelled: only a replay (of a dead one) changes it again.
     pub fn is_finished(self) -> bool {
-        matches!(
-            self,
-            JobState::Delivered | JobState::Dead | JobState::Cancelled
-        )
+        FinishedStates::ALL.contains(self)
+    }
+}
+
+/// A set of finished states (delivered, dead, cancelled): those a resend takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinishedStates(u8);
+
+impl FinishedStates {
+    const EACH: [JobState; 3] = [JobState::Delivered, JobState::Dead, JobState::Cancelled];
+
+    /// Delivered, dead and cancelled.
+    pub const ALL: Self = Self(
+        Self::bit(JobState::Delivered) | Self::bit(JobState::Dead) | Self::bit(JobState::Cancelled),
+    );
+
+    const fn bit(state: JobState) -> u8 {
+        1 << state as u8
+    }
+
+    /// Those of `states` that are finished.
+    pub fn of(states: impl IntoIterator<Item = JobState>) -> Self {
+        let bits = states.into_iter().fold(0, |bits, s| bits | Self::bit(s));
+        Self(bits & Self::ALL.0)
+    }
+
+    pub fn contains(self, state: JobState) -> bool {
+        self.0 & Self::bit(state) != 0
+    }
+
+    /// Its states: delivered, dead, cancelled, in that order.
+    pub fn states(self) -> impl Iterator<Item = JobState> {
+        Self::EACH.into_iter().filter(move |s| self.contains(*s))
     }
 }
 

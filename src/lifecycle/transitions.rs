@@ -4,7 +4,7 @@
 //! a replay of one that is not dead). Where the record then belongs is
 //! `Record::position`.
 
-use super::record::{JobState, Layout, Record};
+use super::record::{FinishedStates, JobState, Layout, Record};
 use super::time::Now;
 use crate::domain::{Note, NoteKind, Outcome};
 
@@ -280,16 +280,18 @@ pub fn cancel(r: &Record, now: Now) -> (Cancelled, Option<Record>) {
 pub enum Again {
     /// Dead letters only (an operator's replay).
     Replay,
-    /// Delivered, dead or cancelled (a resend: the receiver lost what it was sent, or
-    /// the cancel was a mistake).
-    Resend,
+    /// Those finished in one of these states (a resend: the receiver lost what it was
+    /// sent, or the cancel was a mistake): the states its caller may resend, so that a
+    /// notification that changed state since it was looked at is taken back only if the
+    /// caller may resend it as it is now.
+    Resend(FinishedStates),
 }
 
 impl Again {
     fn takes(self, state: JobState) -> bool {
         match self {
             Again::Replay => state == JobState::Dead,
-            Again::Resend => state.is_finished(),
+            Again::Resend(states) => states.contains(state),
         }
     }
 }
@@ -328,7 +330,7 @@ pub fn again(r: &Record, c: &NewCycle, now: Now) -> Option<(Record, Note)> {
     schedule_at(&mut r, first, now);
     let kind = match c.which {
         Again::Replay => NoteKind::Replay,
-        Again::Resend => NoteKind::Resend,
+        Again::Resend(_) => NoteKind::Resend,
     };
     let note = Note::began(now.down(), kind, r.replays, c.url);
     Some((r, note))

@@ -64,6 +64,17 @@ impl Listed {
         }
     }
 
+    /// The state its notifications are in.
+    pub fn state(self) -> JobState {
+        match self {
+            Listed::Scheduled | Listed::Retrying | Listed::Held => JobState::Scheduled,
+            Listed::InFlight => JobState::InFlight,
+            Listed::Delivered => JobState::Delivered,
+            Listed::Dead => JobState::Dead,
+            Listed::Cancelled => JobState::Cancelled,
+        }
+    }
+
     /// The index that holds its notifications, scored by the time it is ordered by: the
     /// next attempt, the lease's end, or the finish.
     pub fn index(self) -> Index {

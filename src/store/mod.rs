@@ -26,7 +26,7 @@ pub use self::embedded::{EmbeddedStore, MemoryDisk, FILE_NAME as EMBEDDED_FILE};
 pub use self::postgres_store::{Migrated, PostgresStore};
 pub use self::redis_store::RedisStore;
 pub use crate::endpoints::health::{EndpointPause, EndpointRecord, EndpointTally};
-pub use crate::lifecycle::{Again, Cancelled, JobState, JobStatus, LetGo};
+pub use crate::lifecycle::{Again, Cancelled, FinishedStates, JobState, JobStatus, LetGo};
 pub use audit::{
     AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord, UrlChange,
 };

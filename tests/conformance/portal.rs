@@ -249,6 +249,7 @@ async fn a_caller_learns_its_tenant_roles_and_expiry_and_nothing_without_a_token
     assert_eq!(me["tenant"], "shop-a");
     assert_eq!(me["roles"], json!(["read"]));
     assert_eq!(me["may"], json!(["lookup", "read"]));
+    assert_eq!(me["resendable"], json!([]), "{me}");
     let routes =
         |me: &Value| -> Vec<String> { serde_json::from_value(me["routes"].clone()).unwrap() };
     let open = routes(&me);
@@ -289,9 +290,11 @@ async fn a_caller_learns_its_tenant_roles_and_expiry_and_nothing_without_a_token
         "subscriptions",
         "issue_link",
     ];
+    let resendable = ["delivered", "dead", "cancelled"];
     assert_eq!(
         me,
-        json!({"actor": "ops-a", "tenant": "shop-a", "roles": ["read", "operate"], "may": may, "expires_at": null})
+        json!({"actor": "ops-a", "tenant": "shop-a", "roles": ["read", "operate"], "may": may,
+               "resendable": resendable, "expires_at": null})
     );
     let (_, me) = f.get("tok-auditor", "/me").await;
     assert_eq!(me["tenant"], Value::Null, "every tenant");

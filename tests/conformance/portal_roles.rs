@@ -1,9 +1,10 @@
 //! What a portal link may call: each route of the API, with a link that lacks one role
 //! the call needs (refused, `403 forbidden`, before anything is looked up) and a link
 //! with just those roles (allowed). `operate` on a link resends, attempts now, pauses
-//! and resumes; every other action needs the role named for it; registering, the audit
-//! log and issuing links are never a link's. A link of a tenant no longer configured is refused. On
-//! every backend (`scripts/test.sh`).
+//! and resumes; every other action needs the role named for it, and a resend what its
+//! notification's state asks besides (a dead one `replay`, a cancelled one `cancel`);
+//! registering, the audit log and issuing links are never a link's. A link of a tenant
+//! no longer configured is refused. On every backend (`scripts/test.sh`).
 
 use crate::support;
 
@@ -93,7 +94,7 @@ async fn fixtures(f: &Fleet) -> BTreeMap<&'static str, String> {
         f.pb.wait_state(&id, "delivered", WAIT).await;
         made.insert(name, id);
     }
-    for name in ["dead-1", "dead-2", "dead-3", "dead-4"] {
+    for name in ["dead-1", "dead-2", "dead-3", "dead-4", "dead-5"] {
         made.insert(name, f.dead_letter("tok-checkout-a", None, "portal").await);
     }
     let subscribe = json!({"url": ok, "topics": ["portal.*"]});
@@ -171,15 +172,33 @@ fn cases(ids: &BTreeMap<&'static str, String>) -> Vec<Case> {
         ),
         case(
             M::POST,
+            &p("/notifications/{dead-5}/resend"),
+            None,
+            &["operate", "replay"],
+        ),
+        case(
+            M::POST,
+            &p("/notifications/{scheduled-1}/resend"),
+            None,
+            &["operate", "cancel"],
+        ),
+        case(
+            M::POST,
             "/notifications/resend",
-            Some(json!({"state": "cancelled", "topic": "nothing.matches"})),
+            Some(json!({"state": "delivered", "topic": "nothing.matches"})),
             &["operate", "bulk"],
         ),
         case(
             M::POST,
             "/notifications/resend",
+            Some(json!({"state": "dead", "topic": "nothing.matches"})),
+            &["operate", "bulk", "replay"],
+        ),
+        case(
+            M::POST,
+            "/notifications/resend",
             Some(json!({"state": "cancelled", "topic": "nothing.matches", "schedule": ["1s"]})),
-            &["operate", "bulk", "reschedule"],
+            &["operate", "bulk", "cancel", "reschedule"],
         ),
         case(M::GET, "/dead-letters", None, &[]),
         case(M::GET, &p("/dead-letters/{dead-1}"), None, &[]),
@@ -410,4 +429,105 @@ async fn a_portal_link_of_a_tenant_no_longer_configured_is_refused() {
         said.contains("no tenant `shop-gone` is configured"),
         "{said}"
     );
+}
+
+/// An event of shop-a whose one notification died: a subscription that fails, published
+/// to once. The event's id and the notification's.
+async fn dead_event(f: &Fleet) -> (String, String) {
+    let dying =
+        json!({"url": f.receiver.url("/dying?fail=9"), "topics": ["revive.*"], "schedule": []});
+    let (status, sub) = f
+        .call("tok-ops-a", Method::POST, "/subscriptions", Some(dying))
+        .await;
+    assert_eq!(status, 201, "{sub}");
+    let publish = json!({"topic": "revive.paid", "body": {}});
+    let (status, event) = f
+        .call("tok-checkout-a", Method::POST, "/events", Some(publish))
+        .await;
+    assert_eq!(status, 202, "{event}");
+    let id = event["deliveries"][0]["notification"].as_str().unwrap();
+    f.pb.wait_state(id, "dead", WAIT).await;
+    (event["id"].as_str().unwrap().into(), id.into())
+}
+
+/// A resend revives a dead notification as a replay would and undoes a cancel: it needs
+/// what those need. A link with `operate` (and `bulk`) but neither `replay` nor `cancel`
+/// resends what was delivered and nothing dead or cancelled, one or in bulk, and an
+/// event's resend leaves those as they are; `GET /me` tells which it may resend. A token
+/// with the roles resends both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_revives_only_what_its_caller_may_replay_or_cancel() {
+    let f = tenants::start(&[("POSTBACK_SERVER_PORTAL_SECRET", SECRET)]).await;
+    let ok = f.receiver.url("/ok");
+    let delivered = f
+        .register("tok-checkout-a", json!({"url": ok, "body": {}}))
+        .await;
+    f.pb.wait_state(&delivered, "delivered", WAIT).await;
+    let dead = f.dead_letter("tok-checkout-a", None, "revive").await;
+    let later = json!({"url": ok, "body": {}, "delay": "1h"});
+    let cancelled = f.register("tok-checkout-a", later).await;
+    let path = format!("/notifications/{cancelled}");
+    let (status, answer) = f.call("tok-ops-a", Method::DELETE, &path, None).await;
+    assert_eq!(status, 200, "{answer}");
+    let (event, event_dead) = dead_event(&f).await;
+    let args = ["--tenant", "shop-a", "--roles", "read,operate,bulk"];
+    let link = credential(&portal_link(&f, &args).unwrap());
+
+    let replay = format!("/dead-letters/{dead}/replay");
+    let (status, _) = f.call(&link, Method::POST, &replay, None).await;
+    assert_eq!(status, 403, "the link may not replay");
+    let resend = |id: &str| format!("/notifications/{id}/resend");
+    for (id, role) in [(&dead, "replay"), (&cancelled, "cancel")] {
+        let (status, answer) = f.call(&link, Method::POST, &resend(id), None).await;
+        assert_eq!(status, 403, "{id}: {answer}");
+        assert_eq!(answer["error"]["code"], "forbidden");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{role}`")), "{message}");
+    }
+    for state in ["dead", "cancelled"] {
+        for dry_run in [true, false] {
+            let bulk = json!({"state": state, "all": true, "dry_run": dry_run});
+            let (status, answer) = f
+                .call(&link, Method::POST, "/notifications/resend", Some(bulk))
+                .await;
+            assert_eq!(status, 403, "{state}: {answer}");
+        }
+    }
+    let event_resend = format!("/events/{event}/resend");
+    let (status, answer) = f.call(&link, Method::POST, &event_resend, None).await;
+    assert_eq!((status, &answer["count"]), (200, &json!(0)), "{answer}");
+    for (id, state) in [
+        (&dead, "dead"),
+        (&cancelled, "cancelled"),
+        (&event_dead, "dead"),
+    ] {
+        let (_, now) = f.get("tok-reader-a", &format!("/notifications/{id}")).await;
+        assert_eq!(now["state"], state, "left as it was: {now}");
+    }
+    let (_, me) = f.get(&link, "/me").await;
+    assert_eq!(me["resendable"], json!(["delivered"]), "{me}");
+
+    let (status, answer) = f.call(&link, Method::POST, &resend(&delivered), None).await;
+    assert_eq!(status, 200, "a delivered one is resent as before: {answer}");
+    f.pb.wait_state(&delivered, "delivered", WAIT).await;
+    assert_eq!(f.receiver.requests_for(&delivered).len(), 2);
+
+    let (_, me) = f.get("tok-ops-a", "/me").await;
+    assert_eq!(
+        me["resendable"],
+        json!(["delivered", "dead", "cancelled"]),
+        "{me}"
+    );
+    for id in [&dead, &cancelled] {
+        let (status, answer) = f.call("tok-ops-a", Method::POST, &resend(id), None).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let (status, answer) = f.call("tok-ops-a", Method::POST, &event_resend, None).await;
+    assert_eq!((status, &answer["count"]), (200, &json!(1)), "{answer}");
+    f.pb.wait_state(&cancelled, "delivered", WAIT).await;
+    f.pb.wait_state(&dead, "dead", WAIT).await;
+    let (_, resent) = f
+        .get("tok-reader-a", &format!("/notifications/{dead}"))
+        .await;
+    assert_eq!(resent["replays"], 1, "{resent}");
 }

@@ -24,8 +24,8 @@ use postback::domain::{
     Entry, Fingerprint, JobId, JobSpec, Notification, OrderingKey, Outcome, Schedule, Tenant,
 };
 use postback::store::{
-    Again, Back, ClaimedJob, Deferral, EmbeddedStore, Idempotency, JobView, LetGo, ListFilter,
-    PostgresStore, RedisStore, Settlement, Store,
+    Again, Back, ClaimedJob, Deferral, EmbeddedStore, FinishedStates, Idempotency, JobView, LetGo,
+    ListFilter, PostgresStore, RedisStore, Settlement, Store,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -333,7 +333,12 @@ impl Subject {
             Op::Resend { pick: p } => match pick(*p) {
                 Some(id) => {
                     let ids = [id];
-                    let n = store.send_again(Again::Resend, &ids, None, Duration::ZERO);
+                    let n = store.send_again(
+                        Again::Resend(FinishedStates::ALL),
+                        &ids,
+                        None,
+                        Duration::ZERO,
+                    );
                     format!("resent {}", n.await.unwrap())
                 }
                 None => "nothing".into(),

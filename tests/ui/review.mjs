@@ -159,6 +159,12 @@ async function merchantPage(browser, errors) {
   await merchant.getByRole("heading", { name: "Attempts" }).waitFor();
   assert.equal(await merchant.getByRole("button", { name: "Replay", exact: true }).count(), 0, "replay needs `replay`");
   assert.equal(await merchant.getByRole("button", { name: "Discard" }).count(), 0, "discard needs `discard`");
+  // It resends what was delivered, and nothing dead: that is a replay, which it may not.
+  await merchant.goto(`${api}/ui#/lookup/${id}`);
+  await merchant.getByRole("button", { name: "Resend…" }).waitFor();
+  await merchant.goto(`${api}/ui#/lookup/${dying.id}`);
+  await merchant.getByRole("heading", { name: "Request" }).waitFor();
+  assert.equal(await merchant.getByRole("button", { name: "Resend…" }).count(), 0, "resending a dead one needs `replay`");
   await merchant.goto(`${api}/ui#/dead`);
   await merchant.getByRole("heading", { name: "Dead letters" }).waitFor();
   assert.equal(await merchant.getByRole("button", { name: "Replay all matching…" }).count(), 0, "needs `bulk`");
