@@ -17,7 +17,7 @@ use utoipa::{IntoResponses, ToSchema};
 
 use super::body::BodyLimit;
 use crate::domain::FieldError;
-use crate::store::StoreError;
+use crate::store::{Refusal, StoreError};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -35,12 +35,14 @@ pub struct ErrorBody {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// Stable, for scripts: `invalid_field`, `invalid_json`, `not_found`, `conflict`,
-    /// `unauthorized`, `store_unavailable`, `overloaded`, …
+    /// Stable, for scripts: `invalid_field`, `invalid_json`, `not_found`,
+    /// `refused_at_intake`, `conflict`, `unauthorized`, `store_unavailable`,
+    /// `overloaded`, …
     #[schema(example = "invalid_field")]
     pub code: &'static str,
     pub message: String,
-    /// The offending field of the request, for `invalid_field`.
+    /// The offending field of the request, for `invalid_field`; of the registration
+    /// refused, for `refused_at_intake`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
 }
@@ -111,6 +113,21 @@ impl ApiError {
             "not_found",
             format!("{what} not found"),
         )
+    }
+
+    /// `404 refused_at_intake`: no notification was stored under the id that
+    /// `postback.notify()` returned, because its registration was refused when taken in;
+    /// why, and the field it names.
+    pub fn refused_at_intake(refusal: Refusal) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            code: "refused_at_intake",
+            message: format!(
+                "no notification was stored: its registration (postback.notify()) was refused when taken in: {}",
+                refusal.message
+            ),
+            field: refusal.field,
+        }
     }
 
     /// `401 unauthorized` for a request with no bearer token, or (`presented`) with one

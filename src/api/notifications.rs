@@ -1,6 +1,7 @@
 //! `GET /notifications` (the queue, one state at a time), `GET /notifications/{id}`
-//! (one notification with its attempt history) and `DELETE /notifications/{id}` (cancel
-//! one that has not finished).
+//! (one notification with its attempt history, or why a registration made in the
+//! database was refused) and `DELETE /notifications/{id}` (cancel one that has not
+//! finished).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -18,7 +19,9 @@ use crate::store::{AuditAction, Cancelled, JobView, ListFilter, Listed, WalkCurs
 use crate::tenancy::access::Principal;
 
 /// One notification: state, attempts so far, next attempt, attempt history. Role `read`
-/// or `notify`, for a notification of the token's tenant.
+/// or `notify`, for a notification of the token's tenant. On Postgres, the id of a
+/// registration `postback.notify()` made and postback refused when it took it in answers
+/// why, to a token of its tenant.
 #[utoipa::path(
     get,
     path = "/notifications/{id}",
@@ -27,7 +30,7 @@ use crate::tenancy::access::Principal;
     params(("id" = String, Path, description = "The notification id")),
     responses(
         (status = 200, body = NotificationView),
-        (status = 404, description = "No such notification", body = ErrorBody),
+        (status = 404, description = "No such notification (`not_found`); or a registration of `postback.notify()` refused when taken in (`refused_at_intake`: why in `message`, the field it names in `field`)", body = ErrorBody),
         CommonErrors,
     ),
     security(("bearer" = []))
@@ -38,7 +41,24 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<NotificationView>, ApiError> {
     let id = parse_id(&id)?;
-    current(&state, &caller, &id).await
+    match seen(&state, &caller, &id).await? {
+        Some(found) => Ok(Json(NotificationView::from(&found))),
+        None => Err(unknown(&state, &caller, &id).await?),
+    }
+}
+
+/// Why the caller finds no notification `id`: its registration was refused when taken in
+/// from the database, if it was of a tenant the caller sees; else, as for any id, not
+/// found.
+async fn unknown(state: &AppState, caller: &Principal, id: &JobId) -> Result<ApiError, ApiError> {
+    let refusal = match state.store.intake() {
+        Some(intake) => intake.refusal(id).await?,
+        None => None,
+    };
+    Ok(match refusal.filter(|r| auth::sees(caller, &r.tenant)) {
+        Some(refusal) => ApiError::refused_at_intake(refusal),
+        None => ApiError::not_found("notification"),
+    })
 }
 
 /// Cancel a notification that has not finished. A scheduled one is never sent; one in
@@ -105,12 +125,19 @@ pub(super) async fn visible(
     caller: &Principal,
     id: &JobId,
 ) -> Result<JobView, ApiError> {
-    state
-        .store
-        .get(id)
+    seen(state, caller, id)
         .await?
-        .filter(|v| auth::sees(caller, &v.spec.tenant))
         .ok_or_else(|| ApiError::not_found("notification"))
+}
+
+/// The notification, or `None` when there is none the caller may see.
+async fn seen(
+    state: &AppState,
+    caller: &Principal,
+    id: &JobId,
+) -> Result<Option<JobView>, ApiError> {
+    let found = state.store.get(id).await?;
+    Ok(found.filter(|v| auth::sees(caller, &v.spec.tenant)))
 }
 
 /// The notification as it is now, if the caller may see it.

@@ -23,8 +23,8 @@ use super::{
     DeadPage, Deferral, EndpointHealth, EndpointPause, EndpointRecord, EndpointTally, Enqueued,
     FleetMessaging, HealthListener, Idempotency, Intake, IntakeCheck, IntakeRules, JobState,
     JobStatus, JobView, ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue,
-    RateReservations, Reads, Settled, Settlement, Stats, Store, StoreError, StoreResult, TakenIn,
-    WalkCursor,
+    RateReservations, Reads, Refusal, Settled, Settlement, Stats, Store, StoreError, StoreResult,
+    TakenIn, WalkCursor,
 };
 use crate::config::{Retention, StoreSettings};
 use crate::delivery::policy::{RateAsk, SendTimes};
@@ -594,6 +594,13 @@ impl Intake for PostgresStore {
 
     async fn publish_rules(&self, rules: &IntakeRules) -> StoreResult<()> {
         in_transaction!(self, |t| intake::publish_rules(&mut t, rules).await?)
+    }
+
+    async fn refusal(&self, id: &JobId) -> StoreResult<Option<Refusal>> {
+        let c = self.reader().await?;
+        intake::refusal(&c, &id.to_string())
+            .await
+            .map_err(store_error)
     }
 }
 

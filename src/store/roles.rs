@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::collections::Collections;
 use super::types::{
     Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, IntakeCheck, IntakeRules,
-    JobView, ListFilter, Settled, Settlement, Stats, StoreResult, TakenIn,
+    JobView, ListFilter, Refusal, Settled, Settlement, Stats, StoreResult, TakenIn,
 };
 use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
 use super::{EndpointPause, EndpointRecord, EndpointTally, Outcomes, WalkCursor};
@@ -257,6 +257,10 @@ pub trait Intake: Send + Sync {
     /// Writes what the database refuses at once, in the producer's transaction, as the
     /// API would (the rest is checked as each registration is taken in).
     async fn publish_rules(&self, rules: &IntakeRules) -> StoreResult<()>;
+
+    /// Why the registration `id` was refused when it was taken in, while it is kept
+    /// (`retention.dead_max_age`); `None` for one that was not.
+    async fn refusal(&self, id: &JobId) -> StoreResult<Option<Refusal>>;
 }
 
 /// Every role a backend serves an instance with.

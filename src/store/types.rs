@@ -270,6 +270,16 @@ pub enum TakenIn {
     Refused { id: JobId, error: serde_json::Value },
 }
 
+/// A registration refused when it was taken in, while it is kept (`Intake::refusal`):
+/// whose it was, and the error the API would have answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub tenant: Tenant,
+    pub message: String,
+    /// The field of the request the error names, if any.
+    pub field: Option<String>,
+}
+
 /// How an instance checks a registration taken in: the notification to store and its
 /// idempotency key, or the API's error.
 pub type IntakeCheck = dyn Fn(&IntakeItem) -> Result<(Notification, Option<Idempotency>), serde_json::Value>

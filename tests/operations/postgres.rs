@@ -565,3 +565,98 @@ async fn the_database_knows_every_option_post_notify_takes() {
         );
     }
 }
+
+/// A producer's role `role` granted `tenant`, with the rights the docs name: registering,
+/// and reading why a registration was refused.
+fn tenant_role(pg: &PostgresServer, role: &str, tenant: &str) {
+    pg.psql(&format!(
+        "CREATE ROLE {role} LOGIN;
+         GRANT USAGE ON SCHEMA postback TO {role};
+         GRANT EXECUTE ON FUNCTION postback.notify(text, jsonb, jsonb) TO {role};
+         GRANT EXECUTE ON FUNCTION postback.refusal(text) TO {role};
+         INSERT INTO postback.tenant_grants (role, tenant) VALUES ('{role}', '{tenant}');"
+    ));
+}
+
+/// A producer reads why its registration was refused when taken in, with
+/// `postback.refusal(id)`, for the tenants its role is granted only (the table itself
+/// is not its to read: it holds every tenant's); and `GET /notifications/{id}` says so to
+/// a token of the tenant, while to another tenant's it is as unknown as any id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_reads_why_its_tenants_registrations_were_refused_and_no_others() {
+    let pg = PostgresServer::start();
+    let receiver = Receiver::start().await;
+    let (_dir, pb) = with_tenants(&pg, &[]).await;
+    tenant_role(&pg, "shop_a", "shop-a");
+    tenant_role(&pg, "shop_b", "shop-b");
+    let url = receiver.url("/paid");
+    let register = |role: &str, tenant: &str| {
+        let options = json!({"tenant": tenant, "schedule": "no-such-schedule"});
+        let sql = format!("SELECT postback.notify('{url}', '{{}}', '{options}')");
+        pg.psql_as(role, &sql).unwrap().trim().to_string()
+    };
+    let (a, b) = (register("shop_a", "shop-a"), register("shop_b", "shop-b"));
+    let refusal = |role: &str, id: &str| {
+        let said = pg.psql_as(role, &format!("SELECT postback.refusal('{id}')"));
+        said.unwrap().trim().to_string()
+    };
+    let kept = support::eventually(support::WAIT, || async {
+        !refusal("shop_a", &a).is_empty() && !refusal("shop_b", &b).is_empty()
+    });
+    assert!(kept.await, "{}", pb.logs());
+    let as_token = |token: &'static str, path: String| {
+        let pb = &pb;
+        async move {
+            pb.request_as(token, reqwest::Method::GET, &path, None, &[])
+                .await
+        }
+    };
+    let over_http = json!({"url": url, "body": {}, "schedule": "no-such-schedule"});
+    let (_, over_http) = pb
+        .request_as(
+            "tok-checkout-a",
+            reqwest::Method::POST,
+            "/notify",
+            Some(over_http),
+            &[],
+        )
+        .await;
+    let error: Value = serde_json::from_str(&refusal("shop_a", &a)).unwrap();
+    assert_eq!(error, over_http["error"], "the error POST /notify answers");
+    assert_eq!(
+        refusal("shop_a", &b),
+        "",
+        "another tenant's is not the role's"
+    );
+    assert_eq!(refusal("shop_b", &a), "");
+    let table = pg.psql_as("shop_a", "SELECT error FROM postback.intake_refused");
+    assert!(table.unwrap_err().contains("permission denied"));
+
+    for token in ["tok-checkout-a", "tok-reader-a"] {
+        let (status, answer) = as_token(token, format!("/notifications/{a}")).await;
+        assert_eq!(status, 404, "{answer}");
+        assert_eq!(answer["error"]["code"], "refused_at_intake", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        let why = over_http["error"]["message"].as_str().unwrap();
+        assert!(message.contains(why), "{message}");
+        assert_eq!(answer["error"]["field"], over_http["error"]["field"]);
+    }
+    let (_, unknown) = as_token(
+        "tok-reader-a",
+        "/notifications/ntf_0_0000000000000000000000".into(),
+    )
+    .await;
+    let (status, answer) = as_token("tok-all-b", format!("/notifications/{a}")).await;
+    assert_eq!((status, &answer), (404, &unknown), "as any unknown id");
+    let (status, answer) = as_token("tok-all-b", format!("/notifications/{b}")).await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (404, &json!("refused_at_intake"))
+    );
+    let (status, answer) = as_token("tok-ops", format!("/notifications/{b}")).await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (404, &json!("refused_at_intake")),
+        "a token of every tenant"
+    );
+}

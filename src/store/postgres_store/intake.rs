@@ -1,11 +1,15 @@
 //! The Postgres store's side of `postback.notify()`: registrations taken from the
 //! intake table, checked by the one Rust function every entry point uses and stored or
-//! kept refused with their error; and the rules the SQL function checks first.
+//! kept refused with their error, which the API reads back; and the rules the SQL
+//! function checks first.
+
+use deadpool_postgres::Client;
 
 use super::changes::{enqueue, parse_id};
-use super::tx::{col, PgResult, Tx};
+use super::tx::{col, corrupt, PgResult, Tx};
+use crate::domain::Tenant;
 use crate::store::types::NewJob;
-use crate::store::{IntakeCheck, IntakeItem, IntakeRules, TakenIn};
+use crate::store::{IntakeCheck, IntakeItem, IntakeRules, Refusal, TakenIn};
 
 /// Takes up to `limit` registrations from the intake (those no other instance is
 /// taking), stores each that `check` accepts and keeps each it refuses with its error,
@@ -76,4 +80,23 @@ async fn refuse(t: &mut Tx<'_>, item: &IntakeItem, error: &serde_json::Value) ->
     )
     .await?;
     Ok(())
+}
+
+/// Why the registration `id` was refused, while it is kept: its tenant and the API's error.
+pub async fn refusal(c: &Client, id: &str) -> PgResult<Option<Refusal>> {
+    let statement = c
+        .prepare_cached(
+            "SELECT tenant, error ->> 'message' AS message, error ->> 'field' AS field
+             FROM postback.intake_refused WHERE id = $1",
+        )
+        .await?;
+    let Some(row) = c.query_opt(&statement, &[&id]).await? else {
+        return Ok(None);
+    };
+    let tenant = Tenant::parse(col(&row, "tenant")?, "tenant").map_err(corrupt)?;
+    Ok(Some(Refusal {
+        tenant,
+        message: col::<Option<String>>(&row, "message")?.unwrap_or_default(),
+        field: col(&row, "field")?,
+    }))
 }

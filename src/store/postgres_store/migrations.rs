@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_collections.sql"),
     include_str!("migrations/0006_idempotency_scope.sql"),
     include_str!("migrations/0007_tenant_audit.sql"),
+    include_str!("migrations/0008_refusals.sql"),
 ];
 
 /// The schema version this build writes and reads.
