@@ -6,10 +6,10 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::Context;
+use serde_json::json;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
 
-use super::client::Client;
+use super::client::{Answer, Client};
 use super::print::{self, Out};
 use super::ApiArgs;
 use crate::api::batch::MAX_ITEMS;
@@ -33,7 +33,7 @@ pub async fn register(file: &Path, api: &ApiArgs) -> anyhow::Result<()> {
         }
     }
     let refused = results.iter().filter(|r| r.get("error").is_some()).count();
-    print::answer(api, &json!({ "items": results }), table)?;
+    print::answer(api, &json!({ "items": results }).into(), table)?;
     eprintln!("registered {}, refused {refused}", results.len() - refused);
     if refused > 0 {
         anyhow::bail!("{refused} of {} notifications were refused", results.len());
@@ -62,7 +62,7 @@ fn read(file: &Path) -> anyhow::Result<Vec<(usize, Box<RawValue>)>> {
         .collect()
 }
 
-fn table(a: &Value, out: &mut Out) {
+fn table(a: &Answer, out: &mut Out) {
     let mut t = print::table(&["LINE", "ID", "STATE", "REFUSED"]);
     for r in a["items"].as_array().map(Vec::as_slice).unwrap_or_default() {
         let refused = match r.get("error") {

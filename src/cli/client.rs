@@ -1,7 +1,9 @@
-//! The operator commands' HTTP client of the API: the base URL, the bearer token, and
-//! API errors turned into one readable line (`404 not_found: notification not found`).
+//! The operator commands' HTTP client of the API: the base URL, the bearer token, each
+//! answer kept as the text the API wrote (`Answer`), and API errors turned into one
+//! readable line (`404 not_found: notification not found`).
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -11,6 +13,33 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::ApiArgs;
+
+/// An API answer: its text as the API wrote it, which `--json` prints and where a
+/// producer's body is read as the producer wrote it, and its value, read for what the
+/// commands look up in it. A `Value` rounds a number beyond a double's and sorts keys:
+/// what a producer wrote is never printed from it.
+pub struct Answer {
+    pub text: String,
+    pub value: Value,
+}
+
+/// An answer of the command's own making, which holds nothing a producer wrote.
+impl From<Value> for Answer {
+    fn from(value: Value) -> Self {
+        Self {
+            text: value.to_string(),
+            value,
+        }
+    }
+}
+
+impl Deref for Answer {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.value
+    }
+}
 
 pub struct Client {
     http: reqwest::Client,
@@ -32,25 +61,25 @@ impl Client {
         })
     }
 
-    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+    pub async fn get(&self, path: &str) -> anyhow::Result<Answer> {
         self.send(self.request(Method::GET, path)).await
     }
 
-    pub async fn get_query(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Value> {
+    pub async fn get_query(&self, path: &str, query: &[(&str, String)]) -> anyhow::Result<Answer> {
         self.send(self.request(Method::GET, path).query(query))
             .await
     }
 
-    pub async fn delete(&self, path: &str) -> anyhow::Result<Value> {
+    pub async fn delete(&self, path: &str) -> anyhow::Result<Answer> {
         self.send(self.request(Method::DELETE, path)).await
     }
 
-    pub async fn patch(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+    pub async fn patch(&self, path: &str, body: &Value) -> anyhow::Result<Answer> {
         self.send(self.request(Method::PATCH, path).json(body))
             .await
     }
 
-    pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+    pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Answer> {
         self.post_with_key(path, body, None).await
     }
 
@@ -60,7 +89,7 @@ impl Client {
         path: &str,
         body: &Value,
         idempotency_key: Option<&str>,
-    ) -> anyhow::Result<Value> {
+    ) -> anyhow::Result<Answer> {
         let text = serde_json::to_string(body).expect("a JSON value serializes");
         self.post_text(path, text, idempotency_key).await
     }
@@ -72,7 +101,7 @@ impl Client {
         path: &str,
         text: String,
         idempotency_key: Option<&str>,
-    ) -> anyhow::Result<Value> {
+    ) -> anyhow::Result<Answer> {
         let mut request = self
             .request(Method::POST, path)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -99,12 +128,12 @@ impl Client {
     }
 
     /// The JSON answer of a 2xx (null when there is none), or the API's error as one line.
-    async fn send(&self, request: RequestBuilder) -> anyhow::Result<Value> {
+    async fn send(&self, request: RequestBuilder) -> anyhow::Result<Answer> {
         Ok(self.exchange(request).await?.0)
     }
 
     /// As `send`, with the answer's headers.
-    async fn exchange(&self, request: RequestBuilder) -> anyhow::Result<(Value, HeaderMap)> {
+    async fn exchange(&self, request: RequestBuilder) -> anyhow::Result<(Answer, HeaderMap)> {
         let response = request
             .send()
             .await
@@ -119,7 +148,11 @@ impl Client {
                 .with_context(|| format!("the API answered {status} with something not JSON"))?
         };
         if status.is_success() {
-            return Ok((body, headers));
+            let answer = match text.is_empty() {
+                true => body.into(),
+                false => Answer { text, value: body },
+            };
+            return Ok((answer, headers));
         }
         let error = &body["error"];
         let mut line = format!(

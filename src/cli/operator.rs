@@ -292,7 +292,7 @@ async fn dlq(command: Dlq, api: &ApiArgs) -> anyhow::Result<()> {
         }
         Dlq::Discard { id } => {
             client.delete(&format!("/dead-letters/{id}")).await?;
-            print::answer(api, &json!({"discarded": id}), |_, out| {
+            print::answer(api, &json!({"discarded": id}).into(), |_, out| {
                 out.line(format!("discarded {id}"))
             })
         }
@@ -389,7 +389,7 @@ async fn list(
     let listed = print::Listed {
         state: &state,
         filtered: narrowed || key.is_some(),
-        others: others.as_ref(),
+        others: others.as_deref(),
     };
     print::answer(api, &answer, |a, out| print::notifications(a, &listed, out))
 }

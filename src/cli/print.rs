@@ -1,5 +1,8 @@
 //! How the operator commands print API answers: aligned tables and `key: value` lines
-//! for people, or the JSON answer itself with `--json`. What came from the store or a
+//! for people, or the JSON answer itself with `--json`. A producer's body is shown as
+//! stored: laid out by `pretty_json`, which copies every token as written (no number
+//! rounded, no key moved), or as it is; `--json` prints the answer as the API wrote it,
+//! laid out the same way. What came from the store or a
 //! receiver may hold control characters (a terminal's escape sequences) and other
 //! invisible ones (`domain::invisible`: a right-to-left override that shows what
 //! follows backwards, zero-width characters), values that earlier builds stored
@@ -12,8 +15,12 @@ use std::fmt::Display;
 use std::io::{ErrorKind, Write};
 
 use comfy_table::{presets, Table};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::client::Answer;
 use super::ApiArgs;
 use crate::domain::invisible;
 
@@ -28,15 +35,17 @@ impl Out {
     }
 }
 
-/// Prints `answer` as JSON with `--json`, otherwise with `human`.
+/// Prints `answer` as the API wrote it with `--json` (laid out by `pretty_json`),
+/// otherwise with `human`.
 pub fn answer(
     api: &ApiArgs,
-    answer: &Value,
-    human: impl FnOnce(&Value, &mut Out),
+    answer: &Answer,
+    human: impl FnOnce(&Answer, &mut Out),
 ) -> anyhow::Result<()> {
     let mut out = Out::default();
     if api.json {
-        out.line(escaped_json(&serde_json::to_string_pretty(answer)?));
+        let laid_out = pretty_json(&answer.text);
+        out.line(escaped_json(laid_out.as_deref().unwrap_or(&answer.text)));
     } else {
         human(answer, &mut out);
     }
@@ -58,7 +67,7 @@ pub fn emit(text: &str) -> anyhow::Result<()> {
 
 /// A portal link issued: the link on stdout (for a script to take), what it is for on
 /// stderr.
-pub fn portal_link(a: &Value, base: &str, out: &mut Out) {
+pub fn portal_link(a: &Answer, base: &str, out: &mut Out) {
     out.line(format!(
         "{}{}",
         base.trim_end_matches('/'),
@@ -72,8 +81,8 @@ pub fn portal_link(a: &Value, base: &str, out: &mut Out) {
     );
 }
 
-/// The answer to a registration or a replay.
-pub fn registered(a: &Value, out: &mut Out) {
+/// The answer to a registration, a replay or a resend: what it is now, not its history.
+pub fn registered(a: &Answer, out: &mut Out) {
     fields(
         a,
         &["id", "state", "attempts", "url", "next_attempt_at"],
@@ -82,7 +91,7 @@ pub fn registered(a: &Value, out: &mut Out) {
 }
 
 /// A notification and its history, by cycle.
-pub fn notification(a: &Value, out: &mut Out) {
+pub fn notification(a: &Answer, out: &mut Out) {
     fields(
         a,
         &[
@@ -106,11 +115,12 @@ pub fn notification(a: &Value, out: &mut Out) {
         ],
         out,
     );
+    request_body(a, out);
     history(a, out);
 }
 
 /// A dead letter: the notification, when it died, its body, its history by cycle.
-pub fn dead_letter(a: &Value, out: &mut Out) {
+pub fn dead_letter(a: &Answer, out: &mut Out) {
     fields(
         a,
         &[
@@ -126,12 +136,98 @@ pub fn dead_letter(a: &Value, out: &mut Out) {
             "dead_at",
             "created_at",
             "replays",
-            "content_type",
-            "body",
         ],
         out,
     );
+    request_body(a, out);
     history(a, out);
+}
+
+/// The body each attempt sends (`request` of a notification), under its content type.
+fn request_body(a: &Value, out: &mut Out) {
+    let request = &a["request"];
+    let Some(stored) = request["body"].as_str() else {
+        return;
+    };
+    let headers = request["headers"].as_array().map(Vec::as_slice);
+    let content_type = headers
+        .unwrap_or_default()
+        .iter()
+        .find(|h| h["name"] == "content-type")
+        .and_then(|h| h["value"].as_str())
+        .unwrap_or_default();
+    let json = content_type.starts_with("application/json");
+    body(&format!("body ({content_type})"), stored, json, out);
+}
+
+/// A producer's body under `heading`, as stored: laid out by `pretty_json` when it is
+/// JSON, else as it is.
+fn body(heading: &str, stored: &str, json: bool, out: &mut Out) {
+    out.line(format!("\n{heading}:"));
+    match json.then(|| pretty_json(stored)).flatten() {
+        Some(laid_out) => out.line(laid_out),
+        None => out.line(stored),
+    }
+}
+
+/// JSON text laid out two spaces a level, every token as written: numbers, strings and
+/// keys copied from `json` in their order, never read as values (a `Value` would write
+/// `12345678901234567890123` as `1.2345678901234568e+22` and `10.10` as `10.1`, and sort
+/// keys); `None` for text that is not one JSON value. The command line's one layout of
+/// JSON: of a body, and of an answer with `--json`.
+pub fn pretty_json(json: &str) -> Option<String> {
+    serde_json::from_str::<IgnoredAny>(json).ok()?;
+    let mut out = String::with_capacity(json.len() * 2);
+    let mut depth = 0;
+    let mut chars = json.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => copy_string(&mut chars, &mut out),
+            '{' | '[' => {
+                out.push(c);
+                while chars.next_if(char::is_ascii_whitespace).is_some() {}
+                if let Some(close) = chars.next_if(|&n| n == '}' || n == ']') {
+                    out.push(close);
+                    continue;
+                }
+                depth += 1;
+                new_line(depth, &mut out);
+            }
+            '}' | ']' => {
+                depth -= 1;
+                new_line(depth, &mut out);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                new_line(depth, &mut out);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_ascii_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// Copies the rest of a JSON string, its escapes as written, through its closing quote.
+fn copy_string(chars: &mut impl Iterator<Item = char>, out: &mut String) {
+    out.push('"');
+    let mut escaped = false;
+    for c in chars {
+        out.push(c);
+        match (escaped, c) {
+            (true, _) => escaped = false,
+            (false, '\\') => escaped = true,
+            (false, '"') => return,
+            _ => {}
+        }
+    }
+}
+
+fn new_line(depth: usize, out: &mut String) {
+    out.push('\n');
+    out.push_str(&"  ".repeat(depth));
 }
 
 /// `2 of 2`, and once it was sent again `2 of 2 in this cycle; 9 in all`; the count
@@ -151,7 +247,7 @@ fn attempts(a: &Value, count: &Value) -> String {
 }
 
 /// A page of dead letters, and how to get the next one.
-pub fn dead_letters(a: &Value, out: &mut Out) {
+pub fn dead_letters(a: &Answer, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
         out.line("no dead letters");
@@ -192,7 +288,7 @@ pub struct Listed<'a> {
 }
 
 /// A page of one list of the queue, and how to get the next one.
-pub fn notifications(a: &Value, listed: &Listed, out: &mut Out) {
+pub fn notifications(a: &Answer, listed: &Listed, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
         let matching = if listed.filtered { " match" } else { "" };
@@ -257,7 +353,7 @@ fn failure(status: &Value, error: &Value) -> String {
 }
 
 /// A page of the audit log, and how to get the next one.
-pub fn audit(a: &Value, out: &mut Out) {
+pub fn audit(a: &Answer, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
         out.line("no audit entries");
@@ -295,7 +391,7 @@ pub fn audit(a: &Value, out: &mut Out) {
 }
 
 /// A page of endpoints, and how to get the next one.
-pub fn endpoints(a: &Value, out: &mut Out) {
+pub fn endpoints(a: &Answer, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
         out.line("no endpoints");
@@ -331,8 +427,8 @@ pub fn endpoints(a: &Value, out: &mut Out) {
 }
 
 /// One endpoint.
-pub fn endpoint(a: &Value, out: &mut Out) {
-    let mut shown = a.clone();
+pub fn endpoint(a: &Answer, out: &mut Out) {
+    let mut shown = a.value.clone();
     shown["last_hour"] = span(&a["last_hour"]).into();
     shown["last_day"] = span(&a["last_day"]).into();
     let f = &a["last_failure"];
@@ -374,7 +470,7 @@ pub fn endpoint(a: &Value, out: &mut Out) {
 }
 
 /// A page of subscriptions, and how to get the next one.
-pub fn subscriptions(a: &Value, out: &mut Out) {
+pub fn subscriptions(a: &Answer, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
         out.line("no subscriptions");
@@ -395,8 +491,8 @@ pub fn subscriptions(a: &Value, out: &mut Out) {
     next_page(a, out);
 }
 
-pub fn subscription(a: &Value, out: &mut Out) {
-    let mut shown = a.clone();
+pub fn subscription(a: &Answer, out: &mut Out) {
+    let mut shown = a.value.clone();
     shown["topics"] = list(&a["topics"]).into();
     shown["settings"] = match &a["settings"] {
         Value::Object(s) if s.is_empty() => Value::Null,
@@ -417,7 +513,7 @@ pub fn subscription(a: &Value, out: &mut Out) {
 }
 
 /// A page of events, and how to get the next one.
-pub fn events(a: &Value, out: &mut Out) {
+pub fn events(a: &Answer, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
         out.line("no events");
@@ -437,22 +533,34 @@ pub fn events(a: &Value, out: &mut Out) {
     next_page(a, out);
 }
 
-/// One event, then a table of its deliveries.
-pub fn event(a: &Value, out: &mut Out) {
-    let mut shown = a.clone();
-    shown["body"] = excerpt(&a["body"].to_string()).into();
-    fields(
-        &shown,
-        &[
-            "id",
-            "tenant",
-            "topic",
-            "created_at",
-            "idempotency_key",
-            "body",
-        ],
-        out,
-    );
+/// What a producer wrote in an answer as a JSON value, as the API wrote it: an event's
+/// `body`.
+#[derive(Deserialize)]
+struct EventBody<'a> {
+    #[serde(borrow)]
+    body: &'a RawValue,
+}
+
+/// A page of the topics catalog as the API wrote it, for each topic's `example`.
+#[derive(Deserialize)]
+struct Examples<'a> {
+    #[serde(borrow)]
+    items: Vec<Example<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Example<'a> {
+    #[serde(borrow)]
+    example: &'a RawValue,
+}
+
+/// One event, its body, then a table of its deliveries.
+pub fn event(a: &Answer, out: &mut Out) {
+    let keys = ["id", "tenant", "topic", "created_at", "idempotency_key"];
+    fields(a, &keys, out);
+    if let Ok(event) = serde_json::from_str::<EventBody>(&a.text) {
+        body("body (application/json)", event.body.get(), true, out);
+    }
     let deliveries = a["deliveries"]
         .as_array()
         .map(Vec::as_slice)
@@ -484,22 +592,31 @@ pub fn event(a: &Value, out: &mut Out) {
     out.line(format!("\n{t}"));
 }
 
-/// The topics catalog, and how to get the next page.
-pub fn topics(a: &Value, out: &mut Out) {
+/// The topics catalog, then each topic's latest example, and how to get the next page.
+pub fn topics(a: &Answer, out: &mut Out) {
     let items = a["items"].as_array().map(Vec::as_slice).unwrap_or_default();
     if items.is_empty() {
         out.line("no topics");
     } else {
-        let mut t = table(&["TOPIC", "LAST PUBLISHED", "LAST EVENT", "EXAMPLE"]);
+        let mut t = table(&["TOPIC", "LAST PUBLISHED", "LAST EVENT"]);
         for i in items {
             t.add_row([
                 text(&i["topic"]),
                 text(&i["last_published_at"]),
                 text(&i["last_event"]),
-                excerpt(&i["example"].to_string()),
             ]);
         }
         out.line(t);
+    }
+    let examples =
+        serde_json::from_str::<Examples>(&a.text).map_or_else(|_| Vec::new(), |e| e.items);
+    for (i, example) in items.iter().zip(examples) {
+        let heading = format!(
+            "example of {} ({})",
+            text(&i["topic"]),
+            text(&i["last_event"])
+        );
+        body(&heading, example.example.get(), true, out);
     }
     next_page(a, out);
 }
@@ -554,7 +671,7 @@ fn span(s: &Value) -> String {
     }
 }
 
-pub fn stats(a: &Value, out: &mut Out) {
+pub fn stats(a: &Answer, out: &mut Out) {
     let mut t = table(&["STATE", "NOTIFICATIONS"]);
     for state in ["scheduled", "in_flight", "dead", "finished"] {
         t.add_row([state.to_string(), text(&a[state])]);
@@ -571,9 +688,8 @@ pub fn stats(a: &Value, out: &mut Out) {
     out.line(t);
 }
 
-/// `replayed 12 dead letters`.
 /// How many a bulk action changed: "replayed 3 dead letters", "resent 2 notifications".
-pub fn count(verb: &str, noun: &str, a: &Value, out: &mut Out) {
+pub fn count(verb: &str, noun: &str, a: &Answer, out: &mut Out) {
     out.line(format!("{verb} {} {noun}", text(&a["count"])));
 }
 
@@ -749,6 +865,34 @@ mod tests {
         let title = Value::String("ok\u{1b}]0;owned\u{7}\r\nnext\tline".into());
         assert_eq!(text(&title), "ok\\u{1b}]0;owned\\u{7}\\r\nnext\tline");
         assert_eq!(excerpt("a\u{1b}[2Jb"), "a [2Jb");
+    }
+
+    #[test]
+    fn json_is_laid_out_with_every_token_as_written() {
+        let written = "{\"id\":12345678901234567890123, \"amount\" :10.10,\"e\":1E+2,\r\n\
+                       \"b\":{\"z\":[-0,-0.0],\"a\":\"caf\\u00e9 \\\"{[,: \"},\"n\":{ },\"l\":[]}";
+        let laid_out = [
+            "{",
+            "  \"id\": 12345678901234567890123,",
+            "  \"amount\": 10.10,",
+            "  \"e\": 1E+2,",
+            "  \"b\": {",
+            "    \"z\": [",
+            "      -0,",
+            "      -0.0",
+            "    ],",
+            "    \"a\": \"caf\\u00e9 \\\"{[,: \"",
+            "  },",
+            "  \"n\": {},",
+            "  \"l\": []",
+            "}",
+        ];
+        assert_eq!(pretty_json(written), Some(laid_out.join("\n")));
+        assert_eq!(pretty_json(" 1E+2 ").as_deref(), Some("1E+2"));
+        assert_eq!(pretty_json("[1e400]").as_deref(), Some("[\n  1e400\n]"));
+        for not_json in ["{\"a\": 1} x", "{\"a\": }", "order=1", ""] {
+            assert_eq!(pretty_json(not_json), None, "{not_json}");
+        }
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! the bytes it was sent as (numbers with every digit and their written form, keys in
 //! their order, strings with their escapes), whether it came through `POST /notify`,
 //! `POST /notify/batch` (with or without an idempotency key) or an event to a
-//! subscription. An idempotency key holds a request to what it means, not to its
-//! spacing or field order.
+//! subscription; an event's body is answered as sent too. An idempotency key holds a
+//! request to what it means, not to its spacing or field order.
 
 use crate::support;
 
@@ -115,6 +115,39 @@ async fn a_body_reaches_the_merchant_as_the_bytes_it_was_sent_as_on_every_path()
 
     for path in ["/one", "/keyed", "/batch", "/batch-keyed", "/event"] {
         delivered_as_sent(&receiver, path, AWKWARD).await;
+    }
+}
+
+/// An event's body is answered as it was sent, by its own page (`GET /events/{id}`) and
+/// as its topic's example (`GET /topics`): the bytes kept, never a value written again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_body_is_answered_as_it_was_sent() {
+    let (_backend, _receiver, pb) = start().await;
+    let event = format!(r#"{{"topic": "payment.exact", "body": {AWKWARD}}}"#);
+    let (status, answer) = post_text(&pb, "/events", &event, &[]).await;
+    assert_eq!(status, 202, "{answer}");
+    let id = serde_json::from_str::<Value>(&answer).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (path, field) in [
+        (format!("/events/{id}"), "body"),
+        ("/topics".into(), "example"),
+    ] {
+        let text = pb
+            .http
+            .get(pb.url(&path))
+            .bearer_auth(support::instance::TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            text.contains(&format!(r#""{field}":{AWKWARD}"#)),
+            "{path}: {text}"
+        );
     }
 }
 

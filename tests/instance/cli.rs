@@ -90,7 +90,10 @@ async fn an_operator_finds_a_dead_letter_fixes_its_url_and_resends_it() {
     );
 
     let shown = ok(&pb, &["dlq", "show", &id]);
-    assert!(shown.contains(r#"body:         {"order": 7}"#), "{shown}");
+    assert!(
+        shown.contains("body (application/json):\n{\n  \"order\": 7\n}\n"),
+        "{shown}"
+    );
     let attempts = shown
         .lines()
         .filter(|l| l.trim_start().starts_with(['1', '2', '3']) && l.contains(" 500 "))
@@ -915,7 +918,9 @@ async fn an_operator_subscribes_a_url_publishes_an_event_and_follows_it() {
     assert!(listed.contains(&event_id), "{listed}");
     let topics = ok(&pb, &["topics"]);
     assert!(
-        topics.contains("payment.succeeded") && topics.contains(r#"{"order":8}"#),
+        topics.contains(&format!(
+            "example of payment.succeeded ({event_id}):\n{{\n  \"order\": 8\n}}"
+        )),
         "{topics}"
     );
 
@@ -1005,4 +1010,101 @@ async fn an_empty_list_names_its_state_and_what_the_others_hold() {
     assert_eq!(said.trim(), "no scheduled notifications match");
     let help = ok(&pb, &["list", "--help"]);
     assert!(help.contains("held"), "{help}");
+}
+
+/// A body as a payment system may write one: an integer past 2^64, a decimal with a
+/// trailing zero, an exponent, negative zeros, an escape, keys out of order.
+const AWKWARD: &str = r#"{"id":12345678901234567890123,"amount":10.10,"e":1E+2,"z":-0,"b":{"y":[1.0,-0.0],"a":"caf\u00e9"}}"#;
+
+/// JSON text without the whitespace between its tokens: all a layout may change.
+fn squeezed(text: &str) -> String {
+    let (mut out, mut in_string, mut escaped) = (String::new(), false, false);
+    for c in text.chars() {
+        match (in_string, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (_, false, '"') => in_string = !in_string,
+            (false, _, c) if c.is_whitespace() => continue,
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The lines of `shown` under the line `heading`, up to the next blank one.
+fn block(shown: &str, heading: &str) -> String {
+    let mut lines = shown.lines().skip_while(|l| *l != heading).skip(1);
+    let under: Vec<&str> = lines.by_ref().take_while(|l| !l.is_empty()).collect();
+    assert!(!under.is_empty(), "no `{heading}` block: {shown}");
+    under.join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_command_that_shows_a_body_shows_it_as_stored() {
+    let (_backend, receiver, pb) = support::start_any(&[]).await;
+    let down = receiver.url("/down?fail=99");
+    let args = [
+        "notify",
+        "--url",
+        &down,
+        "--body",
+        AWKWARD,
+        "--schedule",
+        "100ms",
+    ];
+    let id = json(&pb, &args)["id"].as_str().unwrap().to_string();
+    pb.wait_state(&id, "dead", WAIT).await;
+    let shows: [(&[&str], &str); 2] = [
+        (&["status", &id], "/request/body"),
+        (&["dlq", "show", &id], "/body"),
+    ];
+    for (args, field) in shows {
+        let shown = ok(&pb, args);
+        let body = block(&shown, "body (application/json):");
+        assert_eq!(squeezed(&body), AWKWARD, "{args:?}: {shown}");
+        assert!(
+            body.contains("\n  \"amount\": 10.10,\n"),
+            "laid out: {body}"
+        );
+        let answer = json(&pb, args);
+        assert_eq!(
+            answer.pointer(field),
+            Some(&Value::from(AWKWARD)),
+            "{args:?}"
+        );
+    }
+
+    let publish = [
+        "events",
+        "publish",
+        "--topic",
+        "payment.exact",
+        "--body",
+        AWKWARD,
+    ];
+    let published = ok(&pb, &[&publish[..], &["--json"]].concat());
+    assert!(
+        squeezed(&published).contains(&format!(r#""body":{AWKWARD}"#)),
+        "{published}"
+    );
+    let event: Value = serde_json::from_str(&published).unwrap();
+    let event = event["id"].as_str().unwrap();
+    let shown = ok(&pb, &["events", "show", event]);
+    let body = block(&shown, "body (application/json):");
+    assert_eq!(squeezed(&body), AWKWARD, "{shown}");
+    let answer = ok(&pb, &["events", "show", event, "--json"]);
+    assert!(
+        squeezed(&answer).contains(&format!(r#""body":{AWKWARD}"#)),
+        "{answer}"
+    );
+
+    let shown = ok(&pb, &["topics"]);
+    let example = block(&shown, &format!("example of payment.exact ({event}):"));
+    assert_eq!(squeezed(&example), AWKWARD, "{shown}");
+    let answer = ok(&pb, &["topics", "--json"]);
+    assert!(
+        squeezed(&answer).contains(&format!(r#""example":{AWKWARD}"#)),
+        "{answer}"
+    );
 }
