@@ -60,7 +60,9 @@ function forgetToken() {
   caller = null;
 }
 
-async function api(path, options = {}) {
+// The API's answer to `path`: its value, and its text as the API wrote it, where a
+// producer's body is read as written (`source`), since JSON.parse rounds numbers.
+async function answer(path, options = {}) {
   const token = sessionStorage.getItem(TOKEN_KEY);
   const headers = { Authorization: `Bearer ${token}` };
   if (options.body !== undefined) headers["Content-Type"] = "application/json";
@@ -69,15 +71,23 @@ async function api(path, options = {}) {
     headers,
     body: options.body === undefined ? undefined : JSON.stringify(options.body),
   });
-  const body = await response.json().catch(() => null);
+  const text = await response.text();
+  let value = null;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    // Not JSON: an error says so by its status.
+  }
   if (response.status === 401) {
     forgetToken();
     showTokenForm("The token was refused; paste a valid one.");
-    throw new ApiError(401, body);
+    throw new ApiError(401, value);
   }
-  if (!response.ok) throw new ApiError(response.status, body);
-  return body;
+  if (!response.ok) throw new ApiError(response.status, value);
+  return { value, text };
 }
+
+const api = async (path, options = {}) => (await answer(path, options)).value;
 
 // ---- sign-in -------------------------------------------------------------
 
@@ -217,14 +227,87 @@ function heldBack(n) {
     `its endpoint's circuit is open since ${when(n.held_back_since)}; dead-lettered at ${when(n.deadline)} if still open`)];
 }
 
-// A JSON body indented for reading; anything else as it is sent.
-function readable(body, contentType) {
-  if (!contentType.startsWith("application/json")) return body;
+// ---- bodies as stored ----------------------------------------------------
+
+// JSON text's tokens as written (a string with its escapes, a number, a literal, or one
+// of `{}[]:,`), each with where it ends; the whitespace between them left out.
+function tokens(text) {
+  const token = /\s*("(?:[^"\\]|\\[\s\S])*"|[{}[\]:,]|[^\s{}[\]:,"]+)/gy;
+  const found = [];
+  for (let m = token.exec(text); m; m = token.exec(text)) found.push({ text: m[1], end: token.lastIndex });
+  return found;
+}
+
+const OPENS = new Set(["{", "["]);
+const CLOSES = new Set(["}", "]"]);
+
+// JSON text laid out two spaces a level, every token as written: numbers, strings and
+// keys copied in their order, never read as values (JSON.parse shows
+// 12345678901234567890123 as 1.2345678901234568e+22 and 10.10 as 10.1); null for text
+// that is not one JSON value. The page's one layout of a producer's body.
+function pretty(text) {
   try {
-    return JSON.stringify(JSON.parse(body), null, 2);
+    JSON.parse(text);
   } catch {
-    return body;
+    return null;
   }
+  const list = tokens(text);
+  let depth = 0;
+  const newLine = () => `\n${"  ".repeat(depth)}`;
+  return list.map(({ text: t }, i) => {
+    if (OPENS.has(t)) {
+      depth += 1;
+      return CLOSES.has(list[i + 1]?.text) ? t : t + newLine();
+    }
+    if (CLOSES.has(t)) {
+      depth -= 1;
+      return OPENS.has(list[i - 1].text) ? t : newLine() + t;
+    }
+    return t === "," ? `,${newLine()}` : t === ":" ? ": " : t;
+  }).join("");
+}
+
+// A reader of the values in JSON text as written (`at(["items", 0, "example"])`): where
+// a producer's body sits in an API answer (an event's `body`, a topic's `example`).
+function source(text) {
+  const list = tokens(text);
+  // The index of the token after the value that starts at token `i`.
+  const after = (i) => {
+    let depth = 0;
+    do depth += OPENS.has(list[i].text) ? 1 : CLOSES.has(list[i].text) ? -1 : 0;
+    while (++i < list.length && depth > 0);
+    return i;
+  };
+  return (path) => {
+    let i = 0;
+    for (const step of path) {
+      i += 1;
+      if (typeof step === "number") {
+        for (let n = 0; n < step; n++) i = after(i) + 1;
+      } else {
+        while (JSON.parse(list[i].text) !== step) i = after(i + 2) + 1;
+        i += 2;
+      }
+    }
+    return text.slice(list[i].end - list[i].text.length, list[after(i) - 1].end);
+  };
+}
+
+const isJson = (contentType) => contentType.startsWith("application/json");
+
+// A producer's body as stored (`id` names its <pre>): a JSON one laid out by `pretty`,
+// which changes no token, with a toggle to the bytes stored; any other as it is.
+function bodyView(stored, json, id) {
+  const laidOut = json ? pretty(stored) : null;
+  const pre = el("pre", { id }, laidOut ?? stored);
+  if (laidOut === null || laidOut === stored) return pre;
+  const toggle = el("button", { type: "button", class: "secondary", "aria-pressed": "false" }, "As stored");
+  toggle.addEventListener("click", () => {
+    const raw = toggle.getAttribute("aria-pressed") === "false";
+    toggle.setAttribute("aria-pressed", String(raw));
+    pre.textContent = raw ? stored : laidOut;
+  });
+  return el("div", {}, el("div", { class: "actions" }, toggle), pre);
 }
 
 // A form of filters over `fields`, filled from `params`: a text input each (with a hint
@@ -432,7 +515,7 @@ async function deadLetter(id) {
     allowed("DELETE /dead-letters/{id}") ? el("div", { class: "actions" }, discard) : null,
     status,
     el("h2", {}, "Attempts"), timeline(d),
-    el("h2", {}, `Body (${d.content_type})`), el("pre", {}, readable(d.body, d.content_type)),
+    el("h2", {}, `Body (${d.content_type})`), bodyView(d.body, isJson(d.content_type), "dead-body"),
   ];
 }
 
@@ -613,7 +696,7 @@ function requestSent(n) {
       el("a", { href: "#/keys" }, "(how to verify)"), ".",
       elsewhere ? " Earlier attempts went to the URL their history names." : null),
     el("pre", { id: "request-head" }, [`${r.method} ${r.url}`, ...r.headers.map((h) => `${h.name}: ${h.value}`)].join("\n")),
-    el("pre", { id: "request-body" }, readable(r.body, contentType)),
+    bodyView(r.body, isJson(contentType), "request-body"),
   ];
 }
 
@@ -794,17 +877,18 @@ async function events(params) {
   q.set("limit", "50");
   if (params.get("cursor")) q.set("cursor", params.get("cursor"));
   const topicQuery = params.get("tenant") ? `?tenant=${encodeURIComponent(params.get("tenant"))}` : "";
-  const [page, topics] = await Promise.all([api(`/events?${q}`), api(`/topics${topicQuery}`)]);
+  const [page, catalog] = await Promise.all([api(`/events?${q}`), answer(`/topics${topicQuery}`)]);
+  const [topics, example] = [catalog.value, source(catalog.text)];
   const form = filterForm(ownFilters(EVENT_FILTERS), params, "v", "events");
   if (page.next_cursor) shown.set("cursor", page.next_cursor);
   return [
     el("h1", {}, "Events"),
     topics.items.length === 0 ? null : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Topics" },
       el("thead", {}, el("tr", {}, el("th", {}, "Topic"), el("th", {}, "Last published"), el("th", { class: "wide" }, "Example"))),
-      el("tbody", {}, topics.items.map((t) => el("tr", {},
+      el("tbody", {}, topics.items.map((t, i) => el("tr", {},
         el("td", {}, el("a", { href: `#/events?${new URLSearchParams({ ...Object.fromEntries(params), topic: t.topic })}` }, t.topic)),
         el("td", {}, when(t.last_published_at)),
-        el("td", { class: "wide" }, el("code", {}, JSON.stringify(t.example).slice(0, 120)))))))),
+        el("td", { class: "wide" }, el("code", {}, clip(example(["items", i, "example"]))))))))),
     form,
     page.items.length === 0
       ? el("p", { class: "muted" }, shown.toString() ? "No events match."
@@ -825,7 +909,7 @@ async function events(params) {
 // One event: its body, and each subscription's notification with its state (linked);
 // if it `can`, resend its finished ones.
 async function event(id) {
-  const e = await api(`/events/${encodeURIComponent(id)}`);
+  const { value: e, text } = await answer(`/events/${encodeURIComponent(id)}`);
   const status = el("div", { role: "status" });
   const resend = allowed("POST /events/{id}/resend") && el("button", { type: "button", onclick: async () => {
     try {
@@ -858,7 +942,7 @@ async function event(id) {
           el("td", {}, d.attempts ?? "—"),
           el("td", {}, when(d.next_attempt_at))))))),
     el("h2", {}, "Body"),
-    el("pre", {}, JSON.stringify(e.body, null, 2)),
+    bodyView(source(text)(["body"]), true, "event-body"),
   ];
 }
 

@@ -7,6 +7,8 @@
 // pages, finds a notification by its idempotency key and cancels it; sees a failing
 // endpoint among the endpoints and filters them by state; subscribes a URL to topics,
 // follows a published event to its delivery, resends it, disables the subscription;
+// reads a body with a number past 2^64, 10.10, 1E+2 and -0 as stored on a notification's,
+// a dead letter's and an event's page and as its topic's example;
 // opens a portal link in a tab signed in as the operator: it asks before it switches;
 // opens a merchant's portal link
 // in a fresh browser: its endpoints with the credential out of the address bar, no
@@ -52,15 +54,18 @@ const receiver = http.createServer((req, res) => {
 await new Promise((resolve) => receiver.listen(0, "127.0.0.1", resolve));
 const target = (path) => `http://127.0.0.1:${receiver.address().port}${path}`;
 
-async function call(method, path, body) {
+// `method path` with `text` as the request's body, as written.
+async function callRaw(method, path, text) {
   const r = await fetch(api + path, {
     method,
     headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
-    body: body && JSON.stringify(body),
+    body: text,
   });
   if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`);
   return r.json();
 }
+
+const call = (method, path, body) => callRaw(method, path, body && JSON.stringify(body));
 
 // `postback portal-link` for the default tenant with `roles`, asked of the instance by
 // the operator.
@@ -182,6 +187,8 @@ async function merchantPage(browser, errors) {
   await eventually("the replay's death", async () =>
     (await call("GET", `/notifications/${dying.id}`)).total_attempts === 2);
   await merchant.goto(`${api}/ui#/dead/${dying.id}`);
+  // The lookup page before it has cycles too: this is the dead letter's once its heading shows.
+  await merchant.getByRole("heading", { name: "Dead letter", exact: true }).waitFor();
   await merchant.locator("section.cycle").nth(1).waitFor();
   assert.equal(await merchant.locator("#attempts").textContent(), "1 of 1 in this cycle; 2 in all");
   assert.deepEqual(await merchant.locator("section.cycle h3").allTextContents(),
@@ -207,6 +214,41 @@ async function heldBack(page) {
   assert.equal(await page.locator("#attempts").textContent(), "0 of 3");
   assert.match(await page.locator("ol.timeline").textContent(), /^Held back: its endpoint's circuit is open/);
   await page.screenshot({ path: `${shots}/ui-held-back.png`, fullPage: true });
+}
+
+// A body as a payment system may write one: an integer past 2^64, a decimal with a
+// trailing zero, an exponent, negative zeros, an escape, keys out of order.
+const AWKWARD = '{"id":12345678901234567890123,"amount":10.10,"e":1E+2,"z":-0,"b":{"y":[1.0,-0.0],"a":"caf\\u00e9"}}';
+// JSON text without the whitespace between its tokens: all a layout may change.
+const squeezed = (text) => text.replace(/("(?:[^"\\]|\\.)*")|\s+/g, (m, string) => string ?? "");
+
+// A body is shown as stored, read from the page: a notification's request, a dead
+// letter's and an event's body laid out with every token as written, and the bytes
+// stored at a click; a topic's example as stored.
+async function bodiesAsStored(page) {
+  // To another origin than the receiver's by address, whose circuit the tests after count on.
+  const down = `http://localhost:${receiver.address().port}/down/exact`;
+  const sent = await callRaw("POST", "/notify", `{"url": "${down}", "schedule": [], "body": ${AWKWARD}}`);
+  await eventually("its death", async () => (await call("GET", `/notifications/${sent.id}`)).state === "dead");
+  const event = await callRaw("POST", "/events", `{"topic": "ui.exact", "body": ${AWKWARD}}`);
+  for (const [view, id] of [[`lookup/${sent.id}`, "request-body"], [`dead/${sent.id}`, "dead-body"], [`events/${event.id}`, "event-body"]]) {
+    await page.goto(`${api}/ui#/${view}`);
+    const body = page.locator(`#${id}`);
+    await body.waitFor();
+    const shown = await body.textContent();
+    assert.equal(squeezed(shown), AWKWARD, `${view}: every token as written`);
+    assert.match(shown, /\n {2}"amount": 10\.10,\n/, `${view}: laid out`);
+    const asStored = page.getByRole("button", { name: "As stored" });
+    await asStored.click();
+    assert.equal(await body.textContent(), AWKWARD, `${view}: the bytes stored`);
+    assert.equal(await asStored.getAttribute("aria-pressed"), "true");
+    await asStored.click();
+    assert.equal(await body.textContent(), shown, `${view}: laid out again`);
+  }
+  await page.goto(`${api}/ui#/events`);
+  const example = page.getByRole("table", { name: "Topics" }).getByRole("row").filter({ hasText: "ui.exact" }).locator(".clip");
+  await example.waitFor();
+  assert.deepEqual([await example.textContent(), await example.getAttribute("title")], [AWKWARD, AWKWARD]);
 }
 
 // Opens `link` in a tab signed in already: the page asks, and switches once agreed.
@@ -638,6 +680,7 @@ try {
   assert.equal(later.deliveries.length, 0, "a disabled subscription takes nothing");
   await page.screenshot({ path: `${shots}/ui-subscriptions.png`, fullPage: true });
 
+  await bodiesAsStored(page);
   await linkInASignedInTab(browser, errors);
   await merchantPage(browser, errors);
   await heldBack(page);
@@ -666,7 +709,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, merchant's page (roles, request and response, cycles, signing keys verified in Node.js and Python), held back by an open circuit, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, bodies as stored, merchant's page (roles, request and response, cycles, signing keys verified in Node.js and Python), held back by an open circuit, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
