@@ -499,6 +499,9 @@ async function deadLetter(id) {
       status.replaceChildren(failure(e));
     }
   });
+  // What the lookup page offers it too (a resend, to a caller that may resend a dead one),
+  // and discard.
+  const actions = [...notificationActions(d, status), allowed("DELETE /dead-letters/{id}") && discard].filter(Boolean);
   return [
     el("h1", {}, "Dead letter"),
     el("div", { class: "card" }, el("dl", {},
@@ -512,7 +515,7 @@ async function deadLetter(id) {
       el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
       el("dt", {}, "Replays"), el("dd", {}, d.replays))),
     allowed("POST /dead-letters/{id}/replay") ? replay : null,
-    allowed("DELETE /dead-letters/{id}") ? el("div", { class: "actions" }, discard) : null,
+    actions.length ? el("div", { class: "actions" }, actions) : null,
     status,
     el("h2", {}, "Attempts"), timeline(d),
     el("h2", {}, `Body (${d.content_type})`), bodyView(d.body, isJson(d.content_type), "dead-body"),
@@ -631,13 +634,14 @@ function cancelButton(n, status) {
   return button;
 }
 
-// Sends a finished notification again under the same id, after a confirmation.
+// Sends a finished notification again under the same id, after a confirmation; then
+// shows its page (a dead letter's page, which it leaves, included).
 function resendButton(n, status) {
   const button = el("button", { type: "button" }, "Resend…");
   button.addEventListener("click", async () => {
     const question = `Resend ${n.id}? The receiver gets it again with the same webhook-id, from a fresh attempt count.`;
     if (!(await confirmAction(question, "Resend it"))) return;
-    await post(`/notifications/${encodeURIComponent(n.id)}/resend`, status);
+    await post(`/notifications/${encodeURIComponent(n.id)}/resend`, status, () => show(`#/lookup/${n.id}`));
   });
   return button;
 }
@@ -663,14 +667,21 @@ function pauseButton(e, status) {
   return button;
 }
 
-// POSTs an action without a body and shows the page again, or the failure in `status`.
-async function post(path, status) {
+// POSTs an action without a body, then shows the page again (or `then`), or the failure
+// in `status`.
+async function post(path, status, then = route) {
   try {
     await api(path, { method: "POST" });
-    route();
+    then();
   } catch (e) {
     status.replaceChildren(failure(e));
   }
+}
+
+// Goes to the view of `hash`, or draws it again when it is the current one.
+function show(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
 }
 
 // What the caller may do with a notification in its state: cancel one that has not

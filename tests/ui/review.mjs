@@ -13,8 +13,8 @@
 // opens a merchant's portal link
 // in a fresh browser: its endpoints with the credential out of the address bar, no
 // tenant to choose, only the actions its roles name, a notification's request and response,
-// a replayed dead letter's cycles, and its signing keys with code (Node.js and Python)
-// that verifies real deliveries; a notification its endpoint's open circuit holds back;
+// a replayed dead letter's cycles, a dead letter resent from its own page, and its
+// signing keys with code (Node.js and Python) that verifies real deliveries; a notification its endpoint's open circuit holds back;
 // a view a link may not open (the audit log) and one that does not exist say so; an
 // instance without signing keys says what that means and how to give one; URLs and ids
 // stay on one line, whole on hover; the overview counts held ones apart; every view of
@@ -164,6 +164,7 @@ async function merchantPage(browser, errors) {
   await merchant.getByRole("heading", { name: "Attempts" }).waitFor();
   assert.equal(await merchant.getByRole("button", { name: "Replay", exact: true }).count(), 0, "replay needs `replay`");
   assert.equal(await merchant.getByRole("button", { name: "Discard" }).count(), 0, "discard needs `discard`");
+  assert.equal(await merchant.getByRole("button", { name: "Resend…" }).count(), 0, "resending a dead one needs `replay`");
   // It resends what was delivered, and nothing dead: that is a replay, which it may not.
   await merchant.goto(`${api}/ui#/lookup/${id}`);
   await merchant.getByRole("button", { name: "Resend…" }).waitFor();
@@ -194,6 +195,19 @@ async function merchantPage(browser, errors) {
   assert.deepEqual(await merchant.locator("section.cycle h3").allTextContents(),
     ["First cycle: Registered · 1 attempt", "Cycle 1: Replayed · 1 attempt"]);
   await merchant.screenshot({ path: `${shots}/ui-portal-cycles.png`, fullPage: true });
+
+  // With `operate` and `replay` it may resend a dead one: its dead letter's page offers
+  // that as its lookup page does, and a resend leaves it for the lookup page.
+  await switchTab(merchant, portalLink("read,operate,replay"));
+  await rows.first().waitFor();
+  await merchant.goto(`${api}/ui#/lookup/${dying.id}`);
+  await merchant.getByRole("button", { name: "Resend…" }).waitFor();
+  await merchant.goto(`${api}/ui#/dead/${dying.id}`);
+  await merchant.getByRole("button", { name: "Replay", exact: true }).waitFor();
+  await merchant.getByRole("button", { name: "Resend…" }).click();
+  await merchant.locator("dialog[open]").getByRole("button", { name: "Resend it" }).click();
+  await merchant.waitForURL(new RegExp(`#/lookup/${dying.id}$`));
+  await eventually("the resend", async () => (await call("GET", `/notifications/${dying.id}`)).replays === 2);
   await merchant.close();
 }
 
@@ -709,7 +723,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, bodies as stored, merchant's page (roles, request and response, cycles, signing keys verified in Node.js and Python), held back by an open circuit, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, bodies as stored, merchant's page (roles, request and response, cycles, a dead letter resent from its page, signing keys verified in Node.js and Python), held back by an open circuit, phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
