@@ -6,9 +6,13 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+/// The setting that lets callbacks go to internal addresses, which each refusal names as
+/// the operator's way out.
+pub const ALLOW_PRIVATE: &str = "delivery.allow_private_networks";
+
 /// The destination was refused: it is, or resolves only to, internal addresses.
 #[derive(Debug, thiserror::Error)]
-#[error("blocked_destination: {host} is not a public address ({addrs})")]
+#[error("blocked_destination: {host} is not a public address ({addrs}); {ALLOW_PRIVATE} allows it")]
 pub struct Blocked {
     pub host: String,
     pub addrs: String,

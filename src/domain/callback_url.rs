@@ -71,7 +71,10 @@ impl CallbackUrl {
         if let Some(ip) = literal.filter(|ip| !ssrf::is_public(*ip)) {
             if allowed == Destinations::PublicOnly {
                 return Err(fail(&format!(
-                    "{ip} is a private or internal address; callbacks go to public addresses only"
+                    "{ip} is a private or internal address; callbacks go to public addresses \
+                     only, unless the instance allows private networks \
+                     ({})",
+                    ssrf::ALLOW_PRIVATE
                 )));
             }
         }
