@@ -152,7 +152,7 @@ fn check_server(s: &ServerSettings) -> anyhow::Result<()> {
             .as_ref()
             .is_none_or(|p| p.len() >= crate::tenancy::portal::MIN_SECRET_BYTES),
         "server.portal_secret",
-        "must be at least 32 bytes (e.g. `openssl rand -base64 32`)",
+        "must be at least 32 bytes (e.g. `openssl rand -hex 32`)",
     )?;
     for (ok, key) in [
         (!s.header_timeout.is_zero(), "server.header_timeout"),

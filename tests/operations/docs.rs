@@ -1,7 +1,7 @@
 //! The lists in the documentation are true: the configuration reference names every key
 //! of the shipped file's sections and no other (and the README's table only keys that
 //! exist), and the README's command table names every command of the binary, each with
-//! options it has.
+//! options it has; every place that says how to make a portal secret says it one way.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -140,6 +140,33 @@ fn the_readme_lists_every_command_with_options_it_has() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// How to make a `server.portal_secret`: 32 random bytes as 64 hex digits, text that the
+/// setting takes as it is (its bytes are the key) and that needs no quoting anywhere.
+const NEW_PORTAL_SECRET: &str = "openssl rand -hex 32";
+
+#[test]
+fn every_place_says_one_way_to_make_a_portal_secret() {
+    let places = [
+        ("README.md", README),
+        ("docs/configuration.md", CONFIGURATION),
+        ("config/postback.toml", SHIPPED),
+        (
+            "src/config/checks.rs",
+            include_str!("../../src/config/checks.rs"),
+        ),
+    ];
+    for (place, text) in places {
+        let said: Vec<&str> = text
+            .match_indices("openssl rand")
+            .map(|(at, _)| &text[at..at + NEW_PORTAL_SECRET.len()])
+            .collect();
+        assert!(!said.is_empty(), "{place} says no way");
+        for way in said {
+            assert_eq!(way, NEW_PORTAL_SECRET, "{place}");
         }
     }
 }
