@@ -294,7 +294,7 @@ mod tests {
     use figment::providers::{Format, Serialized, Toml};
     use figment::Figment;
 
-    use super::loading::named_error;
+    use super::loading::extract;
     use super::*;
     use crate::tenancy::access::{self, Action};
 
@@ -421,11 +421,8 @@ mod tests {
 
     /// Reads settings as `Config::load` does, from TOML text instead of a file.
     fn from_toml(text: &str) -> anyhow::Result<Config> {
-        let settings = Figment::from(Serialized::defaults(with_token()))
-            .merge(Toml::string(text))
-            .extract()
-            .map_err(named_error)?;
-        Config::validate(settings, false)
+        let figment = Figment::from(Serialized::defaults(with_token())).merge(Toml::string(text));
+        Config::validate(extract(&figment)?, false)
     }
 
     /// A `[tokens.x]` section of `tenant` and `roles` (written as in TOML).
@@ -475,7 +472,7 @@ mod tests {
             ),
             (
                 "[server]\nlisen = \"127.0.0.1:1\"",
-                "server.lisen: no such key; those of server are listen, ",
+                "server.lisen: no such key (did you mean `listen`?); those of server are listen, ",
             ),
             (
                 "[delivery]\ntimeout = 10",
@@ -564,6 +561,47 @@ mod tests {
             let err = from_toml(text).unwrap_err().to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn every_key_no_setting_has_is_named_with_the_one_meant() {
+        let three = "[server]\nzzz = 1\naaa = 2\n[store]\nbad = 3\nshards = \"x\"";
+        let err = from_toml(three).unwrap_err().to_string();
+        let named = [
+            "server.zzz: no such key",
+            "server.aaa: no such key",
+            "store.bad: no such key",
+            "store.shards: `x` is not a whole number",
+        ];
+        for named in named {
+            assert!(err.contains(named), "{named}: {err}");
+        }
+        let err = from_toml("[server]\nlisten = 5\n[delivery]\ntimeout = 5")
+            .unwrap_err()
+            .to_string();
+        for named in ["server.listen: `5` is not", "delivery.timeout: `5` is not"] {
+            assert!(err.contains(named), "{named}: {err}");
+        }
+        let sections = [
+            (
+                "[tenant.shop-a]",
+                "tenant: no such key (did you mean `tenants`?)",
+            ),
+            (
+                "[token.ops]\ntenant = \"*\"",
+                "token: no such key (did you mean `tokens`?)",
+            ),
+            (
+                "[server]\nlisen = \"127.0.0.1:1\"",
+                "server.lisen: no such key (did you mean `listen`?)",
+            ),
+        ];
+        for (text, said) in sections {
+            let err = from_toml(text).unwrap_err().to_string();
+            assert!(err.contains(said), "{text}: {err}");
+        }
+        let err = from_toml("[server]\nqqqqqq = 1").unwrap_err().to_string();
+        assert!(!err.contains("did you mean"), "nothing is like it: {err}");
     }
 
     #[test]

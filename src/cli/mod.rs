@@ -258,7 +258,8 @@ enum Command {
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Validate the configuration; print the effective configuration, with secrets
-    /// redacted, as TOML. Exits 1 naming the key of the first problem.
+    /// redacted, as TOML. Exits 1 naming every key it cannot read (or, once all are
+    /// read, the first check across keys that fails).
     Check {
         /// TOML configuration file; `POSTBACK_<SECTION>_<KEY>` variables override it.
         #[arg(long, env = "POSTBACK_CONFIG")]
