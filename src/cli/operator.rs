@@ -81,7 +81,7 @@ async fn client_command(command: Command, api: &ApiArgs) -> anyhow::Result<()> {
                 let id = id.unwrap_or_default();
                 let path = format!("/notifications/{id}/resend");
                 let answer = client.post(&path, &Value::Object(body)).await?;
-                return print::answer(api, &answer, print::notification);
+                return print::answer(api, &answer, print::registered);
             };
             filter.or_all(all, "resend every notification of the state")?;
             body.insert("state".into(), state.into());
