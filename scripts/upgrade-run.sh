@@ -47,7 +47,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 EOF
 python3 "$work/receiver.py" "$receiver_port" "$work/heal" &
 receiver_pid=$!
-redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save "" --appendonly no \
+redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save "3600 1" --appendonly no \
   --daemonize yes --logfile "$work/redis.log"
 
 # Runs `postback serve` ($1) on the store named by the rest of the environment.

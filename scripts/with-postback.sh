@@ -21,7 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save "" --appendonly no \
+redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save "3600 1" --appendonly no \
   --daemonize yes --logfile "$work/redis.log"
 export POSTBACK_TOKEN=throwaway-token POSTBACK_URL="http://127.0.0.1:$api_port" POSTBACK_LOG="$work/postback.log"
 POSTBACK_SERVER_LISTEN="127.0.0.1:$api_port" \

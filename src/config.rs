@@ -25,19 +25,23 @@ mod duration;
 mod event_schemas;
 mod loading;
 mod percent;
+pub mod postgres_tls;
 mod profiles;
 pub mod redact;
 mod sentinel;
 mod settings;
+pub mod store_tls;
 mod string_list;
 mod tenant_tls;
 mod tenants;
 
 pub use event_schemas::EventSchemas;
 pub use percent::Percent;
+pub use postgres_tls::{PostgresTarget, SslMode};
 pub use profiles::{Profile, ProfileSettings};
 pub use sentinel::{Credentials, NodeAddress, SentinelTarget, DEFAULT_MASTER_NAME};
 pub use settings::*;
+pub use store_tls::StoreTls;
 pub use string_list::StringList;
 pub use tenant_tls::TenantTls;
 

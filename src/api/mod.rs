@@ -322,6 +322,7 @@ async fn prometheus(
     }
     let stats = state.store.stats(None).await;
     metrics::store_up(stats.is_ok());
+    metrics::store_durability(state.store.durability().kind.name());
     match stats {
         Ok(stats) => queue_metrics(&stats),
         Err(_) => metrics::store_error("stats"),
@@ -339,12 +340,14 @@ async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok",
         degraded_shards: Vec::new(),
+        durability: None,
     })
 }
 
 /// Readiness: the store answers, some shard can take a new notification (its primary
 /// has the replicas `store.replica_acks` asks for), and the delivery pipeline runs. The
-/// shards that cannot are named.
+/// shards that cannot are named, and what the store keeps through a restart of its
+/// server, as found at start.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -367,6 +370,7 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError>
     Ok(Json(Health {
         status: "ready",
         degraded_shards: DegradedView::all(state.rules.placement.health()),
+        durability: Some(state.store.durability().into()),
     }))
 }
 

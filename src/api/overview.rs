@@ -56,6 +56,7 @@ pub async fn stats(
     let Query(q) = query.map_err(invalid_query)?;
     let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let mut stats = StatsView::from(state.store.stats(tenant.as_ref()).await?);
+    stats.durability = Some(state.store.durability().into());
     match &tenant {
         Some(tenant) => stats.retention = Some(state.retention.of(tenant).into()),
         None => stats.degraded_shards = DegradedView::all(state.rules.placement.health()),

@@ -14,8 +14,8 @@ use crate::domain::{
 use crate::endpoints::health::Span;
 use crate::lifecycle::retention;
 use crate::store::{
-    EndpointPause, EndpointRecord, JobState, JobStatus, JobView, Listed, StateCounts, Stats,
-    Trimmed,
+    Durability, EndpointPause, EndpointRecord, JobState, JobStatus, JobView, Listed, StateCounts,
+    Stats, Trimmed,
 };
 
 pub use crate::domain::rfc3339;
@@ -483,6 +483,35 @@ pub struct Health {
     /// while another can). Absent when there are none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub degraded_shards: Vec<DegradedView>,
+    /// `/readyz`: what the store keeps of an answered write through a restart of its
+    /// server, as found at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durability: Option<DurabilityView>,
+}
+
+/// What the store keeps of an answered write through a restart of its server, as found
+/// when the instance started.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = StoreDurability)]
+pub struct DurabilityView {
+    /// `aof` (Redis's append-only file), `rdb` (its snapshots only: what came after the
+    /// last is lost), `none` (a Redis that persists nothing, accepted by
+    /// `store.allow_volatile`), `unknown` (a Redis that hides `CONFIG`), `wal`
+    /// (Postgres), `fsync` (the embedded store).
+    #[schema(example = "aof")]
+    pub kind: &'static str,
+    /// The settings found.
+    #[schema(example = "appendonly yes, appendfsync everysec, save \"3600 1\"")]
+    pub detail: String,
+}
+
+impl From<Durability> for DurabilityView {
+    fn from(d: Durability) -> Self {
+        Self {
+            kind: d.kind.name(),
+            detail: d.detail,
+        }
+    }
 }
 
 /// A shard that takes no new notification now, and why: its primary cannot acknowledge
@@ -535,6 +564,9 @@ pub struct StatsView {
     /// its oldest dead letters beyond `dead_max_count` (counted in `trimmed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionView>,
+    /// What the store keeps of an answered write through a restart of its server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durability: Option<DurabilityView>,
 }
 
 /// The retention limits of one tenant.
@@ -577,6 +609,7 @@ impl From<Stats> for StatsView {
                 .collect(),
             degraded_shards: Vec::new(),
             retention: None,
+            durability: None,
         }
     }
 }

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+use super::store_tls::{CA_FILE, CERT_FILE, KEY_FILE, SERVER_NAME};
 use super::{
-    DeliverySettings, RedisTarget, RetentionSettings, SentinelTarget, ServerSettings, Settings,
-    StoreSettings, StoreTarget, TraceSettings, CLUSTER_SHARDS,
+    DeliverySettings, PostgresTarget, RedisTarget, RetentionSettings, SentinelTarget,
+    ServerSettings, Settings, StoreSettings, StoreTarget, StoreTls, TraceSettings, CLUSTER_SHARDS,
 };
 use crate::domain::MAX_RESPONSE_BYTES;
 
@@ -55,6 +56,7 @@ pub(super) fn store(s: &StoreSettings) -> anyhow::Result<(StoreTarget, u16)> {
         "must be at least 200ms (it is renewed every half of it)",
     )?;
     check_replica_acks(s, &store)?;
+    check_tls(s, &store)?;
     Ok((store, shards))
 }
 
@@ -193,8 +195,7 @@ fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
         if store.redis_url.is_some() || !store.cluster_urls.is_empty() || sentinels.is_some() {
             bail!("{key}: set it or store.redis_url / store.cluster_urls / store.redis_sentinels, not both");
         }
-        url.parse::<tokio_postgres::Config>()
-            .with_context(|| format!("{key}: not a Postgres URL"))?;
+        PostgresTarget::read(url, store)?;
         return Ok(StoreTarget::Postgres(url.clone()));
     }
     if let Some(sentinels) = sentinels {
@@ -203,9 +204,12 @@ fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
     // A string that does not parse cannot be told apart into its parts, its password
     // among them: none of it is shown.
     let is_url = |url: &str, key: &str| {
-        redis::IntoConnectionInfo::into_connection_info(url)
-            .map(drop)
-            .with_context(|| format!("{key}: not a Redis URL"))
+        let info = redis::IntoConnectionInfo::into_connection_info(url)
+            .with_context(|| format!("{key}: not a Redis URL"))?;
+        match info.addr() {
+            redis::ConnectionAddr::TcpTls { insecure: true, .. } => bail!("{key}: #insecure would take any certificate; give store.tls_ca_file the CA that signed the server's instead"),
+            _ => Ok(()),
+        }
     };
     if store.cluster_urls.is_empty() {
         let Some(url) = store.redis_url.clone() else {
@@ -225,6 +229,9 @@ fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
         );
     }
     let seeds: Vec<String> = store.cluster_urls.iter().cloned().collect();
+    if seeds.iter().any(|s| is_tls(s)) != seeds.iter().all(|s| is_tls(s)) {
+        bail!("store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS): some seeds are rediss:// and some redis://; a cluster is reached over TLS or not, every node alike")
+    }
     for (i, url) in seeds.iter().enumerate() {
         let key = format!(
             "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS), seed {}",
@@ -233,6 +240,47 @@ fn store_target(store: &StoreSettings) -> anyhow::Result<StoreTarget> {
         is_url(url, &key)?;
     }
     Ok(StoreTarget::Redis(RedisTarget::Cluster(seeds)))
+}
+
+fn is_tls(url: &str) -> bool {
+    url.starts_with("rediss://")
+}
+
+/// The TLS keys, read and checked where they apply; refused where they would not, so
+/// that nobody believes a connection verified that is not.
+fn check_tls(s: &StoreSettings, store: &StoreTarget) -> anyhow::Result<()> {
+    let files = [
+        (CA_FILE, s.tls_ca_file.is_some()),
+        (CERT_FILE, s.tls_cert_file.is_some()),
+        (KEY_FILE, s.tls_key_file.is_some()),
+        (SERVER_NAME, s.tls_server_name.is_some()),
+    ];
+    let set = files.iter().find(|(_, set)| *set).map(|(key, _)| *key);
+    let redis = match store {
+        StoreTarget::Embedded(_) => match set {
+            Some(key) => {
+                bail!("{key}: applies to Redis and Postgres only; the embedded store is a file")
+            }
+            None => return Ok(()),
+        },
+        StoreTarget::Postgres(_) if s.tls_server_name.is_some() => {
+            bail!("{SERVER_NAME}: applies to Redis only; with Postgres, sslmode=verify-full checks the URL's host, and libpq's hostaddr= gives another address to connect to")
+        }
+        StoreTarget::Postgres(_) => return Ok(()),
+        StoreTarget::Redis(redis) => redis,
+    };
+    let tls = match redis {
+        RedisTarget::Standalone(url) => is_tls(url),
+        RedisTarget::Cluster(seeds) if s.tls_server_name.is_some() => {
+            bail!("{SERVER_NAME}: does not apply to a Redis Cluster, whose nodes are checked against the names the cluster announces them by (cluster-announce-hostname with cluster-preferred-endpoint-type hostname, or certificates that carry their IP addresses); seeds: {}", seeds.len())
+        }
+        RedisTarget::Cluster(seeds) => seeds.iter().any(|u| is_tls(u)),
+        RedisTarget::Sentinel(t) => t.sentinels_tls || t.nodes_tls,
+    };
+    if let (Some(key), false) = (set, tls) {
+        bail!("{key}: no connection to Redis is TLS, so it would apply to none: use rediss:// URLs, or store.redis_sentinels_tls (POSTBACK_STORE_REDIS_SENTINELS_TLS=true) through Sentinel")
+    }
+    StoreTls::read(s).map(drop)
 }
 
 fn check_retention(r: &RetentionSettings) -> anyhow::Result<()> {

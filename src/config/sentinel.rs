@@ -1,6 +1,7 @@
 //! Redis through Sentinel: `store.redis_sentinels` read into `SentinelTarget` (each
 //! sentinel's `host:port`, a `NodeAddress`, the primary's name, the sentinels' credentials and the data
-//! nodes' credentials and database), and the keys that apply to it refused without it.
+//! nodes' credentials and database, and whether each is reached over TLS), and the keys
+//! that apply to it refused without it.
 
 use std::fmt;
 use std::str::FromStr;
@@ -75,6 +76,10 @@ pub struct SentinelTarget {
     /// The primary's (and its replicas').
     pub node_auth: Credentials,
     pub db: u32,
+    /// Whether the sentinels are reached over TLS (`store.redis_sentinels_tls`).
+    pub sentinels_tls: bool,
+    /// Whether the data nodes are (`store.redis_tls`, as the sentinels unless set).
+    pub nodes_tls: bool,
 }
 
 impl SentinelTarget {
@@ -117,6 +122,8 @@ impl SentinelTarget {
                 password: s.redis_password.clone(),
             },
             db: s.redis_db,
+            sentinels_tls: s.redis_sentinels_tls,
+            nodes_tls: s.redis_tls.unwrap_or(s.redis_sentinels_tls),
         }))
     }
 }
@@ -153,9 +160,18 @@ fn refuse_without_sentinels(s: &StoreSettings) -> anyhow::Result<()> {
             s.redis_password.is_some(),
         ),
         ("store.redis_db (POSTBACK_STORE_REDIS_DB)", s.redis_db != 0),
+        (
+            "store.redis_sentinels_tls (POSTBACK_STORE_REDIS_SENTINELS_TLS)",
+            s.redis_sentinels_tls,
+        ),
+        (
+            "store.redis_sentinels_tls_server_name (POSTBACK_STORE_REDIS_SENTINELS_TLS_SERVER_NAME)",
+            s.redis_sentinels_tls_server_name.is_some(),
+        ),
+        ("store.redis_tls (POSTBACK_STORE_REDIS_TLS)", s.redis_tls.is_some()),
     ];
     match only_through_sentinel.iter().find(|(_, set)| *set) {
-        Some((key, _)) => bail!("{key}: applies through Sentinel only, and store.redis_sentinels is not set; with store.redis_url the user, password and database are the URL's (redis://user:password@host:6379/0)"),
+        Some((key, _)) => bail!("{key}: applies through Sentinel only, and store.redis_sentinels is not set; with store.redis_url the user, password, database and TLS are the URL's (rediss://user:password@host:6379/0)"),
         None => Ok(()),
     }
 }

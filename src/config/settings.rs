@@ -187,6 +187,27 @@ pub struct StoreSettings {
     pub postgres_url: Option<String>,
     /// Start even when Redis's `maxmemory-policy` may evict keys (notifications can be lost).
     pub allow_eviction: bool,
+    /// Start even on a Redis that persists nothing (`appendonly no` and no `save` point):
+    /// a restart of it loses every notification.
+    pub allow_volatile: bool,
+    /// The roots (PEM) a store's server certificate must chain to, instead of the
+    /// system's: Redis in every mode, and Postgres unless its URL names `sslrootcert`.
+    pub tls_ca_file: Option<PathBuf>,
+    /// Mutual TLS: the certificate chain (PEM) postback presents to the store.
+    pub tls_cert_file: Option<PathBuf>,
+    /// Its private key (PEM, unencrypted).
+    pub tls_key_file: Option<PathBuf>,
+    /// The name a Redis server's certificate must carry where it differs from the host
+    /// postback connects to (`redis_url`'s, or the data nodes' the sentinels name).
+    pub tls_server_name: Option<String>,
+    /// Through Sentinel: the sentinels are reached over TLS.
+    pub redis_sentinels_tls: bool,
+    /// Through Sentinel: the name the sentinels' certificates carry, where it differs
+    /// from their addresses.
+    pub redis_sentinels_tls_server_name: Option<String>,
+    /// Through Sentinel: the primary and its replicas are reached over TLS; unset: as
+    /// the sentinels are (`redis_sentinels_tls`).
+    pub redis_tls: Option<bool>,
     /// Hash-tagged shards; unset means 1 on a standalone Redis, `CLUSTER_SHARDS` on a
     /// cluster.
     pub shards: Option<u16>,
@@ -471,6 +492,14 @@ impl Default for StoreSettings {
             redis_db: 0,
             postgres_url: None,
             allow_eviction: false,
+            allow_volatile: false,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_server_name: None,
+            redis_sentinels_tls: false,
+            redis_sentinels_tls_server_name: None,
+            redis_tls: None,
             shards: None,
             key_prefix: "postback".into(),
             connect_wait: Duration::from_secs(30),

@@ -471,6 +471,12 @@ pub fn sentinels_asked(agree: bool, disagreement_began: bool) {
     counter!("postback_sentinel_disagreements_total").increment(u64::from(disagreement_began));
 }
 
+/// What the store keeps of an answered write through a restart of its server, as found
+/// at start (`aof`, `rdb`, `none`, `unknown`, `wal`, `fsync`): 1 for that kind.
+pub fn store_durability(kind: &'static str) {
+    gauge!("postback_store_durability", "kind" => kind).set(1.0);
+}
+
 /// Whether the store answered the scrape's read.
 pub fn store_up(up: bool) {
     gauge!("postback_store_up").set(if up { 1.0 } else { 0.0 });

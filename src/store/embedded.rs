@@ -20,10 +20,10 @@ use super::collections::{Change, Collection, Collections, Scan};
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
-    DeadPage, Deferral, EndpointHealth, EndpointPause, EndpointRecord, EndpointTally, Enqueued,
-    FleetMessaging, Idempotency, JobState, JobStatus, JobView, ListFilter, ListPage, Listed,
-    OperatorActions, Outcomes, Queue, RateReservations, Reads, Settled, Settlement, Stats, Store,
-    StoreError, StoreResult, WalkCursor,
+    DeadPage, Deferral, Durability, DurabilityKind, EndpointHealth, EndpointPause, EndpointRecord,
+    EndpointTally, Enqueued, FleetMessaging, Idempotency, JobState, JobStatus, JobView, ListFilter,
+    ListPage, Listed, OperatorActions, Outcomes, Queue, RateReservations, Reads, Settled,
+    Settlement, Stats, Store, StoreError, StoreResult, WalkCursor,
 };
 use crate::config::Retention;
 use crate::delivery::policy::{RateAsk, SendTimes};
@@ -604,5 +604,12 @@ impl Store for EmbeddedStore {
     /// One instance: there is no fleet to tell of endpoints' health.
     fn fleet(&self) -> Option<&dyn FleetMessaging> {
         None
+    }
+
+    fn durability(&self) -> Durability {
+        Durability {
+            kind: DurabilityKind::Fsync,
+            detail: "each write is on disk (fsync) before it is answered".into(),
+        }
     }
 }

@@ -20,6 +20,7 @@ mod redis_store;
 mod roles;
 mod spec;
 mod tenant_counts;
+mod tls;
 mod types;
 
 pub use self::embedded::{EmbeddedStore, MemoryDisk, FILE_NAME as EMBEDDED_FILE};

@@ -14,17 +14,16 @@ use anyhow::Context;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::Notify;
-use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 
 use super::spec;
 use super::{
     AuditEntry, AuditFilter, AuditLog, AuditPosition, AuditRecord, Cancelled, Claim, Cursor,
-    DeadPage, Deferral, EndpointHealth, EndpointPause, EndpointRecord, EndpointTally, Enqueued,
-    FleetMessaging, HealthListener, Idempotency, Intake, IntakeCheck, IntakeRules, JobState,
-    JobStatus, JobView, ListFilter, ListPage, Listed, OperatorActions, Outcomes, Queue,
-    RateReservations, Reads, Refusal, Settled, Settlement, Stats, Store, StoreError, StoreResult,
-    TakenIn, WalkCursor,
+    DeadPage, Deferral, Durability, DurabilityKind, EndpointHealth, EndpointPause, EndpointRecord,
+    EndpointTally, Enqueued, FleetMessaging, HealthListener, Idempotency, Intake, IntakeCheck,
+    IntakeRules, JobState, JobStatus, JobView, ListFilter, ListPage, Listed, OperatorActions,
+    Outcomes, Queue, RateReservations, Reads, Refusal, Settled, Settlement, Stats, Store,
+    StoreError, StoreResult, TakenIn, WalkCursor,
 };
 use crate::config::{Retention, StoreSettings};
 use crate::delivery::policy::{RateAsk, SendTimes};
@@ -40,6 +39,7 @@ mod migrations;
 mod rates;
 mod reads;
 mod signals;
+mod tls;
 mod trim;
 mod tx;
 
@@ -55,10 +55,13 @@ const POOL_SIZE: usize = 16;
 pub(super) const CONFLICT_RETRIES: usize = 8;
 
 pub struct PostgresStore {
+    /// Its `fsync` and `synchronous_commit`, as found at start.
+    durability: Durability,
     pool: Pool,
     /// Gathers concurrent registrations into groups.
     enqueuer: enqueuer::Enqueuer,
-    config: tokio_postgres::Config,
+    /// What every connection is made with, the `LISTEN` connection's too.
+    connection: tls::Connection,
     /// Names this instance in what it tells the others.
     instance: String,
     listeners: signals::Listeners,
@@ -109,11 +112,12 @@ impl PostgresStore {
         retention: impl Into<Retention>,
     ) -> anyhow::Result<Self> {
         let retention = retention.into();
-        let config = client_config(url, settings)?;
-        migrate_when_reachable(&config, settings.connect_wait).await?;
+        let connection = tls::Connection::of(url, settings)?;
+        connection.warn_weak_mode();
+        migrate_when_reachable(&connection, settings.connect_wait).await?;
         let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
+            connection.config.clone(),
+            connection.tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -127,10 +131,12 @@ impl PostgresStore {
             .create_timeout(Some(settings.connect_timeout))
             .build()
             .context("postgres pool")?;
+        let durability = durability(&pool).await?;
         Ok(Self {
+            durability,
             enqueuer: enqueuer::Enqueuer::start(pool.clone()),
             pool,
-            config,
+            connection,
             instance: format!("{:016x}", fastrand::u64(..)),
             listeners: signals::Listeners::default(),
             retention: retention.policy(),
@@ -140,8 +146,8 @@ impl PostgresStore {
 
     /// Creates or upgrades the schema of the database at `url` (as `connect` does).
     pub async fn migrate(url: &str, settings: &StoreSettings) -> anyhow::Result<Migrated> {
-        let config = client_config(url, settings)?;
-        let applied = migrate_when_reachable(&config, settings.connect_wait).await?;
+        let connection = tls::Connection::of(url, settings)?;
+        let applied = migrate_when_reachable(&connection, settings.connect_wait).await?;
         Ok(Migrated {
             applied,
             version: migrations::VERSION,
@@ -162,26 +168,16 @@ pub struct Migrated {
     pub version: i32,
 }
 
-/// The connection settings of `url`, with the configured timeout.
-fn client_config(url: &str, settings: &StoreSettings) -> anyhow::Result<tokio_postgres::Config> {
-    let mut config: tokio_postgres::Config = url
-        .parse()
-        .with_context(|| format!("{KEY}: not a Postgres URL"))?;
-    config.connect_timeout(settings.connect_timeout);
-    config.application_name("postback");
-    Ok(config)
-}
-
-/// Brings the schema up to this build's version, waiting up to `wait` for the database;
-/// the versions applied.
-async fn migrate_when_reachable(
-    config: &tokio_postgres::Config,
-    wait: Duration,
-) -> anyhow::Result<Vec<i32>> {
+/// Brings the schema up to this build's version, waiting up to `wait` for the database
+/// (but not once TLS refused it); the versions applied.
+async fn migrate_when_reachable(via: &tls::Connection, wait: Duration) -> anyhow::Result<Vec<i32>> {
     let deadline = tokio::time::Instant::now() + wait;
     let (mut client, connection) = loop {
-        match config.connect(NoTls).await {
+        match via.config.connect(via.tls.clone()).await {
             Ok(connected) => break connected,
+            Err(e) if via.refused(&e).is_some() => {
+                return Err(via.refused(&e).expect("refused").into())
+            }
             Err(e) if tokio::time::Instant::now() >= deadline => anyhow::bail!(
                 "{KEY}: Postgres is unreachable after {}: {e}",
                 humantime::format_duration(wait)
@@ -336,8 +332,8 @@ impl Queue for PostgresStore {
     }
 
     async fn watch(&self, wake: Arc<Notify>, cancel: CancellationToken) {
-        let (config, instance) = (self.config.clone(), self.instance.clone());
-        signals::listen(config, instance, self.listeners.clone(), wake, cancel).await
+        let (connection, instance) = (self.connection.clone(), self.instance.clone());
+        signals::listen(connection, instance, self.listeners.clone(), wake, cancel).await
     }
 }
 
@@ -681,4 +677,24 @@ impl Store for PostgresStore {
     fn intake(&self) -> Option<&dyn Intake> {
         Some(self)
     }
+
+    fn durability(&self) -> Durability {
+        self.durability.clone()
+    }
+}
+
+/// What a commit is answered after: Postgres's `fsync` and `synchronous_commit`. With
+/// either off, a crash can lose commits already answered; that is said once.
+async fn durability(pool: &Pool) -> anyhow::Result<Durability> {
+    let client = pool.get().await.context("postgres pool")?;
+    let sql = "SELECT current_setting('fsync'), current_setting('synchronous_commit')";
+    let row = client.query_one(sql, &[]).await.context(KEY)?;
+    let (fsync, commit): (String, String) = (row.get(0), row.get(1));
+    if fsync == "off" || commit == "off" {
+        tracing::warn!(fsync, synchronous_commit = commit, "Postgres may lose notifications already answered when it crashes: fsync and synchronous_commit should be on");
+    }
+    Ok(Durability {
+        kind: DurabilityKind::WriteAheadLog,
+        detail: format!("fsync {fsync}, synchronous_commit {commit}"),
+    })
 }

@@ -18,9 +18,10 @@ use redis::Script;
 use tokio::sync::Notify;
 
 use super::keys::{wake_channel, ShardKeys};
+use super::tls::Refused;
 use super::{spec, tenant_counts};
-use super::{FleetMessaging, HealthListener, Store, StoreError, StoreResult};
-use crate::config::{RedisTarget, Retention, StoreSettings};
+use super::{Durability, FleetMessaging, HealthListener, Store, StoreError, StoreResult};
+use crate::config::{RedisTarget, Retention, StoreSettings, StoreTls};
 use crate::domain::{JobId, ShardHealth, Tenant};
 use crate::lifecycle::{retention, Now, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
@@ -30,6 +31,7 @@ mod claimed;
 mod collections;
 mod commit;
 mod conn;
+mod dial;
 mod endpoints;
 mod enqueue;
 mod fleet;
@@ -37,6 +39,7 @@ mod health;
 mod moved_keys;
 mod operator;
 mod page;
+mod persistence;
 mod queue;
 mod rates;
 mod reads;
@@ -126,6 +129,8 @@ impl Scripts {
 }
 
 pub struct RedisStore {
+    /// What its primaries keep through a restart, as found at start.
+    durability: Durability,
     /// Where the connections go, and so the wake-up subscription: the server, each
     /// cluster seed in turn, or the primary the sentinels name.
     place: Place,
@@ -187,10 +192,12 @@ impl RedisStore {
         retention: impl Into<Retention>,
     ) -> anyhow::Result<Self> {
         let retention = retention.into();
+        let tls = StoreTls::read(settings)?;
         let deadline = tokio::time::Instant::now() + settings.connect_wait;
         let (place, conn) = loop {
-            match open(target, settings).await {
+            match open(target, settings, &tls).await {
                 Ok(opened) => break opened,
+                Err(e) if e.is::<Refused>() => return Err(e),
                 Err(e) if tokio::time::Instant::now() >= deadline => anyhow::bail!(
                     "{e} (waited {})",
                     humantime::format_duration(settings.connect_wait)
@@ -206,6 +213,7 @@ impl RedisStore {
         let shards: Vec<ShardKeys> = (0..shard_count)
             .map(|s| ShardKeys::new(&settings.key_prefix, s))
             .collect();
+        let durability = persistence::check(&conn, &shards, settings.allow_volatile).await?;
         let scripts = Scripts::load();
         let schedules = Arc::new(ScheduleBook::default());
         let replicated = replicated_writes(&place, settings, &conn).await?;
@@ -224,6 +232,7 @@ impl RedisStore {
             .map(|(i, keys)| (keys.due().to_string(), i))
             .collect();
         let store = Self {
+            durability,
             place,
             next_pubsub: AtomicUsize::new(0),
             to_primary: Acked::primary_only(conn.clone()),
@@ -375,6 +384,10 @@ impl Store for RedisStore {
     fn shard_health(&self) -> Option<Arc<ShardHealth>> {
         Some(self.shard_health.clone())
     }
+
+    fn durability(&self) -> Durability {
+        self.durability.clone()
+    }
 }
 
 impl RedisStore {
@@ -461,12 +474,19 @@ fn script_error(script: &'static str) -> impl Fn(redis::RedisError) -> StoreErro
     }
 }
 
-/// Where `target` is, and a first connection to it.
-async fn open(target: &RedisTarget, settings: &StoreSettings) -> anyhow::Result<(Place, Conn)> {
-    let place = Place::find(target, settings).await?;
+/// Where `target` is, and a first connection to it; `Refused` when TLS refused it.
+async fn open(
+    target: &RedisTarget,
+    settings: &StoreSettings,
+    tls: &StoreTls,
+) -> anyhow::Result<(Place, Conn)> {
+    let place = Place::find(target, settings, tls).await?;
     let conn = Conn::open(&place, settings).await.map_err(|e| {
-        let key = target.key();
-        anyhow::anyhow!("{key}: {} is unreachable: {e}", place.describe())
+        let refused = place.named().and_then(|n| Refused::of(&e, tls, &n));
+        match refused {
+            Some(refused) => anyhow::Error::new(refused),
+            None => anyhow::anyhow!("{}: {} is unreachable: {e}", target.key(), place.describe()),
+        }
     })?;
     Ok((place, conn))
 }

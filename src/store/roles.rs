@@ -17,7 +17,9 @@ use super::types::{
     Claim, DeadPage, Deferral, Enqueued, HealthListener, Idempotency, IntakeCheck, IntakeRules,
     JobView, ListFilter, Refusal, Settled, Settlement, Stats, StoreResult, TakenIn,
 };
-use super::{AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, ListPage, Listed};
+use super::{
+    AuditEntry, AuditFilter, AuditPosition, AuditRecord, Cursor, Durability, ListPage, Listed,
+};
 use super::{EndpointPause, EndpointRecord, EndpointTally, Outcomes, WalkCursor};
 use crate::delivery::policy::{RateAsk, SendTimes};
 use crate::domain::{EndpointId, JobId, JobSpec, Notification, Schedule, ShardHealth, Tenant};
@@ -287,4 +289,8 @@ pub trait Store:
     fn shard_health(&self) -> Option<Arc<ShardHealth>> {
         None
     }
+
+    /// What it keeps of an answered write through a restart of its server, as found at
+    /// start.
+    fn durability(&self) -> Durability;
 }

@@ -664,3 +664,43 @@ mod tests {
         assert!(job.store_now() >= 1001);
     }
 }
+
+/// What a store keeps of an answered write through a restart of its server, as found
+/// when the instance started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Durability {
+    pub kind: DurabilityKind,
+    /// The settings it was found with (`appendonly yes, appendfsync everysec`).
+    pub detail: String,
+}
+
+/// How a store keeps what it answered, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DurabilityKind {
+    /// A Redis that persists nothing (accepted by `store.allow_volatile`).
+    Volatile,
+    /// A Redis that hides its `CONFIG` (some managed services): not known.
+    Unknown,
+    /// A Redis that keeps snapshots only: what came after the last is lost.
+    Snapshots,
+    /// A Redis that keeps an append-only file (with or without snapshots).
+    AppendOnly,
+    /// Postgres: a transaction is answered once committed to its write-ahead log.
+    WriteAheadLog,
+    /// The embedded store: each write is on disk (fsync) before it is answered.
+    Fsync,
+}
+
+impl DurabilityKind {
+    /// As `/stats`, `/readyz` and the metric's label show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Volatile => "none",
+            Self::Unknown => "unknown",
+            Self::Snapshots => "rdb",
+            Self::AppendOnly => "aof",
+            Self::WriteAheadLog => "wal",
+            Self::Fsync => "fsync",
+        }
+    }
+}

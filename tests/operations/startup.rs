@@ -335,6 +335,16 @@ fn config_check_shows_no_store_password_in_any_form() {
             "redis://app:redis-pass-4@cache.internal:6380/0",
             "redis://app:REDACTED@cache.internal:6380/0",
         ),
+        (
+            "redis_url",
+            "rediss://app:tls-pass-8@cache.internal:6380",
+            "rediss://app:REDACTED@cache.internal:6380",
+        ),
+        (
+            "postgres_url",
+            "postgres://pb:tls-pass-9@db.internal/pb?sslmode=verify-full&sslrootcert=system",
+            "postgres://pb:REDACTED@db.internal/pb?sslmode=verify-full&sslrootcert=system",
+        ),
     ] {
         let variable = format!("POSTBACK_STORE_{}", key.to_uppercase());
         let (code, stdout, stderr) = config_check(&[], &[token, (&variable, given)]);
@@ -371,7 +381,7 @@ fn config_check_shows_no_store_password_in_any_form() {
         ),
         (
             "POSTBACK_STORE_REDIS_URL",
-            "rediss://app:tls-pass-8@cache:6380",
+            "rediss://app:tls-pass-8@cache:6380/#insecure",
         ),
         (
             "POSTBACK_STORE_CLUSTER_URLS",

@@ -41,7 +41,7 @@ impl RedisCluster {
                     // on a loaded test machine that can exceed the default's bound, and
                     // then no replica ever does.
                     .args(["--cluster-replica-validity-factor", "0"])
-                    .args(["--save", "", "--appendonly", "no"])
+                    .args(["--save", "3600 1", "--appendonly", "no"])
                     .arg("--dir")
                     .arg(&node_dir)
                     .stdout(Stdio::null())

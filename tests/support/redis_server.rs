@@ -25,8 +25,10 @@ fn spawn(port: u16, dir: &Path, appendfsync: Option<&str>) -> Child {
             &port.to_string(),
             "--bind",
             "127.0.0.1",
+            // A snapshot after an hour with a change: never within a test (a kill
+            // loses everything, as with none), but persistence postback accepts.
             "--save",
-            "",
+            "3600 1",
         ])
         .args(persistence)
         .arg("--dir")

@@ -213,7 +213,9 @@ impl Backend {
             std::fs::create_dir(&node_dir)?;
             let mut cmd = Command::new("redis-server");
             cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
+                // A snapshot after an hour: none within a run, but persistence postback
+                // accepts (a Redis that persists nothing is refused).
+                .args(["--save", "3600 1", "--appendonly", "no"])
                 .args(["--maxmemory-policy", "noeviction"])
                 .arg("--dir")
                 .arg(&node_dir)

@@ -2,17 +2,18 @@
 //! notification became due earlier than any before it (`postback_due`, sent at the
 //! commit of the transition), how attempts at an endpoint went (`postback_health`, for
 //! every instance's circuit breakers), and that a producer's transaction registered a
-//! notification (`postback_intake`, sent by `postback.notify()` at its commit). One connection per instance listens, and
-//! reconnects with a bounded backoff when it is lost.
+//! notification (`postback_intake`, sent by `postback.notify()` at its commit). One connection per instance listens, over
+//! TLS as the pool's do, and reconnects with a bounded backoff when it is lost.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::stream::{poll_fn, StreamExt};
 use tokio::sync::Notify;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
+use super::tls::Connection;
 use crate::store::HealthListener;
 
 pub const DUE: &str = "postback_due";
@@ -48,7 +49,7 @@ pub fn health_payload(instance: &str, endpoint: &str, healthy: bool) -> String {
 /// `postback_health` goes to the health listener. After the connection is (re)made the
 /// scheduler is woken once, since a signal may have been missed meanwhile.
 pub async fn listen(
-    config: tokio_postgres::Config,
+    connection: Connection,
     instance: String,
     listeners: Listeners,
     wake: Arc<Notify>,
@@ -56,7 +57,7 @@ pub async fn listen(
 ) {
     let mut backoff = Duration::from_millis(100);
     while !cancel.is_cancelled() {
-        match listen_once(&config, &instance, &listeners, &wake, &cancel).await {
+        match listen_once(&connection, &instance, &listeners, &wake, &cancel).await {
             Ok(()) => backoff = Duration::from_millis(100),
             Err(e) => {
                 tracing::warn!(error = %e, retry_in = %humantime::format_duration(backoff), "postgres: cannot listen for wake-ups")
@@ -72,13 +73,13 @@ pub async fn listen(
 }
 
 async fn listen_once(
-    config: &tokio_postgres::Config,
+    via: &Connection,
     instance: &str,
     listeners: &Listeners,
     wake: &Notify,
     cancel: &CancellationToken,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = via.config.connect(via.tls.clone()).await?;
     let mut messages = poll_fn(move |cx| connection.poll_message(cx));
     let subscribe =
         client.batch_execute("LISTEN postback_due; LISTEN postback_health; LISTEN postback_intake");

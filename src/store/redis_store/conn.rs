@@ -1,50 +1,71 @@
 //! One connection type for the three ways of reaching Redis: a standalone server, through
-//! a reconnecting `ConnectionManager`; a Redis Cluster, through a `ClusterConnection`
-//! that sends each script to the primary holding its keys' slot (every key of a script
-//! shares one shard's hash tag), loads scripts on every node, and follows failovers and
-//! slot moves by itself; or the primary Redis Sentinel names, through a connection that
-//! follows it to the next (`sentinel.rs`). `Place` is where the store's connections go.
+//! a connection that opens itself again when it broke (`dial.rs`'s `Relink`); a Redis
+//! Cluster, through a `ClusterConnection` that sends each script to the primary holding
+//! its keys' slot (every key of a script shares one shard's hash tag), loads scripts on
+//! every node, and follows failovers and slot moves by itself, over TLS to every node
+//! (the seeds and those a `MOVED` names) when the seeds are `rediss://`; or the primary
+//! Redis Sentinel names, through a connection that follows it to the next
+//! (`sentinel.rs`). `Place` is where the store's connections go.
 
 use std::future::Future;
-use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, PubSub};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use redis::{ClientTlsConfig, Cmd, Pipeline, RedisFuture, RedisResult, TlsCertificates, Value};
 
+use super::dial::{Dial, Relink};
 use super::sentinel::{Followed, Primary};
-use crate::config::{redact, RedisTarget, StoreSettings};
+use crate::config::store_tls::{Roots, SERVER_NAME};
+use crate::config::{redact, RedisTarget, StoreSettings, StoreTls};
+use crate::store::tls::Named;
 
 /// Where the store's connections go: the configured server or cluster, or the primary the
 /// sentinels name, which every connection to it follows.
 #[derive(Clone)]
 pub enum Place {
-    Standalone(String),
-    Cluster(Vec<String>),
+    Standalone(Dial),
+    /// The seeds, and the roots and client certificate of TLS when they are `rediss://`.
+    Cluster(Vec<String>, Option<TlsCertificates>),
     Sentinel(Primary),
 }
 
 impl Place {
-    /// Where `target` is: with Sentinel, once a sentinel names a primary that answers.
-    pub async fn find(target: &RedisTarget, settings: &StoreSettings) -> anyhow::Result<Self> {
+    /// Where `target` is, reached over `tls` where it says so: with Sentinel, once a
+    /// sentinel names a primary that answers.
+    pub async fn find(
+        target: &RedisTarget,
+        settings: &StoreSettings,
+        tls: &StoreTls,
+    ) -> anyhow::Result<Self> {
+        let timeouts = (settings.connect_timeout, settings.response_timeout);
         Ok(match target {
-            RedisTarget::Standalone(url) => Self::Standalone(url.clone()),
-            RedisTarget::Cluster(seeds) => Self::Cluster(seeds.clone()),
+            RedisTarget::Standalone(url) => Self::Standalone(Dial::url(url, tls, timeouts)?),
+            RedisTarget::Cluster(seeds) => {
+                let tls_seeds = seeds.iter().any(|s| s.starts_with("rediss://"));
+                Self::Cluster(seeds.clone(), tls_seeds.then(|| certificates(tls)))
+            }
             RedisTarget::Sentinel(sentinels) => {
-                Self::Sentinel(Primary::find(sentinels, settings).await?)
+                Self::Sentinel(Primary::find(sentinels, settings, tls).await?)
             }
         })
     }
 
-    /// A client for the `turn`-th subscription: of the server, of each cluster seed in
-    /// turn, or of the primary as it is now.
-    pub fn pubsub_client(&self, turn: usize) -> RedisResult<redis::Client> {
+    /// The `turn`-th subscription's connection: to the server, to each cluster seed in
+    /// turn, or to the primary as it is now.
+    pub async fn pubsub(&self, turn: usize) -> RedisResult<PubSub> {
         match self {
-            Self::Standalone(url) => redis::Client::open(url.as_str()),
-            Self::Cluster(seeds) => redis::Client::open(seeds[turn % seeds.len()].as_str()),
-            Self::Sentinel(primary) => primary.client(),
+            Self::Standalone(dial) => dial.pubsub().await,
+            Self::Cluster(seeds, tls) => {
+                let seed = seeds[turn % seeds.len()].as_str();
+                let client = match tls {
+                    Some(certs) => redis::Client::build_with_tls(seed, certs.clone())?,
+                    None => redis::Client::open(seed)?,
+                };
+                client.get_async_pubsub().await
+            }
+            Self::Sentinel(primary) => primary.dial().pubsub().await,
         }
     }
 
@@ -53,7 +74,7 @@ impl Place {
     pub fn moved(&self) -> impl Future<Output = ()> + Send + 'static {
         let primary = match self {
             Self::Sentinel(primary) => Some(primary.moved()),
-            Self::Standalone(_) | Self::Cluster(_) => None,
+            Self::Standalone(_) | Self::Cluster(..) => None,
         };
         async move {
             match primary {
@@ -70,8 +91,8 @@ impl Place {
             shown.join(", ")
         };
         match self {
-            Self::Standalone(url) => format!("Redis at {}", redact::address(url)),
-            Self::Cluster(seeds) => format!("Redis at {}", urls(seeds)),
+            Self::Standalone(dial) => format!("Redis at {}", dial.address()),
+            Self::Cluster(seeds, _) => format!("Redis at {}", urls(seeds)),
             Self::Sentinel(primary) => {
                 format!("the primary the sentinels name, {},", primary.address())
             }
@@ -79,9 +100,45 @@ impl Place {
     }
 }
 
+impl Place {
+    /// The name a server's certificate is checked against here, and the setting that
+    /// gave it; none in clear.
+    pub fn named(&self) -> Option<Named> {
+        match self {
+            Self::Standalone(dial) => {
+                dial.named("store.redis_url (POSTBACK_STORE_REDIS_URL)", SERVER_NAME)
+            }
+            Self::Cluster(_, None) => None,
+            Self::Cluster(..) => Some(Named {
+                name: "the address each node is announced by".into(),
+                from: "store.cluster_urls (POSTBACK_STORE_CLUSTER_URLS)".into(),
+                rename: None,
+            }),
+            Self::Sentinel(primary) => primary
+                .dial()
+                .named("the address the sentinels name", SERVER_NAME),
+        }
+    }
+}
+
+/// The roots and client certificate of `tls` as the redis crate takes them, for a
+/// cluster's nodes.
+fn certificates(tls: &StoreTls) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: tls.identity.as_ref().map(|i| ClientTlsConfig {
+            client_cert: i.cert.clone(),
+            client_key: i.key.clone(),
+        }),
+        root_cert: match &tls.roots {
+            Roots::System => None,
+            Roots::File { pem, .. } => Some(pem.clone()),
+        },
+    }
+}
+
 #[derive(Clone)]
 pub enum Conn {
-    Standalone(ConnectionManager),
+    Standalone(Relink),
     Cluster(ClusterConnection),
     Sentinel(Followed),
 }
@@ -90,23 +147,23 @@ impl Conn {
     /// One connection attempt to `place`.
     pub async fn open(place: &Place, settings: &StoreSettings) -> RedisResult<Self> {
         match place {
-            Place::Standalone(url) => {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(settings.connect_timeout))
-                    .set_response_timeout(Some(settings.response_timeout))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_secs(1));
-                let client = redis::Client::open(url.as_str())?;
-                let conn = ConnectionManager::new_with_config(client, config).await?;
+            Place::Standalone(dial) => {
+                let timeouts = (settings.connect_timeout, settings.response_timeout);
+                let mut conn = dial.with_timeouts(timeouts.0, timeouts.1).relink();
+                redis::cmd("PING").query_async::<()>(&mut conn).await?;
                 Ok(Self::Standalone(conn))
             }
-            Place::Cluster(seeds) => {
-                let client = ClusterClient::builder(seeds.clone())
+            Place::Cluster(seeds, tls) => {
+                let mut builder = ClusterClient::builder(seeds.clone())
                     .connection_timeout(settings.connect_timeout)
                     .response_timeout(settings.response_timeout)
-                    .retries(3)
-                    .build()?;
-                Ok(Self::Cluster(client.get_async_connection().await?))
+                    .retries(3);
+                if let Some(certs) = tls {
+                    builder = builder.certs(certs.clone());
+                }
+                Ok(Self::Cluster(
+                    builder.build()?.get_async_connection().await?,
+                ))
             }
             Place::Sentinel(primary) => {
                 let mut conn = primary.connection(settings);

@@ -15,7 +15,9 @@
 //! The redis crate's `sentinel` module believes the first sentinel that answers (and
 //! checks the primary it names with the data nodes' credentials), says not which
 //! sentinel did not answer, nor follows a primary that moves; postback asks the
-//! sentinels itself.
+//! sentinels itself. The sentinels and the data nodes are each reached over TLS when
+//! their setting says so (`store.redis_sentinels_tls`, `store.redis_tls`), each checked
+//! against its own name where it differs from the address (`dial.rs`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,19 +25,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionLike;
 use redis::{
-    AsyncConnectionConfig, Client, Cmd, ConnectionAddr, ConnectionInfo, ErrorKind,
-    IntoConnectionInfo, Pipeline, RedisConnectionInfo, RedisError, RedisFuture, RedisResult,
+    Cmd, ErrorKind, Pipeline, RedisConnectionInfo, RedisError, RedisFuture, RedisResult,
     ServerErrorKind, Value,
 };
 use tokio::sync::{watch, Mutex, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::dial::{Dial, Relink, Secured};
 use crate::backoff::{backoff, worth_logging};
-use crate::config::{Credentials, NodeAddress, SentinelTarget, StoreSettings};
+use crate::config::store_tls::{SENTINELS_SERVER_NAME, SERVER_NAME};
+use crate::config::{Credentials, NodeAddress, SentinelTarget, StoreSettings, StoreTls};
 use crate::observability::metrics;
+use crate::store::tls::Refused;
 
 mod quorum;
 
@@ -49,6 +53,8 @@ const MOST_PATIENT: Duration = Duration::from_secs(1);
 /// How soon after an asking that found the primary a connection's error, or a
 /// sentinel's announcement, has them asked again.
 const LEAST_GAP: Duration = Duration::from_millis(100);
+/// The setting that names the sentinels.
+const SENTINELS_KEY: &str = "store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS)";
 /// The channel on which sentinels announce a new primary.
 const SWITCH_CHANNEL: &str = "+switch-master";
 
@@ -75,6 +81,11 @@ struct Sentinels {
     target: SentinelTarget,
     connect_timeout: Duration,
     response_timeout: Duration,
+    /// TLS to the sentinels, and to the data nodes, where their settings ask for it.
+    sentinels_tls: Option<Secured>,
+    nodes_tls: Option<Secured>,
+    /// What their certificates are checked against, for an error.
+    tls: StoreTls,
     /// Whether each sentinel answered when last asked, so that a change is logged once.
     answering: Vec<AtomicBool>,
     /// Whether a strict majority of them named one primary when last asked, so that a
@@ -87,17 +98,25 @@ struct Sentinels {
 struct Located {
     generation: u64,
     address: String,
-    info: ConnectionInfo,
+    dial: Dial,
 }
 
 impl Primary {
     /// Asks the sentinels once: the primary they name, which is then followed; or why
     /// none was found, naming the setting.
-    pub async fn find(target: &SentinelTarget, settings: &StoreSettings) -> anyhow::Result<Self> {
+    pub async fn find(
+        target: &SentinelTarget,
+        settings: &StoreSettings,
+        tls: &StoreTls,
+    ) -> anyhow::Result<Self> {
+        let secured = |on: bool, name| on.then(|| Secured::new(tls, name)).transpose();
         let sentinels = Sentinels {
             target: target.clone(),
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
+            sentinels_tls: secured(target.sentinels_tls, tls.sentinels_server_name.as_ref())?,
+            nodes_tls: secured(target.nodes_tls, tls.server_name.as_ref())?,
+            tls: tls.clone(),
             answering: target
                 .sentinels
                 .iter()
@@ -105,13 +124,13 @@ impl Primary {
                 .collect(),
             agreement: Agreement::new(),
         };
-        let (address, info) = sentinels.locate().await?;
+        let (address, dial) = sentinels.locate().await?;
         let shared = Arc::new(Shared {
             sentinels,
             now: watch::Sender::new(Located {
                 generation: 0,
                 address,
-                info,
+                dial,
             }),
             suspect: Notify::new(),
             switched: Notify::new(),
@@ -127,9 +146,9 @@ impl Primary {
         })
     }
 
-    /// A client of the primary as it is now (`host:port` with the data nodes' credentials).
-    pub fn client(&self) -> RedisResult<Client> {
-        Client::open(self.shared.now.borrow().info.clone())
+    /// How to reach the primary as it is now (with the data nodes' credentials).
+    pub fn dial(&self) -> Dial {
+        self.shared.now.borrow().dial.clone()
     }
 
     /// The primary's address now, `host:port`.
@@ -151,11 +170,7 @@ impl Primary {
         Followed {
             primary: self.clone(),
             current: Arc::new(Mutex::new(None)),
-            config: ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(settings.connect_timeout))
-                .set_response_timeout(Some(settings.response_timeout))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_millis(500)),
+            timeouts: (settings.connect_timeout, settings.response_timeout),
         }
     }
 }
@@ -164,17 +179,27 @@ impl Sentinels {
     /// The address a strict majority of the configured sentinels name, once it answers
     /// `ROLE` as a primary, with what connects to it; or why none. Nothing goes to an
     /// address before the majority named it, the data nodes' credentials least of all.
-    async fn locate(&self) -> anyhow::Result<(String, ConnectionInfo)> {
-        let poll = self.poll().await;
+    async fn locate(&self) -> anyhow::Result<(String, Dial)> {
+        let (poll, refused) = self.poll().await;
         self.note_agreement(&poll);
         let Some(address) = poll.majority() else {
-            return Err(self.no_majority(&poll));
+            let why = self.no_majority(&poll);
+            return match refused && poll.none_answers() {
+                true => Err(Refused(why.to_string()).into()),
+                false => Err(why),
+            };
         };
-        let info = self.node_info(address)?;
-        let why = match self.role(&info).await {
-            Ok(role) if role == "master" => return Ok((address.to_string(), info)),
+        let dial = self.node_dial(address);
+        let why = match self.role(&dial).await {
+            Ok(role) if role == "master" => return Ok((address.to_string(), dial)),
             Ok(role) => format!("it is a {role}"),
-            Err(e) => e.to_string(),
+            Err(e) => {
+                let named = dial.named("the address the sentinels name", SERVER_NAME);
+                if let Some(refused) = named.and_then(|n| Refused::of(&e, &self.tls, &n)) {
+                    return Err(refused.into());
+                }
+                e.to_string()
+            }
         };
         anyhow::bail!(
             "store.redis_sentinels (POSTBACK_STORE_REDIS_SENTINELS): {address}, which the sentinels name for `{}`, does not answer as a primary: {why}",
@@ -182,8 +207,9 @@ impl Sentinels {
         )
     }
 
-    /// Every configured sentinel's answer.
-    async fn poll(&self) -> Poll {
+    /// Every configured sentinel's answer, and whether TLS refused any.
+    async fn poll(&self) -> (Poll, bool) {
+        let mut refused = false;
         let asked = self.target.sentinels.iter().map(|s| self.ask(s));
         let answers = futures_util::future::join_all(asked).await;
         let each = self.target.sentinels.iter().zip(&self.answering);
@@ -192,11 +218,23 @@ impl Sentinels {
             let said = match answer {
                 Ok(Some(address)) => Answer::Names(address),
                 Ok(None) => Answer::Unknown,
-                Err(e) => Answer::Silent(e.to_string()),
+                Err(e) => {
+                    let named = self
+                        .dial(sentinel)
+                        .named(SENTINELS_KEY, SENTINELS_SERVER_NAME);
+                    match named.and_then(|n| Refused::of(&e, &self.tls, &n)) {
+                        Some(why) => {
+                            refused = true;
+                            Answer::Silent(why.to_string())
+                        }
+                        None => Answer::Silent(e.to_string()),
+                    }
+                }
             };
             (sentinel.clone(), said)
         });
-        Poll::new(polled.collect())
+        let poll = Poll::new(polled.collect());
+        (poll, refused)
     }
 
     /// Why no majority named a primary: none answered, none knows the name, or they
@@ -250,10 +288,7 @@ impl Sentinels {
 
     /// The primary `sentinel` names, if it knows the name.
     async fn ask(&self, sentinel: &NodeAddress) -> RedisResult<Option<NodeAddress>> {
-        let mut conn = self
-            .client(sentinel)?
-            .get_multiplexed_async_connection_with_config(&self.connection_config())
-            .await?;
+        let mut conn = self.dial(sentinel).multiplexed().await?;
         let named: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(&self.target.master_name)
@@ -262,42 +297,36 @@ impl Sentinels {
         Ok(named.map(|(host, port)| NodeAddress { host, port }))
     }
 
-    /// A client of `sentinel`, with the sentinels' credentials.
-    fn client(&self, sentinel: &NodeAddress) -> RedisResult<Client> {
-        let info = ConnectionAddr::Tcp(sentinel.host.clone(), sentinel.port)
-            .into_connection_info()?
-            .set_redis_settings(settings_of(&self.target.sentinel_auth, 0));
-        Client::open(info)
+    /// How to reach `sentinel`, with the sentinels' credentials.
+    fn dial(&self, sentinel: &NodeAddress) -> Dial {
+        let auth = settings_of(&self.target.sentinel_auth, 0);
+        let at = (sentinel.host.as_str(), sentinel.port);
+        Dial::node(at, self.sentinels_tls.as_ref(), auth, self.timeouts())
     }
 
-    /// What connects to the data node at `address`, with the data nodes' credentials.
-    fn node_info(&self, address: &NodeAddress) -> RedisResult<ConnectionInfo> {
-        let settings = settings_of(&self.target.node_auth, i64::from(self.target.db));
-        Ok(ConnectionAddr::Tcp(address.host.clone(), address.port)
-            .into_connection_info()?
-            .set_redis_settings(settings))
+    /// How to reach the data node at `address`, with the data nodes' credentials.
+    fn node_dial(&self, address: &NodeAddress) -> Dial {
+        let auth = settings_of(&self.target.node_auth, i64::from(self.target.db));
+        let at = (address.host.as_str(), address.port);
+        Dial::node(at, self.nodes_tls.as_ref(), auth, self.timeouts())
     }
 
-    /// The first word of `ROLE` at `info`: `master`, `slave` or `sentinel`.
-    async fn role(&self, info: &ConnectionInfo) -> RedisResult<String> {
-        let mut conn = Client::open(info.clone())?
-            .get_multiplexed_async_connection_with_config(&self.connection_config())
-            .await?;
+    /// The first word of `ROLE` at `dial`: `master`, `slave` or `sentinel`.
+    async fn role(&self, dial: &Dial) -> RedisResult<String> {
+        let mut conn = dial.multiplexed().await?;
         let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut conn).await?;
         let first = role.into_iter().next().unwrap_or(Value::Nil);
         redis::from_redis_value(first).map_err(Into::into)
     }
 
-    fn connection_config(&self) -> AsyncConnectionConfig {
-        AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.response_timeout))
+    fn timeouts(&self) -> (Duration, Duration) {
+        (self.connect_timeout, self.response_timeout)
     }
 }
 
 impl Shared {
     /// Takes the primary `locate` found, if it is another.
-    fn moved_to(&self, (address, info): (String, ConnectionInfo)) {
+    fn moved_to(&self, (address, dial): (String, Dial)) {
         self.now.send_if_modified(|now| {
             if now.address == address {
                 return false;
@@ -306,7 +335,7 @@ impl Shared {
             *now = Located {
                 generation: now.generation + 1,
                 address,
-                info,
+                dial,
             };
             true
         });
@@ -394,8 +423,8 @@ async fn listen(
     sentinel: &NodeAddress,
     stop: &CancellationToken,
 ) -> RedisResult<()> {
-    let client = shared.sentinels.client(sentinel)?;
-    let connecting = client.get_async_pubsub();
+    let dial = shared.sentinels.dial(sentinel);
+    let connecting = dial.pubsub();
     let mut pubsub = tokio::time::timeout(shared.sentinels.connect_timeout, connecting)
         .await
         .map_err(|_| {
@@ -422,33 +451,31 @@ async fn listen(
     }
 }
 
-/// One connection to the primary of the moment: a `ConnectionManager` to where the
-/// primary is now, replaced when it moves (on the first command after), shared by the
-/// connection's clones. An error a moved primary gives makes the sentinels be asked.
+/// One connection to the primary of the moment: a `Relink` to where the primary is now,
+/// replaced when it moves (on the first command after), shared by the connection's
+/// clones. An error a moved primary gives makes the sentinels be asked.
 #[derive(Clone)]
 pub struct Followed {
     primary: Primary,
-    current: Arc<Mutex<Option<(u64, ConnectionManager)>>>,
-    config: ConnectionManagerConfig,
+    current: Arc<Mutex<Option<(u64, Relink)>>>,
+    /// Its connect and response timeouts.
+    timeouts: (Duration, Duration),
 }
 
 impl Followed {
-    /// The connection to the primary as it is now, opened if it moved.
-    async fn manager(&self) -> RedisResult<ConnectionManager> {
+    /// The connection to the primary as it is now, a new one if it moved.
+    async fn link(&self) -> Relink {
         let mut current = self.current.lock().await;
         let now = self.primary.shared.now.borrow().clone();
-        if let Some((generation, manager)) = &*current {
+        if let Some((generation, link)) = &*current {
             if *generation == now.generation {
-                return Ok(manager.clone());
+                return link.clone();
             }
         }
-        let opened = match Client::open(now.info) {
-            Ok(client) => ConnectionManager::new_with_config(client, self.config.clone()).await,
-            Err(e) => Err(e),
-        };
-        let manager = opened.inspect_err(|e| self.heard(e))?;
-        *current = Some((now.generation, manager.clone()));
-        Ok(manager)
+        let (connect, respond) = self.timeouts;
+        let link = now.dial.with_timeouts(connect, respond).relink();
+        *current = Some((now.generation, link.clone()));
+        link
     }
 
     /// Asks the sentinels again when `e` says the primary may have moved.
@@ -490,7 +517,7 @@ fn demoted(kind: Option<ServerErrorKind>) -> bool {
 impl ConnectionLike for Followed {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let reply = self.manager().await?.req_packed_command(cmd).await;
+            let reply = self.link().await.req_packed_command(cmd).await;
             match &reply {
                 Ok(value) => self.heard_replies(std::slice::from_ref(value)),
                 Err(e) => self.heard(e),
@@ -506,8 +533,8 @@ impl ConnectionLike for Followed {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let mut manager = self.manager().await?;
-            let replies = manager.req_packed_commands(pipeline, offset, count).await;
+            let mut link = self.link().await;
+            let replies = link.req_packed_commands(pipeline, offset, count).await;
             match &replies {
                 Ok(values) => self.heard_replies(values),
                 Err(e) => self.heard(e),

@@ -39,8 +39,7 @@ impl RedisStore {
     async fn listen(&self, wake: &Notify, cancel: &CancellationToken) -> redis::RedisResult<()> {
         let turn = self.next_pubsub.fetch_add(1, Ordering::Relaxed);
         let moved = self.place.moved();
-        let client = self.place.pubsub_client(turn)?;
-        let mut pubsub = tokio::time::timeout(self.connect_timeout, client.get_async_pubsub())
+        let mut pubsub = tokio::time::timeout(self.connect_timeout, self.place.pubsub(turn))
             .await
             .map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting for pub/sub")
