@@ -2,7 +2,8 @@
 //! a connection (what its server's certificate is checked against, and the client
 //! certificate of mutual TLS), and what a failed handshake tells an operator: which
 //! setting to look at, and what failed. A certificate that does not verify is not an
-//! outage to wait out: `refusal` finds one in an error, so that start-up stops at once.
+//! outage to wait out: `Refused::of` finds one in an error, so that start-up stops at
+//! once.
 
 use std::error::Error;
 use std::sync::Arc;
@@ -166,23 +167,82 @@ fn is_name_error(e: &rustls::Error) -> bool {
     )
 }
 
-/// The TLS failure in `e`'s chain of causes, if there is one: a certificate that does
-/// not verify, or the server's refusal of postback's (or of its absence).
-pub fn refusal<'a>(e: &'a (dyn Error + 'static)) -> Option<&'a rustls::Error> {
+/// What failed in a TLS handshake with the store, as an operator acts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// The server's certificate is not for the name checked.
+    Name,
+    /// It does not chain to the roots.
+    Chain,
+    /// It does not verify otherwise (expired, not yet valid, revoked…).
+    Certificate,
+    /// The server refused postback's client certificate, or its absence.
+    Client,
+}
+
+/// The alerts of a server that refused a client's certificate, or its absence.
+const CLIENT_ALERTS: [AlertDescription; 6] = [
+    AlertDescription::CertificateRequired,
+    AlertDescription::HandshakeFailure,
+    AlertDescription::BadCertificate,
+    AlertDescription::UnknownCA,
+    AlertDescription::AccessDenied,
+    AlertDescription::CertificateUnknown,
+];
+
+impl Failure {
+    fn of_error(e: &rustls::Error) -> Option<Self> {
+        use rustls::Error::{AlertReceived, InvalidCertificate};
+        Some(match e {
+            InvalidCertificate(_) if is_name_error(e) => Self::Name,
+            InvalidCertificate(
+                CertificateError::UnknownIssuer
+                | CertificateError::BadSignature
+                | CertificateError::InvalidPurpose
+                | CertificateError::Other(_),
+            ) => Self::Chain,
+            InvalidCertificate(_) => Self::Certificate,
+            AlertReceived(alert) if CLIENT_ALERTS.contains(alert) => Self::Client,
+            _ => return None,
+        })
+    }
+
+    /// From rustls's words for it, where a client library kept only those (the redis
+    /// crate hands a connection's error to every request waiting on it as text).
+    fn of_text(text: &str) -> Option<Self> {
+        if let Some((_, said)) = text.split_once("invalid peer certificate: ") {
+            let chain = ["UnknownIssuer", "BadSignature", "InvalidPurpose", "Other"];
+            return Some(match said {
+                s if s.starts_with("certificate not valid for name") => Self::Name,
+                s if s.starts_with("NotValidForName") => Self::Name,
+                s if chain.iter().any(|w| s.starts_with(w)) => Self::Chain,
+                _ => Self::Certificate,
+            });
+        }
+        let (_, alert) = text.split_once("received fatal alert: ")?;
+        let client = CLIENT_ALERTS
+            .iter()
+            .any(|a| alert.starts_with(&format!("{a:?}")));
+        client.then_some(Self::Client)
+    }
+}
+
+/// The TLS failure in `e`, if there is one, and rustls's words for it: found in its
+/// chain of causes, or else in its text.
+fn failure(e: &(dyn Error + 'static)) -> Option<(Failure, String)> {
     let mut cause = Some(e);
     while let Some(e) = cause {
-        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
         let inner = e
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref());
-        if let Some(tls) = inner.and_then(|i| i.downcast_ref::<rustls::Error>()) {
-            return Some(tls);
+        let tls = e.downcast_ref::<rustls::Error>();
+        if let Some(tls) = tls.or_else(|| inner.and_then(|i| i.downcast_ref::<rustls::Error>())) {
+            return Failure::of_error(tls).map(|f| (f, tls.to_string()));
         }
         cause = e.source();
     }
-    None
+    let text = e.to_string();
+    Failure::of_text(&text).map(|f| (f, text))
 }
 
 /// The name a server's certificate was checked against, and where it came from.
@@ -203,48 +263,30 @@ pub struct Named {
 pub struct Refused(pub String);
 
 impl Refused {
-    /// `e` explained, when TLS failed in it.
+    /// `e` explained, when TLS failed in it: the setting to look at, and what failed.
     pub fn of(e: &(dyn Error + 'static), tls: &StoreTls, named: &Named) -> Option<Self> {
-        refusal(e).map(|failure| Self(explain(failure, tls, named)))
-    }
-}
-
-/// What `failure` means to an operator, naming the setting to look at.
-pub fn explain(failure: &rustls::Error, tls: &StoreTls, named: &Named) -> String {
-    let roots = &tls.roots;
-    use rustls::Error::{AlertReceived, InvalidCertificate};
-    let Named { name, from, rename } = named;
-    match failure {
-        InvalidCertificate(e) if is_name_error(failure) => {
-            let fix = match rename {
-                Some(setting) => format!("; set {setting} to a name it carries"),
-                None => String::new(),
-            };
-            format!("{from}: the server's certificate is not for `{name}` ({e:?}){fix}")
-        }
-        InvalidCertificate(
-            CertificateError::UnknownIssuer
-            | CertificateError::BadSignature
-            | CertificateError::InvalidPurpose
-            | CertificateError::Other(_),
-        ) => format!(
-            "{}: the server's certificate does not chain to {} ({failure})",
-            root_setting(roots),
-            roots.describe()
-        ),
-        InvalidCertificate(e) => format!(
-            "{}: the server's certificate does not verify: {e:?}",
-            root_setting(roots)
-        ),
-        AlertReceived(
-            AlertDescription::CertificateRequired
-            | AlertDescription::HandshakeFailure
-            | AlertDescription::BadCertificate
-            | AlertDescription::UnknownCA
-            | AlertDescription::AccessDenied
-            | AlertDescription::CertificateUnknown,
-        ) => client_refused(tls, &failure.to_string()),
-        other => format!("TLS with the server failed: {other}"),
+        let (failure, said) = failure(e)?;
+        let roots = &tls.roots;
+        let Named { name, from, rename } = named;
+        Some(Self(match failure {
+            Failure::Name => {
+                let fix = match rename {
+                    Some(setting) => format!("; set {setting} to a name it carries"),
+                    None => String::new(),
+                };
+                format!("{from}: the server's certificate is not for `{name}` ({said}){fix}")
+            }
+            Failure::Chain => format!(
+                "{}: the server's certificate does not chain to {} ({said})",
+                root_setting(roots),
+                roots.describe()
+            ),
+            Failure::Certificate => format!(
+                "{}: the server's certificate does not verify ({said})",
+                root_setting(roots)
+            ),
+            Failure::Client => client_refused(tls, &said),
+        }))
     }
 }
 

@@ -25,6 +25,7 @@ mod sentinel;
 mod shard_ownership;
 mod ssrf;
 mod startup;
+mod tls;
 mod traces;
 mod upgrade;
 mod waits;

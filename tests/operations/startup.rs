@@ -1,5 +1,5 @@
 //! Start-up checks: postback refuses to start, with a message naming the setting, when
-//! Redis may evict keys, when Redis stays unreachable, or when the configuration is bad;
+//! Redis may evict keys or persists nothing, when Redis stays unreachable, or when the configuration is bad;
 //! `postback config check` says the same without starting, and prints the effective
 //! configuration with its secrets redacted; no store password (Redis's, the sentinels',
 //! Postgres's), in any form a store's address takes, is printed by either, nor logged
@@ -32,6 +32,42 @@ async fn an_evicting_redis_is_refused_unless_allowed() {
     let pb = Postback::start(&redis, &[("POSTBACK_STORE_ALLOW_EVICTION", "true")]).await;
     assert_eq!(pb.status_without_token("/readyz").await, 200);
     assert!(pb.logs().contains("may evict"), "warned:\n{}", pb.logs());
+}
+
+/// A Redis that keeps neither an append-only file nor snapshots loses everything when
+/// it restarts: refused, the fix named, unless `store.allow_volatile`; what the store
+/// keeps is shown by `/readyz`, `/stats` and `postback_store_durability`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_persists_nothing_is_refused_unless_allowed() {
+    let redis = RedisServer::start();
+    redis.query::<()>(redis::cmd("CONFIG").arg("SET").arg("save").arg(""));
+    let url = redis.url();
+
+    let err = Postback::refused_start(&[("POSTBACK_STORE_REDIS_URL", &url)]);
+    assert!(
+        err.contains("persists nothing")
+            && err.contains("appendonly yes")
+            && err.contains("store.allow_volatile"),
+        "{err}"
+    );
+
+    let pb = Postback::start(&redis, &[("POSTBACK_STORE_ALLOW_VOLATILE", "true")]).await;
+    let (_, ready) = pb.get("/readyz").await;
+    assert_eq!(ready["durability"]["kind"], "none", "{ready}");
+    let (_, stats) = pb.get("/stats").await;
+    assert_eq!(stats["durability"]["kind"], "none", "{stats}");
+    let shown = pb.metric("postback_store_durability{kind=\"none\"}").await;
+    assert_eq!(shown, Some(1.0));
+    assert!(
+        pb.logs().contains("persists nothing"),
+        "warned:\n{}",
+        pb.logs()
+    );
+
+    redis.query::<()>(redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("yes"));
+    let pb = Postback::start(&redis, &[]).await;
+    let (_, ready) = pb.get("/readyz").await;
+    assert_eq!(ready["durability"]["kind"], "aof", "{ready}");
 }
 
 #[test]

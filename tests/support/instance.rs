@@ -55,6 +55,13 @@ impl Postback {
         Self::spawn(cmd, env).await
     }
 
+    /// Starts an instance whose store `store`'s variables name, with `env`.
+    pub async fn start_in_env(store: &[(String, String)], env: &[(&str, &str)]) -> Self {
+        let mut cmd = Self::command();
+        cmd.envs(store.iter().map(|(k, v)| (k, v)));
+        Self::spawn(cmd, env).await
+    }
+
     /// Starts an instance with no store configured, in the directory `cwd`.
     pub async fn start_in(cwd: &std::path::Path, env: &[(&str, &str)]) -> Self {
         let mut cmd = Self::command();

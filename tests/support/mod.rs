@@ -25,6 +25,7 @@ pub use receiver::Receiver;
 pub use redis_cluster::RedisCluster;
 pub use redis_sentinel::{LyingSentinel, SentinelGroup};
 pub use redis_server::RedisServer;
+pub use tls_receiver::Pki;
 
 use std::net::TcpListener;
 
@@ -51,12 +52,16 @@ pub async fn start(env: &[(&str, &str)]) -> (RedisServer, Receiver, Postback) {
 /// `POSTBACK_TEST_BACKEND` (`scripts/test.sh` runs those tests once per backend): a
 /// standalone Redis (unset), a local Redis Cluster of 3 primaries (`cluster`), the
 /// embedded store in a temporary directory (`embedded`), or a Postgres of its own
-/// (`postgres`).
+/// (`postgres`); or over TLS with a client certificate, verified against a CA the test
+/// made, a standalone Redis (`redis-tls`) or a Postgres at `sslmode=verify-full`
+/// (`postgres-tls`).
 pub enum Backend {
     Standalone(RedisServer),
     Cluster(RedisCluster),
     Embedded(tempfile::TempDir),
     Postgres(PostgresServer),
+    StandaloneTls(RedisServer, Pki),
+    PostgresTls(PostgresServer, Pki),
 }
 
 impl Backend {
@@ -65,6 +70,14 @@ impl Backend {
             Ok("cluster") => Self::Cluster(RedisCluster::start(3, 0)),
             Ok("embedded") => Self::Embedded(tempfile::tempdir().unwrap()),
             Ok("postgres") => Self::Postgres(PostgresServer::start()),
+            Ok("redis-tls") => {
+                let pki = Pki::new();
+                Self::StandaloneTls(RedisServer::start_tls(&pki), pki)
+            }
+            Ok("postgres-tls") => {
+                let pki = Pki::new();
+                Self::PostgresTls(PostgresServer::start_tls(&pki), pki)
+            }
             _ => Self::Standalone(RedisServer::start()),
         }
     }
@@ -76,6 +89,15 @@ impl Backend {
             Self::Cluster(cluster) => Postback::start_on_cluster(cluster, env).await,
             Self::Embedded(dir) => Postback::start_embedded(dir.path(), env).await,
             Self::Postgres(pg) => Postback::start_on_postgres(pg, env).await,
+            Self::StandaloneTls(redis, pki) => {
+                let mut all = pki.store_env();
+                all.push(("POSTBACK_STORE_REDIS_URL".into(), redis.tls_url()));
+                Postback::start_in_env(&all, env).await
+            }
+            Self::PostgresTls(pg, pki) => {
+                let url = ("POSTBACK_STORE_POSTGRES_URL".into(), pg.verified_url(pki));
+                Postback::start_in_env(&[url], env).await
+            }
         }
     }
 
@@ -91,6 +113,20 @@ impl Backend {
                 let (settings, retention) =
                     (StoreSettings::default(), RetentionSettings::default());
                 let store = PostgresStore::connect(&pg.url(), &settings, &retention).await;
+                return Box::new(store.unwrap());
+            }
+            Self::PostgresTls(pg, pki) => {
+                let settings = StoreSettings::default();
+                let url = pg.verified_url(pki);
+                let retention = RetentionSettings::default();
+                let store = PostgresStore::connect(&url, &settings, &retention).await;
+                return Box::new(store.unwrap());
+            }
+            Self::StandaloneTls(redis, pki) => {
+                let target = RedisTarget::Standalone(redis.tls_url());
+                let settings = pki.store_settings();
+                let retention = RetentionSettings::default();
+                let store = RedisStore::connect(&target, 1, &settings, &retention).await;
                 return Box::new(store.unwrap());
             }
             Self::Standalone(redis) => (RedisTarget::Standalone(redis.url()), 1),
@@ -116,7 +152,7 @@ impl Backend {
     /// deployment's secrets; no notification
     /// in any state otherwise.
     pub async fn holds_nothing(&self, pb: &Postback) -> bool {
-        if let Self::Standalone(redis) = self {
+        if let Self::Standalone(redis) | Self::StandaloneTls(redis, _) = self {
             return redis.notification_keys().is_empty();
         }
         let (_, stats) = pb.get("/stats").await;
@@ -129,13 +165,16 @@ impl Backend {
     pub fn shards(&self) -> usize {
         match self {
             Self::Cluster(_) => usize::from(postback::config::CLUSTER_SHARDS),
-            Self::Standalone(_) | Self::Embedded(_) | Self::Postgres(_) => 1,
+            _ => 1,
         }
     }
 
     /// Whether this is Redis, whose shards' replication `/stats` shows.
     pub fn is_redis(&self) -> bool {
-        matches!(self, Self::Standalone(_) | Self::Cluster(_))
+        matches!(
+            self,
+            Self::Standalone(_) | Self::Cluster(_) | Self::StandaloneTls(..)
+        )
     }
 
     /// Whether several instances can share this store (all but the embedded one).

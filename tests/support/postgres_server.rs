@@ -1,5 +1,6 @@
 //! A throwaway Postgres for one test: a copy of an initialised data directory in a
-//! temporary directory, `postgres` on a free port of loopback. As root, `initdb` and
+//! temporary directory, `postgres` on a free port of loopback (or serving TLS only, to
+//! clients with a certificate, with `start_tls`). As root, `initdb` and
 //! `postgres` run as the `postgres` user (they refuse root).
 
 use std::os::unix::process::CommandExt;
@@ -14,6 +15,10 @@ pub struct PostgresServer {
     child: Option<Child>,
     pub port: u16,
     dir: TempDir,
+    /// With `start_tls`: the settings that serve TLS, and take connections over TCP only
+    /// so and only from a client with a certificate its authority signed. The tests' own
+    /// commands then go through the Unix socket.
+    tls: Vec<String>,
 }
 
 /// The directory of `initdb`, `postgres` and `pg_isready`: `POSTBACK_TEST_PG_BIN`, or the
@@ -108,6 +113,44 @@ fn make_template() -> PathBuf {
 impl PostgresServer {
     /// A new cluster, started, answering on a free port.
     pub fn start() -> Self {
+        let mut server = Self::initialised();
+        server.run();
+        server
+    }
+
+    /// A new cluster with `ssl = on` (`pki`'s server certificate) and `hostssl` lines
+    /// only, which require a client certificate `pki`'s authority signed.
+    pub fn start_tls(pki: &super::tls_receiver::Pki) -> Self {
+        let mut server = Self::initialised();
+        let data = server.dir.path().join("data");
+        // The server reads its key only when it is its user's alone.
+        let key = data.join("server.key");
+        std::fs::copy(&pki.server_key, &key).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        if let Some((uid, gid)) = server_user() {
+            std::os::unix::fs::chown(&key, Some(uid), Some(gid)).unwrap();
+        }
+        let hba = data.join("pg_hba_tls.conf");
+        std::fs::write(
+            &hba,
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n",
+        )
+        .unwrap();
+        let setting = |k: &str, v: &Path| ["-c".to_string(), format!("{k}={}", v.display())];
+        server.tls = [
+            ["-c".to_string(), "ssl=on".to_string()],
+            setting("ssl_cert_file", &pki.server_cert),
+            setting("ssl_key_file", &key),
+            setting("ssl_ca_file", &pki.ca),
+            setting("hba_file", &hba),
+        ]
+        .concat();
+        server.run();
+        server
+    }
+
+    fn initialised() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let status = Command::new("cp")
             .arg("-a")
@@ -122,13 +165,12 @@ impl PostgresServer {
         if let Some((uid, gid)) = server_user() {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
         }
-        let mut server = Self {
+        Self {
             child: None,
             port: super::free_port(),
             dir,
-        };
-        server.run();
-        server
+            tls: Vec::new(),
+        }
     }
 
     /// Starts the server on its directory and waits until it accepts connections.
@@ -148,6 +190,7 @@ impl PostgresServer {
             // The tests kill processes, not machines: what a process wrote, the kernel
             // keeps, so a commit is as durable as the tests can tell without fsync.
             .args(["-c", "fsync=off"])
+            .args(&self.tls)
             .spawn()
             .expect("postgres must be installed (scripts/ensure-postgres.sh)");
         self.child = Some(child);
@@ -170,17 +213,13 @@ impl PostgresServer {
     /// what it printed, or what it said on stderr when a statement failed.
     pub fn psql_as(&self, role: &str, sql: &str) -> Result<String, String> {
         let port = self.port.to_string();
+        let socket = self.dir.path().display().to_string();
+        let host = match self.tls.is_empty() {
+            true => "127.0.0.1",
+            false => socket.as_str(),
+        };
         let out = Command::new(bin_dir().join("psql"))
-            .args([
-                "-X",
-                "-A",
-                "-t",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-h",
-                "127.0.0.1",
-            ])
+            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-h", host])
             .args(["-p", &port, "-U", role, "-d", "postgres", "-c", sql])
             .output()
             .expect("psql");
@@ -192,6 +231,20 @@ impl PostgresServer {
 
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Its URL at `sslmode=verify-full` with `pki`'s authority and client certificate,
+    /// by the name its certificate carries.
+    pub fn verified_url(&self, pki: &super::tls_receiver::Pki) -> String {
+        let (ca, cert, key) = (
+            pki.ca.display(),
+            pki.client_cert.display(),
+            pki.client_key.display(),
+        );
+        format!(
+            "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={ca}&sslcert={cert}&sslkey={key}",
+            self.port
+        )
     }
 
     /// Stops the server at once (`kill -9`: what it has committed survives).

@@ -1,14 +1,19 @@
 //! A throwaway Redis Cluster for one test: `redis-server` processes in cluster mode on
 //! free ports, joined by `redis-cli --cluster create`, optionally with one replica per
-//! primary so that a primary can be killed and its replica take over.
+//! primary so that a primary can be killed and its replica take over, and optionally
+//! serving TLS too, the nodes speaking it among themselves.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tempfile::TempDir;
 
+use super::tls_receiver::Pki;
+
 pub struct RedisCluster {
     nodes: Vec<(u16, Child)>,
+    /// Each node's TLS port, in the order of `nodes`, when they serve TLS.
+    tls_ports: Vec<u16>,
     _dir: TempDir,
 }
 
@@ -17,9 +22,20 @@ impl RedisCluster {
     /// node says the cluster is ok. Tests start clusters side by side, so a port picked
     /// as free may be taken a moment later; a start that fails is retried on new ports.
     pub fn start(primaries: usize, replicas: usize) -> Self {
+        Self::start_with(primaries, replicas, None)
+    }
+
+    /// The same, each node also serving TLS with `pki`'s certificate (requiring a
+    /// client's) and the nodes speaking TLS among themselves (`tls-cluster yes`): a
+    /// client over TLS is told the nodes' TLS ports.
+    pub fn start_tls(primaries: usize, replicas: usize, pki: &Pki) -> Self {
+        Self::start_with(primaries, replicas, Some(pki))
+    }
+
+    fn start_with(primaries: usize, replicas: usize, pki: Option<&Pki>) -> Self {
         let mut failures = Vec::new();
         for _ in 0..3 {
-            match Self::try_start(primaries, replicas) {
+            match Self::try_start(primaries, replicas, pki) {
                 Ok(cluster) => return cluster,
                 Err(e) => failures.push(e),
             }
@@ -27,11 +43,25 @@ impl RedisCluster {
         panic!("the test cluster did not start: {failures:?}");
     }
 
-    fn try_start(primaries: usize, replicas: usize) -> Result<Self, String> {
+    fn try_start(primaries: usize, replicas: usize, pki: Option<&Pki>) -> Result<Self, String> {
         let dir = tempfile::tempdir().unwrap();
-        let nodes: Vec<(u16, Child)> = cluster_ports(primaries * (1 + replicas))
+        let ports = cluster_ports(primaries * (1 + replicas));
+        let tls_ports: Vec<u16> = match pki {
+            Some(_) => ports.iter().map(|_| super::free_port()).collect(),
+            None => Vec::new(),
+        };
+        let nodes: Vec<(u16, Child)> = ports
             .into_iter()
-            .map(|port| {
+            .enumerate()
+            .map(|(n, port)| {
+                let tls = match pki {
+                    Some(pki) => {
+                        let mut args = super::redis_server::tls_args(tls_ports[n], pki);
+                        args.extend(["--tls-cluster".into(), "yes".into()]);
+                        args
+                    }
+                    None => Vec::new(),
+                };
                 let node_dir = dir.path().join(port.to_string());
                 std::fs::create_dir(&node_dir).unwrap();
                 let child = Command::new("redis-server")
@@ -42,6 +72,7 @@ impl RedisCluster {
                     // then no replica ever does.
                     .args(["--cluster-replica-validity-factor", "0"])
                     .args(["--save", "3600 1", "--appendonly", "no"])
+                    .args(&tls)
                     .arg("--dir")
                     .arg(&node_dir)
                     .stdout(Stdio::null())
@@ -51,7 +82,11 @@ impl RedisCluster {
                 (port, child)
             })
             .collect();
-        let cluster = Self { nodes, _dir: dir };
+        let cluster = Self {
+            nodes,
+            tls_ports,
+            _dir: dir,
+        };
         for (port, _) in &cluster.nodes {
             cluster.wait(*port, |c| redis::cmd("PING").query::<String>(c).is_ok())?;
         }
@@ -99,6 +134,16 @@ impl RedisCluster {
             .nodes
             .iter()
             .map(|(p, _)| format!("redis://127.0.0.1:{p}"))
+            .collect();
+        urls.join(",")
+    }
+
+    /// The seed URLs over TLS, comma-separated, for `POSTBACK_STORE_CLUSTER_URLS`.
+    pub fn tls_urls(&self) -> String {
+        let urls: Vec<String> = self
+            .tls_ports
+            .iter()
+            .map(|p| format!("rediss://127.0.0.1:{p}"))
             .collect();
         urls.join(",")
     }

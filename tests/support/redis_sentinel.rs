@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
+use super::tls_receiver::Pki;
 use super::RedisServer;
 
 /// The name the sentinels know the primary by (`store.redis_master_name`'s default).
@@ -19,10 +20,17 @@ pub const USER: &str = "postback";
 /// Its password (`store.redis_password`).
 pub const PASSWORD: &str = "data-node-secret";
 
+/// Whether `server` listens on `port`, in clear or over TLS.
+fn serves(server: &RedisServer, port: u16) -> bool {
+    server.port == port || server.tls.as_ref().is_some_and(|(p, _)| *p == port)
+}
+
 /// A sentinel process.
 struct Sentinel {
     child: Child,
     port: u16,
+    /// The port it serves TLS on, if it does.
+    tls_port: Option<u16>,
     _dir: TempDir,
 }
 
@@ -36,7 +44,21 @@ impl SentinelGroup {
     /// Starts the servers and the sentinels, and waits until every sentinel knows both
     /// replicas and the other two sentinels (without which it cannot fail over).
     pub fn start() -> Self {
-        let primary = RedisServer::start();
+        Self::start_with(None)
+    }
+
+    /// The same, every server and sentinel also serving TLS with `pki`'s certificate
+    /// and requiring a client's; the servers replicate, and the sentinels watch them,
+    /// over TLS.
+    pub fn start_tls(pki: &Pki) -> Self {
+        Self::start_with(Some(pki))
+    }
+
+    fn start_with(pki: Option<&Pki>) -> Self {
+        let primary = match pki {
+            Some(pki) => RedisServer::start_tls(pki),
+            None => RedisServer::start(),
+        };
         let replicas = [
             RedisServer::start_replica_of(&primary),
             RedisServer::start_replica_of(&primary),
@@ -52,7 +74,8 @@ impl SentinelGroup {
             );
             servers.push(replica);
         }
-        let sentinels = (0..3).map(|_| Sentinel::start(servers[0].port)).collect();
+        let watched = servers[0].tls.as_ref().map_or(servers[0].port, |(p, _)| *p);
+        let sentinels = (0..3).map(|_| Sentinel::start(watched, pki)).collect();
         let group = Self { servers, sentinels };
         group.wait_until(
             Duration::from_secs(20),
@@ -74,6 +97,16 @@ impl SentinelGroup {
             .sentinels
             .iter()
             .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        each.join(",")
+    }
+
+    /// The sentinels' TLS addresses, as `store.redis_sentinels` takes them.
+    pub fn tls_addresses(&self) -> String {
+        let each: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.tls_port.expect("sentinels serving TLS")))
             .collect();
         each.join(",")
     }
@@ -105,18 +138,18 @@ impl SentinelGroup {
             .expect("a sentinel names a primary")
     }
 
-    /// The server on `port`.
+    /// The server on `port` (its own, or its TLS port).
     pub fn server(&self, port: u16) -> &RedisServer {
         self.servers
             .iter()
-            .find(|s| s.port == port)
+            .find(|s| serves(s, port))
             .expect("a server of the group")
     }
 
     /// Kills the current primary (SIGKILL); its port.
     pub fn kill_primary(&mut self) -> u16 {
         let port = self.primary_port();
-        let primary = self.servers.iter_mut().find(|s| s.port == port).unwrap();
+        let primary = self.servers.iter_mut().find(|s| serves(s, port)).unwrap();
         primary.stop();
         port
     }
@@ -159,15 +192,26 @@ impl SentinelGroup {
 }
 
 impl Sentinel {
-    /// Starts a sentinel watching the primary on `primary`, and waits until it answers.
-    fn start(primary: u16) -> Self {
+    /// Starts a sentinel watching the primary on `primary` (over TLS with `pki`, which
+    /// it then serves too), and waits until it answers.
+    fn start(primary: u16, pki: Option<&Pki>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = super::free_port();
-        let config = dir.path().join("sentinel.conf");
+        let tls_port = pki.map(|_| super::free_port());
+        let tls = match (pki, tls_port) {
+            (Some(pki), Some(tls_port)) => {
+                let args = super::redis_server::tls_args(tls_port, pki);
+                let lines = args
+                    .chunks(2)
+                    .map(|kv| format!("{} {}\n", &kv[0][2..], kv[1]));
+                lines.collect::<String>()
+            }
+            _ => String::new(),
+        };
         std::fs::write(
-            &config,
+            &config_path(&dir),
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                "port {port}\nbind 127.0.0.1\ndir {}\n{tls}\
                  sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
                  sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
                  sentinel failover-timeout {MASTER_NAME} 2000\n\
@@ -176,6 +220,7 @@ impl Sentinel {
             ),
         )
         .unwrap();
+        let config = config_path(&dir);
         let child = Command::new("redis-server")
             .arg(&config)
             .arg("--sentinel")
@@ -186,6 +231,7 @@ impl Sentinel {
         let sentinel = Self {
             child,
             port,
+            tls_port,
             _dir: dir,
         };
         let up = super::eventually_blocking(Duration::from_secs(10), || {
@@ -219,6 +265,10 @@ impl Sentinel {
         let (_, port): (String, u16) = self.query(&mut asked)?;
         Some(port)
     }
+}
+
+fn config_path(dir: &TempDir) -> std::path::PathBuf {
+    dir.path().join("sentinel.conf")
 }
 
 impl Drop for Sentinel {
@@ -255,7 +305,7 @@ impl LyingSentinel {
         let server = RedisServer::start();
         server.query::<()>(&mut acl_user("nopass"));
         server.query::<()>(redis::cmd("SET").arg("attacker:data").arg("planted"));
-        let sentinel = Sentinel::start(server.port);
+        let sentinel = Sentinel::start(server.port, None);
         Self { server, sentinel }
     }
 

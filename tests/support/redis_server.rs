@@ -12,9 +12,29 @@ pub struct RedisServer {
     dir: TempDir,
     /// The append-only file's fsync policy (`always`, `everysec`), or none.
     appendfsync: Option<&'static str>,
+    /// The port it also serves TLS on, requiring a client certificate, with the
+    /// arguments that say so; the tests' own commands go to `port`, in clear.
+    pub tls: Option<(u16, Vec<String>)>,
 }
 
-fn spawn(port: u16, dir: &Path, appendfsync: Option<&str>) -> Child {
+/// The arguments of a Redis serving TLS on `port` with `pki`'s server certificate,
+/// requiring a client certificate its authority signed, and replicating over TLS.
+pub fn tls_args(port: u16, pki: &super::tls_receiver::Pki) -> Vec<String> {
+    let path = |p: &Path| p.display().to_string();
+    let args = [
+        ("--tls-port", port.to_string()),
+        ("--tls-cert-file", path(&pki.server_cert)),
+        ("--tls-key-file", path(&pki.server_key)),
+        ("--tls-ca-cert-file", path(&pki.ca)),
+        ("--tls-auth-clients", "yes".into()),
+        ("--tls-replication", "yes".into()),
+    ];
+    args.into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v])
+        .collect()
+}
+
+fn spawn(port: u16, dir: &Path, appendfsync: Option<&str>, tls: &[String]) -> Child {
     let persistence = match appendfsync {
         Some(policy) => ["--appendonly", "yes", "--appendfsync", policy],
         None => ["--appendonly", "no", "--appendfsync", "everysec"],
@@ -31,6 +51,7 @@ fn spawn(port: u16, dir: &Path, appendfsync: Option<&str>) -> Child {
             "3600 1",
         ])
         .args(persistence)
+        .args(tls)
         .arg("--dir")
         .arg(dir)
         .stdout(Stdio::null())
@@ -50,21 +71,34 @@ impl RedisServer {
         Self::start_with(Some(appendfsync))
     }
 
+    /// Starts a server that also serves TLS (`tls_args`) on a port of its own.
+    pub fn start_tls(pki: &super::tls_receiver::Pki) -> Self {
+        let port = super::free_port();
+        Self::start_with_tls(None, Some((port, tls_args(port, pki))))
+    }
+
     fn start_with(appendfsync: Option<&'static str>) -> Self {
+        Self::start_with_tls(appendfsync, None)
+    }
+
+    fn start_with_tls(appendfsync: Option<&'static str>, tls: Option<(u16, Vec<String>)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let port = super::free_port();
-        let child = spawn(port, dir.path(), appendfsync);
+        let args = tls.as_ref().map(|(_, a)| a.as_slice()).unwrap_or_default();
+        let child = spawn(port, dir.path(), appendfsync, args);
         let server = Self {
             child,
             port,
             dir,
             appendfsync,
+            tls,
         };
         server.wait_ready();
         server
     }
 
-    /// Starts a server replicating `primary`, and waits until it acknowledges writes.
+    /// Starts a server replicating `primary` (over TLS when it serves TLS), and waits
+    /// until it acknowledges writes.
     pub fn start_replica_of(primary: &RedisServer) -> Self {
         // Redis waits 5 s for more replicas before a first full sync by default.
         primary.query::<()>(
@@ -73,8 +107,16 @@ impl RedisServer {
                 .arg("repl-diskless-sync-delay")
                 .arg("0"),
         );
-        let replica = Self::start();
-        replica.query::<()>(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port));
+        // Over TLS when the primary serves it (`tls_args` names the port first).
+        let tls = primary.tls.as_ref().map(|(_, args)| {
+            let port = super::free_port();
+            let mut args = args.clone();
+            args[1] = port.to_string();
+            (port, args)
+        });
+        let at = primary.tls.as_ref().map_or(primary.port, |(port, _)| *port);
+        let replica = Self::start_with_tls(None, tls);
+        replica.query::<()>(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(at));
         // In sync when it acknowledges a write at once.
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut c = primary.client().get_connection().unwrap();
@@ -138,7 +180,12 @@ impl RedisServer {
 
     /// Starts it again on the same port, from its append-only file if it keeps one.
     pub fn restart(&mut self) {
-        self.child = spawn(self.port, self.dir.path(), self.appendfsync);
+        let tls = self
+            .tls
+            .as_ref()
+            .map(|(_, a)| a.as_slice())
+            .unwrap_or_default();
+        self.child = spawn(self.port, self.dir.path(), self.appendfsync, tls);
         self.wait_ready();
     }
 
@@ -152,6 +199,15 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Its TLS URL, `rediss://127.0.0.1:<tls port>`.
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port())
+    }
+
+    pub fn tls_port(&self) -> u16 {
+        self.tls.as_ref().expect("a server started with TLS").0
     }
 
     pub fn client(&self) -> redis::Client {

@@ -1,6 +1,7 @@
 //! Mutual TLS for the tests: `Pki`, a certificate authority made in the test with its
-//! server certificate (for `localhost` and 127.0.0.1) and a client certificate, as PEM
-//! files; and `TlsReceiver`, an HTTPS receiver that requires a client certificate that
+//! server certificate (for `localhost` and 127.0.0.1, which the TLS tests' Redis and
+//! Postgres serve too), a client certificate and an authority that signed neither, as
+//! PEM files; and `TlsReceiver`, an HTTPS receiver that requires a client certificate that
 //! authority signed, and counts the requests it answered (and the HTTP version of each)
 //! and the handshakes it refused; started `offering_http2`, it offers HTTP/2 by ALPN.
 
@@ -10,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
@@ -24,26 +25,34 @@ pub struct Pki {
     /// The client's certificate and key (PEM).
     pub client_cert: PathBuf,
     pub client_key: PathBuf,
+    /// The server's certificate (for `localhost` and `127.0.0.1`) and key (PEM), which a
+    /// test's Redis and Postgres serve.
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    /// Another authority's certificate (PEM), which signed none of these.
+    pub other_ca: PathBuf,
     ca_der: CertificateDer<'static>,
     server: (CertificateDer<'static>, Vec<u8>),
 }
 
 impl Pki {
     pub fn new() -> Self {
-        let mut ca_params = CertificateParams::new(Vec::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_params = authority("postback test CA");
         let ca_key = KeyPair::generate().unwrap();
         let ca = ca_params.self_signed(&ca_key).unwrap();
+        // Each its own name: OpenSSL (Redis, Postgres) takes a certificate whose subject
+        // is its issuer's for a self-signed one.
         let signed = |names: Vec<String>| {
             let key = KeyPair::generate().unwrap();
-            let cert = CertificateParams::new(names)
-                .unwrap()
-                .signed_by(&key, &ca, &ca_key)
-                .unwrap();
+            let mut params = CertificateParams::new(names.clone()).unwrap();
+            params.distinguished_name = common_name(&names[0]);
+            let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
             (cert, key)
         };
         let (server, server_key) = signed(vec!["localhost".into(), "127.0.0.1".into()]);
         let (client, client_key) = signed(vec!["shop-a.client".into()]);
+        let other_key = KeyPair::generate().unwrap();
+        let other_ca = authority("no one's CA").self_signed(&other_key).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let write = |name: &str, pem: String| {
             let path = dir.path().join(name);
@@ -54,6 +63,9 @@ impl Pki {
             ca: write("ca.pem", ca.pem()),
             client_cert: write("client.crt", client.pem()),
             client_key: write("client.key", client_key.serialize_pem()),
+            server_cert: write("server.crt", server.pem()),
+            server_key: write("server.key", server_key.serialize_pem()),
+            other_ca: write("other-ca.pem", other_ca.pem()),
             ca_der: ca.der().clone(),
             server: (server.der().clone(), server_key.serialize_der()),
             dir,
@@ -61,7 +73,45 @@ impl Pki {
     }
 }
 
+/// The parameters of a certificate authority named `name`.
+fn authority(name: &str) -> CertificateParams {
+    let mut params = CertificateParams::new(Vec::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name = common_name(name);
+    params
+}
+
+fn common_name(name: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, name);
+    dn
+}
+
 impl Pki {
+    /// The variables that have postback verify a store's certificate against this
+    /// authority and present the client certificate.
+    pub fn store_env(&self) -> Vec<(String, String)> {
+        let path = |p: &PathBuf| p.display().to_string();
+        vec![
+            ("POSTBACK_STORE_TLS_CA_FILE".into(), path(&self.ca)),
+            (
+                "POSTBACK_STORE_TLS_CERT_FILE".into(),
+                path(&self.client_cert),
+            ),
+            ("POSTBACK_STORE_TLS_KEY_FILE".into(), path(&self.client_key)),
+        ]
+    }
+
+    /// The store settings that say the same.
+    pub fn store_settings(&self) -> postback::config::StoreSettings {
+        postback::config::StoreSettings {
+            tls_ca_file: Some(self.ca.clone()),
+            tls_cert_file: Some(self.client_cert.clone()),
+            tls_key_file: Some(self.client_key.clone()),
+            ..Default::default()
+        }
+    }
+
     /// A `[tenants.<tenant>]` section that presents the client certificate and trusts
     /// this authority.
     pub fn tenant_config(&self, tenant: &str) -> String {
