@@ -83,7 +83,8 @@ async fn delivers(pb: &Postback, receiver: &Receiver) {
 }
 
 /// A steady producer registers while `fail_over` kills a primary and waits until
-/// another took over; every registration answered `202` is then delivered.
+/// another took over; every registration answered `202` is then delivered (and nothing
+/// else was registered on `pb` before).
 async fn nothing_accepted_is_lost(pb: &Postback, receiver: &Receiver, fail_over: impl FnOnce()) {
     let producer = load::steady(pb, receiver, Duration::from_millis(20));
     assert!(producer.accepted_more(20).await, "{}", pb.logs());
@@ -140,12 +141,12 @@ async fn through_sentinels_over_tls_a_failover_loses_nothing_accepted() {
 
     let env = [("POSTBACK_STORE_REPLICA_ACKS", "1")];
     let pb = Postback::start_in_env(&store, &env).await;
-    delivers(&pb, &receiver).await;
     nothing_accepted_is_lost(&pb, &receiver, || {
         let old = group.kill_primary();
         group.wait_failover(old);
     })
     .await;
+    delivers(&pb, &receiver).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -159,13 +160,13 @@ async fn on_a_cluster_over_tls_a_failover_loses_nothing_accepted() {
 
     let env = [("POSTBACK_STORE_REPLICA_ACKS", "1")];
     let pb = Postback::start_in_env(&store, &env).await;
-    delivers(&pb, &receiver).await;
     nothing_accepted_is_lost(&pb, &receiver, || {
         let victim = cluster.primary_of("{postback:0}", 0);
         cluster.kill(victim);
         cluster.wait_failover("{postback:0}", victim);
     })
     .await;
+    delivers(&pb, &receiver).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
