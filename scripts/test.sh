@@ -4,7 +4,10 @@
 # hand for the tests of deploy/. Without arguments it then runs the conformance tests
 # (tests/conformance: everything about the pipeline, not about Redis itself) again on
 # each other backend, a local Redis Cluster of 3 primaries, the embedded store and
-# Postgres, and one instance's tests (tests/instance) on the embedded store too.
+# Postgres, and one instance's tests (tests/instance) on the embedded store too; and a
+# part of it over TLS, on a standalone Redis and on Postgres (TLS_PART: every path of a
+# store, registration, claims, settles, retries, dead letters, replays, cancels, lists,
+# leases, retention, ordering keys, batches, the audit log and endpoints' pauses).
 # With arguments it passes them to `cargo test` and stops there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +20,7 @@ if [ $# -eq 0 ]; then
   POSTBACK_TEST_BACKEND=cluster cargo test --locked --test conformance
   POSTBACK_TEST_BACKEND=embedded cargo test --locked --test conformance --test instance
   POSTBACK_TEST_BACKEND=postgres cargo test --locked --test conformance
+  TLS_PART=(delivery:: dead_letters:: cancel:: browse:: lease:: retention:: ordering:: batch:: audit:: pauses:: resend::)
+  POSTBACK_TEST_BACKEND=redis-tls cargo test --locked --test conformance -- "${TLS_PART[@]}"
+  POSTBACK_TEST_BACKEND=postgres-tls cargo test --locked --test conformance -- "${TLS_PART[@]}"
 fi

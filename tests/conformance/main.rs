@@ -3,7 +3,14 @@
 //! ordering keys, success rules, signing, tenants' TLS, tenants kept apart), the same on
 //! every store. `scripts/test.sh` runs it on a standalone Redis, a Redis Cluster
 //! (`POSTBACK_TEST_BACKEND=cluster`), the embedded store
-//! (`POSTBACK_TEST_BACKEND=embedded`) and Postgres (`POSTBACK_TEST_BACKEND=postgres`).
+//! (`POSTBACK_TEST_BACKEND=embedded`) and Postgres (`POSTBACK_TEST_BACKEND=postgres`), and
+//! the part of it that walks every path of a store (registration, claims, settles,
+//! retries, dead letters, replays, cancels, lists, leases, retention, ordering keys,
+//! batches, the audit log, endpoints' pauses: `delivery`, `dead_letters`, `cancel`,
+//! `browse`, `lease`, `retention`, `ordering`, `batch`, `audit`, `pauses`, `resend`)
+//! over TLS with a client certificate, on a standalone Redis
+//! (`POSTBACK_TEST_BACKEND=redis-tls`) and on Postgres at `sslmode=verify-full`
+//! (`POSTBACK_TEST_BACKEND=postgres-tls`).
 
 #[path = "../support/mod.rs"]
 mod support;
