@@ -209,7 +209,7 @@ impl Sentinel {
             _ => String::new(),
         };
         std::fs::write(
-            &config_path(&dir),
+            config_path(&dir),
             format!(
                 "port {port}\nbind 127.0.0.1\ndir {}\n{tls}\
                  sentinel monitor {MASTER_NAME} 127.0.0.1 {primary} 2\n\
