@@ -228,23 +228,31 @@ local function forget(id)
   redis.call('HDEL', KEYS[6], id)
 end
 
--- Deletes `ids` from the finished index `index` (dead or done) and from group `g`'s own,
--- with their records, counting them under `counter` in the counters hash, and per tenant.
+-- Deletes `ids`, read from group `g`'s own finished index (dead or done), from it and
+-- from the shard's `index`, with their records, counting them under `counter` in the
+-- counters hash, and per tenant. Only one the shard's index still holds is deleted and
+-- counted: an entry of the tenant's index that no longer matches (kept by a build that
+-- knew no tenant indexes) is dropped alone. Returns how many it deleted.
 local function drop_all(g, tenant, index, ids, counter, now)
-  local key = INDEX[index]
-  for _, id in ipairs(ids) do
-    if tenant ~= '' then
-      tally(tenant, index, tonumber(redis.call('ZSCORE', key, id)), -1, now)
-      tally(tenant, counter, nil, 1, now)
+  if #ids == 0 then return 0 end
+  local key, gone = INDEX[index], {}
+  local scores = redis.call('ZMSCORE', key, unpack(ids))
+  for k, id in ipairs(ids) do
+    if scores[k] then
+      if tenant ~= '' then
+        tally(tenant, index, tonumber(scores[k]), -1, now)
+        tally(tenant, counter, nil, 1, now)
+      end
+      forget(id)
+      gone[#gone + 1] = id
     end
-    forget(id)
   end
-  if #ids > 0 then
-    redis.call('ZREM', key, unpack(ids))
-    redis.call('ZREM', own_key(g, index), unpack(ids))
-    redis.call('HINCRBY', KEYS[8], counter, #ids)
+  redis.call('ZREM', own_key(g, index), unpack(ids))
+  if #gone > 0 then
+    redis.call('ZREM', key, unpack(gone))
+    redis.call('HINCRBY', KEYS[8], counter, #gone)
   end
-  return #ids
+  return #gone
 end
 
 -- Retention of group `g`'s finished index `index` (dead or done, scored by finish time):

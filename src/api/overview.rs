@@ -56,10 +56,13 @@ pub async fn stats(
     let Query(q) = query.map_err(invalid_query)?;
     let tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     let mut stats = StatsView::from(state.store.stats(tenant.as_ref()).await?);
-    stats.durability = Some(state.store.durability().into());
     match &tenant {
         Some(tenant) => stats.retention = Some(state.retention.of(tenant).into()),
-        None => stats.degraded_shards = DegradedView::all(state.rules.placement.health()),
+        None => {
+            // How the store is set up is the operator's, as its shards' health is.
+            stats.degraded_shards = DegradedView::all(state.rules.placement.health());
+            stats.durability = Some(state.store.durability().into());
+        }
     }
     Ok(Json(stats))
 }

@@ -564,7 +564,8 @@ pub struct StatsView {
     /// its oldest dead letters beyond `dead_max_count` (counted in `trimmed`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionView>,
-    /// What the store keeps of an answered write through a restart of its server.
+    /// For a token of every tenant: what the store keeps of an answered write through a
+    /// restart of its server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<DurabilityView>,
 }

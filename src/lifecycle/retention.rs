@@ -16,17 +16,24 @@ use std::time::Duration;
 use super::Index;
 use crate::domain::Tenant;
 
-/// Most notifications one sweep call deletes from each finished index (of a shard).
+/// Most notifications one sweep call deletes from each finished index (of a shard),
+/// over every tenant it retains.
 pub const SWEEP_BUDGET: usize = 500;
 
-/// Most tenants one sweep call retains (each within its own `SWEEP_BUDGET`), so that a
-/// call's work stays bounded however many tenants a store holds.
+/// Most tenants one sweep call retains, sharing its budget (`sweep_share`).
 pub const TENANTS_PER_CALL: usize = 64;
 
-/// Whether a sweep calls again after a call that deleted `deleted`: it deleted as many as
-/// a budget, so more may be past their limits (at worst one call more than needed).
-pub fn sweep_again(deleted: usize) -> bool {
-    deleted >= SWEEP_BUDGET
+/// Each tenant's share of a sweep call's budget when the call retains `tenants` of them,
+/// so that a call's work stays within `SWEEP_BUDGET` however many tenants it goes over.
+pub fn sweep_share(tenants: usize) -> usize {
+    (SWEEP_BUDGET / tenants.max(1)).max(1)
+}
+
+/// Whether a sweep calls again for a tenant whose pass deleted `deleted` with a budget of
+/// `budget`: it deleted as many as its budget, so more may be past their limits (at worst
+/// one call more than needed).
+pub fn sweep_again(deleted: usize, budget: usize) -> bool {
+    deleted >= budget
 }
 
 /// Most notifications a settle of `settled` attempts deletes on the way: twice as many as
@@ -184,9 +191,9 @@ pub struct Pass {
 }
 
 impl Pass {
-    /// A sweep's pass at `now_ms`: both indexes, `SWEEP_BUDGET` each.
-    pub fn sweep(limits: Limits, now_ms: i64) -> Self {
-        Self::new(limits, now_ms, SWEEP_BUDGET, (true, true))
+    /// A sweep's pass at `now_ms`: both indexes, `budget` each (`sweep_share`).
+    pub fn sweep(limits: Limits, now_ms: i64, budget: usize) -> Self {
+        Self::new(limits, now_ms, budget, (true, true))
     }
 
     /// The pass of a settle of `settled` attempts at `now_ms` that moved notifications
@@ -363,16 +370,24 @@ mod tests {
     fn the_budget_bounds_each_index_and_a_full_sweep_calls_again() {
         let mut dead: Vec<i64> = (0..600).collect();
         let mut done: Vec<i64> = (0..10).collect();
-        let gone = run(Pass::sweep(LIMITS, 1_000_000), &mut dead, &mut done);
+        let gone = run(
+            Pass::sweep(LIMITS, 1_000_000, SWEEP_BUDGET),
+            &mut dead,
+            &mut done,
+        );
         assert_eq!((gone.len(), dead.len(), done.len()), (510, 100, 0));
-        assert!(sweep_again(gone.len()));
-        assert!(!sweep_again(SWEEP_BUDGET - 1));
+        assert!(sweep_again(gone.len(), SWEEP_BUDGET));
+        assert!(!sweep_again(SWEEP_BUDGET - 1, SWEEP_BUDGET));
         let limits = Limits {
             dead_max_count: 5,
             ..LIMITS
         };
         let mut dead: Vec<i64> = (999_000..999_600).collect();
-        let gone = run(Pass::sweep(limits, 1_000_000), &mut dead, &mut Vec::new());
+        let gone = run(
+            Pass::sweep(limits, 1_000_000, SWEEP_BUDGET),
+            &mut dead,
+            &mut Vec::new(),
+        );
         assert_eq!(gone.len(), SWEEP_BUDGET);
         assert_eq!(dead.len(), 100, "beyond the count, within the budget");
     }
@@ -415,6 +430,14 @@ mod tests {
         assert_eq!(format!("{:?}", passes[0].1), format!("{want_a:?}"));
         assert_eq!(passes[1].0, b);
         assert_eq!(format!("{:?}", passes[1].1), format!("{want_b:?}"));
+    }
+
+    #[test]
+    fn a_sweep_call_shares_one_budget_among_its_tenants() {
+        assert_eq!(sweep_share(1), SWEEP_BUDGET);
+        assert!(sweep_share(TENANTS_PER_CALL) * TENANTS_PER_CALL <= SWEEP_BUDGET);
+        assert_eq!(sweep_share(10_000), 1);
+        assert_eq!(sweep_share(0), SWEEP_BUDGET);
     }
 
     #[test]

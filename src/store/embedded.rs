@@ -289,11 +289,13 @@ impl Queue for EmbeddedStore {
                     t.forget_old_windows()?;
                     changes::forget_keys(t, now.down(), retention::SWEEP_BUDGET)?;
                     let (mut n, mut again) = (0, Vec::new());
+                    let share = retention::sweep_share(chunk.len());
                     for tenant in chunk {
-                        let mut pass = retention::Pass::sweep(policy.of(&tenant), now.down());
+                        let limits = policy.of(&tenant);
+                        let mut pass = retention::Pass::sweep(limits, now.down(), share);
                         let deleted = changes::apply_retention(t, &tenant, &mut pass)?;
                         n += deleted;
-                        if retention::sweep_again(deleted) {
+                        if retention::sweep_again(deleted, share) {
                             again.push(tenant);
                         }
                     }

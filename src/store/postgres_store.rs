@@ -269,21 +269,18 @@ impl Queue for PostgresStore {
                 applied: applied.iter().map(Option::is_some).collect(),
                 ..Settled::default()
             };
-            let tenants: Vec<Option<Tenant>> = (applied.iter())
-                .map(|a| {
-                    a.as_ref()
-                        .and_then(|(_, t)| Tenant::parse(t, "tenant").ok())
-                })
-                .collect();
-            let records = applied.into_iter().map(|a| a.map(|(r, _)| r)).collect();
-            let moved = moved(batch.iter().map(|s| &s.id), records);
+            let (mut moved, mut went) = (Vec::new(), Vec::new());
+            let settled_ones = batch.iter().zip(applied).filter_map(|(s, a)| Some((s, a?)));
+            for (s, (record, tenant)) in settled_ones {
+                went.push((tenant, record.position().map(|p| p.0)));
+                moved.push((s.id.to_string(), record));
+            }
             settled.dead_lettered = moved
                 .iter()
                 .filter(|(_, r)| r.state == JobState::Dead)
                 .count();
             settled.earliest = changes::any_heads(&mut t, &moved).await?;
-            let went = tenants.iter().flatten().zip(&moved);
-            let went = went.map(|(tenant, (_, r))| (tenant, r.position().map(|p| p.0)));
+            let went = went.iter().map(|(tenant, to)| (tenant, *to));
             for (tenant, mut pass) in retention::settle_passes(policy, t.now.down(), went) {
                 settled.trimmed += trim::apply_retention(&mut t, &tenant, &mut pass).await?;
             }
@@ -316,15 +313,14 @@ impl Queue for PostgresStore {
         })?;
         let mut trimmed = 0;
         while let Some(tenant) = due.pop() {
-            let limits = self
-                .retention
-                .of(&Tenant::parse(&tenant, "tenant").unwrap_or_default());
+            let limits = self.retention.of(&tenant);
             let n = in_transaction!(self, Commit::Relaxed, |t| {
-                let mut pass = retention::Pass::sweep(limits, t.now.down());
+                let budget = retention::SWEEP_BUDGET;
+                let mut pass = retention::Pass::sweep(limits, t.now.down(), budget);
                 trim::apply_retention(&mut t, &tenant, &mut pass).await?
             })?;
             trimmed += n;
-            if retention::sweep_again(n) {
+            if retention::sweep_again(n, retention::SWEEP_BUDGET) {
                 due.push(tenant);
             }
         }

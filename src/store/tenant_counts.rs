@@ -72,6 +72,12 @@ pub fn tally(
     out
 }
 
+/// The field counting `tenant`'s notifications in `index`; `None` for the default
+/// tenant, whose counts are the totals less every other tenant's.
+pub fn field_of(tenant: &Tenant, index: Index) -> Option<String> {
+    (!tenant.is_default()).then(|| format!("{tenant} {}", index.name()))
+}
+
 /// The field counting what retention deleted of `tenant` for `reason` (`dead_by_age`, …);
 /// `None` for the default tenant.
 pub fn trimmed_field(tenant: &Tenant, reason: &str) -> Option<String> {

@@ -307,6 +307,55 @@ async fn notifications_of_an_earlier_build_join_their_tenants_indexes_once() {
     );
 }
 
+/// A tenant's index entry that no longer matches its notification (a build that knew no
+/// tenant indexes replayed the dead letter since) is dropped by retention alone: the
+/// notification, scheduled again, keeps its records and is delivered.
+#[tokio::test]
+async fn retention_drops_a_stale_entry_of_a_tenants_index_and_keeps_the_notification() {
+    let backend = Backend::Standalone(RedisServer::start());
+    let store = backend.store().await;
+    let Backend::Standalone(redis) = &backend else {
+        unreachable!()
+    };
+    let (now, id) = (now_ms(), JobId::new(0).to_string());
+    let spec = format!(
+        "v4 {} 0 150\n{{\"url\":\"http://merchant.example.com/cb\"}}\n{{}}",
+        base36(now)
+    );
+    for args in [
+        ["HSET", "{postback:0}:jobs", &id, &spec],
+        [
+            "ZADD",
+            "{postback:0}:due",
+            &(now + 3_600_000).to_string(),
+            &id,
+        ],
+        [
+            "ZADD",
+            "{postback:0}:t:default:pending",
+            &(now + 3_600_000).to_string(),
+            &id,
+        ],
+        ["ZADD", "{postback:0}:t:default:dead", "1", &id],
+        ["SADD", "{postback:0}:tenant_names", "default", "default"],
+    ] {
+        redis.query::<()>(redis::cmd(args[0]).arg(&args[1..]));
+    }
+    assert_eq!(store.trim().await.unwrap(), 0, "nothing deleted");
+    let view = store
+        .get(&id.parse().unwrap())
+        .await
+        .unwrap()
+        .expect("kept");
+    assert_eq!(format!("{:?}", view.status.state), "Scheduled");
+    let stale: Option<f64> = redis.query(
+        redis::cmd("ZSCORE")
+            .arg("{postback:0}:t:default:dead")
+            .arg(&id),
+    );
+    assert_eq!(stale, None, "the stale entry is dropped");
+}
+
 fn base36(mut n: u64) -> String {
     let digits = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let mut out = Vec::new();

@@ -276,8 +276,9 @@ pub fn discard(t: &mut Tables, id: &JobId) -> DbResult<bool> {
         return Ok(false);
     };
     if let Some((index, at)) = r.position() {
-        let tenant = t.unindex(index, at, &key)?;
-        t.tally(&tenant, index, at, -1)?;
+        if let Some(tenant) = t.unindex(index, at, &key)? {
+            t.tally(&tenant, index, at, -1)?;
+        }
     }
     t.forget(&key)?;
     Ok(true)
@@ -331,16 +332,21 @@ fn first_of_tenant(
     Ok(out)
 }
 
-/// Deletes the notifications of `entries` (from `index`) with their records, counting
-/// them under `counter`.
+/// Deletes the notifications of `entries` (read from a tenant's own `index`) with their
+/// records, counting them under `counter`. Only one `index` still holds is deleted and
+/// counted: an entry of the tenant's index that no longer matches (kept by a build that
+/// knew no tenant indexes) is dropped alone. How many it deleted.
 fn drop_all(
     t: &mut Tables,
     entries: Vec<(i64, String)>,
     index: Index,
     counter: &str,
 ) -> DbResult<usize> {
+    let mut gone = 0;
     for (at, id) in &entries {
-        let tenant = t.unindex(index, *at, id)?;
+        let Some(tenant) = t.unindex(index, *at, id)? else {
+            continue;
+        };
         let counted = match t.tenants.is_empty()? {
             true => Tenant::default(),
             false => tenant,
@@ -348,11 +354,12 @@ fn drop_all(
         t.tally(&counted, index, *at, -1)?;
         t.tally_trimmed(&counted, counter)?;
         t.forget(id)?;
+        gone += 1;
     }
-    if !entries.is_empty() {
-        t.count(counter, entries.len() as u64)?;
+    if gone > 0 {
+        t.count(counter, gone as u64)?;
     }
-    Ok(entries.len())
+    Ok(gone)
 }
 
 fn parse_id(raw: &str) -> DbResult<JobId> {

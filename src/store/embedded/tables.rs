@@ -211,10 +211,9 @@ impl<'t> Tables<'t> {
         }
     }
 
-    /// Writes `new` over `old` (if any), moving the notification between indexes and
-    /// counting the move for its tenant, and keeping its ordering key's order
-    /// (`keep_order`). A registration (no `old`) reads its tenant from its spec, written
-    /// first; a later move only while any tenant is counted apart. The record as saved.
+    /// Writes `new` over `old` (if any), moving the notification between indexes (its
+    /// tenant's included) and counting the move for its tenant, and keeping its ordering
+    /// key's order (`keep_order`). The record as saved.
     pub fn save(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<Record> {
         let new = self.keep_order(id, old, new)?;
         self.save_as_is(id, old, &new)?;
@@ -294,22 +293,26 @@ impl<'t> Tables<'t> {
     }
 
     /// Writes `new` over `old` (if any), moving the notification between indexes, its
-    /// tenant's included, and counting the move for its tenant.
+    /// tenant's included, and counting the move for its tenant. The tenant is read from
+    /// the spec only for a move its own indexes or its counts see.
     fn save_as_is(&mut self, id: &str, old: Option<&Record>, new: &Record) -> DbResult<()> {
         let (from, to) = (old.and_then(Record::position), new.position());
         let own = (old.and_then(Record::tenant_position), new.tenant_position());
-        if from != to || own.0 != own.1 {
-            let tenant = self.tenant_of(id)?;
-            self.move_in_tenant(&tenant, id, own)?;
-            let counted = match old.is_none() || !self.tenants.is_empty()? {
-                true => tenant,
-                false => Tenant::default(),
-            };
-            if let Some((index, at)) = from.filter(|_| from != to) {
+        let counted_apart = from != to && (old.is_none() || !self.tenants.is_empty()?);
+        let tenant = match own.0 != own.1 || counted_apart {
+            true => Some(self.tenant_of(id)?),
+            false => None,
+        };
+        if let Some(tenant) = &tenant {
+            self.move_in_tenant(tenant, id, own)?;
+        }
+        if from != to {
+            let counted = tenant.filter(|_| counted_apart).unwrap_or_default();
+            if let Some((index, at)) = from {
                 self.index(index).remove((at, id))?;
                 self.tally(&counted, index, at, -1)?;
             }
-            if let Some((index, at)) = to.filter(|_| from != to) {
+            if let Some((index, at)) = to {
                 self.index(index).insert((at, id), ())?;
                 self.tally(&counted, index, at, 1)?;
             }
@@ -338,14 +341,15 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    /// Deletes `id`, finished at `at` in `index`, from its indexes, its tenant's
-    /// included; its tenant.
-    pub fn unindex(&mut self, index: Index, at: i64, id: &str) -> DbResult<Tenant> {
+    /// Deletes `id`, at `at` in `index`, from its indexes, its tenant's included; its
+    /// tenant, or `None` when `index` did not hold it there (its tenant's entry, which
+    /// no longer matches, is deleted alone).
+    pub fn unindex(&mut self, index: Index, at: i64, id: &str) -> DbResult<Option<Tenant>> {
         let tenant = self.tenant_of(id)?;
-        self.index(index).remove((at, id))?;
         let own = TenantIndex::of(index);
         self.tenant_index(own).remove((tenant.as_str(), at, id))?;
-        Ok(tenant)
+        let held = self.index(index).remove((at, id))?.is_some();
+        Ok(held.then_some(tenant))
     }
 
     /// The tenant `id`'s spec names.
@@ -362,6 +366,10 @@ impl<'t> Tables<'t> {
         let total = self.dead.len()?;
         if self.tenants.is_empty()? {
             return Ok(if tenant.is_default() { total } else { 0 });
+        }
+        if let Some(field) = tenant_counts::field_of(tenant, Index::Dead) {
+            let own = self.tenants.get(field.as_str())?.map_or(0, |v| v.value());
+            return Ok(own.max(0) as u64);
         }
         let mut fields = Vec::new();
         for entry in self.tenants.iter()? {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::tx::{col, corrupt, place, Fault, PgResult, Tx};
-use crate::domain::{Entry, JobId};
+use crate::domain::{Entry, JobId, Tenant};
 use crate::lifecycle::{transitions, wakes_at, Cancelled, JobStatus, LetGo, NewCycle, Record};
 use crate::store::spec;
 pub(super) use crate::store::types::NewJob;
@@ -318,7 +318,7 @@ pub async fn apply_many(
 pub async fn apply_many_of_tenants(
     t: &mut Tx<'_>,
     changes: Vec<RecordStep<'_>>,
-) -> PgResult<Vec<Option<(Record, String)>>> {
+) -> PgResult<Vec<Option<(Record, Tenant)>>> {
     let ids: Vec<&str> = changes.iter().map(|c| c.id.as_str()).collect();
     let rows = t
         .query(
@@ -330,7 +330,7 @@ pub async fn apply_many_of_tenants(
     let mut held = std::collections::HashMap::with_capacity(rows.len());
     for row in &rows {
         let ordering: Option<String> = col(row, "ordering")?;
-        let tenant: String = col(row, "tenant")?;
+        let tenant = parse_tenant(&col::<String>(row, "tenant")?)?;
         held.insert(
             col::<String>(row, "id")?,
             (decode(col(row, "record")?)?, ordering, tenant),
@@ -419,7 +419,7 @@ impl Batch {
 pub async fn settle(
     t: &mut Tx<'_>,
     batch: &[Settlement],
-) -> PgResult<Vec<Option<(Record, String)>>> {
+) -> PgResult<Vec<Option<(Record, Tenant)>>> {
     let now = t.now;
     let changes = batch
         .iter()
@@ -553,6 +553,11 @@ pub async fn discard(t: &mut Tx<'_>, id: &JobId) -> PgResult<bool> {
 
 pub(super) fn decode(raw: &str) -> PgResult<Record> {
     Record::decode(raw).map_err(corrupt)
+}
+
+pub fn parse_tenant(raw: &str) -> PgResult<Tenant> {
+    Tenant::parse(raw, "tenant")
+        .map_err(|_| Fault::Corrupt(format!("bad tenant `{raw}` in postback.jobs")))
 }
 
 pub fn parse_id(raw: &str) -> PgResult<JobId> {

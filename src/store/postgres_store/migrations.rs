@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_idempotency_scope.sql"),
     include_str!("migrations/0007_tenant_audit.sql"),
     include_str!("migrations/0008_refusals.sql"),
+    include_str!("migrations/0009_refused_by_tenant.sql"),
 ];
 
 /// The schema version this build writes and reads.

@@ -4,7 +4,9 @@
 //! by tenant and reason. What goes is `lifecycle::retention`'s choice (`Pass`, one per
 //! tenant, held to its limits); this deletes it.
 
+use super::changes::parse_tenant;
 use super::tx::{col, PgResult, Tx};
+use crate::domain::Tenant;
 use crate::lifecycle::retention::{Cut, Pass, Step};
 
 /// Retention of `tenant`'s notifications: runs `pass` (`lifecycle::retention`) over its
@@ -54,9 +56,10 @@ pub async fn forget_keys(t: &mut Tx<'_>, budget: usize) -> PgResult<()> {
     Ok(())
 }
 
-/// Every tenant with notifications stored, read a tenant at a time off the index by
-/// tenant (so that the work grows with the tenants, not with their notifications).
-pub async fn tenants(t: &mut Tx<'_>) -> PgResult<Vec<String>> {
+/// Every tenant with notifications or refused registrations stored, read a tenant at a
+/// time off the indexes by tenant (so that the work grows with the tenants, not with
+/// what they stored).
+pub async fn tenants(t: &mut Tx<'_>) -> PgResult<Vec<Tenant>> {
     let rows = t
         .query(
             "WITH RECURSIVE kept(tenant) AS (
@@ -64,12 +67,21 @@ pub async fn tenants(t: &mut Tx<'_>) -> PgResult<Vec<String>> {
                  UNION ALL
                  SELECT (SELECT j.tenant FROM postback.jobs j WHERE j.tenant > kept.tenant
                          ORDER BY j.tenant LIMIT 1)
-                 FROM kept WHERE kept.tenant IS NOT NULL)
-             SELECT tenant FROM kept WHERE tenant IS NOT NULL",
+                 FROM kept WHERE kept.tenant IS NOT NULL),
+             refused(tenant) AS (
+                 (SELECT tenant FROM postback.intake_refused ORDER BY tenant LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT r.tenant FROM postback.intake_refused r
+                         WHERE r.tenant > refused.tenant ORDER BY r.tenant LIMIT 1)
+                 FROM refused WHERE refused.tenant IS NOT NULL)
+             SELECT tenant FROM kept WHERE tenant IS NOT NULL
+             UNION SELECT tenant FROM refused WHERE tenant IS NOT NULL",
             &[],
         )
         .await?;
-    rows.iter().map(|r| col(r, "tenant")).collect()
+    rows.iter()
+        .map(|r| parse_tenant(&col::<String>(r, "tenant")?))
+        .collect()
 }
 
 /// Deletes `tenant`'s notifications of `cut`, counting them under its counter.

@@ -35,13 +35,7 @@ impl AuditStream {
 
     pub async fn record(&self, conn: &Conn, record: &AuditRecord) -> StoreResult<()> {
         let json = serde_json::to_string(record).expect("a record serializes");
-        // This host's clock only bounds what is trimmed, which a skew of seconds does not
-        // change; the entry's own time is Redis's (`*`).
-        let oldest = crate::clock::system_now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .saturating_sub(self.max_age)
-            .as_millis() as u64;
+        let oldest = self.oldest_kept();
         let mut streams = vec![self.key.clone()];
         streams.extend(record.tenant.as_ref().map(|t| self.of_tenant(t)));
         let mut add = redis::pipe();
@@ -94,7 +88,6 @@ impl AuditStream {
                 let Some(tenant) = record.and_then(|r| r.tenant) else {
                     continue;
                 };
-                // One written meanwhile by an instance of this build is there already.
                 let copy = redis::cmd("XADD")
                     .arg(self.of_tenant(&tenant))
                     .arg(id)
@@ -102,7 +95,13 @@ impl AuditStream {
                     .arg(json)
                     .query_async::<String>(&mut conn.clone())
                     .await;
-                copied += usize::from(copy.is_ok());
+                match copy {
+                    Ok(_) => copied += 1,
+                    // An entry of an instance of this build came first: the stream has
+                    // every entry about the tenant from then on.
+                    Err(e) if e.to_string().contains("equal or smaller") => {}
+                    Err(e) => return Err(store_error(e)),
+                }
             }
             match chunk.last() {
                 Some((last, _)) if chunk.len() == UPGRADE_CHUNK => from = format!("({last}"),
@@ -116,6 +115,15 @@ impl AuditStream {
             .await
             .map_err(store_error)?;
         Ok(copied)
+    }
+
+    /// The time (ms) of the oldest entry the retention keeps. This host's clock only bounds
+    /// what is trimmed and read, which a skew of seconds does not change; an entry's own
+    /// time is Redis's (`*`).
+    fn oldest_kept(&self) -> i64 {
+        let now = crate::clock::system_now().duration_since(UNIX_EPOCH);
+        let oldest = now.unwrap_or_default().saturating_sub(self.max_age);
+        i64::try_from(oldest.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// The stream of the entries about `tenant`.
@@ -137,7 +145,13 @@ impl AuditStream {
             (None, Some(until)) => until.to_string(),
             (None, None) => "+".into(),
         };
-        let start = filter.since.map_or("-".into(), |s| s.to_string());
+        // A stream is trimmed only as entries are added to it: one that has had none for
+        // a while (a quiet tenant's) is read from the retention's start.
+        let start = filter
+            .since
+            .unwrap_or(0)
+            .max(self.oldest_kept())
+            .to_string();
         let stream = match &filter.tenant {
             Some(tenant) => self.of_tenant(tenant),
             None => self.key.clone(),

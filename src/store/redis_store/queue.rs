@@ -33,8 +33,8 @@ use crate::store::{
 
 impl RedisStore {
     /// Retention of one shard: every tenant it holds notifications of (`tenant_names`),
-    /// `retention::TENANTS_PER_CALL` a call, each called for again while its pass deletes
-    /// a whole budget. How many it deleted.
+    /// `retention::TENANTS_PER_CALL` a call sharing one budget (`retention::sweep_share`),
+    /// each called for again while its pass deletes its whole share. How many it deleted.
     async fn trim_shard(&self, keys: &ShardKeys) -> StoreResult<usize> {
         let names: Vec<String> = redis::cmd("SMEMBERS")
             .arg(keys.tenant_names())
@@ -51,8 +51,9 @@ impl RedisStore {
                 .drain(..due.len().min(retention::TENANTS_PER_CALL))
                 .collect();
             let mut groups = TenantGroups::after(keys.all().len());
+            let share = retention::sweep_share(chunk.len());
             for tenant in &chunk {
-                groups.retain(tenant, retention::SWEEP_BUDGET);
+                groups.retain(tenant, share);
             }
             let mut call = self.scripts.trim.key(keys.all().as_slice());
             groups.add_keys(&mut call, keys);
@@ -65,7 +66,7 @@ impl RedisStore {
             let again = chunk.into_iter().zip(deleted);
             due.extend(
                 again
-                    .filter(|(_, n)| retention::sweep_again(*n))
+                    .filter(|(_, n)| retention::sweep_again(*n, share))
                     .map(|(t, _)| t),
             );
             if due.is_empty() {

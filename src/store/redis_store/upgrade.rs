@@ -110,8 +110,9 @@ impl RedisStore {
 
 impl RedisStore {
     /// Puts, on every shard not yet upgraded, the notifications of its indexes into their
-    /// tenants' own; how many it put. Those in flight are left for the change that takes
-    /// them out of flight, which keeps their tenant's indexes.
+    /// tenants' own; how many it put. Those in flight are only named among the shard's
+    /// tenants, for the change that takes them out of flight keeps their tenant's
+    /// indexes.
     async fn upgrade_tenant_indexes(&self) -> StoreResult<usize> {
         let mut indexed = 0;
         for keys in &self.shards {
@@ -122,7 +123,7 @@ impl RedisStore {
             if read::<bool>("SISMEMBER", self.on_primary(keys.due(), &marked).await?)? {
                 continue;
             }
-            for index in [Index::Due, Index::Dead, Index::Done] {
+            for index in [Index::Due, Index::InFlight, Index::Dead, Index::Done] {
                 indexed += self.index_tenants(keys, index).await?;
             }
             let mark = redis::cmd("SADD")
