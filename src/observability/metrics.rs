@@ -153,6 +153,10 @@ fn upkeep(handle: PrometheusHandle) {
 }
 
 fn describe() {
+    describe_gauge!(
+        "postback_store_durability",
+        "1 for what the store keeps of an answered write through a restart of its server, as found at start: kind aof, rdb, none or unknown (Redis), wal (Postgres), fsync (embedded)"
+    );
     describe_counter!(
         LIST_EXAMINED,
         "Notifications read by the pages of lists (GET /notifications, GET /dead-letters) to find their items: a tenant's pages read its own alone"
