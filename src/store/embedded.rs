@@ -2,7 +2,9 @@
 //! running postback with nothing else installed. The same states and transitions as the
 //! Redis store, each atomic and on disk before it is answered; transitions go through
 //! one writer thread that commits concurrent ones together (`writer`), reads run on the
-//! blocking pool. The file is locked: a second instance on it is refused.
+//! blocking pool. The file is locked: a second instance on it is refused, and so the
+//! store takes back every lease in it as it opens (what a crash left in flight is due
+//! again at once).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -82,6 +84,7 @@ impl EmbeddedStore {
             .and_then(|_| create_tables(&db))
             .and_then(|_| upgrade::index_tenants(&db))
             .and_then(|_| upgrade::index_tenant_audit(&db))
+            .and_then(|_| take_back_leases(&db))
             .with_context(|| format!("{key}: cannot write {}", path.display()))?;
         let db = Arc::new(db);
         let announced = Arc::new(Notify::new());
@@ -106,7 +109,9 @@ impl EmbeddedStore {
         let db = Database::builder()
             .create_with_backend(disk)
             .context("cannot open the store in memory")?;
-        create_tables(&db).context("cannot write the store in memory")?;
+        create_tables(&db)
+            .and_then(|_| take_back_leases(&db))
+            .context("cannot write the store in memory")?;
         let db = Arc::new(db);
         let announced = Arc::new(Notify::new());
         Ok(Self {
@@ -153,6 +158,23 @@ fn create_tables(db: &Database) -> DbResult<()> {
     let tx = db.begin_write()?;
     Tables::open(&tx, Now::read())?;
     tx.commit()?;
+    Ok(())
+}
+
+/// Takes back every lease the file holds (`changes::take_back_leases`), once it is
+/// upgraded: the file is this process's alone.
+fn take_back_leases(db: &Database) -> DbResult<()> {
+    let tx = db.begin_write()?;
+    let now = Now::read();
+    let taken = changes::take_back_leases(&mut Tables::open(&tx, now)?, now)?;
+    if taken == 0 {
+        return Ok(tx.abort()?);
+    }
+    tx.commit()?;
+    tracing::info!(
+        taken,
+        "leases left by an earlier run taken back: what it had in flight is due again now"
+    );
     Ok(())
 }
 

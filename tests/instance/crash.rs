@@ -2,7 +2,8 @@
 //! instance (on the embedded store, the same one restarted) delivers every accepted
 //! notification once its lease runs out, and the only repeats are the deliveries that
 //! were in flight at the kill or not yet recorded (the settler's queue and batch), with
-//! the same webhook-id.
+//! the same webhook-id. On the embedded store, a restarted instance takes back at once
+//! what the killed one had in flight: no other process can hold a lease on its file.
 
 use crate::support;
 
@@ -10,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Backend, Receiver};
+use support::{Backend, Receiver, WAIT};
 
 const SETTINGS: &[(&str, &str)] = &[
     ("POSTBACK_DELIVERY_CONCURRENCY", "32"),
@@ -82,5 +83,24 @@ async fn kill_9_mid_burst_loses_nothing_and_repeats_only_what_was_in_flight() {
             .iter()
             .all(|bodies| bodies.iter().all(|b| *b == bodies[0])),
         "a repeat is the same notification under the same webhook-id"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_store_takes_back_a_killed_instances_leases_as_it_starts() {
+    let backend = Backend::Embedded(tempfile::tempdir().unwrap());
+    let receiver = Receiver::start().await;
+    let mut first = backend.postback(&[]).await;
+    let hangs = json!({"url": receiver.url("/slow?sleep_ms=60000"), "body": {}});
+    let id = first.register(hangs).await;
+    assert!(receiver.wait_for(1, WAIT).await, "in flight");
+    assert_eq!(first.notification(&id).await["state"], "in_flight");
+    first.kill();
+
+    let second = backend.postback(&[]).await;
+    assert!(
+        receiver.wait_for(2, WAIT).await,
+        "sent again within seconds, not when its one-minute lease would have ended\n{}",
+        second.logs()
     );
 }

@@ -89,13 +89,7 @@ pub fn claim(
     asked: Instant,
 ) -> DbResult<Claim> {
     let now_ms = now.down();
-    for (until, id) in first_until(&t.inflight, now_ms, limit)? {
-        let old = t.record(&id)?;
-        match old.as_ref().and_then(|old| transitions::expire(old, now)) {
-            Some(new) => drop(t.save(&id, old.as_ref(), &new)?),
-            None => drop(t.inflight.remove((until, id.as_str()))?),
-        }
-    }
+    hand_back(t, first_until(&t.inflight, now_ms, limit)?, now)?;
     let mut jobs = Vec::new();
     for (due_at, id) in first_until(&t.due, now_ms + ahead_ms, limit)? {
         let spec = t.specs.get(id.as_str())?.map(|v| v.value().to_string());
@@ -137,6 +131,36 @@ pub fn claim(
 }
 
 /// Up to `limit` entries of an index at or before `until`, oldest first.
+/// Hands back the leases of `entries` of the in-flight index (`transitions::expire`).
+fn hand_back(t: &mut Tables, entries: Vec<(i64, String)>, now: Now) -> DbResult<()> {
+    for (until, id) in entries {
+        let old = t.record(&id)?;
+        match old.as_ref().and_then(|old| transitions::expire(old, now)) {
+            Some(new) => drop(t.save(&id, old.as_ref(), &new)?),
+            None => drop(t.inflight.remove((until, id.as_str()))?),
+        }
+    }
+    Ok(())
+}
+
+/// In-flight entries handed back per batch as a store opens.
+const TAKE_BACK_BATCH: usize = 1_000;
+
+/// Hands back every lease, however long it has yet to run: as a store opens, no other
+/// process holds one (the file is locked while open), so what a crash left in flight is
+/// due again at once rather than when its lease would end. How many.
+pub fn take_back_leases(t: &mut Tables, now: Now) -> DbResult<usize> {
+    let mut taken = 0;
+    loop {
+        let batch = first_until(&t.inflight, i64::MAX, TAKE_BACK_BATCH)?;
+        if batch.is_empty() {
+            return Ok(taken);
+        }
+        taken += batch.len();
+        hand_back(t, batch, now)?;
+    }
+}
+
 fn first_until(
     index: &redb::Table<(i64, &'static str), ()>,
     until: i64,
