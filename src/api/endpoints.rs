@@ -21,7 +21,7 @@ use crate::clock::now_ms;
 use crate::domain::{Endpoint, EndpointId, FieldError, Tenant};
 use crate::endpoints::health::EndpointNotice;
 use crate::store::{
-    AuditAction, EndpointPause, EndpointRecord, ListFilter, Listed, Reads, StoreResult,
+    AuditAction, EndpointPause, EndpointRecord, ListFilter, Listed, Paused, Reads, StoreResult,
 };
 use crate::tenancy::access::{Principal, Scope};
 
@@ -229,7 +229,8 @@ async fn view(state: &AppState, found: &EndpointRecord) -> Result<Json<EndpointV
     let pauses = state.store.pauses().await?;
     let pause = pauses.iter().find(|(k, _)| *k == key).map(|(_, p)| p);
     let mut view = EndpointView::new(found, pause, now_ms());
-    view.notifications = Some(backlog(state.store.as_ref(), found).await?);
+    let paused = Paused::of(pauses.iter().map(|(k, _)| k));
+    view.notifications = Some(backlog(state.store.as_ref(), found, paused).await?);
     Ok(Json(view))
 }
 
@@ -239,21 +240,33 @@ const BACKLOG_PAGES: usize = 10;
 
 /// The notifications of `found`'s endpoint that wait for an attempt, counted from its
 /// tenant's lists (which hold that tenant's alone; a count reads past its other
-/// endpoints').
-async fn backlog(store: &dyn Reads, found: &EndpointRecord) -> StoreResult<Backlog> {
+/// endpoints'). A paused endpoint's are held.
+async fn backlog(
+    store: &dyn Reads,
+    found: &EndpointRecord,
+    paused: Paused,
+) -> StoreResult<Backlog> {
     let filter = ListFilter {
         tenant: Some(found.tenant.clone()),
         endpoint: Some(found.endpoint()),
+        paused,
         ..ListFilter::default()
     };
     let mut backlog = Backlog {
         complete: true,
         ..Backlog::default()
     };
-    for listed in [Listed::Scheduled, Listed::Retrying, Listed::Held] {
+    let lists = [
+        Listed::Scheduled,
+        Listed::Retrying,
+        Listed::Held,
+        Listed::HeldBack,
+    ];
+    for listed in lists {
         let (n, complete) = paging::count(store, listed, &filter, BACKLOG_PAGES).await?;
         match listed {
             Listed::Held => backlog.held += n,
+            Listed::HeldBack => backlog.held_back += n,
             _ => backlog.pending += n,
         }
         backlog.complete &= complete;

@@ -15,7 +15,9 @@ use super::view::{NotificationPage, NotificationView};
 use super::AppState;
 use super::{audit, auth, endpoints, paging};
 use crate::domain::{Ended, FieldError, JobId};
-use crate::store::{AuditAction, Cancelled, JobView, ListFilter, Listed, WalkCursor};
+use crate::store::{
+    shown, AuditAction, Cancelled, JobView, ListFilter, Listed, Paused, WalkCursor,
+};
 use crate::tenancy::access::Principal;
 
 /// One notification: state, attempts so far, next attempt, attempt history. Role `read`
@@ -42,7 +44,10 @@ pub async fn show(
 ) -> Result<Json<NotificationView>, ApiError> {
     let id = parse_id(&id)?;
     match seen(&state, &caller, &id).await? {
-        Some(found) => Ok(Json(NotificationView::from(&found))),
+        Some(found) => {
+            let found = as_shown(found, &state.pauses.paused());
+            Ok(Json(NotificationView::from(&found)))
+        }
         None => Err(unknown(&state, &caller, &id).await?),
     }
 }
@@ -140,15 +145,22 @@ async fn seen(
     Ok(found.filter(|v| auth::sees(caller, &v.spec.tenant)))
 }
 
-/// The notification as it is now, if the caller may see it.
+/// The notification as it is now, if the caller may see it: held from its endpoint's
+/// pause on (`listing::shown`).
 pub(super) async fn current(
     state: &AppState,
     caller: &Principal,
     id: &JobId,
 ) -> Result<Json<NotificationView>, ApiError> {
-    Ok(Json(NotificationView::from(
-        &visible(state, caller, id).await?,
-    )))
+    let found = visible(state, caller, id).await?;
+    let found = as_shown(found, &state.pauses.paused());
+    Ok(Json(NotificationView::from(&found)))
+}
+
+/// `v` as lists and views show it, its endpoint paused or not (`listing::shown`).
+fn as_shown(mut v: JobView, paused: &Paused) -> JobView {
+    v.status = shown(&v.status, paused.holds_view(&v));
+    v
 }
 
 /// The filters and paging of `GET /notifications`; every filter given must hold.
@@ -156,9 +168,10 @@ pub(super) async fn current(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct NotificationsQuery {
-    /// Which list: `scheduled`, `retrying` (scheduled after a failed attempt),
-    /// `in_flight`, `delivered`, `dead` or `cancelled`. Required unless
-    /// `idempotency_key` is given.
+    /// Which list: `scheduled`, `retrying` (scheduled after a failed attempt), `held`
+    /// (its endpoint paused, from the pause on), `held_back` (its endpoint path's open
+    /// circuit holds it back), `in_flight`, `delivered`, `dead` or `cancelled`. Required
+    /// unless `idempotency_key` is given.
     state: Option<String>,
     /// Only this topic.
     topic: Option<String>,
@@ -218,17 +231,20 @@ pub async fn list(
     let mut filter = paging::filter(q.topic, q.host, q.since.as_deref(), q.until.as_deref())?;
     filter.tenant = auth::tenant_filter(&caller, q.tenant.as_deref())?;
     filter.endpoint = endpoints::filter(&state, &caller, q.endpoint.as_deref()).await?;
+    filter.paused = state.pauses.paused();
     if let Some(key) = q.idempotency_key {
         let found = by_key(&state, &filter, &key).await?;
         let items = found
+            .map(|v| as_shown(v, &filter.paused))
             .filter(|v| listed.is_none_or(|l| Listed::of(&v.status) == l))
             .filter(|v| filter.matches(v) && within(&filter, v));
         return Ok(Json(NotificationPage::of(items.iter(), None, limit)));
     }
     let listed = listed.ok_or_else(|| {
+        let names = Listed::names();
         FieldError::new(
             "state",
-            "required (scheduled, retrying, in_flight, delivered, dead or cancelled) unless idempotency_key is given",
+            format!("required ({names}) unless idempotency_key is given"),
         )
     })?;
     let page = state
@@ -240,17 +256,18 @@ pub async fn list(
         .next_cursor
         .as_ref()
         .map(|c| state.cursors.seal(&c.encode()));
-    Ok(Json(NotificationPage::of(page.items.iter(), next, limit)))
+    let items: Vec<JobView> = page
+        .items
+        .into_iter()
+        .map(|v| as_shown(v, &filter.paused))
+        .collect();
+    Ok(Json(NotificationPage::of(items.iter(), next, limit)))
 }
 
 fn listed(raw: &str) -> Result<Listed, FieldError> {
     Listed::parse(raw).ok_or_else(|| {
-        FieldError::new(
-            "state",
-            format!(
-                "`{raw}` is not one of scheduled, retrying, in_flight, delivered, dead, cancelled"
-            ),
-        )
+        let names = Listed::names();
+        FieldError::new("state", format!("`{raw}` is not one of {names}"))
     })
 }
 

@@ -19,7 +19,9 @@ use super::view::{CountsView, DegradedView, StatsView};
 use super::AppState;
 use super::{auth, paging};
 use crate::domain::Ended;
-use crate::store::{window_of, JobView, ListFilter, Listed, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS};
+use crate::store::{
+    window_of, JobView, ListFilter, Listed, StoreResult, OUTCOME_WINDOWS, OUTCOME_WINDOW_MS,
+};
 use crate::tenancy::access::Principal;
 
 /// Whose counts: a token bound to a tenant counts its own only.
@@ -75,8 +77,12 @@ const TOP_HOSTS: usize = 5;
 pub struct Overview {
     /// By state; `scheduled` counts the held ones too.
     pub counts: CountsView,
-    /// Those of `counts.scheduled` held while their endpoint is paused.
+    /// Those of `counts.scheduled` held while their endpoint is paused (from the pause
+    /// on, though each is kept apart only as it comes due).
     pub held: Held,
+    /// Those of `counts.scheduled` held back by their endpoint path's open circuit (of an
+    /// endpoint not paused).
+    pub held_back: Held,
     /// Five-minute windows (aligned on five minutes of the clock), oldest first, the last
     /// one ending now.
     pub last_hour: Vec<Window>,
@@ -88,12 +94,14 @@ pub struct Overview {
     pub degraded_shards: Vec<DegradedView>,
 }
 
-/// Notifications held while their endpoint is paused, counted up to 1,000.
+/// Notifications held (while their endpoint is paused) or held back (by an open
+/// circuit), counted up to 1,000.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = HeldCount)]
 pub struct Held {
     pub count: u64,
-    /// False when there are more than `count` (the count stopped at 1,000).
+    /// False when the count stopped before the end of its list (at 1,000, or, while
+    /// endpoints are paused, after two pages of the queue read): there may be more.
     pub complete: bool,
 }
 
@@ -160,10 +168,11 @@ pub async fn overview(
         .collect();
     let everything = ListFilter {
         tenant,
+        paused: state.pauses.paused(),
         ..ListFilter::default()
     };
-    let held = paging::count(state.store.as_ref(), Listed::Held, &everything, HELD_PAGES);
-    let (count, complete) = held.await?;
+    let held = count(&state, Listed::Held, &everything).await?;
+    let held_back = count(&state, Listed::HeldBack, &everything).await?;
     let filter = ListFilter {
         since: Some(first * OUTCOME_WINDOW_MS),
         ..everything
@@ -176,7 +185,8 @@ pub async fn overview(
     Ok(Json(Overview {
         degraded_shards,
         counts: stats.total.into(),
-        held: Held { count, complete },
+        held,
+        held_back,
         last_hour,
         failing_hosts: failing_hosts(&recent.items),
     }))
@@ -203,4 +213,10 @@ fn failing_hosts(newest_first: &[JobView]) -> Vec<FailingHost> {
     hosts.sort_by(|a, b| b.dead.cmp(&a.dead).then_with(|| a.host.cmp(&b.host)));
     hosts.truncate(TOP_HOSTS);
     hosts
+}
+
+/// The notifications of `listed` that `filter` matches, up to `HELD_PAGES` pages.
+async fn count(state: &AppState, listed: Listed, filter: &ListFilter) -> StoreResult<Held> {
+    let (count, complete) = paging::count(state.store.as_ref(), listed, filter, HELD_PAGES).await?;
+    Ok(Held { count, complete })
 }

@@ -182,8 +182,7 @@ pub fn filter(
         until: time("until", until)?,
         topic,
         host,
-        tenant: None,
-        endpoint: None,
+        ..ListFilter::default()
     })
 }
 

@@ -27,8 +27,9 @@ pub use crate::domain::rfc3339;
 #[schema(as = JobState)]
 pub enum StateView {
     Scheduled,
-    /// Scheduled, and held while its endpoint is paused: not attempted, its schedule
-    /// frozen, until the endpoint is resumed.
+    /// Scheduled, and held while its endpoint is paused (from the pause on, unless it
+    /// waits behind its ordering key): not attempted, its schedule frozen, until the
+    /// endpoint is resumed.
     Held,
     InFlight,
     Delivered,
@@ -387,7 +388,8 @@ pub struct DeadLetterPage {
 pub struct NotificationItem {
     pub id: String,
     /// The list it is in: `scheduled`, `retrying` (scheduled after a failed attempt),
-    /// `in_flight`, `delivered`, `dead` or `cancelled`.
+    /// `held` (its endpoint paused), `held_back` (its endpoint path's open circuit holds
+    /// it back), `in_flight`, `delivered`, `dead` or `cancelled`.
     #[schema(example = "retrying")]
     pub state: &'static str,
     pub url: String,
@@ -756,8 +758,11 @@ pub struct EndpointView {
 pub struct Backlog {
     /// Scheduled or retrying: due at their time.
     pub pending: u64,
-    /// Held while the endpoint is paused.
+    /// Held while the endpoint is paused: every one not waiting behind its ordering key,
+    /// from the pause on (those its circuits held back included).
     pub held: u64,
+    /// Held back by one of its open circuits (the endpoint not paused).
+    pub held_back: u64,
     /// `false` when a count stopped before the end of its list (it read as much as one
     /// view may): there are at least this many.
     pub complete: bool,

@@ -80,7 +80,8 @@ enum Command {
     /// first, finished ones newest first.
     List {
         /// scheduled (the default), retrying (scheduled after a failed attempt), held
-        /// (scheduled, its endpoint paused), in_flight, delivered, dead or cancelled.
+        /// (scheduled, its endpoint paused), held_back (scheduled, its endpoint path's
+        /// circuit open), in_flight, delivered, dead or cancelled.
         #[arg(long)]
         state: Option<String>,
         #[command(flatten)]

@@ -6,7 +6,10 @@
 //! scheduler holds a claimed notification whose endpoint is paused (`is_paused`) instead
 //! of attempting it (`transitions::hold`). A view not refreshed for `STALE` counts as no
 //! pause at all: an instance that cannot read the store must not keep holding what a
-//! resume let go (and without the store it holds nothing anyway).
+//! resume let go (and without the store it holds nothing anyway). Lists, counts and views
+//! show a paused endpoint's notifications as held from the pause on (`paused`, and
+//! `listing::shown`), though the scheduler keeps each apart only as it comes due: a
+//! pause moves nothing, however large the endpoint's backlog.
 //!
 //! Held notifications whose endpoint is no longer paused are let go (`attempt_now`) oldest
 //! due first, at most `DRAIN_PER_ENDPOINT` per endpoint and `TICK`, so that a resumed
@@ -45,7 +48,9 @@ use crate::domain::{Endpoint, EndpointId, Tenant};
 use crate::endpoints::health::{key, EndpointNotice, EndpointPause, PAUSED_BY_POSTBACK};
 use crate::lifecycle::LetGo;
 use crate::observability::ops_events::OpsEvents;
-use crate::store::{EndpointHealth, JobView, ListFilter, Listed, OperatorActions, Queue, Reads};
+use crate::store::{
+    EndpointHealth, JobView, ListFilter, Listed, OperatorActions, Paused, Queue, Reads,
+};
 use crate::store::{StoreResult, WalkCursor};
 
 /// How often the held ones are let go while some are.
@@ -124,6 +129,17 @@ impl EndpointPauses {
         // Only a tenant with a paused endpoint pays for reading the URL.
         view.tenants.contains(&**tenant)
             && Endpoint::of_text(tenant, url).is_some_and(|e| view.holds(&e))
+    }
+
+    /// The endpoints paused, as lists and views show them (`listing::shown`): none when
+    /// the view is stale, as for the scheduler.
+    pub fn paused(&self) -> Paused {
+        let view = self.view.read().expect("pauses lock");
+        let fresh = view.refreshed.is_some_and(|at| at.elapsed() < STALE);
+        match fresh {
+            true => Paused::of(view.keys.keys()),
+            false => Paused::default(),
+        }
     }
 
     /// Whether `endpoint` is paused.

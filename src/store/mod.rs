@@ -32,7 +32,7 @@ pub use audit::{
     AuditAction, AuditEntry, AuditFilter, AuditPage, AuditPosition, AuditRecord, UrlChange,
 };
 pub use cursor::{Cursor, WalkCursor};
-pub use listing::{ListPage, Listed};
+pub use listing::{shown, ListPage, Listed, Paused};
 pub use roles::{
     AuditLog, EndpointHealth, FleetMessaging, Intake, OperatorActions, Queue, RateReservations,
     Reads, Store,

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use serde::Serialize;
 
+use super::listing::Paused;
 use super::Cursor;
 use crate::domain::{
     Attempt, AttemptReport, Endpoint, Entry, Fingerprint, JobId, JobSpec, Note, Notification,
@@ -585,6 +586,9 @@ pub struct ListFilter {
     pub tenant: Option<Tenant>,
     /// Only notifications to this endpoint (its tenant's, at its origin).
     pub endpoint: Option<Endpoint>,
+    /// The endpoints paused: their scheduled notifications are listed as held
+    /// (`listing::shown`).
+    pub paused: Paused,
 }
 
 impl ListFilter {

@@ -28,6 +28,7 @@ mod endpoints;
 mod events;
 mod failing_endpoints;
 mod fleet_policy;
+mod holds;
 mod hostile_tenants;
 mod lease;
 mod ops_events;

@@ -101,7 +101,7 @@ async fn a_paused_endpoint_holds_its_notifications_and_resuming_lets_them_go_in_
     let (_, shown) = f.get("tok-reader-a", &format!("/endpoints/{id}")).await;
     assert_eq!(
         shown["notifications"],
-        json!({"pending": 3, "held": 4, "complete": true}),
+        json!({"pending": 3, "held": 4, "held_back": 0, "complete": true}),
         "{shown}"
     );
     let (_, listed) = f.get("tok-reader-a", "/endpoints").await;
@@ -143,7 +143,7 @@ async fn a_paused_endpoint_holds_its_notifications_and_resuming_lets_them_go_in_
     let (_, shown) = f.get("tok-reader-a", &format!("/endpoints/{id}")).await;
     assert_eq!(
         shown["notifications"],
-        json!({"pending": 0, "held": 0, "complete": true}),
+        json!({"pending": 0, "held": 0, "held_back": 0, "complete": true}),
         "{shown}"
     );
 

@@ -696,7 +696,7 @@ impl World {
             }
             if tokio::time::Instant::now() >= deadline {
                 let mut pending = Vec::new();
-                for state in ["scheduled", "retrying", "held", "in_flight"] {
+                for state in ["scheduled", "retrying", "held", "held_back", "in_flight"] {
                     let path = format!("/notifications?state={state}&limit=20");
                     pending.push(api.call(OPS, Method::GET, &path, None, &[]).await.1);
                 }
