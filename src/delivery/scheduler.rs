@@ -483,11 +483,15 @@ impl AttemptContext {
                 self.defer(job, place, Back::later(wait), reason).await
             }
             Refusal::CircuitOpen { wait } => {
-                if job.past_deadline() {
+                if job.dies_waiting() {
                     self.dead_at_deadline(&job, &target.host);
                 }
                 let url = job.spec.url.clone();
-                let back = Back::Circuit { delay: wait, url };
+                let back = Back::Circuit {
+                    delay: wait,
+                    url,
+                    judged: true,
+                };
                 self.defer(job, place, back, "circuit_open").await
             }
         }

@@ -32,10 +32,12 @@ enum Event {
     Hold {
         stale: bool,
     },
-    /// Held back by its endpoint's open circuit.
+    /// Held back by its endpoint's open circuit; `judged`: no probe in flight, no answer
+    /// since it was held back.
     CircuitWait {
         stale: bool,
         delay_ms: u64,
+        judged: bool,
     },
     Release {
         stale: bool,
@@ -84,8 +86,8 @@ fn event() -> impl Strategy<Value = Event> {
             .prop_map(|(stale, delay_ms, reserved)| Event::Defer { stale, delay_ms, reserved }),
         1 => any::<bool>().prop_map(|stale| Event::Release { stale }),
         1 => any::<bool>().prop_map(|stale| Event::Hold { stale }),
-        2 => (any::<bool>(), 0u64..60_000)
-            .prop_map(|(stale, delay_ms)| Event::CircuitWait { stale, delay_ms }),
+        2 => (any::<bool>(), 0u64..60_000, any::<bool>())
+            .prop_map(|(stale, delay_ms, judged)| Event::CircuitWait { stale, delay_ms, judged }),
         1 => Just(Event::Expire),
         1 => Just(Event::Cancel),
         1 => (prop_oneof![Just(Again::Replay), resend()], prop::option::of(schedule()))
@@ -108,9 +110,11 @@ fn lease_of(r: &Record, stale: bool) -> u64 {
 /// changes nothing.
 fn apply(r: &Record, e: &Event, now: Now) -> Option<(Record, Option<Note>)> {
     match e {
-        Event::CircuitWait { stale, delay_ms } => {
-            transitions::wait_for_circuit(r, lease_of(r, *stale), now, *delay_ms, URL)
-        }
+        Event::CircuitWait {
+            stale,
+            delay_ms,
+            judged,
+        } => transitions::wait_for_circuit(r, lease_of(r, *stale), now, *delay_ms, URL, *judged),
         Event::Again { which, schedule } => {
             let cycle = NewCycle {
                 which: *which,
@@ -283,23 +287,35 @@ fn check(
             prop_assert!(!after.reserved, "a reserved send time serves one attempt");
         }
         Event::Settle { .. } => prop_assert_eq!(after.attempts, before.attempts + 1),
-        Event::CircuitWait { delay_ms, .. } => {
+        Event::CircuitWait {
+            delay_ms, judged, ..
+        } => {
             prop_assert_eq!(
                 after.attempts,
                 before.attempts,
                 "an open circuit spends no tier"
             );
             let deadline = after.deadline.expect("a deadline once held back");
+            let due_before = before.next_at.unwrap();
             match after.state {
                 JobState::Scheduled => {
                     let due = after.next_at.unwrap();
-                    prop_assert!(due <= deadline, "never due after its deadline");
+                    prop_assert!(
+                        due <= deadline || deadline <= now.up(),
+                        "never due after a deadline still ahead"
+                    );
                     prop_assert!(due <= now.up() + *delay_ms as i64);
+                    prop_assert!(due > now.up() || *delay_ms == 0 || deadline > now.up());
                     prop_assert!(after.circuit_since.is_some());
                 }
                 JobState::Dead => prop_assert!(
-                    transitions::past_deadline(before.next_at.unwrap(), Some(deadline)),
-                    "dead only at its deadline"
+                    *judged
+                        && transitions::dies_waiting(
+                            due_before,
+                            Some(deadline),
+                            before.circuit_since
+                        ),
+                    "dead only at its deadline, already waiting, on a verdict"
                 ),
                 state => prop_assert!(
                     state == JobState::Cancelled && before.cancel_requested,
@@ -343,6 +359,10 @@ fn check(
             prop_assert!(!*probe || before.held, "only a held one is let go to probe");
             prop_assert_eq!(after.probe, *probe);
             prop_assert!(!after.held);
+            prop_assert!(
+                after.circuit_since.is_none(),
+                "a release ends a circuit's wait"
+            );
             prop_assert_eq!(after.next_at, Some(now.down()), "due now");
             prop_assert_eq!(after.attempts, before.attempts);
             prop_assert_eq!(
@@ -447,12 +467,12 @@ proptest! {
                 requests += 1;
                 continue;
             }
-            let (after, note) = transitions::wait_for_circuit(&r, r.lease, now, delay_ms, URL).unwrap();
+            let (after, note) = transitions::wait_for_circuit(&r, r.lease, now, delay_ms, URL, true).unwrap();
             notes.extend(note.map(|n| (n.note, requests)));
             if after.state == JobState::Dead {
                 prop_assert!(due >= deadline, "dead at {due}, before its deadline {deadline}");
             } else {
-                prop_assert!(after.next_at.unwrap() <= deadline.max(due));
+                prop_assert!(after.next_at.unwrap() <= deadline.max(now.up() + delay_ms as i64));
             }
             r = after;
         }
@@ -505,4 +525,50 @@ fn a_cancel_during_an_attempt_cancels_after_it_instead_of_retrying() {
         (r.state, r.attempts, r.finished_at),
         (JobState::Cancelled, 1, Some(1000))
     );
+}
+
+/// A notification past its deadline, held back by a circuit: `at` ms in, deadline 1 s.
+fn waiting_past_its_deadline(at: i64) -> (Record, Now) {
+    let now = Now::from_micros(1_000_000);
+    let r = transitions::register(vec![500, 500], now, 0);
+    let r = transitions::claim(&r, 5_000).unwrap();
+    let (r, _) = transitions::wait_for_circuit(&r, r.lease, now, 60_000, URL, true).unwrap();
+    assert_eq!(
+        r.next_at, r.deadline,
+        "held back until its deadline at most"
+    );
+    (r, Now::from_micros(at * 1000))
+}
+
+#[test]
+fn one_let_go_waits_once_more_for_its_circuit_before_its_deadline_counts() {
+    let (r, now) = waiting_past_its_deadline(2_500);
+    let r = transitions::attempt_now(&r, now, LetGo::Now).unwrap();
+    let r = transitions::claim(&r, 9_000).unwrap();
+    let (r, note) = transitions::wait_for_circuit(&r, r.lease, now, 3_000, URL, true).unwrap();
+    assert_eq!(r.state, JobState::Scheduled, "not dead at once: {r:?}");
+    assert!(note.is_some(), "a new wait is noted");
+    assert_eq!(
+        r.next_at,
+        Some(now.up() + 3_000),
+        "due at the probe, not at once"
+    );
+    let later = Now::from_micros(r.next_at.unwrap() * 1000);
+    let r = transitions::claim(&r, 99_000).unwrap();
+    let (r, _) = transitions::wait_for_circuit(&r, r.lease, later, 3_000, URL, true).unwrap();
+    assert_eq!(
+        r.state,
+        JobState::Dead,
+        "the probe after its release failed"
+    );
+}
+
+#[test]
+fn no_verdict_no_death_while_a_probe_is_in_flight() {
+    let (r, _) = waiting_past_its_deadline(0);
+    let now = Now::from_micros(r.next_at.unwrap() * 1000);
+    let r = transitions::claim(&r, 99_000).unwrap();
+    let (r, _) = transitions::wait_for_circuit(&r, r.lease, now, 2_000, URL, false).unwrap();
+    assert_eq!(r.state, JobState::Scheduled);
+    assert_eq!(r.next_at, Some(now.up() + 2_000));
 }

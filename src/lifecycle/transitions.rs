@@ -150,15 +150,18 @@ pub fn hold(r: &Record, lease: u64, now: Now) -> Option<Record> {
 /// Held back by the open circuit of its endpoint (at `url`) instead of attempted: no
 /// request was made, so no attempt is counted and no step of its schedule spent. Due
 /// again `delay_ms` from now (when the circuit may let a request through), but not after
-/// its deadline; dead instead when it was due at or after its deadline
-/// (`past_deadline`), or cancelled when a cancel was asked for. Its history notes the
-/// wait once, when it begins (a note until its next attempt), and the death.
+/// its deadline while that is ahead; dead instead when `judged` (the circuit's open state
+/// is a verdict: no probe in flight, no answer from its endpoint since it was held back)
+/// and it `dies_waiting`, or cancelled when a cancel was asked for. Its history notes the
+/// wait once, when it begins (a note until its next attempt or its release), and the
+/// death.
 pub fn wait_for_circuit(
     r: &Record,
     lease: u64,
     now: Now,
     delay_ms: u64,
     url: &str,
+    judged: bool,
 ) -> Option<(Record, Option<Note>)> {
     let mut r = held(r, lease)?;
     let due = r.next_at.unwrap_or(now.down());
@@ -167,7 +170,7 @@ pub fn wait_for_circuit(
         .deadline
         .get_or_insert(due.saturating_add(span(remaining)));
     r.reserved = false;
-    if past_deadline(due, Some(deadline)) && !r.cancel_requested {
+    if judged && dies_waiting(due, Some(deadline), r.circuit_since) && !r.cancel_requested {
         leave_flight(&mut r);
         finish(&mut r, JobState::Dead, now.down());
         return Some((r, Some(Note::circuit_deadline(now.down(), url))));
@@ -177,16 +180,28 @@ pub fn wait_for_circuit(
         .is_none()
         .then(|| Note::circuit_wait(now.down(), url));
     r.circuit_since.get_or_insert(now.down());
-    let at = now.up().saturating_add(delay_ms as i64).min(deadline);
+    let mut at = now.up().saturating_add(delay_ms as i64);
+    if deadline > now.up() {
+        at = at.min(deadline);
+    }
     hand_back(&mut r, now, at);
     let note = note.filter(|_| r.state == JobState::Scheduled);
     Some((r, note))
 }
 
 /// Whether a notification due at `due_at` and held back by an open circuit is past its
-/// `deadline`, and so dead rather than waiting longer.
+/// `deadline`.
 pub fn past_deadline(due_at: i64, deadline: Option<i64>) -> bool {
     deadline.is_some_and(|d| due_at >= d)
+}
+
+/// Whether a notification due at `due_at`, held back by an open circuit whose verdict
+/// stands, is dead rather than waiting longer: past its `deadline`, and already waiting
+/// for the circuit (`circuit_since`) when it came due. One just let go (an endpoint's
+/// resume, an operator's attempt now) waits once more, for the probe its release asked
+/// for, before its deadline counts.
+pub fn dies_waiting(due_at: i64, deadline: Option<i64>, circuit_since: Option<i64>) -> bool {
+    past_deadline(due_at, deadline) && circuit_since.is_some()
 }
 
 /// Back to due at once (or when it was due, if that is later) without counting an
@@ -350,7 +365,9 @@ pub enum LetGo {
 /// A scheduled notification due now instead of later, as `how` says; a held one is let
 /// go. One waiting behind an earlier one of its ordering key keeps waiting, due at once
 /// when its turn comes. Its attempt count stays; a send time it reserved in its rate
-/// key's quota is given up (its next claim reserves one again).
+/// key's quota is given up (its next claim reserves one again). A wait for its endpoint's
+/// circuit ends here: held back again, it waits for the probe its release asked for
+/// before its deadline counts (`dies_waiting`).
 pub fn attempt_now(r: &Record, now: Now, how: LetGo) -> Option<Record> {
     let probe = how == LetGo::Probe;
     if r.state != JobState::Scheduled || (probe && !r.held) {
@@ -360,6 +377,7 @@ pub fn attempt_now(r: &Record, now: Now, how: LetGo) -> Option<Record> {
     r.reserved = false;
     r.held = false;
     r.probe = probe;
+    r.circuit_since = None;
     schedule_at(&mut r, now.down(), now);
     Some(r)
 }

@@ -313,8 +313,10 @@ pub struct ClaimedJob {
     /// is paused.
     pub probe: bool,
     /// Its deadline (`Record::deadline`): held back by an open circuit when due at or
-    /// after it, it is dead (`transitions::past_deadline`).
+    /// after it, it is dead (`transitions::dies_waiting`).
     pub deadline: Option<i64>,
+    /// Since when its endpoint's open circuit holds it back (`Record::circuit_since`).
+    pub circuit_since: Option<i64>,
 }
 
 impl ClaimedJob {
@@ -336,10 +338,10 @@ impl ClaimedJob {
         self.attempt >= self.max_attempts
     }
 
-    /// Whether, held back by an open circuit now, it is past its deadline: its deferral
-    /// then makes it a dead letter.
-    pub fn past_deadline(&self) -> bool {
-        transitions::past_deadline(self.due_at, self.deadline)
+    /// Whether, held back now by an open circuit whose verdict stands, its deferral makes
+    /// it a dead letter (`transitions::dies_waiting`).
+    pub fn dies_waiting(&self) -> bool {
+        transitions::dies_waiting(self.due_at, self.deadline, self.circuit_since)
     }
 
     /// How long to hold it before it is due, counted from when the claim's reply arrived
@@ -438,9 +440,14 @@ pub enum Back {
     /// Held, out of every claim's reach, while its endpoint is paused.
     Held,
     /// Held back by the open circuit of its endpoint at `url`: due again after `delay`,
-    /// when the circuit may let a request through, or dead past its deadline
+    /// when the circuit may let a request through, or, `judged` (no probe in flight, no
+    /// answer from its endpoint since it was held back), dead past its deadline
     /// (`transitions::wait_for_circuit`).
-    Circuit { delay: Duration, url: String },
+    Circuit {
+        delay: Duration,
+        url: String,
+        judged: bool,
+    },
 }
 
 /// As the log writes it: `held`, `after 1s 200ms` (`, reserved` when its send time is
@@ -483,8 +490,9 @@ impl Deferral {
                     .map(|r| (r, None))
             }
             Back::Held => transitions::hold(r, lease, now).map(|r| (r, None)),
-            Back::Circuit { delay, url } => {
-                transitions::wait_for_circuit(r, lease, now, delay.as_millis() as u64, url)
+            Back::Circuit { delay, url, judged } => {
+                let delay_ms = delay.as_millis() as u64;
+                transitions::wait_for_circuit(r, lease, now, delay_ms, url, *judged)
             }
         }
     }
@@ -653,6 +661,7 @@ impl ClaimedJob {
             reserved: false,
             probe: false,
             deadline: None,
+            circuit_since: None,
         }
     }
 }

@@ -52,7 +52,8 @@ enum Op {
     },
     Defer {
         pick: usize,
-        /// 0: later; 1: held for its paused endpoint; 2: held back by its open circuit.
+        /// 0: later; 1: held for its paused endpoint; 2: held back by its open circuit, dead
+        /// past its deadline; 3: held back while a probe is in flight.
         back: u8,
     },
     Release {
@@ -121,7 +122,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => prop::collection::vec(reg(), 2..5).prop_map(Op::Register),
         4 => (1..5usize).prop_map(|limit| Op::Claim { limit }),
         6 => (any::<usize>(), outcome).prop_map(|(pick, outcome)| Op::Settle { pick, outcome }),
-        2 => (any::<usize>(), 0u8..3).prop_map(|(pick, back)| Op::Defer { pick, back }),
+        2 => (any::<usize>(), 0u8..4).prop_map(|(pick, back)| Op::Defer { pick, back }),
         1 => any::<usize>().prop_map(|pick| Op::Release { pick }),
         1 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
         2 => (any::<usize>(), any::<bool>(), any::<bool>(), any::<bool>())
@@ -274,6 +275,7 @@ impl Subject {
                     _ => Back::Circuit {
                         delay: LONG,
                         url: job.spec.url.clone(),
+                        judged: *back == 2,
                     },
                 };
                 let d = Deferral {

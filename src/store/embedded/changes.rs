@@ -114,6 +114,7 @@ pub fn claim(
             reserved: new.reserved,
             probe: new.probe,
             deadline: new.deadline,
+            circuit_since: new.circuit_since,
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {

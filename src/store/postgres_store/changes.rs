@@ -240,6 +240,7 @@ pub async fn claim(
             reserved: new.reserved,
             probe: new.probe,
             deadline: new.deadline,
+            circuit_since: new.circuit_since,
         });
         ids.push(id);
         records.push(new.encode());

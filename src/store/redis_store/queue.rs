@@ -510,6 +510,7 @@ fn claimed_job(
         reserved: held.record.reserved,
         probe: held.record.probe,
         deadline: held.record.deadline,
+        circuit_since: held.record.circuit_since,
     };
     Ok((job, held))
 }
