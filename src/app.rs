@@ -22,6 +22,7 @@ use crate::delivery::scheduler::{Dispatcher, Observers, Pipeline};
 use crate::delivery::sender::{Route, Sender};
 use crate::delivery::tenant_shares::TenantShares;
 use crate::domain::{Destinations, Placement, ShardHealth};
+use crate::endpoints::circuits::ClosedCircuits;
 use crate::endpoints::pauses::EndpointPauses;
 use crate::endpoints::tallies::EndpointTallies;
 use crate::observability::ops_events::OpsEvents;
@@ -64,6 +65,8 @@ pub struct App {
     endpoints: Arc<EndpointTallies>,
     /// Which endpoints are paused, read from the store.
     pauses: Arc<EndpointPauses>,
+    /// The circuits this instance closed, whose held-back notifications it lets go.
+    circuits: Arc<ClosedCircuits>,
     /// The delivery policy, whose breaker learns what other instances saw.
     delivery: Arc<Policy>,
     wake: Arc<Notify>,
@@ -126,7 +129,13 @@ impl App {
         );
         let ops = Arc::new(OpsEvents::new(&config)?);
         let endpoints = Arc::new(EndpointTallies::new(config.endpoint_rules()));
-        let pauses = Arc::new(EndpointPauses::new(s.endpoints.probe_interval));
+        let nudged = delivery.clone();
+        let pauses =
+            EndpointPauses::new(s.endpoints.probe_interval).telling(Box::new(move |tenant, id| {
+                nudged.nudge_endpoint(tenant, id)
+            }));
+        let pauses = Arc::new(pauses);
+        let circuits = Arc::new(ClosedCircuits::default());
         let dispatcher = Dispatcher::new(
             store.clone(),
             sender,
@@ -139,6 +148,7 @@ impl App {
                 ops: ops.clone(),
                 endpoints: endpoints.clone(),
                 pauses: pauses.clone(),
+                circuits: circuits.clone(),
                 wake: wake.clone(),
             },
         );
@@ -188,6 +198,7 @@ impl App {
             ops,
             endpoints,
             pauses,
+            circuits,
             delivery,
             wake,
             rules,
@@ -253,6 +264,7 @@ impl App {
             ops_stop.clone(),
         ));
         let pausing = tokio::spawn(self.pauses.run(self.store.clone(), tasks.child_token()));
+        let letting_go = tokio::spawn(self.circuits.run(self.store.clone(), tasks.child_token()));
         // Bounded: a database that holds the connection but does not answer must not keep
         // the instance from serving (or from a stop); the intake writes them later.
         let publishing = api::intake::publish_rules(self.store.as_ref(), &self.rules);
@@ -296,6 +308,7 @@ impl App {
         taking_in.await.context("intake")?;
         fanning_out.await.context("fan-out sweep")?;
         pausing.await.context("endpoint pauses")?;
+        letting_go.await.context("closed circuits")?;
         tracing::info!("stopped");
         Ok(())
     }

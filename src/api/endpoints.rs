@@ -223,14 +223,19 @@ async fn set_pause(
     view(&state, &found).await
 }
 
-/// The view of the endpoint `found`, with its pause and its backlog.
+/// The view of the endpoint `found`, with its pause, its backlog and what each of its
+/// circuits holds back.
 async fn view(state: &AppState, found: &EndpointRecord) -> Result<Json<EndpointView>, ApiError> {
     let key = found.key();
     let pauses = state.store.pauses().await?;
     let pause = pauses.iter().find(|(k, _)| *k == key).map(|(_, p)| p);
     let mut view = EndpointView::new(found, pause, now_ms());
     let paused = Paused::of(pauses.iter().map(|(k, _)| k));
-    view.notifications = Some(backlog(state.store.as_ref(), found, paused).await?);
+    let (backlog, by_path) = backlog(state.store.as_ref(), found, paused).await?;
+    for circuit in &mut view.circuits {
+        circuit.held_back = Some(by_path.get(&circuit.path).copied().unwrap_or(0));
+    }
+    view.notifications = Some(backlog);
     Ok(Json(view))
 }
 
@@ -240,12 +245,12 @@ const BACKLOG_PAGES: usize = 10;
 
 /// The notifications of `found`'s endpoint that wait for an attempt, counted from its
 /// tenant's lists (which hold that tenant's alone; a count reads past its other
-/// endpoints'). A paused endpoint's are held.
+/// endpoints'), with those held back by path. A paused endpoint's are held.
 async fn backlog(
     store: &dyn Reads,
     found: &EndpointRecord,
     paused: Paused,
-) -> StoreResult<Backlog> {
+) -> StoreResult<(Backlog, HashMap<String, u64>)> {
     let filter = ListFilter {
         tenant: Some(found.tenant.clone()),
         endpoint: Some(found.endpoint()),
@@ -256,22 +261,41 @@ async fn backlog(
         complete: true,
         ..Backlog::default()
     };
-    let lists = [
-        Listed::Scheduled,
-        Listed::Retrying,
-        Listed::Held,
-        Listed::HeldBack,
-    ];
-    for listed in lists {
+    for listed in [Listed::Scheduled, Listed::Retrying, Listed::Held] {
         let (n, complete) = paging::count(store, listed, &filter, BACKLOG_PAGES).await?;
         match listed {
             Listed::Held => backlog.held += n,
-            Listed::HeldBack => backlog.held_back += n,
             _ => backlog.pending += n,
         }
         backlog.complete &= complete;
     }
-    Ok(backlog)
+    let (by_path, complete) = held_back(store, &filter).await?;
+    backlog.held_back = by_path.values().sum();
+    backlog.complete &= complete;
+    Ok((backlog, by_path))
+}
+
+/// The notifications `filter` matches that their circuit holds back, by their URL's
+/// path, up to `BACKLOG_PAGES` pages; and whether that was all.
+async fn held_back(
+    store: &dyn Reads,
+    filter: &ListFilter,
+) -> StoreResult<(HashMap<String, u64>, bool)> {
+    let (mut by_path, mut after) = (HashMap::new(), None);
+    for _ in 0..BACKLOG_PAGES {
+        let page = store
+            .list(Listed::HeldBack, filter, paging::MAX_LIMIT, after.as_ref())
+            .await?;
+        for v in &page.items {
+            let path = url::Url::parse(&v.spec.url).map(|u| u.path().to_string());
+            *by_path.entry(path.unwrap_or_default()).or_default() += 1;
+        }
+        after = page.next_cursor;
+        if after.is_none() {
+            return Ok((by_path, true));
+        }
+    }
+    Ok((by_path, false))
 }
 
 fn endpoint_state(raw: &str) -> Result<EndpointState, FieldError> {

@@ -22,7 +22,7 @@ use crate::store::{ListFilter, Listed, Reads, StoreError, StoreResult};
 use crate::tenancy::access::Principal;
 
 const DEFAULT_LIMIT: usize = 50;
-const MAX_LIMIT: usize = 500;
+pub const MAX_LIMIT: usize = 500;
 
 /// How many of `listed` match `filter`, reading at most `pages` pages of 500, and
 /// whether the count reached the list's end.

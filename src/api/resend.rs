@@ -127,6 +127,7 @@ pub async fn attempt_now(
         return Err(not_in(&now, "only a scheduled or retrying one is made due"));
     }
     tracing::info!(id = %found.id, tenant = %found.spec.tenant, actor = %caller.actor, "notification made due now");
+    state.delivery.nudge_circuit(&found.spec.target().circuit);
     state.wake.notify_one();
     audit::record(
         &state,

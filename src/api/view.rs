@@ -11,7 +11,7 @@ use crate::domain::{
     duration_text, shown_value, Attempt, Cycle, Cycles, Ended, Entry, NoteKind, RawSuccess,
     ShardHealth,
 };
-use crate::endpoints::health::Span;
+use crate::endpoints::health::{CircuitRecord, Span};
 use crate::lifecycle::retention;
 use crate::store::{
     Durability, EndpointPause, EndpointRecord, JobState, JobStatus, JobView, Listed, StateCounts,
@@ -747,6 +747,9 @@ pub struct EndpointView {
     pub last_day: AttemptCounts,
     /// While paused: since when, and by whom.
     pub paused: Option<PauseView>,
+    /// Its circuits, one per path that had one open (an open one, or one closed within
+    /// the day), in path order: each path of an endpoint has its own breaker.
+    pub circuits: Vec<CircuitView>,
     /// Its notifications waiting for an attempt: only in the view of one endpoint
     /// (`GET /endpoints/{id}`), not in a list.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -761,11 +764,59 @@ pub struct Backlog {
     /// Held while the endpoint is paused: every one not waiting behind its ordering key,
     /// from the pause on (those its circuits held back included).
     pub held: u64,
-    /// Held back by one of its open circuits (the endpoint not paused).
+    /// Held back by one of its open circuits (the endpoint not paused): `circuits` says
+    /// which.
     pub held_back: u64,
     /// `false` when a count stopped before the end of its list (it read as much as one
     /// view may): there are at least this many.
     pub complete: bool,
+}
+
+/// Whether a circuit lets requests through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CircuitStateView {
+    /// Its path's notifications are held back, without requests, until a probe
+    /// succeeds.
+    Open,
+    Closed,
+}
+
+/// The circuit breaker of one path of an endpoint, as the instance whose request last
+/// changed it told.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CircuitView {
+    #[schema(example = "/hooks/pay")]
+    pub path: String,
+    pub state: CircuitStateView,
+    /// While open: since when (failed probes keep it open since then).
+    pub open_since: Option<String>,
+    /// While open: when its next probe may go (a past time: with the next notification
+    /// of the path that comes due). A resume of the endpoint, a success at another of
+    /// its paths or an attempt now lets it probe at once.
+    pub next_probe_at: Option<String>,
+    /// When it closed.
+    pub closed_at: Option<String>,
+    /// Its notifications held back now: only in the view of one endpoint
+    /// (`GET /endpoints/{id}`), counted as `notifications` are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<u64>,
+}
+
+impl From<&CircuitRecord> for CircuitView {
+    fn from(c: &CircuitRecord) -> Self {
+        Self {
+            path: c.path.clone(),
+            state: match c.is_open() {
+                true => CircuitStateView::Open,
+                false => CircuitStateView::Closed,
+            },
+            open_since: c.open_since.map(rfc3339),
+            next_probe_at: c.probe_at.filter(|_| c.is_open()).map(rfc3339),
+            closed_at: (!c.is_open()).then(|| rfc3339(c.at)),
+            held_back: None,
+        }
+    }
 }
 
 /// An endpoint's pause.
@@ -804,6 +855,7 @@ impl EndpointView {
             }),
             last_hour: r.last_hour(now).into(),
             last_day: r.last_day(now).into(),
+            circuits: r.circuits.iter().map(CircuitView::from).collect(),
             notifications: None,
         }
     }

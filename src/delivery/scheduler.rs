@@ -10,6 +10,7 @@
 //! It sleeps until shortly before the next due time (capped), and wakes at once when a
 //! new earliest notification is announced.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,14 +21,19 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::backoff::{backoff, worth_logging};
+use crate::clock::now_ms;
 use crate::config::{DeliverySettings, Percent};
-use crate::delivery::policy::{Admission, HostSlot, Policy, RateAsk, Refusal};
+use crate::delivery::policy::{
+    Admission, Ask, CircuitChange, HostSlot, OpenCircuit, Policy, RateAsk, Refusal,
+};
 use crate::delivery::reservations::{self, SendAt};
 use crate::delivery::sender::Sender;
 use crate::delivery::settler::{self, Leases, Queued, Report};
 use crate::delivery::slots::{InQueue, Slot, Slots};
 use crate::delivery::tenant_shares::{Share, TenantShares};
-use crate::domain::{AttemptReport, Outcome, Target, CIRCUIT_DEADLINE};
+use crate::domain::{rfc3339, AttemptReport, Endpoint, Outcome, Target, CIRCUIT_DEADLINE};
+use crate::endpoints::circuits::ClosedCircuits;
+use crate::endpoints::health::{CircuitRecord, EndpointRecord};
 use crate::endpoints::pauses::EndpointPauses;
 use crate::endpoints::tallies::EndpointTallies;
 use crate::observability::metrics;
@@ -86,6 +92,8 @@ pub struct Observers {
     /// Which endpoints are paused: their notifications are held, not attempted (but for
     /// probes, whose delivery resumes their endpoint).
     pub pauses: Arc<EndpointPauses>,
+    /// Of every circuit this instance's request closed: what it held back goes at once.
+    pub circuits: Arc<ClosedCircuits>,
     /// Wakes this instance's scheduler for the ops events they store.
     pub wake: Arc<Notify>,
 }
@@ -357,6 +365,7 @@ impl AttemptContext {
             let place = Place::of(claimed);
             self.defer(job, place, Back::Held, "endpoint_paused").await;
         }
+        self.restore_circuits(&jobs).await;
         let refs: Vec<&ClaimedJob> = jobs.iter().map(|(job, _)| job).collect();
         let times = reservations::send_times(self.store.as_ref(), &self.policy, &refs).await;
         for ((job, claimed), at) in jobs.into_iter().zip(times) {
@@ -379,6 +388,37 @@ impl AttemptContext {
                     };
                     self.defer(job, place, back, reason).await
                 }
+            }
+        }
+    }
+
+    /// Reads back from the store the circuits of held-back notifications whose circuit
+    /// this instance does not know (it started since they were held back), so that their
+    /// first request after a restart is the circuit's probe, at the time the circuit
+    /// said, rather than one attempt each. One read per endpoint, once.
+    async fn restore_circuits(&self, jobs: &[(ClaimedJob, OwnedSemaphorePermit)]) {
+        let mut unknown: HashMap<Endpoint, Vec<(String, String)>> = HashMap::new();
+        for (job, _) in jobs.iter().filter(|(job, _)| job.circuit_since.is_some()) {
+            let target = job.spec.target();
+            let Some(url) = target.url.filter(|_| !self.policy.knows(&target.circuit)) else {
+                continue;
+            };
+            if let Some(endpoint) = Endpoint::of(&job.spec.tenant, &url) {
+                let circuit = (target.circuit, url.path().to_string());
+                unknown.entry(endpoint).or_default().push(circuit);
+            }
+        }
+        for (endpoint, circuits) in unknown {
+            let record = match self.store.endpoint(&endpoint.tenant, &endpoint.id()).await {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read an endpoint's circuits; asking again at its next claim");
+                    continue;
+                }
+            };
+            for (circuit, path) in circuits {
+                let open = record.as_ref().and_then(|r| open_in(r, &path));
+                self.policy.restore(&circuit, open);
             }
         }
     }
@@ -450,7 +490,7 @@ impl AttemptContext {
         let target = job.spec.target();
         match self
             .policy
-            .admit(&target.host_key, &target.circuit, job.is_last())
+            .admit(&target.host_key, &target.circuit, ask(&job))
         {
             Admission::Send(slot) => {
                 // Boxed: an attempt's future is large, and spawning moves it by value
@@ -468,7 +508,7 @@ impl AttemptContext {
     async fn wait_for_host(self, job: ClaimedJob, target: Target, place: Place) {
         let admission = tokio::select! {
             biased;
-            a = self.policy.admit_after_wait(&target.host_key, &target.circuit, job.is_last()) => a,
+            a = self.policy.admit_after_wait(&target.host_key, &target.circuit, ask(&job)) => a,
             _ = self.abort.cancelled() => return,
         };
         match admission {
@@ -482,15 +522,15 @@ impl AttemptContext {
             Refusal::Defer { wait, reason } => {
                 self.defer(job, place, Back::later(wait), reason).await
             }
-            Refusal::CircuitOpen { wait } => {
-                if job.dies_waiting() {
+            Refusal::CircuitOpen { wait, judged } => {
+                if judged && job.dies_waiting() {
                     self.dead_at_deadline(&job, &target.host);
                 }
                 let url = job.spec.url.clone();
                 let back = Back::Circuit {
                     delay: wait,
                     url,
-                    judged: true,
+                    judged,
                 };
                 self.defer(job, place, back, "circuit_open").await
             }
@@ -528,15 +568,18 @@ impl AttemptContext {
         self.report(Report::Deferred(deferral), place).await;
     }
 
-    /// What the fleet learns from an attempt: the breaker counts it here, and on its own
-    /// task (so that a slow store holds back neither the slot nor the settle) the other
-    /// instances are told of the endpoint's health, and a receiver's `Retry-After` pauses
-    /// its rate key in the store.
-    fn learn_from(&self, job: &ClaimedJob, endpoint: &str, report: &AttemptReport) {
-        let tell = self
-            .policy
-            .record(endpoint, report)
-            .filter(|_| self.store.fleet().is_some());
+    /// What the fleet learns from an attempt: the breaker counts it here (a change of
+    /// its circuit goes to the endpoint's record), and on its own task (so that a slow
+    /// store holds back neither the slot nor the settle) the other instances are told of
+    /// the endpoint's health, and a receiver's `Retry-After` pauses its rate key in the
+    /// store.
+    fn learn_from(&self, job: &ClaimedJob, target: &Target, report: &AttemptReport) {
+        let recorded = self.policy.record(&target.circuit, report);
+        if let Some(change) = recorded.change {
+            self.note_circuit(job, target, change);
+        }
+        let tell = recorded.tell.filter(|_| self.store.fleet().is_some());
+        let endpoint = target.circuit.as_str();
         let pause = report
             .retry_after
             .map(|wait| RateAsk::pause(&job.spec.quota_key(), wait));
@@ -560,6 +603,32 @@ impl AttemptContext {
         });
     }
 
+    /// Keeps a change of a circuit, which this instance's request made, in its
+    /// endpoint's record (but for ops events, whose endpoints are not followed).
+    fn note_circuit(&self, job: &ClaimedJob, target: &Target, change: CircuitChange) {
+        let Some(url) = target.url.as_ref().filter(|_| !OpsEvents::is_event(job)) else {
+            return;
+        };
+        let open = match change {
+            CircuitChange::Opened(open) | CircuitChange::Reopened(open) => Some(open),
+            CircuitChange::Closed => None,
+        };
+        let endpoint = Endpoint::of(&job.spec.tenant, url);
+        if let Some(endpoint) = endpoint.filter(|_| open.is_none()) {
+            let path = url.path().to_string();
+            self.observers.circuits.closed(endpoint, path);
+        }
+        let record = CircuitRecord {
+            path: url.path().to_string(),
+            at: now_ms(),
+            open_since: open.map(|o| o.since),
+            probe_at: open.map(|o| o.probe_at),
+        };
+        self.observers
+            .endpoints
+            .circuit(&job.spec.tenant, url, record);
+    }
+
     async fn attempt(self, job: ClaimedJob, target: Target, place: Place, slot: HostSlot) {
         let span = attempt_span(&job, &target.host);
         record_lateness(&job);
@@ -570,13 +639,15 @@ impl AttemptContext {
                 _ = self.abort.cancelled() => return,
             };
             slot.finish(Duration::from_millis(report.duration_ms));
-            self.learn_from(&job, &target.circuit, &report);
-            log_outcome(&job, &report);
+            let settlement = self.settlement(&job, report);
+            let report = &settlement.report;
+            self.learn_from(&job, &target, report);
+            log_outcome(&job, &settlement);
             if let Some(url) = target.url.as_ref().filter(|_| !OpsEvents::is_event(&job)) {
                 let tenant = &job.spec.tenant;
-                self.observers.endpoints.attempted(tenant, url, &report);
+                self.observers.endpoints.attempted(tenant, url, report);
             }
-            if makes_it_dead(&job, &report) {
+            if makes_it_dead(&job, report) {
                 let error = report.error.as_deref();
                 self.observers
                     .ops
@@ -585,8 +656,7 @@ impl AttemptContext {
             if job.probe && report.outcome == Outcome::Delivered {
                 self.resume_probed(&job);
             }
-            traces::attempt_ended(&tracing::Span::current(), &report);
-            let settlement = self.settlement(&job, report);
+            traces::attempt_ended(&tracing::Span::current(), report);
             self.report(Report::Attempted(settlement), place).await;
         }
         .instrument(span)
@@ -656,10 +726,40 @@ fn record_lateness(job: &ClaimedJob) {
     metrics::lateness(Duration::from_millis(job.lateness_ms() as u64));
 }
 
-/// Logs and counts how an attempt ended: one line at `info` for a delivery, at `warn`
-/// for an attempt that makes its notification a dead letter (gone, or its last), in the
-/// attempt's span (which names the notification and the attempt).
-fn log_outcome(job: &ClaimedJob, report: &AttemptReport) {
+/// What the circuit is asked of `job`: its last attempt is always sent, a paused
+/// endpoint's probe probes at once, and one that its deferral would make a dead letter
+/// goes if its endpoint answered since it was held back.
+fn ask(job: &ClaimedJob) -> Ask {
+    Ask {
+        last: job.is_last(),
+        probe: job.probe,
+        spare_since: job.circuit_since.filter(|_| job.dies_waiting()),
+    }
+}
+
+/// The open circuit of `path` that `record` keeps, if open.
+fn open_in(record: &EndpointRecord, path: &str) -> Option<OpenCircuit> {
+    let kept = record.circuit(path)?;
+    Some(OpenCircuit {
+        since: kept.open_since?,
+        probe_at: kept.probe_at.unwrap_or(kept.at),
+    })
+}
+
+/// When the attempt `s` settles is next due if it failed, as the store will work it out
+/// (`Verdict::wait_after`, from its end); `None` for a paused endpoint's probe, which is
+/// held again, and for a last attempt.
+fn next_attempt_at(job: &ClaimedJob, s: &Settlement) -> Option<i64> {
+    let interval = job.next_interval_ms.filter(|_| !job.probe)?;
+    Some(s.ended_at + s.verdict().wait_after(interval))
+}
+
+/// Logs and counts how an attempt ended: one line at `info` for a delivery, or a failure
+/// (with when it is next due), at `warn` for an attempt that makes its notification a
+/// dead letter (gone, or its last), in the attempt's span (which names the notification
+/// and the attempt).
+fn log_outcome(job: &ClaimedJob, settlement: &Settlement) {
+    let report = &settlement.report;
     metrics::attempt(report);
     let (tenant, status, ms) = (&*job.spec.tenant, report.status, report.duration_ms);
     let error = report.error.as_deref();
@@ -681,7 +781,19 @@ fn log_outcome(job: &ClaimedJob, report: &AttemptReport) {
                 "dead-lettered: its last attempt failed"
             )
         }
-        Outcome::Failed => tracing::info!(tenant, status, error, ms, "attempt failed"),
+        Outcome::Failed => match next_attempt_at(job, settlement) {
+            Some(at) => {
+                let next_attempt_at = rfc3339(at);
+                tracing::info!(tenant, status, error, ms, %next_attempt_at, "attempt failed")
+            }
+            None => tracing::info!(
+                tenant,
+                status,
+                error,
+                ms,
+                "probe failed: held again while its endpoint is paused"
+            ),
+        },
     }
 }
 

@@ -14,6 +14,13 @@
 //! a resume starts the count again, so that what a resume lets go gets `pause_after` to
 //! succeed before the endpoint is paused again.
 //!
+//! A record keeps its endpoint's circuits too, one per path (`CircuitRecord`): open
+//! (since when, its next probe) or closed, as the instance whose request last changed
+//! each told it (the latest change wins). So a circuit outlives the instances that
+//! opened it (one that starts reads it back before it holds back a notification), and
+//! the API shows it with the endpoint. Closed ones are kept a day, at most
+//! `MAX_CIRCUITS` in all.
+//!
 //! Attempts are counted in five-minute windows for the last hour and in hours for the
 //! last day. The failures in a row, and since when, are counted from every instance's
 //! tallies: a tally whose last success is the newest known sets them, one without a
@@ -32,6 +39,10 @@ const HOUR_MS: i64 = 3_600_000;
 const RETELL_MS: i64 = HOUR_MS;
 /// Hours the day's counts cover.
 const HOURS: i64 = 24;
+/// Circuits a record keeps at most, open ones first.
+const MAX_CIRCUITS: usize = 32;
+/// How long a closed circuit is kept in its endpoint's record.
+const CLOSED_KEPT_MS: i64 = HOURS * HOUR_MS;
 
 /// The key of an endpoint's record: its tenant, then its id.
 pub fn key(tenant: &Tenant, id: &EndpointId) -> String {
@@ -125,6 +136,24 @@ pub struct Failure {
     pub error: Option<String>,
 }
 
+/// The circuit of one path of an endpoint, as of `at` (ms): open since `open_since`,
+/// its next probe at `probe_at`, or closed (neither) at `at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CircuitRecord {
+    pub path: String,
+    pub at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_since: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_at: Option<i64>,
+}
+
+impl CircuitRecord {
+    pub fn is_open(&self) -> bool {
+        self.open_since.is_some()
+    }
+}
+
 /// What one instance saw of one endpoint since it last told the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointTally {
@@ -140,6 +169,8 @@ pub struct EndpointTally {
     pub failures_after: u64,
     pub failing_from: Option<i64>,
     pub last_failure: Option<Failure>,
+    /// Its circuits' latest changes by this instance's requests, by path.
+    pub circuits: BTreeMap<String, CircuitRecord>,
 }
 
 impl EndpointTally {
@@ -154,6 +185,15 @@ impl EndpointTally {
             failures_after: 0,
             failing_from: None,
             last_failure: None,
+            circuits: BTreeMap::new(),
+        }
+    }
+
+    /// Notes a change of one of its circuits, unless a later one is noted.
+    pub fn circuit(&mut self, change: CircuitRecord) {
+        let later = |c: &CircuitRecord| c.at > change.at;
+        if !self.circuits.get(&change.path).is_some_and(later) {
+            self.circuits.insert(change.path.clone(), change);
         }
     }
 
@@ -207,6 +247,9 @@ impl EndpointTally {
         if later.last_failure.is_some() {
             self.last_failure = later.last_failure;
         }
+        for change in later.circuits.into_values() {
+            self.circuit(change);
+        }
     }
 }
 
@@ -233,6 +276,9 @@ pub struct EndpointRecord {
     /// When it was last resumed: its failures count for a pause from then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumed_at: Option<i64>,
+    /// Its circuits, one per path with one kept, in path order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub circuits: Vec<CircuitRecord>,
     /// `[window, attempts, successes]` for the five-minute windows of the last hour.
     minutes: Vec<[i64; 3]>,
     /// `[hour, attempts, successes]` for the hours of the last day.
@@ -315,6 +361,7 @@ impl EndpointRecord {
             failing_told_at: None,
             paused_at: None,
             resumed_at: None,
+            circuits: Vec::new(),
             minutes: Vec::new(),
             hours: Vec::new(),
         }
@@ -445,6 +492,7 @@ impl EndpointRecord {
         let hour_floor = now.div_euclid(HOUR_MS) - HOURS;
         self.hours.retain(|c| c[0] > hour_floor);
         self.last_attempt = self.last_attempt.max(t.last_attempt);
+        self.add_circuits(t.circuits.values(), now);
         self.add_failures(t);
         if let Some(f) = &t.last_failure {
             if self
@@ -455,6 +503,31 @@ impl EndpointRecord {
                 self.last_failure = Some(f.clone());
             }
         }
+    }
+
+    /// The circuit of `path`, if kept.
+    pub fn circuit(&self, path: &str) -> Option<&CircuitRecord> {
+        self.circuits.iter().find(|c| c.path == path)
+    }
+
+    /// Takes each change later than the one kept of its path; keeps closed circuits
+    /// `CLOSED_KEPT_MS`, and `MAX_CIRCUITS` in all, open and latest first.
+    fn add_circuits<'c>(&mut self, changes: impl Iterator<Item = &'c CircuitRecord>, now: i64) {
+        for change in changes {
+            match self.circuits.iter_mut().find(|c| c.path == change.path) {
+                Some(kept) if kept.at > change.at => {}
+                Some(kept) => *kept = change.clone(),
+                None => self.circuits.push(change.clone()),
+            }
+        }
+        self.circuits
+            .retain(|c| c.is_open() || now - c.at < CLOSED_KEPT_MS);
+        if self.circuits.len() > MAX_CIRCUITS {
+            self.circuits
+                .sort_by_key(|c| (!c.is_open(), std::cmp::Reverse(c.at)));
+            self.circuits.truncate(MAX_CIRCUITS);
+        }
+        self.circuits.sort_by(|a, b| a.path.cmp(&b.path));
     }
 
     fn add_failures(&mut self, t: &EndpointTally) {
@@ -746,6 +819,77 @@ mod tests {
             .json;
         assert!(!is_idle("k", &attempted, T0 + 10));
         assert!(is_idle("k", "{", T0));
+    }
+
+    fn circuit(path: &str, at: i64, open: bool) -> CircuitRecord {
+        CircuitRecord {
+            path: path.into(),
+            at,
+            open_since: open.then_some(at - 10),
+            probe_at: open.then_some(at + 30_000),
+        }
+    }
+
+    #[test]
+    fn its_circuits_are_the_latest_changes_told_per_path() {
+        let (mut a, mut b) = (tally(), tally());
+        a.circuit(circuit("/n", T0, true));
+        a.circuit(circuit("/m", T0, true));
+        b.circuit(circuit("/n", T0 + 5, false));
+        b.circuit(circuit("/m", T0 - 5, false));
+        let r = record(&[a.clone(), b.clone()], T0 + 10);
+        assert_eq!(
+            r.circuit("/n"),
+            Some(&circuit("/n", T0 + 5, false)),
+            "closed later"
+        );
+        assert_eq!(
+            r.circuit("/m"),
+            Some(&circuit("/m", T0, true)),
+            "an older close"
+        );
+        assert_eq!(
+            record(&[b, a.clone()], T0 + 10).circuits,
+            r.circuits,
+            "in any order"
+        );
+        let mut merged = a;
+        merged.circuit(circuit("/n", T0 - 1, false));
+        assert!(
+            merged.circuits["/n"].is_open(),
+            "a tally keeps its latest change"
+        );
+        let later = T0 + CLOSED_KEPT_MS + 10;
+        let kept = record(&[r_tally(&r), tally()], later);
+        assert_eq!(
+            kept.circuits.len(),
+            1,
+            "a closed one is kept a day: {kept:?}"
+        );
+    }
+
+    /// A tally carrying `r`'s circuits.
+    fn r_tally(r: &EndpointRecord) -> EndpointTally {
+        let mut t = tally();
+        for c in &r.circuits {
+            t.circuit(c.clone());
+        }
+        t
+    }
+
+    #[test]
+    fn a_record_keeps_its_open_circuits_first_and_at_most_so_many() {
+        let mut t = tally();
+        for n in 0..MAX_CIRCUITS + 8 {
+            t.circuit(circuit(&format!("/{n:03}"), T0 + n as i64, n % 2 == 0));
+        }
+        let r = record(&[t], T0 + 100);
+        assert_eq!(r.circuits.len(), MAX_CIRCUITS);
+        assert_eq!(
+            r.circuits.iter().filter(|c| c.is_open()).count(),
+            (MAX_CIRCUITS + 8) / 2
+        );
+        assert!(r.circuits.windows(2).all(|w| w[0].path < w[1].path));
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //! resume let go (and without the store it holds nothing anyway). Lists, counts and views
 //! show a paused endpoint's notifications as held from the pause on (`paused`, and
 //! `listing::shown`), though the scheduler keeps each apart only as it comes due: a
-//! pause moves nothing, however large the endpoint's backlog.
+//! pause moves nothing, however large the endpoint's backlog. Each resume this instance
+//! sees (its own, or a reading without the pause) is told to the listener it was given
+//! (`telling`): the delivery policy, whose open circuits of the endpoint may probe at
+//! once.
 //!
 //! Held notifications whose endpoint is no longer paused are let go (`attempt_now`) oldest
 //! due first, at most `DRAIN_PER_ENDPOINT` per endpoint and `TICK`, so that a resumed
@@ -73,12 +76,17 @@ pub trait PausesStore: EndpointHealth + Reads + OperatorActions {}
 
 impl<S: EndpointHealth + Reads + OperatorActions + ?Sized> PausesStore for S {}
 
+/// Told of each endpoint this instance sees resumed (its own resume, or a reading that
+/// no longer has its pause): its circuits may probe at once.
+pub type ResumeListener = Box<dyn Fn(&Tenant, &EndpointId) + Send + Sync>;
+
 pub struct EndpointPauses {
     view: RwLock<View>,
     /// This instance resumed one since the last reading: read the held list.
     resumed: AtomicBool,
     /// How often an endpoint paused for failing is probed; zero: never.
     probe_interval: Duration,
+    on_resume: Option<ResumeListener>,
 }
 
 #[derive(Default)]
@@ -120,7 +128,24 @@ impl EndpointPauses {
             view: RwLock::default(),
             resumed: AtomicBool::new(false),
             probe_interval,
+            on_resume: None,
         }
+    }
+
+    /// The same, telling `listener` of each endpoint it sees resumed.
+    pub fn telling(self, listener: ResumeListener) -> Self {
+        Self {
+            on_resume: Some(listener),
+            ..self
+        }
+    }
+
+    /// Tells the listener that the endpoint of `key` was resumed.
+    fn tell_resumed(&self, key: &str) {
+        let (Some(listener), Some((tenant, id))) = (&self.on_resume, parse_key(key)) else {
+            return;
+        };
+        listener(&tenant, &id);
     }
 
     /// Whether a notification of `tenant` to `url` is to be held: its endpoint is paused.
@@ -163,6 +188,7 @@ impl EndpointPauses {
         };
         if pause.is_none() {
             self.resumed.store(true, Ordering::Relaxed);
+            self.tell_resumed(key);
         }
     }
 
@@ -291,10 +317,17 @@ impl EndpointPauses {
     /// Reads the pauses from the store; whether one this instance knew of ended.
     async fn read(&self, store: &(impl EndpointHealth + ?Sized)) -> StoreResult<bool> {
         let keys: HashMap<String, EndpointPause> = store.pauses().await?.into_iter().collect();
-        let mut view = self.view.write().expect("pauses lock");
-        let ended = view.keys.keys().any(|k| !keys.contains_key(k));
-        *view = View::of(keys);
-        Ok(ended)
+        let ended: Vec<String> = {
+            let mut view = self.view.write().expect("pauses lock");
+            let ended = view.keys.keys().filter(|k| !keys.contains_key(*k));
+            let ended = ended.cloned().collect();
+            *view = View::of(keys);
+            ended
+        };
+        for key in &ended {
+            self.tell_resumed(key);
+        }
+        Ok(!ended.is_empty())
     }
 }
 
@@ -304,17 +337,20 @@ struct Probes {
     last: HashMap<String, i64>,
 }
 
+/// The tenant and the id of the endpoint of `key` (`endpoints::key`).
+fn parse_key(key: &str) -> Option<(Tenant, EndpointId)> {
+    let (tenant, id) = key.rsplit_once(' ')?;
+    let tenant = Tenant::parse(tenant, "tenant").ok()?;
+    Some((tenant, EndpointId::parse(id, "id").ok()?))
+}
+
 /// The oldest held notification of the endpoint of `key`, if any: the first of its
 /// held ones, walking at most `PAGES_PER_TICK` pages.
 async fn oldest_held(
     store: &(impl EndpointHealth + Reads + ?Sized),
     key: &str,
 ) -> StoreResult<Option<crate::domain::JobId>> {
-    let Some((tenant, id)) = key.rsplit_once(' ') else {
-        return Ok(None);
-    };
-    let (Ok(tenant), Ok(id)) = (Tenant::parse(tenant, "tenant"), EndpointId::parse(id, "id"))
-    else {
+    let Some((tenant, id)) = parse_key(key) else {
         return Ok(None);
     };
     let Some(record) = store.endpoint(&tenant, &id).await? else {

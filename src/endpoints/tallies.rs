@@ -1,5 +1,5 @@
-//! What this instance sees of endpoints (`domain::Endpoint`): the registrations to each
-//! and how its attempts there went, gathered in memory and added to the endpoints'
+//! What this instance sees of endpoints (`domain::Endpoint`): the registrations to each,
+//! how its attempts there went and how they changed its circuits, gathered in memory and added to the endpoints'
 //! records in the store every second (`EndpointHealth`), where every instance's add up.
 //! The API notes registrations, so an endpoint is known from its first notification; the
 //! scheduler notes attempts. A store that cannot be reached keeps the tallies for the next
@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::{backoff, worth_logging};
 use crate::clock::now_ms;
 use crate::domain::{AttemptReport, Endpoint, Outcome, Tenant};
-use crate::endpoints::health::{EndpointNotice, EndpointRules, Failure};
+use crate::endpoints::health::{CircuitRecord, EndpointNotice, EndpointRules, Failure};
 use crate::endpoints::pauses::EndpointPauses;
 use crate::observability::ops_events::OpsEvents;
 use crate::store::{EndpointHealth, EndpointTally, Queue, StoreResult};
@@ -90,6 +90,20 @@ impl EndpointTallies {
             .entry(endpoint.clone())
             .or_insert_with(|| EndpointTally::new(endpoint, at))
             .attempted(at, failure);
+    }
+
+    /// Notes a change of the circuit of `tenant`'s `url` (its endpoint and path) that
+    /// this instance's request made, for the endpoint's record.
+    pub fn circuit(&self, tenant: &Tenant, url: &url::Url, change: CircuitRecord) {
+        let Some(endpoint) = Endpoint::of(tenant, url) else {
+            return;
+        };
+        let at = change.at;
+        self.lock()
+            .tallies
+            .entry(endpoint.clone())
+            .or_insert_with(|| EndpointTally::new(endpoint, at))
+            .circuit(change);
     }
 
     /// Adds the tallies to the store every second until `stop` fires, then once more;

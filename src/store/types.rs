@@ -317,6 +317,8 @@ pub struct ClaimedJob {
     pub deadline: Option<i64>,
     /// Since when its endpoint's open circuit holds it back (`Record::circuit_since`).
     pub circuit_since: Option<i64>,
+    /// The interval before its next attempt should this one fail (none after its last).
+    pub next_interval_ms: Option<u64>,
 }
 
 impl ClaimedJob {
@@ -662,6 +664,7 @@ impl ClaimedJob {
             probe: false,
             deadline: None,
             circuit_since: None,
+            next_interval_ms: Some(1000),
         }
     }
 }

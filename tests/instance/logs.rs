@@ -114,3 +114,56 @@ async fn the_log_of_pauses_bulk_actions_and_failing_endpoints_has_no_debug_forma
         .unwrap();
     assert!(resent.contains("was=delivered"), "{resent}");
 }
+
+/// The lines of `log` that contain `words`.
+fn lines_with<'l>(log: &'l str, words: &str) -> Vec<&'l str> {
+    log.lines().filter(|l| l.contains(words)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_circuit_logs_once_as_it_opens_and_once_as_it_closes_and_failures_say_when_next() {
+    let (_backend, receiver, pb) = support::start_any(&[
+        ("POSTBACK_DELIVERY_BREAKER_FAILURES", "3"),
+        ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "300ms"),
+    ])
+    .await;
+    receiver.set_down(true);
+    let url = receiver.url("/hook");
+    let id = pb
+        .register(json!({"url": url, "body": {}, "schedule": vec!["100ms"; 40]}))
+        .await;
+    let probed = support::eventually(WAIT, || async {
+        lines_with(&pb.logs(), "circuit probe failed").len() >= 2
+    });
+    assert!(probed.await, "probes failed:\n{}", pb.logs());
+    receiver.set_down(false);
+    pb.wait_state(&id, "delivered", WAIT).await;
+    let closed = support::eventually(WAIT, || async {
+        !lines_with(&pb.logs(), "circuit closed").is_empty()
+    });
+    assert!(closed.await, "its close is logged");
+
+    let log = pb.logs();
+    let opened = lines_with(&log, "circuit opened");
+    assert_eq!(opened.len(), 1, "one line as it opens: {opened:#?}");
+    assert!(
+        opened[0].contains("WARN") && opened[0].contains("probe_at="),
+        "{}",
+        opened[0]
+    );
+    let probes = lines_with(&log, "circuit probe failed");
+    assert!(probes.iter().all(|l| l.contains("DEBUG")), "{probes:#?}");
+    assert_eq!(
+        lines_with(&log, "circuit closed").len(),
+        1,
+        "one line as it closes"
+    );
+    let failed = lines_with(&log, "attempt failed");
+    assert!(!failed.is_empty());
+    for line in failed {
+        assert!(
+            line.contains("next_attempt_at="),
+            "says when it is next due: {line}"
+        );
+    }
+}

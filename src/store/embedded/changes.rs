@@ -115,6 +115,7 @@ pub fn claim(
             probe: new.probe,
             deadline: new.deadline,
             circuit_since: new.circuit_since,
+            next_interval_ms: new.schedule.get(new.attempts as usize).copied(),
         });
     }
     let head = |table: &redb::Table<(i64, &'static str), ()>| -> DbResult<Option<i64>> {

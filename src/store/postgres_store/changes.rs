@@ -241,6 +241,7 @@ pub async fn claim(
             probe: new.probe,
             deadline: new.deadline,
             circuit_since: new.circuit_since,
+            next_interval_ms: new.schedule.get(new.attempts as usize).copied(),
         });
         ids.push(id);
         records.push(new.encode());

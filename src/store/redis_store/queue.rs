@@ -511,6 +511,11 @@ fn claimed_job(
         probe: held.record.probe,
         deadline: held.record.deadline,
         circuit_since: held.record.circuit_since,
+        next_interval_ms: held
+            .record
+            .schedule
+            .get(held.record.attempts as usize)
+            .copied(),
     };
     Ok((job, held))
 }
