@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::load::{accepted, register, Load};
-use support::{Backend, Postback, PostgresServer, Receiver, RedisCluster, RedisServer};
+use support::{Backend, Postback, PostgresServer, Receiver, RedisServer};
 
 const SETTINGS: &[(&str, &str)] = &[
     ("POSTBACK_DELIVERY_TIMEOUT", "2s"),
@@ -227,7 +227,7 @@ async fn the_promises_hold_on_redis_with_instances_killed_and_stopped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_promises_hold_on_a_redis_cluster_with_instances_killed_and_stopped() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let backend = Backend::Cluster(RedisCluster::start(3, 0));
+    let backend = Backend::on_shared_cluster();
     checked::promises_hold(backend, checked_soak_time()).await;
 }
 

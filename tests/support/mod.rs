@@ -50,14 +50,16 @@ pub async fn start(env: &[(&str, &str)]) -> (RedisServer, Receiver, Postback) {
 
 /// Where a test of the core pipeline keeps its notifications, by
 /// `POSTBACK_TEST_BACKEND` (`scripts/test.sh` runs those tests once per backend): a
-/// standalone Redis (unset), a local Redis Cluster of 3 primaries (`cluster`), the
+/// standalone Redis (unset), a local Redis Cluster of 3 primaries (`cluster`: one for the
+/// whole test process, `redis_cluster::shared`, each test on a key prefix of its own), the
 /// embedded store in a temporary directory (`embedded`), or a Postgres of its own
 /// (`postgres`); or over TLS with a client certificate, verified against a CA the test
 /// made, a standalone Redis (`redis-tls`) or a Postgres at `sslmode=verify-full`
 /// (`postgres-tls`).
 pub enum Backend {
     Standalone(RedisServer),
-    Cluster(RedisCluster),
+    /// The process's shared cluster, and the key prefix of this test's instances.
+    Cluster(&'static RedisCluster, String),
     Embedded(tempfile::TempDir),
     Postgres(PostgresServer),
     StandaloneTls(RedisServer, Pki),
@@ -67,7 +69,7 @@ pub enum Backend {
 impl Backend {
     pub fn start() -> Self {
         match std::env::var("POSTBACK_TEST_BACKEND").as_deref() {
-            Ok("cluster") => Self::Cluster(RedisCluster::start(3, 0)),
+            Ok("cluster") => Self::on_shared_cluster(),
             Ok("embedded") => Self::Embedded(tempfile::tempdir().unwrap()),
             Ok("postgres") => Self::Postgres(PostgresServer::start()),
             Ok("redis-tls") => {
@@ -82,11 +84,24 @@ impl Backend {
         }
     }
 
+    /// The process's shared Redis Cluster (`redis_cluster::shared`), under a key prefix
+    /// no other test of the process uses, so that tests share the cluster's start-up and
+    /// nothing else.
+    pub fn on_shared_cluster() -> Self {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self::Cluster(redis_cluster::shared(), format!("pbt{n}"))
+    }
+
     /// A postback instance on this backend, with `env`.
     pub async fn postback(&self, env: &[(&str, &str)]) -> Postback {
         match self {
             Self::Standalone(redis) => Postback::start(redis, env).await,
-            Self::Cluster(cluster) => Postback::start_on_cluster(cluster, env).await,
+            Self::Cluster(cluster, prefix) => {
+                let mut all = env.to_vec();
+                all.push(("POSTBACK_STORE_KEY_PREFIX", prefix));
+                Postback::start_on_cluster(cluster, &all).await
+            }
             Self::Embedded(dir) => Postback::start_embedded(dir.path(), env).await,
             Self::Postgres(pg) => Postback::start_on_postgres(pg, env).await,
             Self::StandaloneTls(redis, pki) => {
@@ -130,7 +145,7 @@ impl Backend {
                 return Box::new(store.unwrap());
             }
             Self::Standalone(redis) => (RedisTarget::Standalone(redis.url()), 1),
-            Self::Cluster(cluster) => {
+            Self::Cluster(cluster, _) => {
                 let seeds = cluster.urls().split(',').map(str::to_string).collect();
                 (
                     RedisTarget::Cluster(seeds),
@@ -138,7 +153,10 @@ impl Backend {
                 )
             }
         };
-        let settings = StoreSettings::default();
+        let mut settings = StoreSettings::default();
+        if let Self::Cluster(_, prefix) = self {
+            settings.key_prefix = prefix.clone();
+        }
         let retention = RetentionSettings::default();
         Box::new(
             RedisStore::connect(&target, shards, &settings, &retention)
@@ -164,7 +182,7 @@ impl Backend {
     /// How many shards postback uses on this store by default.
     pub fn shards(&self) -> usize {
         match self {
-            Self::Cluster(_) => usize::from(postback::config::CLUSTER_SHARDS),
+            Self::Cluster(..) => usize::from(postback::config::CLUSTER_SHARDS),
             _ => 1,
         }
     }
@@ -173,7 +191,7 @@ impl Backend {
     pub fn is_redis(&self) -> bool {
         matches!(
             self,
-            Self::Standalone(_) | Self::Cluster(_) | Self::StandaloneTls(..)
+            Self::Standalone(_) | Self::Cluster(..) | Self::StandaloneTls(..)
         )
     }
 

@@ -10,6 +10,18 @@ use tempfile::TempDir;
 
 use super::tls_receiver::Pki;
 
+/// One cluster for every test of the process that asks for it, started at the first ask;
+/// its nodes are stopped by a watchdog once the process has gone (a `static` is never
+/// dropped). Each test keeps its keys apart under a key prefix of its own.
+pub fn shared() -> &'static RedisCluster {
+    static SHARED: std::sync::OnceLock<RedisCluster> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| {
+        let cluster = RedisCluster::start(3, 0);
+        cluster.stop_when_gone(std::process::id());
+        cluster
+    })
+}
+
 pub struct RedisCluster {
     nodes: Vec<(u16, Child)>,
     /// Each node's TLS port, in the order of `nodes`, when they serve TLS.
@@ -126,6 +138,24 @@ impl RedisCluster {
             true => Ok(()),
             false => Err(format!("cluster node {port} did not become ready")),
         }
+    }
+
+    /// Has the nodes stopped once the process `pid` has gone, by a shell that looks for it
+    /// every second.
+    fn stop_when_gone(&self, pid: u32) {
+        let nodes: Vec<String> = self.nodes.iter().map(|(_, c)| c.id().to_string()).collect();
+        let watch = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill {}",
+            nodes.join(" ")
+        );
+        let mut watchdog = Command::new("sh")
+            .args(["-c", &watch])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh");
+        std::thread::spawn(move || watchdog.wait());
     }
 
     /// The seed URLs, comma-separated, for `POSTBACK_STORE_CLUSTER_URLS`.

@@ -128,9 +128,14 @@ impl Fleet {
         secrets.into_iter().next().expect("a secret")
     }
 
-    /// A dead letter of `token`'s tenant (or of `tenant`, for a `*` token).
+    /// A dead letter of `token`'s tenant (or of `tenant`, for a `*` token), each at an
+    /// endpoint path of its own: many failures at one path would open its circuit, which
+    /// holds the next back until a probe of it fails.
     pub async fn dead_letter(&self, token: &str, tenant: Option<&str>, topic: &str) -> String {
-        let mut body = json!({"url": self.receiver.url("/dead?fail=9"), "body": {}, "schedule": ["100ms"], "topic": topic});
+        static PATHS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = PATHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let url = self.receiver.url(&format!("/dead/{n}?fail=9"));
+        let mut body = json!({"url": url, "body": {}, "schedule": ["100ms"], "topic": topic});
         if let Some(t) = tenant {
             body["tenant"] = json!(t);
         }
