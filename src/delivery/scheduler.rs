@@ -211,6 +211,13 @@ impl Dispatcher {
                 .claim(places.len(), self.settings.lease, ahead)
                 .await;
             match claim {
+                Ok(claim) if claim.waiting_out_failures => {
+                    drop(places);
+                    let nap = claim.next_wake.unwrap_or_else(|| backoff(failures.max(1)));
+                    if !self.nap(nap, stop).await {
+                        return;
+                    }
+                }
                 Ok(claim) => {
                     if failures > 0 {
                         tracing::info!(failures, "claiming resumed");

@@ -216,6 +216,7 @@ impl Queue for EmbeddedStore {
                 return Ok(Claim {
                     jobs: Vec::new(),
                     next_wake: Some(Duration::from_millis((at - now) as u64)),
+                    ..Claim::default()
                 })
             }
             Some(_) => {}

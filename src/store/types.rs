@@ -375,6 +375,9 @@ pub struct Claim {
     pub jobs: Vec<ClaimedJob>,
     /// How long until the next notification falls due or a lease expires, if any.
     pub next_wake: Option<Duration>,
+    /// The store was not asked: every part of it this instance claims failed its last
+    /// claim and waits out its backoff (`next_wake`), so nothing says it is back.
+    pub waiting_out_failures: bool,
 }
 
 /// What one attempt came to, to be recorded by `settle`.

@@ -129,6 +129,7 @@ pub fn claim(
     Ok(Claim {
         jobs,
         next_wake: wake.map(|at| Duration::from_millis((at - now_ms).max(0) as u64)),
+        ..Claim::default()
     })
 }
 

@@ -257,6 +257,7 @@ pub async fn claim(
     Ok(Claim {
         jobs,
         next_wake: next_wake.map(|at| Duration::from_millis((at - now_ms).max(0) as u64)),
+        ..Claim::default()
     })
 }
 

@@ -355,7 +355,9 @@ impl Queue for RedisStore {
         self.claimed.forget_older_than(lease);
         self.release_unsure_claims().await;
         let mut claim = Claim::default();
-        for ask in self.clock.to_ask(ahead) {
+        let asks = self.clock.to_ask(ahead);
+        claim.waiting_out_failures = asks.is_empty() && self.clock.all_failing();
+        for ask in asks {
             let remaining = limit.saturating_sub(claim.jobs.len());
             if remaining == 0 {
                 break;

@@ -211,6 +211,16 @@ impl ShardClock {
         s.failures
     }
 
+    /// Whether every shard this instance claims failed its last claim: until one is
+    /// asked again, nothing says the store is back.
+    pub fn all_failing(&self) -> bool {
+        let now = Instant::now();
+        let clock = self.lock();
+        (0..clock.shards.len())
+            .filter(|&i| clock.claims(i, now))
+            .all(|i| clock.shards[i].failures > 0)
+    }
+
     /// How long until the earliest work known of in the shards this instance claims;
     /// zero when some is due.
     pub fn next_wake(&self) -> Option<Duration> {
@@ -240,6 +250,19 @@ mod tests {
         for ask in asks {
             clock.claimed(ask, 0, false, None);
         }
+    }
+
+    #[test]
+    fn all_failing_until_one_shard_answers() {
+        let clock = ShardClock::new(2);
+        assert!(!clock.all_failing(), "nothing failed yet");
+        let asks = clock.to_ask(Duration::ZERO);
+        clock.failed(asks[0]);
+        assert!(!clock.all_failing(), "one shard still answers");
+        clock.failed(asks[1]);
+        assert!(clock.all_failing());
+        clock.claimed(asks[1], 0, false, None);
+        assert!(!clock.all_failing(), "a shard answered again");
     }
 
     #[test]
