@@ -137,11 +137,22 @@ async fn the_ledger_balances_after_restarts_of_an_instance_and_of_redis() {
         stats["scheduled"] == 0 && stats["in_flight"] == 0
     })
     .await;
-    assert!(
-        settled,
-        "the queue drains: {}",
-        steady.get("/stats").await.1
-    );
+    if !settled {
+        let mut left = Vec::new();
+        for state in ["scheduled", "retrying", "held", "held_back", "in_flight"] {
+            let (_, page) = steady.get(&format!("/notifications?state={state}")).await;
+            for item in page["items"].as_array().into_iter().flatten() {
+                let id = item["id"].as_str().unwrap_or_default();
+                left.push(steady.notification(id).await.to_string());
+            }
+        }
+        panic!(
+            "the queue drains: {}\nleft:\n{}\n{}",
+            steady.get("/stats").await.1,
+            left.join("\n"),
+            steady.logs()
+        );
+    }
 
     let mut seen = near.per_id();
     for (id, n) in far.per_id() {

@@ -564,6 +564,32 @@ fn one_let_go_waits_once_more_for_its_circuit_before_its_deadline_counts() {
 }
 
 #[test]
+fn a_held_back_one_whose_own_probe_failed_past_its_deadline_is_dead_at_its_next_hold() {
+    let (r, _) = waiting_past_its_deadline(0);
+    let since = r.circuit_since;
+    let probe_at = Now::from_micros(r.next_at.unwrap() * 1000 + 30_000_000);
+    let r = transitions::claim(&r, 99_000).unwrap();
+    let failed = Verdict {
+        outcome: Outcome::Failed,
+        ended_at: probe_at.down(),
+        retry_after_ms: 0,
+        jitter_permille: 0,
+    };
+    let r = transitions::settle(&r, r.lease, &failed, probe_at).unwrap();
+    assert_eq!((r.state, r.attempts), (JobState::Scheduled, 1));
+    assert_eq!(r.circuit_since, since, "still waiting for its circuit");
+    let next = Now::from_micros(r.next_at.unwrap() * 1000);
+    let r = transitions::claim(&r, 99_001).unwrap();
+    let (r, note) = transitions::wait_for_circuit(&r, r.lease, next, 30_000, URL, true).unwrap();
+    assert_eq!(
+        r.state,
+        JobState::Dead,
+        "its own failed probe was the verdict"
+    );
+    assert_eq!(note.map(|n| n.note), Some(NoteKind::CircuitDeadline));
+}
+
+#[test]
 fn no_verdict_no_death_while_a_probe_is_in_flight() {
     let (r, _) = waiting_past_its_deadline(0);
     let now = Now::from_micros(r.next_at.unwrap() * 1000);

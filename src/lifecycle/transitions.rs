@@ -96,15 +96,20 @@ fn held(r: &Record, lease: u64) -> Option<Record> {
 /// (`Gone`, or the last attempt failed) or scheduled at the next tier, counted from the
 /// attempt's end (at most `now`). A probe of a paused endpoint that failed (not `Gone`)
 /// is held again instead, due when it ended, and not counted: its schedule stays where
-/// it was (the attempt is in its history).
+/// it was (the attempt is in its history). One that waited for its circuit and, past its
+/// deadline, failed the request the circuit let through goes on waiting as it did: that
+/// failure is a verdict, so held back again it is dead rather than waiting once more.
 pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
     let mut r = held(r, lease)?;
     let ended = v.ended(now);
     let probe = std::mem::take(&mut r.probe);
-    r.circuit_since = None;
+    let failed = !matches!(v.outcome, Outcome::Delivered | Outcome::Gone);
+    let due = r.next_at.unwrap_or(ended);
+    r.circuit_since = r
+        .circuit_since
+        .filter(|_| failed && past_deadline(due, r.deadline));
     r.reserved = false;
     leave_flight(&mut r);
-    let failed = !matches!(v.outcome, Outcome::Delivered | Outcome::Gone);
     if probe && failed && !r.cancel_requested {
         schedule_at(&mut r, ended, now);
         r.held = true;
