@@ -67,6 +67,10 @@ fn refuses_what_does_not_verify(store: &[(String, String)], pki: &Pki, rename: &
     for (env, named) in faults {
         let said = Postback::refused_start(&borrowed(&env));
         assert!(said.contains(named), "names {named}:\n{said}");
+        eprintln!(
+            "refused ({named}): {}",
+            said.trim().lines().last().unwrap_or("")
+        );
         assert!(
             !said.contains("waited"),
             "refused at once, not waited out:\n{said}"
@@ -95,7 +99,13 @@ async fn nothing_accepted_is_lost(pb: &Postback, receiver: &Receiver, fail_over:
         pb.logs()
     );
     let answers = producer.stop().await;
-    load::all_delivered(pb, receiver, &answers).await;
+    let twice = load::all_delivered(pb, receiver, &answers).await;
+    eprintln!(
+        "over TLS through a failover: {} answered 202, {} refused with 503, all {} delivered, {twice} sent twice",
+        load::accepted(&answers).len(),
+        answers.iter().filter(|a| a.status == 503).count(),
+        load::accepted(&answers).len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
