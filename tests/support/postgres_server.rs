@@ -114,7 +114,7 @@ impl PostgresServer {
     /// A new cluster, started, answering on a free port.
     pub fn start() -> Self {
         let mut server = Self::initialised();
-        server.run();
+        server.run_on_a_free_port();
         server
     }
 
@@ -146,7 +146,7 @@ impl PostgresServer {
             setting("hba_file", &hba),
         ]
         .concat();
-        server.run();
+        server.run_on_a_free_port();
         server
     }
 
@@ -173,8 +173,31 @@ impl PostgresServer {
         }
     }
 
+    /// Starts the server on a free port, another when a server beside it took the one
+    /// chosen first (each test asks for a free port, then binds it).
+    fn run_on_a_free_port(&mut self) {
+        for _ in 0..5 {
+            if self.try_run() {
+                return;
+            }
+            self.port = super::free_port();
+        }
+        panic!("postgres did not start on any of five free ports");
+    }
+
     /// Starts the server on its directory and waits until it accepts connections.
     fn run(&mut self) {
+        assert!(
+            self.try_run(),
+            "postgres did not start on port {}",
+            self.port
+        );
+    }
+
+    /// Starts the server on its directory and port; whether it accepts connections
+    /// within 20 s as itself (its data directory), not having exited because another
+    /// server holds the port.
+    fn try_run(&mut self) -> bool {
         let (bin, user) = (bin_dir(), server_user());
         let child = command(&bin.join("postgres"), user)
             .arg("-D")
@@ -194,13 +217,22 @@ impl PostgresServer {
             .spawn()
             .expect("postgres must be installed (scripts/ensure-postgres.sh)");
         self.child = Some(child);
+        let data = self.dir.path().join("data").display().to_string();
+        let exited = |server: &mut Self| {
+            let child = server.child.as_mut().expect("started");
+            matches!(child.try_wait(), Ok(Some(_)))
+        };
         let ready = super::eventually_blocking(Duration::from_secs(20), || {
-            Command::new(bin.join("pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
-                .status()
-                .is_ok_and(|s| s.success())
+            exited(self)
+                || Command::new(bin.join("pg_isready"))
+                    .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                    .status()
+                    .is_ok_and(|s| s.success())
+                    && self
+                        .psql_as("postgres", "SHOW data_directory")
+                        .is_ok_and(|dir| dir.trim() == data)
         });
-        assert!(ready, "postgres did not start on port {}", self.port);
+        ready && !exited(self)
     }
 
     /// Runs `sql` with `psql` as the superuser; what it printed (unaligned, no headers).

@@ -60,6 +60,25 @@ fn spawn(port: u16, dir: &Path, appendfsync: Option<&str>, tls: &[String]) -> Ch
         .expect("redis-server must be installed (see README)")
 }
 
+/// Whether the server `child` answers on `port` within 10 s, as itself (its
+/// `process_id`): not when it exited because another server held the port.
+fn came_up(child: &mut Child, port: u16) -> bool {
+    let ours = format!("process_id:{}\r\n", child.id());
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let answered = super::eventually_blocking(Duration::from_secs(10), || {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return true;
+        }
+        client.get_connection().is_ok_and(|mut c| {
+            redis::cmd("INFO")
+                .arg("server")
+                .query::<String>(&mut c)
+                .is_ok_and(|info| info.contains(&ours))
+        })
+    });
+    answered && matches!(child.try_wait(), Ok(None))
+}
+
 impl RedisServer {
     /// Starts a server with no persistence and waits until it answers PING.
     pub fn start() -> Self {
@@ -81,20 +100,35 @@ impl RedisServer {
         Self::start_with_tls(appendfsync, None)
     }
 
-    fn start_with_tls(appendfsync: Option<&'static str>, tls: Option<(u16, Vec<String>)>) -> Self {
+    /// Starts a server on a free port (and its TLS port, if any), on another pair of them
+    /// when another server took one first: a port free when chosen may be chosen by a
+    /// test beside this one too.
+    fn start_with_tls(
+        appendfsync: Option<&'static str>,
+        mut tls: Option<(u16, Vec<String>)>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let port = super::free_port();
-        let args = tls.as_ref().map(|(_, a)| a.as_slice()).unwrap_or_default();
-        let child = spawn(port, dir.path(), appendfsync, args);
-        let server = Self {
-            child,
-            port,
-            dir,
-            appendfsync,
-            tls,
-        };
-        server.wait_ready();
-        server
+        for _ in 0..5 {
+            let port = super::free_port();
+            let args = tls.as_ref().map(|(_, a)| a.as_slice()).unwrap_or_default();
+            let mut child = spawn(port, dir.path(), appendfsync, args);
+            if came_up(&mut child, port) {
+                return Self {
+                    child,
+                    port,
+                    dir,
+                    appendfsync,
+                    tls,
+                };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            if let Some((port, args)) = &mut tls {
+                *port = super::free_port();
+                args[1] = port.to_string();
+            }
+        }
+        panic!("redis-server did not start on any of five free ports");
     }
 
     /// Starts a server replicating `primary` (over TLS when it serves TLS), and waits
@@ -189,12 +223,12 @@ impl RedisServer {
         self.wait_ready();
     }
 
-    fn wait_ready(&self) {
-        let up = super::eventually_blocking(Duration::from_secs(10), || {
-            let connected = self.client().get_connection();
-            connected.is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok())
-        });
-        assert!(up, "redis-server on port {} did not start", self.port);
+    fn wait_ready(&mut self) {
+        assert!(
+            came_up(&mut self.child, self.port),
+            "redis-server on port {} did not start",
+            self.port
+        );
     }
 
     pub fn url(&self) -> String {
