@@ -17,10 +17,14 @@ PATH="$(bash scripts/ensure-promtool.sh):$PATH"
 export PATH
 cargo test --locked "$@"
 if [ $# -eq 0 ]; then
-  POSTBACK_TEST_BACKEND=cluster cargo test --locked --test conformance
-  POSTBACK_TEST_BACKEND=embedded cargo test --locked --test conformance --test instance
-  POSTBACK_TEST_BACKEND=postgres cargo test --locked --test conformance
+  # The conformance tests mostly wait for their short schedules: four at a time keep
+  # two cores busier than two do, and each still waits for conditions, not for time.
+  PARALLEL=(--test-threads 4)
+  POSTBACK_TEST_BACKEND=cluster cargo test --locked --test conformance -- "${PARALLEL[@]}"
+  POSTBACK_TEST_BACKEND=embedded cargo test --locked --test conformance -- "${PARALLEL[@]}"
+  POSTBACK_TEST_BACKEND=embedded cargo test --locked --test instance
+  POSTBACK_TEST_BACKEND=postgres cargo test --locked --test conformance -- "${PARALLEL[@]}"
   TLS_PART=(delivery:: dead_letters:: cancel:: browse:: lease:: retention:: ordering:: batch:: audit:: pauses:: resend::)
-  POSTBACK_TEST_BACKEND=redis-tls cargo test --locked --test conformance -- "${TLS_PART[@]}"
-  POSTBACK_TEST_BACKEND=postgres-tls cargo test --locked --test conformance -- "${TLS_PART[@]}"
+  POSTBACK_TEST_BACKEND=redis-tls cargo test --locked --test conformance -- "${PARALLEL[@]}" "${TLS_PART[@]}"
+  POSTBACK_TEST_BACKEND=postgres-tls cargo test --locked --test conformance -- "${PARALLEL[@]}" "${TLS_PART[@]}"
 fi
