@@ -39,7 +39,8 @@ class ApiError extends Error {
 // open (`routes`, as `METHOD /pattern`) and what they let it do (`may`), asked once per
 // token. The page offers a control only when `allowed` says the API takes the route it
 // calls, a field a body adds beyond its route (a replay to another URL) only when `can`
-// says the caller may do that too, and a resend only of the states it `resends`.
+// says the caller may do that too, a bulk resend only of the states it `resends`, and on
+// one notification exactly the actions its view lists (`offers`).
 let caller = null;
 const allowed = (route) => Boolean(caller?.routes?.includes(route));
 const can = (action) => Boolean(caller?.may.includes(action));
@@ -501,7 +502,7 @@ async function deadLetter(id) {
   });
   // What the lookup page offers it too (a resend, to a caller that may resend a dead one),
   // and discard.
-  const actions = [...notificationActions(d, status), allowed("DELETE /dead-letters/{id}") && discard].filter(Boolean);
+  const actions = [...notificationActions(d, status), offers(d, "discard") && discard].filter(Boolean);
   return [
     el("h1", {}, "Dead letter"),
     el("div", { class: "card" }, el("dl", {},
@@ -514,7 +515,7 @@ async function deadLetter(id) {
       el("dt", {}, "Created"), el("dd", {}, when(d.created_at)),
       el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
       el("dt", {}, "Replays"), el("dd", {}, d.replays))),
-    allowed("POST /dead-letters/{id}/replay") ? replay : null,
+    offers(d, "replay") ? replay : null,
     actions.length ? el("div", { class: "actions" }, actions) : null,
     status,
     el("h2", {}, "Attempts"), timeline(d),
@@ -684,14 +685,17 @@ function show(hash) {
   else location.hash = hash;
 }
 
-// What the caller may do with a notification in its state: cancel one that has not
-// finished, attempt a scheduled one now, resend a finished one it `resends`; each if its
-// route is `allowed`.
+// Whether the caller may take `action` on notification `n` now (`actions` of its view:
+// what the lifecycle takes in its state and the caller's roles let it ask).
+const offers = (n, action) => n.actions.includes(action);
+
+// What the caller may do with a notification now, as its `actions` say: cancel, attempt
+// now, resend.
 function notificationActions(n, status) {
   return [
-    allowed("DELETE /notifications/{id}") && ["scheduled", "in_flight"].includes(n.state) && !n.cancel_requested ? cancelButton(n, status) : null,
-    allowed("POST /notifications/{id}/attempt-now") && n.state === "scheduled" ? attemptNowButton(n, status) : null,
-    allowed("POST /notifications/{id}/resend") && resends(n.state) ? resendButton(n, status) : null,
+    offers(n, "cancel") ? cancelButton(n, status) : null,
+    offers(n, "attempt_now") ? attemptNowButton(n, status) : null,
+    offers(n, "resend") ? resendButton(n, status) : null,
   ];
 }
 

@@ -127,7 +127,7 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<DeadLetterView>, ApiError> {
     let found = dead_letter(&state, &caller, &id).await?;
-    Ok(Json(DeadLetterView::from(&found)))
+    Ok(Json(DeadLetterView::new(&found, &caller)))
 }
 
 /// Schedule a dead letter again from a fresh attempt count, optionally with a new URL,

@@ -46,7 +46,7 @@ pub async fn show(
     match seen(&state, &caller, &id).await? {
         Some(found) => {
             let found = as_shown(found, &state.pauses.paused());
-            Ok(Json(NotificationView::from(&found)))
+            Ok(Json(NotificationView::new(&found, &caller)))
         }
         None => Err(unknown(&state, &caller, &id).await?),
     }
@@ -154,7 +154,7 @@ pub(super) async fn current(
 ) -> Result<Json<NotificationView>, ApiError> {
     let found = visible(state, caller, id).await?;
     let found = as_shown(found, &state.pauses.paused());
-    Ok(Json(NotificationView::from(&found)))
+    Ok(Json(NotificationView::new(&found, caller)))
 }
 
 /// `v` as lists and views show it, its endpoint paused or not (`listing::shown`).

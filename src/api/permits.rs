@@ -5,11 +5,14 @@
 //! caller. Only what a body asks beyond the route's actions (a replay to another URL, a
 //! new schedule: `auth::require_changes`) is asked by the handler that reads it, and
 //! what a resend asks by the state of what it resends (`RESEND`: a dead one is revived
-//! as a replay would, a cancelled one has its cancel undone).
+//! as a replay would, a cancelled one has its cancel undone). `actions`, what a caller
+//! may do with one notification now, is what the lifecycle takes in its state and these
+//! tables let the caller ask.
 
 use axum::http::Method;
 
-use crate::store::{FinishedStates, JobState};
+use crate::lifecycle::Operation;
+use crate::store::{FinishedStates, JobState, JobStatus};
 use crate::tenancy::access::{Action, Principal};
 
 use Action::*;
@@ -83,10 +86,45 @@ pub fn resendable(caller: &Principal) -> FinishedStates {
 /// The actions a call of `method` on the route `path` (its pattern, as
 /// `/notifications/{id}`) needs, every one of them; `None` for a route not in the table.
 pub fn needs(method: &Method, path: &str) -> Option<&'static [Action]> {
+    route_needs(method.as_str(), path)
+}
+
+fn route_needs(method: &str, path: &str) -> Option<&'static [Action]> {
     TABLE
         .iter()
-        .find(|(m, p, _)| *m == method.as_str() && *p == path)
+        .find(|(m, p, _)| *m == method && *p == path)
         .map(|(_, _, needs)| *needs)
+}
+
+/// The route that asks each operation of one notification.
+const OPERATIONS: [(Operation, &str, &str); 5] = [
+    (Operation::Cancel, "DELETE", "/notifications/{id}"),
+    (
+        Operation::AttemptNow,
+        "POST",
+        "/notifications/{id}/attempt-now",
+    ),
+    (Operation::Resend, "POST", "/notifications/{id}/resend"),
+    (Operation::Replay, "POST", "/dead-letters/{id}/replay"),
+    (Operation::Discard, "DELETE", "/dead-letters/{id}"),
+];
+
+/// What `caller` may do with a notification as `status` shows it now: each operation
+/// the lifecycle takes in its state (`Operation::applies`) whose route the caller's roles
+/// open, a resend only of a state it may resend (`to_resend`). The `actions` of
+/// `GET /notifications/{id}` and `GET /dead-letters/{id}`, which the review page (a
+/// portal link's included) offers, and no other.
+pub fn actions(caller: &Principal, status: &JobStatus) -> Vec<Operation> {
+    let grants = |needs: &[Action]| needs.iter().all(|a| caller.may(*a));
+    OPERATIONS
+        .iter()
+        .filter(|(op, method, path)| {
+            op.applies(status)
+                && route_needs(method, path).is_some_and(grants)
+                && (*op != Operation::Resend || grants(to_resend(status.state)))
+        })
+        .map(|(op, _, _)| *op)
+        .collect()
 }
 
 /// The routes `caller` may call, as `METHOD /pattern` (`POST /dead-letters/{id}/replay`):
@@ -185,6 +223,70 @@ mod tests {
         assert_eq!(to_resend(JobState::Scheduled), []);
     }
 
+    /// A caller of random roles, a configured token's or a portal link's.
+    fn caller() -> impl proptest::strategy::Strategy<Value = Principal> {
+        use crate::tenancy::access::{LinkRole, Role, Scope};
+        use proptest::prelude::*;
+        let tenant = crate::domain::Tenant::parse("shop-a", "tenant").unwrap();
+        let token = prop::sample::subsequence(Role::ALL.to_vec(), 0..=Role::ALL.len())
+            .prop_map(|roles| Principal::new("t", Scope::All, &roles));
+        let link = prop::sample::subsequence(LinkRole::ALL.to_vec(), 0..=LinkRole::ALL.len())
+            .prop_map(move |roles| {
+                Principal::link(tenant.clone(), &roles, crate::clock::system_now())
+            });
+        prop_oneof![token, link]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// Each action offered, asked through its route's permits and carried out by its
+        /// transition, is taken; each not offered is refused by the permits or changes
+        /// nothing in the lifecycle.
+        #[test]
+        fn actions_are_what_the_lifecycle_takes_and_the_permits_let_the_caller_ask(
+            r in crate::lifecycle::properties::reached(),
+            caller in caller(),
+        ) {
+            use crate::lifecycle::transitions::{self, Again, NewCycle};
+            use crate::lifecycle::{LetGo, Now};
+            use super::super::auth;
+            let now = Now::from_micros(1_800_000_000_000_000);
+            let status = r.status();
+            let offered = actions(&caller, &status);
+            let again = |which| {
+                let cycle = NewCycle { which, delay_ms: 0, schedule: None, url: None };
+                transitions::again(&r, &cycle, now).is_some()
+            };
+            let ops = [
+                (Operation::Cancel, Method::DELETE, "/notifications/{id}"),
+                (Operation::AttemptNow, Method::POST, "/notifications/{id}/attempt-now"),
+                (Operation::Resend, Method::POST, "/notifications/{id}/resend"),
+                (Operation::Replay, Method::POST, "/dead-letters/{id}/replay"),
+                (Operation::Discard, Method::DELETE, "/dead-letters/{id}"),
+            ];
+            for (op, method, path) in ops {
+                let route = needs(&method, path).expect("a route of the table");
+                let mut permitted = route.iter().all(|a| auth::require(&caller, *a).is_ok());
+                let taken = match op {
+                    Operation::Cancel => transitions::cancel(&r, now).1.is_some(),
+                    Operation::AttemptNow => transitions::attempt_now(&r, now, LetGo::Now).is_some(),
+                    Operation::Resend => {
+                        permitted &= auth::require_to_resend(&caller, r.state).is_ok();
+                        again(Again::Resend(resendable(&caller)))
+                    }
+                    Operation::Replay => again(Again::Replay),
+                    Operation::Discard => transitions::discardable(&r),
+                };
+                proptest::prop_assert_eq!(
+                    offered.contains(&op),
+                    permitted && taken,
+                    "{:?} on {:?} to {:?}", op, r, caller.roles()
+                );
+            }
+        }
+    }
+
     /// The review page names the route each control calls and each view reads, written
     /// out (`allowed("POST /dead-letters/replay")`, `reads: "GET /audit"`, or a choice of
     /// two such); each must be a route of the table, or the page would never offer it.
@@ -220,7 +322,27 @@ mod tests {
                 named += 1;
             }
         }
-        assert!(named >= 21, "{named} routes named by the page");
+        assert!(named >= 16, "{named} routes named by the page");
+        // The actions the page offers from a view's `actions`: each one a view names.
+        let names: Vec<serde_json::Value> = Operation::ALL
+            .map(|op| serde_json::to_value(super::super::view::ActionView::from(op)).unwrap())
+            .to_vec();
+        let offers = regex::Regex::new(r#"offers\(\w+, "([^"]*)"\)"#).unwrap();
+        let offered: Vec<&str> = offers
+            .captures_iter(page)
+            .map(|c| c.get(1).unwrap().as_str())
+            .collect();
+        for action in &offered {
+            assert!(
+                names.contains(&(*action).into()),
+                "the page offers `{action}`, not an action"
+            );
+        }
+        assert_eq!(
+            offered.len(),
+            names.len(),
+            "each action offered once: {offered:?}"
+        );
         let any_route = regex::Regex::new(r#""([A-Z]+) /[^"]*""#).unwrap();
         for m in any_route.captures_iter(page) {
             let method = &m[1];

@@ -6,17 +6,19 @@ use std::time::Duration;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::permits;
 use crate::delivery::sender::request_headers;
 use crate::domain::{
     duration_text, shown_value, Attempt, Cycle, Cycles, Ended, Entry, NoteKind, RawSuccess,
     ShardHealth,
 };
 use crate::endpoints::health::{CircuitRecord, Span};
-use crate::lifecycle::retention;
+use crate::lifecycle::{retention, Operation};
 use crate::store::{
     Durability, EndpointPause, EndpointRecord, JobState, JobStatus, JobView, Listed, StateCounts,
     Stats, Trimmed,
 };
+use crate::tenancy::access::Principal;
 
 pub use crate::domain::rfc3339;
 
@@ -248,6 +250,41 @@ pub struct NotificationView {
     pub request: RequestView,
     /// Its attempts and its circuit's notes, oldest first, each with its cycle.
     pub history: Vec<AttemptView>,
+    /// What the caller may do with it now: what the lifecycle takes in its state and
+    /// the caller's roles let it ask. The review page offers these and no other.
+    pub actions: Vec<ActionView>,
+}
+
+/// An action on one notification, named for what it does; each is the call of one route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = NotificationAction)]
+pub enum ActionView {
+    /// `DELETE /notifications/{id}`: scheduled (held, held back or waiting included), or
+    /// in flight without a cancel asked for already.
+    Cancel,
+    /// `POST /notifications/{id}/attempt-now`: scheduled (held, held back or waiting
+    /// included).
+    AttemptNow,
+    /// `POST /notifications/{id}/resend`: delivered, dead or cancelled, in a state the
+    /// caller may resend (`resendable` of `GET /me`).
+    Resend,
+    /// `POST /dead-letters/{id}/replay`: dead.
+    Replay,
+    /// `DELETE /dead-letters/{id}`: dead.
+    Discard,
+}
+
+impl From<Operation> for ActionView {
+    fn from(op: Operation) -> Self {
+        match op {
+            Operation::Cancel => ActionView::Cancel,
+            Operation::AttemptNow => ActionView::AttemptNow,
+            Operation::Resend => ActionView::Resend,
+            Operation::Replay => ActionView::Replay,
+            Operation::Discard => ActionView::Discard,
+        }
+    }
 }
 
 /// The request each attempt of a notification sends: method, URL, the headers every
@@ -287,8 +324,9 @@ impl RequestView {
     }
 }
 
-impl From<&JobView> for NotificationView {
-    fn from(v: &JobView) -> Self {
+impl NotificationView {
+    /// The view of `v` to `caller`, with what it may do with it (`permits::actions`).
+    pub fn new(v: &JobView, caller: &Principal) -> Self {
         let s = &v.status;
         let cycles = Cycles::of(&v.history, s.created_at, s.replays, &v.spec.url);
         let history = v.history.iter().zip(&cycles.of_entry);
@@ -320,6 +358,10 @@ impl From<&JobView> for NotificationView {
             cycles: cycles.cycles.iter().map(CycleView::from).collect(),
             request: RequestView::of(v),
             history,
+            actions: permits::actions(caller, s)
+                .into_iter()
+                .map(ActionView::from)
+                .collect(),
         }
     }
 }
@@ -335,10 +377,11 @@ pub struct DeadLetterView {
     pub dead_at: Option<String>,
 }
 
-impl From<&JobView> for DeadLetterView {
-    fn from(v: &JobView) -> Self {
+impl DeadLetterView {
+    /// The view of `v` to `caller` (`NotificationView::new`).
+    pub fn new(v: &JobView, caller: &Principal) -> Self {
         Self {
-            notification: v.into(),
+            notification: NotificationView::new(v, caller),
             body: v.spec.body.clone(),
             content_type: v.spec.content_type.clone(),
             dead_at: v.status.finished_at.map(rfc3339),

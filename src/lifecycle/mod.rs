@@ -21,11 +21,11 @@ mod time;
 pub mod transitions;
 
 #[cfg(test)]
-mod properties;
+pub(crate) mod properties;
 
 pub use record::{
     interval_ms, schedule_intervals, schedule_text, wakes_at, FinishedStates, Index, JobState,
     JobStatus, Record, TenantIndex, HELD_OFFSET_MS, WAITING_OFFSET_MS,
 };
 pub use time::Now;
-pub use transitions::{Again, Cancelled, LetGo, NewCycle, Verdict};
+pub use transitions::{Again, Cancelled, LetGo, NewCycle, Operation, Verdict};

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::transitions::{self, Again, Cancelled, LetGo, NewCycle};
+use super::transitions::{self, Again, Cancelled, LetGo, NewCycle, Operation};
 use super::{
     FinishedStates, Index, JobState, Now, Record, Verdict, HELD_OFFSET_MS, WAITING_OFFSET_MS,
 };
@@ -419,8 +419,56 @@ fn check_notes(
     Ok(())
 }
 
+/// A record some random sequence of events led to, from a fresh registration: any state
+/// a store may keep, held, waiting, held back, with a cancel asked for in flight.
+pub(crate) fn reached() -> impl Strategy<Value = Record> {
+    let events = prop::collection::vec((event(), 0i64..120_000_000), 0..40);
+    (schedule(), events).prop_map(|(schedule, events)| {
+        let mut clock = 1_700_000_000_000_000i64;
+        let mut r = transitions::register(schedule, Now::from_micros(clock), 0);
+        for (e, step_us) in &events {
+            clock += step_us;
+            if let Some((after, _)) = apply(&r, e, Now::from_micros(clock)) {
+                r = after;
+            }
+        }
+        r
+    })
+}
+
+/// Whether the transition that carries out `op` changes `r` at `now`, a resend of every
+/// finished state.
+fn takes(op: Operation, r: &Record, now: Now) -> bool {
+    let again = |which| {
+        let cycle = NewCycle {
+            which,
+            delay_ms: 0,
+            schedule: None,
+            url: None,
+        };
+        transitions::again(r, &cycle, now).is_some()
+    };
+    match op {
+        Operation::Cancel => transitions::cancel(r, now).1.is_some(),
+        Operation::AttemptNow => transitions::attempt_now(r, now, LetGo::Now).is_some(),
+        Operation::Resend => again(Again::Resend(FinishedStates::ALL)),
+        Operation::Replay => again(Again::Replay),
+        Operation::Discard => transitions::discardable(r),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// What `Operation::applies` says of a notification's status is what the transition
+    /// that carries it out does: it changes the record exactly when it applies.
+    #[test]
+    fn an_operation_applies_exactly_when_its_transition_changes_the_record(r in reached()) {
+        let now = Now::from_micros(1_800_000_000_000_000);
+        for op in Operation::ALL {
+            prop_assert_eq!(op.applies(&r.status()), takes(op, &r, now), "{:?} on {:?}", op, r);
+        }
+    }
 
     #[test]
     fn every_sequence_of_events_keeps_the_invariants(

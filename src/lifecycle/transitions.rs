@@ -4,7 +4,7 @@
 //! a replay of one that is not dead). Where the record then belongs is
 //! `Record::position`.
 
-use super::record::{FinishedStates, JobState, Layout, Record};
+use super::record::{FinishedStates, JobState, JobStatus, Layout, Record};
 use super::time::Now;
 use crate::domain::{Note, NoteKind, Outcome};
 
@@ -367,6 +367,48 @@ pub enum LetGo {
     Probe,
 }
 
+/// What a caller may ask of one notification, each carried out by its transition: a
+/// cancel (`cancel`), an attempt now (`attempt_now`, `LetGo::Now`), a resend and a
+/// replay (`again`) and a discard (`discardable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Cancel,
+    AttemptNow,
+    Resend,
+    Replay,
+    Discard,
+}
+
+impl Operation {
+    /// Every operation, for the tests that hold each to its transition.
+    #[cfg(test)]
+    pub const ALL: [Operation; 5] = [
+        Operation::Cancel,
+        Operation::AttemptNow,
+        Operation::Resend,
+        Operation::Replay,
+        Operation::Discard,
+    ];
+
+    /// Whether its transition changes a notification as `s` shows it now: a cancel one
+    /// scheduled (held, held back or waiting behind its ordering key included) or in
+    /// flight without a cancel asked for already; an attempt now one scheduled; a resend
+    /// one finished (which finished states its caller may resend is the caller's:
+    /// `Again::Resend`); a replay and a discard a dead one.
+    pub fn applies(self, s: &JobStatus) -> bool {
+        match self {
+            Operation::Cancel => match s.state {
+                JobState::Scheduled => true,
+                JobState::InFlight => !s.cancel_requested,
+                _ => false,
+            },
+            Operation::AttemptNow => s.state == JobState::Scheduled,
+            Operation::Resend => s.state.is_finished(),
+            Operation::Replay | Operation::Discard => s.state == JobState::Dead,
+        }
+    }
+}
+
 /// A scheduled notification due now instead of later, as `how` says; a held one is let
 /// go. One waiting behind an earlier one of its ordering key keeps waiting, due at once
 /// when its turn comes. Its attempt count stays; a send time it reserved in its rate
@@ -375,7 +417,7 @@ pub enum LetGo {
 /// before its deadline counts (`dies_waiting`).
 pub fn attempt_now(r: &Record, now: Now, how: LetGo) -> Option<Record> {
     let probe = how == LetGo::Probe;
-    if r.state != JobState::Scheduled || (probe && !r.held) {
+    if !Operation::AttemptNow.applies(&r.status()) || (probe && !r.held) {
         return None;
     }
     let mut r = r.clone();
@@ -410,5 +452,5 @@ pub fn take_turn(r: &Record, now: Now) -> Option<Record> {
 
 /// Whether a discard deletes it: only dead letters are discarded.
 pub fn discardable(r: &Record) -> bool {
-    r.state == JobState::Dead
+    Operation::Discard.applies(&r.status())
 }

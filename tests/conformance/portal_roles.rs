@@ -531,3 +531,67 @@ async fn a_resend_revives_only_what_its_caller_may_replay_or_cancel() {
         .await;
     assert_eq!(resent["replays"], 1, "{resent}");
 }
+
+/// The `actions` of a notification's view (and of its dead letter's) to `token`.
+async fn actions(f: &Fleet, token: &str, path: &str) -> Value {
+    let (status, view) = f.get(token, path).await;
+    assert_eq!(status, 200, "{path}: {view}");
+    view["actions"].clone()
+}
+
+/// A notification's view lists what its caller may do with it now: what its lifecycle
+/// takes in its state, of the routes the caller's roles open (a resend only of a state
+/// the caller may resend); its dead letter's view the same. One held for its paused
+/// endpoint may be cancelled and attempted now, as a scheduled one, and each action
+/// listed is taken when asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_lists_the_actions_its_caller_may_take_on_it_now() {
+    let f = tenants::start(&[("POSTBACK_SERVER_PORTAL_SECRET", SECRET)]).await;
+    let ok = f.receiver.url("/ok");
+    let delivered = f
+        .register("tok-checkout-a", json!({"url": ok, "body": {}}))
+        .await;
+    f.pb.wait_state(&delivered, "delivered", WAIT).await;
+    let dead = f.dead_letter("tok-checkout-a", None, "actions").await;
+    let later = json!({"url": ok, "body": {}, "delay": "1h"});
+    let later = f.register("tok-checkout-a", later).await;
+    let args = ["--tenant", "shop-a", "--roles", "read,operate"];
+    let operate = credential(&portal_link(&f, &args).unwrap());
+    let view = |id: &str| format!("/notifications/{id}");
+    let expected = [
+        ("tok-ops-a", &later, json!(["cancel", "attempt_now"])),
+        ("tok-ops-a", &delivered, json!(["resend"])),
+        ("tok-ops-a", &dead, json!(["resend", "replay", "discard"])),
+        ("tok-reader-a", &later, json!([])),
+        ("tok-reader-a", &dead, json!([])),
+        (&operate, &later, json!(["attempt_now"])),
+        (&operate, &delivered, json!(["resend"])),
+        (&operate, &dead, json!([])),
+    ];
+    for (token, id, want) in expected {
+        assert_eq!(actions(&f, token, &view(id)).await, want, "{id} to {token}");
+    }
+    let dead_letter = format!("/dead-letters/{dead}");
+    let want = json!(["resend", "replay", "discard"]);
+    assert_eq!(actions(&f, "tok-ops-a", &dead_letter).await, want);
+
+    let origin = f.receiver.url("/");
+    let endpoint = f.pb.endpoint_listed("tok-ops-a", "", &origin).await;
+    let pause = format!("/endpoints/{}/pause", endpoint["id"].as_str().unwrap());
+    let (status, answer) = f.call("tok-ops-a", Method::POST, &pause, None).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, held) = f.get("tok-ops-a", &view(&later)).await;
+    assert_eq!(held["state"], "held", "{held}");
+    assert_eq!(held["actions"], json!(["cancel", "attempt_now"]), "{held}");
+    let attempt_now = format!("/notifications/{later}/attempt-now");
+    let (status, answer) = f.call(&operate, Method::POST, &attempt_now, None).await;
+    assert_eq!(status, 200, "attempted now, as offered: {answer}");
+    let (status, answer) = f
+        .call("tok-ops-a", Method::DELETE, &view(&later), None)
+        .await;
+    assert_eq!(status, 200, "cancelled, as offered: {answer}");
+    f.pb.wait_state(&later, "cancelled", WAIT).await;
+    let want = json!(["resend"]);
+    assert_eq!(actions(&f, "tok-ops-a", &view(&later)).await, want);
+    assert_eq!(actions(&f, &operate, &view(&later)).await, json!([]));
+}

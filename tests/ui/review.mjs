@@ -17,7 +17,8 @@
 // signing keys with code (Node.js and Python) that verifies real deliveries; a notification its endpoint's open circuit holds back;
 // a view a link may not open (the audit log) and one that does not exist say so; an
 // instance without signing keys says what that means and how to give one; URLs and ids
-// stay on one line, whole on hover; the overview counts held ones apart; every view of
+// stay on one line, whole on hover; the overview counts held ones apart; a held one's page
+// offers the actions its view lists (cancel and attempt now); every view of
 // an operator and of a merchant answers at 1400 px and 390 px, no wider than the screen
 // (VIEWS=DIR saves a screenshot of each there); checks the page works at phone
 // width and with the keyboard, and that it and Swagger UI need nothing their
@@ -633,6 +634,15 @@ try {
   await eventually("held", async () => (await call("GET", `/notifications/${held.id}`)).state === "held");
   await page.goto(`${api}/ui#/queue?state=held`);
   await page.getByText(held.id).waitFor();
+  // Its page offers what its view's `actions` list, and those alone: a held one may be
+  // cancelled and attempted now (the lifecycle takes both), not resent.
+  const heldView = await call("GET", `/notifications/${held.id}`);
+  assert.deepEqual(heldView.actions, ["cancel", "attempt_now"]);
+  await page.goto(`${api}/ui#/lookup/${held.id}`);
+  await page.getByRole("heading", { name: "Request" }).waitFor();
+  for (const [button, count] of [["Cancel…", 1], ["Attempt now", 1], ["Resend…", 0]]) {
+    assert.equal(await page.getByRole("button", { name: button }).count(), count, button);
+  }
   // The overview counts it as held, not among the scheduled.
   await page.goto(`${api}/ui#/overview`);
   const heldCount = page.locator(".count", { hasText: "Held (endpoint paused)" }).locator("b");
