@@ -345,10 +345,12 @@ async function overview(params) {
   const max = Math.max(1, ...o.last_hour.map((w) => w.finished + w.dead));
   const dead = (host) => `#/dead?${new URLSearchParams(tenant ? { host, tenant } : { host })}`;
   const queue = (state) => `#/queue?${new URLSearchParams(tenant && !oneTenant() ? { state, tenant } : { state })}`;
-  // The held are among the scheduled; each is counted once, under its own name.
-  const held = `${o.held.count}${o.held.complete ? "" : "+"}`;
-  const counts = [["Scheduled or retrying", c.scheduled - o.held.count, queue("scheduled")],
-    ["Held (endpoint paused)", held, queue("held")], ["In flight", c.in_flight, queue("in_flight")],
+  // The held (their endpoint paused) and the held back (by an open circuit) are among
+  // the scheduled; each is counted once, under its own name.
+  const atLeast = (h) => `${h.count}${h.complete ? "" : "+"}`;
+  const counts = [["Scheduled or retrying", c.scheduled - o.held.count - o.held_back.count, queue("scheduled")],
+    ["Held (endpoint paused)", atLeast(o.held), queue("held")],
+    ["Held back (circuit open)", atLeast(o.held_back), queue("held_back")], ["In flight", c.in_flight, queue("in_flight")],
     ["Dead letters", c.dead, "#/dead"], ["Delivered or cancelled", c.finished, queue("delivered")]];
   return [
     el("h1", {}, tenant ? `Overview of ${tenant}` : "Overview"),
@@ -524,7 +526,7 @@ async function deadLetter(id) {
 }
 
 const STATES = [["scheduled", "Scheduled"], ["retrying", "Retrying"], ["in_flight", "In flight"],
-  ["held", "Held"], ["delivered", "Delivered"], ["dead", "Dead"], ["cancelled", "Cancelled"]];
+  ["held", "Held"], ["held_back", "Held back"], ["delivered", "Delivered"], ["dead", "Dead"], ["cancelled", "Cancelled"]];
 const QUEUE_FILTERS = ["topic", "host", "endpoint", "tenant", "since", "until"];
 
 // The search box: an id opens its notification; anything else is an idempotency key.
@@ -592,7 +594,7 @@ async function queue(params) {
     for (const [k, v] of Object.entries(extra)) next.set(k, v);
     return `#/queue?${next}`;
   };
-  const pending = ["scheduled", "retrying", "in_flight", "held"].includes(state);
+  const pending = ["scheduled", "retrying", "in_flight", "held", "held_back"].includes(state);
   const form = filterForm(ownFilters(QUEUE_FILTERS), params, "q", "queue", () => null, { state });
   const status = el("p", { role: "status" });
   return [
@@ -762,10 +764,24 @@ function span(s) {
 }
 
 // An endpoint's notifications in the queue: its held ones when it is paused, else those
-// retrying.
+// an open circuit holds back if one is open, else those retrying.
 function endpointQueue(e) {
-  const q = new URLSearchParams({ state: e.state === "paused" ? "held" : "retrying", endpoint: e.id });
-  return `#/queue?${q}`;
+  const state = e.state === "paused" ? "held" : e.circuits.some((c) => c.state === "open") ? "held_back" : "retrying";
+  return `#/queue?${new URLSearchParams({ state, endpoint: e.id })}`;
+}
+
+// An endpoint's circuits, one per path that had one open: an open one with since when,
+// its next probe and what it holds back (`held_back`, counted in the view of one
+// endpoint), a closed one with when it closed.
+function circuits(e) {
+  if (!e.circuits.length) return "—";
+  const heldBack = (c) => c.held_back === undefined ? null
+    : el("a", { href: `#/queue?${new URLSearchParams({ state: "held_back", endpoint: e.id })}` }, `${c.held_back} held back`);
+  return el("ul", { class: "circuits" }, e.circuits.map((c) => el("li", { class: `circuit-${c.state}` },
+    el("span", { class: "path" }, c.path), " ",
+    c.state === "open"
+      ? [`open since ${when(c.open_since)} · next probe ${when(c.next_probe_at)}`, c.held_back === undefined ? null : " · ", heldBack(c)]
+      : `closed ${when(c.closed_at)}`)));
 }
 
 // An endpoint's dead letters, which the view replays all at once after an outage.
@@ -781,6 +797,9 @@ async function endpoints(params) {
   q.set("limit", "50");
   if (params.get("cursor")) q.set("cursor", params.get("cursor"));
   const page = await api(`/endpoints?${q}`);
+  // What each open circuit holds back is counted in the view of its endpoint alone.
+  page.items = await Promise.all(page.items.map((e) => e.circuits.some((c) => c.state === "open")
+    ? api(`/endpoints/${encodeURIComponent(e.id)}`) : e));
   const states = (f) => f === "state" &&
     el("select", { id: "e-state", name: "state" }, el("option", { value: "" }, "any"),
       ["healthy", "failing", "paused"].map((s) => el("option", { value: s, selected: params.get("state") === s }, s)));
@@ -798,7 +817,7 @@ async function endpoints(params) {
         : "No endpoints yet: an endpoint (a callback's scheme, host and port) is listed once a notification to it is registered.")
       : el("div", { class: "table-wrap" }, el("table", { "aria-label": "Endpoints" },
         el("thead", {}, el("tr", {}, el("th", {}, "Endpoint"), el("th", {}, "State"),
-          tenantHead(), el("th", {}, "Failures in a row"),
+          tenantHead(), el("th", {}, "Circuits"), el("th", {}, "Failures in a row"),
           el("th", {}, "Last hour ok"), el("th", { class: "wide" }, "Last day ok"),
           el("th", { class: "wide" }, "Last failure"), el("th", {}, "Last success"),
           el("th", {}, el("span", { class: "visually-hidden" }, "Actions")))),
@@ -808,6 +827,7 @@ async function endpoints(params) {
             e.paused ? el("div", { class: "muted" }, `by ${e.paused.by} ${when(e.paused.since)}`)
               : e.failing_since ? el("div", { class: "muted" }, `since ${when(e.failing_since)}`) : null),
           tenantCell(e.tenant),
+          el("td", {}, circuits(e)),
           el("td", {}, e.consecutive_failures),
           el("td", {}, span(e.last_hour)),
           el("td", { class: "wide" }, span(e.last_day)),

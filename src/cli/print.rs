@@ -420,13 +420,53 @@ pub fn endpoints(a: &Answer, out: &mut Out) {
             ]);
         }
         out.line(t);
+        circuits(items, true, out);
     }
     if let Some(next) = a["next_cursor"].as_str() {
         out.line(format!("\nmore: --cursor {next}"));
     }
 }
 
-/// One endpoint.
+/// The circuits of `endpoints`, a line per path (each path of an endpoint has its own
+/// breaker): open or closed, open since when, when its next probe may go, and what it
+/// holds back (counted in the view of one endpoint), or when it closed; nothing when none
+/// has one. With `ids` (a list of endpoints), each line names its endpoint.
+fn circuits(endpoints: &[Value], ids: bool, out: &mut Out) {
+    let each = |e: &'_ Value| e["circuits"].as_array().cloned().unwrap_or_default();
+    let rows: Vec<(&Value, Value)> = endpoints
+        .iter()
+        .flat_map(|e| each(e).into_iter().map(move |c| (e, c)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let mut header = vec!["PATH", "CIRCUIT", "OPEN SINCE", "NEXT PROBE", "CLOSED AT"];
+    if ids {
+        header.insert(0, "ENDPOINT");
+    } else {
+        header.insert(4, "HELD BACK");
+    }
+    let mut t = table(&header);
+    for (e, c) in rows {
+        let mut row = vec![
+            text(&c["path"]),
+            text(&c["state"]),
+            text(&c["open_since"]),
+            text(&c["next_probe_at"]),
+            text(&c["closed_at"]),
+        ];
+        if ids {
+            row.insert(0, text(&e["id"]));
+        } else {
+            row.insert(4, text(&c["held_back"]));
+        }
+        t.add_row(row);
+    }
+    out.line("\ncircuits:");
+    out.line(t);
+}
+
+/// One endpoint, then its circuits.
 pub fn endpoint(a: &Answer, out: &mut Out) {
     let mut shown = a.value.clone();
     shown["last_hour"] = span(&a["last_hour"]).into();
@@ -447,8 +487,11 @@ pub fn endpoint(a: &Answer, out: &mut Out) {
         } else {
             ""
         };
-        shown["notifications"] =
-            format!("{at_least}{} pending, {} held", n["pending"], n["held"]).into();
+        shown["notifications"] = format!(
+            "{at_least}{} pending, {} held (endpoint paused), {} held back (circuit open)",
+            n["pending"], n["held"], n["held_back"]
+        )
+        .into();
     }
     let keys = [
         "id",
@@ -467,6 +510,7 @@ pub fn endpoint(a: &Answer, out: &mut Out) {
         "last_success_at",
     ];
     fields(&shown, &keys, out);
+    circuits(std::slice::from_ref(&a.value), false, out);
 }
 
 /// A page of subscriptions, and how to get the next one.
@@ -627,8 +671,8 @@ fn elsewhere(counts: &Value, out: &mut Out) {
     let states = [
         (
             "scheduled",
-            "retrying or held",
-            "--state retrying, --state held",
+            "retrying, held (endpoint paused) or held back (circuit open)",
+            "--state retrying, --state held, --state held_back",
         ),
         ("in_flight", "in flight", "--state in_flight"),
         ("dead", "dead", "--state dead"),
@@ -893,6 +937,82 @@ mod tests {
         for not_json in ["{\"a\": 1} x", "{\"a\": }", "order=1", ""] {
             assert_eq!(pretty_json(not_json), None, "{not_json}");
         }
+    }
+
+    /// An endpoint whose circuit at one path is open and holds two back, and whose
+    /// circuit at another closed, as `GET /endpoints/{id}` answers.
+    fn endpoint_with_circuits() -> Value {
+        serde_json::json!({
+            "id": "ep_0123456789abcdef01234567", "tenant": "default",
+            "url": "https://shop.example", "state": "failing",
+            "first_seen_at": "2026-01-01T00:00:00.000Z",
+            "last_attempt_at": "2026-01-01T06:11:40.000Z", "last_success_at": null,
+            "failing_since": "2026-01-01T06:11:20.000Z", "consecutive_failures": 10,
+            "last_failure": {"at": "2026-01-01T06:11:40.000Z", "status": 503, "error": null},
+            "last_hour": {"attempts": 10, "successes": 0, "success_rate": 0.0},
+            "last_day": {"attempts": 10, "successes": 0, "success_rate": 0.0},
+            "paused": null,
+            "circuits": [
+                {"path": "/hook", "state": "open", "open_since": "2026-01-01T06:11:33.000Z",
+                 "next_probe_at": "2026-01-01T06:12:03.000Z", "closed_at": null, "held_back": 2},
+                {"path": "/refunds", "state": "closed", "open_since": null,
+                 "next_probe_at": null, "closed_at": "2026-01-01T05:00:00.000Z", "held_back": 0},
+            ],
+            "notifications": {"pending": 1, "held": 0, "held_back": 2, "complete": true},
+        })
+    }
+
+    #[test]
+    fn one_endpoint_shows_each_circuit_and_what_it_holds_back() {
+        let mut out = Out::default();
+        endpoint(&Answer::from(endpoint_with_circuits()), &mut out);
+        let shown = [
+            "id:                   ep_0123456789abcdef01234567",
+            "tenant:               default",
+            "url:                  https://shop.example",
+            "state:                failing",
+            "notifications:        1 pending, 0 held (endpoint paused), 2 held back (circuit open)",
+            "consecutive_failures: 10",
+            "failing_since:        2026-01-01T06:11:20.000Z",
+            "last_failure:         2026-01-01T06:11:40.000Z HTTP 503",
+            "last_hour:            0/10 ok (0.0%)",
+            "last_day:             0/10 ok (0.0%)",
+            "first_seen_at:        2026-01-01T00:00:00.000Z",
+            "last_attempt_at:      2026-01-01T06:11:40.000Z",
+            "",
+            "circuits:",
+            " PATH      CIRCUIT  OPEN SINCE                NEXT PROBE                HELD BACK  CLOSED AT",
+            " /hook     open     2026-01-01T06:11:33.000Z  2026-01-01T06:12:03.000Z  2          -",
+            " /refunds  closed   -                         -                         0          2026-01-01T05:00:00.000Z",
+        ];
+        assert_eq!(lines(&out.0), shown, "{}", out.0);
+    }
+
+    /// What was printed, a line each, without the spaces a table ends its lines with.
+    fn lines(printed: &str) -> Vec<&str> {
+        printed.lines().map(str::trim_end).collect()
+    }
+
+    #[test]
+    fn a_list_of_endpoints_shows_each_circuit_under_its_endpoint() {
+        let mut listed = endpoint_with_circuits();
+        listed.as_object_mut().unwrap().remove("notifications");
+        for c in listed["circuits"].as_array_mut().unwrap() {
+            c.as_object_mut().unwrap().remove("held_back");
+        }
+        let page = serde_json::json!({"items": [listed], "next_cursor": null});
+        let mut out = Out::default();
+        endpoints(&Answer::from(page), &mut out);
+        let shown = [
+            " ID                           TENANT   URL                   STATE    FAILURES  SINCE                     LAST HOUR       LAST SUCCESS",
+            " ep_0123456789abcdef01234567  default  https://shop.example  failing  10        2026-01-01T06:11:20.000Z  0/10 ok (0.0%)  -",
+            "",
+            "circuits:",
+            " ENDPOINT                     PATH      CIRCUIT  OPEN SINCE                NEXT PROBE                CLOSED AT",
+            " ep_0123456789abcdef01234567  /hook     open     2026-01-01T06:11:33.000Z  2026-01-01T06:12:03.000Z  -",
+            " ep_0123456789abcdef01234567  /refunds  closed   -                         -                         2026-01-01T05:00:00.000Z",
+        ];
+        assert_eq!(lines(&out.0), shown, "{}", out.0);
     }
 
     #[test]

@@ -839,13 +839,109 @@ async fn endpoints_lists_the_failing_one_and_shows_its_last_failure() {
     let out = ok(&pb, &["endpoints", &id]);
     let shown = out.lines().find(|l| l.starts_with("notifications:"));
     assert!(
-        shown.is_some_and(|l| l.ends_with(" 0 pending, 1 held")),
+        shown.is_some_and(
+            |l| l.ends_with(" 0 pending, 1 held (endpoint paused), 0 held back (circuit open)")
+        ),
         "{out}"
     );
     let out = ok(&pb, &["endpoints", &id, "--resume"]);
     let state = out.lines().find(|l| l.starts_with("state:")).unwrap_or("");
     assert!(state.ends_with(" failing"), "{out}");
     pb.wait_state(&held, "dead", WAIT).await;
+}
+
+/// The line of the table under `circuits:` in `shown` that names `path`, its cells.
+fn circuit_line<'a>(shown: &'a str, path: &str) -> Vec<&'a str> {
+    let under = shown.lines().skip_while(|l| *l != "circuits:").skip(1);
+    let line = under
+        .take_while(|l| !l.is_empty())
+        .find(|l| l.contains(path));
+    line.unwrap_or_else(|| panic!("no circuit of {path}: {shown}"))
+        .split_whitespace()
+        .collect()
+}
+
+/// An open circuit shows where an operator looks: `endpoints` lists it under its
+/// endpoint, `endpoints ID` with what it holds back, apart from what a pause holds, and
+/// `list --state held_back` lists those; once it closes, both say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_show_each_circuit_and_list_reaches_what_it_holds_back() {
+    let (_backend, receiver, pb) = support::start_any(&[
+        ("POSTBACK_DELIVERY_BREAKER_FAILURES", "3"),
+        ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", "1h"),
+    ])
+    .await;
+    receiver.set_down(true);
+    let url = receiver.url("/shop/hook");
+    for _ in 0..3 {
+        let opener = serde_json::json!({"url": url, "body": {}, "schedule": []});
+        let id = pb.register(opener).await;
+        pb.wait_state(&id, "dead", WAIT).await;
+    }
+    let held = notify(&pb, &url, &["--schedule", "1h"]);
+    let seen = support::eventually(WAIT, || async {
+        pb.notification(&held).await["held_back_since"].is_string()
+    });
+    assert!(seen.await, "held back by the open circuit");
+
+    let id = endpoint_id(&pb, &receiver.url("")).await;
+    let listed = support::eventually(WAIT, || async {
+        ok(&pb, &["endpoints"]).contains("circuits:")
+    });
+    assert!(
+        listed.await,
+        "the circuit is listed once its record is written"
+    );
+    let out = ok(&pb, &["endpoints"]);
+    let line = circuit_line(&out, "/shop/hook");
+    assert_eq!(
+        (line[0], line[1], line[2]),
+        (id.as_str(), "/shop/hook", "open"),
+        "{out}"
+    );
+    assert!(
+        line[3].ends_with('Z') && line[4].ends_with('Z'),
+        "open since, next probe: {out}"
+    );
+    assert_eq!(line[5], "-", "not closed: {out}");
+
+    let out = ok(&pb, &["endpoints", &id]);
+    let backlog = out.lines().find(|l| l.starts_with("notifications:"));
+    assert!(
+        backlog.is_some_and(
+            |l| l.ends_with(" 0 pending, 0 held (endpoint paused), 1 held back (circuit open)")
+        ),
+        "{out}"
+    );
+    let line = circuit_line(&out, "/shop/hook");
+    assert_eq!(
+        (line[0], line[1], line[4]),
+        ("/shop/hook", "open", "1"),
+        "{out}"
+    );
+
+    let out = ok(&pb, &["list", "--state", "held_back"]);
+    assert!(out.contains(&held) && out.contains("held_back"), "{out}");
+    assert!(ok(&pb, &["list", "--state", "held"]).contains("no held notifications"));
+    let help = ok(&pb, &["list", "--help"]);
+    assert!(help.contains("held_back"), "{help}");
+
+    receiver.set_down(false);
+    ok(&pb, &["attempt-now", &held]);
+    pb.wait_state(&held, "delivered", WAIT).await;
+    let closed = support::eventually(WAIT, || async {
+        let out = ok(&pb, &["endpoints", &id]);
+        circuit_line(&out, "/shop/hook")[1] == "closed"
+    });
+    assert!(
+        closed.await,
+        "the circuit closed once its probe was delivered"
+    );
+    let out = ok(&pb, &["endpoints", &id]);
+    let line = circuit_line(&out, "/shop/hook");
+    assert_eq!((line[2], line[3], line[4]), ("-", "-", "0"), "{out}");
+    assert!(line[5].ends_with('Z'), "closed at: {out}");
+    assert!(ok(&pb, &["list", "--state", "held_back"]).contains("no held_back notifications"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,15 +35,19 @@ const api = process.env.POSTBACK_URL;
 const token = process.env.POSTBACK_TOKEN;
 const shots = process.env.SCREENSHOTS || "docs";
 
-// The receiver: /down always fails, /up records what it gets (the ids, and each request's
-// headers and raw body, which the merchant's page's code verifies).
+// The receiver: /down always fails (but a path in `recovered`), /up records what it gets
+// (the ids, and each request's headers and raw body, which the merchant's page's code
+// verifies).
 const delivered = [];
 const requests = [];
+const recovered = new Set();
 const receiver = http.createServer((req, res) => {
   const chunks = [];
   req.on("data", (c) => chunks.push(c));
   req.on("end", () => {
-    if (req.url.startsWith("/up")) {
+    if (recovered.has(req.url)) {
+      res.writeHead(200).end("ok");
+    } else if (req.url.startsWith("/up")) {
       delivered.push(req.headers["webhook-id"]);
       requests.push({ headers: req.headers, body: Buffer.concat(chunks) });
       res.writeHead(200).end("ok");
@@ -213,7 +217,10 @@ async function merchantPage(browser, errors) {
 }
 
 // An endpoint whose circuit is open: a notification to it is held back, no attempt
-// counted, its history noting the wait, and the page says until when it may wait.
+// counted, its history noting the wait, and the page says until when it may wait; the
+// endpoints page shows the circuit of its path open with what it holds back, and the
+// overview counts that apart from the held. Once the receiver answers again, an attempt
+// now lets the circuit probe, it closes, and both pages say so.
 async function heldBack(page) {
   for (let n = 0; n < 10; n++) {
     const opener = await call("POST", "/notify", { url: target("/down/circuit"), body: { n }, schedule: [] });
@@ -229,6 +236,27 @@ async function heldBack(page) {
   assert.equal(await page.locator("#attempts").textContent(), "0 of 3");
   assert.match(await page.locator("ol.timeline").textContent(), /^Held back: its endpoint's circuit is open/);
   await page.screenshot({ path: `${shots}/ui-held-back.png`, fullPage: true });
+
+  const row = page.getByRole("table", { name: "Endpoints" }).locator("tbody tr").filter({ hasText: target("") });
+  const circuit = row.locator("li", { hasText: "/down/circuit" });
+  await page.goto(`${api}/ui#/endpoints`);
+  await circuit.waitFor();
+  assert.match(await circuit.textContent(), /^\/down\/circuit open since .* · next probe .* · 1 held back$/);
+  const count = (label) => page.locator(".count", { hasText: label }).locator("b");
+  await page.goto(`${api}/ui#/overview`);
+  assert.equal(await count("Held back (circuit open)").textContent(), "1");
+  assert.equal(await count("Held (endpoint paused)").textContent(), "0");
+
+  recovered.add("/down/circuit");
+  await page.goto(`${api}/ui#/lookup/${held.id}`);
+  await page.getByRole("button", { name: "Attempt now" }).click();
+  await eventually("delivered once the circuit probed", async () =>
+    (await call("GET", `/notifications/${held.id}`)).state === "delivered");
+  await page.goto(`${api}/ui#/endpoints`);
+  await circuit.waitFor();
+  assert.match(await circuit.textContent(), /^\/down\/circuit closed /);
+  await page.goto(`${api}/ui#/overview`);
+  assert.equal(await count("Held back (circuit open)").textContent(), "0");
 }
 
 // A body as a payment system may write one: an integer past 2^64, a decimal with a
@@ -733,7 +761,7 @@ try {
 
   assert.deepEqual(errors, [], "no script errors");
   assert.deepEqual(refused, [], "nothing the pages need is refused by their Content-Security-Policy");
-  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, bodies as stored, merchant's page (roles, request and response, cycles, a dead letter resent from its page, signing keys verified in Node.js and Python), held back by an open circuit, phone width: ok");
+  console.log("review page: sign-in, overview (and one tenant's), dead letters, keyboard, replay, bulk replay, audit, queue, search, cancel, resend, bulk resend, endpoints, pause and resume, an endpoint's dead letters replayed, subscriptions and events, a link opened in a signed-in tab asks, bodies as stored, merchant's page (roles, request and response, cycles, a dead letter resent from its page, signing keys verified in Node.js and Python), held back by an open circuit (its endpoint's circuit and the overview's count, until it closes), phone width: ok");
 } finally {
   await browser.close();
   receiver.close();
