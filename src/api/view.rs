@@ -22,17 +22,23 @@ use crate::tenancy::access::Principal;
 
 pub use crate::domain::rfc3339;
 
-// The API's own copy of `lifecycle::JobState`, so that the HTTP schema stays in `api/`.
-/// Where a notification is in its life.
-#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+// The API's spelling of `store::Listed`, so that the HTTP schema stays in `api/`.
+/// Where a notification is in its life: one word for its view and for the list it is in
+/// (`GET /notifications?state=`), both from `Listed::of`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[schema(as = JobState)]
 pub enum StateView {
+    /// Due at its time, no attempt of its current cycle made yet.
     Scheduled,
-    /// Scheduled, and held while its endpoint is paused (from the pause on, unless it
-    /// waits behind its ordering key): not attempted, its schedule frozen, until the
-    /// endpoint is resumed.
+    /// Due at its time, after a failed attempt of its current cycle.
+    Retrying,
+    /// Held while its endpoint is paused (from the pause on, unless it waits behind its
+    /// ordering key): not attempted, its schedule frozen, until the endpoint is resumed.
     Held,
+    /// Held back by its endpoint path's open circuit: no request made, no attempt
+    /// counted; it goes when the circuit lets a request through.
+    HeldBack,
     InFlight,
     Delivered,
     Dead,
@@ -47,16 +53,24 @@ impl std::fmt::Display for StateView {
     }
 }
 
+impl From<Listed> for StateView {
+    fn from(listed: Listed) -> Self {
+        match listed {
+            Listed::Scheduled => StateView::Scheduled,
+            Listed::Retrying => StateView::Retrying,
+            Listed::Held => StateView::Held,
+            Listed::HeldBack => StateView::HeldBack,
+            Listed::InFlight => StateView::InFlight,
+            Listed::Delivered => StateView::Delivered,
+            Listed::Dead => StateView::Dead,
+            Listed::Cancelled => StateView::Cancelled,
+        }
+    }
+}
+
 impl From<&JobStatus> for StateView {
     fn from(status: &JobStatus) -> Self {
-        match status.state {
-            JobState::Scheduled if status.held => StateView::Held,
-            JobState::Scheduled => StateView::Scheduled,
-            JobState::InFlight => StateView::InFlight,
-            JobState::Delivered => StateView::Delivered,
-            JobState::Dead => StateView::Dead,
-            JobState::Cancelled => StateView::Cancelled,
-        }
+        Listed::of(status).into()
     }
 }
 
@@ -430,11 +444,8 @@ pub struct DeadLetterPage {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NotificationItem {
     pub id: String,
-    /// The list it is in: `scheduled`, `retrying` (scheduled after a failed attempt),
-    /// `held` (its endpoint paused), `held_back` (its endpoint path's open circuit holds
-    /// it back), `in_flight`, `delivered`, `dead` or `cancelled`.
-    #[schema(example = "retrying")]
-    pub state: &'static str,
+    /// The list it is in, the state its view shows.
+    pub state: StateView,
     pub url: String,
     pub topic: Option<String>,
     pub tenant: String,
@@ -459,7 +470,7 @@ impl From<&JobView> for NotificationItem {
         let (s, last) = (&v.status, Ended::last(&v.history));
         Self {
             id: v.id.to_string(),
-            state: Listed::of(s).name(),
+            state: s.into(),
             url: v.spec.url.clone(),
             topic: v.spec.topic.clone(),
             tenant: v.spec.tenant.to_string(),
@@ -726,6 +737,15 @@ mod tests {
     #[test]
     fn formats_milliseconds() {
         assert_eq!(rfc3339(1_767_225_600_123), "2026-01-01T00:00:00.123Z");
+    }
+
+    /// A view's state and the list it is in are one word: what `?state=` takes.
+    #[test]
+    fn a_state_is_spelled_as_the_list_of_its_name() {
+        use super::{Listed, StateView};
+        for listed in Listed::ALL {
+            assert_eq!(StateView::from(listed).to_string(), listed.name());
+        }
     }
 }
 

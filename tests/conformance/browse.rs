@@ -179,6 +179,14 @@ async fn each_state_and_filter_lists_exactly_what_matches_in_order() {
         .is_empty());
     assert!(ids(&pb, "idempotency_key=order-9999").await.is_empty());
 
+    // A notification's view says the state of the list it is in, in the same word.
+    for state in ["scheduled", "retrying", "delivered", "dead", "cancelled"] {
+        for id in ids(&pb, &format!("state={state}")).await {
+            let view = pb.notification(&id).await;
+            assert_eq!(view["state"], state, "listed as {state}: {view}");
+        }
+    }
+
     // What a list item carries.
     let (_, page) = pb.get("/notifications?state=retrying").await;
     let item = &page["items"][0];

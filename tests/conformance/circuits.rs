@@ -66,7 +66,7 @@ async fn an_open_circuit_spends_no_tier_and_what_it_held_back_goes_once_it_close
         let n = pb.notification(id).await;
         assert_eq!(
             (n["state"].as_str(), n["attempts"].as_u64()),
-            (Some("scheduled"), Some(0)),
+            (Some("held_back"), Some(0)),
             "no tier spent while the circuit is open: {n}"
         );
         assert_eq!(kinds(&n), ["circuit_wait"], "the wait noted once: {n}");
