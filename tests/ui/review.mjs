@@ -174,7 +174,8 @@ async function merchantPage(browser, errors) {
   await merchant.goto(`${api}/ui#/lookup/${id}`);
   await merchant.getByRole("button", { name: "Resend…" }).waitFor();
   await merchant.goto(`${api}/ui#/lookup/${dying.id}`);
-  await merchant.getByRole("heading", { name: "Request" }).waitFor();
+  // The page before was a lookup too: this one once it says dead.
+  await merchant.locator("#lookup-state", { hasText: "dead" }).waitFor();
   assert.equal(await merchant.getByRole("button", { name: "Resend…" }).count(), 0, "resending a dead one needs `replay`");
   await merchant.goto(`${api}/ui#/dead`);
   await merchant.getByRole("heading", { name: "Dead letters" }).waitFor();
@@ -239,6 +240,13 @@ async function heldBack(page) {
 
   const row = page.getByRole("table", { name: "Endpoints" }).locator("tbody tr").filter({ hasText: target("") });
   const circuit = row.locator("li", { hasText: "/down/circuit" });
+  // The circuit as the endpoint's record has it (written once a second).
+  const circuitIs = (state) => async () => {
+    const listed = (await call("GET", "/endpoints")).items.find((e) => e.url === target(""));
+    const one = listed && await call("GET", `/endpoints/${listed.id}`);
+    return one?.circuits.some((c) => c.path === "/down/circuit" && c.state === state && (state === "closed" || c.held_back === 1));
+  };
+  await eventually("the circuit open, holding one back", circuitIs("open"));
   await page.goto(`${api}/ui#/endpoints`);
   await circuit.waitFor();
   assert.match(await circuit.textContent(), /^\/down\/circuit open since .* · next probe .* · 1 held back$/);
@@ -252,6 +260,7 @@ async function heldBack(page) {
   await page.getByRole("button", { name: "Attempt now" }).click();
   await eventually("delivered once the circuit probed", async () =>
     (await call("GET", `/notifications/${held.id}`)).state === "delivered");
+  await eventually("the circuit closed", circuitIs("closed"));
   await page.goto(`${api}/ui#/endpoints`);
   await circuit.waitFor();
   assert.match(await circuit.textContent(), /^\/down\/circuit closed /);
