@@ -177,16 +177,17 @@ function timeline(n) {
   if (n.cycles.length < 2) {
     return n.history.length ? entries(n.history, n.request.url) : el("p", { class: "muted" }, "No attempt yet.");
   }
-  return el("div", { class: "cycles" }, n.cycles.map((c) => el("section", { class: "cycle", "aria-label": `Cycle ${c.cycle}` },
+  return el("div", { class: "cycles" }, n.cycles.map((c) => el("section", { class: "cycle", "aria-label": c.name },
     el("h3", {}, cycleTitle(c)),
     el("p", { class: "muted" }, `${when(c.began_at)} · to `, el("span", { class: "went-to" }, c.url || "an unrecorded URL")),
     entries(n.history.filter((e) => e.cycle === c.cycle), n.request.url))));
 }
 
-const BEGAN = { registered: "Registered", replay: "Replayed", resend: "Resent", unrecorded: "Sent again" };
 const plural = (count, word) => `${count} ${word}${count === 1 ? "" : "s"}`;
+// A cycle under the name the API gives it, as the command line shows it too:
+// "Registered", "Replay 1", "Resend 2", …
 function cycleTitle(c) {
-  return `${c.cycle === 0 ? "First cycle" : `Cycle ${c.cycle}`}: ${BEGAN[c.began] || c.began} · ${plural(c.attempts, "attempt")}`;
+  return `${c.name} · ${plural(c.attempts, "attempt")}`;
 }
 
 // One cycle's entries as a timeline.
@@ -218,7 +219,13 @@ function entries(list, nextUrl) {
 // "2 of 2", and with earlier cycles "2 of 2 in this cycle; 9 in all".
 function attemptCount(n) {
   const current = `${n.attempts} of ${n.max_attempts}`;
-  return n.replays ? `${current} in this cycle; ${n.total_attempts} in all` : current;
+  return n.cycle ? `${current} in this cycle; ${n.total_attempts} in all` : current;
+}
+
+// How often it was sent again, replays and resends each counted apart.
+function sentAgain(n) {
+  return [el("dt", {}, "Replays"), el("dd", { id: "replays" }, n.replays),
+    el("dt", {}, "Resends"), el("dd", { id: "resends" }, n.resends)];
 }
 
 // While its endpoint's open circuit holds it back: since when, and its deadline.
@@ -516,7 +523,7 @@ async function deadLetter(id) {
       el("dt", {}, "Attempts"), el("dd", { id: "attempts" }, attemptCount(d)),
       el("dt", {}, "Created"), el("dd", {}, when(d.created_at)),
       el("dt", {}, "Dead since"), el("dd", {}, when(d.dead_at)),
-      el("dt", {}, "Replays"), el("dd", {}, d.replays))),
+      ...sentAgain(d))),
     offers(d, "replay") ? replay : null,
     actions.length ? el("div", { class: "actions" }, actions) : null,
     status,
@@ -709,7 +716,7 @@ function requestSent(n) {
   const elsewhere = n.history.some((a) => a.url && a.url !== r.url);
   return [
     el("h2", {}, "Request"),
-    el("p", { class: "muted" }, `${n.replays ? "Each attempt of its current cycle sends" : "Each attempt sends"} this, with its own webhook-timestamp and webhook-signature `,
+    el("p", { class: "muted" }, `${n.cycle ? "Each attempt of its current cycle sends" : "Each attempt sends"} this, with its own webhook-timestamp and webhook-signature `,
       el("a", { href: "#/keys" }, "(how to verify)"), ".",
       elsewhere ? " Earlier attempts went to the URL their history names." : null),
     el("pre", { id: "request-head" }, [`${r.method} ${r.url}`, ...r.headers.map((h) => `${h.name}: ${h.value}`)].join("\n")),
@@ -742,7 +749,7 @@ async function lookup(id) {
         ...heldBack(n),
         el("dt", {}, "Created"), el("dd", {}, when(n.created_at)),
         el("dt", {}, "Finished"), el("dd", {}, when(n.finished_at)),
-        el("dt", {}, "Replays"), el("dd", {}, n.replays))),
+        ...sentAgain(n))),
       el("div", { class: "actions" },
         el("button", { type: "button", class: "secondary", onclick: () => route() }, "Refresh"),
         ...notificationActions(n, status),

@@ -43,7 +43,7 @@ pub struct ResendRequest {
 /// Send a delivered, dead or cancelled notification again: a new cycle from a fresh
 /// attempt count, under the same id (the receiver sees the same `webhook-id`), with its
 /// body, headers and URL as they were. Its history keeps the earlier attempts and
-/// `replays` counts the new cycles; the audit log records who asked. An ordering key's
+/// `resends` counts the resends (and `cycle` the cycles); the audit log records who asked. An ordering key's
 /// notification goes to the back of its key. Role `operate`, for a notification of the
 /// token's tenant: action `resend`, and for a dead one `replay` too (it is revived as a
 /// replay would), for a cancelled one `cancel` (its cancel is undone); `403` without.

@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 use super::permits;
 use crate::delivery::sender::request_headers;
 use crate::domain::{
-    duration_text, shown_value, Attempt, Cycle, Cycles, Ended, Entry, NoteKind, RawSuccess,
+    duration_text, shown_value, Attempt, Began, Cycle, Cycles, Ended, Entry, NoteKind, RawSuccess,
     ShardHealth,
 };
 use crate::endpoints::health::{CircuitRecord, Span};
@@ -133,8 +133,13 @@ pub enum EntryKind {
 /// again from a fresh attempt count.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CycleView {
-    /// 0 for the registration's, then 1, 2, … (`replays` is the current one).
+    /// 0 for the registration's, then 1, 2, … (`cycle` of the notification is the
+    /// current one).
     pub cycle: u32,
+    /// What the review page and the command line call it: `Registered`, then `Replay 1`,
+    /// `Resend 2`, … (`Sent again 3` for one an earlier build kept no note of).
+    #[schema(example = "Replay 1")]
+    pub name: String,
     /// `registered`, `replay`, `resend`, or `unrecorded` (sent again by a build that
     /// kept no note of it: its attempts are counted in the cycle before).
     #[schema(example = "replay")]
@@ -179,6 +184,7 @@ impl From<&Cycle> for CycleView {
     fn from(c: &Cycle) -> Self {
         Self {
             cycle: c.number,
+            name: c.name(),
             began: c.began.as_str(),
             began_at: c.at.map(rfc3339),
             url: c.url.clone(),
@@ -255,8 +261,13 @@ pub struct NotificationView {
     pub finished_at: Option<String>,
     /// A cancel arrived during an attempt; it is cancelled once that attempt ends.
     pub cancel_requested: bool,
-    /// How often it was replayed or resent: the number of its current cycle.
+    /// The number of its current cycle: 0 until it is replayed or resent, then one more
+    /// with each replay or resend (`cycles` says which each was).
+    pub cycle: u32,
+    /// How often its dead letter was replayed: the cycles a replay began.
     pub replays: u32,
+    /// How often it was resent: the cycles a resend began.
+    pub resends: u32,
     /// Its cycles, oldest first: its registration, then each replay or resend.
     pub cycles: Vec<CycleView>,
     /// What each attempt of its current cycle sends (earlier attempts went to the `url`
@@ -368,7 +379,9 @@ impl NotificationView {
             created_at: rfc3339(s.created_at),
             finished_at: s.finished_at.map(rfc3339),
             cancel_requested: s.cancel_requested,
-            replays: s.replays,
+            cycle: s.replays,
+            replays: cycles.count(Began::Replay),
+            resends: cycles.count(Began::Resend),
             cycles: cycles.cycles.iter().map(CycleView::from).collect(),
             request: RequestView::of(v),
             history,

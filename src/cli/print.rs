@@ -112,6 +112,7 @@ pub fn notification(a: &Answer, out: &mut Out) {
             "finished_at",
             "cancel_requested",
             "replays",
+            "resends",
         ],
         out,
     );
@@ -136,6 +137,7 @@ pub fn dead_letter(a: &Answer, out: &mut Out) {
             "dead_at",
             "created_at",
             "replays",
+            "resends",
         ],
         out,
     );
@@ -233,7 +235,7 @@ fn new_line(depth: usize, out: &mut String) {
 /// `2 of 2`, and once it was sent again `2 of 2 in this cycle; 9 in all`; the count
 /// alone where the answer has no more.
 fn attempts(a: &Value, count: &Value) -> String {
-    let again = a["replays"].as_u64().is_some_and(|n| n > 0);
+    let again = a["cycle"].as_u64().is_some_and(|n| n > 0);
     match (&a["max_attempts"], &a["total_attempts"]) {
         (Value::Null, _) => text(count),
         (max, total) if again && !total.is_null() => format!(
@@ -737,9 +739,10 @@ pub fn count(verb: &str, noun: &str, a: &Answer, out: &mut Out) {
     out.line(format!("{verb} {} {noun}", text(&a["count"])));
 }
 
-/// The history, a table per cycle under the line that says how and when the cycle
-/// began, where it went and how many attempts it made; attempts numbered within their
-/// cycle, a circuit's note (no request) marked `-`.
+/// The history, a table per cycle under the line that names the cycle as the review
+/// page does (`Registered`, `Replay 1`, `Resend 2`, …) and says when it began, where it
+/// went and how many attempts it made; attempts numbered within their cycle, a circuit's
+/// note (no request) marked `-`.
 fn history(a: &Value, out: &mut Out) {
     let entries = a["history"]
         .as_array()
@@ -754,9 +757,8 @@ fn history(a: &Value, out: &mut Out) {
         let own: Vec<&Value> = entries.iter().filter(|e| &e["cycle"] == number).collect();
         let plural = if cycle["attempts"] == 1 { "" } else { "s" };
         out.line(format!(
-            "\ncycle {}: {} {}, to {}: {} attempt{plural}",
-            text(number),
-            text(&cycle["began"]),
+            "\n{}, {}, to {}: {} attempt{plural}",
+            text(&cycle["name"]),
             text(&cycle["began_at"]),
             text(&cycle["url"]),
             text(&cycle["attempts"]),
@@ -768,9 +770,10 @@ fn history(a: &Value, out: &mut Out) {
     let last = entries.iter().rev().find(|e| e["kind"] == "attempt");
     let headers = last.and_then(|h| h["response_headers"].as_array());
     if let (Some(last), Some(headers)) = (last, headers.filter(|h| !h.is_empty())) {
+        let cycle = cycles.iter().find(|c| c["cycle"] == last["cycle"]);
         out.line(format!(
-            "\nresponse headers of the last attempt (cycle {}, {}):",
-            text(&last["cycle"]),
+            "\nresponse headers of the last attempt ({}, {}):",
+            text(cycle.map_or(&Value::Null, |c| &c["name"])),
             text(&last["at"])
         ));
         for h in headers {

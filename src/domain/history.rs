@@ -206,6 +206,21 @@ pub struct Cycle {
     pub attempts: u32,
 }
 
+impl Cycle {
+    /// What the review page and the command line call it: `Registered`, then by how it
+    /// began and its number, `Replay 1`, `Resend 2`, … (`Sent again 3` for one an earlier
+    /// build kept no note of).
+    pub fn name(&self) -> String {
+        let n = self.number;
+        match self.began {
+            Began::Registered => "Registered".into(),
+            Began::Replay => format!("Replay {n}"),
+            Began::Resend => format!("Resend {n}"),
+            Began::Unrecorded => format!("Sent again {n}"),
+        }
+    }
+}
+
 /// A history read as cycles: the cycles, and for each entry, the cycle it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cycles {
@@ -215,6 +230,11 @@ pub struct Cycles {
 }
 
 impl Cycles {
+    /// How many of its cycles began as `began` says: its replays, or its resends.
+    pub fn count(&self, began: Began) -> u32 {
+        self.cycles.iter().filter(|c| c.began == began).count() as u32
+    }
+
     /// The cycles of `history`, of a notification registered at `created_at`, sent again
     /// `replays` times, whose URL is `url_now`. Each replay or resend begins a cycle with
     /// a note; the entries after it are that cycle's. Replays made before such notes were
@@ -411,5 +431,22 @@ mod tests {
             (None, Some(a), Some(a)),
             "a resend keeps the URL; an unrecorded cycle may have changed it"
         );
+        let names: Vec<String> = c.cycles.iter().map(Cycle::name).collect();
+        assert_eq!(names, ["Registered", "Sent again 1", "Resend 2"]);
+        let counts = [Began::Replay, Began::Resend, Began::Unrecorded].map(|b| c.count(b));
+        assert_eq!(counts, [0, 1, 1], "a resend is no replay");
+    }
+
+    #[test]
+    fn each_cycle_is_named_by_how_it_began_and_its_number() {
+        let history = vec![
+            Entry::Note(Note::began(10, NoteKind::Replay, 1, None)),
+            Entry::Note(Note::began(20, NoteKind::Replay, 2, None)),
+            Entry::Note(Note::began(30, NoteKind::Resend, 3, None)),
+        ];
+        let c = Cycles::of(&history, 1, 3, "https://a.example/h");
+        let names: Vec<String> = c.cycles.iter().map(Cycle::name).collect();
+        assert_eq!(names, ["Registered", "Replay 1", "Replay 2", "Resend 3"]);
+        assert_eq!((c.count(Began::Replay), c.count(Began::Resend)), (2, 1));
     }
 }

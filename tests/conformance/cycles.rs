@@ -58,7 +58,16 @@ async fn each_cycle_shows_why_it_began_and_the_url_each_attempt_went_to() {
     let n = pb.wait_state(&id, "delivered", WAIT).await;
     assert_eq!(n["total_attempts"], 6, "{n}");
     assert_eq!(n["attempts"], 1);
-    assert_eq!(n["replays"], 3, "the current cycle");
+    assert_eq!(n["cycle"], 3, "the current cycle");
+    assert_eq!(
+        (&n["replays"], &n["resends"]),
+        (&json!(2), &json!(1)),
+        "replays and resends counted apart: {n}"
+    );
+    assert_eq!(
+        each(&n, "cycles", "name"),
+        ["Registered", "Replay 1", "Replay 2", "Resend 3"]
+    );
 
     assert_eq!(each(&n, "cycles", "cycle"), [0, 1, 2, 3]);
     assert_eq!(

@@ -529,7 +529,12 @@ async fn a_resend_revives_only_what_its_caller_may_replay_or_cancel() {
     let (_, resent) = f
         .get("tok-reader-a", &format!("/notifications/{dead}"))
         .await;
-    assert_eq!(resent["replays"], 1, "{resent}");
+    let counted = (&resent["replays"], &resent["resends"]);
+    assert_eq!(
+        counted,
+        (&json!(0), &json!(1)),
+        "a resend, no replay: {resent}"
+    );
 }
 
 /// The `actions` of a notification's view (and of its dead letter's) to `token`.

@@ -32,10 +32,14 @@ async fn a_delivered_notification_resent_reaches_the_receiver_again_with_the_sam
     let (status, answer) = post(&pb, &format!("/notifications/{id}/resend"), None).await;
     assert_eq!(status, 200, "{answer}");
     // As it is now: due at once, it may be on its way already.
-    assert_eq!(answer["replays"], 1, "a new cycle: {answer}");
+    assert_eq!(answer["cycle"], 1, "a new cycle: {answer}");
+    assert_eq!(
+        (&answer["resends"], &answer["replays"]),
+        (&json!(1), &json!(0))
+    );
 
     let done = pb.wait_state(&id, "delivered", WAIT).await;
-    assert_eq!(done["replays"], 1);
+    assert_eq!(done["resends"], 1);
     assert_eq!(
         done["history"].as_array().unwrap().len(),
         2,

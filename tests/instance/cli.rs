@@ -138,14 +138,14 @@ async fn status_and_dlq_show_give_the_history_by_cycle_with_counts_that_agree() 
         shown.contains("attempts:     2 of 2 in this cycle; 4 in all"),
         "{shown}"
     );
-    let registered = format!(": to {down}: 2 attempts");
-    let cycles: Vec<&str> = shown.lines().filter(|l| l.starts_with("cycle ")).collect();
+    let registered = format!(", to {down}: 2 attempts");
+    let cycles: Vec<&str> = shown.lines().filter(|l| cycle_line(l)).collect();
     assert_eq!(cycles.len(), 2, "{shown}");
     assert!(
-        cycles[0].starts_with("cycle 0: registered ") && cycles[0].ends_with(&registered[2..]),
+        cycles[0].starts_with("Registered, ") && cycles[0].ends_with(&registered),
         "{shown}"
     );
-    assert!(cycles[1].starts_with("cycle 1: replay "), "{shown}");
+    assert!(cycles[1].starts_with("Replay 1, "), "{shown}");
     let rows = |text: &str| {
         text.lines()
             .filter(|l| l.trim_start().starts_with(['1', '2']) && l.contains(" 500 "))
@@ -161,16 +161,26 @@ async fn status_and_dlq_show_give_the_history_by_cycle_with_counts_that_agree() 
         status.contains("attempts:         1 of 2 in this cycle; 5 in all"),
         "{status}"
     );
-    let last = status.lines().rfind(|l| l.starts_with("cycle "));
+    let last = status.lines().rfind(|l| cycle_line(l));
     assert!(
-        last.is_some_and(|l| l.starts_with("cycle 2: replay ")
-            && l.ends_with(&format!(", to {fixed}: 1 attempt"))),
+        last.is_some_and(
+            |l| l.starts_with("Replay 2, ") && l.ends_with(&format!(", to {fixed}: 1 attempt"))
+        ),
         "the attempt after the replay went to the new URL:\n{status}"
     );
     assert!(
-        status.contains("response headers of the last attempt (cycle 2, "),
+        status.contains("response headers of the last attempt (Replay 2, "),
         "{status}"
     );
+    assert!(status.contains("replays:          2\n"), "{status}");
+    assert!(status.contains("resends:          0\n"), "{status}");
+}
+
+/// Whether a line of `status` or `dlq show` heads a cycle: `Registered, …`, `Replay 1, …`.
+fn cycle_line(line: &str) -> bool {
+    ["Registered, ", "Replay ", "Resend ", "Sent again "]
+        .iter()
+        .any(|start| line.starts_with(start))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -199,7 +199,7 @@ async function merchantPage(browser, errors) {
   await merchant.locator("section.cycle").nth(1).waitFor();
   assert.equal(await merchant.locator("#attempts").textContent(), "1 of 1 in this cycle; 2 in all");
   assert.deepEqual(await merchant.locator("section.cycle h3").allTextContents(),
-    ["First cycle: Registered · 1 attempt", "Cycle 1: Replayed · 1 attempt"]);
+    ["Registered · 1 attempt", "Replay 1 · 1 attempt"]);
   await merchant.screenshot({ path: `${shots}/ui-portal-cycles.png`, fullPage: true });
 
   // With `operate` and `replay` it may resend a dead one: its dead letter's page offers
@@ -213,7 +213,12 @@ async function merchantPage(browser, errors) {
   await merchant.getByRole("button", { name: "Resend…" }).click();
   await merchant.locator("dialog[open]").getByRole("button", { name: "Resend it" }).click();
   await merchant.waitForURL(new RegExp(`#/lookup/${dying.id}$`));
-  await eventually("the resend", async () => (await call("GET", `/notifications/${dying.id}`)).replays === 2);
+  await eventually("the resend", async () => (await call("GET", `/notifications/${dying.id}`)).cycle === 2);
+  const resent = await call("GET", `/notifications/${dying.id}`);
+  assert.deepEqual([resent.replays, resent.resends], [1, 1], "a resend is counted apart from a replay");
+  assert.deepEqual(resent.cycles.map((c) => c.name), ["Registered", "Replay 1", "Resend 2"]);
+  await merchant.getByRole("heading", { name: "Look up a notification" }).waitFor();
+  assert.deepEqual([await merchant.locator("#replays").textContent(), await merchant.locator("#resends").textContent()], ["1", "1"]);
   await merchant.close();
 }
 
@@ -530,7 +535,7 @@ try {
   assert.equal(await page.locator("#attempts").textContent(), "1 of 1 in this cycle; 2 in all");
   const cycles = page.locator("section.cycle");
   assert.deepEqual(await cycles.locator("h3").allTextContents(),
-    ["First cycle: Registered · 1 attempt", "Cycle 1: Replayed · 1 attempt"]);
+    ["Registered · 1 attempt", "Replay 1 · 1 attempt"]);
   assert.match(await cycles.nth(0).textContent(), new RegExp(`to ${target("/down/orders/1001")}.*HTTP 503`));
   assert.match(await cycles.nth(1).textContent(), /HTTP 200/);
   assert.match(await page.locator("#request-head").textContent(), new RegExp(`^POST ${target("/up/orders/1001")}\n`));
@@ -621,7 +626,7 @@ try {
   await eventually("the resend", async () =>
     (await page.locator("#lookup-state").textContent()) !== "cancelled");
   const resent = await call("GET", `/notifications/${scheduled[1]}`);
-  assert.equal(resent.replays, 1);
+  assert.deepEqual([resent.cycle, resent.replays, resent.resends], [1, 0, 1]);
 
   // Every delivered one of a topic resent from the queue, counted first.
   const topic = "ui.resend";
