@@ -852,7 +852,7 @@ pub struct Backlog {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CircuitStateView {
-    /// Its path's notifications are held back, without requests, until a probe
+    /// Its path's notifications are held back, without requests, until a circuit probe
     /// succeeds.
     Open,
     Closed,
@@ -865,11 +865,12 @@ pub struct CircuitView {
     #[schema(example = "/hooks/pay")]
     pub path: String,
     pub state: CircuitStateView,
-    /// While open: since when (failed probes keep it open since then).
+    /// While open: since when (failed circuit probes keep it open since then).
     pub open_since: Option<String>,
-    /// While open: when its next probe may go (a past time: with the next notification
-    /// of the path that comes due). A resume of the endpoint, a success at another of
-    /// its paths or an attempt now lets it probe at once.
+    /// While open: when its next circuit probe may go (the one request it lets through;
+    /// not a paused endpoint's pause probe); a past time: with the next notification of
+    /// the path that comes due. A resume of the endpoint, a success at another of its
+    /// paths or an attempt now lets it probe at once.
     pub next_probe_at: Option<String>,
     /// When it closed.
     pub closed_at: Option<String>,

@@ -798,7 +798,7 @@ fn log_outcome(job: &ClaimedJob, settlement: &Settlement) {
                 status,
                 error,
                 ms,
-                "probe failed: held again while its endpoint is paused"
+                "pause probe failed: held again while its endpoint is paused"
             ),
         },
     }

@@ -26,13 +26,15 @@
 //! time its clock reads ahead of now, after the clock was stepped back), at the cost of
 //! one short read of an empty list a minute when nothing is held.
 //!
-//! An endpoint postback paused for failing is probed every `endpoints.probe_interval`
-//! from its pause: its oldest held notification is let go as a probe (`LetGo::Probe`),
-//! which the scheduler attempts although the endpoint is paused. A probe that is
-//! delivered resumes the endpoint (`probe_delivered`); one that fails is held again, its
-//! schedule as it was. Every instance tries when a probe falls due, and the store lets
-//! one of them go (only a held notification can be let go as a probe). A pause by hand
-//! is not probed: the merchant asked for it.
+//! An endpoint postback paused for failing is sent a *pause probe* every
+//! `endpoints.probe_interval` from its pause (not a circuit's probe, the one request an
+//! open circuit of a path lets through: `delivery::policy`): its oldest held notification
+//! is let go as a pause probe (`LetGo::Probe`), which the scheduler attempts although the
+//! endpoint is paused. A pause probe that is delivered resumes the endpoint
+//! (`probe_delivered`); one that fails is held again, its schedule as it was. Every
+//! instance tries when a pause probe falls due, and the store lets one of them go (only a
+//! held notification can be let go as a pause probe). A pause by hand has no pause
+//! probe: the merchant asked for it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -214,13 +216,13 @@ impl EndpointPauses {
         match resumed.await {
             Ok(Some(record)) => {
                 self.note(&key, None);
-                tracing::info!(endpoint = %record.id(), tenant = %tenant, "endpoint resumed: a probe was delivered");
+                tracing::info!(endpoint = %record.id(), tenant = %tenant, "endpoint resumed: a pause probe was delivered");
                 let notice = EndpointNotice::Resumed(record, "probe".to_string());
                 ops.endpoints(store, wake, &[notice]).await;
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(error = %e, endpoint = %endpoint.id(), "a probe was delivered, but its endpoint could not be resumed; the next probe tries again");
+                tracing::warn!(error = %e, endpoint = %endpoint.id(), "a pause probe was delivered, but its endpoint could not be resumed; the next pause probe tries again");
             }
         }
     }
@@ -307,7 +309,7 @@ impl EndpointPauses {
             probes.last.insert(key.clone(), round);
             if let Some(id) = oldest_held(store, &key).await? {
                 if store.attempt_now(&id, LetGo::Probe).await? {
-                    tracing::info!(%id, endpoint = %key, "let go to probe its paused endpoint");
+                    tracing::info!(%id, endpoint = %key, "let go as its paused endpoint's pause probe");
                 }
             }
         }

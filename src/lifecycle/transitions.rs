@@ -362,8 +362,8 @@ pub enum LetGo {
     /// Any scheduled one (pending, retrying or held): an operator's attempt now, or a
     /// resumed endpoint's backlog.
     Now,
-    /// A held one only, to probe its paused endpoint: attempted although the endpoint
-    /// is still paused (`Record::probe`).
+    /// A held one only, as its paused endpoint's pause probe (not a circuit's probe):
+    /// attempted although the endpoint is still paused (`Record::probe`).
     Probe,
 }
 

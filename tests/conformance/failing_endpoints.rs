@@ -287,6 +287,13 @@ async fn a_probe_tries_one_held_notification_each_interval_and_its_delivery_resu
     assert!(told.await, "endpoint.resumed told");
     let event = &endpoint_events(&rig.ops_a, "endpoint.resumed")[0];
     assert_eq!(event["data"]["resumed_by"], "probe", "{event}");
+    // The log names it a pause probe, not a circuit's.
+    let log = pb.logs();
+    assert!(log.contains("pause probe failed: held again"), "{log}");
+    assert!(
+        log.contains("endpoint resumed: a pause probe was delivered"),
+        "{log}"
+    );
     let (_, still) = pb.get(&format!("/notifications/{waiting}")).await;
     assert_eq!(still["state"], "held", "{still}");
 }

@@ -187,7 +187,7 @@ impl Policy {
         self.breaker.restore(circuit, open);
         if let Some(open) = open {
             let probe_at = crate::domain::rfc3339(open.probe_at);
-            tracing::info!(%circuit, %probe_at, "circuit open, as the store kept it: notifications to it are held back until a probe succeeds");
+            tracing::info!(%circuit, %probe_at, "circuit open, as the store kept it: notifications to it are held back until a circuit probe succeeds");
         }
     }
 
@@ -201,7 +201,7 @@ impl Policy {
         match recorded.change {
             Some(CircuitChange::Opened(open)) => {
                 let probe_at = crate::domain::rfc3339(open.probe_at);
-                tracing::warn!(%circuit, %probe_at, "circuit opened: notifications to this endpoint path are held back until a probe succeeds");
+                tracing::warn!(%circuit, %probe_at, "circuit opened: notifications to this endpoint path are held back until a circuit probe succeeds");
             }
             Some(CircuitChange::Reopened(open)) => {
                 let probe_at = crate::domain::rfc3339(open.probe_at);
