@@ -1143,8 +1143,17 @@ function noSigningKeys(tenant) {
 function showCaller() {
   for (const a of document.querySelectorAll("header nav a[data-view]")) a.hidden = !opens(VIEWS[a.dataset.view]);
   const expires = caller.expires_at ? ` · until ${new Date(caller.expires_at).toLocaleTimeString()}` : "";
-  document.getElementById("who").textContent =
-    `${caller.tenant || "every tenant"} · ${caller.roles.join(", ")}${expires}`;
+  const who = document.getElementById("who");
+  who.textContent = `${caller.tenant || "every tenant"} · ${caller.roles.map(role).join(", ")}${expires}`;
+  who.title = caller.roles.map((r) => `${r}: ${caller.grants[r].join(", ")}`).join("\n");
+}
+
+// A role as the header names it: a portal link's with what it grants where that is not
+// the action of its name (a link's `operate` resends and pauses, a token's does every
+// operator action; `grants` of `GET /me`).
+function role(r) {
+  const grants = caller.grants[r];
+  return isLink() && !grants.includes(r) ? `${r} (${grants.join(", ")})` : r;
 }
 
 // Every view: its title, the route it reads (the caller must be allowed it to open the

@@ -1,9 +1,11 @@
 //! `GET /me`: who the caller is, as the API sees its token: the actor the audit log
-//! names, its tenant (none: every tenant), its roles and the actions they grant, the
+//! names, its tenant (none: every tenant), its roles and the actions each grants, the
 //! routes they open (`permits::open_to`), the states of the notifications it may resend
 //! (`permits::resendable`), and when its credential expires.
 //! The review page reads it to show a merchant's portal link only that tenant's views
 //! and to offer only the controls whose routes the caller may call.
+
+use std::collections::BTreeMap;
 
 use axum::{Extension, Json};
 use serde::Serialize;
@@ -33,6 +35,12 @@ pub struct Caller {
     /// to another URL needs `redirect`).
     #[schema(example = json!(["lookup", "read", "resend", "pause"]))]
     pub may: Vec<&'static str>,
+    /// Each of its roles with the actions it grants: a role is named alike on a token and
+    /// a link but may grant more to a token (`operate`: every operator action on a token,
+    /// only `resend` and `pause` on a link). The review page says so where it names the
+    /// caller's roles.
+    #[schema(example = json!({"read": ["lookup", "read"], "operate": ["resend", "pause"]}))]
+    pub grants: BTreeMap<&'static str, Vec<&'static str>>,
     /// The routes it may call, as `METHOD /pattern`: those whose every action its roles
     /// grant. The review page offers a control only when the route it calls is here.
     #[schema(example = json!(["GET /me", "GET /dead-letters", "POST /dead-letters/{id}/replay"]))]
@@ -68,6 +76,10 @@ pub async fn show(Extension(caller): Extension<Principal>) -> Json<Caller> {
         tenant,
         roles: caller.roles().to_vec(),
         may: caller.actions().map(Action::name).collect(),
+        grants: caller
+            .grants()
+            .map(|(role, grants)| (role, grants.iter().map(|a| a.name()).collect()))
+            .collect(),
         routes: permits::open_to(&caller),
         resendable: permits::resendable(&caller)
             .states()

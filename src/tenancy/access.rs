@@ -304,6 +304,24 @@ impl Principal {
         &self.roles
     }
 
+    /// Each of its roles, in its order, with the actions it grants: a role of the same
+    /// name may grant more to a configured token than to a portal link (`operate`).
+    pub fn grants(&self) -> impl Iterator<Item = (&'static str, &'static [Action])> + '_ {
+        self.roles.iter().map(|&name| {
+            let grants = match self.link {
+                true => LinkRole::ALL
+                    .into_iter()
+                    .find(|r| r.name() == name)
+                    .map(LinkRole::grants),
+                false => Role::ALL
+                    .into_iter()
+                    .find(|r| r.name() == name)
+                    .map(Role::grants),
+            };
+            (name, grants.unwrap_or_default())
+        })
+    }
+
     /// What its roles let it do, in the order of `Action::ALL`.
     pub fn actions(&self) -> impl Iterator<Item = Action> + '_ {
         Action::ALL.into_iter().filter(|a| self.may(*a))
@@ -487,6 +505,14 @@ mod tests {
         use Action::*;
         assert_eq!(may, [Lookup, Read, Resend, Pause]);
         assert_eq!(link.roles(), ["read", "operate"]);
+        let grants: Vec<_> = link.grants().collect();
+        assert_eq!(
+            grants,
+            [("read", &[Lookup, Read][..]), ("operate", &[Resend, Pause])]
+        );
+        let (name, grants) = token.grants().next().unwrap();
+        assert_eq!((name, grants), ("operate", Role::Operate.grants()));
+        assert!(grants.len() > 2, "a token's operate is more than a link's");
         assert_eq!(link.actor, "portal:shop-a");
         assert_eq!(link.role_for(Cancel), Some("cancel"));
         assert_eq!(link.role_for(Register), None, "a link never registers");

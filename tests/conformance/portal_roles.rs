@@ -370,6 +370,18 @@ async fn a_portal_link_shows_what_it_may_do_and_refuses_unknown_roles() {
         json!(["lookup", "read", "resend", "pause", "cancel"]),
         "{me}"
     );
+    let grants =
+        json!({"read": ["lookup", "read"], "operate": ["resend", "pause"], "cancel": ["cancel"]});
+    assert_eq!(
+        me["grants"], grants,
+        "a link's operate resends and pauses: {me}"
+    );
+    let (_, me) = f.get("tok-ops-a", "/me").await;
+    let operate = me["grants"]["operate"].as_array().unwrap();
+    assert!(
+        operate.len() > 2 && operate.contains(&json!("cancel")),
+        "a token's operate does more: {me}"
+    );
     let args = ["--tenant", "shop-a", "--roles", "read,purge"];
     let said = portal_link(&f, &args).unwrap_err();
     assert!(said.contains("--roles") && said.contains("purge"), "{said}");

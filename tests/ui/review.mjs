@@ -159,7 +159,7 @@ async function merchantPage(browser, errors) {
   await eventually("a dead letter", async () => (await call("GET", `/notifications/${dying.id}`)).state === "dead");
   await switchTab(merchant, portalLink("read,operate"));
   await rows.first().waitFor();
-  assert.match(await merchant.locator("#who").textContent(), /^default · read, operate/);
+  assert.match(await merchant.locator("#who").textContent(), /^default · read, operate \(resend, pause\) · until /, "a link's operate is not a token's");
   assert.ok((await rows.getByRole("button", { name: /Pause…|Resume/ }).count()) > 0);
   assert.ok(await merchant.getByRole("link", { name: "Audit" }).isHidden());
   await merchant.goto(`${api}/ui#/lookup/${later.id}`);
