@@ -228,6 +228,14 @@ function sentAgain(n) {
     el("dt", {}, "Resends"), el("dd", { id: "resends" }, n.resends)];
 }
 
+// While its endpoint is paused: held, not attempted, until the endpoint is resumed (what
+// an open circuit does is "held back": `heldBack`).
+function heldForPause(n) {
+  if (n.state !== "held") return [];
+  return [el("dt", {}, "Held"), el("dd", { id: "held" },
+    "its endpoint is paused: not attempted, its schedule frozen, until the endpoint is resumed")];
+}
+
 // While its endpoint's open circuit holds it back: since when, and its deadline.
 function heldBack(n) {
   if (!n.held_back_since) return [];
@@ -746,6 +754,7 @@ async function lookup(id) {
         ...deliveryRules(n),
         el("dt", {}, "Attempts"), el("dd", { id: "attempts" }, attemptCount(n)),
         el("dt", {}, "Next attempt"), el("dd", {}, n.waiting ? "after the one before it" : when(n.next_attempt_at)),
+        ...heldForPause(n),
         ...heldBack(n),
         el("dt", {}, "Created"), el("dd", {}, when(n.created_at)),
         el("dt", {}, "Finished"), el("dd", {}, when(n.finished_at)),

@@ -682,6 +682,7 @@ try {
   assert.deepEqual(heldView.actions, ["cancel", "attempt_now"]);
   await page.goto(`${api}/ui#/lookup/${held.id}`);
   await page.getByRole("heading", { name: "Request" }).waitFor();
+  assert.match(await page.locator("#held").textContent(), /^its endpoint is paused/);
   for (const [button, count] of [["Cancel…", 1], ["Attempt now", 1], ["Resend…", 0]]) {
     assert.equal(await page.getByRole("button", { name: button }).count(), count, button);
   }
