@@ -61,7 +61,7 @@ async fn count_with(
     run: usize,
 ) -> anyhow::Result<()> {
     let store = match opts.store {
-        StoreKind::Postgres => Backend::counting_postgres()?,
+        StoreKind::Postgres => Backend::counting_postgres(opts.tls)?,
         _ => opts.store()?,
     };
     let store_name = match opts.store {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+mod certs;
 mod counts;
 mod limits;
 mod ordering;
@@ -105,6 +106,10 @@ pub struct Opts {
     /// Run against a Redis Cluster of this many primaries (0: a standalone Redis).
     #[arg(long, default_value_t = 0)]
     pub cluster: usize,
+    /// postback reaches its store over TLS, verifying a certificate made for the run
+    /// (a standalone Redis, `rediss://`, or Postgres at `sslmode=verify-full`).
+    #[arg(long)]
+    pub tls: bool,
     /// Replicas of the standalone Redis (their CPU counts in Redis's figures).
     #[arg(long, default_value_t = 0)]
     pub replicas: usize,
@@ -186,9 +191,12 @@ impl Opts {
     /// `--cluster`, otherwise a standalone Redis.
     pub fn store(&self) -> anyhow::Result<processes::Backend> {
         match (self.store, self.cluster) {
+            (StoreKind::Embedded, _) | (StoreKind::Redis, 1..) if self.tls => {
+                anyhow::bail!("--tls is for a standalone Redis or Postgres")
+            }
             (StoreKind::Embedded, _) => processes::Backend::embedded(),
-            (StoreKind::Postgres, _) => processes::Backend::postgres(),
-            (StoreKind::Redis, 0) => processes::Backend::start_redis(self.replicas),
+            (StoreKind::Postgres, _) => processes::Backend::postgres(self.tls),
+            (StoreKind::Redis, 0) => processes::Backend::start_redis(self.replicas, self.tls),
             (StoreKind::Redis, primaries) => processes::Backend::start_cluster(primaries),
         }
     }

@@ -11,11 +11,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+use crate::certs::Certs;
 use crate::processes::{clock_ticks, free_port};
 
 pub struct PostgresServer {
     child: Child,
     port: u16,
+    /// With `--tls`: postback reaches it over TLS at `verify-full` (the harness's own
+    /// queries stay in clear).
+    certs: Option<Certs>,
     _dir: tempfile::TempDir,
 }
 
@@ -36,7 +40,7 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
 }
 
 /// The `postgres` user's uid and gid when running as root.
-fn server_user() -> Option<(u32, u32)> {
+pub fn server_user() -> Option<(u32, u32)> {
     let id = |args: &[&str]| -> Option<u32> {
         let out = Command::new("id").args(args).output().ok()?;
         String::from_utf8_lossy(&out.stdout).trim().parse().ok()
@@ -57,23 +61,36 @@ fn command(program: &Path) -> Command {
 }
 
 impl PostgresServer {
-    pub fn start() -> anyhow::Result<Self> {
-        Self::start_with(&[])
+    pub fn start(tls: bool) -> anyhow::Result<Self> {
+        Self::start_with(&[], tls)
     }
 
     /// A fresh Postgres that counts every statement it runs (`pg_stat_statements`,
     /// loaded at start; `statements`).
-    pub fn start_counting() -> anyhow::Result<Self> {
-        let server = Self::start_with(&[
-            "shared_preload_libraries=pg_stat_statements",
-            "pg_stat_statements.track=all",
-        ])?;
+    pub fn start_counting(tls: bool) -> anyhow::Result<Self> {
+        let server = Self::start_with(
+            &[
+                "shared_preload_libraries=pg_stat_statements",
+                "pg_stat_statements.track=all",
+            ],
+            tls,
+        )?;
         server.query("CREATE EXTENSION pg_stat_statements")?;
         Ok(server)
     }
 
-    /// A fresh Postgres with `settings` (`name=value`) beside the benchmark's own.
-    fn start_with(settings: &[&str]) -> anyhow::Result<Self> {
+    /// A fresh Postgres with `settings` (`name=value`) beside the benchmark's own, with
+    /// TLS on when `tls`.
+    fn start_with(settings: &[&str], tls: bool) -> anyhow::Result<Self> {
+        let certs = tls.then(Certs::make).transpose()?;
+        let tls_settings = certs.as_ref().map(|c| {
+            let (cert, key) = c.server();
+            vec![
+                "ssl=on".to_string(),
+                format!("ssl_cert_file={}", cert.display()),
+                format!("ssl_key_file={}", key.display()),
+            ]
+        });
         let bin = bin_dir()?;
         let dir = tempfile::tempdir()?;
         if let Some((uid, gid)) = server_user() {
@@ -100,10 +117,12 @@ impl PostgresServer {
                 "max_connections=200",
             ])
             .args(settings.iter().flat_map(|s| ["-c", s]))
+            .args(tls_settings.iter().flatten().flat_map(|s| ["-c", s]))
             .spawn()?;
         let server = Self {
             child,
             port,
+            certs,
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -118,6 +137,19 @@ impl PostgresServer {
 
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The URL postback is given: over TLS, checked as a payment platform would
+    /// (`verify-full` against the run's CA), with `--tls`.
+    pub fn postback_url(&self) -> String {
+        match &self.certs {
+            Some(c) => format!(
+                "{}?sslmode=verify-full&sslrootcert={}",
+                self.url(),
+                c.ca().display()
+            ),
+            None => self.url(),
+        }
     }
 
     /// The one value `sql` returns, as text.

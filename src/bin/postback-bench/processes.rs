@@ -12,6 +12,7 @@ use anyhow::{bail, Context};
 use postback::config::RedisTarget;
 use postback::store::{EmbeddedStore, PostgresStore, RedisStore, Store};
 
+use crate::certs::Certs;
 use crate::postgres::PostgresServer;
 
 pub const TOKEN: &str = "bench-token";
@@ -82,6 +83,9 @@ fn memory_mib(pid: u32, field: &str) -> f64 {
 /// the embedded store has none (its work is in postback's own CPU).
 pub struct Backend {
     nodes: Vec<(Child, u16)>,
+    /// With `--tls` (a standalone Redis): the certificates, and the TLS port postback is
+    /// given; the harness's own commands use the node's port in clear.
+    tls: Option<(Certs, u16)>,
     cluster: bool,
     embedded: bool,
     postgres: Option<PostgresServer>,
@@ -91,8 +95,11 @@ pub struct Backend {
 impl Backend {
     /// A standalone Redis, with `replicas` replicas of it (each a node of the figures),
     /// once they are in sync and acknowledge at once.
-    pub fn start_redis(replicas: usize) -> anyhow::Result<Self> {
-        let redis = Self::start_nodes(1 + replicas, false)?;
+    pub fn start_redis(replicas: usize, tls: bool) -> anyhow::Result<Self> {
+        let mut redis = Self::start_nodes(1 + replicas, false)?;
+        if tls {
+            redis.tls = Some(tls_port(redis.nodes[0].1)?);
+        }
         let primary = redis.nodes[0].1;
         for (_, port) in &redis.nodes[1..] {
             redis_command(*port, &["REPLICAOF", "127.0.0.1", &primary.to_string()])?;
@@ -118,6 +125,7 @@ impl Backend {
     pub fn embedded() -> anyhow::Result<Self> {
         Ok(Self {
             nodes: Vec::new(),
+            tls: None,
             cluster: false,
             embedded: true,
             postgres: None,
@@ -126,18 +134,19 @@ impl Backend {
     }
 
     /// A fresh Postgres of its own.
-    pub fn postgres() -> anyhow::Result<Self> {
-        Self::with_postgres(PostgresServer::start()?)
+    pub fn postgres(tls: bool) -> anyhow::Result<Self> {
+        Self::with_postgres(PostgresServer::start(tls)?)
     }
 
     /// A fresh Postgres that counts the statements it runs.
-    pub fn counting_postgres() -> anyhow::Result<Self> {
-        Self::with_postgres(PostgresServer::start_counting()?)
+    pub fn counting_postgres(tls: bool) -> anyhow::Result<Self> {
+        Self::with_postgres(PostgresServer::start_counting(tls)?)
     }
 
     fn with_postgres(server: PostgresServer) -> anyhow::Result<Self> {
         Ok(Self {
             nodes: Vec::new(),
+            tls: None,
             cluster: false,
             embedded: false,
             postgres: Some(server),
@@ -231,6 +240,7 @@ impl Backend {
         }
         let redis = Self {
             nodes,
+            tls: None,
             cluster,
             embedded: false,
             postgres: None,
@@ -267,19 +277,33 @@ impl Backend {
             .collect()
     }
 
-    /// The environment variable that points postback at this store.
-    pub fn store_env(&self) -> (String, String) {
+    /// The environment variables that point postback at this store.
+    pub fn store_env(&self) -> Vec<(String, String)> {
+        let var = |k: &str, v: String| vec![(k.to_string(), v)];
         if self.embedded {
-            let dir = self.data_dir().display().to_string();
-            return ("POSTBACK_STORE_DATA_DIR".into(), dir);
+            return var(
+                "POSTBACK_STORE_DATA_DIR",
+                self.data_dir().display().to_string(),
+            );
         }
         if let Some(pg) = &self.postgres {
-            return ("POSTBACK_STORE_POSTGRES_URL".into(), pg.url());
+            return var("POSTBACK_STORE_POSTGRES_URL", pg.postback_url());
+        }
+        if let Some((certs, port)) = &self.tls {
+            let mut env = var(
+                "POSTBACK_STORE_REDIS_URL",
+                format!("rediss://127.0.0.1:{port}"),
+            );
+            env.extend(var(
+                "POSTBACK_STORE_TLS_CA_FILE",
+                certs.ca().display().to_string(),
+            ));
+            return env;
         }
         let urls = self.urls();
         match self.cluster {
-            true => ("POSTBACK_STORE_CLUSTER_URLS".into(), urls.join(",")),
-            false => ("POSTBACK_STORE_REDIS_URL".into(), urls[0].clone()),
+            true => var("POSTBACK_STORE_CLUSTER_URLS", urls.join(",")),
+            false => var("POSTBACK_STORE_REDIS_URL", urls[0].clone()),
         }
     }
 
@@ -379,6 +403,33 @@ fn redis_command(port: u16, args: &[&str]) -> anyhow::Result<()> {
     Ok(cmd.query(&mut node(port)?)?)
 }
 
+/// Makes the node on `port` listen for TLS on a port of its own too, with certificates
+/// made for the run: `CONFIG SET` of its `tls-*` settings, clients not asked for one.
+fn tls_port(port: u16) -> anyhow::Result<(Certs, u16)> {
+    let certs = Certs::make()?;
+    let (cert, key) = certs.server();
+    let tls = free_port()?;
+    let (ca, cert, key) = (certs.ca(), cert, key);
+    redis_command(
+        port,
+        &[
+            "CONFIG",
+            "SET",
+            "tls-cert-file",
+            &cert.display().to_string(),
+            "tls-key-file",
+            &key.display().to_string(),
+            "tls-ca-cert-file",
+            &ca.display().to_string(),
+            "tls-auth-clients",
+            "no",
+            "tls-port",
+            &tls.to_string(),
+        ],
+    )?;
+    Ok((certs, tls))
+}
+
 fn cluster_ok(port: u16) -> anyhow::Result<bool> {
     let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut node(port)?)?;
     Ok(info.contains("cluster_state:ok"))
@@ -424,7 +475,7 @@ impl Postback {
         cmd.arg("serve")
             .env("POSTBACK_SERVER_LISTEN", format!("127.0.0.1:{port}"))
             .env("POSTBACK_SERVER_API_TOKENS", TOKEN)
-            .env(store.store_env().0, store.store_env().1)
+            .envs(store.store_env())
             .env("POSTBACK_DELIVERY_ALLOW_PRIVATE_NETWORKS", "true")
             .env("POSTBACK_DELIVERY_RATE_LIMIT", "unlimited")
             // The peers have no circuit breaker, and the retry scenario's receiver fails
