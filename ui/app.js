@@ -748,7 +748,7 @@ async function lookup(id) {
     const n = await api(`/notifications/${encodeURIComponent(id)}`);
     parts.push(
       el("div", { class: "card" }, el("dl", {},
-        el("dt", {}, "State"), el("dd", { id: "lookup-state" }, stateBadge(n.state)),
+        el("dt", {}, "State"), el("dd", { id: "lookup-state" }, stateBadge(n.list || n.state)),
         el("dt", {}, "Tenant"), el("dd", {}, n.tenant),
         el("dt", {}, "Callback"), el("dd", {}, n.url),
         ...deliveryRules(n),
@@ -813,9 +813,12 @@ async function endpoints(params) {
   q.set("limit", "50");
   if (params.get("cursor")) q.set("cursor", params.get("cursor"));
   const page = await api(`/endpoints?${q}`);
-  // What each open circuit holds back is counted in the view of its endpoint alone.
-  page.items = await Promise.all(page.items.map((e) => e.circuits.some((c) => c.state === "open")
-    ? api(`/endpoints/${encodeURIComponent(e.id)}`) : e));
+  // What each open circuit holds back is counted in the view of its endpoint alone: asked
+  // one endpoint at a time, and an endpoint whose view does not come is shown without it.
+  for (const [i, e] of page.items.entries()) {
+    if (!e.circuits.some((c) => c.state === "open")) continue;
+    page.items[i] = await api(`/endpoints/${encodeURIComponent(e.id)}`).catch(() => e);
+  }
   const states = (f) => f === "state" &&
     el("select", { id: "e-state", name: "state" }, el("option", { value: "" }, "any"),
       ["healthy", "failing", "paused"].map((s) => el("option", { value: s, selected: params.get("state") === s }, s)));
@@ -1154,14 +1157,18 @@ function showCaller() {
   const expires = caller.expires_at ? ` · until ${new Date(caller.expires_at).toLocaleTimeString()}` : "";
   const who = document.getElementById("who");
   who.textContent = `${caller.tenant || "every tenant"} · ${caller.roles.map(role).join(", ")}${expires}`;
-  who.title = caller.roles.map((r) => `${r}: ${caller.grants[r].join(", ")}`).join("\n");
+  who.title = caller.roles.map((r) => `${r}: ${grantsOf(r).join(", ")}`).join("\n");
 }
+
+// What a role grants (`grants` of `GET /me`; the role's own action where an instance
+// does not say, as one of an earlier build behind the same address does not).
+const grantsOf = (r) => (caller.grants || {})[r] || [r];
 
 // A role as the header names it: a portal link's with what it grants where that is not
 // the action of its name (a link's `operate` resends and pauses, a token's does every
 // operator action; `grants` of `GET /me`).
 function role(r) {
-  const grants = caller.grants[r];
+  const grants = grantsOf(r);
   return isLink() && !grants.includes(r) ? `${r} (${grants.join(", ")})` : r;
 }
 

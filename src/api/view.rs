@@ -22,13 +22,38 @@ use crate::tenancy::access::Principal;
 
 pub use crate::domain::rfc3339;
 
-// The API's spelling of `store::Listed`, so that the HTTP schema stays in `api/`.
-/// Where a notification is in its life: one word for its view and for the list it is in
-/// (`GET /notifications?state=`), both from `Listed::of`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+// The API's own copy of `lifecycle::JobState`, so that the HTTP schema stays in `api/`.
+/// Where a notification is in its life.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[schema(as = JobState)]
 pub enum StateView {
+    Scheduled,
+    /// Scheduled, and held while its endpoint is paused (from the pause on, unless it
+    /// waits behind its ordering key): not attempted, its schedule frozen, until the
+    /// endpoint is resumed.
+    Held,
+    InFlight,
+    Delivered,
+    Dead,
+    Cancelled,
+}
+
+/// As the API spells it (`in_flight`), for the log.
+impl std::fmt::Display for StateView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let spelled = serde_json::to_value(self).map_err(|_| std::fmt::Error)?;
+        f.write_str(spelled.as_str().unwrap_or_default())
+    }
+}
+
+// The API's spelling of `store::Listed`, so that the HTTP schema stays in `api/`.
+/// The list a notification is in (`GET /notifications?state=`), as `Listed::of` places
+/// it: its `state` told finer, in the words a list, the command line and the review page
+/// use alike. `retrying` and `held_back` are `scheduled` in `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ListState {
     /// Due at its time, no attempt of its current cycle made yet.
     Scheduled,
     /// Due at its time, after a failed attempt of its current cycle.
@@ -45,32 +70,37 @@ pub enum StateView {
     Cancelled,
 }
 
-/// As the API spells it (`in_flight`), for the log.
-impl std::fmt::Display for StateView {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let spelled = serde_json::to_value(self).map_err(|_| std::fmt::Error)?;
-        f.write_str(spelled.as_str().unwrap_or_default())
+impl From<Listed> for ListState {
+    fn from(listed: Listed) -> Self {
+        match listed {
+            Listed::Scheduled => ListState::Scheduled,
+            Listed::Retrying => ListState::Retrying,
+            Listed::Held => ListState::Held,
+            Listed::HeldBack => ListState::HeldBack,
+            Listed::InFlight => ListState::InFlight,
+            Listed::Delivered => ListState::Delivered,
+            Listed::Dead => ListState::Dead,
+            Listed::Cancelled => ListState::Cancelled,
+        }
     }
 }
 
-impl From<Listed> for StateView {
-    fn from(listed: Listed) -> Self {
-        match listed {
-            Listed::Scheduled => StateView::Scheduled,
-            Listed::Retrying => StateView::Retrying,
-            Listed::Held => StateView::Held,
-            Listed::HeldBack => StateView::HeldBack,
-            Listed::InFlight => StateView::InFlight,
-            Listed::Delivered => StateView::Delivered,
-            Listed::Dead => StateView::Dead,
-            Listed::Cancelled => StateView::Cancelled,
-        }
+impl From<&JobStatus> for ListState {
+    fn from(status: &JobStatus) -> Self {
+        Listed::of(status).into()
     }
 }
 
 impl From<&JobStatus> for StateView {
     fn from(status: &JobStatus) -> Self {
-        Listed::of(status).into()
+        match status.state {
+            JobState::Scheduled if status.held => StateView::Held,
+            JobState::Scheduled => StateView::Scheduled,
+            JobState::InFlight => StateView::InFlight,
+            JobState::Delivered => StateView::Delivered,
+            JobState::Dead => StateView::Dead,
+            JobState::Cancelled => StateView::Cancelled,
+        }
     }
 }
 
@@ -228,6 +258,9 @@ impl AttemptView {
 pub struct NotificationView {
     pub id: String,
     pub state: StateView,
+    /// The list it is in (`GET /notifications?state=`), its `state` told finer: what
+    /// the review page and the command line show.
+    pub list: ListState,
     pub url: String,
     pub topic: Option<String>,
     pub rate_key: String,
@@ -362,6 +395,7 @@ impl NotificationView {
         Self {
             id: v.id.to_string(),
             state: s.into(),
+            list: s.into(),
             url: v.spec.url.clone(),
             topic: v.spec.topic.clone(),
             rate_key: v.spec.rate_key.clone(),
@@ -457,8 +491,8 @@ pub struct DeadLetterPage {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct NotificationItem {
     pub id: String,
-    /// The list it is in, the state its view shows.
-    pub state: StateView,
+    /// The list it is in, the `list` its view shows.
+    pub state: ListState,
     pub url: String,
     pub topic: Option<String>,
     pub tenant: String,
@@ -752,12 +786,13 @@ mod tests {
         assert_eq!(rfc3339(1_767_225_600_123), "2026-01-01T00:00:00.123Z");
     }
 
-    /// A view's state and the list it is in are one word: what `?state=` takes.
+    /// A view's `list` and the list it is in are one word: what `?state=` takes.
     #[test]
-    fn a_state_is_spelled_as_the_list_of_its_name() {
-        use super::{Listed, StateView};
+    fn a_list_state_is_spelled_as_the_list_of_its_name() {
+        use super::{ListState, Listed};
         for listed in Listed::ALL {
-            assert_eq!(StateView::from(listed).to_string(), listed.name());
+            let spelled = serde_json::to_value(ListState::from(listed)).unwrap();
+            assert_eq!(spelled, listed.name());
         }
     }
 }

@@ -97,6 +97,7 @@ pub fn notification(a: &Answer, out: &mut Out) {
         &[
             "id",
             "state",
+            "list",
             "tenant",
             "url",
             "topic",

@@ -67,8 +67,8 @@ pub fn shown(status: &JobStatus, paused: bool) -> JobStatus {
     }
 }
 
-/// One state of the queue as a list shows it, and the state a notification's view says
-/// (the API's `StateView`), so that a view and the list it is found in use one word.
+/// One state of the queue as a list shows it, and the `list` a notification's view says
+/// (the API's `ListState`), so that a view and the list it is found in use one word.
 /// `Retrying` is `scheduled` after at least one failed attempt; `Scheduled` is the rest
 /// of `scheduled`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -65,8 +65,12 @@ async fn an_open_circuit_spends_no_tier_and_what_it_held_back_goes_once_it_close
     for id in &held {
         let n = pb.notification(id).await;
         assert_eq!(
-            (n["state"].as_str(), n["attempts"].as_u64()),
-            (Some("held_back"), Some(0)),
+            (
+                n["state"].as_str(),
+                n["list"].as_str(),
+                n["attempts"].as_u64()
+            ),
+            (Some("scheduled"), Some("held_back"), Some(0)),
             "no tier spent while the circuit is open: {n}"
         );
         assert_eq!(kinds(&n), ["circuit_wait"], "the wait noted once: {n}");

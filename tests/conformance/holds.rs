@@ -253,8 +253,9 @@ async fn a_restart_mid_circuit_costs_no_tier_its_circuit_kept_by_the_store() {
     for n in &ids {
         let n = pb.notification(n).await;
         assert!(n["attempts"].as_u64() <= Some(1), "{n}");
+        assert_eq!(n["state"], "scheduled", "{n}");
         let pending = ["held_back", "retrying"].map(serde_json::Value::from);
-        assert!(pending.contains(&n["state"]), "{n}");
+        assert!(pending.contains(&n["list"]), "{n}");
     }
 }
 
