@@ -405,7 +405,7 @@ impl AttemptContext {
     /// said, rather than one attempt each. One read per endpoint, once.
     async fn restore_circuits(&self, jobs: &[(ClaimedJob, OwnedSemaphorePermit)]) {
         let mut unknown: HashMap<Endpoint, Vec<(String, String)>> = HashMap::new();
-        for (job, _) in jobs.iter().filter(|(job, _)| job.circuit_since.is_some()) {
+        for (job, _) in jobs.iter().filter(|(job, _)| job.waiting_since.is_some()) {
             let target = job.spec.target();
             let Some(url) = target.url.filter(|_| !self.policy.knows(&target.circuit)) else {
                 continue;
@@ -740,7 +740,7 @@ fn ask(job: &ClaimedJob) -> Ask {
     Ask {
         last: job.is_last(),
         probe: job.probe,
-        spare_since: job.circuit_since.filter(|_| job.dies_waiting()),
+        spare_since: job.waiting_since.filter(|_| job.dies_waiting()),
     }
 }
 

@@ -313,7 +313,7 @@ fn check(
                         && transitions::dies_waiting(
                             due_before,
                             Some(deadline),
-                            before.circuit_since
+                            before.waiting_since()
                         ),
                     "dead only at its deadline, already waiting, on a verdict"
                 ),
@@ -625,7 +625,11 @@ fn a_held_back_one_whose_own_probe_failed_past_its_deadline_is_dead_at_its_next_
     };
     let r = transitions::settle(&r, r.lease, &failed, probe_at).unwrap();
     assert_eq!((r.state, r.attempts), (JobState::Scheduled, 1));
-    assert_eq!(r.circuit_since, since, "still waiting for its circuit");
+    assert_eq!(
+        r.circuit_since, None,
+        "no longer held back: it was attempted"
+    );
+    assert!(since.is_some() && r.waiting_since().is_some());
     let next = Now::from_micros(r.next_at.unwrap() * 1000);
     let r = transitions::claim(&r, 99_001).unwrap();
     let (r, note) = transitions::wait_for_circuit(&r, r.lease, next, 30_000, URL, true).unwrap();

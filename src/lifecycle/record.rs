@@ -187,6 +187,11 @@ pub struct Record {
     /// (`transitions::wait_for_circuit`): its history notes it once, then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub circuit_since: Option<i64>,
+    /// When its last attempt, due at or after its deadline, failed (`transitions::settle`):
+    /// held back by an open circuit after it, it is dead as one already waiting is (that
+    /// failure was the request it waited for), where one just let go waits once more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_late_at: Option<i64>,
 }
 
 /// How much later than its own due time a held notification is kept in the due index:
@@ -358,6 +363,13 @@ impl Record {
             JobState::Scheduled if !self.waiting && !self.held => self.next_at,
             _ => None,
         }
+    }
+
+    /// Since when it has waited for its endpoint's open circuit, as its deadline counts
+    /// (`transitions::dies_waiting`): held back since then, or since its last attempt,
+    /// due past its deadline, failed.
+    pub fn waiting_since(&self) -> Option<i64> {
+        self.circuit_since.or(self.failed_late_at)
     }
 
     /// What a reader is shown.

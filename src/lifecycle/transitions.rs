@@ -65,6 +65,7 @@ pub fn register(schedule: Vec<u64>, now: Now, delay_ms: u64) -> Record {
         held: false,
         probe: false,
         circuit_since: None,
+        failed_late_at: None,
     }
 }
 
@@ -96,18 +97,17 @@ fn held(r: &Record, lease: u64) -> Option<Record> {
 /// (`Gone`, or the last attempt failed) or scheduled at the next tier, counted from the
 /// attempt's end (at most `now`). A probe of a paused endpoint that failed (not `Gone`)
 /// is held again instead, due when it ended, and not counted: its schedule stays where
-/// it was (the attempt is in its history). One that waited for its circuit and, past its
-/// deadline, failed the request the circuit let through goes on waiting as it did: that
-/// failure is a verdict, so held back again it is dead rather than waiting once more.
+/// it was (the attempt is in its history). An attempt due at or after its deadline that
+/// failed is remembered (`failed_late_at`): held back by its circuit after it, it is
+/// dead, that failure being the verdict a notification just let go waits for.
 pub fn settle(r: &Record, lease: u64, v: &Verdict, now: Now) -> Option<Record> {
     let mut r = held(r, lease)?;
     let ended = v.ended(now);
     let probe = std::mem::take(&mut r.probe);
     let failed = !matches!(v.outcome, Outcome::Delivered | Outcome::Gone);
     let due = r.next_at.unwrap_or(ended);
-    r.circuit_since = r
-        .circuit_since
-        .filter(|_| failed && past_deadline(due, r.deadline));
+    r.failed_late_at = (failed && past_deadline(due, r.deadline)).then_some(ended);
+    r.circuit_since = None;
     r.reserved = false;
     leave_flight(&mut r);
     if probe && failed && !r.cancel_requested {
@@ -175,7 +175,7 @@ pub fn wait_for_circuit(
         .deadline
         .get_or_insert(due.saturating_add(span(remaining)));
     r.reserved = false;
-    if judged && dies_waiting(due, Some(deadline), r.circuit_since) && !r.cancel_requested {
+    if judged && dies_waiting(due, Some(deadline), r.waiting_since()) && !r.cancel_requested {
         leave_flight(&mut r);
         finish(&mut r, JobState::Dead, now.down());
         return Some((r, Some(Note::circuit_deadline(now.down(), url))));
@@ -202,11 +202,12 @@ pub fn past_deadline(due_at: i64, deadline: Option<i64>) -> bool {
 
 /// Whether a notification due at `due_at`, held back by an open circuit whose verdict
 /// stands, is dead rather than waiting longer: past its `deadline`, and already waiting
-/// for the circuit (`circuit_since`) when it came due. One just let go (an endpoint's
-/// resume, an operator's attempt now) waits once more, for the probe its release asked
-/// for, before its deadline counts.
-pub fn dies_waiting(due_at: i64, deadline: Option<i64>, circuit_since: Option<i64>) -> bool {
-    past_deadline(due_at, deadline) && circuit_since.is_some()
+/// for the circuit when it came due (`Record::waiting_since`: held back, or its last
+/// attempt past its deadline failed). One just let go (an endpoint's resume, an
+/// operator's attempt now) waits once more, for the probe its release asked for, before
+/// its deadline counts.
+pub fn dies_waiting(due_at: i64, deadline: Option<i64>, waiting_since: Option<i64>) -> bool {
+    past_deadline(due_at, deadline) && waiting_since.is_some()
 }
 
 /// Back to due at once (or when it was due, if that is later) without counting an
@@ -255,6 +256,7 @@ fn finish(r: &mut Record, state: JobState, at: i64) {
     r.waiting = false;
     r.held = false;
     r.circuit_since = None;
+    r.failed_late_at = None;
 }
 
 /// Back to scheduled at `now`, due `at`.
@@ -425,6 +427,7 @@ pub fn attempt_now(r: &Record, now: Now, how: LetGo) -> Option<Record> {
     r.held = false;
     r.probe = probe;
     r.circuit_since = None;
+    r.failed_late_at = None;
     schedule_at(&mut r, now.down(), now);
     Some(r)
 }

@@ -315,8 +315,9 @@ pub struct ClaimedJob {
     /// Its deadline (`Record::deadline`): held back by an open circuit when due at or
     /// after it, it is dead (`transitions::dies_waiting`).
     pub deadline: Option<i64>,
-    /// Since when its endpoint's open circuit holds it back (`Record::circuit_since`).
-    pub circuit_since: Option<i64>,
+    /// Since when it has waited for its endpoint's open circuit
+    /// (`Record::waiting_since`).
+    pub waiting_since: Option<i64>,
     /// The interval before its next attempt should this one fail (none after its last).
     pub next_interval_ms: Option<u64>,
 }
@@ -343,7 +344,7 @@ impl ClaimedJob {
     /// Whether, held back now by an open circuit whose verdict stands, its deferral makes
     /// it a dead letter (`transitions::dies_waiting`).
     pub fn dies_waiting(&self) -> bool {
-        transitions::dies_waiting(self.due_at, self.deadline, self.circuit_since)
+        transitions::dies_waiting(self.due_at, self.deadline, self.waiting_since)
     }
 
     /// How long to hold it before it is due, counted from when the claim's reply arrived
@@ -666,7 +667,7 @@ impl ClaimedJob {
             reserved: false,
             probe: false,
             deadline: None,
-            circuit_since: None,
+            waiting_since: None,
             next_interval_ms: Some(1000),
         }
     }

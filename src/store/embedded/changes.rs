@@ -114,7 +114,7 @@ pub fn claim(
             reserved: new.reserved,
             probe: new.probe,
             deadline: new.deadline,
-            circuit_since: new.circuit_since,
+            waiting_since: new.waiting_since(),
             next_interval_ms: new.schedule.get(new.attempts as usize).copied(),
         });
     }

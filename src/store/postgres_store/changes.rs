@@ -240,7 +240,7 @@ pub async fn claim(
             reserved: new.reserved,
             probe: new.probe,
             deadline: new.deadline,
-            circuit_since: new.circuit_since,
+            waiting_since: new.waiting_since(),
             next_interval_ms: new.schedule.get(new.attempts as usize).copied(),
         });
         ids.push(id);

@@ -512,7 +512,7 @@ fn claimed_job(
         reserved: held.record.reserved,
         probe: held.record.probe,
         deadline: held.record.deadline,
-        circuit_since: held.record.circuit_since,
+        waiting_since: held.record.waiting_since(),
         next_interval_ms: held
             .record
             .schedule
