@@ -368,7 +368,10 @@ impl Queue for RedisStore {
                 // and this one after its backoff.
                 Err(e) => {
                     self.shard_failed(ask, &e);
-                    if claim.jobs.is_empty() {
+                    // The claim fails only when every shard this instance claims is
+                    // failing (none answered, or this was the last): one shard in
+                    // trouble is said by its own line, and the others go on.
+                    if self.clock.all_failing() {
                         return Err(e);
                     }
                     // Counted here only: a returned error is counted by the claim loop.

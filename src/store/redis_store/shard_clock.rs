@@ -211,14 +211,16 @@ impl ShardClock {
         s.failures
     }
 
-    /// Whether every shard this instance claims failed its last claim: until one is
-    /// asked again, nothing says the store is back.
+    /// Whether this instance claims some shards and every one of them failed its last
+    /// claim: until one is asked again, nothing says the store is back. An instance that
+    /// owns none (others claim them all) has nothing failing.
     pub fn all_failing(&self) -> bool {
         let now = Instant::now();
         let clock = self.lock();
-        (0..clock.shards.len())
+        let mut mine = (0..clock.shards.len())
             .filter(|&i| clock.claims(i, now))
-            .all(|i| clock.shards[i].failures > 0)
+            .peekable();
+        mine.peek().is_some() && mine.all(|i| clock.shards[i].failures > 0)
     }
 
     /// How long until the earliest work known of in the shards this instance claims;
@@ -263,6 +265,9 @@ mod tests {
         assert!(clock.all_failing());
         clock.claimed(asks[1], 0, false, None);
         assert!(!clock.all_failing(), "a shard answered again");
+        clock.failed(asks[1]);
+        clock.own(&[], Instant::now() + Duration::from_secs(60));
+        assert!(!clock.all_failing(), "owning no shard is no failure");
     }
 
     #[test]
