@@ -37,8 +37,8 @@ for r in $(seq "$repeats"); do
   for store in redis postgres; do
     if (( r % 2 == 1 )); then order="clear tls"; else order="tls clear"; fi
     for mode in $order; do
-      flag=(); [ "$mode" = tls ] && flag=(--tls)
-      bench "$mode" "$tsv" "${store}_" burst --batch 1000 --producers 4 --store "$store" "${flag[@]}"
+      flag=""; [ "$mode" = tls ] && flag=--tls
+      bench "$mode" "$tsv" "${store}_" burst --batch 1000 --producers 4 --store "$store" $flag
     done
   done
 done

@@ -18,8 +18,9 @@ export PATH
 cargo test --locked "$@"
 if [ $# -eq 0 ]; then
   # The conformance tests mostly wait for their short schedules: four at a time keep
-  # two cores busier than two do, and each still waits for conditions, not for time.
-  PARALLEL=(--test-threads 4)
+  # two cores busier than two do, and each still waits for conditions, not for time
+  # (CONFORMANCE_THREADS to choose another number).
+  PARALLEL=(--test-threads "${CONFORMANCE_THREADS:-4}")
   POSTBACK_TEST_BACKEND=cluster cargo test --locked --test conformance -- "${PARALLEL[@]}"
   POSTBACK_TEST_BACKEND=embedded cargo test --locked --test conformance -- "${PARALLEL[@]}"
   POSTBACK_TEST_BACKEND=embedded cargo test --locked --test instance

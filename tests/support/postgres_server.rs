@@ -232,7 +232,14 @@ impl PostgresServer {
                         .psql_as("postgres", "SHOW data_directory")
                         .is_ok_and(|dir| dir.trim() == data)
         });
-        ready && !exited(self)
+        if ready && !exited(self) {
+            return true;
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        false
     }
 
     /// Runs `sql` with `psql` as the superuser; what it printed (unaligned, no headers).
