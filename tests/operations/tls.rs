@@ -78,12 +78,21 @@ fn refuses_what_does_not_verify(store: &[(String, String)], pki: &Pki, rename: &
     }
 }
 
-/// Registers one notification and waits until it is delivered.
+/// Registers one notification and waits until it is delivered; prints how the
+/// instance said it reached its store, and the delivery.
 async fn delivers(pb: &Postback, receiver: &Receiver) {
     let id = pb
         .register(json!({"url": receiver.url("/paid"), "body": {"over": "tls"}}))
         .await;
-    pb.wait_state(&id, "delivered", WAIT).await;
+    let seen = pb.wait_state(&id, "delivered", WAIT).await;
+    let logs = pb.logs();
+    let connected = logs.lines().find(|l| l.contains("store connected"));
+    eprintln!(
+        "{}\n{id} {} after {} attempt",
+        connected.unwrap_or_default(),
+        seen["state"],
+        seen["attempts"]
+    );
 }
 
 /// A steady producer registers while `fail_over` kills a primary and waits until
