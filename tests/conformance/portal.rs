@@ -291,10 +291,12 @@ async fn a_caller_learns_its_tenant_roles_and_expiry_and_nothing_without_a_token
         "issue_link",
     ];
     let resendable = ["delivered", "dead", "cancelled"];
+    // What each role grants: a token's operate is every operator action.
+    let grants = json!({"read": ["lookup", "read"], "operate": may[2..]});
     assert_eq!(
         me,
         json!({"actor": "ops-a", "tenant": "shop-a", "roles": ["read", "operate"], "may": may,
-               "resendable": resendable, "expires_at": null})
+               "grants": grants, "resendable": resendable, "expires_at": null})
     );
     let (_, me) = f.get("tok-auditor", "/me").await;
     assert_eq!(me["tenant"], Value::Null, "every tenant");
