@@ -45,6 +45,12 @@ async fn failover_ledger(replica_acks: &str) -> Ledger {
         ("POSTBACK_STORE_REDIS_SENTINELS", sentinels.as_str()),
         ("POSTBACK_STORE_REPLICA_ACKS", replica_acks),
         ("POSTBACK_STORE_REPLICA_ACK_TIMEOUT", "500ms"),
+        // A slow machine may see the sentinels fail over twice, and without replica
+        // acknowledgements a claim can outlive the settle that followed it: such a lease
+        // ends within the test's wait, not a minute later.
+        ("POSTBACK_DELIVERY_TIMEOUT", "2s"),
+        ("POSTBACK_DELIVERY_MAX_TIMEOUT", "2s"),
+        ("POSTBACK_DELIVERY_LEASE", "7s"),
     ];
     let cwd = tempfile::tempdir().unwrap();
     let pb = Postback::start_in(cwd.path(), &env).await;
