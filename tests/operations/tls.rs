@@ -219,6 +219,10 @@ async fn postgres_at_verify_full_delivers_and_refuses_what_does_not_verify() {
     for (url, named) in faults {
         let said = Postback::refused_start(&[("POSTBACK_STORE_POSTGRES_URL", &url)]);
         assert!(said.contains(named), "names {named}:\n{said}");
+        eprintln!(
+            "refused ({named}): {}",
+            said.trim().lines().last().unwrap_or("")
+        );
         assert!(
             said.contains("store.postgres_url") || named == "store.tls_cert_file",
             "{said}"
