@@ -12,6 +12,11 @@ use super::{FieldError, Tenant};
 /// Hex digits of an id after its `ep_` prefix: 96 bits of the digest.
 const ID_HEX: usize = 24;
 
+/// The key an endpoint's record is kept under, on every store: its tenant, then its id.
+pub fn record_key(tenant: &Tenant, id: &EndpointId) -> String {
+    format!("{tenant} {id}")
+}
+
 /// One tenant's callback origin.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Endpoint {

@@ -26,7 +26,7 @@ pub use attempt::{
     kept_headers, truncate, Attempt, AttemptReport, Outcome, Reach, MAX_RESPONSE_BYTES,
 };
 pub use callback_url::{CallbackUrl, Destinations};
-pub use endpoint::{Endpoint, EndpointId};
+pub use endpoint::{record_key as endpoint_key, Endpoint, EndpointId};
 pub use error::FieldError;
 pub use headers::{headers_after_change, shown_value, ExtraHeaders};
 pub use history::{

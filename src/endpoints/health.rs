@@ -44,10 +44,8 @@ const MAX_CIRCUITS: usize = 32;
 /// How long a closed circuit is kept in its endpoint's record.
 const CLOSED_KEPT_MS: i64 = HOURS * HOUR_MS;
 
-/// The key of an endpoint's record: its tenant, then its id.
-pub fn key(tenant: &Tenant, id: &EndpointId) -> String {
-    format!("{tenant} {id}")
-}
+/// The key of an endpoint's record: its tenant, then its id (`domain::endpoint_key`).
+pub use crate::domain::endpoint_key as key;
 
 /// The keys of `tenant`'s records lie from this (inclusive) …
 pub fn tenant_start(tenant: &Tenant) -> String {

@@ -579,7 +579,7 @@ impl EndpointHealth for EmbeddedStore {
         tenant: &Tenant,
         id: &EndpointId,
     ) -> StoreResult<Option<EndpointRecord>> {
-        let key = crate::endpoints::health::key(tenant, id);
+        let key = crate::domain::endpoint_key(tenant, id);
         self.read(move |tx| endpoints::get(tx, &key)).await
     }
 

@@ -12,8 +12,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{Cursor, JobState, JobStatus, JobView, ListFilter, WalkCursor};
+use crate::domain::endpoint_key as key;
 use crate::domain::{Endpoint, Tenant};
-use crate::endpoints::health::key;
 use crate::lifecycle::{Index, Now, TenantIndex, HELD_OFFSET_MS, WAITING_OFFSET_MS};
 
 /// Notifications a page examines at most (per shard); past it the page ends early with

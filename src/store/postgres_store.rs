@@ -640,7 +640,7 @@ impl EndpointHealth for PostgresStore {
         id: &EndpointId,
     ) -> StoreResult<Option<EndpointRecord>> {
         let c = self.reader().await?;
-        reads::endpoint(&c, &crate::endpoints::health::key(tenant, id))
+        reads::endpoint(&c, &crate::domain::endpoint_key(tenant, id))
             .await
             .map_err(store_error)
     }
