@@ -29,7 +29,7 @@ fn ms(time: &Value) -> i64 {
 
 /// Opens the circuit of `url`'s endpoint: `failures` notifications to it that die at
 /// their only attempt.
-async fn open_circuit(pb: &Postback, url: &str, failures: usize) {
+pub async fn open_circuit(pb: &Postback, url: &str, failures: usize) {
     for _ in 0..failures {
         let id = pb
             .register(json!({"url": url, "body": {}, "schedule": []}))

@@ -7,6 +7,7 @@
 //! at once (but one waiting behind its ordering key), whatever the scheduler has done
 //! with it yet. On every backend (`scripts/test.sh`).
 
+use crate::circuits::open_circuit;
 use crate::support;
 
 use reqwest::Method;
@@ -62,7 +63,7 @@ async fn finished(pb: &Postback, id: &str) -> Value {
 
 /// The `seq` of each of `key`'s notifications in the order their requests arrived from
 /// the `from`th on.
-fn arrived(receiver: &Receiver, key: &str, from: usize) -> Vec<u64> {
+pub fn arrived(receiver: &Receiver, key: &str, from: usize) -> Vec<u64> {
     receiver.requests()[from..]
         .iter()
         .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
@@ -121,17 +122,6 @@ fn breaker(failures: &'static str, cooldown: &'static str) -> [(&'static str, &'
         ("POSTBACK_DELIVERY_BREAKER_FAILURES", failures),
         ("POSTBACK_DELIVERY_BREAKER_COOLDOWN", cooldown),
     ]
-}
-
-/// Opens the circuit of `url`: `failures` notifications to it that die at their only
-/// attempt.
-async fn open_circuit(pb: &Postback, url: &str, failures: usize) {
-    for _ in 0..failures {
-        let id = pb
-            .register(json!({"url": url, "body": {}, "schedule": []}))
-            .await;
-        pb.wait_state(&id, "dead", WAIT).await;
-    }
 }
 
 /// Registers `n` notifications to `url` with a long window, and waits until its open

@@ -4,6 +4,7 @@
 //! another tenant, keep going meanwhile. Only a token with `operate` of the endpoint's
 //! tenant pauses it. On every backend (`scripts/test.sh`).
 
+use crate::holds::arrived;
 use crate::support;
 
 use reqwest::Method;
@@ -29,17 +30,6 @@ async fn register(f: &Fleet, token: &str, url: &str, key: &str, seq: u64) -> Str
         body["ordering_key"] = json!(key);
     }
     f.register(token, body).await
-}
-
-/// The `seq`s of what `receiver` got for `key`, in arrival order.
-fn arrived(receiver: &Receiver, key: &str) -> Vec<u64> {
-    receiver
-        .requests()
-        .iter()
-        .filter_map(|r| serde_json::from_slice::<Value>(&r.body).ok())
-        .filter(|b| b["key"] == key)
-        .filter_map(|b| b["seq"].as_u64())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +116,7 @@ async fn a_paused_endpoint_holds_its_notifications_and_resuming_lets_them_go_in_
         );
     }
     assert_eq!(
-        arrived(&f.receiver, "k"),
+        arrived(&f.receiver, "k", 0),
         vec![0, 1, 2, 3],
         "the key kept its order"
     );
@@ -147,7 +137,7 @@ async fn a_paused_endpoint_holds_its_notifications_and_resuming_lets_them_go_in_
         "{shown}"
     );
 
-    let mut loose_seqs = arrived(&f.receiver, "loose");
+    let mut loose_seqs = arrived(&f.receiver, "loose", 0);
     loose_seqs.sort();
     assert_eq!(loose_seqs, vec![0, 1, 2], "each held one once");
 
